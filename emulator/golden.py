@@ -1,0 +1,85 @@
+"""Golden (bit-exact reference) models shared by the emulator and the RTL testbenches.
+
+One model per block: the emulator's functional mode computes with these, and the
+cocotb testbenches check the RTL against these, so the two can never drift apart.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "ACC_BITS",
+    "wrap_int32",
+    "int8_matmul",
+    "round_to_bf16",
+    "round_to_precision",
+    "float_matmul",
+]
+
+#: Width of a PE accumulator. Overflow wraps (two's complement), it does not saturate:
+#: a K-long int8 dot product fits in int32 for K <= 2**17 (127*128*K < 2**31), so
+#: wrapping only happens beyond that, and wrapping keeps tiled accumulation associative.
+ACC_BITS = 32
+
+
+def wrap_int32(x: np.ndarray) -> np.ndarray:
+    """Reduce integers modulo 2**32 into int32, as the PE accumulator does."""
+    x = np.asarray(x, dtype=np.int64)
+    return ((x + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
+
+
+def _check_matmul_shapes(a: np.ndarray, b: np.ndarray) -> None:
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"matmul shapes do not agree: A {a.shape} x B {b.shape}")
+
+
+def int8_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """int8 x int8 -> int32 matrix product with wrapping accumulation.
+
+    ``a`` is M x K, ``b`` is K x N, both int8 (values in [-128, 127]). Exact: products
+    are summed in int64 and wrapped to int32 once, which equals wrapping after every
+    MAC because addition modulo 2**32 is associative.
+    """
+    a = np.asarray(a)
+    b = np.asarray(b)
+    _check_matmul_shapes(a, b)
+    for name, m in (("A", a), ("B", b)):
+        if m.size and (m.min() < -128 or m.max() > 127):
+            raise ValueError(f"{name} has values outside int8 [-128, 127]")
+    return wrap_int32(a.astype(np.int64) @ b.astype(np.int64))
+
+
+def round_to_bf16(x: np.ndarray) -> np.ndarray:
+    """Round float32 values to bfloat16 (round to nearest even), returned as float32."""
+    f = np.asarray(x, dtype=np.float32)
+    bits = f.view(np.uint32).astype(np.uint64)
+    rounding = ((bits >> 16) & 1) + 0x7FFF
+    out = ((bits + rounding) >> 16 << 16).astype(np.uint32)
+    nan = np.isnan(f)
+    out[nan] = 0x7FC00000
+    return out.view(np.float32)
+
+
+def round_to_precision(x: np.ndarray, precision: str) -> np.ndarray:
+    """Round values to a storage precision, returned as float32 (``int8`` is rejected)."""
+    if precision == "fp32":
+        return np.asarray(x, dtype=np.float32)
+    if precision == "fp16":
+        return np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float32)
+    if precision == "bf16":
+        return round_to_bf16(x)
+    raise ValueError(f"precision must be fp32, fp16 or bf16, got {precision!r}")
+
+
+def float_matmul(a: np.ndarray, b: np.ndarray, precision: str) -> np.ndarray:
+    """Matrix product with inputs rounded to ``precision`` and float32 accumulation.
+
+    The array accumulates in float32 along K; numpy's float32 product sums in a
+    different order, so results agree with the hardware to float32 rounding (relative
+    error below ``K * 2**-24``), not bit for bit.
+    """
+    a = np.asarray(a)
+    b = np.asarray(b)
+    _check_matmul_shapes(a, b)
+    return round_to_precision(a, precision) @ round_to_precision(b, precision)

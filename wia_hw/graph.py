@@ -1,0 +1,477 @@
+"""The workload graph IR: tensors with shapes and dtypes, ops that read and write them.
+
+A :class:`Graph` is a list of :class:`Op` in execution (topological) order over named
+:class:`Tensor` values. Build one with :class:`GraphBuilder`, whose methods check
+shapes as they go and raise :class:`~wia_hw.WorkloadError` naming the op and both
+shapes; a graph made by hand is checked the same way by :meth:`Graph.validate`.
+
+Op kinds and their shape rules (``*`` is any number of leading dims):
+
+======================  ===========================================  =================
+kind                    inputs                                       output
+======================  ===========================================  =================
+``linear``              x ``[*, K]``, w ``[K, N]``, (bias ``[N]``)   ``[*, N]``
+``matmul``              a ``[M, K]``, b ``[K, N]``                   ``[M, N]``
+``bmm``                 a ``[*, M, K]``, b ``[*, K, N]``             ``[*, M, N]``
+                        (``transpose_b``: b ``[*, N, K]``)
+``conv2d``              x ``[N, C, H, W]``, w ``[O, C/g, kh, kw]``   ``[N, O, Ho, Wo]``
+``softmax``             x                                            same
+``layer_norm``          x ``[*, H]``, gamma ``[H]``, beta ``[H]``    same as x
+unary (``gelu`` ...)    x                                            same
+binary (``add`` ...)    a, b (numpy broadcasting)                    broadcast shape
+``embedding``           ids ``[*]`` (int), table ``[V, H]``          ``[*, H]``
+``maxpool``/``avgpool`` x ``[N, C, H, W]``                           ``[N, C, Ho, Wo]``
+``global_avgpool``      x ``[N, C, H, W]``                           ``[N, C, 1, 1]``
+``reshape``             x                                            attr ``shape``
+``transpose``           x                                            permuted by ``perm``
+``concat``              xs                                           joined on ``axis``
+``slice``               x                                            ``axis``, ``start``, ``stop``
+======================  ===========================================  =================
+
+``reshape`` is a view (no data moves); ``transpose``, ``concat`` and ``slice`` copy.
+Every op has a ``group``: the breakdown category the run report sums time over (the
+seed's section 8.7 table: ``multi_head_attention``, ``layer_norm``, ``feed_forward``,
+``embedding``, ``output``, ...).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .emulator.errors import WorkloadError
+
+__all__ = [
+    "DTYPE_BYTES",
+    "GEMM_KINDS",
+    "UNARY_KINDS",
+    "BINARY_KINDS",
+    "OP_KINDS",
+    "Tensor",
+    "Op",
+    "Graph",
+    "GraphBuilder",
+    "op_flops",
+    "op_macs",
+    "conv_output_hw",
+]
+
+#: Bytes per element of each dtype.
+DTYPE_BYTES: dict[str, int] = {
+    "fp32": 4, "fp16": 2, "bf16": 2, "int8": 1, "int32": 4, "int64": 8, "bool": 1,
+}
+FLOAT_DTYPES = ("fp32", "fp16", "bf16")
+GEMM_KINDS = ("linear", "matmul", "bmm", "conv2d")
+#: Elementwise unary ops, with their FLOPs per element (as a profiler would count them).
+UNARY_KINDS: dict[str, int] = {
+    "gelu": 8, "relu": 1, "tanh": 4, "sigmoid": 4, "erf": 4, "exp": 1, "sqrt": 1,
+    "neg": 1, "scale": 1, "identity": 0, "cast": 0,
+}
+#: Elementwise binary ops, with their FLOPs per output element.
+BINARY_KINDS: dict[str, int] = {"add": 1, "sub": 1, "mul": 1, "div": 1, "max": 1, "min": 1,
+                                "pow": 1}
+OTHER_KINDS = ("softmax", "layer_norm", "embedding", "maxpool", "avgpool",
+               "global_avgpool", "reshape", "transpose", "concat", "slice")
+OP_KINDS = GEMM_KINDS + tuple(UNARY_KINDS) + tuple(BINARY_KINDS) + OTHER_KINDS
+#: FLOPs per element of the reductions: softmax (max, sub, exp, sum, div),
+#: layer norm (mean, sub, square, sum, rsqrt-mul, scale, shift, ...).
+SOFTMAX_FLOPS_PER_ELEMENT = 5
+LAYER_NORM_FLOPS_PER_ELEMENT = 8
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A named value: ``kind`` is ``input``, ``weight`` or ``activation``."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    kind: str = "activation"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise WorkloadError(f"tensor name must be a non-empty string, got {self.name!r}")
+        shape = tuple(self.shape)
+        if any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in shape):
+            raise WorkloadError(f"tensor {self.name!r}: shape must be positive integers, "
+                                f"got {list(self.shape)}")
+        object.__setattr__(self, "shape", shape)
+        if self.dtype not in DTYPE_BYTES:
+            raise WorkloadError(f"tensor {self.name!r}: unknown dtype {self.dtype!r} "
+                                f"(known: {', '.join(DTYPE_BYTES)})")
+        if self.kind not in ("input", "weight", "activation"):
+            raise WorkloadError(f"tensor {self.name!r}: kind must be input, weight or "
+                                f"activation, got {self.kind!r}")
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True, eq=False)
+class Op:
+    """One operation of a graph. ``attrs`` holds kind-specific parameters."""
+
+    name: str
+    kind: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    group: str = "other"
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in OP_KINDS:
+            raise WorkloadError(f"op {self.name!r}: unknown op kind {self.kind!r}")
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "outputs", tuple(self.outputs))
+        object.__setattr__(self, "attrs", dict(self.attrs))
+
+
+def conv_output_hw(h: int, w: int, kh: int, kw: int, stride: int, pad: int,
+                   dilation: int = 1) -> tuple[int, int]:
+    """Output height and width of a convolution or pooling window."""
+    ho = (h + 2 * pad - dilation * (kh - 1) - 1) // stride + 1
+    wo = (w + 2 * pad - dilation * (kw - 1) - 1) // stride + 1
+    return ho, wo
+
+
+def _broadcast(op: str, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        da = a[-i] if i <= len(a) else 1
+        db = b[-i] if i <= len(b) else 1
+        if da != db and 1 not in (da, db):
+            raise WorkloadError(f"op {op!r}: shapes {list(a)} and {list(b)} do not broadcast")
+        out.append(max(da, db))
+    return tuple(reversed(out))
+
+
+def infer_shapes(op: Op, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """Output shapes of ``op`` given its input shapes; raises WorkloadError on mismatch."""
+    k, n, a = op.kind, op.name, op.attrs
+
+    def need(count: int | tuple[int, int]) -> None:
+        lo, hi = (count, count) if isinstance(count, int) else count
+        if not lo <= len(shapes) <= hi:
+            raise WorkloadError(f"op {n!r} ({k}): takes {lo}..{hi} inputs, got {len(shapes)}")
+
+    if k == "linear":
+        need((2, 3))
+        x, w = shapes[0], shapes[1]
+        if len(w) != 2 or len(x) < 1 or x[-1] != w[0]:
+            raise WorkloadError(f"op {n!r} (linear): input {list(x)} does not match "
+                                f"weight {list(w)} (need x[..., K] and w[K, N])")
+        if len(shapes) == 3 and shapes[2] != (w[1],):
+            raise WorkloadError(f"op {n!r} (linear): bias {list(shapes[2])} does not match "
+                                f"weight {list(w)} (need [{w[1]}])")
+        return [x[:-1] + (w[1],)]
+    if k == "matmul":
+        need(2)
+        x, w = shapes
+        if len(x) != 2 or len(w) != 2 or x[1] != w[0]:
+            raise WorkloadError(f"op {n!r} (matmul): A {list(x)} x B {list(w)}: "
+                                "inner dimensions differ")
+        return [(x[0], w[1])]
+    if k == "bmm":
+        need(2)
+        x, y = shapes
+        if a.get("transpose_b"):
+            if len(y) < 2:
+                raise WorkloadError(f"op {n!r} (bmm): B {list(y)} needs 2+ dims")
+            y = y[:-2] + (y[-1], y[-2])
+        if len(x) < 2 or len(y) < 2 or x[-1] != y[-2] or x[:-2] != y[:-2]:
+            raise WorkloadError(f"op {n!r} (bmm): A {list(shapes[0])} x B {list(shapes[1])}"
+                                f"{' (transposed)' if a.get('transpose_b') else ''}: "
+                                "batch or inner dimensions differ")
+        return [x[:-1] + (y[-1],)]
+    if k == "conv2d":
+        need((2, 3))
+        x, w = shapes[0], shapes[1]
+        g = a.get("groups", 1)
+        if len(x) != 4 or len(w) != 4 or x[1] != w[1] * g or w[0] % g:
+            raise WorkloadError(f"op {n!r} (conv2d): input {list(x)} and weight {list(w)} "
+                                f"do not agree (groups={g})")
+        ho, wo = conv_output_hw(x[2], x[3], w[2], w[3], a.get("stride", 1), a.get("pad", 0),
+                                a.get("dilation", 1))
+        if ho < 1 or wo < 1:
+            raise WorkloadError(f"op {n!r} (conv2d): output would be empty for input {list(x)}")
+        return [(x[0], w[0], ho, wo)]
+    if k in UNARY_KINDS or k == "softmax":
+        need(1)
+        return [shapes[0]]
+    if k == "layer_norm":
+        need((1, 3))
+        x = shapes[0]
+        for s in shapes[1:]:
+            if s != (x[-1],):
+                raise WorkloadError(f"op {n!r} (layer_norm): scale {list(s)} does not match "
+                                    f"input {list(x)}")
+        return [x]
+    if k in BINARY_KINDS:
+        need(2)
+        return [_broadcast(n, shapes[0], shapes[1])]
+    if k == "embedding":
+        need(2)
+        ids, table = shapes
+        if len(table) != 2:
+            raise WorkloadError(f"op {n!r} (embedding): table {list(table)} must be [V, H]")
+        return [ids + (table[1],)]
+    if k in ("maxpool", "avgpool"):
+        need(1)
+        x = shapes[0]
+        if len(x) != 4:
+            raise WorkloadError(f"op {n!r} ({k}): input {list(x)} must be [N, C, H, W]")
+        kk = a.get("kernel", 2)
+        ho, wo = conv_output_hw(x[2], x[3], kk, kk, a.get("stride", kk), a.get("pad", 0))
+        return [(x[0], x[1], ho, wo)]
+    if k == "global_avgpool":
+        need(1)
+        x = shapes[0]
+        if len(x) != 4:
+            raise WorkloadError(f"op {n!r} ({k}): input {list(x)} must be [N, C, H, W]")
+        return [(x[0], x[1], 1, 1)]
+    if k == "reshape":
+        need(1)
+        new = tuple(a["shape"])
+        if math.prod(new) != math.prod(shapes[0]):
+            raise WorkloadError(f"op {n!r} (reshape): cannot reshape {list(shapes[0])} "
+                                f"to {list(new)}")
+        return [new]
+    if k == "transpose":
+        need(1)
+        perm = tuple(a["perm"])
+        if sorted(perm) != list(range(len(shapes[0]))):
+            raise WorkloadError(f"op {n!r} (transpose): perm {list(perm)} does not fit "
+                                f"{list(shapes[0])}")
+        return [tuple(shapes[0][p] for p in perm)]
+    if k == "concat":
+        need((1, 1 << 16))
+        axis = a.get("axis", -1)
+        base = list(shapes[0])
+        ax = axis % len(base)
+        for s in shapes[1:]:
+            if len(s) != len(base) or any(s[i] != base[i] for i in range(len(s)) if i != ax):
+                raise WorkloadError(f"op {n!r} (concat): {list(shapes[0])} and {list(s)} "
+                                    f"differ outside axis {axis}")
+            base[ax] += s[ax]
+        return [tuple(base)]
+    if k == "slice":
+        need(1)
+        x = list(shapes[0])
+        ax = a.get("axis", 0) % len(x)
+        start, stop = a.get("start", 0), min(a.get("stop", x[ax]), x[ax])
+        if not 0 <= start < stop:
+            raise WorkloadError(f"op {n!r} (slice): empty slice [{start}:{stop}] of {x}")
+        x[ax] = stop - start
+        return [tuple(x)]
+    raise WorkloadError(f"op {n!r}: unknown op kind {k!r}")  # pragma: no cover
+
+
+def gemm_dims(op: Op, shapes: Sequence[tuple[int, ...]]) -> tuple[int, int, int, int]:
+    """(batch, M, N, K) of a GEMM-class op, given its input shapes."""
+    if op.kind == "linear":
+        x, w = shapes[0], shapes[1]
+        return 1, math.prod(x[:-1]), w[1], w[0]
+    if op.kind == "matmul":
+        return 1, shapes[0][0], shapes[1][1], shapes[0][1]
+    if op.kind == "bmm":
+        x, y = shapes[0], shapes[1]
+        nn = y[-2] if op.attrs.get("transpose_b") else y[-1]
+        return math.prod(x[:-2]), x[-2], nn, x[-1]
+    if op.kind == "conv2d":
+        x, w = shapes[0], shapes[1]
+        g = op.attrs.get("groups", 1)
+        ho, wo = conv_output_hw(x[2], x[3], w[2], w[3], op.attrs.get("stride", 1),
+                                op.attrs.get("pad", 0), op.attrs.get("dilation", 1))
+        # im2col per group: M = N*Ho*Wo, K = (C/g)*kh*kw, N = O/g; groups are the batch.
+        return g, x[0] * ho * wo, w[0] // g, w[1] * w[2] * w[3]
+    raise WorkloadError(f"op {op.name!r} ({op.kind}) is not a GEMM")
+
+
+def op_macs(op: Op, shapes: Sequence[tuple[int, ...]]) -> int:
+    """Multiply-accumulates of a GEMM-class op (0 for the others)."""
+    if op.kind not in GEMM_KINDS:
+        return 0
+    b, m, n, k = gemm_dims(op, shapes)
+    return b * m * n * k
+
+
+def op_flops(op: Op, in_shapes: Sequence[tuple[int, ...]],
+             out_shapes: Sequence[tuple[int, ...]]) -> int:
+    """Floating-point (or integer) operations of an op, as profilers count them.
+
+    GEMMs count 2 per MAC plus one add per output for a bias; elementwise ops count
+    their per-element cost (:data:`UNARY_KINDS`, :data:`BINARY_KINDS`); data movement
+    (reshape, transpose, concat, slice, embedding) counts none.
+    """
+    out = math.prod(out_shapes[0]) if out_shapes else 0
+    if op.kind in GEMM_KINDS:
+        bias = out if len(in_shapes) == 3 else 0
+        return 2 * op_macs(op, in_shapes) + bias
+    if op.kind in UNARY_KINDS:
+        return UNARY_KINDS[op.kind] * out
+    if op.kind in BINARY_KINDS:
+        return BINARY_KINDS[op.kind] * out
+    if op.kind == "softmax":
+        return SOFTMAX_FLOPS_PER_ELEMENT * out
+    if op.kind == "layer_norm":
+        return LAYER_NORM_FLOPS_PER_ELEMENT * out
+    if op.kind in ("maxpool", "avgpool"):
+        kk = op.attrs.get("kernel", 2)
+        return out * kk * kk
+    if op.kind == "global_avgpool":
+        return math.prod(in_shapes[0])
+    return 0
+
+
+class Graph:
+    """A workload: tensors and ops in execution order.
+
+    ``params`` holds free-form metadata (model name, batch, seq) that reports show;
+    ``sequences`` is how many independent samples one run processes (for throughput).
+    """
+
+    def __init__(self, name: str, tensors: Iterable[Tensor], ops: Iterable[Op], *,
+                 sequences: int = 1, params: Mapping[str, Any] | None = None,
+                 validate: bool = True) -> None:
+        self.name = name
+        self.tensors: dict[str, Tensor] = {}
+        for t in tensors:
+            if t.name in self.tensors:
+                raise WorkloadError(f"graph {name!r}: tensor {t.name!r} defined twice")
+            self.tensors[t.name] = t
+        self.ops: list[Op] = list(ops)
+        self.sequences = sequences
+        self.params: dict[str, Any] = dict(params or {})
+        if validate:
+            self.validate()
+
+    def validate(self) -> None:
+        """Check that every op reads defined tensors and that all shapes agree."""
+        produced = {t.name for t in self.tensors.values() if t.kind in ("input", "weight")}
+        names = set()
+        for op in self.ops:
+            if op.name in names:
+                raise WorkloadError(f"graph {self.name!r}: op name {op.name!r} used twice")
+            names.add(op.name)
+            for i in op.inputs:
+                if i not in self.tensors:
+                    raise WorkloadError(f"op {op.name!r} ({op.kind}): input {i!r} is not a "
+                                        "tensor of the graph")
+                if i not in produced:
+                    raise WorkloadError(f"op {op.name!r} ({op.kind}): input {i!r} is read "
+                                        "before any op writes it")
+            for o in op.outputs:
+                if o not in self.tensors:
+                    raise WorkloadError(f"op {op.name!r} ({op.kind}): output {o!r} is not a "
+                                        "tensor of the graph")
+            got = infer_shapes(op, [self.tensors[i].shape for i in op.inputs])
+            for o, s in zip(op.outputs, got):
+                if self.tensors[o].shape != s:
+                    raise WorkloadError(f"op {op.name!r} ({op.kind}): output {o!r} declared "
+                                        f"{list(self.tensors[o].shape)} but the op gives "
+                                        f"{list(s)}")
+            produced.update(op.outputs)
+
+    def shapes_of(self, op: Op) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+        return ([self.tensors[i].shape for i in op.inputs],
+                [self.tensors[o].shape for o in op.outputs])
+
+    def flops(self, op: Op | None = None) -> int:
+        """FLOPs of one op, or of the whole graph."""
+        if op is not None:
+            return op_flops(op, *self.shapes_of(op))
+        return sum(self.flops(o) for o in self.ops)
+
+    def macs(self) -> int:
+        return sum(op_macs(o, self.shapes_of(o)[0]) for o in self.ops)
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors.values() if t.kind == "weight")
+
+    def __repr__(self) -> str:
+        return (f"Graph({self.name!r}, {len(self.ops)} ops, {len(self.tensors)} tensors, "
+                f"{self.flops() / 1e9:.1f} GFLOP)")
+
+
+class GraphBuilder:
+    """Builds a :class:`Graph` op by op, checking shapes as it goes.
+
+    Every method returns the name of the op's output tensor. ``dtype`` is the default
+    activation/weight dtype; ``group`` (settable with :meth:`group_scope` or per call)
+    is the breakdown category of the ops added.
+    """
+
+    def __init__(self, name: str, dtype: str = "fp16") -> None:
+        if dtype not in DTYPE_BYTES:
+            raise WorkloadError(f"unknown dtype {dtype!r} (known: {', '.join(DTYPE_BYTES)})")
+        self.name = name
+        self.dtype = dtype
+        self.group = "other"
+        self._tensors: dict[str, Tensor] = {}
+        self._ops: list[Op] = []
+        self._op_names: set[str] = set()
+
+    # -- tensors ---------------------------------------------------------------------
+    def _add_tensor(self, t: Tensor) -> str:
+        if t.name in self._tensors:
+            raise WorkloadError(f"graph {self.name!r}: tensor {t.name!r} defined twice")
+        self._tensors[t.name] = t
+        return t.name
+
+    def input(self, name: str, shape: Sequence[int], dtype: str | None = None) -> str:
+        return self._add_tensor(Tensor(name, tuple(shape), dtype or self.dtype, "input"))
+
+    def weight(self, name: str, shape: Sequence[int], dtype: str | None = None) -> str:
+        return self._add_tensor(Tensor(name, tuple(shape), dtype or self.dtype, "weight"))
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._tensors[name].shape
+
+    def tensor(self, name: str) -> Tensor:
+        return self._tensors[name]
+
+    # -- ops -------------------------------------------------------------------------
+    def op(self, kind: str, name: str, inputs: Sequence[str], *, group: str | None = None,
+           dtype: str | None = None, out: str | None = None, **attrs: Any) -> str:
+        """Add an op of any kind; its output tensor is named ``out`` or ``name``."""
+        if name in self._op_names:
+            raise WorkloadError(f"graph {self.name!r}: op name {name!r} used twice")
+        for i in inputs:
+            if i not in self._tensors:
+                raise WorkloadError(f"op {name!r} ({kind}): input {i!r} does not exist")
+        op = Op(name, kind, tuple(inputs), (out or name,), group or self.group, attrs)
+        (shape,) = infer_shapes(op, [self._tensors[i].shape for i in inputs])
+        if dtype is None:
+            first = self._tensors[inputs[0]].dtype if inputs else self.dtype
+            dtype = self.dtype if kind == "embedding" or first in ("int64", "int32") \
+                and kind not in GEMM_KINDS else first
+            if kind == "embedding":
+                dtype = self._tensors[inputs[1]].dtype
+        self._add_tensor(Tensor(out or name, shape, dtype, "activation"))
+        self._op_names.add(name)
+        self._ops.append(op)
+        return out or name
+
+    def linear(self, name: str, x: str, n_out: int, *, bias: bool = True,
+               group: str | None = None) -> str:
+        """``x[*, K] @ W[K, n_out] (+ b)``; creates the weight (and bias) tensors."""
+        k = self.shape(x)[-1]
+        w = self.weight(f"{name}.weight", (k, n_out), self._tensors[x].dtype
+                        if self._tensors[x].dtype in FLOAT_DTYPES + ("int8",) else None)
+        ins = [x, w]
+        if bias:
+            ins.append(self.weight(f"{name}.bias", (n_out,), self.tensor(w).dtype))
+        return self.op("linear", name, ins, group=group)
+
+    def graph(self, *, sequences: int = 1, params: Mapping[str, Any] | None = None) -> Graph:
+        """The finished graph (validated again as a whole)."""
+        return Graph(self.name, self._tensors.values(), self._ops, sequences=sequences,
+                     params=params)
