@@ -1,0 +1,476 @@
+"""The device configuration tree: frozen dataclasses, one per subsystem.
+
+Loaded from versioned YAML (``schema_version: 1``) by :func:`wia_hw.load_spec`; each
+class validates itself in ``__post_init__`` and raises :class:`SpecError` naming the
+field (the loader adds the file and line). Derived figures (peak FLOPS, bytes per
+cycle) are properties, never stored twice. The same tree feeds the emulator, the RTL
+parameters and the docs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from .counters import LEVELS, PRECISIONS
+from .cycles import DATAFLOWS
+from .errors import SpecError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "ArrayConfig",
+    "VectorConfig",
+    "ControlConfig",
+    "ComputeConfig",
+    "CacheConfig",
+    "HBMConfig",
+    "MemoryConfig",
+    "DMAConfig",
+    "EnergyConfig",
+    "ThermalConfig",
+    "DeviceSpec",
+    "LinkConfig",
+    "ClusterSpec",
+    "from_mapping",
+    "to_mapping",
+]
+
+SCHEMA_VERSION = 1
+_RATES = (0.125, 0.25, 0.5, 1, 2, 4, 8)
+
+
+def _pos_int(obj: Any, name: str) -> None:
+    v = getattr(obj, name)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise SpecError(f"must be a positive integer, got {v!r}", field=name)
+
+
+def _nonneg_int(obj: Any, name: str) -> None:
+    v = getattr(obj, name)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise SpecError(f"must be a non-negative integer, got {v!r}", field=name)
+
+
+def _pos_num(obj: Any, name: str) -> None:
+    v = getattr(obj, name)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or math.isinf(v):
+        raise SpecError(f"must be a positive number, got {v!r}", field=name)
+
+
+def _nonneg_num(obj: Any, name: str) -> None:
+    v = getattr(obj, name)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or math.isinf(v):
+        raise SpecError(f"must be a non-negative number, got {v!r}", field=name)
+
+
+def _pow2(obj: Any, name: str) -> None:
+    v = getattr(obj, name)
+    if v & (v - 1):
+        raise SpecError(f"must be a power of two, got {v}", field=name)
+
+
+def _per_key(obj: Any, name: str, keys: tuple[str, ...], check: str) -> None:
+    m = getattr(obj, name)
+    if not isinstance(m, Mapping):
+        raise SpecError(f"must be a mapping of {', '.join(keys)}, got {m!r}", field=name)
+    for k, v in m.items():
+        if k not in keys:
+            raise SpecError(f"unknown key {k!r} (known: {', '.join(keys)})", field=f"{name}.{k}")
+        if check == "rate":
+            if isinstance(v, bool) or v not in _RATES:
+                raise SpecError(f"must be one of {', '.join(map(str, _RATES))}, got {v!r}",
+                                field=f"{name}.{k}")
+        elif isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            raise SpecError(f"must be a non-negative number, got {v!r}", field=f"{name}.{k}")
+    missing = [k for k in keys if k not in m]
+    if missing and check == "energy":
+        raise SpecError(f"missing {', '.join(missing)}", field=name)
+    object.__setattr__(obj, name, types.MappingProxyType(dict(m)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArrayConfig:
+    """One systolic array per core: ``rows`` x ``cols`` PEs in dataflow ``os`` or ``ws``.
+
+    ``macs_per_pe_cycle`` maps each supported precision to the MACs one PE performs per
+    cycle (``0.25`` means one MAC every four cycles). A precision not listed is not
+    supported by the array.
+    """
+
+    rows: int
+    cols: int
+    dataflow: str = "os"
+    macs_per_pe_cycle: Mapping[str, float] = field(
+        default_factory=lambda: {"fp32": 0.25, "fp16": 1, "bf16": 1, "int8": 2})
+
+    def __post_init__(self) -> None:
+        _pos_int(self, "rows")
+        _pos_int(self, "cols")
+        if self.dataflow not in DATAFLOWS:
+            raise SpecError(f"must be one of {', '.join(DATAFLOWS)}, got {self.dataflow!r}",
+                            field="dataflow")
+        _per_key(self, "macs_per_pe_cycle", PRECISIONS, "rate")
+        if not self.macs_per_pe_cycle:
+            raise SpecError("must list at least one precision", field="macs_per_pe_cycle")
+
+    def rate(self, precision: str) -> Fraction:
+        if precision not in self.macs_per_pe_cycle:
+            raise SpecError(f"the array does not support {precision!r} (supported: "
+                            f"{', '.join(self.macs_per_pe_cycle)})", field="macs_per_pe_cycle")
+        return Fraction(self.macs_per_pe_cycle[precision]).limit_denominator(64)
+
+
+#: Vector-unit cycles per element issue for each op class (defaults).
+DEFAULT_VECTOR_CYCLES = {
+    "elementwise": 1, "activation": 4, "softmax": 6, "layer_norm": 5, "pool": 2,
+    "copy": 1, "gather": 1,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class VectorConfig:
+    """The vector unit of a core: ``lanes`` values per issue, per-op-class issue cost."""
+
+    lanes: int
+    pipeline_depth: int = 8
+    cycles_per_element: Mapping[str, float] = field(
+        default_factory=lambda: dict(DEFAULT_VECTOR_CYCLES))
+
+    def __post_init__(self) -> None:
+        _pos_int(self, "lanes")
+        _nonneg_int(self, "pipeline_depth")
+        merged = dict(DEFAULT_VECTOR_CYCLES)
+        merged.update(self.cycles_per_element)
+        object.__setattr__(self, "cycles_per_element", merged)
+        _per_key(self, "cycles_per_element", tuple(DEFAULT_VECTOR_CYCLES), "num")
+        for k, v in self.cycles_per_element.items():
+            if isinstance(v, float) and not v.is_integer() or v < 1:
+                raise SpecError(f"must be a positive integer, got {v!r}",
+                                field=f"cycles_per_element.{k}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControlConfig:
+    """The control core that issues the tile program.
+
+    ``instructions_per_tile``: instructions to set up one tile (DMA descriptors, waits,
+    address arithmetic); ``instructions_per_pass``: per array pass (issue + loop);
+    ``predictor``: branch predictor of the loop branches (``2bit`` saturating counters,
+    or ``static_taken``).
+    """
+
+    instructions_per_kernel: int = 16
+    instructions_per_tile: int = 6
+    instructions_per_pass: int = 2
+    predictor: str = "2bit"
+
+    def __post_init__(self) -> None:
+        for n in ("instructions_per_kernel", "instructions_per_tile", "instructions_per_pass"):
+            _nonneg_int(self, n)
+        if self.predictor not in ("2bit", "static_taken"):
+            raise SpecError(f"must be 2bit or static_taken, got {self.predictor!r}",
+                            field="predictor")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComputeConfig:
+    cores: int
+    array: ArrayConfig
+    vector: VectorConfig
+    control: ControlConfig = field(default_factory=ControlConfig)
+
+    def __post_init__(self) -> None:
+        _pos_int(self, "cores")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheConfig:
+    """An on-chip SRAM level: ``size_kib``, port ``bandwidth_gbs``, ``latency_cycles``.
+
+    L1 is per core (a software-managed scratchpad modelled as an LRU cache of blocks);
+    L2 is shared by all cores.
+    """
+
+    size_kib: int
+    bandwidth_gbs: float
+    latency_cycles: int = 1
+
+    def __post_init__(self) -> None:
+        _pos_int(self, "size_kib")
+        _pos_num(self, "bandwidth_gbs")
+        _nonneg_int(self, "latency_cycles")
+
+    @property
+    def size_bytes(self) -> int:
+        return self.size_kib * 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class HBMConfig:
+    """Off-chip memory: ``size_gib``, aggregate ``bandwidth_gbs`` over ``channels``."""
+
+    size_gib: float
+    bandwidth_gbs: float
+    channels: int
+    latency_ns: float = 100.0
+
+    def __post_init__(self) -> None:
+        _pos_num(self, "size_gib")
+        _pos_num(self, "bandwidth_gbs")
+        _pos_int(self, "channels")
+        _nonneg_num(self, "latency_ns")
+
+    @property
+    def size_bytes(self) -> int:
+        return int(self.size_gib * (1 << 30))
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryConfig:
+    """The hierarchy. ``block_bytes`` is the granularity of the LRU model: tensors are
+    stored in a tiled layout of blocks of that size, and a block is what hits or misses."""
+
+    l1: CacheConfig
+    l2: CacheConfig
+    hbm: HBMConfig
+    block_bytes: int = 65536
+
+    def __post_init__(self) -> None:
+        _pos_int(self, "block_bytes")
+        _pow2(self, "block_bytes")
+        if self.block_bytes > self.l1.size_bytes // 4:
+            raise SpecError(f"must be at most a quarter of l1 ({self.l1.size_bytes // 4} "
+                            f"bytes), got {self.block_bytes}", field="block_bytes")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DMAConfig:
+    """DMA engines per core and the fixed cost of one descriptor."""
+
+    engines_per_core: int = 1
+    setup_cycles: int = 32
+
+    def __post_init__(self) -> None:
+        _pos_int(self, "engines_per_core")
+        _nonneg_int(self, "setup_cycles")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnergyConfig:
+    """Energy per MAC by precision (pJ), per byte moved at each level (pJ), per vector
+    element op (pJ), and static power (W)."""
+
+    pj_per_mac: Mapping[str, float]
+    pj_per_byte: Mapping[str, float]
+    pj_per_vector_op: float = 0.5
+    static_power_w: float = 20.0
+
+    def __post_init__(self) -> None:
+        _per_key(self, "pj_per_mac", PRECISIONS, "energy")
+        _per_key(self, "pj_per_byte", LEVELS, "energy")
+        _nonneg_num(self, "pj_per_vector_op")
+        _nonneg_num(self, "static_power_w")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThermalConfig:
+    """A one-node RC thermal model with throttling.
+
+    ``dT/dt = (P - (T - ambient_c) / resistance_c_per_w) / capacitance_j_per_c``. Above
+    ``throttle_c`` the clock runs at ``throttle_factor`` of nominal until the die cools.
+    """
+
+    ambient_c: float = 25.0
+    resistance_c_per_w: float = 0.15
+    capacitance_j_per_c: float = 20.0
+    throttle_c: float = 95.0
+    throttle_factor: float = 0.75
+    initial_c: float | None = None
+
+    def __post_init__(self) -> None:
+        _pos_num(self, "resistance_c_per_w")
+        _pos_num(self, "capacitance_j_per_c")
+        if not 0 < self.throttle_factor <= 1:
+            raise SpecError(f"must be in (0, 1], got {self.throttle_factor!r}",
+                            field="throttle_factor")
+        if self.throttle_c <= self.ambient_c:
+            raise SpecError(f"must be above ambient_c ({self.ambient_c}), got "
+                            f"{self.throttle_c}", field="throttle_c")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceSpec:
+    """A whole NPU. Peak figures are derived: see :meth:`peak_flops`."""
+
+    schema_version: int
+    name: str
+    clock_ghz: float
+    compute: ComputeConfig
+    memory: MemoryConfig
+    energy: EnergyConfig
+    thermal: ThermalConfig = field(default_factory=ThermalConfig)
+    dma: DMAConfig = field(default_factory=DMAConfig)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.schema_version != SCHEMA_VERSION:
+            raise SpecError(f"unsupported schema_version {self.schema_version!r} "
+                            f"(this wia-hw reads {SCHEMA_VERSION})", field="schema_version")
+        if not isinstance(self.name, str) or not self.name:
+            raise SpecError(f"must be a non-empty string, got {self.name!r}", field="name")
+        _pos_num(self, "clock_ghz")
+
+    @property
+    def clock_hz(self) -> float:
+        return self.clock_ghz * 1e9
+
+    @property
+    def pes(self) -> int:
+        return self.compute.cores * self.compute.array.rows * self.compute.array.cols
+
+    def supports(self, precision: str) -> bool:
+        return precision in self.compute.array.macs_per_pe_cycle
+
+    def peak_macs_per_cycle(self, precision: str) -> Fraction:
+        return self.pes * self.compute.array.rate(precision)
+
+    def peak_flops(self, precision: str = "fp16") -> float:
+        """cores x rows x cols x MACs/PE/cycle x 2 FLOP/MAC x clock."""
+        return float(2 * self.peak_macs_per_cycle(precision)) * self.clock_hz
+
+    @property
+    def peak_bandwidth_gbs(self) -> float:
+        return self.memory.hbm.bandwidth_gbs
+
+    def bytes_per_cycle(self, bandwidth_gbs: float) -> Fraction:
+        """A bandwidth in GB/s (1e9 B/s) as an exact fraction of bytes per device cycle."""
+        return Fraction(str(bandwidth_gbs)) / Fraction(str(self.clock_ghz))
+
+    def cycles_to_ms(self, cycles: int | float) -> float:
+        return cycles / self.clock_hz * 1e3
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkConfig:
+    """Device-to-device links: per-link ``bandwidth_gbs`` (one direction), ``latency_ns``,
+    ``topology`` (``ring``, ``fully_connected``, ``switch``)."""
+
+    bandwidth_gbs: float
+    latency_ns: float = 1000.0
+    topology: str = "ring"
+    links_per_device: int = 2
+
+    def __post_init__(self) -> None:
+        _pos_num(self, "bandwidth_gbs")
+        _nonneg_num(self, "latency_ns")
+        _pos_int(self, "links_per_device")
+        if self.topology not in ("ring", "fully_connected", "switch"):
+            raise SpecError(f"must be ring, fully_connected or switch, got {self.topology!r}",
+                            field="topology")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterSpec:
+    """Several identical devices joined by links."""
+
+    schema_version: int
+    name: str
+    devices: int
+    device: DeviceSpec
+    links: LinkConfig
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.schema_version != SCHEMA_VERSION:
+            raise SpecError(f"unsupported schema_version {self.schema_version!r} "
+                            f"(this wia-hw reads {SCHEMA_VERSION})", field="schema_version")
+        _pos_int(self, "devices")
+        if self.devices < 2:
+            raise SpecError(f"a cluster needs at least 2 devices, got {self.devices}",
+                            field="devices")
+
+
+# -- generic mapping <-> dataclass ---------------------------------------------------
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _is_dataclass_type(t: Any) -> bool:
+    return isinstance(t, type) and dataclasses.is_dataclass(t)
+
+
+def _check_type(value: Any, hint: Any, path: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        hint = next(a for a in args if a is not type(None))
+        origin = typing.get_origin(hint)
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecError(f"must be an integer, got {value!r}", field=path)
+    elif hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SpecError(f"must be a number, got {value!r}", field=path)
+    elif hint is str:
+        if not isinstance(value, str):
+            raise SpecError(f"must be a string, got {value!r}", field=path)
+    elif origin in (Mapping, dict, typing.Mapping) or hint is Mapping:
+        if not isinstance(value, Mapping):
+            raise SpecError(f"must be a mapping, got {value!r}", field=path)
+    return value
+
+
+def from_mapping(cls: type, data: Any, path: str = "") -> Any:
+    """Build dataclass ``cls`` from nested mappings, checking fields and types.
+
+    Unknown fields, missing required fields and wrong types raise :class:`SpecError`
+    whose ``field`` is the dotted path; ``__post_init__`` errors get the path prefixed.
+    """
+    if not isinstance(data, Mapping):
+        raise SpecError(f"must be a mapping, got {data!r}", field=path or None)
+    hints = _hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in known:
+            raise SpecError(f"unknown field (known: {', '.join(known)})",
+                            field=f"{path}.{key}" if path else str(key))
+    kwargs: dict[str, Any] = {}
+    for name, f in known.items():
+        sub = f"{path}.{name}" if path else name
+        if name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise SpecError("missing required field", field=sub)
+            continue
+        hint = hints[name]
+        value = data[name]
+        if _is_dataclass_type(hint):
+            kwargs[name] = from_mapping(hint, value, sub)
+        else:
+            kwargs[name] = _check_type(value, hint, sub)
+    try:
+        return cls(**kwargs)
+    except SpecError as e:
+        raise e.located(field_prefix=path or None) from None
+
+
+def to_mapping(obj: Any) -> dict[str, Any]:
+    """The plain-dict form of a config dataclass (inverse of :func:`from_mapping`)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if dataclasses.is_dataclass(v):
+            out[f.name] = to_mapping(v)
+        elif isinstance(v, Mapping):
+            out[f.name] = dict(v)
+        else:
+            out[f.name] = v
+    return out

@@ -1,0 +1,168 @@
+"""Loading device and cluster specs from YAML, with overrides by dotted path.
+
+``load_spec("wia-npu")`` reads a built-in spec (shipped as package data), a path reads
+a file. YAML is read with ``yaml.safe_load`` only (plus ``yaml.compose`` with the safe
+loader to know the line of every field); nothing in a spec is evaluated. Every error is
+a :class:`SpecError` reading ``file:line: field: message``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .emulator.config import ClusterSpec, DeviceSpec, from_mapping
+from .emulator.errors import SpecError
+
+__all__ = ["load_spec", "list_specs", "parse_override", "spec_path", "DEFAULT_DEVICE"]
+
+DEFAULT_DEVICE = "wia-npu"
+
+
+def _spec_dir() -> Any:
+    return resources.files("wia_hw.specs")
+
+
+def list_specs() -> list[str]:
+    """Names of the built-in specs (``wia-npu``, ``wia-edge``, ``wia-cluster-8``, ...)."""
+    return sorted(p.name[:-5] for p in _spec_dir().iterdir() if p.name.endswith(".yaml"))
+
+
+def spec_path(name: str) -> Path | None:
+    """The file of a built-in spec, or None."""
+    p = _spec_dir() / f"{name}.yaml"
+    return Path(str(p)) if p.is_file() else None
+
+
+def _line_index(node: yaml.Node, prefix: str = "", out: dict[str, int] | None = None
+                ) -> dict[str, int]:
+    """Map each dotted field path of a composed YAML document to its 1-based line."""
+    out = {} if out is None else out
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            key = f"{prefix}.{k.value}" if prefix else str(k.value)
+            out[key] = k.start_mark.line + 1
+            _line_index(v, key, out)
+    return out
+
+
+def _line_for(field: str | None, lines: Mapping[str, int]) -> int | None:
+    if not field:
+        return None
+    parts = field.split(".")
+    for n in range(len(parts), 0, -1):
+        key = ".".join(parts[:n])
+        if key in lines:
+            return lines[key]
+    return None
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"compute.array.rows=64"`` -> ``("compute.array.rows", 64)`` (value read as YAML)."""
+    if "=" not in text:
+        raise SpecError(f"override {text!r} must read PATH=VALUE, e.g. compute.array.rows=64",
+                        field="--set")
+    path, _, raw = text.partition("=")
+    path = path.strip()
+    if not path:
+        raise SpecError(f"override {text!r} has an empty path", field="--set")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return path, value
+
+
+def _apply_override(data: dict[str, Any], path: str, value: Any) -> None:
+    parts = path.split(".")
+    node: Any = data
+    for i, p in enumerate(parts[:-1]):
+        if not isinstance(node, dict) or p not in node:
+            raise SpecError(f"override path does not exist (no {'.'.join(parts[:i + 1])!r})",
+                            file="override", field=path)
+        node = node[p]
+    if not isinstance(node, dict) or parts[-1] not in node:
+        # a field that has a default may be absent from the file: allow it, and let
+        # validation reject names that are not fields at all
+        if not isinstance(node, dict):
+            raise SpecError("override path does not exist", file="override", field=path)
+    node[parts[-1]] = value
+
+
+def _read(source: str | Path) -> tuple[dict[str, Any], dict[str, int], str]:
+    """(data, line index, display name) of a spec given by name or path."""
+    p = Path(source)
+    if p.suffix in (".yaml", ".yml") or p.exists() or "/" in str(source):
+        if not p.is_file():
+            raise SpecError(f"no such spec file (built-in specs: {', '.join(list_specs())})",
+                            file=str(source))
+        path, display = p, str(source)
+    else:
+        found = spec_path(str(source))
+        if found is None:
+            raise SpecError(f"unknown device spec {str(source)!r} (built-in: "
+                            f"{', '.join(list_specs())}; or give a path to a .yaml file)")
+        path, display = found, f"specs/{source}.yaml"
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SpecError(f"cannot read: {e.strerror}", file=display) from None
+    try:
+        data = yaml.safe_load(text)
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SpecError(f"malformed YAML: {problem}", file=display,
+                        line=mark.line + 1 if mark else None) from None
+    if not isinstance(data, dict):
+        raise SpecError("a spec must be a YAML mapping", file=display, line=1)
+    return data, (_line_index(node) if node is not None else {}), display
+
+
+def load_spec(spec: str | Path | DeviceSpec | ClusterSpec | Mapping[str, Any] = DEFAULT_DEVICE,
+              overrides: Mapping[str, Any] | None = None) -> DeviceSpec | ClusterSpec:
+    """Load and validate a device or cluster spec.
+
+    ``spec`` is a built-in name (``"wia-npu"``), a path to a YAML file, a mapping of the
+    same form, or an already-built spec (then only ``overrides`` are applied).
+    ``overrides`` maps dotted field paths to values (``{"compute.array.rows": 64}``) and
+    is validated exactly like the file. A cluster spec's ``device`` may name a device
+    spec; ``device.<field>`` overrides then reach into it.
+    """
+    lines: dict[str, int] = {}
+    if isinstance(spec, (DeviceSpec, ClusterSpec)):
+        from .emulator.config import to_mapping
+
+        data, display = to_mapping(spec), spec.name
+    elif isinstance(spec, Mapping):
+        data, display = copy.deepcopy(dict(spec)), "<mapping>"
+    else:
+        data, lines, display = _read(spec)
+
+    is_cluster = "devices" in data or "links" in data
+    if is_cluster and isinstance(data.get("device"), str):
+        ref = data["device"]
+        try:
+            sub, _, _ = _read(ref)
+        except SpecError as e:
+            raise SpecError(f"cluster device {ref!r}: {e.message}", file=display,
+                            line=lines.get("device"), field="device") from None
+        data = dict(data, device=sub)
+    for path, value in (overrides or {}).items():
+        _apply_override(data, str(path), value)
+        lines.pop(str(path), None)
+    try:
+        return from_mapping(ClusterSpec if is_cluster else DeviceSpec, data)
+    except SpecError as e:
+        overridden = e.field is not None and any(
+            e.field == p or e.field.startswith(f"{p}.") for p in (overrides or {}))
+        if overridden:
+            raise SpecError(e.message, file="override", field=e.field) from None
+        raise SpecError(e.message, file=display, line=_line_for(e.field, lines),
+                        field=e.field) from None
