@@ -28,7 +28,10 @@ binary (``add`` ...)    a, b (numpy broadcasting)                    broadcast s
 ``slice``               x                                            ``axis``, ``start``, ``stop``
 ======================  ===========================================  =================
 
-``reshape`` is a view (no data moves); ``transpose``, ``concat`` and ``slice`` copy.
+``reshape`` is a view (no data moves); ``transpose``, ``concat`` and ``slice`` copy,
+except a ``slice`` that keeps one contiguous block of its input (every axis before
+``axis`` has size 1, e.g. taking q, k or v from a ``[3, ...]`` tensor): that is a view
+too. :func:`is_view` is the one place that rule lives.
 Every op has a ``group``: the breakdown category the run report sums time over (the
 seed's section 8.7 table: ``multi_head_attention``, ``layer_norm``, ``feed_forward``,
 ``embedding``, ``output``, ...).
@@ -56,6 +59,7 @@ __all__ = [
     "op_flops",
     "op_macs",
     "conv_output_hw",
+    "is_view",
 ]
 
 #: Bytes per element of each dtype.
@@ -300,6 +304,17 @@ def op_macs(op: Op, shapes: Sequence[tuple[int, ...]]) -> int:
         return 0
     b, m, n, k = gemm_dims(op, shapes)
     return b * m * n * k
+
+
+def is_view(op: Op, in_shapes: Sequence[tuple[int, ...]]) -> bool:
+    """True when ``op`` moves no data: a ``reshape``, or a ``slice`` whose result is one
+    contiguous block of its input (the product of the dims before ``axis`` is 1)."""
+    if op.kind == "reshape":
+        return True
+    if op.kind == "slice" and in_shapes:
+        x = in_shapes[0]
+        return math.prod(x[:op.attrs.get("axis", 0) % len(x)]) == 1
+    return False
 
 
 def op_flops(op: Op, in_shapes: Sequence[tuple[int, ...]],
