@@ -1,0 +1,583 @@
+"""ONNX import: an ONNX model (file or ``onnx.ModelProto``) to a wia-hw :class:`Graph`.
+
+Only shapes and dtypes are imported (weights' values are not carried); ``onnx`` is an
+optional dependency (``pip install 'wia-hw[onnx]'``), imported on first use.
+
+Mapping of ONNX node types (default domain) to op kinds:
+
+=====================================  ================================================
+ONNX                                   wia-hw
+=====================================  ================================================
+MatMul                                 ``linear`` when B is 2-D (B an initializer or
+                                       A more than 2-D), ``matmul`` for 2-D x 2-D
+                                       activations, ``bmm`` for N-D x N-D with equal
+                                       batch dims
+Gemm                                   ``linear`` (B constant) or ``matmul``; a
+                                       transposed constant A/B is transposed at
+                                       import, a transposed activation gets a
+                                       ``transpose`` op; C of shape [N] is the bias,
+                                       any other C an ``add``; alpha/beta fold into
+                                       constants, else a ``scale`` op
+Add Sub Mul Div Pow                    the binary op (constants become weights)
+Relu Gelu Tanh Sigmoid Erf Sqrt Exp    the unary op
+Neg Identity Cast
+Softmax, LayerNormalization            ``softmax``, ``layer_norm`` (last axis only)
+Conv                                   ``conv2d`` (2-D, square kernel, symmetric pads)
+BatchNormalization                     folded into the Conv before it when that Conv
+                                       feeds only it and the BN parameters are
+                                       constants; else ``mul`` + ``add`` by
+                                       per-channel constants
+MaxPool AveragePool GlobalAveragePool  ``maxpool``, ``avgpool``, ``global_avgpool``
+Reshape Flatten Squeeze Unsqueeze      ``reshape`` (to the inferred shape)
+Transpose, Concat, Slice               ``transpose``, ``concat``, ``slice`` (one axis,
+                                       step 1, constant bounds)
+Gather                                 ``embedding`` on a 2-D constant table (axis 0);
+                                       a constant scalar index on an activation is a
+                                       ``slice`` (+ ``reshape``)
+Constant                               a weight tensor
+=====================================  ================================================
+
+Anything else raises ``WorkloadError("ONNX node 'n3' (op type 'X') is not supported")``.
+Initializers become ``weight`` tensors (created when a mapped op reads them), graph
+inputs ``input`` tensors. Element types map FLOAT/FLOAT16/BFLOAT16/INT8/INT32/INT64/
+BOOL to fp32/fp16/bf16/int8/int32/int64/bool and UINT8 to int8 (same width).
+
+The **group** of an op (its breakdown row) is the first component of the node name
+when the name is a ``/``-path with two or more components (PyTorch's exporter names
+nodes ``/encoder/layer.0/attention/MatMul``, giving ``encoder``), otherwise the op
+type lower-cased (``matmul``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from numbers import Integral
+from pathlib import Path
+from typing import Any
+
+from ..emulator.errors import WorkloadError
+from ..graph import Graph, GraphBuilder
+
+_MISSING = "ONNX import needs the 'onnx' package: pip install 'wia-hw[onnx]'"
+
+_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}
+_UNARY = {"Relu": "relu", "Gelu": "gelu", "Tanh": "tanh", "Sigmoid": "sigmoid",
+          "Erf": "erf", "Sqrt": "sqrt", "Exp": "exp", "Neg": "neg", "Identity": "identity",
+          "Cast": "cast"}
+_RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+_OTHER = ("MatMul", "Gemm", "Softmax", "LayerNormalization", "Conv", "BatchNormalization",
+          "MaxPool", "AveragePool", "GlobalAveragePool", "Transpose", "Concat", "Slice",
+          "Gather", "Constant")
+#: ONNX op types the importer maps.
+SUPPORTED_OPS = tuple(_BINARY) + tuple(_UNARY) + _RESHAPES + _OTHER
+
+
+def _elem_dtypes(onnx: Any) -> dict[int, str]:
+    tp = onnx.TensorProto
+    return {tp.FLOAT: "fp32", tp.FLOAT16: "fp16", tp.BFLOAT16: "bf16", tp.INT8: "int8",
+            tp.UINT8: "int8", tp.INT32: "int32", tp.INT64: "int64", tp.BOOL: "bool"}
+
+
+def _load(onnx: Any, model: Any) -> tuple[Any, str, str]:
+    """(a private copy of the ModelProto, graph name, source description)."""
+    if isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        if not path.is_file():
+            raise WorkloadError(f"ONNX file not found: {str(path)!r}")
+        from google.protobuf.message import DecodeError
+        try:
+            proto = onnx.load(str(path), load_external_data=False)
+        except (OSError, ValueError, DecodeError) as e:
+            raise WorkloadError(f"{str(path)!r} is not a readable ONNX model: "
+                                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
+                                ) from None
+        return proto, proto.graph.name or path.stem, str(path)
+    if isinstance(model, onnx.ModelProto):
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model)
+        return proto, proto.graph.name or "onnx-model", "<ModelProto>"
+    raise WorkloadError(f"from_onnx: expected a path or an onnx.ModelProto, "
+                        f"got {type(model).__name__}")
+
+
+def _positive(what: str, v: object) -> int:
+    if isinstance(v, bool) or not isinstance(v, Integral) or v < 1:
+        raise WorkloadError(f"from_onnx: {what} must be a positive integer, got {v!r}")
+    return int(v)
+
+
+def _fix_input_dims(graph: Any, initializers: set[str], batch: int | None,
+                    dims: Mapping[str, int]) -> None:
+    """Replace every symbolic dim of the graph inputs by its value, in place."""
+    for vi in graph.input:
+        if vi.name in initializers:
+            continue
+        if not vi.type.HasField("tensor_type"):
+            raise WorkloadError(f"ONNX input {vi.name!r} is not a tensor")
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape"):
+            raise WorkloadError(f"ONNX input {vi.name!r} has no shape; wia-hw needs "
+                                "every input's rank")
+        for axis, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value") and d.dim_value > 0:
+                continue
+            param = d.dim_param if d.HasField("dim_param") else ""
+            if param and param in dims:
+                value = dims[param]
+            elif axis == 0 and batch is not None:
+                value = batch
+            else:
+                hints = ([f"dims={{{param!r}: N}}"] if param else []) + \
+                    (["batch=N"] if axis == 0 else [])
+                how = f"pass {' or '.join(hints)}" if hints else \
+                    "it has no name, so fix it in the model"
+                raise WorkloadError(f"ONNX input {vi.name!r}: dimension {axis} "
+                                    f"({repr(param) if param else 'unnamed'}) is not fixed; "
+                                    f"{how}")
+            d.Clear()
+            d.dim_value = value
+
+
+class _Importer:
+    """One import: walks the nodes in order and adds ops to a GraphBuilder."""
+
+    def __init__(self, onnx: Any, proto: Any, name: str) -> None:
+        self.onnx = onnx
+        self.g = proto.graph
+        self.dtypes = _elem_dtypes(onnx)
+        self.b = GraphBuilder(name, "fp32")
+        self.inits: dict[str, Any] = {t.name: t for t in self.g.initializer}
+        self.consts: dict[str, Any] = dict(self.inits)   # + Constant node outputs
+        self.types: dict[str, tuple[tuple[int, ...] | None, int]] = {}
+        for vi in list(self.g.input) + list(self.g.value_info) + list(self.g.output):
+            if vi.type.HasField("tensor_type"):
+                tt = vi.type.tensor_type
+                shape = None
+                if tt.HasField("shape"):
+                    ds = [d.dim_value if d.HasField("dim_value") else 0
+                          for d in tt.shape.dim]
+                    shape = tuple(ds) if all(ds) or not ds else None
+                self.types[vi.name] = (shape, tt.elem_type)
+        self.op_names: set[str] = set()   # names given to ONNX nodes so far
+        self.folded: dict[str, Any] = {}   # Conv output name -> the BN node folded into it
+        self.skip: set[int] = set()        # ids of BN nodes folded away
+
+    # -- values ------------------------------------------------------------------------
+    def dtype(self, value: str, elem: int, node: str = "") -> str:
+        dt = self.dtypes.get(elem)
+        if dt is None:
+            dtn = self.onnx.TensorProto.DataType.Name(elem) if elem else "undefined"
+            where = f"ONNX node {node!r}: " if node else "ONNX "
+            raise WorkloadError(f"{where}tensor {value!r} has element type {dtn}, which "
+                                "wia-hw does not model")
+        return dt
+
+    def defined(self, value: str) -> bool:
+        """Whether ``value`` already is a tensor of the graph being built."""
+        try:
+            self.b.tensor(value)
+        except KeyError:
+            return False
+        return True
+
+    def shape(self, value: str) -> tuple[int, ...]:
+        if self.defined(value):
+            return self.b.shape(value)
+        if value in self.consts:
+            return tuple(self.consts[value].dims)
+        known = self.types.get(value, (None, 0))[0]
+        if known is None:
+            raise WorkloadError(f"ONNX value {value!r}: shape unknown after shape inference")
+        return known
+
+    def value(self, value: str, node: str) -> str:
+        """Our tensor for an ONNX value; constants become weights on first use."""
+        if self.defined(value):
+            return value
+        if value in self.consts:
+            t = self.consts[value]
+            return self.b.weight(value, tuple(t.dims), self.dtype(value, t.data_type, node))
+        raise WorkloadError(f"ONNX node {node!r}: input {value!r} is not produced by any "
+                            "earlier node")
+
+    def const_weight(self, value: str, shape: tuple[int, ...], suffix: str,
+                     node: str) -> str:
+        """A weight for constant ``value`` with ``shape`` (e.g. transposed at import)."""
+        t = self.consts[value]
+        if tuple(t.dims) == shape and not self.defined(value):
+            return self.value(value, node)
+        name = f"{value}.{suffix}"
+        if self.defined(name):
+            return name
+        return self.b.weight(name, shape, self.dtype(value, t.data_type, node))
+
+    def const_array(self, value: str) -> Any:
+        from onnx import numpy_helper
+        return numpy_helper.to_array(self.consts[value])
+
+    # -- ops ---------------------------------------------------------------------------
+    def add(self, kind: str, name: str, inputs: list[str], out: str, group: str,
+            dtype: str | None = None, **attrs: Any) -> str:
+        return self.b.op(kind, name, inputs, group=group, out=out, dtype=dtype, **attrs)
+
+    def out_dtype(self, node: Any, name: str) -> str | None:
+        elem = self.types.get(node.output[0], (None, 0))[1]
+        return self.dtype(node.output[0], elem, name) if elem else None
+
+    def check(self, node: Any, name: str, out: str) -> None:
+        """Our shape for ``out`` must equal ONNX's (when ONNX inferred one)."""
+        theirs = self.types.get(node.output[0], (None, 0))[0]
+        ours = self.b.shape(out)
+        if theirs is not None and theirs != ours:
+            raise WorkloadError(f"ONNX node {name!r} ({node.op_type}): wia-hw computes "
+                                f"{list(ours)} but ONNX shape inference gives {list(theirs)}")
+
+
+def _attrs(node: Any) -> dict[str, Any]:
+    from onnx import helper
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _node_name(node: Any, index: int) -> str:
+    """The node's name, or ``<op type>_<index>`` for an unnamed node."""
+    return node.name or f"{node.op_type.lower()}_{index}"
+
+
+def _group(node: Any) -> str:
+    parts = [p for p in node.name.split("/") if p]
+    if "/" in node.name and len(parts) >= 2:
+        return parts[0]
+    return node.op_type.lower()
+
+
+def _square(name: str, op_type: str, what: str, values: list[int]) -> int:
+    if len(set(values)) != 1:
+        raise WorkloadError(f"ONNX node {name!r} ({op_type}): {what} {values} are not "
+                            "equal; wia-hw models square windows and symmetric pads only")
+    return values[0]
+
+
+def _window(imp: _Importer, node: Any, name: str, a: dict[str, Any],
+            kernel: list[int], in_hw: tuple[int, int]) -> tuple[int, int, int, int]:
+    """(kernel, stride, pad, dilation) of a 2-D Conv/pool node."""
+    k = _square(name, node.op_type, "kernel_shape", list(kernel))
+    stride = _square(name, node.op_type, "strides", list(a.get("strides", [1, 1])))
+    dil = _square(name, node.op_type, "dilations", list(a.get("dilations", [1, 1])))
+    auto = a.get("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto in ("NOTSET", ""):
+        pad = _square(name, node.op_type, "pads", list(a.get("pads", [0, 0, 0, 0])))
+    elif auto == "VALID":
+        pad = 0
+    else:  # SAME_UPPER / SAME_LOWER: symmetric when the total padding is even
+        totals = [max((math.ceil(x / stride) - 1) * stride + (k - 1) * dil + 1 - x, 0)
+                  for x in in_hw]
+        if any(t % 2 for t in totals) or totals[0] != totals[1]:
+            raise WorkloadError(f"ONNX node {name!r} ({node.op_type}): auto_pad {auto} "
+                                f"needs asymmetric padding {totals} on {list(in_hw)}")
+        pad = totals[0] // 2
+    # ceil_mode is not modelled: the shape check after the op reports a changed shape.
+    return k, stride, pad, dil
+
+
+def _map_node(imp: _Importer, node: Any, name: str) -> None:
+    """Add the op(s) of one ONNX node (one branch per op type; see the module table)."""
+    t, a, out, grp = node.op_type, _attrs(node), node.output[0], _group(node)
+    ins = list(node.input)
+    dt = imp.out_dtype(node, name)
+
+    def v(i: int) -> str:
+        return imp.value(ins[i], name)
+
+    def has(i: int) -> bool:
+        return len(ins) > i and ins[i] != ""
+
+    def is_const(i: int) -> bool:
+        return ins[i] in imp.consts
+
+    def fail(why: str) -> WorkloadError:
+        return WorkloadError(f"ONNX node {name!r} ({t}): {why}")
+
+    if t in _BINARY:
+        imp.add(_BINARY[t], name, [v(0), v(1)], out, grp, dt)
+    elif t in _UNARY:
+        imp.add(_UNARY[t], name, [v(0)], out, grp, dt)
+    elif t in _RESHAPES:
+        theirs = imp.types.get(out, (None, 0))[0]
+        if theirs is None:
+            raise fail("output shape unknown after shape inference")
+        imp.add("reshape", name, [v(0)], out, grp, dt, shape=theirs)
+    elif t == "MatMul":
+        sa, sb = imp.shape(ins[0]), imp.shape(ins[1])
+        if len(sb) == 2 and (is_const(1) or len(sa) != 2):
+            imp.add("linear", name, [v(0), v(1)], out, grp, dt)
+        elif len(sa) == 2 and len(sb) == 2:
+            imp.add("matmul", name, [v(0), v(1)], out, grp, dt)
+        elif len(sa) >= 3 and sa[:-2] == sb[:-2]:
+            imp.add("bmm", name, [v(0), v(1)], out, grp, dt)
+        else:
+            raise fail(f"A {list(sa)} x B {list(sb)} needs broadcasting that wia-hw does "
+                       "not model")
+    elif t == "Gemm":
+        _gemm(imp, node, name, a, out, grp, dt)
+    elif t == "Softmax":
+        imp.add("softmax", name, [v(0)], out, grp, dt, axis=a.get("axis", -1))
+    elif t == "LayerNormalization":
+        rank = len(imp.shape(ins[0]))
+        if a.get("axis", -1) % rank != rank - 1:
+            raise fail(f"normalises from axis {a['axis']}; wia-hw models the last axis only")
+        imp.add("layer_norm", name, [v(i) for i in range(3) if has(i)], out, grp, dt)
+    elif t == "Conv":
+        x, w = imp.shape(ins[0]), imp.shape(ins[1])
+        if len(x) != 4:
+            raise fail(f"input {list(x)} is not 2-D [N, C, H, W]")
+        k, stride, pad, dil = _window(imp, node, name, a, list(w[2:]), x[2:])
+        inputs = [v(0), v(1)] + ([v(2)] if has(2) else [])
+        bn = imp.folded.get(out)
+        if bn is not None:  # BN folded in: scale into the weights, shift into the bias
+            out = bn.output[0]
+            dt = imp.out_dtype(bn, name) or dt
+            if not has(2):
+                inputs.append(imp.b.weight(f"{name}.folded_bias", (w[0],),
+                                           imp.b.tensor(inputs[1]).dtype))
+        imp.add("conv2d", name, inputs, out, grp, dt, stride=stride, pad=pad,
+                dilation=dil, groups=a.get("group", 1))
+        if bn is not None:
+            node = bn
+    elif t == "BatchNormalization":
+        x = imp.shape(ins[0])
+        if len(x) < 2:
+            raise fail(f"input {list(x)} has no channel axis")
+        shape = (x[1],) + (1,) * (len(x) - 2)
+        xd = imp.b.tensor(v(0)).dtype
+        y = imp.add("mul", f"{name}.scale", [v(0), imp.b.weight(f"{name}.folded_scale",
+                                                                  shape, xd)],
+                    f"{out}.scaled", grp, dt)
+        imp.add("add", name, [y, imp.b.weight(f"{name}.folded_shift", shape, xd)], out,
+                grp, dt)
+    elif t in ("MaxPool", "AveragePool"):
+        x = imp.shape(ins[0])
+        if len(x) != 4:
+            raise fail(f"input {list(x)} is not 2-D [N, C, H, W]")
+        k, stride, pad, dil = _window(imp, node, name, a, list(a["kernel_shape"]), x[2:])
+        if dil != 1:
+            raise fail(f"dilation {dil} is not modelled for pooling")
+        imp.add("maxpool" if t == "MaxPool" else "avgpool", name, [v(0)], out, grp, dt,
+                kernel=k, stride=stride, pad=pad)
+    elif t == "GlobalAveragePool":
+        imp.add("global_avgpool", name, [v(0)], out, grp, dt)
+    elif t == "Transpose":
+        rank = len(imp.shape(ins[0]))
+        imp.add("transpose", name, [v(0)], out, grp, dt,
+                perm=tuple(a.get("perm", range(rank - 1, -1, -1))))
+    elif t == "Concat":
+        imp.add("concat", name, [v(i) for i in range(len(ins)) if has(i)], out, grp, dt,
+                axis=a["axis"])
+    elif t == "Slice":
+        _slice(imp, node, name, out, grp, dt, fail)
+    elif t == "Gather":
+        _gather(imp, node, name, a, out, grp, dt, fail)
+    else:  # pragma: no cover - the support check runs before
+        raise fail("is not supported")
+    imp.check(node, name, node.output[0])
+
+
+def _gemm(imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, grp: str,
+          dt: str | None) -> None:
+    """Gemm: ``alpha * A' B' + beta * C``. Only shapes are imported, so alpha and beta
+    fold into constant operands; on activations they cost a ``scale`` op each."""
+    ins = list(node.input)
+    alpha, beta = a.get("alpha", 1.0), a.get("beta", 1.0)
+
+    def operand(i: int, trans: bool, tag: str) -> str:
+        s = imp.shape(ins[i])
+        if len(s) != 2:
+            raise WorkloadError(f"ONNX node {name!r} (Gemm): {tag} {list(s)} is not 2-D")
+        if not trans:
+            return imp.value(ins[i], name)
+        if ins[i] in imp.consts:
+            return imp.const_weight(ins[i], (s[1], s[0]), "T", name)
+        return imp.add("transpose", f"{name}.transpose_{tag.lower()}",
+                       [imp.value(ins[i], name)], f"{out}.{tag}T", grp, None, perm=(1, 0))
+
+    x = operand(0, bool(a.get("transA", 0)), "A")
+    w = operand(1, bool(a.get("transB", 0)), "B")
+    n = imp.b.shape(w)[1]
+    const_b = imp.b.tensor(w).kind == "weight"
+    has_c = len(ins) > 2 and ins[2] != ""
+    bias = has_c and ins[2] in imp.consts and imp.shape(ins[2]) in ((n,), (1, n))
+    inputs = [x, w] + ([imp.const_weight(ins[2], (n,), "bias", name)] if bias else [])
+    chain = (["alpha"] if alpha != 1.0 and not const_b else []) + \
+        (["c"] if has_c and not bias else [])
+    y = imp.add("linear" if const_b or bias else "matmul", name, inputs,
+                f"{out}.gemm" if chain else out, grp, dt)
+    for j, step in enumerate(chain):
+        target = out if j == len(chain) - 1 else f"{out}.{step}"
+        if step == "alpha":
+            y = imp.add("scale", f"{name}.alpha", [y], target, grp, dt, factor=alpha)
+        else:
+            c = imp.value(ins[2], name)
+            if beta != 1.0 and ins[2] not in imp.consts:
+                c = imp.add("scale", f"{name}.beta", [c], f"{out}.beta", grp, dt,
+                            factor=beta)
+            y = imp.add("add", f"{name}.add_c", [y, c], target, grp, dt)
+
+
+def _slice(imp: _Importer, node: Any, name: str, out: str, grp: str, dt: str | None,
+           fail: Any) -> None:
+    ins = list(node.input)
+    x = imp.shape(ins[0])
+    args = []
+    for i in range(1, 5):
+        if len(ins) > i and ins[i]:
+            if ins[i] not in imp.consts:
+                raise fail("starts, ends, axes and steps must be constants")
+            args.append([int(e) for e in imp.const_array(ins[i]).reshape(-1)])
+        else:
+            args.append(None)
+    starts, ends, axes, steps = args
+    axes = axes if axes is not None else list(range(len(starts)))
+    if steps is not None and any(s != 1 for s in steps):
+        raise fail(f"steps {steps} are not modelled (only step 1)")
+    cuts = []
+    for s, e, ax in zip(starts, ends, axes, strict=True):
+        ax %= len(x)
+        s = max(0, s + x[ax] if s < 0 else s)
+        e = min(x[ax], e + x[ax] if e < 0 else e)
+        if (s, e) != (0, x[ax]):
+            cuts.append((ax, s, e))
+    if len(cuts) > 1:
+        raise fail(f"slices {len(cuts)} axes; wia-hw models one axis per slice")
+    if not cuts:
+        imp.add("identity", name, [imp.value(ins[0], name)], out, grp, dt)
+        return
+    ax, s, e = cuts[0]
+    imp.add("slice", name, [imp.value(ins[0], name)], out, grp, dt, axis=ax, start=s, stop=e)
+
+
+def _gather(imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, grp: str,
+            dt: str | None, fail: Any) -> None:
+    ins = list(node.input)
+    data = imp.shape(ins[0])
+    axis = a.get("axis", 0) % max(len(data), 1)
+    if ins[0] in imp.consts and axis == 0 and len(data) == 2:
+        imp.add("embedding", name, [imp.value(ins[1], name), imp.value(ins[0], name)], out,
+                grp, dt)
+        return
+    if ins[1] in imp.consts:
+        idx = imp.const_array(ins[1])
+        if idx.size == 1:
+            i = int(idx.reshape(-1)[0])
+            i = i + data[axis] if i < 0 else i
+            sliced = f"{out}.slice" if idx.ndim == 0 else out
+            imp.add("slice", name, [imp.value(ins[0], name)], sliced, grp, dt, axis=axis,
+                    start=i, stop=i + 1)
+            if idx.ndim == 0:
+                shape = data[:axis] + data[axis + 1:]
+                imp.add("reshape", f"{name}.squeeze", [sliced], out, grp, dt, shape=shape)
+            return
+    raise fail("only an embedding lookup (axis 0 of a 2-D constant table) or a constant "
+               "single index is supported")
+
+
+def _fold_candidates(imp: _Importer) -> None:
+    """Find Conv -> BatchNormalization pairs that fold (Conv feeds only the BN)."""
+    consumers: dict[str, int] = {}
+    for n in imp.g.node:
+        for i in n.input:
+            consumers[i] = consumers.get(i, 0) + 1
+    outputs = {o.name for o in imp.g.output}
+    producer = {n.output[0]: n for n in imp.g.node if n.output}
+    for n in imp.g.node:
+        if n.op_type != "BatchNormalization":
+            continue
+        x = n.input[0]
+        conv = producer.get(x)
+        if (conv is not None and conv.op_type == "Conv" and consumers.get(x) == 1
+                and x not in outputs and all(i in imp.consts for i in n.input[1:5])):
+            imp.folded[x] = n
+            imp.skip.add(id(n))
+
+
+def from_onnx(model: str | os.PathLike[str] | Any, *, batch: int | None = None,
+              dims: Mapping[str, int] | None = None) -> Graph:
+    """Import an ONNX model as a :class:`~wia_hw.graph.Graph` (shapes and dtypes only).
+
+    ``model`` is a path to a ``.onnx`` file or an ``onnx.ModelProto`` (not modified).
+    Symbolic input dims are fixed before ONNX shape inference: a dim named ``p`` takes
+    ``dims[p]``; a still-free leading dim takes ``batch``. The graph's ``sequences``
+    is ``batch`` (1 when not given); ``params`` records the source, opset and dims.
+
+    Raises :class:`~wia_hw.WorkloadError` when ``onnx`` is not installed, the file is
+    missing or unreadable, an input dim stays unresolved (naming the input and dim), a
+    node's op type is not supported (naming node and op type), or shapes disagree.
+    """
+    try:
+        import onnx
+        import onnx.shape_inference
+    except ImportError:
+        raise WorkloadError(_MISSING) from None
+    if batch is not None:
+        batch = _positive("batch", batch)
+    dims = dict(dims or {})
+    for k, val in dims.items():
+        _positive(f"dims[{k!r}]", val)
+    proto, gname, source = _load(onnx, model)
+    g = proto.graph
+    for i, n in enumerate(g.node):
+        if n.domain not in ("", "ai.onnx") or n.op_type not in SUPPORTED_OPS:
+            label = _node_name(n, i)
+            dom = f"{n.domain}::" if n.domain not in ("", "ai.onnx") else ""
+            raise WorkloadError(f"ONNX node {label!r} (op type '{dom}{n.op_type}') is not "
+                                "supported")
+    _fix_input_dims(g, {t.name for t in g.initializer}, batch, dims)
+    try:
+        proto = onnx.shape_inference.infer_shapes(proto, strict_mode=True, data_prop=True)
+    except (onnx.shape_inference.InferenceError, ValueError, RuntimeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise WorkloadError(f"ONNX shape inference failed for {source}: {first}") from None
+
+    imp = _Importer(onnx, proto, gname)
+    for vi in imp.g.input:
+        if vi.name in imp.inits:
+            continue
+        shape, elem = imp.types[vi.name]
+        imp.b.input(vi.name, shape or (), imp.dtype(vi.name, elem))
+    for n in imp.g.node:
+        if n.op_type == "Constant":
+            _constant(imp, n)
+    _fold_candidates(imp)
+    for i, n in enumerate(imp.g.node):
+        if n.op_type == "Constant" or id(n) in imp.skip:
+            continue
+        name = _node_name(n, i)
+        if name in imp.op_names:
+            name = f"{name}_{i}"
+        imp.op_names.add(name)
+        _map_node(imp, n, name)
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
+                 None)
+    return imp.b.graph(sequences=batch or 1, params={
+        "model": gname, "source": source, "opset": opset, "batch": batch, "dims": dims})
+
+
+def _constant(imp: _Importer, node: Any) -> None:
+    """Record a Constant node's output as a constant (a weight when an op reads it)."""
+    from onnx import helper, numpy_helper
+    a = node.attribute[0] if node.attribute else None
+    if a is None:
+        raise WorkloadError(f"ONNX node {node.name!r} (Constant) has no value")
+    value = helper.get_attribute_value(a)
+    if a.name == "value":
+        tensor = value
+    elif a.name in ("value_float", "value_floats", "value_int", "value_ints"):
+        import numpy as np
+        np_dtype = np.float32 if "float" in a.name else np.int64
+        tensor = numpy_helper.from_array(np.asarray(value, dtype=np_dtype))
+    else:
+        raise WorkloadError(f"ONNX node {node.name!r} (Constant): attribute {a.name!r} is "
+                            "not supported")
+    tensor.name = node.output[0]
+    imp.consts[node.output[0]] = tensor
