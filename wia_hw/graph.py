@@ -387,7 +387,7 @@ class Graph:
                     raise WorkloadError(f"op {op.name!r} ({op.kind}): output {o!r} is not a "
                                         "tensor of the graph")
             got = infer_shapes(op, [self.tensors[i].shape for i in op.inputs])
-            for o, s in zip(op.outputs, got):
+            for o, s in zip(op.outputs, got, strict=True):
                 if self.tensors[o].shape != s:
                     raise WorkloadError(f"op {op.name!r} ({op.kind}): output {o!r} declared "
                                         f"{list(self.tensors[o].shape)} but the op gives "

@@ -1,0 +1,411 @@
+"""The SimPy model of one NPU: cores (systolic array, vector unit, control core, DMA),
+the memory hierarchy, power and temperature, and the hardware counters.
+
+Execution is event-driven at tile granularity. A kernel is cut into tiles (work items);
+each core runs one SimPy process over its share of them, double-buffered: the DMA
+engine stages the operands of tile ``t+1`` into L1 while the array computes tile ``t``.
+A tile's load waits for a free buffer and for the DMA engine; its compute waits for its
+operands and for the previous tile. Loads and stores book the shared L2 port and HBM
+channels (:class:`~wia_hw.emulator.memory.BandwidthPort`), so cores contend for them.
+Compute time of a tile is closed-form from :mod:`~wia_hw.emulator.cycles`; no Python
+loop runs per clock cycle. Kernels run one after another with a barrier between them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import simpy
+
+from .config import DeviceSpec
+from .control import BranchPredictor
+from .counters import Counters
+from .cycles import systolic_steps, systolic_tile_cycles, vector_op_cycles
+from .kernels import GemmKernel, Kernel, VectorKernel
+from .memory import MemorySystem, Region
+from .power import ThermalModel
+
+__all__ = ["Device", "KernelRecord", "TraceEvent", "Tile"]
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """One interval on one track: ``kind`` is ``compute``, ``dma`` or ``store``."""
+
+    kind: str
+    track: str
+    start: int
+    end: int
+    kernel: str
+    nbytes: int = 0
+
+
+@dataclass
+class Tile:
+    """One work item of a kernel, as the core's tile program sees it."""
+
+    loads: list[Region]
+    stores: list[Region]
+    array_cycles: int          # cycles of the array passes (0 for vector tiles)
+    vector_cycles: int         # cycles of the vector unit
+    l1_bytes: int              # bytes the array / vector unit reads and writes in L1
+    passes: int
+    macs: int
+    slot_macs: int             # MAC slots the passes occupy (macs / slot_macs = PE mapping)
+
+
+@dataclass
+class KernelRecord:
+    """What one kernel did: its interval and its counter deltas."""
+
+    name: str
+    op: str
+    group: str
+    kind: str                  # "gemm" or "vector"
+    provider: str
+    precision: str
+    start_cycle: int
+    end_cycle: int
+    counters: Counters
+    flops: int
+    macs: int
+    slot_macs: int
+    tiles: int
+    cores_used: int
+    compulsory_bytes: int
+    frequency_factor: float
+    temperature_c: float
+    power_w: float
+    core_busy_cycles: list[int] = field(default_factory=list)
+
+    @property
+    def cycles(self) -> int:
+        return self.end_cycle - self.start_cycle
+
+
+class Device:
+    """One emulated NPU built from a :class:`~wia_hw.emulator.config.DeviceSpec`.
+
+    The device keeps its state between calls of :meth:`execute` (time, caches,
+    temperature, counters), like a real device between launches.
+    ``trace`` (a list) receives a :class:`TraceEvent` per tile compute, load and store.
+    """
+
+    def __init__(self, spec: DeviceSpec, *, trace: list[TraceEvent] | None = None) -> None:
+        self.spec = spec
+        self.env = simpy.Environment()
+        self.counters = Counters()
+        self.memory = MemorySystem(spec, self.counters)
+        self.thermal = ThermalModel(spec.thermal)
+        self.predictors = [BranchPredictor(spec.compute.control.predictor)
+                           for _ in range(spec.compute.cores)]
+        self.trace = trace
+        self.records: list[KernelRecord] = []
+        a = spec.compute.array
+        self._rows, self._cols, self._df = a.rows, a.cols, a.dataflow
+
+    # -- public ----------------------------------------------------------------------
+    @property
+    def now(self) -> int:
+        return int(self.env.now)
+
+    def execute(self, kernels: Sequence[Kernel],
+                on_kernel: Callable[[KernelRecord], None] | None = None
+                ) -> list[KernelRecord]:
+        """Run ``kernels`` in order; returns one record per kernel."""
+        out = []
+        for k in kernels:
+            proc = self.env.process(self._kernel(k, out))
+            self.env.run(until=proc)
+            if on_kernel is not None:
+                on_kernel(out[-1])
+        return out
+
+    def flush(self) -> int:
+        """Write dirty L2 data back to HBM; returns the cycles it took."""
+        start = self.now
+        end = self.memory.flush(start)
+        if end > start:
+            self.env.run(until=end)
+            self.counters.cycles += end - start
+            self._account_energy(end - start, {})
+        return end - start
+
+    # -- tiling ----------------------------------------------------------------------
+    def _gemm_tiles(self, k: GemmKernel) -> list[Tile]:
+        t = k.tiling
+        R, C, df = self._rows, self._cols, self._df
+        rate = self.spec.compute.array.rate(k.precision)
+        e_c = k.c.elem_bytes
+        e = k.a.elem_bytes
+        mt, nt = -(-k.m // t.tm), -(-k.n // t.tn)
+        kt, bt = -(-k.k // t.tk), -(-k.batch // t.tb)
+        tiles: list[Tile] = []
+        outer, inner = (range(mt), range(nt)) if t.order == "mn" else (range(nt), range(mt))
+        cache: dict[tuple[int, int, int, int], tuple[int, int, int, int, int]] = {}
+        for bb in range(bt):
+            b0, b1 = bb * t.tb, min(k.batch, (bb + 1) * t.tb)
+            nb = b1 - b0
+            for o in outer:
+                for q in inner:
+                    i, j = (o, q) if t.order == "mn" else (q, o)
+                    m0, m1 = i * t.tm, min(k.m, (i + 1) * t.tm)
+                    n0, n1 = j * t.tn, min(k.n, (j + 1) * t.tn)
+                    for kk in range(kt):
+                        k0, k1 = kk * t.tk, min(k.k, (kk + 1) * t.tk)
+                        mi, ni, ki = m1 - m0, n1 - n0, k1 - k0
+                        key = (nb, mi, ni, ki)
+                        geo = cache.get(key)
+                        if geo is None:
+                            geo = self._gemm_geometry(df, R, C, rate, nb, mi, ni, ki, e, e_c,
+                                                      last=False)
+                            cache[key] = geo
+                        passes, pass_cycles, l1_bytes, slot = geo[0], geo[1], geo[2], geo[3]
+                        last = kk == kt - 1
+                        if t.tb > 1 or nb > 1:
+                            ar = (b0 * k.m, b1 * k.m)
+                        else:
+                            ar = (b0 * k.m + m0, b0 * k.m + m1)
+                        loads: list[Region] = [self._a_region(k, ar, k0, k1)]
+                        if k.b_shared:
+                            loads.append((k.b, k0, k1, n0, n1))
+                        elif k.b_transposed:
+                            br_ = (b0 * k.n, b1 * k.n) if nb > 1 else (b0 * k.n + n0,
+                                                                       b0 * k.n + n1)
+                            loads.append((k.b, br_[0], br_[1], k0, k1))
+                        else:
+                            loads.append((k.b, b0 * k.k + k0, (b1 - 1) * k.k + k1, n0, n1))
+                        stores: list[Region] = []
+                        out_bytes = nb * mi * ni * e_c
+                        if last:
+                            stores.append((k.c, ar[0], ar[1], n0, n1))
+                            if k.bias is not None:
+                                loads.append((k.bias, 0, 1, n0, n1))
+                        # partial sums of a K-chunked tile are read-modified-written in L1
+                        extra = 0 if kt == 1 else (out_bytes * (2 if kk else 1))
+                        tiles.append(Tile(loads, stores, passes * pass_cycles, 0,
+                                          l1_bytes + extra + (out_bytes if last else 0),
+                                          passes, nb * mi * ni * ki, slot))
+        return tiles
+
+    @staticmethod
+    def _a_region(k: GemmKernel, rows: tuple[int, int], k0: int, k1: int) -> Region:
+        """The part of A a tile reads. When A's storage is not ``[batch*m, k]`` (an
+        im2col view of a convolution's input), rows and columns map proportionally."""
+        a = k.a
+        mm = k.batch * k.m
+        if a.rows == mm and a.cols == k.k:
+            return (a, rows[0], rows[1], k0, k1)
+        r0 = rows[0] * a.rows // mm
+        r1 = max(r0 + 1, -(-rows[1] * a.rows // mm))
+        c0 = k0 * a.cols // k.k
+        c1 = max(c0 + 1, -(-k1 * a.cols // k.k))
+        return (a, r0, min(r1, a.rows), c0, min(c1, a.cols))
+
+    @staticmethod
+    def _gemm_geometry(df: str, R: int, C: int, rate: Fraction, nb: int, mi: int, ni: int,
+                       ki: int, e: int, e_c: int, last: bool) -> tuple[int, int, int, int, int]:
+        """(passes, cycles per pass, L1 bytes read by the array, MAC slots, 0)."""
+        if df == "os":
+            pm, pn = -(-mi // R), -(-ni // C)
+            passes = nb * pm * pn
+            steps = systolic_steps(ki, rate)
+            pass_cycles = systolic_tile_cycles("os", R, C, steps)
+            # each pass streams its A rows and B columns out of L1
+            l1 = nb * (mi * ki * pn + ki * ni * pm) * e
+            slot = passes * R * C * ki
+        else:
+            pk, pn = -(-ki // R), -(-ni // C)
+            passes = nb * pk * pn
+            steps = systolic_steps(mi, rate)
+            pass_cycles = systolic_tile_cycles("ws", R, C, steps)
+            # weights are loaded once per pass; inputs stream once per column block
+            l1 = nb * (ki * ni + mi * ki * pn) * e
+            slot = passes * R * C * mi
+        return passes, pass_cycles, l1, slot, 0
+
+    def _vector_tiles(self, k: VectorKernel) -> list[Tile]:
+        v = self.spec.compute.vector
+        cpe = int(v.cycles_per_element[k.vclass])
+        tiles = []
+        rpt = max(1, k.rows_per_tile)
+        for r0 in range(0, k.rows, rpt):
+            r1 = min(k.rows, r0 + rpt)
+            frac_rows = r1 - r0
+            loads: list[Region] = []
+            for idx, ref in enumerate(k.inputs):
+                if k.vclass == "gather" and idx == len(k.inputs) - 1:
+                    # rows of the table the tokens touch: taken as distinct and contiguous
+                    g0 = r0 % ref.rows
+                    loads.append((ref, g0, min(ref.rows, g0 + frac_rows), 0, ref.cols))
+                elif ref.rows == k.rows:
+                    loads.append((ref, r0, r1, 0, ref.cols))
+                else:
+                    loads.append((ref, 0, ref.rows, 0, ref.cols))
+            stores: list[Region] = [(ref, r0 * ref.rows // k.rows,
+                                     max(r0 * ref.rows // k.rows + 1, r1 * ref.rows // k.rows),
+                                     0, ref.cols) for ref in k.outputs]
+            elems = k.elements * frac_rows // k.rows
+            cyc = vector_op_cycles(elems, v.lanes, cpe, v.pipeline_depth)
+            nbytes = sum((r[2] - r[1]) * (r[4] - r[3]) * r[0].elem_bytes for r in loads + stores)
+            tiles.append(Tile(loads, stores, 0, cyc, nbytes, 0, 0, 0))
+        return tiles
+
+    @staticmethod
+    def _partition(tiles: list[Tile], cores: int) -> list[list[Tile]]:
+        """Contiguous, balanced chunks of the tile order, one per core."""
+        n = len(tiles)
+        out, start = [], 0
+        for c in range(cores):
+            size = n // cores + (1 if c < n % cores else 0)
+            out.append(tiles[start:start + size])
+            start += size
+        return out
+
+    # -- processes -------------------------------------------------------------------
+    def _kernel(self, k: Kernel, out: list[KernelRecord]) -> Iterator[simpy.Event]:
+        env = self.env
+        start = self.now
+        before = self.counters.copy()
+        factor = self.thermal.frequency_factor
+        tiles = self._gemm_tiles(k) if isinstance(k, GemmKernel) else self._vector_tiles(k)
+        cores = self.spec.compute.cores
+        shares = self._partition(tiles, cores)
+        ctl = self.spec.compute.control
+        busy = [0] * cores
+        procs = []
+        for c, share in enumerate(shares):
+            if not share:
+                continue
+            procs.append(env.process(self._core(c, share, k, factor, busy)))
+            # the control core's tile program: a loop over tiles, a loop over passes
+            ins = ctl.instructions_per_kernel + ctl.instructions_per_tile * len(share)
+            passes = [t.passes for t in share]
+            ins += ctl.instructions_per_pass * sum(passes)
+            self.counters.instructions += ins
+            pred = self.predictors[c]
+            br, mp = pred.run("tiles", len(share))
+            self.counters.branches += br
+            self.counters.branch_mispredicts += mp
+            run_start = 0
+            for idx in range(1, len(passes) + 1):        # runs of equal pass counts
+                if idx == len(passes) or passes[idx] != passes[run_start]:
+                    if passes[run_start]:
+                        br, mp = pred.run("passes", passes[run_start], idx - run_start)
+                        self.counters.branches += br
+                        self.counters.branch_mispredicts += mp
+                    run_start = idx
+        if procs:
+            yield env.all_of(procs)
+        end = self.now
+        elapsed = end - start
+        used = sum(1 for s in shares if s)
+        for c, s in enumerate(shares):        # cores idle at the barrier: dependency stall
+            self.counters.stall_cycles["dependency"] += elapsed - busy[c] if s else 0
+        self.counters.cycles += elapsed
+        c_ = self.counters
+        if isinstance(k, GemmKernel):
+            c_.macs += k.macs
+            c_.macs_by_precision[k.precision] = c_.macs_by_precision.get(k.precision, 0) + k.macs
+            c_.array_flops += 2 * k.macs
+            c_.vector_flops += k.flops - 2 * k.macs
+            c_.flops += k.flops
+            c_.busy_cycles += sum(t.array_cycles for t in tiles)
+            slot = sum(t.slot_macs for t in tiles)
+        else:
+            c_.vector_flops += k.flops
+            c_.flops += k.flops
+            slot = 0
+        delta_pre = self.counters.delta(before)
+        power = self._account_energy(elapsed, delta_pre, k)
+        delta = self.counters.delta(before)
+        out.append(KernelRecord(
+            name=k.name, op=k.op, group=k.group,
+            kind="gemm" if isinstance(k, GemmKernel) else "vector", provider=k.provider,
+            precision=getattr(k, "precision", "fp16"), start_cycle=start, end_cycle=end,
+            counters=delta, flops=k.flops, macs=k.macs, slot_macs=slot, tiles=len(tiles),
+            cores_used=used, compulsory_bytes=k.compulsory_bytes, frequency_factor=factor,
+            temperature_c=self.thermal.temperature_c, power_w=power,
+            core_busy_cycles=busy))
+
+    def _core(self, core: int, tiles: list[Tile], k: Kernel, factor: float,
+              busy: list[int]) -> Iterator[simpy.Event]:
+        env = self.env
+        mem = self.memory
+        setup = self.spec.dma.setup_cycles
+        t0 = self.now
+        dma_free = t0
+        slot_free = [t0, t0]
+        comp_done = t0
+        store_done = t0
+        pending: list[tuple[int, list[Region]]] = []
+        stalls = self.counters.stall_cycles
+        trace = self.trace
+        track = f"core{core}"
+        l1_port = mem.l1_ports[core]
+        for idx, tile in enumerate(tiles):
+            ls = max(dma_free, slot_free[idx & 1])
+            if ls > env.now:
+                yield env.timeout(ls - env.now)
+            now = int(env.now)
+            while pending and pending[0][0] <= now:          # results drained meanwhile
+                when, regions = pending.pop(0)
+                store_done = max(store_done, self._store(core, regions, when, k.name))
+            blocks = mem.region_blocks(tile.loads)
+            ld = mem.load(core, blocks, now) + setup
+            dma_free = ld
+            if trace is not None:
+                trace.append(TraceEvent("dma", f"dma{core}", now, ld, k.name,
+                                        sum(b for _, b in blocks)))
+            cs = max(ld, comp_done)
+            stalls["memory"] += max(0, ld - comp_done)
+            work = max(tile.array_cycles + tile.vector_cycles,
+                       l1_port.cycles(tile.l1_bytes))
+            eff = work if factor >= 1.0 else math.ceil(work / factor)
+            stalls["thermal"] += eff - work
+            comp_done = cs + eff
+            self.counters.bytes["l1"] += tile.l1_bytes
+            slot_free[idx & 1] = comp_done
+            if trace is not None:
+                trace.append(TraceEvent("compute", track, cs, comp_done, k.name))
+            if tile.stores:
+                pending.append((comp_done, tile.stores))
+        for when, regions in pending:
+            if when > env.now:
+                yield env.timeout(when - env.now)
+            store_done = max(store_done, self._store(core, regions, when, k.name))
+        end = max(comp_done, store_done)
+        busy[core] = end - t0
+        if end > env.now:
+            yield env.timeout(end - env.now)
+
+    def _store(self, core: int, regions: list[Region], when: int, kernel: str) -> int:
+        blocks = self.memory.region_blocks(regions)
+        done = self.memory.store(core, blocks, when)
+        if self.trace is not None:
+            self.trace.append(TraceEvent("store", f"dma{core}", when, done, kernel,
+                                         sum(b for _, b in blocks)))
+        return done
+
+    # -- energy and temperature ------------------------------------------------------
+    def _account_energy(self, cycles: int, delta: Counters | dict, k: Kernel | None = None
+                        ) -> float:
+        """Add the interval's energy to the counters, advance the thermal model; returns W."""
+        en = self.spec.energy
+        pj = 0.0
+        if isinstance(delta, Counters):
+            for prec, macs in delta.macs_by_precision.items():
+                pj += macs * en.pj_per_mac.get(prec, 0.0)
+            pj += delta.vector_flops * en.pj_per_vector_op
+            for lvl, nb in delta.bytes.items():
+                pj += nb * en.pj_per_byte[lvl]
+        seconds = cycles / self.spec.clock_hz
+        pj += en.static_power_w * seconds * 1e12
+        self.counters.energy_pj += pj
+        power = pj * 1e-12 / seconds if seconds > 0 else en.static_power_w
+        if seconds > 0:
+            self.thermal.advance(seconds, power)
+        return power

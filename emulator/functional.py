@@ -1,0 +1,208 @@
+"""Functional semantics of every graph op kind, in numpy: what functional mode computes.
+
+GEMM-class ops go through the golden models (:mod:`~wia_hw.emulator.golden`): int8 x
+int8 -> int32 bit-exact with the RTL, fp16/bf16/fp32 inputs rounded to their precision
+and accumulated in float32, one K slice of the kernel's tiling at a time as the array
+does. Everything else is computed in float32 and rounded to the output dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import WorkloadError
+from .golden import float_matmul, int8_matmul, round_to_precision, wrap_int32
+
+__all__ = ["evaluate", "cast_to", "random_input"]
+
+_NP = {"fp32": np.float32, "fp16": np.float16, "int8": np.int8, "int32": np.int32,
+       "int64": np.int64, "bool": np.bool_}
+
+
+def cast_to(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Convert to a graph dtype. Floats round (bf16 is kept as float32 holding bf16
+    values); int8 saturates after rounding; int32 wraps."""
+    if dtype in ("fp32", "fp16", "bf16"):
+        return round_to_precision(np.asarray(x, dtype=np.float32), dtype)
+    if dtype == "int8":
+        return np.clip(np.rint(x), -128, 127).astype(np.int8)
+    if dtype == "int32":
+        return wrap_int32(np.rint(np.asarray(x, dtype=np.float64)).astype(np.int64)) \
+            if np.asarray(x).dtype.kind == "f" else wrap_int32(x)
+    return np.asarray(x).astype(_NP.get(dtype, np.float32))
+
+
+def random_input(rng: np.random.Generator, shape: Sequence[int], dtype: str,
+                 high: int | None = None) -> np.ndarray:
+    """A random tensor for functional runs: ids in [0, high), int8 over its full range,
+    floats ~ N(0, 1) rounded to the dtype."""
+    if dtype in ("int64", "int32") and high is not None:
+        return rng.integers(0, high, size=tuple(shape)).astype(_NP[dtype])
+    if dtype == "int8":
+        return rng.integers(-128, 128, size=tuple(shape)).astype(np.int8)
+    if dtype in ("int32", "int64"):
+        return rng.integers(-1000, 1000, size=tuple(shape)).astype(_NP[dtype])
+    return cast_to(rng.standard_normal(tuple(shape)).astype(np.float32), dtype)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """erf to about 1.5e-7 absolute (Abramowitz and Stegun 7.1.26), vectorised."""
+    x = np.asarray(x, dtype=np.float64)
+    t = 1.0 / (1.0 + 0.3275911 * np.abs(x))
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (
+        -1.453152027 + t * 1.061405429))))
+    return (np.sign(x) * (1.0 - poly * np.exp(-x * x))).astype(np.float32)
+
+
+def _gemm2d(a: np.ndarray, b: np.ndarray, tk: int | None) -> np.ndarray:
+    """One 2-D GEMM as the array computes it: int8 exact, floats per K slice."""
+    if a.dtype == np.int8 and b.dtype == np.int8:
+        return int8_matmul(a, b)
+    if a.dtype.kind in "iu" or b.dtype.kind in "iu":
+        return int8_matmul(np.clip(a, -128, 127), np.clip(b, -128, 127))
+    k = a.shape[1]
+    tk = k if not tk or tk >= k else tk
+    acc = np.zeros((a.shape[0], b.shape[1]), dtype=np.float32)
+    for k0 in range(0, k, tk):   # one slice of K per tile pass, accumulated in float32
+        acc += float_matmul(a[:, k0:k0 + tk].astype(np.float32),
+                            b[k0:k0 + tk].astype(np.float32), "fp32")
+    return acc
+
+
+def _softmax(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
+    x = x.astype(np.float32) * float(attrs.get("scale", 1.0))
+    axis = int(attrs.get("axis", -1))
+    if attrs.get("causal"):
+        s, t = x.shape[-2], x.shape[-1]
+        mask = np.triu(np.ones((s, t), dtype=bool), k=1 + (t - s))
+        x = np.where(mask, -np.inf, x)
+    x = x - x.max(axis=axis, keepdims=True)
+    e = np.exp(x)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _pool(x: np.ndarray, attrs: Mapping[str, Any], kind: str) -> np.ndarray:
+    kk = int(attrs.get("kernel", 2))
+    st = int(attrs.get("stride", kk))
+    pad = int(attrs.get("pad", 0))
+    fill = -np.inf if kind == "maxpool" else 0.0
+    xp = np.pad(x.astype(np.float32), ((0, 0), (0, 0), (pad, pad), (pad, pad)),
+                constant_values=fill)
+    n, c, h, w = xp.shape
+    ho, wo = (h - kk) // st + 1, (w - kk) // st + 1
+    win = np.lib.stride_tricks.sliding_window_view(xp, (kk, kk), axis=(2, 3))
+    win = win[:, :, ::st, ::st][:, :, :ho, :wo]
+    return win.max(axis=(-1, -2)) if kind == "maxpool" else win.mean(axis=(-1, -2))
+
+
+def _conv2d(x: np.ndarray, w: np.ndarray, attrs: Mapping[str, Any],
+            tk: int | None) -> np.ndarray:
+    st, pad = int(attrs.get("stride", 1)), int(attrs.get("pad", 0))
+    dil, g = int(attrs.get("dilation", 1)), int(attrs.get("groups", 1))
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    ho = (h + 2 * pad - dil * (kh - 1) - 1) // st + 1
+    wo = (wd + 2 * pad - dil * (kw - 1) - 1) // st + 1
+    outs = []
+    for gi in range(g):   # im2col per group, then one GEMM
+        xs = xp[:, gi * cg:(gi + 1) * cg]
+        cols = np.empty((n, ho, wo, cg, kh, kw), dtype=x.dtype)
+        for i in range(kh):
+            for j in range(kw):
+                cols[..., i, j] = xs[:, :, i * dil:i * dil + st * ho:st,
+                                     j * dil:j * dil + st * wo:st].transpose(0, 2, 3, 1)
+        a = cols.reshape(n * ho * wo, cg * kh * kw)
+        wg = w[gi * (o // g):(gi + 1) * (o // g)].reshape(o // g, -1).T
+        outs.append(_gemm2d(a, np.ascontiguousarray(wg), tk).reshape(n, ho, wo, o // g))
+    return np.concatenate(outs, axis=-1).transpose(0, 3, 1, 2)
+
+
+def evaluate(kind: str, attrs: Mapping[str, Any], inputs: Sequence[np.ndarray],
+             out_shape: Sequence[int], out_dtype: str, tk: int | None = None,
+             op_name: str = "?") -> np.ndarray:
+    """Compute one op's output. ``tk`` is the K slice of the GEMM tiling (floats)."""
+    x = inputs[0] if inputs else None
+    if kind in ("linear", "matmul"):
+        a = x.reshape(-1, x.shape[-1])
+        y = _gemm2d(a, inputs[1], tk)
+        if len(inputs) == 3:
+            y = y + inputs[2].astype(y.dtype if y.dtype.kind == "f" else np.int64)
+            if y.dtype.kind != "f":
+                y = wrap_int32(y)
+        out = y.reshape(tuple(out_shape))
+    elif kind == "bmm":
+        b = inputs[1]
+        if attrs.get("transpose_b"):
+            b = np.swapaxes(b, -1, -2)
+        a3 = x.reshape(-1, x.shape[-2], x.shape[-1])
+        b3 = b.reshape(-1, b.shape[-2], b.shape[-1])
+        out = np.stack([_gemm2d(a3[i], np.ascontiguousarray(b3[i]), tk)
+                        for i in range(a3.shape[0])]).reshape(tuple(out_shape))
+        if "scale" in attrs and out.dtype.kind == "f":
+            out = out * np.float32(attrs["scale"])
+    elif kind == "conv2d":
+        out = _conv2d(x, inputs[1], attrs, tk)
+        if len(inputs) == 3:
+            out = out + inputs[2].reshape(1, -1, 1, 1)
+    elif kind == "softmax":
+        out = _softmax(x, attrs)
+    elif kind == "layer_norm":
+        xf = x.astype(np.float32)
+        mu = xf.mean(axis=-1, keepdims=True)
+        var = ((xf - mu) ** 2).mean(axis=-1, keepdims=True)
+        out = (xf - mu) / np.sqrt(var + float(attrs.get("eps", 1e-5)))
+        if len(inputs) > 1:
+            out = out * inputs[1].astype(np.float32)
+        if len(inputs) > 2:
+            out = out + inputs[2].astype(np.float32)
+    elif kind in ("gelu", "relu", "tanh", "sigmoid", "erf", "exp", "sqrt", "neg", "scale",
+                  "identity", "cast"):
+        xf = x.astype(np.float32) if kind not in ("identity", "cast") else x
+        out = {
+            "gelu": lambda v: 0.5 * v * (1 + _erf(v / np.float32(math.sqrt(2)))),
+            "relu": lambda v: np.maximum(v, 0),
+            "tanh": np.tanh,
+            "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
+            "erf": _erf,
+            "exp": np.exp, "sqrt": np.sqrt, "neg": np.negative,
+            "scale": lambda v: v * np.float32(attrs.get("factor", 1.0)),
+            "identity": lambda v: v, "cast": lambda v: v,
+        }[kind](xf)
+    elif kind in ("add", "sub", "mul", "div", "max", "min", "pow"):
+        a, b = (v.astype(np.float32) if v.dtype.kind == "f" or out_dtype in
+                ("fp32", "fp16", "bf16") else v.astype(np.int64) for v in inputs)
+        out = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+               "max": np.maximum, "min": np.minimum, "pow": np.power}[kind](a, b)
+    elif kind == "embedding":
+        ids, table = inputs
+        if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
+            raise WorkloadError(f"op {op_name!r} (embedding): ids outside [0, "
+                                f"{table.shape[0]})")
+        out = table[ids.astype(np.int64)]
+    elif kind in ("maxpool", "avgpool"):
+        out = _pool(x, attrs, kind)
+    elif kind == "global_avgpool":
+        out = x.astype(np.float32).mean(axis=(2, 3), keepdims=True)
+    elif kind == "reshape":
+        out = x.reshape(tuple(out_shape))
+    elif kind == "transpose":
+        out = np.transpose(x, tuple(attrs["perm"]))
+    elif kind == "concat":
+        out = np.concatenate(list(inputs), axis=int(attrs.get("axis", -1)))
+    elif kind == "slice":
+        ax = int(attrs.get("axis", 0)) % x.ndim
+        sl = [slice(None)] * x.ndim
+        sl[ax] = slice(int(attrs.get("start", 0)), int(attrs.get("stop", x.shape[ax])))
+        out = x[tuple(sl)]
+    else:
+        raise WorkloadError(f"op {op_name!r}: no functional model for op kind {kind!r}")
+    out = np.asarray(out)
+    if tuple(out.shape) != tuple(out_shape):
+        raise WorkloadError(f"op {op_name!r} ({kind}): computed shape {list(out.shape)} "
+                            f"but the graph declares {list(out_shape)}")
+    return cast_to(out, out_dtype)

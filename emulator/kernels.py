@@ -1,0 +1,146 @@
+"""Kernel descriptors: what the runtime's lowering hands to the emulator.
+
+A kernel is one unit of device work with a fixed tiling: a GEMM on the systolic
+arrays (:class:`GemmKernel`) or a pass of the vector units (:class:`VectorKernel`).
+Tensors are seen by the emulator as 2-D row-major matrices (:class:`TensorRef`);
+leading dims are folded into rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["TensorRef", "GemmTiling", "GemmKernel", "VectorKernel", "Kernel",
+           "VECTOR_CLASSES"]
+
+#: Vector-unit op classes; their issue cost is ``VectorConfig.cycles_per_element``.
+VECTOR_CLASSES = ("elementwise", "activation", "softmax", "layer_norm", "pool", "copy",
+                  "gather")
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    """A tensor as a ``rows`` x ``cols`` matrix of ``elem_bytes``-byte elements.
+
+    ``name`` is the storage the elements live in; a view (reshape, contiguous slice)
+    names its base storage and starts ``offset`` elements into it.
+    """
+
+    name: str
+    rows: int
+    cols: int
+    elem_bytes: int
+    offset: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows * self.cols * self.elem_bytes
+
+
+@dataclass(frozen=True)
+class GemmTiling:
+    """How a GEMM is cut into tiles (the work items of the cores).
+
+    A tile computes a ``tm`` x ``tn`` block of the output of ``tb`` batch entries over a
+    ``tk``-long slice of K; its operands are staged in L1 (double-buffered) before the
+    array runs over them. ``order`` is the loop order over output tiles: ``"mn"``
+    (row-major: tiles sharing A rows are adjacent) or ``"nm"``.
+    """
+
+    tm: int
+    tn: int
+    tk: int
+    tb: int = 1
+    order: str = "mn"
+
+    def __post_init__(self) -> None:
+        for n in ("tm", "tn", "tk", "tb"):
+            v = getattr(self, n)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"GemmTiling.{n} must be a positive integer, got {v!r}")
+        if self.order not in ("mn", "nm"):
+            raise ValueError(f"GemmTiling.order must be 'mn' or 'nm', got {self.order!r}")
+
+
+@dataclass(frozen=True)
+class _KernelBase:
+    name: str
+    op: str                 # the graph op this kernel implements
+    group: str              # breakdown category of the op
+    op_kind: str            # graph op kind (functional semantics)
+    io: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())   # graph tensor names
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    provider: str = "builtin"
+
+
+@dataclass(frozen=True)
+class GemmKernel(_KernelBase):
+    """``C[b] = A[b] @ B[b]`` (+ bias) for ``b < batch``: A is ``m x k``, B ``k x n``.
+
+    ``a``: ``[batch*m, k]``; ``b``: ``[k, n]`` when ``b_shared`` (one weight for every
+    batch entry), else ``[batch*k, n]``, or ``[batch*n, k]`` when ``b_transposed``;
+    ``c``: ``[batch*m, n]``.
+    """
+
+    precision: str = "fp16"
+    batch: int = 1
+    m: int = 1
+    n: int = 1
+    k: int = 1
+    a: TensorRef | None = None
+    b: TensorRef | None = None
+    c: TensorRef | None = None
+    bias: TensorRef | None = None
+    b_shared: bool = True
+    b_transposed: bool = False
+    tiling: GemmTiling = field(default_factory=lambda: GemmTiling(1, 1, 1))
+
+    @property
+    def macs(self) -> int:
+        return self.batch * self.m * self.n * self.k
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.macs + (self.batch * self.m * self.n if self.bias else 0)
+
+    @property
+    def compulsory_bytes(self) -> int:
+        """Bytes the kernel must read and write at least once."""
+        refs = [r for r in (self.a, self.b, self.c, self.bias) if r is not None]
+        return sum(r.nbytes for r in refs)
+
+
+@dataclass(frozen=True)
+class VectorKernel(_KernelBase):
+    """An elementwise or row-reduction pass of the vector units over ``rows`` rows.
+
+    Inputs whose row count equals ``rows`` are read in row chunks along with the output;
+    smaller ones (biases, scales, broadcast operands) are read whole by every tile.
+    ``elements`` is the number of output elements; ``flops`` what they cost.
+    """
+
+    vclass: str = "elementwise"
+    rows: int = 1
+    elements: int = 0
+    flops: int = 0
+    inputs: tuple[TensorRef, ...] = ()
+    outputs: tuple[TensorRef, ...] = ()
+    rows_per_tile: int = 1
+
+    def __post_init__(self) -> None:
+        if self.vclass not in VECTOR_CLASSES:
+            raise ValueError(f"VectorKernel.vclass must be one of {VECTOR_CLASSES}, "
+                             f"got {self.vclass!r}")
+
+    @property
+    def macs(self) -> int:
+        return 0
+
+    @property
+    def compulsory_bytes(self) -> int:
+        return sum(r.nbytes for r in self.inputs + self.outputs)
+
+
+Kernel = GemmKernel | VectorKernel

@@ -1,0 +1,273 @@
+"""The ``wia-hw`` command line.
+
+``wia-hw run WORKLOAD`` runs a model on an emulated device and prints the seed's
+section 8.7 breakdown, totals, utilisation and hardware counters; ``wia-hw specs``
+lists, shows and validates device specs. Bad input exits with status 2 and one line
+on stderr naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from .emulator.config import ClusterSpec, DeviceSpec, to_mapping
+from .emulator.errors import WiaError
+from .runtime import RunResult, open_device
+from .spec import DEFAULT_DEVICE, list_specs, load_spec, parse_override
+
+__all__ = ["main", "cli", "print_run"]
+
+
+class _Cli(click.Group):
+    """Turns every WiaError into one line on stderr and exit status 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except WiaError as e:
+            click.echo(f"wia-hw: error: {e}", err=True)
+            ctx.exit(2)
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="wia-hw")
+def cli() -> None:
+    """wia-hw: an open, verifiable AI-accelerator stack (WIA-AI-011 chapter 8)."""
+
+
+def _overrides(items: tuple[str, ...]) -> dict[str, Any]:
+    return dict(parse_override(s) for s in items)
+
+
+def _builder_args(items: tuple[str, ...]) -> dict[str, Any]:
+    out = {}
+    for s in items:
+        if "=" not in s:
+            raise click.BadParameter(f"{s!r} must read NAME=VALUE, e.g. M=4096",
+                                     param_hint="--arg")
+        k, _, v = s.partition("=")
+        out[k.strip()] = yaml.safe_load(v)
+    return out
+
+
+def _progress(console: Console) -> tuple[Callable[[int, int, str], None], Callable[[], None]]:
+    """A progress callback that shows a bar only once a run has taken over a second."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    state: dict[str, Any] = {"t0": time.monotonic(), "bar": None, "task": None}
+
+    def update(done: int, total: int, name: str) -> None:
+        if state["bar"] is None:
+            if time.monotonic() - state["t0"] < 1.0 or not console.is_terminal:
+                return
+            bar = Progress(TextColumn("[bold]emulating"), BarColumn(),
+                           TextColumn("{task.completed}/{task.total} ops"),
+                           TextColumn("{task.description}"), TimeElapsedColumn(),
+                           console=console, transient=True)
+            bar.start()
+            state["bar"], state["task"] = bar, bar.add_task(name, total=total)
+        state["bar"].update(state["task"], completed=done, description=name)
+
+    def close() -> None:
+        if state["bar"] is not None:
+            state["bar"].stop()
+
+    return update, close
+
+
+def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
+    """Print a run the way the seed's section 8.7 does, plus what a profiler adds."""
+    p = r.params
+    shape = ", ".join(f"{k}={p[k]}" for k in ("batch", "seq", "phase", "kv_len", "image")
+                      if k in p)
+    console.print(f"[bold]{r.workload}[/bold] ({shape}) on [bold]{r.device}[/bold], "
+                  f"{r.precision}, {r.mode} mode")
+    t = Table(title="Operation Breakdown", title_justify="left")
+    t.add_column("operation")
+    t.add_column("time (ms)", justify="right")
+    t.add_column("%", justify="right")
+    t.add_column("GFLOP", justify="right")
+    for o in r.ops:
+        t.add_row(o.name, f"{o.time_ms:.2f}", f"{o.pct:.1f}", f"{o.flops / 1e9:.1f}")
+    console.print(t)
+    console.print(f"  Latency:     {r.latency_ms:.2f} ms")
+    console.print(f"  Throughput:  {r.throughput:.1f} seq/sec")
+    console.print(f"  Compute:     {r.achieved_tflops:.1f} TFLOPS of {r.peak_tflops:.1f} peak "
+                  f"({r.compute_utilization:.1f}% utilisation)")
+    console.print(f"  Roofline floor: {r.roofline_floor_ms:.2f} ms (FLOPs at peak, HBM bytes "
+                  f"at {r.memory_bandwidth_gbs:.0f}/{_peak_bw(r)} GB/s)")
+    console.print(f"  Energy:      {r.energy_j * 1e3:.1f} mJ, {r.avg_power_w:.1f} W average, "
+                  f"peak {r.peak_temperature_c:.1f} °C")
+    c = r.counters
+    ct = Table(title="Hardware counters", title_justify="left")
+    ct.add_column("counter")
+    ct.add_column("value", justify="right")
+    rows = [
+        ("cycles", f"{c.cycles:,}"),
+        ("instructions", f"{c.instructions:,}"),
+        ("branch_mispredicts", f"{c.branch_mispredicts:,} of {c.branches:,} branches"),
+        ("flops", f"{c.flops:,}"),
+        ("macs", ", ".join(f"{k} {v:,}" for k, v in c.macs_by_precision.items() if v)),
+        ("cache_misses", f"{c.cache_misses:,}"),
+    ]
+    for lvl in ("l1", "l2"):
+        acc = c.accesses(lvl)
+        rate = 100.0 * c.hits[lvl] / acc if acc else 0.0
+        rows.append((f"{lvl} hits / misses", f"{c.hits[lvl]:,} / {c.misses[lvl]:,} "
+                     f"({rate:.1f}% hit)"))
+    for lvl, nb in c.bytes.items():
+        rows.append((f"bytes {lvl}", f"{nb / 1e9:.3f} GB"))
+    rows.append(("stall cycles", ", ".join(f"{k} {v:,}" for k, v in c.stall_cycles.items())))
+    rows.append(("energy", f"{c.energy_j * 1e3:.2f} mJ"))
+    for name, val in rows:
+        ct.add_row(name, val)
+    console.print(ct)
+    if top_kernels and r.kernels:
+        kt = Table(title=f"Top {top_kernels} kernels", title_justify="left")
+        for col in ("kernel", "provider", "ms", "util %", "tiles"):
+            kt.add_column(col, justify="left" if col in ("kernel", "provider") else "right")
+        for k in sorted(r.kernels, key=lambda k: -k.cycles)[:top_kernels]:
+            kt.add_row(k.name, k.provider, f"{k.time_ms:.3f}", f"{k.compute_utilization:.1f}",
+                       str(k.tiles))
+        console.print(kt)
+
+
+def _peak_bw(r: RunResult) -> str:
+    try:
+        return f"{load_spec(r.device).peak_bandwidth_gbs:.0f}"  # type: ignore[union-attr]
+    except WiaError:
+        return "?"
+
+
+@cli.command("run")
+@click.argument("workload")
+@click.option("-d", "--device", default=DEFAULT_DEVICE, show_default=True,
+              help="Built-in spec name or path to a device YAML.")
+@click.option("-b", "--batch", type=int, default=None, help="Batch size.")
+@click.option("-s", "--seq", type=int, default=None, help="Sequence length.")
+@click.option("-p", "--precision", type=click.Choice(["fp32", "fp16", "bf16", "int8"]),
+              default=None, help="Compute precision of the model.")
+@click.option("--phase", type=click.Choice(["prefill", "decode"]), default=None,
+              help="GPT-2: prefill or decode.")
+@click.option("--kv-len", type=int, default=None, help="GPT-2 decode: cached tokens.")
+@click.option("-a", "--arg", "args", multiple=True, metavar="NAME=VALUE",
+              help="Other builder arguments, e.g. -a M=4096 for gemm.")
+@click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
+              help="Override a spec field, e.g. --set compute.array.rows=64.")
+@click.option("--mode", type=click.Choice(["timing", "functional"]), default="timing",
+              show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON report to stdout.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the JSON report to this file.")
+@click.option("--top", type=int, default=10, show_default=True, help="Kernels to list.")
+def run_cmd(workload: str, device: str, batch: int | None, seq: int | None,
+            precision: str | None, phase: str | None, kv_len: int | None,
+            args: tuple[str, ...], sets: tuple[str, ...], mode: str, seed: int, as_json: bool,
+            output: Path | None, top: int) -> None:
+    """Run WORKLOAD (bert-large, bert-base, gpt2, resnet50, gemm, or an .onnx file)."""
+    extra = _builder_args(args)
+    if phase is not None:
+        extra["phase"] = phase
+    if kv_len is not None:
+        extra["kv_len"] = kv_len
+    if workload.lower().endswith(".onnx") and not Path(workload).is_file():
+        raise WiaError(f"no such ONNX file: {workload}")
+    ctx = open_device(device, overrides=_overrides(sets), seed=seed)
+    err = Console(stderr=True)
+    update, close = _progress(err)
+    try:
+        r = ctx.run(workload, batch=batch, seq=seq, precision=precision, mode=mode, seed=seed,
+                    progress=update, **extra)
+    finally:
+        close()
+    text = r.to_json()
+    if output is not None:
+        try:
+            output.write_text(text + "\n")
+        except OSError as e:
+            raise WiaError(f"cannot write {output}: {e.strerror}") from None
+    if as_json:
+        if output is None:
+            click.echo(text)
+        return
+    print_run(r, Console(), top)
+
+
+@cli.group("specs")
+def specs_group() -> None:
+    """List, show and validate device specs."""
+
+
+@specs_group.command("list")
+def specs_list() -> None:
+    """The built-in specs with their peak figures."""
+    t = Table()
+    for col in ("name", "kind", "FP16 TFLOPS", "INT8 TOPS", "HBM GB/s", "description"):
+        t.add_column(col)
+    for name in list_specs():
+        s = load_spec(name)
+        d = s.device if isinstance(s, ClusterSpec) else s
+        n = s.devices if isinstance(s, ClusterSpec) else 1
+        t.add_row(name, f"cluster x{n}" if n > 1 else "device",
+                  f"{n * d.peak_flops('fp16') / 1e12:.1f}" if d.supports("fp16") else "-",
+                  f"{n * d.peak_flops('int8') / 1e12:.1f}" if d.supports("int8") else "-",
+                  f"{n * d.peak_bandwidth_gbs:.0f}", s.description)
+    Console().print(t)
+
+
+@specs_group.command("show")
+@click.argument("spec")
+@click.option("--set", "sets", multiple=True, metavar="PATH=VALUE")
+def specs_show(spec: str, sets: tuple[str, ...]) -> None:
+    """Print a spec as validated YAML, with its derived peak figures."""
+    s = load_spec(spec, _overrides(sets))
+    click.echo(yaml.safe_dump(to_mapping(s), sort_keys=False).rstrip())
+    d = s.device if isinstance(s, ClusterSpec) else s
+    assert isinstance(d, DeviceSpec)
+    click.echo("# derived:")
+    for prec in d.compute.array.macs_per_pe_cycle:
+        click.echo(f"#   peak {prec}: {d.peak_flops(prec) / 1e12:.2f} TFLOPS")
+    click.echo(f"#   HBM: {d.peak_bandwidth_gbs} GB/s; ridge point (fp16): "
+               f"{d.peak_flops('fp16') / (d.peak_bandwidth_gbs * 1e9):.1f} FLOP/byte"
+               if d.supports("fp16") else f"#   HBM: {d.peak_bandwidth_gbs} GB/s")
+
+
+@specs_group.command("validate")
+@click.argument("files", nargs=-1, required=True)
+def specs_validate(files: tuple[str, ...]) -> None:
+    """Validate spec files; prints one line per file, exits 2 on the first error."""
+    for f in files:
+        s = load_spec(f)
+        click.echo(f"{f}: ok ({type(s).__name__} {s.name!r})")
+
+
+def _register_optional() -> None:
+    try:
+        from ._cli_rtl import rtl
+    except ImportError:   # the RTL tools are part of the package; absent only mid-build
+        return
+    cli.add_command(rtl)
+
+
+_register_optional()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``wia-hw`` console script."""
+    cli.main(args=argv, prog_name="wia-hw", standalone_mode=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
+
+

@@ -1,0 +1,283 @@
+"""Lowering: graph ops to emulator kernels, with a documented tiling heuristic.
+
+Each GEMM-class op (linear, matmul, bmm, conv2d via im2col) becomes one
+:class:`~wia_hw.emulator.kernels.GemmKernel`; each elementwise, reduction, pooling,
+gather or copy op one :class:`~wia_hw.emulator.kernels.VectorKernel`; views
+(``reshape``, ``identity``, a contiguous ``slice``: :func:`wia_hw.graph.is_view`) cost
+nothing. Views keep the storage name of the
+tensor they view, so the cache model sees that they are the same bytes.
+
+Tiling heuristic (the autotuner may replace it):
+
+* The L1 of a core is double-buffered: a tile's operands may use half of it (the two
+  buffers overlap with the results draining out, which may use a quarter).
+* Output-stationary arrays: K is kept whole when a ``rows + cols`` wide pair of panels
+  fits (``(R + C) * K * bytes <= L1/2``), else cut into the largest fitting slice; then
+  the output tile grows from ``R x C`` by whole array multiples, the smaller side first,
+  while A panel + B panel + output tile fit. Long K amortises the array's fill and drain
+  (``2R + C - 2`` cycles per pass).
+* Weight-stationary arrays: the streamed rows (``tm``) grow first (they amortise the
+  fill and drain), up to 4096, then the output columns.
+* Small batched matrices (attention heads) are grouped ``tb`` to a tile until the tile
+  fills its half of L1.
+* Tiles are then split until every core has at least one, where the shape allows.
+* Loop order is row-major over output tiles (``mn``): consecutive tiles on a core share
+  their A panel, which then hits in L1.
+* Vector ops run in row chunks of at most L1/4 bytes (inputs + outputs), at least one
+  chunk per core.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .emulator.config import DeviceSpec
+from .emulator.errors import WorkloadError
+from .emulator.kernels import GemmKernel, GemmTiling, Kernel, TensorRef, VectorKernel
+from .graph import (
+    BINARY_KINDS,
+    DTYPE_BYTES,
+    GEMM_KINDS,
+    UNARY_KINDS,
+    Graph,
+    Op,
+    gemm_dims,
+    is_view,
+)
+
+__all__ = ["lower", "lower_op", "choose_gemm_tiling", "VIEW_KINDS", "Provider"]
+
+#: Op kinds that are views: no data moves, no kernel.
+VIEW_KINDS = ("reshape", "identity")
+
+_VCLASS = {
+    "softmax": "softmax", "layer_norm": "layer_norm", "embedding": "gather",
+    "maxpool": "pool", "avgpool": "pool", "global_avgpool": "pool",
+    "transpose": "copy", "concat": "copy", "slice": "copy", "cast": "elementwise",
+}
+
+#: A provider lowers one op to kernels (the extension registry adds more).
+Provider = Callable[[Op, Graph, DeviceSpec, "_Storage"], list[Kernel]]
+
+
+def _precision_of(dtype: str) -> str:
+    return {"int8": "int8", "fp16": "fp16", "bf16": "bf16", "fp32": "fp32"}.get(dtype, "fp32")
+
+
+def _ceil_to(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def choose_gemm_tiling(spec: DeviceSpec, batch: int, m: int, n: int, k: int,
+                       elem_bytes: int, out_bytes: int) -> GemmTiling:
+    """The tiling heuristic of the module docstring, for one GEMM on ``spec``."""
+    a = spec.compute.array
+    R, C = a.rows, a.cols
+    budget = spec.memory.l1.size_bytes // 2        # one of the two operand buffers
+    out_budget = spec.memory.l1.size_bytes // 4    # results drain through L1 as well
+    cores = spec.compute.cores
+
+    def fits(tm: int, tn: int, tk: int, tb: int = 1) -> bool:
+        return (tb * (tm + tn) * tk * elem_bytes <= budget
+                and tb * tm * tn * out_bytes <= out_budget)
+
+    mcap, ncap = _ceil_to(m, R), _ceil_to(n, C)
+    if a.dataflow == "os":
+        tk = k
+        if not fits(R, C, tk):
+            tk = max(1, budget // ((R + C) * elem_bytes))
+            tk = min(k, max(R, tk // R * R))
+        tm, tn = min(R, mcap), min(C, ncap)
+        while True:
+            grow_m = tm <= tn and tm + R <= mcap and fits(tm + R, tn, tk)
+            grow_n = not grow_m and tn + C <= ncap and fits(tm, tn + C, tk)
+            if grow_m:
+                tm += R
+            elif grow_n:
+                tn += C
+            elif tm + R <= mcap and fits(tm + R, tn, tk):
+                tm += R
+            else:
+                break
+    else:
+        tk = min(k, R)
+        while tk + R <= _ceil_to(k, R) and fits(min(m, 512), C, tk + R):
+            tk += R
+        tk = min(k, tk)
+        tm, tn = min(m, 4096), min(C, ncap)
+        while tm > 1 and not fits(tm, tn, tk):
+            tm = max(1, tm // 2)
+        while tn + C <= ncap and fits(tm, tn + C, tk):
+            tn += C
+    tb = 1
+    if tm >= m and tn >= n and batch > 1:
+        tb = max(1, min(batch, budget // max(1, (m * tk + tk * n) * elem_bytes),
+                        out_budget // max(1, m * n * out_bytes)))
+    tm, tn = min(tm, max(m, 1)), min(tn, max(n, 1))
+
+    def count(tm: int, tn: int, tb: int) -> int:
+        return -(-batch // tb) * -(-m // tm) * -(-n // tn) * -(-k // tk)
+
+    while count(tm, tn, tb) < cores:         # give every core a tile where possible
+        if tb > 1:
+            tb = -(-tb // 2)
+        elif tm > R and tm >= tn:
+            tm = _ceil_to(-(-tm // 2), R)
+        elif tn > C:
+            tn = _ceil_to(-(-tn // 2), C)
+        elif a.dataflow == "ws" and tm > 64:
+            tm = -(-tm // 2)
+        else:
+            break
+    return GemmTiling(tm=tm, tn=tn, tk=tk, tb=tb)
+
+
+@dataclass
+class _Storage:
+    """Maps graph tensor names to the storage they live in (views share storage)."""
+
+    graph: Graph
+
+    def __post_init__(self) -> None:
+        self.base: dict[str, tuple[str, int]] = {}
+
+    def name(self, tensor: str) -> str:
+        return self.base.get(tensor, (tensor, 0))[0]
+
+    def offset(self, tensor: str) -> int:
+        return self.base.get(tensor, (tensor, 0))[1]
+
+    def alias(self, view: str, of: str, offset: int = 0) -> None:
+        """Record that ``view`` is ``of``'s storage from element ``offset`` on."""
+        self.base[view] = (self.name(of), self.offset(of) + offset)
+
+    def ref(self, tensor: str, rows: int | None = None, cols: int | None = None) -> TensorRef:
+        t = self.graph.tensors[tensor]
+        if cols is None:
+            cols = t.shape[-1] if t.shape else 1
+        if rows is None:
+            rows = max(1, t.numel // max(1, cols))
+        return TensorRef(self.name(tensor), rows, cols, DTYPE_BYTES[t.dtype],
+                         self.offset(tensor))
+
+
+def _gemm_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: _Storage) -> list[Kernel]:
+    ins, outs = graph.shapes_of(op)
+    batch, m, n, k = gemm_dims(op, ins)
+    ta, tb_ = graph.tensors[op.inputs[0]], graph.tensors[op.inputs[1]]
+    tc = graph.tensors[op.outputs[0]]
+    prec = _precision_of(ta.dtype)
+    if not spec.supports(prec):
+        raise WorkloadError(f"op {op.name!r} ({op.kind}): device {spec.name!r} has no "
+                            f"{prec} support on its array (supported: "
+                            f"{', '.join(spec.compute.array.macs_per_pe_cycle)})")
+    e, eo = DTYPE_BYTES[ta.dtype], DTYPE_BYTES[tc.dtype]
+    tiling = choose_gemm_tiling(spec, batch, m, n, k, e, eo)
+    bias = st.ref(op.inputs[2], 1, n) if len(op.inputs) == 3 else None
+    if op.kind == "conv2d":
+        # im2col: the patch matrix is formed by the DMA's address generator while it
+        # streams the input (stored NHWC), so A's storage is the input tensor itself and
+        # a tile reads the proportional part of it (halo rows are not counted).
+        x = ins[0]
+        a_ref = TensorRef(st.name(op.inputs[0]), x[0] * x[2] * x[3], x[1], e,
+                          st.offset(op.inputs[0]))
+        b_ref = TensorRef(st.name(op.inputs[1]), batch * k, n, DTYPE_BYTES[tb_.dtype],
+                          st.offset(op.inputs[1]))
+        c_ref = TensorRef(st.name(op.outputs[0]), batch * m, n, eo, st.offset(op.outputs[0]))
+        shared = batch == 1
+        transposed = False
+    elif op.kind in ("linear", "matmul"):
+        a_ref = st.ref(op.inputs[0], m, k)
+        b_ref = st.ref(op.inputs[1], k, n)
+        c_ref = st.ref(op.outputs[0], m, n)
+        shared, transposed = True, False
+    else:   # bmm
+        transposed = bool(op.attrs.get("transpose_b"))
+        a_ref = st.ref(op.inputs[0], batch * m, k)
+        b_ref = st.ref(op.inputs[1], batch * n, k) if transposed else \
+            st.ref(op.inputs[1], batch * k, n)
+        c_ref = st.ref(op.outputs[0], batch * m, n)
+        shared = False
+    return [GemmKernel(
+        name=op.name, op=op.name, group=op.group, op_kind=op.kind,
+        io=(op.inputs, op.outputs), attrs=dict(op.attrs), precision=prec, batch=batch, m=m,
+        n=n, k=k, a=a_ref, b=b_ref, c=c_ref, bias=bias, b_shared=shared,
+        b_transposed=transposed, tiling=tiling)]
+
+
+def _vector_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: _Storage) -> list[Kernel]:
+    ins, outs = graph.shapes_of(op)
+    out_t = graph.tensors[op.outputs[0]]
+    if op.kind in UNARY_KINDS:
+        vclass = "activation" if UNARY_KINDS[op.kind] > 1 else "elementwise"
+    elif op.kind in BINARY_KINDS:
+        vclass = "elementwise"
+    else:
+        vclass = _VCLASS[op.kind]
+    shape = outs[0]
+    if op.kind in ("maxpool", "avgpool", "global_avgpool"):
+        rows, cols = shape[0] * shape[1], shape[2] * shape[3]
+        in_refs = tuple(TensorRef(st.name(i), s[0] * s[1], s[2] * s[3],
+                                  DTYPE_BYTES[graph.tensors[i].dtype], st.offset(i))
+                        for i, s in zip(op.inputs, ins, strict=True))
+    else:
+        cols = shape[-1]
+        rows = max(1, math.prod(shape) // cols)
+        in_refs = tuple(st.ref(i) for i in op.inputs)
+    out_refs = (TensorRef(st.name(op.outputs[0]), rows, cols, DTYPE_BYTES[out_t.dtype],
+                          st.offset(op.outputs[0])),)
+    row_bytes = cols * DTYPE_BYTES[out_t.dtype] + sum(
+        r.cols * r.elem_bytes * max(1, r.rows // rows) for r in in_refs if r.rows >= rows)
+    budget = spec.memory.l1.size_bytes // 4
+    rpt = max(1, min(-(-rows // spec.compute.cores), budget // max(1, row_bytes)))
+    elements = math.prod(shape)
+    if op.kind in ("maxpool", "avgpool", "global_avgpool"):
+        elements = math.prod(ins[0])     # every input element passes the vector unit
+    return [VectorKernel(
+        name=op.name, op=op.name, group=op.group, op_kind=op.kind,
+        io=(op.inputs, op.outputs), attrs=dict(op.attrs), vclass=vclass, rows=rows,
+        elements=elements, flops=graph.flops(op), inputs=in_refs, outputs=out_refs,
+        rows_per_tile=rpt)]
+
+
+def _builtin(op: Op, graph: Graph, spec: DeviceSpec, st: _Storage) -> list[Kernel]:
+    ins = [graph.tensors[i].shape for i in op.inputs]
+    if op.kind in VIEW_KINDS or is_view(op, ins):
+        offset = 0
+        if op.kind == "slice":
+            x = ins[0]
+            axis = op.attrs.get("axis", 0) % len(x)
+            offset = op.attrs.get("start", 0) * math.prod(x[axis + 1:])
+        st.alias(op.outputs[0], op.inputs[0], offset)
+        return []
+    if op.kind in GEMM_KINDS:
+        return _gemm_kernel(op, graph, spec, st)
+    return _vector_kernel(op, graph, spec, st)
+
+
+def lower_op(op: Op, graph: Graph, spec: DeviceSpec, storage: _Storage,
+             providers: dict[str, tuple[str, Provider]] | None = None) -> list[Kernel]:
+    """Kernels of one op. ``providers`` maps op kinds (or op names) to an extension's
+    ``(extension id, lowering function)``; the default is the built-in lowering."""
+    if providers:
+        hit = providers.get(op.name) or providers.get(op.kind)
+        if hit is not None:
+            ext, fn = hit
+            return [_with_provider(kern, ext) for kern in fn(op, graph, spec, storage)]
+    return _builtin(op, graph, spec, storage)
+
+
+def _with_provider(k: Kernel, ext: str) -> Kernel:
+    from dataclasses import replace
+
+    return replace(k, provider=ext)
+
+
+def lower(graph: Graph, spec: DeviceSpec,
+          providers: dict[str, tuple[str, Provider]] | None = None
+          ) -> list[tuple[Op, list[Kernel]]]:
+    """Every op of ``graph`` with its kernels, in execution order."""
+    st = _Storage(graph)
+    return [(op, lower_op(op, graph, spec, st, providers)) for op in graph.ops]

@@ -1,0 +1,354 @@
+"""The runtime: open a device, run a workload on it, get a :class:`RunResult`.
+
+``wia_hw.open_device(spec, overrides=...)`` gives a :class:`Context` (the seed's
+``ctx``): one emulated device that keeps its state (time, caches, temperature)
+between runs. ``ctx.run(workload, ...)`` builds or imports the workload graph, lowers
+it to kernels, executes them on the emulator and reports; ``wia_hw.run(...)`` does the
+same on a fresh context.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .emulator.config import ClusterSpec, DeviceSpec
+from .emulator.counters import Counters
+from .emulator.device import Device, KernelRecord, TraceEvent
+from .emulator.errors import SpecError, WorkloadError
+from .emulator.functional import evaluate, random_input
+from .graph import Graph
+from .lowering import Provider, lower
+from .spec import DEFAULT_DEVICE, load_spec
+
+__all__ = ["Context", "open_device", "run", "RunResult", "OpTime", "KernelTime",
+           "resolve_workload", "MODES", "JSON_SCHEMA_VERSION"]
+
+MODES = ("timing", "functional")
+JSON_SCHEMA_VERSION = 1
+#: Above this many MACs in one op, functional mode refuses (it is for small sizes).
+FUNCTIONAL_MAC_LIMIT = 2_000_000_000
+
+
+@dataclass(frozen=True)
+class OpTime:
+    """One row of the seed's section 8.7 breakdown: a group of ops, its time and share."""
+
+    name: str
+    time_ms: float
+    pct: float
+    flops: int = 0
+    count: int = 0
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """One kernel of a run: where it ran, how long, and its counters."""
+
+    name: str
+    op: str
+    group: str
+    kind: str
+    provider: str
+    precision: str
+    start_ms: float
+    time_ms: float
+    cycles: int
+    flops: int
+    macs: int
+    tiles: int
+    cores_used: int
+    compute_utilization: float      # percent of the precision's peak
+    counters: Counters
+    record: KernelRecord = field(repr=False, compare=False)
+
+
+@dataclass
+class RunResult:
+    """The outcome of one run. Times in ms, utilisation in percent, counters raw."""
+
+    workload: str
+    device: str
+    precision: str
+    mode: str
+    seed: int
+    params: dict[str, Any]
+    sequences: int
+    latency_ms: float
+    throughput: float               # sequences (samples) per second
+    cycles: int
+    clock_ghz: float
+    flops: int
+    peak_tflops: float
+    compute_utilization: float      # percent of peak over the whole run
+    ops: list[OpTime]               # the seed's 8.7 breakdown, by op group
+    op_times: list[OpTime]          # every graph op
+    kernels: list[KernelTime]
+    counters: Counters
+    energy_j: float
+    avg_power_w: float
+    peak_temperature_c: float
+    roofline_floor_ms: float
+    outputs: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    trace: list[TraceEvent] | None = field(default=None, repr=False)
+
+    @property
+    def achieved_tflops(self) -> float:
+        return self.flops / (self.latency_ms * 1e-3) / 1e12 if self.latency_ms else 0.0
+
+    @property
+    def memory_bandwidth_gbs(self) -> float:
+        """Average HBM bandwidth over the run."""
+        return self.counters.bytes["hbm"] / (self.latency_ms * 1e-3) / 1e9 \
+            if self.latency_ms else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (schema ``wia-hw.run/1``): plain types only."""
+        return {
+            "schema": f"wia-hw.run/{JSON_SCHEMA_VERSION}",
+            "workload": self.workload, "device": self.device, "precision": self.precision,
+            "mode": self.mode, "seed": self.seed, "params": self.params,
+            "sequences": self.sequences, "latency_ms": self.latency_ms,
+            "throughput": self.throughput, "cycles": self.cycles,
+            "clock_ghz": self.clock_ghz, "flops": self.flops,
+            "peak_tflops": self.peak_tflops, "achieved_tflops": self.achieved_tflops,
+            "compute_utilization": self.compute_utilization,
+            "memory_bandwidth_gbs": self.memory_bandwidth_gbs,
+            "roofline_floor_ms": self.roofline_floor_ms,
+            "energy_j": self.energy_j, "avg_power_w": self.avg_power_w,
+            "peak_temperature_c": self.peak_temperature_c,
+            "ops": [vars(o) for o in self.ops],
+            "op_times": [vars(o) for o in self.op_times],
+            "kernels": [{k: (v.to_dict() if isinstance(v, Counters) else v)
+                         for k, v in vars(kt).items() if k != "record"}
+                        for kt in self.kernels],
+            "counters": self.counters.to_dict(),
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=True)
+
+
+def resolve_workload(workload: str | os.PathLike[str] | Graph, **kwargs: Any) -> Graph:
+    """A graph from a builder name (``"bert-large"``), an ``.onnx`` path, or a Graph."""
+    if isinstance(workload, Graph):
+        unused = {k: v for k, v in kwargs.items() if v is not None}
+        if unused:
+            raise WorkloadError(f"workload is a Graph: {', '.join(unused)} cannot be applied "
+                                "to it (build the graph with them instead)")
+        return workload
+    from . import workloads
+
+    text = os.fspath(workload)
+    if text.lower().endswith(".onnx"):
+        onnx_kw = {k: v for k, v in kwargs.items() if k in ("batch",) and v is not None}
+        return workloads.from_onnx(text, **onnx_kw)
+    return workloads.build(text, **{k: v for k, v in kwargs.items() if v is not None})
+
+
+class Context:
+    """One emulated device (the seed's ``ctx``). Keeps state between runs."""
+
+    def __init__(self, spec: DeviceSpec, *, seed: int = 0) -> None:
+        if isinstance(spec, ClusterSpec):
+            raise SpecError(f"{spec.name!r} is a cluster spec; a context opens one device "
+                            f"(its device is {spec.device.name!r})")
+        self.spec = spec
+        self.seed = seed
+        self.device = Device(spec)
+        self.providers: dict[str, tuple[str, Provider]] = {}
+        self.extensions: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"Context({self.spec.name!r}, now={self.device.now} cycles)"
+
+    def run(self, workload: str | os.PathLike[str] | Graph, *, batch: int | None = None,
+            seq: int | None = None, precision: str | None = None, mode: str = "timing",
+            seed: int | None = None, inputs: Mapping[str, np.ndarray] | None = None,
+            trace: bool = False, progress: Callable[[int, int, str], None] | None = None,
+            **workload_kwargs: Any) -> RunResult:
+        """Run a workload; see :func:`wia_hw.run` for the arguments."""
+        if mode not in MODES:
+            raise WorkloadError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        seed = self.seed if seed is None else seed
+        graph = resolve_workload(workload, batch=batch, seq=seq, precision=precision,
+                                 **workload_kwargs)
+        lowered = lower(graph, self.spec, self.providers)
+        dev = self.device
+        dev.trace = [] if trace else None
+        start = dev.now
+        before = dev.counters.copy()
+        records: list[tuple[str, str, KernelRecord]] = []
+        values: dict[str, np.ndarray] = {}
+        if mode == "functional":
+            values = self._functional_inputs(graph, seed, inputs)
+        op_cycles: dict[str, int] = {}
+        for idx, (op, kernels) in enumerate(lowered):
+            if progress is not None:
+                progress(idx, len(lowered), op.name)
+            t0 = dev.now
+            for rec in dev.execute(kernels):
+                records.append((op.name, op.group, rec))
+            op_cycles[op.name] = dev.now - t0
+            if mode == "functional":
+                self._functional_op(graph, op, kernels, values)
+        if progress is not None:
+            progress(len(lowered), len(lowered), "")
+        dev.flush()
+        total = dev.now - start
+        delta = dev.counters.delta(before)
+        result = self._report(graph, records, op_cycles, total, delta, mode, seed)
+        if mode == "functional":
+            outs = {o for op in graph.ops for o in op.outputs}
+            reads = {i for op in graph.ops for i in op.inputs}
+            result.outputs = {n: values[n] for n in graph.tensors if n in outs and n not in reads}
+        result.trace = dev.trace
+        dev.trace = None
+        return result
+
+    # -- functional mode -------------------------------------------------------------
+    def _functional_inputs(self, graph: Graph, seed: int,
+                           given: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(seed)
+        values: dict[str, np.ndarray] = {}
+        vocab: dict[str, int] = {}
+        for op in graph.ops:
+            if op.kind == "embedding":
+                vocab[op.inputs[0]] = graph.tensors[op.inputs[1]].shape[0]
+        for name, t in graph.tensors.items():
+            if t.kind not in ("input", "weight"):
+                continue
+            if given and name in given:
+                arr = np.asarray(given[name])
+                if tuple(arr.shape) != t.shape:
+                    raise WorkloadError(f"input {name!r}: shape {list(arr.shape)} given, the "
+                                        f"graph needs {list(t.shape)}")
+                values[name] = arr
+                continue
+            arr = random_input(rng, t.shape, t.dtype, vocab.get(name))
+            if t.kind == "weight" and t.dtype in ("fp32", "fp16", "bf16"):
+                fan_in = t.shape[0] if len(t.shape) == 2 else max(1, t.numel // t.shape[0])
+                arr = (arr / np.float32(math.sqrt(fan_in))).astype(arr.dtype)
+            values[name] = arr
+        unknown = set(given or {}) - set(values)
+        if unknown:
+            raise WorkloadError(f"inputs {sorted(unknown)} are not inputs or weights of "
+                                f"{graph.name!r}")
+        return values
+
+    def _functional_op(self, graph: Graph, op: Any, kernels: list[Any],
+                       values: dict[str, np.ndarray]) -> None:
+        from .graph import GEMM_KINDS, op_macs
+
+        if op.kind in GEMM_KINDS and op_macs(op, graph.shapes_of(op)[0]) > FUNCTIONAL_MAC_LIMIT:
+            raise WorkloadError(f"op {op.name!r}: too large for functional mode "
+                                f"(> {FUNCTIONAL_MAC_LIMIT:.0e} MACs); use mode='timing'")
+        tk = kernels[0].tiling.tk if kernels and hasattr(kernels[0], "tiling") else None
+        out = graph.tensors[op.outputs[0]]
+        values[op.outputs[0]] = evaluate(op.kind, op.attrs, [values[i] for i in op.inputs],
+                                         out.shape, out.dtype, tk, op.name)
+
+    # -- report ----------------------------------------------------------------------
+    def _report(self, graph: Graph, records: list[tuple[str, str, KernelRecord]],
+                op_cycles: dict[str, int], total: int, delta: Counters, mode: str,
+                seed: int) -> RunResult:
+        spec = self.spec
+        to_ms = spec.cycles_to_ms
+        precision = graph.params.get("precision") or _dominant_precision(records)
+        latency_ms = to_ms(total)
+        groups: dict[str, list[int]] = {}
+        flops_by_op: dict[str, int] = {}
+        for op in graph.ops:
+            flops_by_op[op.name] = graph.flops(op)
+            g = groups.setdefault(op.group, [0, 0, 0])
+            g[0] += op_cycles.get(op.name, 0)
+            g[1] += flops_by_op[op.name]
+            g[2] += 1
+        tail = total - sum(op_cycles.values())     # final write-back of results
+        if tail:
+            g = groups.setdefault("writeback", [0, 0, 0])
+            g[0] += tail
+
+        def pct(c: int) -> float:
+            return 100.0 * c / total if total else 0.0
+
+        ops = sorted((OpTime(n, to_ms(c), pct(c), f, cnt) for n, (c, f, cnt) in groups.items()),
+                     key=lambda o: (-o.time_ms, o.name))
+        op_times = [OpTime(op.name, to_ms(op_cycles.get(op.name, 0)),
+                           pct(op_cycles.get(op.name, 0)), flops_by_op[op.name], 1)
+                    for op in graph.ops]
+        kernels = []
+        for _opname, _group, r in records:
+            peak = float(spec.peak_macs_per_cycle(r.precision)) * 2 \
+                if spec.supports(r.precision) else 0.0
+            util = 100.0 * r.flops / (r.cycles * peak) if r.cycles and peak else 0.0
+            kernels.append(KernelTime(
+                name=r.name, op=r.op, group=r.group, kind=r.kind, provider=r.provider,
+                precision=r.precision, start_ms=to_ms(r.start_cycle - records[0][2].start_cycle),
+                time_ms=to_ms(r.cycles), cycles=r.cycles, flops=r.flops, macs=r.macs,
+                tiles=r.tiles, cores_used=r.cores_used, compute_utilization=util,
+                counters=r.counters, record=r))
+        flops = graph.flops()
+        prec_for_peak = precision if spec.supports(precision) else "fp16"
+        peak = spec.peak_flops(prec_for_peak) if spec.supports(prec_for_peak) else 0.0
+        floor_s = max(flops / peak if peak else 0.0,
+                      delta.bytes["hbm"] / (spec.peak_bandwidth_gbs * 1e9))
+        seconds = latency_ms * 1e-3
+        return RunResult(
+            workload=graph.name, device=spec.name, precision=precision, mode=mode, seed=seed,
+            params=dict(graph.params), sequences=graph.sequences, latency_ms=latency_ms,
+            throughput=graph.sequences / seconds if seconds else 0.0, cycles=total,
+            clock_ghz=spec.clock_ghz, flops=flops, peak_tflops=peak / 1e12,
+            compute_utilization=100.0 * flops / (peak * seconds) if peak and seconds else 0.0,
+            ops=ops, op_times=op_times, kernels=kernels, counters=delta,
+            energy_j=delta.energy_j, avg_power_w=delta.energy_j / seconds if seconds else 0.0,
+            peak_temperature_c=max([r.temperature_c for _, _, r in records]
+                                   + [self.device.thermal.temperature_c]),
+            roofline_floor_ms=floor_s * 1e3)
+
+
+def _dominant_precision(records: list[tuple[str, str, KernelRecord]]) -> str:
+    by: dict[str, int] = {}
+    for _, _, r in records:
+        if r.kind == "gemm":
+            by[r.precision] = by.get(r.precision, 0) + r.macs
+    return max(by, key=lambda p: by[p]) if by else "fp16"
+
+
+def open_device(spec: str | os.PathLike[str] | DeviceSpec = DEFAULT_DEVICE, *,
+                overrides: Mapping[str, Any] | None = None, seed: int = 0) -> Context:
+    """Open an emulated device: a built-in spec name, a YAML path, or a DeviceSpec.
+
+    ``overrides`` maps dotted spec fields to values (``{"compute.array.rows": 64}``),
+    validated like the file.
+    """
+    loaded = load_spec(Path(spec) if isinstance(spec, os.PathLike) else spec, overrides)
+    return Context(loaded, seed=seed)  # type: ignore[arg-type]
+
+
+def run(workload: str | os.PathLike[str] | Graph, *,
+        device: str | os.PathLike[str] | DeviceSpec = DEFAULT_DEVICE,
+        overrides: Mapping[str, Any] | None = None, batch: int | None = None,
+        seq: int | None = None, precision: str | None = None, mode: str = "timing",
+        seed: int = 0, **kwargs: Any) -> RunResult:
+    """Run ``workload`` on a fresh ``device``.
+
+    ``workload`` is a builder name (``bert-large``, ``bert-base``, ``gpt2``,
+    ``resnet50``, ``gemm``), a path to an ``.onnx`` file, or a :class:`Graph`.
+    ``batch``, ``seq``, ``precision`` and other keyword arguments go to the builder.
+    ``mode="timing"`` needs only shapes; ``mode="functional"`` also computes values
+    (small sizes). ``seed`` fixes every random choice: same inputs and seed, same
+    report byte for byte.
+    """
+    ctx = open_device(device, overrides=overrides, seed=seed)
+    return ctx.run(workload, batch=batch, seq=seq, precision=precision, mode=mode, **kwargs)
+
+
+
