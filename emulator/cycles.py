@@ -12,12 +12,15 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from .counters import Counter
+
 __all__ = [
     "DATAFLOWS",
     "systolic_tile_cycles",
     "systolic_steps",
     "vector_op_cycles",
     "transfer_cycles",
+    "systolic_tile_counters",
 ]
 
 #: The two dataflows of the systolic array.
@@ -115,3 +118,35 @@ def transfer_cycles(nbytes: int, bytes_per_cycle: Fraction, latency_cycles: int 
         return 0
     bpc = Fraction(bytes_per_cycle)
     return latency_cycles + int(-(-Fraction(nbytes) // bpc))
+
+
+def systolic_tile_counters(dataflow: str, rows: int, cols: int, depth: int,
+                           stall_cycles: int = 0) -> dict[Counter, int]:
+    """Hardware counters of one systolic-array tile, as the RTL counter block reads them.
+
+    Keys are the counter identities of the RTL's register map
+    (``wia_hw.rtl.perf_counters.REGISTER_MAP``):
+
+    - ``Counter.CYCLES``: cycles the tile is in flight,
+      ``systolic_tile_cycles(...) + stall_cycles``;
+    - ``Counter.BUSY_CYCLES``: cycles in which at least one PE performs a MAC,
+      ``depth + rows + cols - 2``: PE ``(i, j)`` works on step ``k`` in cycle
+      ``offset + i + j + k`` (``offset`` is 0 for ``os``, ``rows`` for ``ws``, the weight
+      load), so MACs span ``k = 0`` at PE ``(0, 0)`` to ``k = depth - 1`` at
+      PE ``(rows-1, cols-1)`` without a gap; stalled cycles perform no MAC;
+    - ``Counter.MACS``: ``rows * cols * depth`` (every PE does one MAC per step; a tile
+      that uses part of the array is padded, as in :func:`systolic_tile_cycles`);
+    - ``Counter.STALL_CYCLES``: ``stall_cycles``, cycles the tile was held because its
+      operand stream was not ready (the RTL's ``stall`` input).
+    """
+    if isinstance(stall_cycles, bool) or not isinstance(stall_cycles, int):
+        raise TypeError(f"stall_cycles must be an integer, got {stall_cycles!r}")
+    if stall_cycles < 0:
+        raise ValueError(f"stall_cycles must be >= 0, got {stall_cycles}")
+    cycles = systolic_tile_cycles(dataflow, rows, cols, depth)
+    return {
+        Counter.CYCLES: cycles + stall_cycles,
+        Counter.BUSY_CYCLES: depth + rows + cols - 2,
+        Counter.MACS: rows * cols * depth,
+        Counter.STALL_CYCLES: stall_cycles,
+    }
