@@ -46,7 +46,7 @@ def random_input(rng: np.random.Generator, shape: Sequence[int], dtype: str,
         return rng.integers(-128, 128, size=tuple(shape)).astype(np.int8)
     if dtype in ("int32", "int64"):
         return rng.integers(-1000, 1000, size=tuple(shape)).astype(_NP[dtype])
-    return cast_to(rng.standard_normal(tuple(shape)).astype(np.float32), dtype)
+    return cast_to(rng.standard_normal(tuple(shape), dtype=np.float32), dtype)
 
 
 def _erf(x: np.ndarray) -> np.ndarray:

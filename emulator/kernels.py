@@ -140,7 +140,16 @@ class VectorKernel(_KernelBase):
 
     @property
     def compulsory_bytes(self) -> int:
-        return sum(r.nbytes for r in self.inputs + self.outputs)
+        """Bytes read and written at least once; a gather reads only the table rows its
+        ``rows`` lookups touch."""
+        refs = list(self.inputs + self.outputs)
+        total = 0
+        for i, r in enumerate(refs):
+            if self.vclass == "gather" and i == len(self.inputs) - 1:
+                total += min(self.rows, r.rows) * r.cols * r.elem_bytes
+            else:
+                total += r.nbytes
+        return total
 
 
 Kernel = GemmKernel | VectorKernel

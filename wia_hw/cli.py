@@ -92,7 +92,7 @@ def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
     console.print(f"[bold]{r.workload}[/bold] ({shape}) on [bold]{r.device}[/bold], "
                   f"{r.precision}, {r.mode} mode")
     t = Table(title="Operation Breakdown", title_justify="left")
-    t.add_column("operation")
+    t.add_column("operation", no_wrap=True)
     t.add_column("time (ms)", justify="right")
     t.add_column("%", justify="right")
     t.add_column("GFLOP", justify="right")
@@ -134,7 +134,8 @@ def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
     if top_kernels and r.kernels:
         kt = Table(title=f"Top {top_kernels} kernels", title_justify="left")
         for col in ("kernel", "provider", "ms", "util %", "tiles"):
-            kt.add_column(col, justify="left" if col in ("kernel", "provider") else "right")
+            kt.add_column(col, justify="left" if col in ("kernel", "provider") else "right",
+                          no_wrap=True)
         for k in sorted(r.kernels, key=lambda k: -k.cycles)[:top_kernels]:
             kt.add_row(k.name, k.provider, f"{k.time_ms:.3f}", f"{k.compute_utilization:.1f}",
                        str(k.tiles))
@@ -212,8 +213,9 @@ def specs_group() -> None:
 def specs_list() -> None:
     """The built-in specs with their peak figures."""
     t = Table()
-    for col in ("name", "kind", "FP16 TFLOPS", "INT8 TOPS", "HBM GB/s", "description"):
-        t.add_column(col)
+    for col in ("name", "kind", "FP16 TFLOPS", "INT8 TOPS", "HBM GB/s"):
+        t.add_column(col, no_wrap=True)
+    t.add_column("description")
     for name in list_specs():
         s = load_spec(name)
         d = s.device if isinstance(s, ClusterSpec) else s

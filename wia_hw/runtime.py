@@ -10,7 +10,6 @@ same on a fresh context.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from ._functional import FunctionalExecutor
 from .emulator.config import ClusterSpec, DeviceSpec
 from .emulator.counters import Counters
 from .emulator.device import Device, KernelRecord, TraceEvent
 from .emulator.errors import SpecError, WorkloadError
-from .emulator.functional import evaluate, random_input
 from .graph import Graph
 from .lowering import Provider, lower
 from .spec import DEFAULT_DEVICE, load_spec
@@ -33,8 +32,6 @@ __all__ = ["Context", "open_device", "run", "RunResult", "OpTime", "KernelTime",
 
 MODES = ("timing", "functional")
 JSON_SCHEMA_VERSION = 1
-#: Above this many MACs in one op, functional mode refuses (it is for small sizes).
-FUNCTIONAL_MAC_LIMIT = 2_000_000_000
 
 
 @dataclass(frozen=True)
@@ -186,9 +183,7 @@ class Context:
         start = dev.now
         before = dev.counters.copy()
         records: list[tuple[str, str, KernelRecord]] = []
-        values: dict[str, np.ndarray] = {}
-        if mode == "functional":
-            values = self._functional_inputs(graph, seed, inputs)
+        fx = FunctionalExecutor(graph, seed, inputs) if mode == "functional" else None
         op_cycles: dict[str, int] = {}
         for idx, (op, kernels) in enumerate(lowered):
             if progress is not None:
@@ -197,63 +192,20 @@ class Context:
             for rec in dev.execute(kernels):
                 records.append((op.name, op.group, rec))
             op_cycles[op.name] = dev.now - t0
-            if mode == "functional":
-                self._functional_op(graph, op, kernels, values)
+            if fx is not None:
+                tiling = getattr(kernels[0], "tiling", None) if kernels else None
+                fx.step(op, tiling.tk if tiling is not None else None)
         if progress is not None:
             progress(len(lowered), len(lowered), "")
         dev.flush()
         total = dev.now - start
         delta = dev.counters.delta(before)
         result = self._report(graph, records, op_cycles, total, delta, mode, seed)
-        if mode == "functional":
-            outs = {o for op in graph.ops for o in op.outputs}
-            reads = {i for op in graph.ops for i in op.inputs}
-            result.outputs = {n: values[n] for n in graph.tensors if n in outs and n not in reads}
+        if fx is not None:
+            result.outputs = fx.outputs()
         result.trace = dev.trace
         dev.trace = None
         return result
-
-    # -- functional mode -------------------------------------------------------------
-    def _functional_inputs(self, graph: Graph, seed: int,
-                           given: Mapping[str, np.ndarray] | None) -> dict[str, np.ndarray]:
-        rng = np.random.default_rng(seed)
-        values: dict[str, np.ndarray] = {}
-        vocab: dict[str, int] = {}
-        for op in graph.ops:
-            if op.kind == "embedding":
-                vocab[op.inputs[0]] = graph.tensors[op.inputs[1]].shape[0]
-        for name, t in graph.tensors.items():
-            if t.kind not in ("input", "weight"):
-                continue
-            if given and name in given:
-                arr = np.asarray(given[name])
-                if tuple(arr.shape) != t.shape:
-                    raise WorkloadError(f"input {name!r}: shape {list(arr.shape)} given, the "
-                                        f"graph needs {list(t.shape)}")
-                values[name] = arr
-                continue
-            arr = random_input(rng, t.shape, t.dtype, vocab.get(name))
-            if t.kind == "weight" and t.dtype in ("fp32", "fp16", "bf16"):
-                fan_in = t.shape[0] if len(t.shape) == 2 else max(1, t.numel // t.shape[0])
-                arr = (arr / np.float32(math.sqrt(fan_in))).astype(arr.dtype)
-            values[name] = arr
-        unknown = set(given or {}) - set(values)
-        if unknown:
-            raise WorkloadError(f"inputs {sorted(unknown)} are not inputs or weights of "
-                                f"{graph.name!r}")
-        return values
-
-    def _functional_op(self, graph: Graph, op: Any, kernels: list[Any],
-                       values: dict[str, np.ndarray]) -> None:
-        from .graph import GEMM_KINDS, op_macs
-
-        if op.kind in GEMM_KINDS and op_macs(op, graph.shapes_of(op)[0]) > FUNCTIONAL_MAC_LIMIT:
-            raise WorkloadError(f"op {op.name!r}: too large for functional mode "
-                                f"(> {FUNCTIONAL_MAC_LIMIT:.0e} MACs); use mode='timing'")
-        tk = kernels[0].tiling.tk if kernels and hasattr(kernels[0], "tiling") else None
-        out = graph.tensors[op.outputs[0]]
-        values[op.outputs[0]] = evaluate(op.kind, op.attrs, [values[i] for i in op.inputs],
-                                         out.shape, out.dtype, tk, op.name)
 
     # -- report ----------------------------------------------------------------------
     def _report(self, graph: Graph, records: list[tuple[str, str, KernelRecord]],

@@ -1,0 +1,172 @@
+"""Device-level properties of the emulator, through the runtime (the issue's Must hold)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+import wia_hw
+from wia_hw.emulator.cycles import systolic_steps, systolic_tile_cycles
+from wia_hw.workloads import build, gemm
+
+
+def _floor_cycles(spec, rec):
+    """Roofline floor of one kernel in cycles: FLOPs at peak, HBM bytes at bandwidth."""
+    compute = rec.flops / float(2 * spec.peak_macs_per_cycle(rec.precision)) \
+        if rec.kind == "gemm" else 0.0
+    memory = rec.counters.bytes["hbm"] / float(spec.bytes_per_cycle(spec.peak_bandwidth_gbs))
+    return max(compute, memory)
+
+
+@pytest.mark.parametrize("workload,kw", [
+    ("bert-large", dict(batch=32, seq=128)),
+    ("bert-base", dict(batch=4, seq=64, precision="int8")),
+    ("gpt2", dict(batch=2, seq=128)),
+    ("gpt2", dict(batch=2, phase="decode", kv_len=300)),
+    ("resnet50", dict(batch=2)),
+])
+def test_no_kernel_beats_its_roofline_floor(workload, kw):
+    ctx = wia_hw.open_device("wia-npu")
+    r = ctx.run(workload, **kw)
+    for k in r.kernels:
+        assert k.cycles >= _floor_cycles(ctx.spec, k.record), k.name
+    # the whole run: not faster than the graph's FLOPs at peak
+    g = build(workload, **kw)
+    assert r.latency_ms >= g.flops() / ctx.spec.peak_flops(r.precision) * 1e3 * 0.999
+    assert r.roofline_floor_ms <= r.latency_ms
+
+
+def test_bert_large_floor_derived_from_graph_flops():
+    r = wia_hw.run("bert-large", batch=32, seq=128, device="wia-npu")
+    g = build("bert-large", batch=32, seq=128)
+    floor_ms = g.flops() / load_peak("wia-npu") * 1e3      # ~19.7 ms for 2.53 TFLOP
+    assert r.latency_ms >= floor_ms
+    assert r.flops == g.flops()
+    assert [o.name for o in r.ops][:1] in (["feed_forward"], ["multi_head_attention"])
+    names = {o.name for o in r.ops}
+    assert {"multi_head_attention", "layer_norm", "feed_forward", "embedding", "output"} <= names
+    assert sum(o.time_ms for o in r.ops) == pytest.approx(r.latency_ms)
+    assert sum(o.pct for o in r.ops) == pytest.approx(100.0)
+    assert r.throughput == pytest.approx(32 / (r.latency_ms / 1e3))
+
+
+def load_peak(name: str) -> float:
+    return wia_hw.load_spec(name).peak_flops("fp16")
+
+
+def test_large_gemm_reaches_85_percent_of_peak():
+    r = wia_hw.run(gemm(4096, 4096, 4096), device="wia-npu")
+    assert r.compute_utilization >= 85.0
+    assert r.compute_utilization <= 100.0
+
+
+def test_mapping_loss_for_dims_not_multiple_of_the_array():
+    """4032 = 31.5 x 128: the same passes as 4096, so the same time, 3% fewer FLOPs
+    per dimension."""
+    full = wia_hw.run(gemm(4096, 4096, 4096))
+    part = wia_hw.run(gemm(4032, 4032, 4096))
+    expected = (4032 / 4096) ** 2
+    assert part.cycles == pytest.approx(full.cycles, rel=0.02)
+    assert part.compute_utilization / full.compute_utilization == pytest.approx(expected,
+                                                                               rel=0.02)
+
+
+@pytest.mark.parametrize("dataflow", ["os", "ws"])
+def test_one_tile_takes_the_cycle_function(dataflow):
+    rng = random.Random(11 if dataflow == "os" else 12)
+    for _ in range(8):
+        rows, cols = rng.choice([4, 8, 16, 32]), rng.choice([4, 8, 16, 32])
+        k = rng.randint(1, rows if dataflow == "ws" else 200)
+        m = rows if dataflow == "os" else rng.randint(1, 200)
+        ctx = wia_hw.open_device("wia-npu", overrides={
+            "compute.array.rows": rows, "compute.array.cols": cols,
+            "compute.array.dataflow": dataflow, "compute.cores": 1})
+        r = ctx.run(gemm(m, cols, k), trace=True)
+        (kern,) = r.kernels
+        assert kern.tiles == 1
+        depth = k if dataflow == "os" else m
+        expected = systolic_tile_cycles(dataflow, rows, cols, systolic_steps(depth, 1))
+        computes = [e for e in r.trace if e.kind == "compute"]
+        assert len(computes) == 1
+        assert computes[0].end - computes[0].start == expected
+        assert kern.counters.busy_cycles == expected
+        assert kern.cycles >= expected
+
+
+def test_counter_invariants():
+    r = wia_hw.run(gemm(1000, 700, 300))
+    c = r.counters
+    assert c.flops == 2 * c.macs == 2 * 1000 * 700 * 300
+    assert c.array_flops == 2 * c.macs
+    assert c.cache_misses == c.misses["l1"] + c.misses["l2"]
+    assert c.accesses("l2") == c.misses["l1"]      # every L1 miss goes to L2
+    for lvl in ("l1", "l2"):
+        assert c.hits[lvl] + c.misses[lvl] == c.accesses(lvl) > 0
+    assert c.macs_by_precision["fp16"] == c.macs
+    assert c.energy_pj > 0 and c.instructions > 0 and c.branches >= c.branch_mispredicts
+
+
+def test_bytes_at_least_compulsory_traffic():
+    g = build("bert-base", batch=2, seq=64)
+    r = wia_hw.run(g)
+    c = r.counters
+    # cold caches: every weight and input crosses HBM at least once, and the final
+    # outputs are written back
+    tables = {op.inputs[1]: math.prod(g.tensors[op.inputs[0]].shape) for op in g.ops
+              if op.kind == "embedding"}
+    compulsory = 0
+    for name, t in g.tensors.items():
+        if t.kind not in ("weight", "input"):
+            continue
+        if name in tables:        # a lookup reads only the rows it touches
+            compulsory += min(tables[name], t.shape[0]) * t.nbytes // t.shape[0]
+        else:
+            compulsory += t.nbytes
+    assert c.bytes["hbm"] >= compulsory
+    for k in r.kernels:
+        assert k.counters.bytes["l1"] >= k.record.compulsory_bytes * 0.999, k.name
+
+
+def test_energy_positive_and_grows_with_work():
+    small = wia_hw.run(gemm(512, 512, 512))
+    big = wia_hw.run(gemm(1024, 1024, 1024))
+    assert 0 < small.energy_j < big.energy_j
+    assert big.avg_power_w > 0
+
+
+def test_same_inputs_and_seed_give_identical_json():
+    a = wia_hw.run("gpt2", batch=2, seq=64, seed=3).to_json()
+    b = wia_hw.run("gpt2", batch=2, seq=64, seed=3).to_json()
+    assert a == b
+
+
+def test_context_keeps_state_between_runs():
+    ctx = wia_hw.open_device("wia-npu")
+    cold = ctx.run(gemm(512, 512, 512))
+    warm = ctx.run(gemm(512, 512, 512))
+    assert warm.counters.bytes["hbm"] < cold.counters.bytes["hbm"]   # weights in L2
+    assert ctx.device.now == cold.cycles + warm.cycles
+
+
+def test_thermal_throttling_shows_as_thermal_stall():
+    hot = wia_hw.run(gemm(2048, 2048, 2048), overrides={"thermal.initial_c": 150.0})
+    cool = wia_hw.run(gemm(2048, 2048, 2048))
+    assert hot.counters.stall_cycles["thermal"] > 0
+    assert cool.counters.stall_cycles["thermal"] == 0
+    assert hot.cycles > cool.cycles
+
+
+def test_tiling_changes_cache_behaviour():
+    """A smaller L1 forces smaller tiles: more passes over the operands, more L2 traffic."""
+    big = wia_hw.run(gemm(2048, 2048, 2048))
+    small = wia_hw.run(gemm(2048, 2048, 2048), overrides={"memory.l1.size_kib": 2048})
+    assert small.counters.bytes["l2"] > big.counters.bytes["l2"]
+    assert small.counters.accesses("l1") != big.counters.accesses("l1")
+
+
+def test_edge_device_runs_int8():
+    r = wia_hw.run("gpt2", device="wia-edge", precision="int8", batch=1, seq=32)
+    assert r.precision == "int8" and r.counters.macs_by_precision["int8"] > 0
+    assert r.latency_ms > 0 and math.isfinite(r.throughput)

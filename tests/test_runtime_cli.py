@@ -1,0 +1,159 @@
+"""The user-facing surface: wia_hw.run, open_device, RunResult, the wia-hw CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+import wia_hw
+from wia_hw import WorkloadError
+from wia_hw.cli import cli
+from wia_hw.graph import Graph, Op, Tensor
+from wia_hw.workloads import gemm
+
+
+def test_issue_python_example():
+    r = wia_hw.run("bert-large", batch=32, seq=128, device="wia-npu")
+    assert r.latency_ms > 0 and r.throughput > 0
+    assert {o.name for o in r.ops} >= {"multi_head_attention", "layer_norm", "feed_forward",
+                                       "embedding", "output"}
+    c = r.counters
+    assert c.cycles == r.cycles and c.instructions > 0 and c.cache_misses > 0 and c.flops > 0
+    ctx = wia_hw.open_device("wia-npu", overrides={"compute.array.rows": 64})
+    r2 = ctx.run("gpt2", batch=4, seq=256)
+    assert r2.device == "wia-npu" and r2.params["batch"] == 4
+    # a smaller array: half the peak
+    assert r2.peak_tflops == pytest.approx(64.0)
+
+
+def test_run_result_json_roundtrip_and_schema():
+    r = wia_hw.run(gemm(256, 256, 256))
+    d = json.loads(r.to_json())
+    assert d["schema"] == "wia-hw.run/1"
+    assert d["latency_ms"] == r.latency_ms
+    assert d["counters"]["cycles"] == r.cycles
+    assert len(d["kernels"]) == len(r.kernels)
+    assert sum(k["cycles"] for k in d["kernels"]) <= d["cycles"]
+
+
+def test_kernel_times_partition_the_run():
+    r = wia_hw.run("bert-base", batch=2, seq=64)
+    assert sum(k.cycles for k in r.kernels) + _tail(r) == r.cycles
+    for k in r.kernels:
+        assert 0 <= k.compute_utilization <= 100.0
+
+
+def _tail(r):
+    return r.cycles - sum(k.cycles for k in r.kernels)
+
+
+# -- bad input: one line, naming what is wrong ----------------------------------------
+def test_unknown_workload():
+    with pytest.raises(WorkloadError, match=r"unknown workload 'bert-huge'") as ei:
+        wia_hw.run("bert-huge")
+    assert "\n" not in str(ei.value)
+
+
+def test_mismatched_shapes_in_a_user_graph():
+    ts = [Tensor("x", (4, 8), "fp16", "input"), Tensor("w", (9, 16), "fp16", "weight"),
+          Tensor("y", (4, 16), "fp16")]
+    with pytest.raises(WorkloadError, match=r"op 'mm' \(linear\): input \[4, 8\] does not "
+                                            r"match weight \[9, 16\]"):
+        Graph("mine", ts, [Op("mm", "linear", ("x", "w"), ("y",))])
+
+
+def test_missing_onnx_file(tmp_path):
+    with pytest.raises(WorkloadError, match=r"absent\.onnx"):
+        wia_hw.run(str(tmp_path / "absent.onnx"))
+
+
+def test_unsupported_precision_on_device():
+    with pytest.raises(WorkloadError, match=r"device 'wia-edge' has no fp32 support"):
+        wia_hw.run(gemm(64, 64, 64, precision="fp32"), device="wia-edge")
+
+
+def test_graph_with_builder_args_is_refused():
+    with pytest.raises(WorkloadError, match=r"workload is a Graph: batch cannot be applied"):
+        wia_hw.run(gemm(8, 8, 8), batch=4)
+
+
+# -- CLI --------------------------------------------------------------------------------
+def _cli(*args):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_cli_run_prints_the_breakdown_and_counters():
+    res = _cli("run", "bert-base", "--batch", "2", "--seq", "64")
+    assert res.exit_code == 0, res.output
+    for text in ("Operation Breakdown", "multi_head_attention", "feed_forward", "Latency:",
+                 "Throughput:", "TFLOPS", "Hardware counters", "branch_mispredicts",
+                 "cache_misses"):
+        assert text in res.output
+
+
+def test_cli_json_output_file(tmp_path):
+    out = tmp_path / "run.json"
+    res = _cli("run", "gpt2", "--device", "wia-edge", "--precision", "int8", "--seq", "32",
+               "--json", "-o", str(out))
+    assert res.exit_code == 0, res.output
+    d = json.loads(out.read_text())
+    assert d["device"] == "wia-edge" and d["precision"] == "int8"
+    res = _cli("run", "gemm", "-a", "M=128", "-a", "N=128", "-a", "K=128", "--json")
+    assert json.loads(res.output)["flops"] == 2 * 128**3
+
+
+def test_cli_overrides_and_specs():
+    res = _cli("run", "gemm", "-a", "M=256", "-a", "N=256", "-a", "K=256",
+               "--set", "compute.array.rows=64", "--set", "memory.hbm.bandwidth_gbs=900",
+               "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["peak_tflops"] == pytest.approx(64.0)
+    res = _cli("specs", "list")
+    assert res.exit_code == 0 and "wia-npu" in res.output and "wia-cluster-8" in res.output
+    res = _cli("specs", "show", "wia-npu")
+    assert res.exit_code == 0 and "peak fp16: 128.00 TFLOPS" in res.output
+
+
+@pytest.mark.parametrize("args,message", [
+    (["run", "bert-huge"], "unknown workload 'bert-huge'"),
+    (["run", "missing.onnx"], "no such ONNX file: missing.onnx"),
+    (["run", "gemm", "-a", "M=64", "-a", "N=64", "-a", "K=64", "--set",
+      "compute.array.rows=-4"], "override: compute.array.rows: must be a positive integer"),
+    (["run", "gemm", "-a", "M=64", "-a", "N=64", "-a", "K=64", "--set",
+      "compute.array.dataflow=zigzag"], "must be one of os, ws, got 'zigzag'"),
+    (["run", "bert-base", "--device", "nope"], "unknown device spec 'nope'"),
+    (["specs", "validate", "nope.yaml"], "nope.yaml: no such spec file"),
+])
+def test_cli_bad_input_exits_2_with_one_line(args, message):
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 2, res.output
+    err = res.stderr if hasattr(res, "stderr") else res.output
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and message in lines[0], err
+    assert "Traceback" not in res.output
+
+
+def test_cli_validate_reports_file_and_line(tmp_path):
+    p = tmp_path / "my-npu.yaml"
+    from wia_hw.spec import spec_path
+
+    p.write_text(spec_path("wia-npu").read_text().replace("rows: 128", "rows: -4"))
+    res = CliRunner().invoke(cli, ["specs", "validate", str(p)])
+    assert res.exit_code == 2
+    assert f"{p}:" in res.stderr and "compute.array.rows: must be a positive integer, got -4" \
+        in res.stderr
+    good = tmp_path / "ok.yaml"
+    good.write_text(spec_path("wia-edge").read_text())
+    res = CliRunner().invoke(cli, ["specs", "validate", str(good)])
+    assert res.exit_code == 0 and "ok" in res.output
+
+
+def test_console_script_is_installed():
+    res = subprocess.run([sys.executable, "-m", "wia_hw.cli", "specs", "list"],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    assert "wia-npu" in res.stdout

@@ -1,0 +1,150 @@
+"""Device specs: loading, validation with file:line:field errors, overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import wia_hw
+from wia_hw import SpecError
+from wia_hw.emulator.config import ClusterSpec, DeviceSpec
+from wia_hw.spec import list_specs, load_spec, parse_override, spec_path
+
+NPU = spec_path("wia-npu")
+
+
+def _variant(tmp_path: Path, old: str, new: str) -> Path:
+    text = NPU.read_text()
+    assert old in text
+    p = tmp_path / "x.yaml"
+    p.write_text(text.replace(old, new, 1))
+    return p
+
+
+def _line_of(path: Path, needle: str) -> int:
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if needle in line:
+            return i
+    raise AssertionError(needle)
+
+
+def test_builtin_specs_load_and_validate():
+    assert {"wia-npu", "wia-edge", "wia-cluster-8"} <= set(list_specs())
+    for name in list_specs():
+        assert load_spec(name).name == name
+
+
+def test_wia_npu_is_the_seed_case_study_device():
+    s = load_spec("wia-npu")
+    a = s.compute.array
+    # the comment's derivation: cores x rows x cols x MACs/PE/cycle x 2 x clock
+    fp16 = s.compute.cores * a.rows * a.cols * a.macs_per_pe_cycle["fp16"] * 2 * s.clock_hz
+    assert s.peak_flops("fp16") == pytest.approx(fp16)
+    assert s.peak_flops("fp16") == pytest.approx(128e12, rel=1e-12)
+    assert s.peak_flops("int8") == pytest.approx(2 * s.peak_flops("fp16"))
+    assert s.peak_bandwidth_gbs == 600
+
+
+def test_cluster_spec_resolves_its_device():
+    c = load_spec("wia-cluster-8")
+    assert isinstance(c, ClusterSpec)
+    assert c.devices == 8 and isinstance(c.device, DeviceSpec) and c.device.name == "wia-npu"
+    c2 = load_spec("wia-cluster-8", {"device.compute.cores": 2})
+    assert c2.device.compute.cores == 2
+
+
+def test_overrides_apply_and_validate():
+    s = load_spec("wia-npu", {"compute.array.rows": 64, "memory.hbm.bandwidth_gbs": 900})
+    assert s.compute.array.rows == 64 and s.memory.hbm.bandwidth_gbs == 900
+    assert s.peak_flops("fp16") == pytest.approx(64e12)
+    with pytest.raises(SpecError, match=r"^override: compute\.array\.rows: must be a positive "
+                                        r"integer, got -4$"):
+        load_spec("wia-npu", {"compute.array.rows": -4})
+    with pytest.raises(SpecError, match=r"override path does not exist"):
+        load_spec("wia-npu", {"compute.nothing.rows": 1})
+
+
+def test_parse_override_reads_yaml_values():
+    assert parse_override("compute.array.rows=64") == ("compute.array.rows", 64)
+    assert parse_override("compute.array.dataflow=ws") == ("compute.array.dataflow", "ws")
+    assert parse_override("memory.hbm.bandwidth_gbs=900.5")[1] == 900.5
+    with pytest.raises(SpecError, match="must read PATH=VALUE"):
+        parse_override("compute.array.rows")
+
+
+@pytest.mark.parametrize("old,new,field,message", [
+    ("rows: 128", "rows: -4", "compute.array.rows", "must be a positive integer, got -4"),
+    ("rows: 128", "rows: 0", "compute.array.rows", "must be a positive integer, got 0"),
+    ("cols: 128", "cols: wide", "compute.array.cols", "must be an integer, got 'wide'"),
+    ("dataflow: os", "dataflow: diagonal", "compute.array.dataflow",
+     "must be one of os, ws, got 'diagonal'"),
+    ("  cores: 4", "  cores: 4\n  turbo: true", "compute.turbo", "unknown field"),
+    ("bandwidth_gbs: 600", "bandwidth_gbs: -1", "memory.hbm.bandwidth_gbs",
+     "must be a positive number, got -1"),
+    ("channels: 16", "channels: 0", "memory.hbm.channels", "must be a positive integer"),
+    ("clock_ghz: 0.9765625", "clock_ghz: 0", "clock_ghz", "must be a positive number"),
+    ("int8: 2}", "int8: 3}", "compute.array.macs_per_pe_cycle.int8", "must be one of"),
+    ("schema_version: 1", "schema_version: 7", "schema_version",
+     "unsupported schema_version 7"),
+    ("throttle_factor: 0.75", "throttle_factor: 1.5", "thermal.throttle_factor",
+     "must be in \\(0, 1\\]"),
+])
+def test_spec_errors_name_file_line_and_field(tmp_path, old, new, field, message):
+    p = _variant(tmp_path, old, new)
+    with pytest.raises(SpecError) as ei:
+        load_spec(p)
+    e = ei.value
+    assert e.field == field
+    assert e.file == str(p)
+    needle = new.split("\n")[-1].strip()
+    assert e.line == _line_of(p, needle)
+    assert str(e).startswith(f"{p}:{e.line}: {field}: ")
+    assert "\n" not in str(e)
+    import re
+
+    assert re.search(message, str(e))
+
+
+def test_missing_required_field(tmp_path):
+    p = _variant(tmp_path, "    rows: 128\n", "")
+    with pytest.raises(SpecError, match=r"compute\.array\.rows: missing required field"):
+        load_spec(p)
+
+
+def test_malformed_yaml_names_the_line(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("schema_version: 1\nname: [unclosed\nclock_ghz: 1\n")
+    with pytest.raises(SpecError, match=rf"^{p}:\d+: malformed YAML"):
+        load_spec(p)
+
+
+def test_not_a_mapping_and_missing_file(tmp_path):
+    p = tmp_path / "list.yaml"
+    p.write_text("- 1\n- 2\n")
+    with pytest.raises(SpecError, match="a spec must be a YAML mapping"):
+        load_spec(p)
+    with pytest.raises(SpecError, match="no such spec file"):
+        load_spec(tmp_path / "absent.yaml")
+    with pytest.raises(SpecError, match="unknown device spec 'nope'"):
+        load_spec("nope")
+
+
+def test_yaml_is_never_evaluated(tmp_path):
+    p = _variant(tmp_path, "name: wia-npu", "name: !!python/object/apply:os.system ['true']")
+    with pytest.raises(SpecError, match="malformed YAML"):
+        load_spec(p)
+
+
+def test_open_device_with_overrides_is_the_seed_ctx():
+    ctx = wia_hw.open_device("wia-npu", overrides={"compute.array.rows": 64})
+    assert ctx.spec.compute.array.rows == 64
+    with pytest.raises(SpecError, match="is a cluster spec"):
+        wia_hw.open_device("wia-cluster-8")
+
+
+def test_spec_roundtrip_through_mapping():
+    from wia_hw.emulator.config import to_mapping
+
+    s = load_spec("wia-edge")
+    assert load_spec(to_mapping(s)) == s

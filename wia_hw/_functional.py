@@ -1,0 +1,129 @@
+"""Functional mode: compute every tensor of a graph alongside the timing run.
+
+Values come from the golden models (:mod:`wia_hw.emulator.functional`). Inputs and
+weights not given by the user are drawn from a seeded generator (weights scaled by
+``1/sqrt(fan_in)``; token ids within the vocabulary).
+
+int8 graphs use dynamic per-tensor symmetric quantisation: a ``cast`` to int8 picks
+``scale = max|x| / 127``; random int8 weights carry ``scale = 1 / (127 sqrt(fan_in))``;
+an int8 x int8 GEMM accumulates exactly in int32 (bit-exact with the RTL) and its
+result carries the product of its operands' scales (an int8 result is requantised the
+same dynamic way); any float op dequantises its quantised inputs (``q * scale``) first. Data movement (reshape, slice, concat,
+transpose) keeps the integers and their scale.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .emulator.errors import WorkloadError
+from .emulator.functional import cast_to, evaluate, random_input
+from .graph import GEMM_KINDS, Graph, Op, op_macs
+
+__all__ = ["FunctionalExecutor", "FUNCTIONAL_MAC_LIMIT"]
+
+#: Above this many MACs in one op, functional mode refuses (it is for small sizes).
+FUNCTIONAL_MAC_LIMIT = 2_000_000_000
+_MOVES = ("reshape", "slice", "concat", "transpose", "identity")
+
+
+def _fan_in(shape: Sequence[int]) -> int:
+    return shape[0] if len(shape) == 2 else max(1, math.prod(shape) // shape[0])
+
+
+class FunctionalExecutor:
+    """Holds the values (and int8 scales) of a graph while its ops execute in order."""
+
+    def __init__(self, graph: Graph, seed: int,
+                 given: Mapping[str, np.ndarray] | None = None) -> None:
+        self.graph = graph
+        self.values: dict[str, np.ndarray] = {}
+        self.scales: dict[str, float] = {}
+        rng = np.random.default_rng(seed)
+        vocab = {op.inputs[0]: graph.tensors[op.inputs[1]].shape[0]
+                 for op in graph.ops if op.kind == "embedding"}
+        given = dict(given or {})
+        unknown = set(given) - {n for n, t in graph.tensors.items()
+                                if t.kind in ("input", "weight")}
+        if unknown:
+            raise WorkloadError(f"inputs {sorted(unknown)} are not inputs or weights of "
+                                f"{graph.name!r}")
+        for name, t in graph.tensors.items():
+            if t.kind not in ("input", "weight"):
+                continue
+            if name in given:
+                arr = np.asarray(given[name])
+                if tuple(arr.shape) != t.shape:
+                    raise WorkloadError(f"input {name!r}: shape {list(arr.shape)} given, the "
+                                        f"graph needs {list(t.shape)}")
+                self.values[name] = arr
+                continue
+            arr = random_input(rng, t.shape, t.dtype, vocab.get(name))
+            if t.kind == "weight" and t.dtype in ("fp32", "fp16", "bf16"):
+                arr = (arr / np.float32(math.sqrt(_fan_in(t.shape)))).astype(arr.dtype)
+            elif t.dtype == "int8":
+                fan = _fan_in(t.shape) if t.kind == "weight" else 1
+                self.scales[name] = 1.0 / (127.0 * math.sqrt(fan))
+            self.values[name] = arr
+
+    def _dequantised(self, name: str) -> np.ndarray:
+        v = self.values[name]
+        s = self.scales.get(name)
+        return v.astype(np.float32) * np.float32(s) if s is not None else v
+
+    def step(self, op: Op, tk: int | None) -> None:
+        """Compute ``op``'s output; ``tk`` is the K slice of its GEMM tiling."""
+        g = self.graph
+        if op.kind in GEMM_KINDS and op_macs(op, g.shapes_of(op)[0]) > FUNCTIONAL_MAC_LIMIT:
+            raise WorkloadError(f"op {op.name!r}: too large for functional mode "
+                                f"(> {FUNCTIONAL_MAC_LIMIT:.0e} MACs); use mode='timing'")
+        out_name = op.outputs[0]
+        out = g.tensors[out_name]
+        int_gemm = op.kind in GEMM_KINDS and all(
+            self.values[i].dtype == np.int8 for i in op.inputs[:2])
+        if op.kind in _MOVES:          # integers and their scale move unchanged
+            self.values[out_name] = evaluate(op.kind, op.attrs,
+                                             [self.values[i] for i in op.inputs], out.shape,
+                                             out.dtype, tk, op.name)
+            if op.inputs[0] in self.scales and out.dtype in ("int8", "int32"):
+                self.scales[out_name] = self.scales[op.inputs[0]]
+            return
+        if int_gemm:                   # exact int32 accumulation, as the array does
+            acc = evaluate(op.kind, op.attrs, [self.values[i] for i in op.inputs], out.shape,
+                           "int32", tk, op.name)
+            sa, sb = (self.scales.get(i) for i in op.inputs[:2])
+            if out.dtype == "int32":   # stays integer; carries a scale if its inputs did
+                self.values[out_name] = acc
+                if sa is not None or sb is not None:
+                    self.scales[out_name] = (sa or 1.0) * (sb or 1.0)
+                return
+            scale = (sa or 1.0) * (sb or 1.0)
+            result = acc.astype(np.float32) * np.float32(scale)
+        else:
+            ins = [self._dequantised(i) for i in op.inputs]
+            result = evaluate(op.kind, op.attrs, ins, out.shape,
+                              "fp32" if out.dtype == "int8" else out.dtype, tk, op.name)
+        if out.dtype == "int8":        # dynamic symmetric requantisation
+            x = np.asarray(result, dtype=np.float32)
+            amax = float(np.max(np.abs(x))) if x.size else 0.0
+            scale = amax / 127.0 if amax > 0 else 1.0
+            self.values[out_name] = np.clip(np.rint(x / np.float32(scale)), -127,
+                                            127).astype(np.int8)
+            self.scales[out_name] = scale
+        else:
+            self.values[out_name] = cast_to(result, out.dtype)
+
+    def outputs(self) -> dict[str, np.ndarray]:
+        """The graph's results (tensors written and never read), dequantised where they
+        carry a scale (an int8 GEMM on user-given integers returns its raw int32)."""
+        g = self.graph
+        written = {o for op in g.ops for o in op.outputs}
+        read = {i for op in g.ops for i in op.inputs}
+        return {n: self._dequantised(n) for n in g.tensors if n in written and n not in read}
+
+    def value(self, name: str) -> Any:
+        return self.values[name]
