@@ -6,9 +6,9 @@ import math
 import random
 
 import pytest
+from wia_hw.emulator.cycles import systolic_steps, systolic_tile_cycles
 
 import wia_hw
-from wia_hw.emulator.cycles import systolic_steps, systolic_tile_cycles
 from wia_hw.workloads import build, gemm
 
 

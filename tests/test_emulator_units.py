@@ -9,7 +9,6 @@ from fractions import Fraction
 
 import pytest
 import simpy
-
 from wia_hw.emulator.config import ThermalConfig
 from wia_hw.emulator.control import BranchPredictor, loop_run
 from wia_hw.emulator.counters import Counter, Counters
@@ -22,6 +21,7 @@ from wia_hw.emulator.cycles import (
 from wia_hw.emulator.kernels import TensorRef
 from wia_hw.emulator.memory import BandwidthPort, BlockLayout, MemorySystem
 from wia_hw.emulator.power import ThermalModel
+
 from wia_hw.spec import load_spec
 
 

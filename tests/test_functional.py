@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from wia_hw.emulator.functional import evaluate
+from wia_hw.emulator.golden import int8_matmul, round_to_bf16, wrap_int32
 
 import wia_hw
 from wia_hw import WorkloadError
-from wia_hw.emulator.functional import evaluate
-from wia_hw.emulator.golden import int8_matmul, round_to_bf16, wrap_int32
 from wia_hw.workloads import build, gemm
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from wia_hw.emulator.config import ClusterSpec, DeviceSpec
 
 import wia_hw
 from wia_hw import SpecError
-from wia_hw.emulator.config import ClusterSpec, DeviceSpec
 from wia_hw.spec import list_specs, load_spec, parse_override, spec_path
 
 NPU = spec_path("wia-npu")
