@@ -157,3 +157,26 @@ def test_console_script_is_installed():
                          capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
     assert "wia-npu" in res.stdout
+
+
+def test_cli_runs_an_onnx_file_with_overrides(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    w1 = numpy_helper.from_array(np.zeros((64, 128), np.float32), "w1")
+    w2 = numpy_helper.from_array(np.zeros((128, 10), np.float32), "w2")
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2")]
+    graph = helper.make_graph(nodes, "mlp",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [32, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 10])],
+                              [w1, w2])
+    path = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    res = _cli("run", str(path), "--set", "compute.array.rows=64", "--json")
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["flops"] == 2 * 32 * 64 * 128 + 32 * 128 + 2 * 32 * 128 * 10
+    assert {k["op"] for k in d["kernels"]} == {"fc1", "relu", "fc2"}
