@@ -1,1 +1,32 @@
-"""placeholder"""
+"""The NPU's digital blocks in Amaranth HDL, emitted as Verilog and verified with cocotb.
+
+One :class:`amaranth.lib.wiring.Component` per module: :class:`ProcessingElement`,
+:class:`SystolicArray`, :class:`PerfCounters`, :class:`PimBank`, :class:`FrontEnd`.
+:func:`emit` writes the Verilog of a block from the :data:`BLOCKS` registry. Cycle
+functions and golden models live in ``wia_hw.emulator`` (``cycles``, ``golden``,
+``pim_model``, ``frontend_model``); the RTL does not import them, the tests check both.
+"""
+
+from .emit import BLOCKS, BlockInfo, build, emit, verilog_text
+from .frontend import FrontEnd
+from .pe import ACC_BITS, DATA_BITS, DATAFLOWS, ProcessingElement
+from .perf_counters import REGISTER_MAP, PerfCounters
+from .pim_bank import PimBank
+from .systolic_array import SystolicArray
+
+__all__ = [
+    "ACC_BITS",
+    "BLOCKS",
+    "BlockInfo",
+    "DATAFLOWS",
+    "DATA_BITS",
+    "FrontEnd",
+    "PerfCounters",
+    "PimBank",
+    "ProcessingElement",
+    "REGISTER_MAP",
+    "SystolicArray",
+    "build",
+    "emit",
+    "verilog_text",
+]
