@@ -16,8 +16,9 @@ Tiling heuristic (the autotuner may replace it):
   the output tile grows from ``R x C`` by whole array multiples, the smaller side first,
   while A panel + B panel + output tile fit. Long K amortises the array's fill and drain
   (``2R + C - 2`` cycles per pass).
-* Weight-stationary arrays: the streamed rows (``tm``) grow first (they amortise the
-  fill and drain), up to 4096, then the output columns.
+* Weight-stationary arrays: the streamed rows (``tm``) come first (they amortise the
+  fill and drain), up to 4096; then the K slice grows by whole array heights (partial
+  sums of one tile stay in the accumulators), then the output columns.
 * Small batched matrices (attention heads) are grouped ``tb`` to a tile until the tile
   fills its half of L1.
 * Tiles are then split until every core has at least one, where the shape allows.
@@ -102,13 +103,12 @@ def choose_gemm_tiling(spec: DeviceSpec, batch: int, m: int, n: int, k: int,
             else:
                 break
     else:
-        tk = min(k, R)
-        while tk + R <= _ceil_to(k, R) and fits(min(m, 512), C, tk + R):
-            tk += R
-        tk = min(k, tk)
-        tm, tn = min(m, 4096), min(C, ncap)
+        # weight-stationary: the streamed rows amortise fill and drain, so they go first
+        tm, tk, tn = min(m, 4096), min(k, R), min(C, ncap)
         while tm > 1 and not fits(tm, tn, tk):
             tm = max(1, tm // 2)
+        while tk < k and fits(tm, tn, min(k, tk + R)):
+            tk = min(k, tk + R)
         while tn + C <= ncap and fits(tm, tn + C, tk):
             tn += C
     tb = 1
