@@ -28,12 +28,16 @@ from .kernels import GemmKernel, Kernel, VectorKernel
 from .memory import MemorySystem, Region
 from .power import ThermalModel
 
-__all__ = ["Device", "KernelRecord", "TraceEvent", "Tile"]
+__all__ = ["CoreState", "Device", "KernelRecord", "TraceEvent", "Tile"]
 
 
 @dataclass(frozen=True)
 class TraceEvent:
-    """One interval on one track: ``kind`` is ``compute``, ``dma`` or ``store``."""
+    """One interval on one track: ``kind`` is ``compute``, ``dma`` or ``store``.
+
+    A ``dma`` event (one tile's operand load) also carries the L1 and L2 misses the
+    load caused (each a block fetched from the next level).
+    """
 
     kind: str
     track: str
@@ -41,6 +45,34 @@ class TraceEvent:
     end: int
     kernel: str
     nbytes: int = 0
+    l1_misses: int = 0
+    l2_misses: int = 0
+
+
+class CoreState:
+    """What one core is doing, kept up to date for a sampling profiler.
+
+    Written by the core's tile program only when ``Device.core_state`` is set (no cost
+    otherwise). ``kernel``: the kernel the core runs (``None`` before the first);
+    ``end``: the cycle the core finishes it (``None`` while unknown); ``tile``/``tiles``:
+    the last tile issued and how many the core has; ``compute``/``prev_compute``: the
+    last two compute intervals booked (a tile's compute is booked when its load is
+    issued, at most two ahead, so a cycle inside neither is not computing); ``load``:
+    the last operand load interval; ``pending_stores``: result stores waiting to drain.
+    """
+
+    __slots__ = ("kernel", "end", "tile", "tiles", "compute", "prev_compute", "load",
+                 "pending_stores")
+
+    def __init__(self) -> None:
+        self.kernel: str | None = None
+        self.end: int | None = None
+        self.tile = 0
+        self.tiles = 0
+        self.compute = (0, 0)
+        self.prev_compute = (0, 0)
+        self.load = (0, 0)
+        self.pending_stores = 0
 
 
 @dataclass
@@ -104,6 +136,8 @@ class Device:
                            for _ in range(spec.compute.cores)]
         self.trace = trace
         self.records: list[KernelRecord] = []
+        #: One CoreState per core while a sampling profiler watches, else None.
+        self.core_state: list[CoreState] | None = None
         a = spec.compute.array
         self._rows, self._cols, self._df = a.rows, a.cols, a.dataflow
 
@@ -123,6 +157,14 @@ class Device:
             if on_kernel is not None:
                 on_kernel(out[-1])
         return out
+
+    def idle(self, cycles: int) -> None:
+        """Let ``cycles`` pass with every unit idle (the device waits on the host, e.g.
+        for a memory reservation): counts them and their static energy."""
+        if cycles > 0:
+            self.env.run(until=self.now + cycles)
+            self.counters.cycles += cycles
+            self._account_energy(cycles, {})
 
     def flush(self) -> int:
         """Write dirty L2 data back to HBM; returns the cycles it took."""
@@ -346,6 +388,10 @@ class Device:
         trace = self.trace
         track = f"core{core}"
         l1_port = mem.l1_ports[core]
+        misses = self.counters.misses
+        st = self.core_state[core] if self.core_state is not None else None
+        if st is not None:
+            st.kernel, st.end, st.tiles = k.name, None, len(tiles)
         for idx, tile in enumerate(tiles):
             ls = max(dma_free, slot_free[idx & 1])
             if ls > env.now:
@@ -355,11 +401,14 @@ class Device:
                 when, regions = pending.pop(0)
                 store_done = max(store_done, self._store(core, regions, when, k.name))
             blocks = mem.region_blocks(tile.loads)
+            if trace is not None:
+                m1, m2 = misses["l1"], misses["l2"]
             ld = mem.load(core, blocks, now) + setup
             dma_free = ld
             if trace is not None:
                 trace.append(TraceEvent("dma", f"dma{core}", now, ld, k.name,
-                                        sum(b for _, b in blocks)))
+                                        sum(b for _, b in blocks), misses["l1"] - m1,
+                                        misses["l2"] - m2))
             cs = max(ld, comp_done)
             stalls["memory"] += max(0, ld - comp_done)
             work = max(tile.array_cycles + tile.vector_cycles,
@@ -373,12 +422,17 @@ class Device:
                 trace.append(TraceEvent("compute", track, cs, comp_done, k.name))
             if tile.stores:
                 pending.append((comp_done, tile.stores))
+            if st is not None:
+                st.tile, st.prev_compute, st.compute = idx, st.compute, (cs, comp_done)
+                st.load, st.pending_stores = (now, ld), len(pending)
         for when, regions in pending:
             if when > env.now:
                 yield env.timeout(when - env.now)
             store_done = max(store_done, self._store(core, regions, when, k.name))
         end = max(comp_done, store_done)
         busy[core] = end - t0
+        if st is not None:
+            st.end, st.pending_stores = end, 0
         if end > env.now:
             yield env.timeout(end - env.now)
 

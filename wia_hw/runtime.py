@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from ._functional import FunctionalExecutor
+from ._memory_plan import AllocInfo, DeviceBuffer, RunMemory
+from .emulator.allocator import CachingAllocator
 from .emulator.config import ClusterSpec, DeviceSpec
 from .emulator.counters import Counters
 from .emulator.device import Device, KernelRecord, TraceEvent
@@ -95,6 +97,8 @@ class RunResult:
     roofline_floor_ms: float
     outputs: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     trace: list[TraceEvent] | None = field(default=None, repr=False)
+    #: The ProfilingReport when the run was made with ``run(..., profile=cfg)``.
+    profile: Any = field(default=None, repr=False)
 
     @property
     def achieved_tflops(self) -> float:
@@ -162,9 +166,37 @@ class Context:
         self.device = Device(spec)
         self.providers: dict[str, tuple[str, Provider]] = {}
         self.extensions: dict[str, Any] = {}
+        #: Device memory (HBM): weights, activations, workspaces and ctx.allocate().
+        self.allocator = CachingAllocator(spec.memory.hbm.size_bytes)
+        #: Profilers watching runs (wia_hw.profiling): each has ``wants_trace`` and
+        #: ``run_begin(ctx, graph, lowered)``, ``op_begin(op, kernels, cycle)``,
+        #: ``op_end(op, records, cycle)``, ``run_end(result, trace)``.
+        self.observers: list[Any] = []
+        self._run_memory: RunMemory | None = None
 
     def __repr__(self) -> str:
         return f"Context({self.spec.name!r}, now={self.device.now} cycles)"
+
+    def allocate(self, nbytes: int, *, tag: str = "user") -> DeviceBuffer:
+        """A device buffer of ``nbytes`` from the caching allocator.
+
+        Synchronous with the device: when the request needs a new segment the device
+        waits ``allocator.config.segment_alloc_cycles``. Raises ``DeviceOutOfMemory``
+        when it does not fit, ``TypeError``/``ValueError`` on a bad size.
+        """
+        blk, cycles = self.allocator.malloc(nbytes, now=self.device.now, tag=tag,
+                                            info=AllocInfo("user", tag))
+        self.device.idle(cycles)
+        return DeviceBuffer(blk, nbytes, tag)
+
+    def free(self, buffer: DeviceBuffer) -> None:
+        """Give ``buffer`` back to the allocator (its cache); raises ValueError when it
+        was freed already."""
+        if not isinstance(buffer, DeviceBuffer):
+            raise TypeError(f"free() takes a DeviceBuffer, got {type(buffer).__name__}")
+        if buffer._block.id != buffer.id or buffer._block.free:
+            raise ValueError(f"{buffer!r} is not allocated here (freed already?)")
+        self.device.idle(self.allocator.free(buffer._block, now=self.device.now))
 
     def run(self, workload: str | os.PathLike[str] | Graph, *, batch: int | None = None,
             seq: int | None = None, precision: str | None = None, mode: str = "timing",
@@ -179,7 +211,14 @@ class Context:
                                  **workload_kwargs)
         lowered = lower(graph, self.spec, self.providers)
         dev = self.device
-        dev.trace = [] if trace else None
+        obs = tuple(self.observers)
+        dev.trace = [] if trace or any(o.wants_trace for o in obs) else None
+        if self._run_memory is not None and not self._run_memory.done:
+            self._run_memory.finish(dev.now)       # a previous run raised: release its memory
+        mem = self._run_memory = RunMemory(self.allocator, graph, lowered)
+        mem.start(dev.now)
+        for o in obs:
+            o.run_begin(self, graph, lowered)
         start = dev.now
         before = dev.counters.copy()
         records: list[tuple[str, str, KernelRecord]] = []
@@ -189,8 +228,15 @@ class Context:
             if progress is not None:
                 progress(idx, len(lowered), op.name)
             t0 = dev.now
-            for rec in dev.execute(kernels):
+            mem.before_op(idx, t0)
+            for o in obs:
+                o.op_begin(op, kernels, t0)
+            recs = dev.execute(kernels)
+            for rec in recs:
                 records.append((op.name, op.group, rec))
+            for o in obs:
+                o.op_end(op, recs, dev.now)
+            mem.after_op(idx, dev.now)
             op_cycles[op.name] = dev.now - t0
             if fx is not None:
                 tiling = getattr(kernels[0], "tiling", None) if kernels else None
@@ -198,12 +244,15 @@ class Context:
         if progress is not None:
             progress(len(lowered), len(lowered), "")
         dev.flush()
+        mem.finish(dev.now)
         total = dev.now - start
         delta = dev.counters.delta(before)
         result = self._report(graph, records, op_cycles, total, delta, mode, seed)
         if fx is not None:
             result.outputs = fx.outputs()
-        result.trace = dev.trace
+        result.trace = dev.trace if trace else None
+        for o in obs:
+            o.run_end(result, dev.trace)
         dev.trace = None
         return result
 
