@@ -161,12 +161,13 @@ def frontend_matvec_cycles(rows: int, k: int, matrix_size_limit: int,
     ``ceil(rows/N) * ceil(k/N)`` tiles stream one per cycle; tile ``t``'s DAC inputs are
     sampled at edge ``t``, its codes appear after :data:`DAC_LATENCY_CYCLES`, the core
     settles in ``core_latency_cycles`` (>= 1), its detector samples are sampled at edge
-    ``DAC_LATENCY_CYCLES + core_latency_cycles + t``; the last group's result follows
-    ``ADC_LATENCY_CYCLES - 1`` cycles after its last sample.
+    ``DAC_LATENCY_CYCLES + core_latency_cycles + t``; the ADC path then takes
+    :func:`frontend_cycles` ``(tiles)`` from the first sample to the last group's
+    result (``ADC_LATENCY_CYCLES`` after the last sample).
     """
     lat = _int("core_latency_cycles", core_latency_cycles, 1, 1 << 20)
     tiles = frontend_tiles(rows, matrix_size_limit) * frontend_tiles(k, matrix_size_limit)
-    return DAC_LATENCY_CYCLES + lat + frontend_cycles(tiles) - 1
+    return DAC_LATENCY_CYCLES + lat + frontend_cycles(tiles)
 
 
 # ---- the optical core ------------------------------------------------------------------

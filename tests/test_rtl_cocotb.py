@@ -75,7 +75,7 @@ def test_systolic_array(rows: int, cols: int, dataflow: str) -> None:
 
 
 def test_perf_counters() -> None:
-    run_cocotb("perf_counters", {"max_macs_per_cycle": 64, "width": 16}, "tb_perf_counters")
+    run_cocotb("perf_counters", {"max_macs_per_cycle": 64, "width": 12}, "tb_perf_counters")
 
 
 @pytest.mark.parametrize("timing", [PimTiming(), PimTiming(t_rcd=1, t_rp=1, t_cl=1, t_wr=1)],
