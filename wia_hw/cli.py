@@ -215,7 +215,7 @@ def specs_list() -> None:
     t = Table()
     for col in ("name", "kind", "FP16 TFLOPS", "INT8 TOPS", "HBM GB/s"):
         t.add_column(col, no_wrap=True)
-    t.add_column("description", no_wrap=True, overflow="ellipsis")
+    t.add_column("description", no_wrap=True, overflow="ellipsis", max_width=30)
     for name in list_specs():
         s = load_spec(name)
         d = s.device if isinstance(s, ClusterSpec) else s
