@@ -213,10 +213,13 @@ def specs_group() -> None:
 def specs_list() -> None:
     """The built-in specs with their peak figures."""
     t = Table()
-    for col in ("name", "kind", "FP16 TFLOPS", "INT8 TOPS", "HBM GB/s"):
-        t.add_column(col, no_wrap=True)
+    names = list_specs()
+    t.add_column("name", no_wrap=True, min_width=max(map(len, names)))
+    t.add_column("kind", no_wrap=True, min_width=len("cluster x16"))
+    for col in ("FP16 TFLOPS", "INT8 TOPS", "HBM GB/s"):
+        t.add_column(col, no_wrap=True, justify="right", min_width=6)
     t.add_column("description", no_wrap=True, overflow="ellipsis", max_width=30)
-    for name in list_specs():
+    for name in names:
         s = load_spec(name)
         d = s.device if isinstance(s, ClusterSpec) else s
         n = s.devices if isinstance(s, ClusterSpec) else 1
