@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """Verilog emission of the RTL blocks, and the registry of blocks and their parameters."""
 
 from __future__ import annotations

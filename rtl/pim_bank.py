@@ -243,12 +243,13 @@ class PimBank(wiring.Component):
             with m.Case(_State.MUL):
                 m.d.sync += [
                     prod.eq(Cat(*[(a * b)[:LANE_BITS]
-                                  for a, b in zip(lanes(op_a), lanes(op_b))])),
+                                  for a, b in zip(lanes(op_a), lanes(op_b), strict=True)])),
                     state.eq(Mux(dec["uses_alu"], _State.ALU, _State.WRITE)),
                 ]
             with m.Case(_State.ALU):
                 out = []
-                for a, b, c, p in zip(lanes(op_a), lanes(op_b), lanes(op_c), lanes(prod)):
+                operands = zip(lanes(op_a), lanes(op_b), lanes(op_c), lanes(prod), strict=True)
+                for a, b, c, p in operands:
                     out.append(Mux(instr_r.op == _O["ADD"], a + b,
                                    Mux(instr_r.op == _O["RELU"], Mux(a < 0, 0, a), p + c))
                                [:LANE_BITS])

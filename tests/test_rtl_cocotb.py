@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from wia_hw.emulator.pim_model import PimTiming
 from wia_hw.rtl import emit
 

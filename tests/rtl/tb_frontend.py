@@ -14,7 +14,6 @@ from typing import Any
 import cocotb
 import numpy as np
 from tb_common import Cycler, params, ports, seed, start_clock_and_reset
-
 from wia_hw.emulator import frontend_model as fm
 
 P = params()
@@ -36,7 +35,7 @@ class Ports:
     def drive_dac(self, valid: bool, shift: int, x: np.ndarray) -> None:
         self.dut.dac_valid.value = int(valid)
         self.dut.dac_shift.value = shift
-        for h, v in zip(self.dac_in, x):
+        for h, v in zip(self.dac_in, x, strict=True):
             h.value = int(v)
 
     def drive_det(self, valid: bool, last: bool, shift: int, p: np.ndarray,
@@ -44,9 +43,9 @@ class Ports:
         self.dut.det_valid.value = int(valid)
         self.dut.det_last.value = int(last)
         self.dut.adc_shift.value = shift
-        for h, v in zip(self.det_p, p):
+        for h, v in zip(self.det_p, p, strict=True):
             h.value = int(v)
-        for h, v in zip(self.det_n, n):
+        for h, v in zip(self.det_n, n, strict=True):
             h.value = int(v)
 
     # monitor side

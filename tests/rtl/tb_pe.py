@@ -8,7 +8,6 @@ from typing import Any
 import cocotb
 import numpy as np
 from tb_common import Cycler, params, seed, start_clock_and_reset
-
 from wia_hw.emulator.golden import wrap_int32
 
 DATAFLOW = params()["dataflow"]

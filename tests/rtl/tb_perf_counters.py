@@ -8,7 +8,6 @@ from typing import Any
 import cocotb
 import numpy as np
 from tb_common import Cycler, params, seed, start_clock_and_reset
-
 from wia_hw.emulator.counters import Counter
 from wia_hw.rtl.perf_counters import REGISTER_MAP
 

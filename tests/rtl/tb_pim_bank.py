@@ -17,7 +17,6 @@ from typing import Any
 import cocotb
 import numpy as np
 from tb_common import Cycler, params, ports, seed, start_clock_and_reset
-
 from wia_hw.emulator import pim_model as pm
 from wia_hw.emulator.pim_model import Operand, OperandKind, PimCommand, PimInstr, PimOp
 from wia_hw.emulator.pim_model import PimRequest as Req
@@ -106,7 +105,7 @@ class Driver:
         d.col.value = 0 if req is None else req.col
         d.instr.value = 0 if req is None else req.word
         data = req.data if req is not None and req.data is not None else (0,) * pm.LANES
-        for h, v in zip(self.wdata, data):
+        for h, v in zip(self.wdata, data, strict=True):
             h.value = v
 
 

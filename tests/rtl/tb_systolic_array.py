@@ -17,7 +17,6 @@ from typing import Any
 import cocotb
 import numpy as np
 from tb_common import Cycler, params, ports, seed, start_clock_and_reset
-
 from wia_hw.emulator.counters import Counter
 from wia_hw.emulator.cycles import systolic_tile_counters, systolic_tile_cycles
 from wia_hw.emulator.golden import int8_matmul
@@ -97,9 +96,9 @@ class Driver:
                 a_step = data_tile.a_steps[data_tile.a_idx]
             if data_tile.b_idx < len(data_tile.b_steps):
                 b_step = data_tile.b_steps[data_tile.b_idx]
-        for h, v in zip(self.a, a_step or self.rng.integers(-128, 128, ROWS)):
+        for h, v in zip(self.a, a_step or self.rng.integers(-128, 128, ROWS), strict=True):
             h.value = int(v)
-        for h, v in zip(self.b, b_step or self.rng.integers(-128, 128, COLS)):
+        for h, v in zip(self.b, b_step or self.rng.integers(-128, 128, COLS), strict=True):
             h.value = int(v)
 
 
@@ -301,6 +300,6 @@ async def back_to_back(dut: Any) -> None:
         tiles = [make_tile(bench.rng, int(bench.rng.integers(1, min(64, MAX_DEPTH) + 1)))
                  for _ in range(3)]
         await bench.run_batch(tiles, back_to_back=True, stall_prob=stall_prob)
-        gaps = [b.accept_cycle - a.done_cycle for a, b in zip(tiles, tiles[1:])]
+        gaps = [b.accept_cycle - a.done_cycle for a, b in zip(tiles, tiles[1:], strict=False)]
         if stall_prob == 0.0:
             assert gaps == [0, 0], f"back-to-back tiles left gaps {gaps}"
