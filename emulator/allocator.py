@@ -280,7 +280,8 @@ class CachingAllocator:
         seg = block.segment
         seg.used -= 1
         block.free = True
-        self._emit("free", now, block, 0)
+        freed = Block(block.address, block.size, seg, requested=block.requested, id=block.id,
+                      tag=block.tag, info=block.info)
         if seg.size_class is not None:
             bisect.insort(self._slots[seg.size_class], (block.address, block.id))
             self._slot_blocks[block.id] = block
@@ -291,6 +292,7 @@ class CachingAllocator:
         if not self.config.caching and seg.used == 0:
             cycles = self._release(seg, now)
         st.device_cycles += cycles
+        self._emit("free", now, freed, cycles)
         return cycles
 
     def empty_cache(self, *, now: int = 0) -> int:

@@ -35,15 +35,17 @@ __all__ = ["AllocInfo", "DeviceBuffer", "RunMemory", "kernel_workspace_bytes",
 WORKSPACE_BYTES_PER_TILE = 64
 
 
-@dataclass(frozen=True)
+@dataclass
 class AllocInfo:
     """What a block holds: ``kind`` is ``weight``, ``input``, ``activation``,
     ``workspace`` or ``user``; ``name`` the tensor, kernel or user tag; ``workload`` the
-    run's graph name (empty for user buffers)."""
+    run's graph name (empty for user buffers); ``handle`` a weak reference to a user's
+    :class:`DeviceBuffer` (dead when the user dropped the buffer without freeing it)."""
 
     kind: str
     name: str
     workload: str = ""
+    handle: Any = None
 
 
 class DeviceBuffer:

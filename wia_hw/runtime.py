@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,10 +185,12 @@ class Context:
         waits ``allocator.config.segment_alloc_cycles``. Raises ``DeviceOutOfMemory``
         when it does not fit, ``TypeError``/``ValueError`` on a bad size.
         """
-        blk, cycles = self.allocator.malloc(nbytes, now=self.device.now, tag=tag,
-                                            info=AllocInfo("user", tag))
+        info = AllocInfo("user", tag)
+        blk, cycles = self.allocator.malloc(nbytes, now=self.device.now, tag=tag, info=info)
         self.device.idle(cycles)
-        return DeviceBuffer(blk, nbytes, tag)
+        buf = DeviceBuffer(blk, nbytes, tag)
+        info.handle = weakref.ref(buf)
+        return buf
 
     def free(self, buffer: DeviceBuffer) -> None:
         """Give ``buffer`` back to the allocator (its cache); raises ValueError when it
@@ -338,7 +341,7 @@ def run(workload: str | os.PathLike[str] | Graph, *,
         device: str | os.PathLike[str] | DeviceSpec = DEFAULT_DEVICE,
         overrides: Mapping[str, Any] | None = None, batch: int | None = None,
         seq: int | None = None, precision: str | None = None, mode: str = "timing",
-        seed: int = 0, **kwargs: Any) -> RunResult:
+        seed: int = 0, profile: Any = None, **kwargs: Any) -> RunResult:
     """Run ``workload`` on a fresh ``device``.
 
     ``workload`` is a builder name (``bert-large``, ``bert-base``, ``gpt2``,
@@ -346,10 +349,23 @@ def run(workload: str | os.PathLike[str] | Graph, *,
     ``batch``, ``seq``, ``precision`` and other keyword arguments go to the builder.
     ``mode="timing"`` needs only shapes; ``mode="functional"`` also computes values
     (small sizes). ``seed`` fixes every random choice: same inputs and seed, same
-    report byte for byte.
+    report byte for byte. ``profile`` (a :class:`wia_hw.ProfilingConfig`) profiles the
+    run; the report is ``result.profile`` (and is saved to its ``output_file``, if set).
     """
     ctx = open_device(device, overrides=overrides, seed=seed)
-    return ctx.run(workload, batch=batch, seq=seq, precision=precision, mode=mode, **kwargs)
+    if profile is None:
+        return ctx.run(workload, batch=batch, seq=seq, precision=precision, mode=mode,
+                       **kwargs)
+    from .profiling import start_profiling, stop_profiling
+
+    session = start_profiling(ctx, profile)
+    try:
+        result = ctx.run(workload, batch=batch, seq=seq, precision=precision, mode=mode,
+                         **kwargs)
+    finally:
+        report = stop_profiling(session)
+    result.profile = report
+    return result
 
 
 

@@ -1,0 +1,284 @@
+"""Profiling sessions: the four modes, the JSON report, the timeline and the flamegraph."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+import wia_hw
+from wia_hw.profiling import (
+    SEED_COUNTERS,
+    OutputFormat,
+    ProfileMode,
+    ProfilingConfig,
+    check_trace_events,
+    load_profile_report,
+    parse_collapsed,
+    save_profile_report,
+    start_profiling,
+    stop_profiling,
+)
+
+WL = ("bert-base", {"batch": 2, "seq": 64})
+MODES = ["sampling", "instrumentation", "counters", "trace", "detailed"]
+ALL_COUNTERS = list(wia_hw.Counter)
+
+
+def _profile(mode, **cfg):
+    ctx = wia_hw.open_device()
+    with start_profiling(ctx, ProfilingConfig(mode=mode, **cfg)) as s:
+        result = ctx.run(WL[0], **WL[1])
+    return ctx, result, s.report
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_profiling_does_not_change_simulated_timing(mode):
+    plain = wia_hw.open_device().run(WL[0], **WL[1])
+    ctx, profiled, report = _profile(mode, sampling_interval_us=5.0)
+    assert profiled.cycles == plain.cycles
+    assert profiled.counters.to_dict() == plain.counters.to_dict()
+    assert [k.cycles for k in profiled.kernels] == [k.cycles for k in plain.kernels]
+    assert report.cycles == plain.cycles                  # the session is the run
+    assert report.overhead["simulated_cycles"] == 0
+
+
+def _pct(a, b):
+    return 100.0 * a / b if b else None
+
+
+def test_every_number_recomputes_from_the_counters_in_the_report():
+    _, _, report = _profile("detailed", hardware_counters=ALL_COUNTERS)
+    d = json.loads(report.to_json())                     # only what the file holds
+    dev, c = d["device"], d["counters"]
+    clock_hz = dev["clock_ghz"] * 1e9
+    peak = {p: 2 * v for p, v in dev["peak_macs_per_cycle"].items()}
+    secs = d["cycles"] / clock_hz
+    s = d["summary"]
+    assert s["duration_ms"] == pytest.approx(secs * 1e3)
+    assert s["flops"] == c["flops"]
+    assert s["achieved_tflops"] == pytest.approx(c["flops"] / secs / 1e12)
+    assert s["compute_utilization"] == pytest.approx(
+        100 * c["flops"] / (d["cycles"] * peak[s["precision"]]))
+    assert s["memory_bandwidth_gbs"] == pytest.approx(c["bytes"]["hbm"] / secs / 1e9)
+    assert s["l1_cache_hit_rate"] == pytest.approx(
+        _pct(c["hits"]["l1"], c["hits"]["l1"] + c["misses"]["l1"]))
+    assert s["energy_j"] == pytest.approx(c["energy_pj"] * 1e-12)
+    assert s["avg_power_w"] == pytest.approx(c["energy_pj"] * 1e-12 / secs)
+    # the kernels and the write-back account for the whole session, counter by counter
+    ks = d["kernels"]
+    wb = sum(r["writeback_cycles"] for r in d["runs"])
+    assert sum(k["end_cycle"] - k["start_cycle"] for k in ks) + wb == d["cycles"]
+    assert sum(k["flop_count"] for k in ks) == c["flops"]
+    assert sum(k["counters"]["instructions"] for k in ks) == c["instructions"]
+    assert sum(k["counters"]["misses"]["l2"] for k in ks) == c["misses"]["l2"]
+    for k in ks:
+        cyc = k["end_cycle"] - k["start_cycle"]
+        ksecs = cyc / clock_hz
+        kc, p = k["counters"], k["profile"]
+        assert p["duration_ms"] == pytest.approx(ksecs * 1e3)
+        assert p["compute_utilization"] == pytest.approx(
+            100 * k["flop_count"] / (cyc * peak[k["precision"]]))
+        assert p["memory_bandwidth_gbs"] == pytest.approx(kc["bytes"]["hbm"] / ksecs / 1e9)
+        assert p["peak_bandwidth_gbs"] == dev["hbm_bandwidth_gbs"]
+        for lvl in ("l1", "l2"):
+            assert p[f"{lvl}_cache_hit_rate"] == pytest.approx(
+                _pct(kc["hits"][lvl], kc["hits"][lvl] + kc["misses"][lvl]))
+        mapping = k["macs"] / k["slot_macs"] if k["slot_macs"] else 1.0
+        balance = sum(k["core_busy_cycles"]) / (dev["cores"] * cyc)
+        assert p["occupancy"] == pytest.approx(100 * mapping * balance)
+        assert p["flops"] == pytest.approx(k["flop_count"] / ksecs)
+        if kc["bytes"]["hbm"]:
+            assert p["arithmetic_intensity"] == pytest.approx(
+                k["flop_count"] / kc["bytes"]["hbm"])
+        assert k["power_w"] == pytest.approx(kc["energy_pj"] * 1e-12 / ksecs)
+        assert kc["cycles"] == cyc
+
+
+def test_counters_mode_reads_only_the_requested_counters():
+    _, _, report = _profile("counters", hardware_counters=["cycles", "flops"],
+                            capture_power=False)
+    k = report.kernels[0]
+    assert set(k.counters) == {"cycles", "flops", "array_flops", "vector_flops"}
+    p = report.kernel_profiles()[0]
+    assert p.memory_bandwidth_gbs is None and p.l1_cache_hit_rate is None
+    assert p.compute_utilization >= 0 and report.ops == []       # no call graph
+
+
+def test_instrumentation_records_ops_kernels_and_the_users_call_site():
+    ctx = wia_hw.open_device()
+    session = start_profiling(ctx, ProfilingConfig(mode="instrumentation"))
+    line = inspect.currentframe().f_lineno + 1
+    ctx.run(WL[0], **WL[1])
+    report = stop_profiling(session)
+    (run,) = report.runs
+    assert run.callsite.file == __file__ and run.callsite.line == line
+    assert run.callsite.function == "test_instrumentation_records_ops_kernels_and_the_users_call_site"
+    # no hardware counters, only the energy that capture_power needs for power
+    assert report.kernels and all(set(k.counters) == {"energy_pj"} for k in report.kernels)
+    prev_end = run.start_cycle
+    for op in report.ops:                    # ops tile the run back to back
+        assert op.start_cycle == prev_end
+        inner = [report.kernels[i] for i in op.kernels]
+        assert sum(k.cycles for k in inner) == op.end_cycle - op.start_cycle
+        prev_end = op.end_cycle
+    assert prev_end + run.writeback_cycles == run.end_cycle
+
+
+def test_sampling_weights_cover_the_session_and_find_the_hotspot():
+    ctx = wia_hw.open_device()
+    interval_us = 2.0
+    with start_profiling(ctx, ProfilingConfig(mode="sampling",
+                                              sampling_interval_us=interval_us)) as s:
+        ctx.run(WL[0], **WL[1])
+    rep = s.report
+    period = round(interval_us * 1e3 * ctx.spec.clock_ghz)
+    assert not rep.kernels and rep.samples
+    assert [x.cycle for x in rep.samples] == [rep.start_cycle + i * period
+                                              for i in range(len(rep.samples))]
+    assert sum(x.weight_cycles for x in rep.samples) == rep.cycles
+    exact = {h.name: h.cycles for h in _profile("instrumentation")[2].hotspots("kernel", None)}
+    top = rep.hotspots("kernel", 1)[0]
+    assert not top.exact
+    assert top.name == max(exact, key=exact.get) or exact[top.name] >= 0.8 * max(exact.values())
+    assert abs(top.cycles - exact[top.name]) <= 3 * period
+    assert any(any(x.computing) for x in rep.samples)
+    assert any(x.hbm_backlog_cycles > 0 for x in rep.samples)
+
+
+def test_trace_timeline_passes_the_trace_event_format_check():
+    ctx, result, report = _profile("trace")
+    tr = json.loads(json.dumps(report.chrome_trace()))
+    assert check_trace_events(tr) == []
+    names = {e["args"]["name"] for e in tr["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    cores = ctx.spec.compute.cores
+    assert {f"core {c}" for c in range(cores)} <= names
+    assert {f"dma{c} load" for c in range(cores)} <= names
+    assert {f"hbm channel {i}" for i in range(ctx.spec.memory.hbm.channels)} <= names
+    counters = {e["name"] for e in tr["traceEvents"] if e["ph"] == "C"}
+    assert {"bandwidth (GB/s)", "power (W)", "temperature (C)", "cache misses (blocks)",
+            "device memory (GB)"} <= counters
+    # timestamps are microseconds of device time from the session's start
+    last = max(e["ts"] + e.get("dur", 0) for e in tr["traceEvents"] if "ts" in e)
+    assert last == pytest.approx(result.cycles / ctx.spec.clock_ghz / 1e3, rel=1e-6)
+    n_tiles = sum(k.tiles for k in report.kernels)
+    assert sum(1 for e in tr["traceEvents"] if e.get("cat") == "compute") == n_tiles
+
+
+def test_trace_check_catches_overlaps_and_missing_keys():
+    ok = {"name": "a", "ph": "X", "ts": 0.0, "dur": 2.0, "pid": 1, "tid": 1}
+    assert check_trace_events({"traceEvents": [ok]}) == []
+    bad = dict(ok, ts=1.0)
+    assert "starts at 1.0 us, before event 0 ends" in check_trace_events(
+        {"traceEvents": [ok, bad]})[0]
+    assert "missing dur" in check_trace_events({"traceEvents": [{k: v for k, v in ok.items()
+                                                                 if k != "dur"}]})[0]
+    assert check_trace_events([ok]) == ["not a JSON object with a 'traceEvents' list"]
+    assert "non-negative" in check_trace_events({"traceEvents": [dict(ok, ts=-1)]})[0]
+
+
+@pytest.mark.parametrize("mode", ["sampling", "instrumentation", "counters", "trace"])
+def test_flamegraph_total_equals_the_profiled_time(mode):
+    ctx = wia_hw.open_device()
+    with start_profiling(ctx, ProfilingConfig(mode=mode)) as s:
+        buf = ctx.allocate(3 << 20)              # device time outside any run
+        ctx.run(WL[0], **WL[1])
+        ctx.free(buf)
+    rep = s.report
+    stacks = parse_collapsed(rep.collapsed_stacks())
+    assert sum(v for _, v in stacks) == rep.cycles
+    assert rep.cycles > 0
+    if mode != "sampling":
+        outside = [v for f, v in stacks if f[-1] == "[outside runs]"]
+        assert outside == [ctx.allocator.config.segment_alloc_cycles]
+        deepest = max(stacks, key=lambda x: len(x[0]))[0]
+        assert deepest[0] == ctx.spec.name and "test_flamegraph_total" in " ".join(deepest)
+    svg = rep.flamegraph_svg()
+    root = ET.fromstring(svg.split("\n", 1)[1])
+    assert root.tag.endswith("svg") and len(root.findall(".//{*}rect")) > 5
+
+
+def test_run_profile_argument_and_output_files(tmp_path):
+    out = tmp_path / "profile_report.json"
+    cfg = ProfilingConfig(mode="detailed", output_file=str(out), timeline_enabled=True,
+                          flamegraph_enabled=True)
+    r = wia_hw.run(WL[0], profile=cfg, **WL[1])
+    assert r.profile.cycles == r.cycles
+    assert json.loads(out.read_text())["schema"] == "wia-hw.profile/1"
+    assert check_trace_events(json.loads((tmp_path / "profile_report.trace.json").read_text())) == []
+    folded = (tmp_path / "profile_report.folded").read_text().splitlines()
+    assert sum(v for _, v in parse_collapsed(folded)) == r.cycles
+    assert (tmp_path / "profile_report.svg").read_text().startswith("<?xml")
+
+
+def test_save_and_load_round_trip(tmp_path):
+    _, _, report = _profile("detailed")
+    p = save_profile_report(report, tmp_path / "r.json")
+    back = load_profile_report(p)
+    assert back.to_dict() == report.to_dict()
+    assert back.program is None                         # kernels are not stored
+    for fmt, check in [("chrome_trace", lambda t: check_trace_events(json.loads(t)) == []),
+                       ("collapsed", lambda t: parse_collapsed(t.splitlines())),
+                       ("text", lambda t: t.startswith("Profile of wia-npu"))]:
+        q = save_profile_report(report, tmp_path / f"r.{fmt}", fmt)
+        assert check(q.read_text())
+    with pytest.raises(wia_hw.WiaError, match="not a wia-hw.profile/1 report"):
+        (tmp_path / "x.json").write_text('{"schema": "other"}')
+        load_profile_report(tmp_path / "x.json")
+
+
+def test_config_names_and_errors():
+    cfg = ProfilingConfig()
+    assert cfg.mode is ProfileMode.DETAILED and cfg.output_format is OutputFormat.JSON
+    assert cfg.hardware_counters == SEED_COUNTERS and cfg.num_counters == 6
+    assert ProfilingConfig(mode="TRACE").mode is ProfileMode.TRACE
+    assert ProfilingConfig(mode="hardware_counters").mode is ProfileMode.COUNTERS
+    assert ProfilingConfig(output_format="perfetto").output_format is OutputFormat.CHROME_TRACE
+    with pytest.raises(ValueError, match="mode must be one of detailed, sampling, "
+                                         "instrumentation, counters, trace, got 'fast'"):
+        ProfilingConfig(mode="fast")
+    with pytest.raises(ValueError, match="hardware_counters: unknown counter 'watts'"):
+        ProfilingConfig(hardware_counters=["cycles", "watts"])
+    with pytest.raises(TypeError, match="capture_power must be a bool, got 1"):
+        ProfilingConfig(capture_power=1)
+    with pytest.raises(ValueError, match="sampling_interval_us must be a positive number"):
+        ProfilingConfig(sampling_interval_us=0)
+
+
+def test_one_session_per_context_and_no_double_stop():
+    ctx = wia_hw.open_device()
+    s = start_profiling(ctx, ProfilingConfig(mode="counters"))
+    with pytest.raises(wia_hw.WiaError, match="already running on this context"):
+        start_profiling(ctx, ProfilingConfig())
+    stop_profiling(s)
+    with pytest.raises(wia_hw.WiaError, match="not running"):
+        stop_profiling(s)
+    with pytest.raises(TypeError, match="takes a ProfilingSession"):
+        stop_profiling("session")
+    assert ctx.observers == [] and ctx.device.core_state is None
+
+
+def test_trace_mode_restores_the_memory_ports():
+    ctx = wia_hw.open_device()
+    ports = list(ctx.device.memory.channels) + [ctx.device.memory.l2_port]
+    with start_profiling(ctx, ProfilingConfig(mode="trace")):
+        ctx.run(WL[0], **WL[1])
+    now = list(ctx.device.memory.channels) + [ctx.device.memory.l2_port]
+    assert all(a is b for a, b in zip(ports, now, strict=True))
+    assert max(p.free_at for p in now) > 0              # they kept the traced state
+    again = ctx.run(WL[0], **WL[1])
+    ref = wia_hw.open_device()
+    ref.run(WL[0], **WL[1])
+    assert again.cycles == ref.run(WL[0], **WL[1]).cycles
+
+
+def test_text_summary_lists_hotspots():
+    _, _, report = _profile("counters")
+    text = report.format_text()
+    assert "Hotspots:" in text and "feed_forward" in text
+    hs = report.hotspots("group", None)
+    assert sum(h.cycles for h in hs) + sum(r.writeback_cycles for r in report.runs) == \
+        report.cycles

@@ -1,0 +1,356 @@
+"""Kernel-level analysis (the seed's section 8.3): ``KernelProfile`` and ``profile_kernel``.
+
+Assessment rules. The seed's thresholds are kept (utilisation below 50 %, bandwidth
+above 90 % of peak, occupancy below 50 %), but a kernel is classified by where it sits
+against the roofline, not by its utilisation: low compute utilisation does not make a
+kernel compute-bound. Each ceiling (the compute peak, and each memory level's bandwidth
+times the kernel's intensity at that level) sets a floor on its time; the ceiling with
+the largest floor binds (:func:`._metrics.roofline_bound`). A memory-bound kernel with
+low utilisation is expected; a compute-bound one with low utilisation is losing time to
+something else, and the assessment says what (stalls, PE mapping, idle cores).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..emulator.device import KernelRecord
+from ..emulator.errors import WorkloadError
+from ..emulator.kernels import GemmKernel, VectorKernel
+from ..graph import DTYPE_BYTES, Graph, GraphBuilder
+from ._metrics import (
+    LEVEL_NAMES,
+    DeviceInfo,
+    arithmetic_intensity,
+    bandwidth_gbs,
+    compute_floor_s,
+    compute_utilization,
+    hit_rate,
+    occupancy_parts,
+    roofline_bound,
+)
+from ._records import KernelStats
+
+__all__ = ["Assessment", "KernelProfile", "profile_kernel", "format_kernel_profile",
+           "stats_from_record"]
+
+_NP_DTYPES = {"float32": "fp32", "float16": "fp16", "int8": "int8", "int32": "int32",
+              "int64": "int64", "bool": "bool"}
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """One finding: ``level`` ``INFO`` or ``WARNING``, what was found, what to do."""
+
+    level: str
+    message: str
+    suggestion: str
+
+    def to_dict(self) -> dict[str, str]:
+        return dict(vars(self))
+
+
+@dataclass
+class KernelProfile:
+    """The seed's ``wia_kernel_profile_t`` plus what the assessment needs.
+
+    Percentages are 0-100. ``flops`` is the achieved rate in FLOP/s (the seed prints it
+    as ``FLOPS: x TFLOPS``); ``flop_count`` the operations performed.
+    ``arithmetic_intensity`` is FLOP per HBM byte (``None`` when no HBM byte moved);
+    hit rates are ``None`` for a level with no accesses. ``bound`` is the roofline
+    ceiling that binds (``compute``, ``l1``, ``l2`` or ``hbm``); ``roofline_efficiency``
+    the share of that ceiling's attainable rate reached. ``compute_ceiling_flops`` is
+    the rate the kernel's own units allow for its work (the array peak at its
+    precision; for a vector kernel its op class's rate); ``ridge_point`` the HBM
+    intensity where that ceiling meets HBM bandwidth.
+    """
+
+    name: str
+    duration_ms: float
+    compute_utilization: float
+    memory_bandwidth_gbs: float | None
+    peak_bandwidth_gbs: float
+    l1_cache_hit_rate: float | None
+    l2_cache_hit_rate: float | None
+    occupancy: float
+    flops: float
+    arithmetic_intensity: float | None
+    flop_count: int = 0
+    cycles: int = 0
+    precision: str = "fp16"
+    kind: str = "gemm"
+    bytes: dict[str, int] | None = None
+    pe_mapping: float = 100.0
+    core_balance: float = 100.0
+    bound: str | None = None
+    ridge_point: float = math.inf
+    attainable_flops: float | None = None
+    compute_ceiling_flops: float | None = None
+    roofline_efficiency: float | None = None
+    stall_cycles: dict[str, int] | None = None
+    assessments: list[Assessment] = field(default_factory=list)
+
+    @classmethod
+    def from_stats(cls, ks: KernelStats, dev: DeviceInfo) -> KernelProfile:
+        """Derive every field from a kernel's raw record (see :mod:`._metrics`)."""
+        cyc = ks.cycles
+        ms = dev.cycles_to_ms(cyc)
+        nbytes = ks.counter("bytes")
+        hits, misses = ks.counter("hits"), ks.counter("misses")
+        l1 = l2 = None
+        if hits is not None and misses is not None:
+            l1 = hit_rate(hits["l1"], misses["l1"])
+            l2 = hit_rate(hits["l2"], misses["l2"])
+        mapping, balance = occupancy_parts(ks.macs, ks.slot_macs, ks.core_busy_cycles, cyc,
+                                           dev.cores)
+        p = cls(
+            name=ks.name, duration_ms=ms,
+            compute_utilization=compute_utilization(ks.flop_count, cyc, ks.precision, dev),
+            memory_bandwidth_gbs=None if nbytes is None else bandwidth_gbs(nbytes["hbm"], cyc,
+                                                                            dev),
+            peak_bandwidth_gbs=dev.peak_bandwidth_gbs, l1_cache_hit_rate=l1,
+            l2_cache_hit_rate=l2, occupancy=100.0 * mapping * balance,
+            flops=ks.flop_count / (ms * 1e-3) if ms else 0.0,
+            arithmetic_intensity=None if nbytes is None else
+            arithmetic_intensity(ks.flop_count, nbytes["hbm"]),
+            flop_count=ks.flop_count, cycles=cyc, precision=ks.precision, kind=ks.kind,
+            bytes=None if nbytes is None else dict(nbytes), pe_mapping=100.0 * mapping,
+            core_balance=100.0 * balance,
+            stall_cycles=ks.counter("stall_cycles"))
+        floor_c = compute_floor_s(ks.flop_count, ks.precision, dev, ks.kind, ks.ideal_cycles)
+        p.compute_ceiling_flops = ks.flop_count / floor_c if floor_c else None
+        if nbytes is not None:
+            bound, floor = roofline_bound(ks.flop_count, nbytes, ks.precision, dev, ks.kind,
+                                          ks.ideal_cycles)
+            p.bound = bound
+            p.attainable_flops = ks.flop_count / floor if floor else None
+            secs = ms * 1e-3
+            p.roofline_efficiency = 100.0 * floor / secs if secs else None
+        if p.compute_ceiling_flops:
+            p.ridge_point = p.compute_ceiling_flops / (dev.hbm_bandwidth_gbs * 1e9)
+        p.assessments = assess(p, dev)
+        return p
+
+    @property
+    def bandwidth_pct(self) -> float | None:
+        """HBM bandwidth as a percent of peak."""
+        if self.memory_bandwidth_gbs is None or not self.peak_bandwidth_gbs:
+            return None
+        return 100.0 * self.memory_bandwidth_gbs / self.peak_bandwidth_gbs
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in vars(self).items() if k != "assessments"}
+        d["ridge_point"] = None if math.isinf(self.ridge_point) else self.ridge_point
+        d["assessments"] = [a.to_dict() for a in self.assessments]
+        return d
+
+    def format(self) -> str:
+        return format_kernel_profile(self)
+
+
+def _why_slow(p: KernelProfile, dev: DeviceInfo) -> str:
+    """What a compute-bound kernel's missing utilisation is lost to, largest first."""
+    parts = []
+    if p.pe_mapping < 95.0:
+        parts.append((100.0 - p.pe_mapping, f"{100 - p.pe_mapping:.0f}% of the array's MAC "
+                      "slots unmapped (tiles smaller than the array, or fill/drain of short "
+                      "passes)"))
+    if p.core_balance < 95.0:
+        parts.append((100.0 - p.core_balance, f"cores idle {100 - p.core_balance:.0f}% of "
+                      "the kernel (too few tiles, or unequal shares)"))
+    if p.stall_cycles and p.cycles:
+        mem = 100.0 * p.stall_cycles.get("memory", 0) / (dev.cores * p.cycles)
+        if mem >= 5.0:
+            parts.append((mem, f"cores waiting for operands {mem:.0f}% of the time"))
+        th = 100.0 * p.stall_cycles.get("thermal", 0) / (dev.cores * p.cycles)
+        if th >= 1.0:
+            parts.append((th, f"thermal throttling {th:.0f}% of the time"))
+    parts.sort(key=lambda x: -x[0])
+    return "; ".join(t for _, t in parts) or "pipeline overheads (DMA setup, drain)"
+
+
+def assess(p: KernelProfile, dev: DeviceInfo) -> list[Assessment]:
+    """The seed's three checks with their thresholds, classified by the roofline."""
+    out: list[Assessment] = []
+    ai = p.arithmetic_intensity
+    ai_txt = "inf" if ai is None else f"{ai:.3g}"
+    memory_bound = p.bound in ("l1", "l2", "hbm")
+    if p.bound is not None:
+        if memory_bound:
+            lvl = LEVEL_NAMES[p.bound]
+            out.append(Assessment(
+                "INFO", f"Memory-bound ({lvl} bandwidth ceiling): AI={ai_txt} FLOP/byte "
+                f"(ridge point {p.ridge_point:.3g}); reaches {p.roofline_efficiency or 0:.0f}% "
+                f"of what the {lvl} ceiling allows",
+                "Reduce memory traffic through tiling or fusion"))
+        else:
+            out.append(Assessment(
+                "INFO", f"Compute-bound: AI={ai_txt} FLOP/byte is above the ridge point "
+                f"{p.ridge_point:.3g}; reaches {p.roofline_efficiency or 0:.0f}% of peak",
+                "Improve the array mapping; the memory system is not the limit"))
+    if p.compute_utilization < 50.0:
+        if memory_bound:
+            out.append(Assessment(
+                "INFO", f"Low compute utilization ({p.compute_utilization:.1f}%) is expected: "
+                "the kernel is memory-bound, not compute-bound",
+                "Raise arithmetic intensity: fuse with neighbouring kernels, reuse tiles"))
+        elif p.kind == "vector":
+            eff = p.roofline_efficiency
+            out.append(Assessment(
+                "INFO", f"Low compute utilization ({p.compute_utilization:.1f}% of the arrays' "
+                "peak) is expected: the kernel runs on the vector units"
+                + ("" if eff is None else f", at {eff:.0f}% of their rate for this op"),
+                "Move the work into a GEMM epilogue, or fuse it with its neighbours"))
+        else:
+            out.append(Assessment(
+                "WARNING", f"Low compute utilization ({p.compute_utilization:.1f}%) in a "
+                f"compute-bound kernel: {_why_slow(p, dev)}",
+                "Increase parallelism or optimize instruction mix: tiles that fill the "
+                f"{dev.array_rows}x{dev.array_cols} array, at least {dev.cores} tiles"))
+    bw = p.bandwidth_pct
+    if bw is not None and bw > 90.0:
+        out.append(Assessment("INFO", f"Near-peak bandwidth ({bw:.0f}% of peak) - memory-bound",
+                              "Reduce memory traffic through tiling or fusion"))
+    if p.occupancy < 50.0:
+        out.append(Assessment(
+            "WARNING", f"Low occupancy ({p.occupancy:.1f}%): {p.pe_mapping:.0f}% of PE slots "
+            f"mapped x {p.core_balance:.0f}% of core time busy",
+            f"Use tiles in multiples of {dev.array_rows}x{dev.array_cols} and at least "
+            f"{dev.cores} of them (one per core); batch small matrices into one kernel"))
+    return out
+
+
+def _pct(v: float | None) -> str:
+    return "n/a (no accesses)" if v is None else f"{v:.1f}%"
+
+
+def format_kernel_profile(p: KernelProfile) -> str:
+    """The seed's printf block for one kernel, then its assessment."""
+    lines = [f"Kernel: {p.name}", f"  Duration: {p.duration_ms:.3f} ms",
+             f"  Compute Utilization: {p.compute_utilization:.1f}%"]
+    if p.memory_bandwidth_gbs is not None:
+        lines.append(f"  Memory Bandwidth: {p.memory_bandwidth_gbs:.1f} GB/s "
+                     f"({100.0 * p.memory_bandwidth_gbs / p.peak_bandwidth_gbs:.1f}% of peak)")
+    lines += [f"  Cache Hit Rate L1: {_pct(p.l1_cache_hit_rate)}",
+              f"  Cache Hit Rate L2: {_pct(p.l2_cache_hit_rate)}",
+              f"  Occupancy: {p.occupancy:.1f}%",
+              f"  FLOPS: {p.flops / 1e12:.1f} TFLOPS"]
+    if p.arithmetic_intensity is not None:
+        lines.append(f"  Arithmetic Intensity: {p.arithmetic_intensity:.1f} FLOP/byte")
+    for a in p.assessments:
+        lines.append(f"  {a.level}: {a.message}")
+        lines.append(f"  Suggestion: {a.suggestion}")
+    return "\n".join(lines)
+
+
+def ideal_cycles(k: Any, spec: Any) -> float | None:
+    """Cycles kernel ``k``'s work takes on its units at full rate on ``spec`` (see
+    :class:`KernelStats`); ``None`` for a kernel type this does not know."""
+    if isinstance(k, GemmKernel):
+        if not spec.supports(k.precision):
+            return None
+        return k.macs / float(spec.peak_macs_per_cycle(k.precision))
+    if isinstance(k, VectorKernel):
+        v = spec.compute.vector
+        cpe = v.cycles_per_element.get(k.vclass)
+        if cpe is None:
+            return None
+        return k.elements * float(cpe) / (v.lanes * spec.compute.cores)
+    return None
+
+
+def stats_from_record(r: KernelRecord, index: int = 0, run: int = -1,
+                      fields_: Sequence[str] | None = None, kernel: Any = None,
+                      spec: Any = None) -> KernelStats:
+    """A :class:`KernelStats` from the emulator's record, with ``fields_`` of its counter
+    deltas (every field when ``None``); ``kernel`` and ``spec`` (the launched kernel and
+    the device) give its ``ideal_cycles``."""
+    from dataclasses import fields as dc_fields
+
+    from ._records import capture_counters
+
+    names = tuple(f.name for f in dc_fields(r.counters)) if fields_ is None else tuple(fields_)
+    return KernelStats(
+        index=index, name=r.name, op=r.op, group=r.group, kind=r.kind, provider=r.provider,
+        precision=r.precision, run=run, start_cycle=r.start_cycle, end_cycle=r.end_cycle,
+        flop_count=r.flops, macs=r.macs, slot_macs=r.slot_macs, tiles=r.tiles,
+        cores_used=r.cores_used, core_busy_cycles=list(r.core_busy_cycles),
+        frequency_factor=r.frequency_factor,
+        ideal_cycles=None if kernel is None or spec is None else ideal_cycles(kernel, spec),
+        compulsory_bytes=r.compulsory_bytes,
+        counters=capture_counters(r.counters, names),
+        power_w=r.power_w, temperature_c=r.temperature_c)
+
+
+def _one_op_graph(kind: str, inputs: Mapping[str, Any] | Sequence[Any],
+                  attrs: Mapping[str, Any]) -> Graph:
+    items = list(inputs.items()) if isinstance(inputs, Mapping) else \
+        [(f"in{i}", v) for i, v in enumerate(inputs)]
+    if not items:
+        raise WorkloadError(f"profile_kernel: op {kind!r} needs inputs (arrays or shapes)")
+    b = GraphBuilder(f"profile_kernel.{kind}")
+    names = []
+    for idx, (name, v) in enumerate(items):
+        if isinstance(v, np.ndarray):
+            dt = _NP_DTYPES.get(str(v.dtype))
+            if dt is None:
+                raise WorkloadError(f"profile_kernel: input {name!r} has dtype {v.dtype}, "
+                                    f"supported: {', '.join(_NP_DTYPES)}")
+            shape = v.shape
+        elif isinstance(v, tuple) and len(v) == 2 and isinstance(v[1], str):
+            shape, dt = tuple(v[0]), v[1]
+        else:
+            shape, dt = tuple(v), "fp16"
+        if dt not in DTYPE_BYTES:
+            raise WorkloadError(f"profile_kernel: input {name!r}: unknown dtype {dt!r}")
+        weight = idx == 1 and kind in ("linear", "conv2d", "layer_norm", "embedding")
+        names.append(b.weight(name, shape, dt) if weight else b.input(name, shape, dt))
+    b.op(kind, kind, names, **dict(attrs))
+    return b.graph()
+
+
+def profile_kernel(ctx: Any, kernel: Any, inputs: Mapping[str, Any] | Sequence[Any] |
+                   None = None, *, warmup: int = 0, **attrs: Any) -> KernelProfile:
+    """Profile one kernel on ``ctx``'s device (the seed's ``wia_profile_kernel``).
+
+    ``kernel`` is an emulator kernel (``GemmKernel``/``VectorKernel``), an op kind
+    (``"matmul"``, ``"add"``, ``"softmax"``, ...) built from ``inputs`` (a mapping or
+    sequence of numpy arrays, shapes, or ``(shape, dtype)`` pairs; ``attrs`` go to the
+    op), a one-op :class:`~wia_hw.Graph`, or a kernel of an earlier run
+    (``KernelTime``/``KernelRecord``: profiled from its record without running again).
+    The launch runs on the device as it is (caches, temperature); ``warmup`` launches
+    run first. Raises :class:`~wia_hw.WorkloadError` when the op lowers to no kernel
+    (a view) or to several.
+    """
+    dev = DeviceInfo.from_spec(ctx.spec)
+    if isinstance(kernel, KernelRecord):
+        return KernelProfile.from_stats(stats_from_record(kernel), dev)
+    rec = getattr(kernel, "record", None)
+    if isinstance(rec, KernelRecord):
+        return KernelProfile.from_stats(stats_from_record(rec), dev)
+    if isinstance(kernel, (GemmKernel, VectorKernel)):
+        k = kernel
+    else:
+        if isinstance(kernel, str):
+            graph = _one_op_graph(kernel, inputs if inputs is not None else {}, attrs)
+        elif isinstance(kernel, Graph):
+            graph = kernel
+        else:
+            raise TypeError("profile_kernel: kernel must be a GemmKernel, VectorKernel, op "
+                            f"kind, Graph or KernelTime, got {type(kernel).__name__}")
+        from ..lowering import lower
+
+        ks = [k for _, kk in lower(graph, ctx.spec, ctx.providers) for k in kk]
+        if len(ks) != 1:
+            raise WorkloadError(f"profile_kernel: {graph.name!r} lowers to {len(ks)} kernels "
+                                "(need exactly one; a view runs none)")
+        k = ks[0]
+    for _ in range(max(0, int(warmup))):
+        ctx.device.execute([k])
+    (r,) = ctx.device.execute([k])
+    return KernelProfile.from_stats(stats_from_record(r, kernel=k, spec=ctx.spec), dev)

@@ -1,0 +1,546 @@
+"""Automated performance recommendations (the seed's section 8.6).
+
+:func:`analyze_performance` runs rules over a :class:`ProfilingReport`; each finding is
+a :class:`Recommendation` whose ``estimated_improvement`` (the fraction of the profiled
+time it saves) is measured where the emulator can apply the change: the session's
+kernels are replayed as they were and with the change (:mod:`._whatif`), and the gain
+is the difference. ``confidence`` says how the figure was obtained, and
+``confidence_basis`` says it in words:
+
+* ``0.9`` measured: both replays on the emulator (a model of the device; both start
+  from cold caches, so the figure is the change's effect, not the session's warm-up);
+* ``0.5`` modelled: an upper bound from the report's counters and the roofline (a
+  report loaded from JSON keeps no kernels to replay, or the emulator cannot make the
+  change yet, e.g. overlapping multi-device communication).
+
+Rules: low kernel occupancy; low compute utilisation in a compute-bound kernel; cache
+thrashing; memory-bound elementwise chains (fuse); allocation in a hot path; thermal
+throttling; communication not overlapped with compute (when the report has link
+messages). ``priority`` follows the improvement: ``CRITICAL`` >= 50 %, ``HIGH`` >= 20 %,
+``MEDIUM`` >= 5 %, else ``LOW``. Only recommendations at or above
+``priority_threshold`` with ``confidence >= confidence_threshold`` are returned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..emulator.allocator import AllocatorConfig
+from ..emulator.kernels import GemmKernel, VectorKernel
+from ._kernel import ideal_cycles
+from ._metrics import DeviceInfo
+from ._report import ProfilingReport
+from ._whatif import (
+    FLUSH,
+    fuse_gemm_epilogue,
+    fuse_vector_pair,
+    gemm_tilings,
+    replay,
+    replay_allocations,
+    substitute,
+    time_kernel,
+    vector_tilings,
+)
+
+__all__ = ["Priority", "AnalysisConfig", "Recommendation", "PerformanceRecommendations",
+           "analyze_performance", "MEASURED", "MODELLED", "priority_for"]
+
+MEASURED = 0.9
+MODELLED = 0.5
+
+
+class Priority(enum.IntEnum):
+    """The seed's priorities, ordered; members accept their lower-case names."""
+
+    LOW = 0
+    MEDIUM = 1
+    HIGH = 2
+    CRITICAL = 3
+
+    @classmethod
+    def _missing_(cls, value: object) -> Priority | None:
+        if isinstance(value, str):
+            return cls.__members__.get(value.strip().upper())
+        return None
+
+
+def priority_for(improvement: float) -> Priority:
+    """``CRITICAL`` >= 0.5, ``HIGH`` >= 0.2, ``MEDIUM`` >= 0.05, else ``LOW``."""
+    if improvement >= 0.5:
+        return Priority.CRITICAL
+    if improvement >= 0.2:
+        return Priority.HIGH
+    if improvement >= 0.05:
+        return Priority.MEDIUM
+    return Priority.LOW
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnalysisConfig:
+    """The seed's ``wia_analysis_config_t`` plus: ``min_time_share`` (kernels, summed
+    over their layers, below this share of the profiled time are not analysed),
+    ``max_tilings`` (tilings tried per GEMM shape), ``hot_path_allocations`` (a site
+    allocating this often is a hot path), ``measure`` (False: model estimates only)."""
+
+    analyze_kernels: bool = True
+    analyze_memory: bool = True
+    analyze_communication: bool = True
+    priority_threshold: Priority | str = Priority.MEDIUM
+    confidence_threshold: float = 0.7
+    min_time_share: float = 0.01
+    max_tilings: int = 16
+    hot_path_allocations: int = 100
+    measure: bool = True
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "priority_threshold", Priority(self.priority_threshold))
+        except ValueError:
+            raise ValueError("priority_threshold must be low, medium, high or critical, got "
+                             f"{self.priority_threshold!r}") from None
+        for n in ("confidence_threshold", "min_time_share"):
+            v = getattr(self, n)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+                raise ValueError(f"{n} must be a number in [0, 1], got {v!r}")
+        for n in ("max_tilings", "hot_path_allocations"):
+            v = getattr(self, n)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{n} must be a positive integer, got {v!r}")
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The seed's ``wia_recommendation_t``. ``estimated_improvement`` is a fraction of
+    the profiled time (0.12 = 12 %); ``confidence`` in [0, 1] with ``confidence_basis``
+    saying how the estimate was obtained; ``baseline_ms``/``modified_ms`` are the two
+    replays when measured."""
+
+    priority: Priority
+    title: str
+    description: str
+    impact: str
+    suggestion: str
+    estimated_improvement: float
+    confidence: float
+    code_example: str | None = None
+    confidence_basis: str = ""
+    category: str = ""
+    kernels: tuple[str, ...] = ()
+    baseline_ms: float | None = None
+    modified_ms: float | None = None
+
+    def format(self) -> str:
+        lines = [f"[{self.priority.name}] {self.title}", f"  Issue: {self.description}",
+                 f"  Impact: {self.impact}", f"  Suggestion: {self.suggestion}",
+                 f"  Estimated improvement: {self.estimated_improvement * 100:.1f}%",
+                 f"  Confidence: {self.confidence * 100:.1f}% ({self.confidence_basis})"]
+        if self.code_example:
+            lines += ["  Code example:", self.code_example]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(vars(self))
+        d["priority"] = self.priority.name
+        d["kernels"] = list(self.kernels)
+        return d
+
+
+@dataclass
+class PerformanceRecommendations:
+    """The seed's ``wia_performance_recommendations_t``: the recommendations that pass
+    the thresholds, most important first; ``considered`` holds every finding."""
+
+    recommendations: list[Recommendation]
+    considered: list[Recommendation] = field(default_factory=list)
+    baseline_ms: float | None = None
+
+    @property
+    def num_recommendations(self) -> int:
+        return len(self.recommendations)
+
+    def format(self) -> str:
+        out = [f"Performance Recommendations ({self.num_recommendations} total):", ""]
+        for r in self.recommendations:
+            out += [r.format(), ""]
+        return "\n".join(out)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"recommendations": [r.to_dict() for r in self.recommendations],
+                "considered": [r.to_dict() for r in self.considered],
+                "baseline_ms": self.baseline_ms}
+
+
+def _pattern(name: str) -> str:
+    return re.sub(r"^layer\d+\.", "", name)
+
+
+class _Analyzer:
+    def __init__(self, report: ProfilingReport, cfg: AnalysisConfig) -> None:
+        self.r = report
+        self.cfg = cfg
+        self.dev: DeviceInfo = report.device
+        self.total = max(1, report.cycles)
+        self.profiles = report.kernel_profiles()
+        self.can_replay = bool(cfg.measure and report.program and report.spec is not None)
+        self._base: int | None = None
+        self.out: list[Recommendation] = []
+
+    # -- measuring ---------------------------------------------------------------------
+    def ms(self, cycles: float) -> float:
+        return self.dev.cycles_to_ms(cycles)
+
+    def baseline(self) -> int:
+        if self._base is None:
+            self._base = replay(self.r.spec, self.r.program,
+                                temperature_c=self.r.start_temperature_c)
+        return self._base
+
+    def measure(self, program: Sequence[Any], spec: Any = None) -> tuple[float, str, float,
+                                                                           float]:
+        """(improvement, basis, baseline ms, modified ms) of running ``program``."""
+        base = self.baseline()
+        new = replay(spec if spec is not None else self.r.spec, program,
+                     temperature_c=self.r.start_temperature_c)
+        n = sum(1 for k in program if not (isinstance(k, str) and k == FLUSH))
+        basis = (f"measured: re-ran the session's {n} kernels on a fresh {self.dev.name} "
+                 f"emulator with and without the change: {self.ms(base):.3f} ms -> "
+                 f"{self.ms(new):.3f} ms")
+        return max(0.0, (base - new) / self.total), basis, self.ms(base), self.ms(new)
+
+    def add(self, improvement: float, confidence: float, basis: str, **kw: Any) -> None:
+        self.out.append(Recommendation(priority=priority_for(improvement),
+                                       estimated_improvement=improvement,
+                                       confidence=confidence, confidence_basis=basis, **kw))
+
+    # -- grouping ----------------------------------------------------------------------
+    def groups(self) -> dict[str, list[int]]:
+        """Kernel indices grouped by name without the ``layerN.`` prefix."""
+        g: dict[str, list[int]] = {}
+        for i, k in enumerate(self.r.kernels):
+            g.setdefault(_pattern(k.name), []).append(i)
+        return g
+
+    def share(self, idx: Sequence[int]) -> float:
+        return sum(self.r.kernels[i].cycles for i in idx) / self.total
+
+    def program_index(self) -> dict[int, int]:
+        """Kernel stats index -> program index."""
+        ps = self.r.program_stats or []
+        return {s: j for j, s in enumerate(ps) if s is not None}
+
+    # -- re-tiling ---------------------------------------------------------------------
+    def retile(self, idx: Sequence[int]) -> tuple[dict[int, Any], str] | None:
+        """Best tiling found for the GEMMs ``idx`` (same shape), as program changes."""
+        pidx = self.program_index()
+        prog = self.r.program or []
+        ks = [prog[pidx[i]] for i in idx if i in pidx]
+        if not ks or not (all(isinstance(k, GemmKernel) for k in ks)
+                          or all(isinstance(k, VectorKernel) for k in ks)):
+            return None
+        k0 = ks[0]
+        spec = self.r.spec
+        base = time_kernel(spec, k0)
+        if isinstance(k0, VectorKernel):
+            return self._retile_vector(idx, ks, base)
+        best_t, best = None, base
+        for t in gemm_tilings(spec, k0, self.cfg.max_tilings):
+            c = time_kernel(spec, dataclasses.replace(k0, tiling=t))
+            if c < best:
+                best_t, best = t, c
+        if best_t is None or best > 0.98 * base:
+            return None
+        changes = {pidx[i]: dataclasses.replace(prog[pidx[i]], tiling=best_t)
+                   for i in idx if i in pidx and isinstance(prog[pidx[i]], GemmKernel)
+                   and (prog[pidx[i]].m, prog[pidx[i]].n, prog[pidx[i]].k,
+                        prog[pidx[i]].batch) == (k0.m, k0.n, k0.k, k0.batch)}
+        t0 = k0.tiling
+        desc = (f"tile {best_t.tm}x{best_t.tn}x{best_t.tk} (batch {best_t.tb}, order "
+                f"{best_t.order}) instead of {t0.tm}x{t0.tn}x{t0.tk} (batch {t0.tb}, order "
+                f"{t0.order}): {self.ms(base):.3f} -> {self.ms(best):.3f} ms per kernel alone")
+        return changes, desc
+
+    def _retile_vector(self, idx: Sequence[int], ks: list[Any], base: int
+                       ) -> tuple[dict[int, Any], str] | None:
+        pidx = self.program_index()
+        prog = self.r.program or []
+        k0 = ks[0]
+        best_r, best = None, base
+        for rpt in vector_tilings(self.r.spec, k0)[:self.cfg.max_tilings]:
+            c = time_kernel(self.r.spec, dataclasses.replace(k0, rows_per_tile=rpt))
+            if c < best:
+                best_r, best = rpt, c
+        if best_r is None or best > 0.98 * base:
+            return None
+        changes = {pidx[i]: dataclasses.replace(prog[pidx[i]], rows_per_tile=best_r)
+                   for i in idx if i in pidx and isinstance(prog[pidx[i]], VectorKernel)
+                   and prog[pidx[i]].rows == k0.rows}
+        return changes, (f"{best_r} rows per tile instead of {k0.rows_per_tile}: "
+                         f"{self.ms(base):.3f} -> {self.ms(best):.3f} ms per kernel alone")
+
+    # -- rules -------------------------------------------------------------------------
+    def kernel_rules(self) -> None:
+        seen: set[str] = set()
+        for pat, idx in sorted(self.groups().items(), key=lambda x: -self.share(x[1])):
+            share = self.share(idx)
+            if share < self.cfg.min_time_share:
+                continue
+            ps = [self.profiles[i] for i in idx]
+            p0 = ps[0]
+            time_ms = self.ms(sum(self.r.kernels[i].cycles for i in idx))
+            occ = sum(p.occupancy * p.cycles for p in ps) / max(1, sum(p.cycles for p in ps))
+            # a compute-bound kernel's share of its own compute ceiling (the arrays'
+            # peak for GEMMs, its op class's rate for vector kernels)
+            util = sum((p.roofline_efficiency if p.roofline_efficiency is not None
+                        else p.compute_utilization) * p.cycles for p in ps) / max(
+                1, sum(p.cycles for p in ps))
+            n = f" (x{len(idx)})" if len(idx) > 1 else ""
+            if occ < 50.0 and pat not in seen:
+                seen.add(pat)
+                self.tiling_rec(
+                    idx, "Low Kernel Occupancy", "occupancy",
+                    f'Kernel "{pat}"{n} has occupancy of {occ:.0f}% ({p0.pe_mapping:.0f}% of '
+                    f"PE slots mapped x {p0.core_balance:.0f}% of core time busy), wasting "
+                    "compute resources",
+                    f"Underutilizing {100 - occ:.0f}% of available compute units for "
+                    f"{time_ms:.3f} ms ({100 * share:.1f}% of the profiled time)",
+                    "Use tiles in multiples of the "
+                    f"{self.dev.array_rows}x{self.dev.array_cols} array and at least "
+                    f"{self.dev.cores} of them; batch small matrices into one kernel", share,
+                    occupancy=occ)
+            if p0.bound == "compute" and util < 50.0 and pat not in seen:
+                seen.add(pat)
+                self.tiling_rec(
+                    idx, "Low Compute Utilization", "utilization",
+                    f'Kernel "{pat}"{n} is compute-bound by the roofline but reaches '
+                    f"{util:.0f}% of its compute ceiling", f"{time_ms:.3f} ms "
+                    f"({100 * share:.1f}% of the profiled time) at under half the rate its "
+                    "units allow",
+                    "Increase parallelism or change the tiling to cut stalls and fill/drain",
+                    share, occupancy=occ)
+            l2 = p0.l2_cache_hit_rate
+            kst = self.r.kernels[idx[0]]
+            hbm = (p0.bytes or {}).get("hbm", 0)
+            if (l2 is not None and l2 < 50.0 and kst.compulsory_bytes
+                    and hbm > 2 * kst.compulsory_bytes and pat not in seen):
+                seen.add(pat)
+                self.tiling_rec(
+                    idx, "Cache Thrashing", "cache",
+                    f'Kernel "{pat}"{n} moves {hbm / kst.compulsory_bytes:.1f}x its '
+                    f"compulsory bytes through HBM with an L2 hit rate of {l2:.0f}%",
+                    f"{(hbm - kst.compulsory_bytes) * len(idx) / 1e6:.1f} MB of repeated "
+                    f"HBM traffic over {time_ms:.3f} ms",
+                    "Change the loop order or tile sizes so a tile's panels stay in L2",
+                    share, occupancy=occ)
+
+    def tiling_rec(self, idx: Sequence[int], title: str, category: str, desc: str,
+                   impact: str, suggestion: str, share: float, occupancy: float) -> None:
+        names = tuple(self.r.kernels[i].name for i in idx)
+        example = ("ctx.run(graph)  # after changing the op's tiling:\n"
+                   "    from wia_hw.lowering import choose_gemm_tiling\n"
+                   "    # or let the autotuner search: wia_hw.autotune_model(...)")
+        if self.can_replay:
+            found = self.retile(idx)
+            if found is None:
+                self.add(0.0, MEASURED,
+                         f"measured: none of up to {self.cfg.max_tilings} other tilings ran "
+                         "this kernel 2% faster alone on the emulator; the loss is in the "
+                         "shape, not the tiling", title=title, description=desc,
+                         impact=impact, suggestion=suggestion, category=category,
+                         kernels=names)
+                return
+            changes, how = found
+            imp, basis, b_ms, m_ms = self.measure(substitute(self.r.program or [], changes))
+            self.add(imp, MEASURED, basis, title=title, description=desc, impact=impact,
+                     suggestion=f"{suggestion}: {how}", code_example=example,
+                     category=category, kernels=names, baseline_ms=b_ms, modified_ms=m_ms)
+        else:
+            bound = share * max(0.0, 1.0 - occupancy / 100.0) * 0.5
+            self.add(bound, MODELLED, "modelled: half the unmapped share of the kernels' time "
+                     "(the report has no kernels to re-run)", title=title, description=desc,
+                     impact=impact, suggestion=suggestion, category=category, kernels=names)
+
+    def fusion_rules(self) -> None:
+        prog = self.r.program
+        if not prog:
+            return
+        spec = self.r.spec
+        ridge = self.dev.ridge_point(self.r.precision)
+        pats: dict[tuple[str, str], dict[int, Any]] = {}
+        removed: dict[tuple[str, str], list[int]] = {}
+        i = 0
+        while i + 1 < len(prog):
+            a, b = prog[i], prog[i + 1]
+            if not isinstance(b, VectorKernel) or isinstance(a, str):
+                i += 1
+                continue
+            ai = b.flops / max(1, b.compulsory_bytes)
+            fused = fuse_gemm_epilogue(spec, prog, i) or fuse_vector_pair(spec, prog, i)
+            if fused is None or ai >= self.own_ridge(b, ridge):
+                i += 1
+                continue
+            key = (_pattern(a.name), _pattern(b.name))
+            pats.setdefault(key, {})[i] = fused
+            pats[key][i + 1] = None
+            removed.setdefault(key, []).append(i + 1)
+            i += 2
+        stats = self.program_index()
+        inv = {j: s for s, j in stats.items()}
+        for (pa, pb), changes in pats.items():
+            consumers = removed[(pa, pb)]
+            cyc = sum(self.r.kernels[inv[j]].cycles for j in consumers if j in inv)
+            share = cyc / self.total
+            if share < self.cfg.min_time_share:
+                continue
+            n = len(consumers)
+            mid = sum(prog[j - 1].c.nbytes if isinstance(prog[j - 1], GemmKernel)
+                      else prog[j - 1].outputs[0].nbytes for j in consumers)
+            kind = "epilogue of" if isinstance(prog[consumers[0] - 1], GemmKernel) else \
+                "one vector pass with"
+            b = prog[consumers[0]]
+            desc = (f'Kernel "{pb}" (x{n}) is memory-bound (AI='
+                    f"{b.flops / max(1, b.compulsory_bytes):.2g} FLOP/byte over its "
+                    f"compulsory bytes, below its ridge point {self.own_ridge(b, ridge):.3g}) "
+                    f'and reads "{pa}"\'s output back from memory')
+            impact = (f"{self.ms(cyc):.3f} ms ({100 * share:.1f}% of the profiled time) in "
+                      f"the {n} kernels; {2 * mid / 1e6:.1f} MB of intermediate writes and "
+                      "reads")
+            sugg = f'Fuse "{pb}" into the {kind} "{pa}" so the intermediate stays on chip'
+            example = (f"# before: two kernels, the intermediate goes through HBM\n"
+                       f"#   t = {pa}(x); y = {pb}(t)\n"
+                       f"# after: one kernel\n#   y = fused_{pa}_{pb}(x)")
+            names = tuple(self.r.kernels[inv[j]].name for j in consumers if j in inv)
+            if self.can_replay:
+                imp, basis, b_ms, m_ms = self.measure(substitute(prog, changes))
+                self.add(imp, MEASURED, basis, title="Memory-Bound Elementwise Chain",
+                         description=desc, impact=impact, suggestion=sugg,
+                         code_example=example, category="fusion", kernels=names,
+                         baseline_ms=b_ms, modified_ms=m_ms)
+            else:                                         # pragma: no cover - needs program
+                saved = min(cyc, 2 * mid / (self.dev.hbm_bandwidth_gbs * 1e9) *
+                            self.dev.clock_ghz * 1e9)
+                self.add(saved / self.total, MODELLED, "modelled: intermediate bytes at HBM "
+                         "bandwidth", title="Memory-Bound Elementwise Chain",
+                         description=desc, impact=impact, suggestion=sugg,
+                         code_example=example, category="fusion", kernels=names)
+
+    def own_ridge(self, k: Any, default: float) -> float:
+        """HBM ridge point of a kernel's own compute ceiling (its op class's rate for a
+        vector kernel)."""
+        ideal = ideal_cycles(k, self.r.spec)
+        if not ideal or not k.flops:
+            return default
+        return k.flops / (ideal / (self.dev.clock_ghz * 1e9)) / (self.dev.hbm_bandwidth_gbs
+                                                                 * 1e9)
+
+    def memory_rules(self) -> None:
+        mem = self.r.memory
+        if mem is None:
+            return
+        for s in mem.top_sites + [x.allocation_site for x in mem.leaks]:
+            if s.count < self.cfg.hot_path_allocations or not s.description.startswith(
+                    "ctx.allocate"):
+                continue
+            desc = (f'{s.description} at {s.file}:{s.line} ({s.function}) called '
+                    f"{s.count}x in the profiled region")
+            impact = (f"Allocation overhead adds {self.ms(s.device_cycles):.3f} ms of device "
+                      f"time ({100 * s.device_cycles / self.total:.1f}%)")
+            sugg = "Pre-allocate buffers outside loop or use memory pooling"
+            example = ("buf = ctx.allocate(max_bytes)          # once, before the loop\n"
+                       "for step in range(n):\n    ...                                  "
+                       "# reuse buf\nctx.free(buf)")
+            key = (s.file, s.line, s.function)
+
+            def at_site(e: tuple[Any, ...], key: tuple[str, int, str] = key) -> bool:
+                st = mem.stacks[e[9]] if e[1] == "malloc" and e[9] >= 0 else None
+                return e[6] == "user" and (st is None or not st or
+                                           (st[0].file, st[0].line, st[0].function) == key)
+
+            base_cfg = dataclasses.replace(AllocatorConfig(), pooling=mem.pooling)
+            cap = self.dev.hbm_size_bytes or (1 << 40)
+            base, _ = replay_allocations(mem.events, cap, base_cfg, at_site)
+            pooled, _ = replay_allocations(
+                mem.events, cap, dataclasses.replace(base_cfg, pooling=True), at_site)
+            saved = max(0, base - pooled)
+            self.add(saved / self.total, MEASURED,
+                     f"measured: replayed the session's {mem.num_allocations} allocations on "
+                     f"the allocator without and with size-class pooling: {base} -> "
+                     f"{pooled} device cycles at this site", title="Memory Allocation in "
+                     "Hot Path", description=desc, impact=impact, suggestion=sugg,
+                     code_example=example, category="memory", kernels=())
+
+    def thermal_rule(self) -> None:
+        th = self.r.counters.stall_cycles.get("thermal", 0)
+        if not th:
+            return
+        cores = self.dev.cores
+        desc = (f"The clock throttled above the thermal limit: {th:,} core-cycles of thermal "
+                f"stall ({100 * th / (cores * self.total):.1f}% of core time)")
+        impact = f"about {self.ms(th / cores):.3f} ms of the {self.ms(self.total):.3f} ms"
+        sugg = ("Keep the die below its throttle temperature: better cooling (lower "
+                "thermal resistance), less energy per inference (int8, fusion), or pauses "
+                "between bursts")
+        if self.can_replay:
+            spec = self.r.spec
+            cool = dataclasses.replace(spec, thermal=dataclasses.replace(spec.thermal,
+                                                                         throttle_factor=1.0))
+            imp, basis, b_ms, m_ms = self.measure(self.r.program or [], cool)
+            self.add(imp, MEASURED, basis + " (throttling switched off: the most cooling can "
+                     "give)", title="Thermal Throttling", description=desc, impact=impact,
+                     suggestion=sugg, category="thermal", baseline_ms=b_ms, modified_ms=m_ms)
+        else:
+            self.add(th / cores / self.total, MODELLED, "modelled: thermal stall cycles per "
+                     "core", title="Thermal Throttling", description=desc, impact=impact,
+                     suggestion=sugg, category="thermal")
+
+    def communication_rule(self) -> None:
+        events = self.r.communication.get("events") or []
+        if not events:
+            return
+        busy = sorted((k.start_cycle, k.end_cycle) for k in self.r.kernels)
+        comm = exposed = 0
+        for e in events:
+            s, t = int(e["start_cycle"]), int(e["end_cycle"])
+            comm += t - s
+            covered = sum(max(0, min(t, b) - max(s, a)) for a, b in busy)
+            exposed += max(0, (t - s) - covered)
+        if not exposed:
+            return
+        self.add(exposed / self.total, MODELLED, "modelled: the exposed communication time, "
+                 "an upper bound reached with perfect overlap (multi-device runs are not "
+                 "emulated yet, so the change cannot be re-run)",
+                 title="Inefficient Communication Pattern",
+                 description=f"{100 * exposed / max(1, comm):.0f}% of communication is not "
+                 "overlapped with computation",
+                 impact=f"{self.ms(exposed):.3f} ms of communication serialized with compute",
+                 suggestion="Split gradient all-reduce into layer-wise chunks and overlap "
+                 "with backward pass", category="communication")
+
+
+def analyze_performance(report: ProfilingReport, cfg: AnalysisConfig | None = None
+                        ) -> PerformanceRecommendations:
+    """Recommendations for a profiled session (the seed's ``wia_analyze_performance``);
+    see the module docstring for the rules, the measurement and the filtering."""
+    if not isinstance(report, ProfilingReport):
+        raise TypeError(f"analyze_performance takes a ProfilingReport, got "
+                        f"{type(report).__name__}")
+    if cfg is None:
+        cfg = AnalysisConfig()
+    a = _Analyzer(report, cfg)
+    if cfg.analyze_kernels and report.kernels:
+        a.kernel_rules()
+        a.fusion_rules()
+        a.thermal_rule()
+    if cfg.analyze_memory:
+        a.memory_rules()
+    if cfg.analyze_communication:
+        a.communication_rule()
+    ranked = sorted(a.out, key=lambda r: (-r.priority, -r.estimated_improvement, r.title))
+    keep = [r for r in ranked if r.priority >= Priority(cfg.priority_threshold)
+            and r.confidence >= cfg.confidence_threshold]
+    return PerformanceRecommendations(keep, ranked,
+                                      a.ms(a._base) if a._base is not None else None)

@@ -1,0 +1,298 @@
+"""``ProfilingReport``: what a session recorded, its derived figures, and its JSON form.
+
+JSON schema ``wia-hw.profile/1`` (documented in ``docs/PROFILING.md``): the raw records
+(session counters, runs, ops, kernels with their captured counters, samples, device
+events, memory events) and, beside them, every derived figure, so each figure can be
+recomputed from the counters in the same file with the formulas of :mod:`._metrics`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..emulator.counters import Counters
+from ..emulator.errors import WiaError
+from ._config import OutputFormat, ProfileMode, ProfilingConfig
+from ._kernel import KernelProfile
+from ._metrics import DeviceInfo, bandwidth_gbs, compute_utilization, hit_rate
+from ._records import KernelStats, OpSpan, RunInfo, Sample
+
+__all__ = ["ProfilingReport", "Hotspot", "save_profile_report", "load_profile_report",
+           "SCHEMA", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
+SCHEMA = f"wia-hw.profile/{SCHEMA_VERSION}"
+
+
+@dataclass(frozen=True)
+class Hotspot:
+    """Where time goes: a kernel, op or group, its time, share and launch count.
+    ``exact`` is False for estimates from samples."""
+
+    name: str
+    cycles: int
+    time_ms: float
+    pct: float
+    count: int
+    exact: bool = True
+
+
+@dataclass
+class ProfilingReport:
+    """The seed's ``wia_profiling_report_t``: one session's records and figures.
+
+    Raw records: ``counters`` (the session's counter deltas, all of them), ``runs``,
+    ``ops`` (instrumentation), ``kernels`` (with the captured counters), ``samples``
+    (sampling), ``device_events``/``port_events`` (trace), ``memory`` (a
+    :class:`MemoryProfileReport` when ``capture_memory``). ``program`` and ``spec`` keep
+    the kernels as launched (not saved to JSON) so recommendations can re-run them
+    (``program_stats`` maps each to its entry in ``kernels``), from the temperature the
+    session started at (``start_temperature_c``).
+    ``overhead`` states what profiling cost: ``simulated_cycles`` is 0 in every mode
+    (the emulator observes for free; no mode models a device-side cost yet) and
+    ``host_seconds`` is the wall time the session was open.
+    """
+
+    mode: ProfileMode
+    config: ProfilingConfig
+    device: DeviceInfo
+    start_cycle: int
+    end_cycle: int
+    counters: Counters
+    runs: list[RunInfo] = field(default_factory=list)
+    ops: list[OpSpan] = field(default_factory=list)
+    kernels: list[KernelStats] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    device_events: list[tuple[Any, ...]] | None = None
+    port_events: dict[str, list[tuple[int, int, int]]] | None = None
+    memory: Any = None
+    communication: dict[str, Any] = field(default_factory=dict)
+    overhead: dict[str, Any] = field(default_factory=dict)
+    program: list[Any] | None = field(default=None, repr=False)
+    spec: Any = field(default=None, repr=False)
+    program_stats: list[int | None] | None = field(default=None, repr=False)
+    start_temperature_c: float | None = None
+
+    # -- basic figures -----------------------------------------------------------------
+    @property
+    def cycles(self) -> int:
+        return self.end_cycle - self.start_cycle
+
+    @property
+    def duration_ms(self) -> float:
+        return self.device.cycles_to_ms(self.cycles)
+
+    @property
+    def precision(self) -> str:
+        """The precision most MACs ran at (``fp16`` without GEMMs)."""
+        by = {p: v for p, v in self.counters.macs_by_precision.items() if v}
+        return max(by, key=lambda p: by[p]) if by else "fp16"
+
+    def summary(self) -> dict[str, Any]:
+        """Session-wide figures, each a formula over ``counters`` (see _metrics)."""
+        c, dev, cyc = self.counters, self.device, self.cycles
+        ms = self.duration_ms
+        secs = ms * 1e-3
+        return {
+            "duration_ms": ms,
+            "cycles": cyc,
+            "precision": self.precision,
+            "flops": c.flops,
+            "achieved_tflops": c.flops / secs / 1e12 if secs else 0.0,
+            "compute_utilization": compute_utilization(c.flops, cyc, self.precision, dev),
+            "memory_bandwidth_gbs": bandwidth_gbs(c.bytes["hbm"], cyc, dev),
+            "peak_bandwidth_gbs": dev.peak_bandwidth_gbs,
+            "l1_cache_hit_rate": hit_rate(c.hits["l1"], c.misses["l1"]),
+            "l2_cache_hit_rate": hit_rate(c.hits["l2"], c.misses["l2"]),
+            "instructions": c.instructions,
+            "branch_mispredict_rate": 100.0 * c.branch_mispredicts / c.branches
+            if c.branches else None,
+            "energy_j": c.energy_pj * 1e-12,
+            "avg_power_w": c.energy_pj * 1e-12 / secs if secs else 0.0,
+            "stall_pct": {k: 100.0 * v / (dev.cores * cyc) if cyc else 0.0
+                          for k, v in c.stall_cycles.items()},
+        }
+
+    def kernel_profiles(self) -> list[KernelProfile]:
+        """A :class:`KernelProfile` per kernel (fields without counters are ``None``)."""
+        return [KernelProfile.from_stats(k, self.device) for k in self.kernels]
+
+    def hotspots(self, by: str = "kernel", top: int | None = 10) -> list[Hotspot]:
+        """Time per ``kernel``, ``op`` or ``group`` (exact, from kernel records) or, in
+        sampling mode, per kernel estimated from the samples."""
+        if by not in ("kernel", "op", "group"):
+            raise ValueError(f"by must be kernel, op or group, got {by!r}")
+        agg: dict[str, list[int]] = {}
+        exact = bool(self.kernels)
+        if self.kernels:
+            for k in self.kernels:
+                key = {"kernel": k.name, "op": k.op, "group": k.group}[by]
+                a = agg.setdefault(key, [0, 0])
+                a[0] += k.cycles
+                a[1] += 1
+        else:
+            for s in self.samples:
+                names = {n for n in s.kernels if n is not None}
+                key = next(iter(sorted(names))) if names else "[idle]"
+                a = agg.setdefault(key, [0, 0])
+                a[0] += s.weight_cycles
+                a[1] += 1
+        total = self.cycles
+        out = [Hotspot(n, c, self.device.cycles_to_ms(c), 100.0 * c / total if total else 0.0,
+                       cnt, exact) for n, (c, cnt) in agg.items()]
+        out.sort(key=lambda h: (-h.cycles, h.name))
+        return out if top is None else out[:top]
+
+    # -- outputs -----------------------------------------------------------------------
+    def collapsed_stacks(self) -> list[str]:
+        """Flamegraph stacks in Brendan Gregg's collapsed format, values in cycles;
+        they sum to the profiled time (``cycles``). See :mod:`._flamegraph`."""
+        from ._flamegraph import collapsed_stacks
+
+        return collapsed_stacks(self)
+
+    def flamegraph_svg(self, title: str | None = None) -> str:
+        from ._flamegraph import render_svg
+
+        return render_svg(self.collapsed_stacks(), title=title or
+                          f"{self.device.name}: {self.duration_ms:.3f} ms profiled "
+                          f"({ProfileMode(self.mode).value})", unit="cycles")
+
+    def chrome_trace(self) -> dict[str, Any]:
+        """The timeline in Chrome Trace Event Format (see :mod:`._timeline`)."""
+        from ._timeline import chrome_trace
+
+        return chrome_trace(self)
+
+    def save_timeline(self, path: str | os.PathLike[str]) -> Path:
+        return _write(path, json.dumps(self.chrome_trace()))
+
+    def save_flamegraph(self, path: str | os.PathLike[str]) -> Path:
+        """``.svg`` writes the drawing; anything else the collapsed stacks."""
+        p = Path(path)
+        if p.suffix.lower() == ".svg":
+            return _write(p, self.flamegraph_svg())
+        return _write(p, "\n".join(self.collapsed_stacks()) + "\n")
+
+    def format_text(self, top: int = 10) -> str:
+        """A human summary: totals, hotspots, and each hot kernel's assessment."""
+        s = self.summary()
+        lines = [f"Profile of {self.device.name} ({ProfileMode(self.mode).value} mode): "
+                 f"{s['duration_ms']:.3f} ms, {len(self.runs)} run(s), "
+                 f"{len(self.kernels)} kernels",
+                 f"  Compute: {s['achieved_tflops']:.1f} TFLOPS "
+                 f"({s['compute_utilization']:.1f}% of {s['precision']} peak)",
+                 f"  Memory Bandwidth: {s['memory_bandwidth_gbs']:.1f} GB/s "
+                 f"({100 * s['memory_bandwidth_gbs'] / s['peak_bandwidth_gbs']:.1f}% of peak)",
+                 f"  Energy: {s['energy_j'] * 1e3:.2f} mJ, {s['avg_power_w']:.1f} W average"]
+        hs = self.hotspots("group" if self.kernels else "kernel", top)
+        if hs:
+            lines.append("Hotspots" + ("" if hs[0].exact else " (estimated from samples)")
+                         + ":")
+            for h in hs:
+                lines.append(f"  {h.name:<40} {h.time_ms:9.3f} ms {h.pct:5.1f}%  x{h.count}")
+        return "\n".join(lines)
+
+    # -- JSON --------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (schema ``wia-hw.profile/1``); plain types only."""
+        kp = self.kernel_profiles()
+        d: dict[str, Any] = {
+            "schema": SCHEMA,
+            "mode": ProfileMode(self.mode).value,
+            "config": self.config.to_dict(),
+            "device": self.device.to_dict(),
+            "start_cycle": self.start_cycle,
+            "end_cycle": self.end_cycle,
+            "cycles": self.cycles,
+            "duration_ms": self.duration_ms,
+            "counters": self.counters.to_dict(),
+            "summary": self.summary(),
+            "runs": [r.to_dict() for r in self.runs],
+            "ops": [o.to_dict() for o in self.ops],
+            "kernels": [dict(k.to_dict(), profile=p.to_dict())
+                        for k, p in zip(self.kernels, kp, strict=True)],
+            "samples": [s.to_dict() for s in self.samples],
+            "hotspots": [vars(h) for h in self.hotspots("kernel", None)],
+            "flamegraph": self.collapsed_stacks(),
+            "device_events": None if self.device_events is None else
+            [list(e) for e in self.device_events],
+            "port_events": None if self.port_events is None else
+            {k: [list(e) for e in v] for k, v in self.port_events.items()},
+            "memory": None if self.memory is None else self.memory.to_dict(),
+            "communication": self.communication,
+            "overhead": self.overhead,
+            "start_temperature_c": self.start_temperature_c,
+        }
+        return d
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ProfilingReport:
+        """Read a report back (``program`` and ``spec`` are not stored: a loaded report
+        cannot re-run its kernels)."""
+        schema = d.get("schema")
+        if schema != SCHEMA:
+            raise WiaError(f"not a {SCHEMA} report (schema {schema!r})")
+        from ._memory import MemoryProfileReport
+
+        return cls(
+            mode=ProfileMode(d["mode"]), config=ProfilingConfig.from_dict(d["config"]),
+            device=DeviceInfo.from_dict(d["device"]), start_cycle=d["start_cycle"],
+            end_cycle=d["end_cycle"], counters=Counters.from_dict(d["counters"]),
+            runs=[RunInfo.from_dict(r) for r in d["runs"]],
+            ops=[OpSpan.from_dict(o) for o in d["ops"]],
+            kernels=[KernelStats.from_dict(k) for k in d["kernels"]],
+            samples=[Sample.from_dict(s) for s in d["samples"]],
+            device_events=None if d["device_events"] is None else
+            [tuple(e) for e in d["device_events"]],
+            port_events=None if d["port_events"] is None else
+            {k: [tuple(e) for e in v] for k, v in d["port_events"].items()},
+            memory=None if d["memory"] is None else MemoryProfileReport.from_dict(d["memory"]),
+            communication=d.get("communication", {}), overhead=d.get("overhead", {}),
+            start_temperature_c=d.get("start_temperature_c"))
+
+
+def _write(path: str | os.PathLike[str], text: str) -> Path:
+    p = Path(path)
+    try:
+        p.write_text(text)
+    except OSError as e:
+        raise WiaError(f"cannot write {p}: {e.strerror}") from None
+    return p
+
+
+def save_profile_report(report: ProfilingReport, path: str | os.PathLike[str],
+                        format: OutputFormat | str | None = None) -> Path:
+    """Write ``report`` to ``path`` in ``format`` (default: the report's configured
+    ``output_format``; ``JSON`` for a ``.json`` path unless told otherwise). Returns the
+    path. Raises :class:`~wia_hw.WiaError` when the file cannot be written."""
+    if not isinstance(report, ProfilingReport):
+        raise TypeError(f"save_profile_report takes a ProfilingReport, got "
+                        f"{type(report).__name__}")
+    fmt = OutputFormat(format) if format is not None else OutputFormat(
+        report.config.output_format)
+    if fmt is OutputFormat.JSON:
+        return _write(path, report.to_json(indent=1) + "\n")
+    if fmt is OutputFormat.CHROME_TRACE:
+        return report.save_timeline(path)
+    if fmt is OutputFormat.COLLAPSED:
+        return _write(path, "\n".join(report.collapsed_stacks()) + "\n")
+    return _write(path, report.format_text() + "\n")
+
+
+def load_profile_report(path: str | os.PathLike[str]) -> ProfilingReport:
+    """Read a JSON report written by :func:`save_profile_report`."""
+    try:
+        d = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise WiaError(f"cannot read {path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise WiaError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+    return ProfilingReport.from_dict(d)

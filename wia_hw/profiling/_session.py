@@ -1,0 +1,212 @@
+"""Profiling sessions (the seed's section 8.2): start, run workloads, stop, get a report.
+
+A session watches one context from :func:`start_profiling` to :func:`stop_profiling`:
+every ``ctx.run`` in between (it registers as an observer of the context's runs), and
+the device itself (counters at both ends; in the sampling modes a sampler process; in
+the trace modes the device's event trace and traced HBM/L2 ports). None of this changes
+when anything happens on the device: the same cycles with and without profiling.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..emulator.device import KernelRecord, TraceEvent
+from ..emulator.errors import WiaError
+from . import _ports
+from ._callsite import user_stack
+from ._config import OutputFormat, ProfileMode, ProfilingConfig
+from ._kernel import stats_from_record
+from ._memory import MemoryProfilingConfig, MemoryProfilingSession
+from ._metrics import DeviceInfo
+from ._records import COUNTER_FIELDS, OpSpan, RunInfo
+from ._report import ProfilingReport, save_profile_report
+from ._sampler import Sampler
+
+__all__ = ["ProfilingSession", "start_profiling", "stop_profiling"]
+
+
+class ProfilingSession:
+    """The seed's ``wia_profiling_session_t``. Use :func:`start_profiling` /
+    :func:`stop_profiling`, or ``with start_profiling(ctx, cfg) as s: ...`` (the report is
+    ``s.report`` after the block). One session per context at a time."""
+
+    def __init__(self, ctx: Any, config: ProfilingConfig) -> None:
+        if not isinstance(config, ProfilingConfig):
+            raise TypeError(f"config must be a ProfilingConfig, got {type(config).__name__}")
+        if not hasattr(ctx, "observers") or not hasattr(ctx, "device"):
+            raise TypeError(f"ctx must be a wia_hw Context, got {type(ctx).__name__}")
+        self.ctx = ctx
+        self.config = config
+        self.report: ProfilingReport | None = None
+        self.active = False
+        facets = config.facets
+        self._kernels_on = config.capture_kernels and bool(
+            facets & {"instrumentation", "counters", "trace"})
+        self._instr = config.capture_kernels and "instrumentation" in facets
+        self._counters = "counters" in facets
+        self._trace = config.capture_kernels and "trace" in facets
+        self._samples = "samples" in facets
+        fields_: list[str] = []
+        wanted = list(config.hardware_counters) if self._counters else []
+        for c in wanted:
+            fields_ += [f for f in COUNTER_FIELDS[c] if f not in fields_]
+        if config.capture_power and self._kernels_on and "energy_pj" not in fields_:
+            fields_.append("energy_pj")
+        self._fields = tuple(fields_)
+
+    # -- the observer protocol of Context.run ------------------------------------------
+    @property
+    def wants_trace(self) -> bool:
+        return self.active and self._trace
+
+    def run_begin(self, ctx: Any, graph: Any, lowered: Sequence[Any]) -> None:
+        self._run = RunInfo(len(self._runs), graph.name, dict(graph.params), ctx.device.now,
+                            stack=user_stack())
+        self._runs.append(self._run)
+        self._run_ops = 0
+
+    def op_begin(self, op: Any, kernels: Sequence[Any], cycle: int) -> None:
+        self._op_kernels = kernels
+        self._op_start = cycle
+
+    def op_end(self, op: Any, records: Sequence[KernelRecord], cycle: int) -> None:
+        run = self._run.index if self._run is not None else -1
+        self._run_ops += cycle - self._op_start
+        self._program.extend(self._op_kernels)
+        matched = self._kernels_on and len(self._op_kernels) == len(records)
+        self._program_stats.extend(len(self._kstats) + i if matched else None
+                                   for i in range(len(self._op_kernels)))
+        if not self._kernels_on:
+            return
+        idx = []
+        start = self._op_start
+        launched = list(self._op_kernels) if len(self._op_kernels) == len(records) else \
+            [None] * len(records)
+        for r, k in zip(records, launched, strict=True):
+            idx.append(len(self._kstats))
+            ks = stats_from_record(r, len(self._kstats), run, self._fields, k, self.ctx.spec)
+            if not self._counters and not self.config.capture_power:
+                ks.counters = None
+            if not self.config.capture_power:
+                ks.power_w = ks.temperature_c = None
+            self._kstats.append(ks)
+        if self._instr:
+            self._ops.append(OpSpan(op.name, op.group, op.kind, run, start, cycle, idx))
+
+    def run_end(self, result: Any, trace: list[TraceEvent] | None) -> None:
+        if self._run is not None:
+            self._run.end_cycle = self.ctx.device.now
+            self._run.writeback_cycles = (self._run.end_cycle - self._run.start_cycle
+                                          - self._run_ops)
+        self._program.append("flush")
+        self._program_stats.append(None)
+        if trace is not None and self._trace:
+            self._events.extend((e.kind, e.track, e.start, e.end, e.kernel, e.nbytes,
+                                 e.l1_misses, e.l2_misses) for e in trace)
+        self._run = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> ProfilingSession:
+        if self.active:
+            raise WiaError("this profiling session is already running")
+        for o in self.ctx.observers:
+            if isinstance(o, ProfilingSession):
+                raise WiaError("a profiling session is already running on this context; "
+                               "stop it first")
+        dev = self.ctx.device
+        self._t0 = time.perf_counter()
+        self._start_cycle = dev.now
+        self._before = dev.counters.copy()
+        self._runs: list[RunInfo] = []
+        self._run: RunInfo | None = None
+        self._run_ops = 0
+        self._op_start = 0
+        self._ops: list[OpSpan] = []
+        self._kstats: list[Any] = []
+        self._program: list[Any] = []
+        self._program_stats: list[int | None] = []
+        self._start_temperature_c = dev.thermal.temperature_c
+        self._op_kernels: Sequence[Any] = ()
+        self._events: list[tuple[Any, ...]] = []
+        self._sampler = None
+        if self._samples:
+            interval = max(1, round(self.config.sampling_interval_us * 1e3
+                                    * self.ctx.spec.clock_ghz))
+            self._sampler = Sampler(dev, interval)
+        self._ports = _ports.install(dev.memory) if self._trace else None
+        self._mem = None
+        if self.config.capture_memory:
+            self._mem = MemoryProfilingSession(self.ctx, MemoryProfilingConfig()).start()
+        self.ctx.observers.append(self)
+        self.active = True
+        return self
+
+    def __enter__(self) -> ProfilingSession:
+        return self if self.active else self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.active:
+            stop_profiling(self)
+
+    def stop(self) -> ProfilingReport:
+        if not self.active:
+            raise WiaError("this profiling session is not running")
+        ctx, dev, cfg = self.ctx, self.ctx.device, self.config
+        ctx.observers.remove(self)
+        self.active = False
+        end = dev.now
+        samples = self._sampler.stop() if self._sampler is not None else []
+        port_events = _ports.uninstall(dev.memory, self._ports) if self._ports else None
+        memory = self._mem.stop() if self._mem is not None else None
+        host = time.perf_counter() - self._t0
+        comm: dict[str, Any] = {}
+        if cfg.capture_communication:
+            comm = {"events": [], "note": "single-device runs send no link messages; "
+                    "multi-device communication is not emulated yet"}
+        self.report = ProfilingReport(
+            mode=ProfileMode(cfg.mode), config=cfg, device=DeviceInfo.from_spec(ctx.spec),
+            start_cycle=self._start_cycle, end_cycle=end,
+            counters=dev.counters.delta(self._before), runs=self._runs, ops=self._ops,
+            kernels=self._kstats, samples=samples,
+            device_events=self._events if self._trace else None, port_events=port_events,
+            memory=memory, communication=comm,
+            overhead={"simulated_cycles": 0, "host_seconds": host,
+                      "note": "profiling observes the emulator without changing its "
+                              "timing; no mode models a device-side cost"},
+            program=list(self._program), spec=ctx.spec,
+            program_stats=list(self._program_stats),
+            start_temperature_c=self._start_temperature_c)
+        if cfg.output_file is not None:
+            _write_outputs(self.report, Path(cfg.output_file))
+        return self.report
+
+
+def _write_outputs(report: ProfilingReport, path: Path) -> None:
+    cfg = report.config
+    save_profile_report(report, path, cfg.output_format)
+    stem = path.with_suffix("")
+    if cfg.timeline_enabled and OutputFormat(cfg.output_format) is not OutputFormat.CHROME_TRACE:
+        report.save_timeline(stem.with_name(stem.name + ".trace.json"))
+    if cfg.flamegraph_enabled:
+        report.save_flamegraph(stem.with_name(stem.name + ".folded"))
+        report.save_flamegraph(stem.with_name(stem.name + ".svg"))
+
+
+def start_profiling(ctx: Any, config: ProfilingConfig | None = None) -> ProfilingSession:
+    """Start profiling ``ctx`` (the seed's ``wia_start_profiling``); returns the session.
+    Usable as a context manager. Raises :class:`~wia_hw.WiaError` when the context
+    already has a session running."""
+    return ProfilingSession(ctx, config if config is not None else ProfilingConfig()).start()
+
+
+def stop_profiling(session: ProfilingSession) -> ProfilingReport:
+    """Stop ``session`` and build its report (``wia_stop_profiling``); saves it to the
+    config's ``output_file`` when one is set."""
+    if not isinstance(session, ProfilingSession):
+        raise TypeError(f"stop_profiling takes a ProfilingSession, got "
+                        f"{type(session).__name__}")
+    return session.stop()
