@@ -12,9 +12,24 @@ The seed's C names map to these by dropping the ``wia_`` prefix (see API.md).
 
 from __future__ import annotations
 
+from ._registry import (
+    Capability,
+    DeviceExtension,
+    ExtensionId,
+    list_extensions,
+    load_extension,
+    register_device_extension,
+    unregister_device_extension,
+)
 from .emulator.config import ClusterSpec, DeviceSpec
 from .emulator.counters import Counter, Counters
 from .emulator.errors import SpecError, WiaError, WorkloadError
+from .extensions.transformer_engine import (
+    AttentionConfig,
+    AttentionPattern,
+    AttentionResult,
+    multi_head_attention,
+)
 from .graph import Graph, GraphBuilder, Op, Tensor
 from .profiling import (
     AllocationSite,
@@ -77,6 +92,18 @@ __all__ = [
     "load_spec",
     "open_device",
     "run",
+    # extensions (seed 8.9)
+    "AttentionConfig",
+    "AttentionPattern",
+    "AttentionResult",
+    "Capability",
+    "DeviceExtension",
+    "ExtensionId",
+    "list_extensions",
+    "load_extension",
+    "multi_head_attention",
+    "register_device_extension",
+    "unregister_device_extension",
     # profiling and analysis (seed 8.2-8.4, 8.6)
     "AllocationSite",
     "AnalysisConfig",

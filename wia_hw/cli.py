@@ -19,6 +19,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from ._cli_ext import ext
 from .emulator.config import ClusterSpec, DeviceSpec, to_mapping
 from .emulator.errors import WiaError
 from .runtime import RunResult, open_device
@@ -265,6 +266,7 @@ def _register_optional() -> None:
 
 
 _register_optional()
+cli.add_command(ext)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -260,19 +260,28 @@ def _builtin(op: Op, graph: Graph, spec: DeviceSpec, st: _Storage) -> list[Kerne
 def lower_op(op: Op, graph: Graph, spec: DeviceSpec, storage: _Storage,
              providers: dict[str, tuple[str, Provider]] | None = None) -> list[Kernel]:
     """Kernels of one op. ``providers`` maps op kinds (or op names) to an extension's
-    ``(extension id, lowering function)``; the default is the built-in lowering."""
+    ``(extension id, lowering function)``; the default is the built-in lowering.
+
+    The op's name is looked up first, then its kind. A lowering function may return
+    ``None`` to decline the op (the next lookup, then the built-in lowering, runs).
+    Kernels are stamped with the extension id unless the function stamped them already.
+    """
     if providers:
-        hit = providers.get(op.name) or providers.get(op.kind)
-        if hit is not None:
+        for key in (op.name, op.kind):
+            hit = providers.get(key)
+            if hit is None:
+                continue
             ext, fn = hit
-            return [_with_provider(kern, ext) for kern in fn(op, graph, spec, storage)]
+            kernels = fn(op, graph, spec, storage)
+            if kernels is not None:
+                return [_with_provider(kern, ext) for kern in kernels]
     return _builtin(op, graph, spec, storage)
 
 
 def _with_provider(k: Kernel, ext: str) -> Kernel:
     from dataclasses import replace
 
-    return replace(k, provider=ext)
+    return k if k.provider != "builtin" else replace(k, provider=ext)
 
 
 def lower(graph: Graph, spec: DeviceSpec,

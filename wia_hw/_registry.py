@@ -1,0 +1,1056 @@
+"""The extension registry: device extensions declared in YAML, registered on a context.
+
+The seed's ``wia_device_extension_t`` (``extension_id``, ``version``, ``capabilities``,
+``operations``) is :class:`DeviceExtension`. An extension is a YAML manifest, optionally
+beside a Python module::
+
+    schema_version: 1
+    extension_id: sparse_tensor_unit      # built-in ids are ExtensionId members
+    version: "1.0"
+    description: A 2:4 structured-sparse tensor unit
+    requires: {wia_hw: ">=0.1, <1.0"}     # the range of wia-hw versions it works with
+    module: sparse_unit                    # optional: sparse_unit.py beside this file
+    capabilities: [structured_sparsity]    # Capability values
+    parameters:                            # typed, with ranges and defaults
+      tile: {type: int, default: 16, min: 1, max: 256, description: PE tile edge}
+    operations:
+      - name: sparse_linear_2_4            # unique among registered extensions
+        claims: [linear, matmul]           # graph op kinds (or op names) it lowers
+        compose: [matmul]                  # built-in primitives, in data-flow order
+        cost:                              # per tile, restricted expressions
+          cycles: "ceil(M/tile) * ceil(N/tile) * ceil(K/2) + 40"
+
+An operation is either Python (``impl: function_name``: a function defined in the
+extension's own module, or ``impl: "entry-point:NAME"``: an installed entry point of the
+``wia_hw.operations`` group) or YAML alone (``compose`` + ``cost``). References that
+point anywhere else are refused.
+
+**Lowering.** :func:`register_device_extension` binds every claim to the context's
+``providers`` table, which :func:`wia_hw.lowering.lower_op` consults: the op is lowered
+by the extension (its kernels carry ``provider=<extension id>`` into the run report),
+or, when every claiming operation declines (returns ``None``), by the built-in lowering.
+
+**Composition.** ``compose`` lists primitives in data-flow order: ``matmul`` (any GEMM
+kind: ``linear``, ``matmul``, ``bmm``, ``conv2d``), ``elementwise`` (any unary or binary
+kind), ``reduce`` (``softmax``, ``layer_norm``, ``global_avgpool``), ``copy``, ``gather``,
+``pool``, or a graph op kind by name (``gelu``, ``softmax``, ...). A chain of several
+primitives fuses a chain of graph ops in which each op's result is read only by the
+next: the first op (the claimed one) gets the fused kernel, the others lower to nothing
+and their intermediate results never reach memory. The tails are claimed implicitly,
+without excluding another extension's claim on the same kind.
+
+**Cost model** (YAML-only operations). Per tile of the built-in tiling (the array's
+GEMM tiles for ``matmul``, the vector unit's row chunks otherwise): ``cycles``
+(required), ``macs`` (default: the MACs of the tile) and ``energy_pj`` (default: the
+array's or vector unit's energy). Names an expression may read: the tile's ``B``,
+``M``, ``N``, ``K`` and ``rate`` (the array's MACs per PE per cycle at the op's
+precision) for matmul, ``ROWS``, ``COLS``, ``ELEMENTS`` otherwise, ``E`` (bytes per
+input element), the extension's parameters and the device's ``array_rows``,
+``array_cols``, ``cores``, ``lanes``, ``clock_ghz``. See :mod:`wia_hw._expr`.
+
+**Errors.** Every problem in a manifest is a :class:`~wia_hw.SpecError` reading
+``file:line: field: message``: an unknown capability, an incompatible version, a
+parameter outside its range, an implementation reference outside the module, two
+registered extensions claiming one op kind or one operation name, ...
+
+Third-party packages register through the entry-point group ``wia_hw.extensions``: the
+entry point names a module whose ``WIA_HW_MANIFEST`` attribute is the path of its YAML
+manifest (relative to the module's file); its operations' ``impl`` resolve in that
+module.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import importlib.util
+import inspect
+import keyword
+import os
+import re
+import sys
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from importlib import metadata, resources
+from pathlib import Path
+from types import MappingProxyType, ModuleType
+from typing import Any
+
+import yaml
+
+from ._expr import Expr, ExprError, compile_expr
+from .emulator.config import DeviceSpec
+from .emulator.errors import SpecError, WiaError
+from .graph import BINARY_KINDS, GEMM_KINDS, OP_KINDS, UNARY_KINDS, Graph, Op
+from .spec import _line_for, _line_index
+
+__all__ = [
+    "ExtensionId", "Capability", "Parameter", "Operation", "DeviceExtension",
+    "load_extension", "list_extensions", "register_device_extension",
+    "unregister_device_extension", "registered_extensions", "extension_dirs",
+    "ENTRY_POINT_GROUP", "OPERATION_ENTRY_POINT_GROUP", "PRIMITIVES", "SCHEMA_VERSION",
+    "consumers", "match_chain", "chain_head",
+]
+
+SCHEMA_VERSION = 1
+#: Entry-point group through which installed packages provide extensions.
+ENTRY_POINT_GROUP = "wia_hw.extensions"
+#: Entry-point group of operation implementations (``impl: "entry-point:NAME"``).
+OPERATION_ENTRY_POINT_GROUP = "wia_hw.operations"
+#: Environment variable: extra directories (``os.pathsep``-separated) of user manifests.
+PATH_ENV = "WIA_HW_EXTENSION_PATH"
+
+
+class _StrEnum(str, enum.Enum):
+    """A string enum whose members also accept their name or value in any case."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> Any:
+        if isinstance(value, str):
+            for m in cls:
+                if m.value == value.lower() or m.name == value.upper():
+                    return m
+        return None
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ExtensionId(_StrEnum):
+    """Ids of the built-in extensions (the seed's ``WIA_EXT_*``). A third-party
+    extension may use any other identifier; its id is then a plain string."""
+
+    TRANSFORMER_ENGINE = "transformer_engine"
+    PIM = "pim"
+    PHOTONIC = "photonic"
+    ANALOG = "analog"
+
+
+class Capability(_StrEnum):
+    """What an extension's unit can do (the seed's ``WIA_CAP_*``).
+
+    Seed 8.9.1-8.9.3 names these units: transformer engines, graph and sparse tensor
+    units, video units, near-memory processing, photonic and analog cores.
+    """
+
+    FUSED_ATTENTION = "fused_attention"
+    FAST_SOFTMAX = "fast_softmax"
+    SPARSE_ATTENTION = "sparse_attention"
+    FLASH_ATTENTION = "flash_attention"
+    STRUCTURED_SPARSITY = "structured_sparsity"
+    GRAPH_PROCESSING = "graph_processing"
+    VIDEO_PROCESSING = "video_processing"
+    PIM_ELEMENTWISE = "pim_elementwise"
+    PIM_KERNELS = "pim_kernels"
+    PIM_OFFLOAD = "pim_offload"
+    PHOTONIC_MATMUL = "photonic_matmul"
+    WAVELENGTH_MULTIPLEXING = "wavelength_multiplexing"
+    ANALOG_MATMUL = "analog_matmul"
+    NOISE_COMPENSATION = "noise_compensation"
+
+
+#: Primitive families of ``compose`` and the graph op kinds each stands for.
+PRIMITIVES: dict[str, tuple[str, ...]] = {
+    "matmul": GEMM_KINDS,
+    "elementwise": tuple(UNARY_KINDS) + tuple(BINARY_KINDS),
+    "reduce": ("softmax", "layer_norm", "global_avgpool"),
+    "copy": ("transpose", "concat", "slice"),
+    "gather": ("embedding",),
+    "pool": ("maxpool", "avgpool", "global_avgpool"),
+}
+_PARAM_TYPES = {"int": int, "float": float, "bool": bool, "str": str}
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_VERSION = re.compile(r"^\d+(\.\d+){0,3}$")
+_CLAUSE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*(\d+(?:\.\d+){0,3})\s*$")
+_MATMUL_NAMES = ("B", "M", "N", "K", "E", "rate")
+_VECTOR_NAMES = ("ROWS", "COLS", "ELEMENTS", "E")
+_DEVICE_NAMES = ("array_rows", "array_cols", "cores", "lanes", "clock_ghz")
+_COST_KEYS = ("cycles", "macs", "energy_pj")
+_TOP_KEYS = ("schema_version", "extension_id", "version", "description", "requires",
+             "module", "capabilities", "parameters", "operations")
+_OP_KEYS = ("name", "description", "impl", "claims", "compose", "cost", "uses")
+_PARAM_KEYS = ("type", "default", "min", "max", "choices", "unit", "description")
+
+
+# -- versions ------------------------------------------------------------------------
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = tuple(int(p) for p in text.split("."))
+    return parts + (0,) * (4 - len(parts))
+
+
+def version_satisfies(version: str, requirement: str) -> bool:
+    """Whether ``version`` (``"0.1.0"``) meets ``requirement`` (``">=0.1, <1.0"``)."""
+    v = _version_tuple(version)
+    for clause in requirement.split(","):
+        m = _CLAUSE.match(clause)
+        if m is None:
+            raise ValueError(f"bad version clause {clause.strip()!r} (use e.g. '>=0.1, <1.0')")
+        op, ref = m.group(1), _version_tuple(m.group(2))
+        ok = {">=": v >= ref, "<=": v <= ref, "==": v == ref, "!=": v != ref,
+              ">": v > ref, "<": v < ref}[op]
+        if not ok:
+            return False
+    return True
+
+
+# -- declarations --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Parameter:
+    """A typed extension parameter: ``type`` (int, float, bool, str), ``default``, an
+    inclusive range ``min``/``max`` (numbers) or ``choices`` (strings), a ``unit``."""
+
+    name: str
+    type: str
+    default: Any
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[str, ...] | None = None
+    unit: str = ""
+    description: str = ""
+
+    def check(self, value: Any) -> Any:
+        """``value`` converted to the parameter's type; ValueError/TypeError if it does
+        not fit (the message shows the value and the allowed range)."""
+        t = self.type
+        if t == "bool":
+            if not isinstance(value, bool):
+                raise TypeError(f"must be true or false, got {value!r}")
+            return value
+        if t == "int":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"must be an integer, got {value!r}")
+        elif t == "float":
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"must be a number, got {value!r}")
+            value = float(value)
+        elif t == "str":
+            if not isinstance(value, str):
+                raise TypeError(f"must be a string, got {value!r}")
+            if self.choices is not None and value not in self.choices:
+                raise ValueError(f"must be one of {', '.join(self.choices)}, got {value!r}")
+            return value
+        if self.min is not None and value < self.min:
+            raise ValueError(f"value {value!r} is below the minimum {self.min!r} "
+                             f"(range {self._range()})")
+        if self.max is not None and value > self.max:
+            raise ValueError(f"value {value!r} is above the maximum {self.max!r} "
+                             f"(range {self._range()})")
+        return value
+
+    def _range(self) -> str:
+        lo = "-inf" if self.min is None else repr(self.min)
+        hi = "inf" if self.max is None else repr(self.max)
+        return f"[{lo}, {hi}]"
+
+
+#: The signature of a Python operation: ``impl(op, graph, spec, storage, ext)`` returns
+#: the op's kernels, or ``None`` to decline it (then the built-in lowering runs).
+Impl = Callable[[Op, Graph, DeviceSpec, Any, "DeviceExtension"], "list[Any] | None"]
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One operation of an extension (the seed's ``{"name", impl}`` pairs).
+
+    ``impl``: the reference as written (``"fn"`` or ``"entry-point:NAME"``) or, for an
+    extension built in Python, the function itself. ``claims``: graph op kinds or op
+    names it lowers. ``compose``: its primitives in data-flow order (see the module
+    docstring). ``cost``: compiled cost expressions of a YAML-only operation. ``uses``:
+    the capabilities it relies on.
+    """
+
+    name: str
+    impl: str | Callable[..., Any] | None = None
+    claims: tuple[str, ...] = ()
+    compose: tuple[str, ...] = ()
+    cost: Mapping[str, Expr] = field(default_factory=dict)
+    uses: tuple[Capability, ...] = ()
+    description: str = ""
+    index: int = 0
+
+    @property
+    def yaml_only(self) -> bool:
+        return self.impl is None
+
+    def chain_kinds(self) -> tuple[tuple[str, ...], ...]:
+        """The graph op kinds each ``compose`` entry accepts."""
+        return tuple(PRIMITIVES.get(c, (c,)) for c in self.compose)
+
+
+def _path_name(source: Path | None) -> str:
+    return str(source) if source is not None else "<python>"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceExtension:
+    """A device extension (the seed's ``wia_device_extension_t``), validated.
+
+    Build one with :func:`load_extension` (YAML) or directly in Python with
+    ``operations`` given as :class:`Operation` objects or ``(name, function)`` pairs.
+    ``values`` holds the parameters' current values (defaults unless overridden).
+    """
+
+    extension_id: ExtensionId | str
+    version: str
+    capabilities: tuple[Capability, ...] = ()
+    operations: tuple[Operation, ...] = ()
+    parameters: Mapping[str, Parameter] = field(default_factory=dict)
+    values: Mapping[str, Any] = field(default_factory=dict)
+    requires: Mapping[str, str] = field(default_factory=dict)
+    description: str = ""
+    module: str | None = None
+    source: Path | None = None
+    lines: Mapping[str, int] = field(default_factory=dict, repr=False, compare=False)
+    module_obj: ModuleType | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        ext_id = self.extension_id
+        try:
+            ext_id = ExtensionId(ext_id)
+        except ValueError:
+            if not isinstance(ext_id, str) or not _IDENT.match(ext_id):
+                raise self.error("extension_id", f"must be an identifier (letters, digits, "
+                                 f"_), got {ext_id!r}") from None
+        object.__setattr__(self, "extension_id", ext_id)
+        if not isinstance(self.version, str) or not _VERSION.match(self.version):
+            raise self.error("version", f"must be a version like '1.0', got {self.version!r}")
+        caps = []
+        for i, c in enumerate(self.capabilities):
+            try:
+                caps.append(Capability(c))
+            except ValueError:
+                raise self.error(f"capabilities.{i}", f"unknown capability {c!r} (known: "
+                                 f"{', '.join(m.value for m in Capability)})") from None
+        object.__setattr__(self, "capabilities", tuple(caps))
+        ops = []
+        for i, o in enumerate(self.operations):
+            if isinstance(o, tuple) and len(o) == 2:
+                o = Operation(name=o[0], impl=o[1], index=i)
+            if not isinstance(o, Operation):
+                raise self.error(f"operations.{i}", f"must be an Operation or a (name, "
+                                 f"function) pair, got {o!r}")
+            ops.append(replace(o, index=i))
+        names = set()
+        for o in ops:
+            if not isinstance(o.name, str) or not _IDENT.match(o.name):
+                raise self.error(f"operations.{o.index}.name",
+                                 f"must be an identifier, got {o.name!r}")
+            if o.name in names:
+                raise self.error(f"operations.{o.index}.name",
+                                 f"operation {o.name!r} is declared twice")
+            names.add(o.name)
+            for j, u in enumerate(o.uses):
+                if u not in caps:
+                    raise self.error(f"operations.{o.index}.uses.{j}",
+                                     f"capability {str(u)!r} is not among the extension's "
+                                     f"capabilities ({', '.join(map(str, caps)) or 'none'})")
+        object.__setattr__(self, "operations", tuple(ops))
+        values = {n: p.default for n, p in self.parameters.items()}
+        for n, v in self.values.items():
+            values[n] = self._checked_param(n, v)
+        object.__setattr__(self, "parameters", MappingProxyType(dict(self.parameters)))
+        object.__setattr__(self, "values", MappingProxyType(values))
+        object.__setattr__(self, "requires", MappingProxyType(dict(self.requires)))
+        object.__setattr__(self, "lines", MappingProxyType(dict(self.lines)))
+
+    # -- errors ----------------------------------------------------------------------
+    @property
+    def file(self) -> str:
+        """Where the extension was declared (file path, or ``<python>``)."""
+        return _path_name(self.source)
+
+    def error(self, field_: str, message: str) -> SpecError:
+        """A SpecError naming this extension's file, the field's line and the field."""
+        return SpecError(message, file=self.file, line=_line_for(field_, self.lines),
+                         field=field_)
+
+    def _checked_param(self, name: str, value: Any) -> Any:
+        p = self.parameters.get(name)
+        if p is None:
+            raise self.error(f"parameters.{name}", f"unknown parameter (known: "
+                             f"{', '.join(self.parameters) or 'none'})")
+        try:
+            return p.check(value)
+        except (TypeError, ValueError) as e:
+            raise self.error(f"parameters.{name}", str(e)) from None
+
+    # -- access ----------------------------------------------------------------------
+    @property
+    def id(self) -> str:
+        """The extension id as a plain string."""
+        return str(self.extension_id)
+
+    def param(self, name: str) -> Any:
+        """The current value of a parameter."""
+        if name not in self.values:
+            raise KeyError(f"extension {self.id!r} has no parameter {name!r}")
+        return self.values[name]
+
+    def with_parameters(self, values: Mapping[str, Any] | None = None,
+                        **kwargs: Any) -> DeviceExtension:
+        """A copy with some parameters changed (validated: type and range)."""
+        new = dict(self.values)
+        for n, v in {**(values or {}), **kwargs}.items():
+            new[n] = self._checked_param(n, v)
+        return replace(self, values=new)
+
+    def has(self, capability: Capability | str) -> bool:
+        return Capability(capability) in self.capabilities
+
+    def operation(self, name: str) -> Operation:
+        for o in self.operations:
+            if o.name == name:
+                return o
+        raise KeyError(f"extension {self.id!r} has no operation {name!r} (it has: "
+                       f"{', '.join(o.name for o in self.operations)})")
+
+    def implementation(self, name: str) -> Callable[..., Any]:
+        """The Python function of operation ``name`` (resolved and checked)."""
+        op = self.operation(name)
+        return _resolve_impl(self, op)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest as plain data (what ``wia-hw ext show`` prints)."""
+        return {
+            "schema_version": SCHEMA_VERSION, "extension_id": self.id,
+            "version": self.version, "description": self.description,
+            "requires": dict(self.requires), "module": self.module,
+            "capabilities": [str(c) for c in self.capabilities],
+            "parameters": {n: {k: v for k, v in (
+                ("type", p.type), ("default", p.default), ("value", self.values[n]),
+                ("min", p.min), ("max", p.max),
+                ("choices", list(p.choices) if p.choices else None), ("unit", p.unit),
+                ("description", p.description)) if v not in (None, "")}
+                for n, p in self.parameters.items()},
+            "operations": [{k: v for k, v in (
+                ("name", o.name), ("description", o.description),
+                ("impl", o.impl if isinstance(o.impl, str) or o.impl is None
+                 else f"{o.impl.__module__}.{o.impl.__qualname__}"),
+                ("claims", list(o.claims)), ("compose", list(o.compose)),
+                ("cost", {k: str(e) for k, e in o.cost.items()}),
+                ("uses", [str(u) for u in o.uses])) if v}
+                for o in self.operations],
+            "source": self.file,
+        }
+
+
+# -- reading a manifest --------------------------------------------------------------
+
+def _index_lines(node: yaml.Node | None) -> dict[str, int]:
+    """Dotted field path -> line, through mappings (``spec._line_index``) and sequences
+    (items as ``name.0``, ``name.1``...)."""
+    out: dict[str, int] = {}
+    if node is None:
+        return out
+    _line_index(node, "", out)
+
+    def walk(n: yaml.Node, path: str) -> None:
+        if isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                walk(v, f"{path}.{k.value}" if path else str(k.value))
+        elif isinstance(n, yaml.SequenceNode):
+            for i, item in enumerate(n.value):
+                sub = f"{path}.{i}"
+                out[sub] = item.start_mark.line + 1
+                if isinstance(item, yaml.MappingNode):
+                    _line_index(item, sub, out)
+                walk(item, sub)
+
+    walk(node, "")
+    return out
+
+
+def _read_manifest(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
+    display = str(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise SpecError(f"cannot read: {e.strerror}", file=display) from None
+    try:
+        data = yaml.safe_load(text)
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SpecError(f"malformed YAML: {problem}", file=display,
+                        line=mark.line + 1 if mark else None) from None
+    if not isinstance(data, dict):
+        raise SpecError("an extension manifest must be a YAML mapping", file=display, line=1)
+    return data, _index_lines(node)
+
+
+class _Where:
+    """Builds SpecErrors for one manifest file."""
+
+    def __init__(self, file: str, lines: Mapping[str, int]) -> None:
+        self.file, self.lines = file, lines
+
+    def __call__(self, field_: str, message: str) -> SpecError:
+        return SpecError(message, file=self.file, line=_line_for(field_, self.lines),
+                         field=field_)
+
+
+def _parse_parameters(raw: Any, err: _Where) -> dict[str, Parameter]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise err("parameters", f"must be a mapping of name -> declaration, got {raw!r}")
+    out = {}
+    for name, decl in raw.items():
+        f = f"parameters.{name}"
+        if not isinstance(name, str) or not _IDENT.match(name) or keyword.iskeyword(name):
+            raise err(f, "a parameter name must be an identifier")
+        if name in _MATMUL_NAMES + _VECTOR_NAMES + _DEVICE_NAMES:
+            raise err(f, f"{name!r} is reserved for cost expressions (tile and device "
+                      "names); choose another name")
+        if not isinstance(decl, Mapping):
+            raise err(f, f"must be a mapping with type and default, got {decl!r}")
+        for k in decl:
+            if k not in _PARAM_KEYS:
+                raise err(f"{f}.{k}", f"unknown key (known: {', '.join(_PARAM_KEYS)})")
+        t = decl.get("type")
+        if t not in _PARAM_TYPES:
+            raise err(f"{f}.type", f"must be one of {', '.join(_PARAM_TYPES)}, got {t!r}")
+        if "default" not in decl:
+            raise err(f, "missing default")
+        lo, hi = decl.get("min"), decl.get("max")
+        for k, v in (("min", lo), ("max", hi)):
+            if v is not None and (t not in ("int", "float") or isinstance(v, bool)
+                                  or not isinstance(v, (int, float))):
+                raise err(f"{f}.{k}", f"a {k} needs a numeric parameter and a number, "
+                          f"got {v!r}")
+        if lo is not None and hi is not None and lo > hi:
+            raise err(f"{f}.min", f"min {lo!r} is above max {hi!r}")
+        choices = decl.get("choices")
+        if choices is not None:
+            if t != "str" or not isinstance(choices, list) or not all(
+                    isinstance(c, str) for c in choices) or not choices:
+                raise err(f"{f}.choices", "choices must be a non-empty list of strings "
+                          "of a str parameter")
+            choices = tuple(choices)
+        p = Parameter(name, t, decl["default"], lo, hi, choices, str(decl.get("unit", "")),
+                      str(decl.get("description", "")))
+        try:
+            p = replace(p, default=p.check(decl["default"]))
+        except (TypeError, ValueError) as e:
+            raise err(f"{f}.default", str(e)) from None
+        out[name] = p
+    return out
+
+
+def _parse_operations(raw: Any, params: Mapping[str, Parameter], caps: Sequence[Any],
+                      err: _Where) -> list[Operation]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise err("operations", f"must be a list of operations, got {raw!r}")
+    ops = []
+    for i, o in enumerate(raw):
+        f = f"operations.{i}"
+        if not isinstance(o, Mapping):
+            raise err(f, f"an operation must be a mapping, got {o!r}")
+        for k in o:
+            if k not in _OP_KEYS:
+                raise err(f"{f}.{k}", f"unknown key (known: {', '.join(_OP_KEYS)})")
+        name = o.get("name")
+        if not isinstance(name, str) or not _IDENT.match(name):
+            raise err(f"{f}.name", f"must be an identifier, got {name!r}")
+        impl = o.get("impl")
+        if impl is not None and not isinstance(impl, str):
+            raise err(f"{f}.impl", f"must be a function name in the extension's module, "
+                      f"got {impl!r}")
+        claims = o.get("claims", [])
+        if not isinstance(claims, list) or not all(isinstance(c, str) and c for c in claims):
+            raise err(f"{f}.claims", f"must be a list of graph op kinds or op names, "
+                      f"got {claims!r}")
+        for j, c in enumerate(claims):
+            if c not in OP_KINDS and "." not in c:
+                raise err(f"{f}.claims.{j}", f"{c!r} is neither a graph op kind (known: "
+                          f"{', '.join(OP_KINDS)}) nor an op name (op names contain '.')")
+        compose = o.get("compose", [])
+        if not isinstance(compose, list) or not all(isinstance(c, str) for c in compose):
+            raise err(f"{f}.compose", f"must be a list of primitives, got {compose!r}")
+        for j, c in enumerate(compose):
+            if c not in PRIMITIVES and c not in OP_KINDS:
+                raise err(f"{f}.compose.{j}", f"unknown primitive {c!r} (primitives: "
+                          f"{', '.join(PRIMITIVES)}, or a graph op kind)")
+        uses = o.get("uses", [])
+        if not isinstance(uses, list):
+            raise err(f"{f}.uses", f"must be a list of capabilities, got {uses!r}")
+        used = []
+        for j, u in enumerate(uses):
+            try:
+                used.append(Capability(u))
+            except ValueError:
+                raise err(f"{f}.uses.{j}", f"unknown capability {u!r}") from None
+        cost_raw = o.get("cost")
+        cost: dict[str, Expr] = {}
+        if impl is None:
+            if not compose:
+                raise err(f, f"operation {name!r} has neither impl (a Python function) nor "
+                          "compose + cost (a YAML-only definition)")
+            if not claims:
+                raise err(f"{f}.claims", "a YAML-only operation must claim the graph op "
+                          "kinds (or op names) it lowers")
+            if not isinstance(cost_raw, Mapping) or "cycles" not in cost_raw:
+                raise err(f"{f}.cost", "a YAML-only operation needs a cost model with at "
+                          "least cycles (an expression)")
+            head = PRIMITIVES.get(compose[0], (compose[0],))
+            for j, c in enumerate(claims):
+                if c in OP_KINDS and c not in head:
+                    raise err(f"{f}.claims.{j}", f"claims {c!r} but compose starts with "
+                              f"{compose[0]!r} ({', '.join(head)})")
+            gemm = all(k in GEMM_KINDS for k in head)
+            names = set(params) | set(_DEVICE_NAMES) | set(
+                _MATMUL_NAMES if gemm else _VECTOR_NAMES)
+            for key, text in cost_raw.items():
+                if key not in _COST_KEYS:
+                    raise err(f"{f}.cost.{key}", f"unknown cost key (known: "
+                              f"{', '.join(_COST_KEYS)})")
+                try:
+                    cost[key] = compile_expr(text, names)
+                except ExprError as e:
+                    raise err(f"{f}.cost.{key}", str(e)) from None
+        elif cost_raw is not None:
+            raise err(f"{f}.cost", "a cost model belongs to YAML-only operations; a Python "
+                      "impl computes its own kernels")
+        ops.append(Operation(name=name, impl=impl, claims=tuple(claims),
+                             compose=tuple(compose), cost=cost, uses=tuple(used),
+                             description=str(o.get("description", "")), index=i))
+    return ops
+
+
+def _from_data(data: Mapping[str, Any], lines: Mapping[str, int], source: Path | None,
+               values: Mapping[str, Any] | None, module_obj: ModuleType | None = None
+               ) -> DeviceExtension:
+    err = _Where(_path_name(source), lines)
+    for k in data:
+        if k not in _TOP_KEYS:
+            raise err(str(k), f"unknown field (known: {', '.join(_TOP_KEYS)})")
+    for k in ("schema_version", "extension_id", "version"):
+        if k not in data:
+            raise err(k, "missing required field")
+    if data["schema_version"] != SCHEMA_VERSION:
+        raise err("schema_version", f"unsupported schema_version {data['schema_version']!r} "
+                  f"(this wia-hw reads {SCHEMA_VERSION})")
+    version = data["version"]
+    if isinstance(version, (int, float)) and not isinstance(version, bool):
+        version = str(version)
+    requires = data.get("requires") or {}
+    if not isinstance(requires, Mapping):
+        raise err("requires", f"must be a mapping like {{wia_hw: '>=0.1'}}, got {requires!r}")
+    from . import __version__
+
+    for k, v in requires.items():
+        if k != "wia_hw":
+            raise err(f"requires.{k}", "only wia_hw can be required")
+        if not isinstance(v, str):
+            raise err(f"requires.{k}", f"must be a version range string, got {v!r}")
+        try:
+            ok = version_satisfies(__version__, v)
+        except ValueError as e:
+            raise err(f"requires.{k}", str(e)) from None
+        if not ok:
+            raise err(f"requires.{k}", f"incompatible version: the extension needs wia_hw "
+                      f"{v}, this is wia_hw {__version__}")
+    module = data.get("module")
+    if module is not None and (not isinstance(module, str) or not _IDENT.match(
+            module.removesuffix(".py"))):
+        raise err("module", f"must name a Python module beside the manifest (an identifier, "
+                  f"no dots or paths), got {module!r}")
+    caps = data.get("capabilities") or []
+    if not isinstance(caps, list):
+        raise err("capabilities", f"must be a list, got {caps!r}")
+    params = _parse_parameters(data.get("parameters"), err)
+    ops = _parse_operations(data.get("operations"), params, caps, err)
+    if module is None and module_obj is None:
+        for o in ops:
+            if not o.yaml_only and not str(o.impl).startswith("entry-point:"):
+                raise err(f"operations.{o.index}.impl", "an impl needs the extension's "
+                          "module (add module: NAME for NAME.py beside the manifest)")
+    ext = DeviceExtension(
+        extension_id=data["extension_id"], version=version, capabilities=tuple(caps),
+        operations=tuple(ops), parameters=params, values={}, requires=requires,
+        description=str(data.get("description", "")),
+        module=module.removesuffix(".py") if module else None, source=source, lines=lines,
+        module_obj=module_obj)
+    if values:
+        ext = ext.with_parameters(values)
+    for o in ext.operations:            # resolve every impl now: fail at load, not at run
+        if not o.yaml_only:
+            _resolve_impl(ext, o)
+    return ext
+
+
+# -- modules and implementations -----------------------------------------------------
+
+_BUILTIN_PACKAGE = "wia_hw.extensions"
+
+
+def _builtin_dir() -> Path:
+    return Path(str(resources.files(_BUILTIN_PACKAGE)))
+
+
+def _load_module(ext: DeviceExtension) -> ModuleType:
+    """The extension's own module: a module of the built-in package, the entry point's
+    module, or ``<module>.py`` beside the manifest (loaded under a private name)."""
+    if ext.module_obj is not None:
+        return ext.module_obj
+    if ext.module is None:
+        raise ext.error("module", "the extension has no module")
+    src = ext.source
+    if src is not None and src.parent.resolve() == _builtin_dir().resolve():
+        return importlib.import_module(f"{_BUILTIN_PACKAGE}.{ext.module}")
+    if src is None:
+        raise ext.error("module", "an extension built in Python gives its functions "
+                        "directly")
+    file = src.parent / f"{ext.module}.py"
+    if not file.is_file():
+        raise ext.error("module", f"no module {file.name} beside the manifest")
+    name = f"wia_hw_ext_{ext.id}_{ext.module}"
+    mod = sys.modules.get(name)
+    if mod is not None and getattr(mod, "__file__", None) == str(file):
+        return mod
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:   # pragma: no cover - a .py file always loads
+        raise ext.error("module", f"cannot load {file}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except Exception as e:
+        del sys.modules[name]
+        raise ext.error("module", f"importing {file.name} failed: {type(e).__name__}: "
+                        f"{e}") from None
+    return mod
+
+
+def _entry_points(group: str) -> list[metadata.EntryPoint]:
+    """Installed entry points of ``group`` (a seam for tests)."""
+    return list(metadata.entry_points(group=group))
+
+
+def _resolve_impl(ext: DeviceExtension, op: Operation) -> Callable[..., Any]:
+    f = f"operations.{op.index}.impl"
+    ref = op.impl
+    if callable(ref):
+        return ref
+    if not isinstance(ref, str):
+        raise ext.error(f, f"operation {op.name!r} has no implementation")
+    if ref.startswith("entry-point:"):
+        name = ref.split(":", 1)[1]
+        eps = [e for e in _entry_points(OPERATION_ENTRY_POINT_GROUP) if e.name == name]
+        if not eps:
+            raise ext.error(f, f"no installed entry point {name!r} in group "
+                            f"{OPERATION_ENTRY_POINT_GROUP!r}")
+        fn = eps[0].load()
+        if not callable(fn):
+            raise ext.error(f, f"entry point {name!r} is not callable")
+        return fn
+    if not _IDENT.match(ref):
+        raise ext.error(f, f"implementation reference {ref!r} points outside the "
+                        f"extension's module: give the name of a function defined in "
+                        f"{ext.module or 'its module'}.py (no dots, no module paths), or "
+                        f"'entry-point:NAME'")
+    mod = _load_module(ext)
+    fn = getattr(mod, ref, None)
+    if fn is None:
+        raise ext.error(f, f"module {mod.__name__} has no function {ref!r}")
+    if not inspect.isfunction(fn) or fn.__module__ != mod.__name__:
+        raise ext.error(f, f"implementation reference {ref!r} points outside the "
+                        f"extension's module: {ref!r} in {mod.__name__} is not a function "
+                        f"defined there (it comes from "
+                        f"{getattr(fn, '__module__', None) or type(fn).__name__})")
+    return fn
+
+
+# -- finding extensions --------------------------------------------------------------
+
+def extension_dirs() -> list[Path]:
+    """Directories searched for user manifests: ``$WIA_HW_EXTENSION_PATH``
+    (``os.pathsep``-separated) or, when unset, ``$XDG_CONFIG_HOME/wia-hw/extensions``
+    (``~/.config/wia-hw/extensions``). ``wia-hw ext register FILE`` installs there."""
+    env = os.environ.get(PATH_ENV)
+    if env is not None:
+        return [Path(p) for p in env.split(os.pathsep) if p]
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return [Path(base) / "wia-hw" / "extensions"]
+
+
+def _manifests() -> dict[str, tuple[str, Path | metadata.EntryPoint]]:
+    """id -> (kind, where) for every extension that can be loaded by name."""
+    found: dict[str, tuple[str, Path | metadata.EntryPoint]] = {}
+    for p in sorted(_builtin_dir().glob("*.yaml")):
+        found[p.stem] = ("builtin", p)
+    for d in extension_dirs():
+        if d.is_dir():
+            for p in sorted(d.glob("*.yaml")):
+                found.setdefault(p.stem, ("user", p))
+    for e in _entry_points(ENTRY_POINT_GROUP):
+        found.setdefault(e.name, ("entry point", e))
+    return found
+
+
+def list_extensions() -> list[str]:
+    """Ids of the extensions that :func:`load_extension` finds by name: the built-in
+    ones, manifests in :func:`extension_dirs`, and installed entry points."""
+    return sorted(_manifests())
+
+
+def _load_entry_point(ep: metadata.EntryPoint, values: Mapping[str, Any] | None
+                      ) -> DeviceExtension:
+    try:
+        mod = ep.load()
+    except Exception as e:
+        raise SpecError(f"entry point {ep.name!r} ({ep.value}) failed to load: "
+                        f"{type(e).__name__}: {e}") from None
+    if not isinstance(mod, ModuleType):
+        raise SpecError(f"entry point {ep.name!r} must name a module, got {ep.value!r}")
+    rel = getattr(mod, "WIA_HW_MANIFEST", None)
+    if rel is None or getattr(mod, "__file__", None) is None:
+        raise SpecError(f"entry point {ep.name!r}: module {mod.__name__} has no "
+                        "WIA_HW_MANIFEST (the path of its YAML manifest)")
+    path = (Path(mod.__file__).parent / str(rel)).resolve()
+    data, lines = _read_manifest(path)
+    return _from_data(data, lines, path, values, module_obj=mod)
+
+
+def load_extension(source: str | os.PathLike[str] | ExtensionId, *,
+                   parameters: Mapping[str, Any] | None = None) -> DeviceExtension:
+    """Load and validate an extension: a path to a YAML manifest, or the id of a
+    built-in, user-installed or entry-point extension (see :func:`list_extensions`).
+
+    ``parameters`` overrides parameter values (checked against type and range). Every
+    problem raises :class:`SpecError` naming the file, the line and the field.
+    """
+    if isinstance(source, ExtensionId):
+        source = source.value
+    text = os.fspath(source)
+    p = Path(text)
+    if p.suffix in (".yaml", ".yml") or os.sep in text or p.is_file():
+        if not p.is_file():
+            raise SpecError("no such extension manifest", file=text)
+        data, lines = _read_manifest(p)
+        return _from_data(data, lines, p, parameters)
+    found = _manifests().get(text)
+    if found is None:
+        raise SpecError(f"unknown extension {text!r} (known: {', '.join(list_extensions())}"
+                        f"; or give the path of a .yaml manifest)")
+    kind, where = found
+    if isinstance(where, Path):
+        data, lines = _read_manifest(where)
+        return _from_data(data, lines, where, parameters)
+    return _load_entry_point(where, parameters)
+
+
+# -- graph helpers (chains of ops) ---------------------------------------------------
+
+_CONSUMERS: weakref.WeakKeyDictionary[Graph, dict[str, list[Op]]] = \
+    weakref.WeakKeyDictionary()
+_PRODUCERS: weakref.WeakKeyDictionary[Graph, dict[str, Op]] = weakref.WeakKeyDictionary()
+
+
+def consumers(graph: Graph) -> dict[str, list[Op]]:
+    """Tensor name -> the ops that read it (cached per graph)."""
+    got = _CONSUMERS.get(graph)
+    if got is None:
+        got = {}
+        for o in graph.ops:
+            for i in dict.fromkeys(o.inputs):
+                got.setdefault(i, []).append(o)
+        _CONSUMERS[graph] = got
+    return got
+
+
+def _producers(graph: Graph) -> dict[str, Op]:
+    got = _PRODUCERS.get(graph)
+    if got is None:
+        got = {t: o for o in graph.ops for t in o.outputs}
+        _PRODUCERS[graph] = got
+    return got
+
+
+def match_chain(graph: Graph, head: Op, kinds: Sequence[Iterable[str]],
+                accept: Callable[[list[Op]], bool] | None = None) -> list[Op] | None:
+    """The chain of ops starting at ``head`` whose kinds match ``kinds`` (one set of
+    kinds per position) in which each op's result is read by the next op only (so it
+    never needs to reach memory); ``accept`` may reject a structurally matching chain.
+    ``None`` when there is no such chain."""
+    if head.kind not in kinds[0]:
+        return None
+    chain = [head]
+    cons = consumers(graph)
+    for want in kinds[1:]:
+        out = chain[-1].outputs[0]
+        readers = cons.get(out, [])
+        if len(readers) != 1 or readers[0].kind not in want:
+            return None
+        chain.append(readers[0])
+    if accept is not None and not accept(chain):
+        return None
+    return chain
+
+
+def chain_head(graph: Graph, op: Op, kinds: Sequence[Iterable[str]],
+               accept: Callable[[list[Op]], bool] | None = None) -> tuple[Op, int] | None:
+    """If ``op`` is a non-first member of a chain matching ``kinds``: (head, position)."""
+    prod = _producers(graph)
+    for pos in range(1, len(kinds)):
+        if op.kind not in kinds[pos]:
+            continue
+        cur = op
+        ok = True
+        for back in range(pos, 0, -1):      # walk back to the head
+            src = [prod[i] for i in cur.inputs if i in prod
+                   and prod[i].kind in kinds[back - 1]]
+            if not src:
+                ok = False
+                break
+            cur = src[0]
+        if ok:
+            chain = match_chain(graph, cur, kinds, accept)
+            if chain is not None and len(chain) > pos and chain[pos] is op:
+                return cur, pos
+    return None
+
+
+# -- registration ----------------------------------------------------------------------
+
+@dataclass
+class _Entry:
+    ext: str
+    operation: str
+    fn: Callable[[Op, Graph, DeviceSpec, Any], Any]
+    explicit: bool
+
+
+class _Dispatch:
+    """The provider bound to one op kind (or name): tries the claiming operations in
+    registration order; kernels are stamped with the extension that made them."""
+
+    def __init__(self) -> None:
+        self.entries: list[_Entry] = []
+
+    def __call__(self, op: Op, graph: Graph, spec: DeviceSpec, storage: Any
+                 ) -> list[Any] | None:
+        for e in self.entries:
+            kernels = e.fn(op, graph, spec, storage)
+            if kernels is not None:
+                return [k if getattr(k, "provider", "builtin") != "builtin"
+                        else replace(k, provider=e.ext) for k in kernels]
+        return None
+
+
+def registered_extensions(ctx: Any) -> dict[str, DeviceExtension]:
+    """The extensions registered on ``ctx``, by id."""
+    return {k: v for k, v in ctx.extensions.items() if isinstance(v, DeviceExtension)}
+
+
+def _bind(ext: DeviceExtension, op: Operation) -> Callable[[Op, Graph, DeviceSpec, Any], Any]:
+    if op.yaml_only:
+        from ._yaml_ops import yaml_operation_provider
+
+        return yaml_operation_provider(ext, op)
+    fn = _resolve_impl(ext, op)
+
+    def provider(o: Op, graph: Graph, spec: DeviceSpec, storage: Any) -> Any:
+        return fn(o, graph, spec, storage, ext)
+
+    provider.__name__ = f"{ext.id}.{op.name}"
+    return provider
+
+
+def register_device_extension(ctx: Any, ext: DeviceExtension | str | os.PathLike[str], *,
+                              parameters: Mapping[str, Any] | None = None
+                              ) -> DeviceExtension:
+    """Register ``ext`` on the context ``ctx`` (the seed's
+    ``wia_register_device_extension``): its operations become providers of the graph op
+    kinds and names they claim (:func:`wia_hw.lowering.lower_op`), and
+    ``ctx.extensions[id]`` holds it.
+
+    ``ext`` may be a :class:`DeviceExtension`, a manifest path or an extension id.
+    Raises :class:`SpecError` naming the manifest and field when the id is already
+    registered, when an operation name is already registered by another extension, or
+    when another extension already claims one of the op kinds or names it claims.
+    Returns the registered extension (with ``parameters`` applied).
+    """
+    if not isinstance(ext, DeviceExtension):
+        ext = load_extension(ext, parameters=parameters)
+    elif parameters:
+        ext = ext.with_parameters(parameters)
+    have = registered_extensions(ctx)
+    if ext.id in ctx.extensions:
+        raise ext.error("extension_id", f"extension {ext.id!r} is already registered on "
+                        "this context")
+    names = {o.name: e for e in have.values() for o in e.operations}
+    for o in ext.operations:
+        if o.name in names:
+            other = names[o.name]
+            raise ext.error(f"operations.{o.index}.name", f"operation {o.name!r} is already "
+                            f"registered by extension {other.id!r} ({other.file})")
+    bindings: list[tuple[str, Operation, bool]] = []
+    for o in ext.operations:
+        for c in o.claims:
+            bindings.append((c, o, True))
+        for kinds in o.chain_kinds()[1:]:
+            for k in kinds:
+                bindings.append((k, o, False))
+    providers = ctx.providers
+    for key, o, explicit in bindings:     # check every claim before changing anything
+        if not explicit:
+            continue
+        cur = providers.get(key)
+        if cur is None:
+            continue
+        owner, fn = cur
+        holders = [e for e in fn.entries if e.explicit and e.ext != ext.id] \
+            if isinstance(fn, _Dispatch) else [_Entry(owner, "?", fn, True)]
+        if holders:
+            h = holders[0]
+            j = o.claims.index(key)
+            what = "op name" if "." in key else "op kind"
+            by = f" (operation {h.operation!r})" if h.operation != "?" else ""
+            raise ext.error(f"operations.{o.index}.claims.{j}",
+                            f"{what} {key!r} is already claimed by extension {h.ext!r}{by}; "
+                            "one op has one provider (unregister the other extension first)")
+    fns = {o.name: _bind(ext, o) for o in ext.operations if o.claims}
+    for key, o, explicit in bindings:
+        if o.name not in fns:
+            continue
+        cur = providers.get(key)
+        if cur is not None and not isinstance(cur[1], _Dispatch):
+            disp = _Dispatch()
+            disp.entries.append(_Entry(cur[0], "?", cur[1], True))
+        elif cur is not None:
+            disp = cur[1]
+        else:
+            disp = _Dispatch()
+        if any(e.ext == ext.id and e.operation == o.name for e in disp.entries):
+            continue
+        disp.entries.append(_Entry(ext.id, o.name, fns[o.name], explicit))
+        # explicit claims are tried before implicit (fused-tail) ones
+        disp.entries.sort(key=lambda e: not e.explicit)
+        providers[key] = (disp.entries[0].ext, disp)
+    ctx.extensions[ext.id] = ext
+    return ext
+
+
+def unregister_device_extension(ctx: Any, ext_id: str | ExtensionId) -> None:
+    """Remove an extension (and every claim it made) from ``ctx``."""
+    key_id = str(ext_id)
+    if key_id not in ctx.extensions:
+        raise WiaError(f"extension {key_id!r} is not registered on this context")
+    del ctx.extensions[key_id]
+    for key in list(ctx.providers):
+        owner, fn = ctx.providers[key]
+        if isinstance(fn, _Dispatch):
+            fn.entries = [e for e in fn.entries if e.ext != key_id]
+            if fn.entries:
+                ctx.providers[key] = (fn.entries[0].ext, fn)
+            else:
+                del ctx.providers[key]
+        elif owner == key_id:
+            del ctx.providers[key]

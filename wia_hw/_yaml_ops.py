@@ -1,0 +1,120 @@
+"""Lowering of YAML-only operations: built-in primitives plus a cost expression.
+
+A YAML-only operation (``compose`` + ``cost``, no ``impl``) lowers the graph ops it
+claims to a :class:`~wia_hw.emulator.extension_kernels.CostedKernel`: the built-in
+lowering of the chain's first op gives the tiling and the data each tile moves (so the
+cache model sees the operation's real traffic), the cost expressions give each tile's
+compute cycles, MACs and energy. A chain of several primitives is fused: the chain's
+result is written where its last op writes, the intermediate results stay on chip, and
+the other ops of the chain lower to nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from ._expr import ExprError
+from ._registry import DeviceExtension, Operation, chain_head, match_chain
+from .emulator.config import DeviceSpec
+from .emulator.errors import WorkloadError
+from .emulator.extension_kernels import CostedKernel
+from .emulator.kernels import GemmKernel, TensorRef, VectorKernel
+from .graph import Graph, Op, is_view
+from .lowering import VIEW_KINDS, lower_op
+
+__all__ = ["yaml_operation_provider"]
+
+
+def _device_names(spec: DeviceSpec) -> dict[str, float]:
+    a = spec.compute.array
+    return {"array_rows": a.rows, "array_cols": a.cols, "cores": spec.compute.cores,
+            "lanes": spec.compute.vector.lanes, "clock_ghz": spec.clock_ghz}
+
+
+def _claimed(op: Op, operation: Operation) -> bool:
+    return op.name in operation.claims or op.kind in operation.claims
+
+
+def yaml_operation_provider(ext: DeviceExtension, operation: Operation
+                            ) -> Callable[[Op, Graph, DeviceSpec, Any], list[Any] | None]:
+    """The lowering function of a YAML-only operation of ``ext``."""
+    kinds = operation.chain_kinds()
+    cost = dict(operation.cost)
+
+    def provider(op: Op, graph: Graph, spec: DeviceSpec, storage: Any) -> list[Any] | None:
+        def fusable(chain: list[Op]) -> bool:
+            head = chain[0]
+            if head.kind in VIEW_KINDS or is_view(head, graph.shapes_of(head)[0]):
+                return False
+            return graph.tensors[chain[-1].outputs[0]].numel == \
+                graph.tensors[head.outputs[0]].numel
+
+        chain = match_chain(graph, op, kinds, fusable) \
+            if _claimed(op, operation) and op.kind in kinds[0] else None
+        if chain is None:
+            if len(kinds) > 1:
+                hit = chain_head(graph, op, kinds, fusable)
+                if hit is not None and _claimed(hit[0], operation):
+                    return []               # fused into the chain's first op
+            return None
+        head, tail = chain[0], chain[1:]
+        built = lower_op(head, graph, spec, storage)
+        if len(built) != 1 or not isinstance(built[0], (GemmKernel, VectorKernel)):
+            return None                     # a view (or nothing to run): decline
+        inner = built[0]
+        extra: list[TensorRef] = []
+        extra_flops = 0
+        if tail:
+            last = tail[-1]
+            out = storage.ref(last.outputs[0])
+            inside = {t for o in chain for t in o.outputs}
+            for o in tail:
+                extra_flops += graph.flops(o)
+                for i in o.inputs:
+                    if i not in inside and i not in head.inputs:
+                        extra.append(storage.ref(i))
+            if isinstance(inner, GemmKernel):
+                c = inner.c
+                inner = replace(inner, c=TensorRef(out.name, c.rows, c.cols, out.elem_bytes,
+                                                   out.offset))
+            else:
+                o0 = inner.outputs[0]
+                inner = replace(inner, outputs=(TensorRef(out.name, o0.rows, o0.cols,
+                                                          out.elem_bytes, out.offset),),
+                                inputs=inner.inputs + tuple(extra))
+                extra = []
+        env_base: dict[str, float] = {**_device_names(spec), **ext.values}
+        if isinstance(inner, GemmKernel):
+            env_base["rate"] = float(spec.compute.array.rate(inner.precision))
+        name = f"{ext.id}.{operation.name}"
+
+        def tile_cost(dims: Mapping[str, int]) -> tuple[int, int | None, float | None]:
+            env = {**env_base, **dims}
+            try:
+                cyc = cost["cycles"].evaluate(env)
+                macs = cost["macs"].evaluate(env) if "macs" in cost else None
+                pj = cost["energy_pj"].evaluate(env) if "energy_pj" in cost else None
+            except ExprError as e:
+                raise WorkloadError(f"op {head.name!r}: cost model of {name} failed for "
+                                    f"tile {dict(dims)}: {e}") from None
+            if cyc < 1 or (macs is not None and macs < 0) or (pj is not None and pj < 0):
+                raise WorkloadError(f"op {head.name!r}: cost model of {name} gave cycles "
+                                    f"{cyc!r}, macs {macs!r}, energy_pj {pj!r} for tile "
+                                    f"{dict(dims)} (cycles must be >= 1, the others >= 0)")
+            return math.ceil(cyc), (None if macs is None else math.ceil(macs)), pj
+
+        return [CostedKernel(
+            name=head.name if not tail else f"{head.name}+{'+'.join(o.kind for o in tail)}",
+            op=head.name, group=head.group, op_kind=head.kind,
+            io=(tuple(dict.fromkeys(i for o in chain for i in o.inputs
+                                    if i not in {t for c in chain for t in c.outputs})),
+                tail[-1].outputs if tail else head.outputs),
+            attrs={**head.attrs, "operation": operation.name}, provider=ext.id, inner=inner,
+            tile_cost=tile_cost, extra_inputs=tuple(extra), extra_flops=extra_flops,
+            extra={"operation": operation.name})]
+
+    provider.__name__ = f"{ext.id}.{operation.name}"
+    return provider
