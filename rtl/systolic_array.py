@@ -16,6 +16,14 @@ __all__ = ["SystolicArray", "MAX_DIM"]
 MAX_DIM = 64
 
 
+def _adder_tree(values: list) -> object:
+    """Sum of ``values`` as a balanced tree of adders (depth ``log2(n)``)."""
+    while len(values) > 1:
+        values = [values[i] + values[i + 1] if i + 1 < len(values) else values[i]
+                  for i in range(0, len(values), 2)]
+    return values[0]
+
+
 class SystolicArray(wiring.Component):
     """A ``rows x cols`` systolic array computing one int8 tile per ``start``.
 
@@ -185,7 +193,7 @@ class SystolicArray(wiring.Component):
 
         # ---- performance counters (never stalled: they count the stalls) -------------
         macs = Signal(range(R * C + 1))
-        m.d.comb += macs.eq(sum(pe.mac for row in pes for pe in row))
+        m.d.comb += macs.eq(_adder_tree([pe.mac for row in pes for pe in row]))
         counters = PerfCounters(max_macs_per_cycle=R * C, width=self._counter_width)
         m.submodules.counters = counters
         in_flight = Signal()

@@ -32,8 +32,11 @@ def _tag(params: dict[str, Any]) -> str:
     return "_".join(f"{k}{v}" for k, v in params.items()) or "default"
 
 
-def run_cocotb(block: str, params: dict[str, Any], tb_module: str, seed: int = 1) -> Path:
-    """Emit, build and run ``tb_module`` against ``block``; return the build folder."""
+def run_cocotb(block: str, params: dict[str, Any], tb_module: str, seed: int = 1,
+               quick: bool = False) -> Path:
+    """Emit, build and run ``tb_module`` against ``block``; return the build folder.
+
+    ``quick`` asks the testbench for its reduced transaction set (large builds)."""
     from cocotb_tools.runner import get_runner
 
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
@@ -50,7 +53,8 @@ def run_cocotb(block: str, params: dict[str, Any], tb_module: str, seed: int = 1
     try:
         runner.test(hdl_toplevel=block, test_module=tb_module, build_dir=build_dir,
                     test_dir=build_dir, waves=waves,
-                    extra_env={"WIA_TB_PARAMS": json.dumps(params), "WIA_TB_SEED": str(seed)})
+                    extra_env={"WIA_TB_PARAMS": json.dumps(params), "WIA_TB_SEED": str(seed),
+                               "WIA_TB_QUICK": "1" if quick else "0"})
     except SystemExit as e:  # cocotb's runner exits when a testbench test fails
         pytest.fail(f"cocotb testbench {tb_module} failed on {block} {params} "
                     f"(exit {e.code}); log and results in {build_dir}", pytrace=False)
@@ -71,6 +75,13 @@ def test_systolic_array(rows: int, cols: int, dataflow: str) -> None:
     run_cocotb("systolic_array",
                {"rows": rows, "cols": cols, "dataflow": dataflow, "max_depth": 64},
                "tb_systolic_array", seed=rows * 100 + cols + (dataflow == "ws"))
+
+
+def test_systolic_array_32x32() -> None:
+    """The largest shape the issue names (32x32, output-stationary; ~50 s, most of it
+    Icarus on 4 MB of Verilog), with the testbench's reduced transaction set."""
+    run_cocotb("systolic_array", {"rows": 32, "cols": 32, "dataflow": "os", "max_depth": 64},
+               "tb_systolic_array", seed=3232, quick=True)
 
 
 def test_perf_counters() -> None:

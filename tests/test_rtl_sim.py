@@ -234,7 +234,7 @@ def run_array(rows: int, cols: int, dataflow: str, tiles: list[TileRun], *,
     return counters, len(windows & stall_cycles)
 
 
-SMALL_SHAPES = [(1, 1), (2, 2), (2, 3), (3, 2)]
+SMALL_SHAPES = [(1, 1), (2, 2), (2, 3), (3, 2), (1, 4), (4, 1)]
 
 
 @pytest.mark.parametrize("dataflow", ["os", "ws"])

@@ -17,7 +17,7 @@ from typing import Any
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
-__all__ = ["Cycler", "params", "ports", "seed", "signed_value", "start_clock_and_reset",
+__all__ = ["Cycler", "params", "ports", "quick", "seed", "signed_value", "start_clock_and_reset",
            "unsigned_value"]
 
 
@@ -29,6 +29,11 @@ def params() -> dict[str, Any]:
 def seed() -> int:
     """The seed the pytest runner passed (``WIA_TB_SEED``)."""
     return int(os.environ.get("WIA_TB_SEED", "0"))
+
+
+def quick() -> bool:
+    """True if the runner asked for the reduced transaction set (``WIA_TB_QUICK=1``)."""
+    return os.environ.get("WIA_TB_QUICK", "0") == "1"
 
 
 def ports(dut: Any, name: str, n: int) -> list[Any]:
