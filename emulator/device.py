@@ -23,7 +23,13 @@ import simpy
 from .config import DeviceSpec
 from .control import BranchPredictor
 from .counters import Counters
-from .cycles import systolic_steps, systolic_tile_cycles, vector_op_cycles
+from .counters import Counter
+from .cycles import (
+    systolic_steps,
+    systolic_tile_counters,
+    systolic_tile_cycles,
+    vector_op_cycles,
+)
 from .kernels import GemmKernel, Kernel, VectorKernel
 from .memory import MemorySystem, Region
 from .power import ThermalModel
@@ -87,6 +93,7 @@ class Tile:
     passes: int
     macs: int
     slot_macs: int             # MAC slots the passes occupy (macs / slot_macs = PE mapping)
+    busy_cycles: int = 0       # cycles in which the array performs MACs (RTL counter)
 
 
 @dataclass
@@ -205,7 +212,7 @@ class Device:
                             geo = self._gemm_geometry(df, R, C, rate, nb, mi, ni, ki, e, e_c,
                                                       last=False)
                             cache[key] = geo
-                        passes, pass_cycles, l1_bytes, slot = geo[0], geo[1], geo[2], geo[3]
+                        passes, pass_cycles, l1_bytes, slot, busy = geo
                         last = kk == kt - 1
                         if t.tb > 1 or nb > 1:
                             ar = (b0 * k.m, b1 * k.m)
@@ -230,7 +237,7 @@ class Device:
                         extra = 0 if kt == 1 else (out_bytes * (2 if kk else 1))
                         tiles.append(Tile(loads, stores, passes * pass_cycles, 0,
                                           l1_bytes + extra + (out_bytes if last else 0),
-                                          passes, nb * mi * ni * ki, slot))
+                                          passes, nb * mi * ni * ki, slot, passes * busy))
         return tiles
 
     @staticmethod
@@ -250,12 +257,17 @@ class Device:
     @staticmethod
     def _gemm_geometry(df: str, R: int, C: int, rate: Fraction, nb: int, mi: int, ni: int,
                        ki: int, e: int, e_c: int, last: bool) -> tuple[int, int, int, int, int]:
-        """(passes, cycles per pass, L1 bytes read by the array, MAC slots, 0)."""
+        """(passes, cycles per pass, L1 bytes the array reads, MAC slots, busy per pass).
+
+        Cycles and busy cycles of a pass come from :func:`systolic_tile_cycles` and
+        :func:`systolic_tile_counters`, the functions the RTL is tested against.
+        """
         if df == "os":
             pm, pn = -(-mi // R), -(-ni // C)
             passes = nb * pm * pn
             steps = systolic_steps(ki, rate)
             pass_cycles = systolic_tile_cycles("os", R, C, steps)
+            busy = systolic_tile_counters("os", R, C, steps)[Counter.BUSY_CYCLES]
             # each pass streams its A rows and B columns out of L1
             l1 = nb * (mi * ki * pn + ki * ni * pm) * e
             slot = passes * R * C * ki
@@ -264,10 +276,11 @@ class Device:
             passes = nb * pk * pn
             steps = systolic_steps(mi, rate)
             pass_cycles = systolic_tile_cycles("ws", R, C, steps)
+            busy = systolic_tile_counters("ws", R, C, steps)[Counter.BUSY_CYCLES]
             # weights are loaded once per pass; inputs stream once per column block
             l1 = nb * (ki * ni + mi * ki * pn) * e
             slot = passes * R * C * mi
-        return passes, pass_cycles, l1, slot, 0
+        return passes, pass_cycles, l1, slot, busy
 
     def _vector_tiles(self, k: VectorKernel) -> list[Tile]:
         v = self.spec.compute.vector
@@ -355,7 +368,7 @@ class Device:
             c_.array_flops += 2 * k.macs
             c_.vector_flops += k.flops - 2 * k.macs
             c_.flops += k.flops
-            c_.busy_cycles += sum(t.array_cycles for t in tiles)
+            c_.busy_cycles += sum(t.busy_cycles for t in tiles)
             slot = sum(t.slot_macs for t in tiles)
         else:
             c_.vector_flops += k.flops

@@ -6,7 +6,8 @@ import math
 import random
 
 import pytest
-from wia_hw.emulator.cycles import systolic_steps, systolic_tile_cycles
+from wia_hw.emulator.counters import Counter
+from wia_hw.emulator.cycles import systolic_steps, systolic_tile_counters, systolic_tile_cycles
 
 import wia_hw
 from wia_hw.workloads import build, gemm
@@ -86,12 +87,15 @@ def test_one_tile_takes_the_cycle_function(dataflow):
         r = ctx.run(gemm(m, cols, k), trace=True)
         (kern,) = r.kernels
         assert kern.tiles == 1
-        depth = k if dataflow == "os" else m
-        expected = systolic_tile_cycles(dataflow, rows, cols, systolic_steps(depth, 1))
+        depth = systolic_steps(k if dataflow == "os" else m, 1)
+        expected = systolic_tile_cycles(dataflow, rows, cols, depth)
+        rtl = systolic_tile_counters(dataflow, rows, cols, depth)   # the RTL counter block
         computes = [e for e in r.trace if e.kind == "compute"]
         assert len(computes) == 1
-        assert computes[0].end - computes[0].start == expected
-        assert kern.counters.busy_cycles == expected
+        assert computes[0].end - computes[0].start == expected == rtl[Counter.CYCLES]
+        assert kern.counters.busy_cycles == rtl[Counter.BUSY_CYCLES]
+        assert kern.record.slot_macs == rtl[Counter.MACS]
+        assert kern.macs == m * cols * k
         assert kern.cycles >= expected
 
 
