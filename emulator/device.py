@@ -22,8 +22,7 @@ import simpy
 
 from .config import DeviceSpec
 from .control import BranchPredictor
-from .counters import Counters
-from .counters import Counter
+from .counters import Counter, Counters
 from .cycles import (
     systolic_steps,
     systolic_tile_counters,
