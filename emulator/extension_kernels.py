@@ -42,7 +42,7 @@ from .kernels import GemmKernel, TensorRef, VectorKernel, _KernelBase
 
 __all__ = ["TiledKernel", "MemoryKernel", "CostedKernel", "ExtensionKernelRecord",
            "execute_kernel", "execute_kernels", "gemm_passes", "gemm_tile_dims",
-           "vector_tile_dims", "Tile"]
+           "vector_tile_dims", "extension_summary", "Tile"]
 
 
 @dataclass
@@ -349,15 +349,15 @@ def _energy(dev: Device, cycles: int, delta: Counters, array: bool, extra_pj: fl
 
 
 def _record(dev: Device, k: Any, start: int, end: int, before: Counters, power: float, *,
-            slot: int, tiles: int, used: int, busy: list[int], factor: float
-            ) -> ExtensionKernelRecord:
+            slot: int, tiles: int, used: int, busy: list[int], factor: float,
+            extra: Mapping[str, Any] | None = None) -> ExtensionKernelRecord:
     return ExtensionKernelRecord(
         name=k.name, op=k.op, group=k.group, kind=k.record_kind, provider=k.provider,
         precision=k.precision, start_cycle=start, end_cycle=end,
         counters=dev.counters.delta(before), flops=k.flops, macs=k.macs, slot_macs=slot,
         tiles=tiles, cores_used=used, compulsory_bytes=k.compulsory_bytes,
         frequency_factor=factor, temperature_c=dev.thermal.temperature_c, power_w=power,
-        core_busy_cycles=busy, extra=dict(k.extra))
+        core_busy_cycles=busy, extra=dict(k.extra if extra is None else extra))
 
 
 def _coherence(dev: Device, k: MemoryKernel, now: int) -> int:
@@ -409,12 +409,17 @@ def _in_memory(dev: Device, k: MemoryKernel, out: list[KernelRecord]) -> Iterato
     c_.stall_cycles["dependency"] += cores * elapsed     # the cores wait for the memory
     delta = c_.delta(before)
     power = _energy(dev, elapsed, delta, False, k.energy_pj)
+    extra = dict(k.extra)
+    if "npu_cycles_estimate" in extra:          # what running it on the cores would take
+        extra["saved_cycles"] = extra["npu_cycles_estimate"] - elapsed
+    if "npu_hbm_bytes_estimate" in extra:
+        extra["saved_hbm_bytes"] = extra["npu_hbm_bytes_estimate"] - delta.bytes["hbm"]
     if dev.trace is not None:
         from .device import TraceEvent
 
         dev.trace.append(TraceEvent("compute", "pim", ready, end, k.name))
     out.append(_record(dev, k, start, end, before, power, slot=0, tiles=1, used=0,
-                       busy=[0] * cores, factor=factor))
+                       busy=[0] * cores, factor=factor, extra=extra))
 
 
 def execute_kernel(device: Device, kernel: TiledKernel | MemoryKernel) -> KernelRecord:
@@ -434,4 +439,20 @@ def execute_kernels(device: Device, kernels: Sequence[Any]) -> list[KernelRecord
     for k in kernels:
         run = getattr(k, "execute_on", None)
         out.extend(run(device) if run is not None else device.execute([k]))
+    return out
+
+
+def extension_summary(records: Sequence[KernelRecord]) -> dict[str, dict[str, float]]:
+    """Per provider other than ``builtin``: ``kernels``, ``cycles`` and the sum of every
+    numeric figure its kernels report (``saved_hbm_bytes``, ``saved_cycles``, ...)."""
+    out: dict[str, dict[str, float]] = {}
+    for r in records:
+        if r.provider == "builtin":
+            continue
+        d = out.setdefault(r.provider, {"kernels": 0, "cycles": 0})
+        d["kernels"] += 1
+        d["cycles"] += r.cycles
+        for name, v in getattr(r, "extra", {}).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                d[name] = d.get(name, 0) + v
     return out

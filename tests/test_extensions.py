@@ -27,7 +27,7 @@ from wia_hw.cli import cli
 from wia_hw.graph import GraphBuilder
 from wia_hw.workloads import gemm
 
-BUILTINS = ("transformer_engine",)
+BUILTINS = ("analog", "photonic", "pim", "transformer_engine")
 
 SPARSE = """\
 schema_version: 1
@@ -271,7 +271,7 @@ def test_malformed_and_missing(tmp_path):
     expect(p, "extension_id", "missing required field")
     with pytest.raises(SpecError, match=r"no such extension manifest"):
         load_extension(tmp_path / "absent.yaml")
-    with pytest.raises(SpecError, match=r"unknown extension 'warp_drive' \(known: .*transformer_engine"):
+    with pytest.raises(SpecError, match=r"unknown extension 'warp_drive' \(known: .*pim"):
         load_extension("warp_drive")
 
 

@@ -24,6 +24,27 @@ from ._registry import (
 from .emulator.config import ClusterSpec, DeviceSpec
 from .emulator.counters import Counter, Counters
 from .emulator.errors import SpecError, WiaError, WorkloadError
+from .extensions.analog import AnalogConfig, AnalogResult, hybrid_matmul
+from .extensions.photonic import (
+    PhotonicConfig,
+    PhotonicDetection,
+    PhotonicEncoding,
+    PhotonicMatmul,
+    PhotonicMode,
+    PhotonicResult,
+    photonic_matmul,
+)
+from .extensions.pim import (
+    ElementwiseOp,
+    PIMConfig,
+    PIMKernel,
+    PIMKernelType,
+    PIMOperation,
+    PIMOpType,
+    PIMResult,
+    PIMType,
+    pim_execute,
+)
 from .extensions.transformer_engine import (
     AttentionConfig,
     AttentionPattern,
@@ -104,6 +125,25 @@ __all__ = [
     "multi_head_attention",
     "register_device_extension",
     "unregister_device_extension",
+    "ElementwiseOp",
+    "PIMConfig",
+    "PIMKernel",
+    "PIMKernelType",
+    "PIMOperation",
+    "PIMOpType",
+    "PIMResult",
+    "PIMType",
+    "pim_execute",
+    "PhotonicConfig",
+    "PhotonicDetection",
+    "PhotonicEncoding",
+    "PhotonicMatmul",
+    "PhotonicMode",
+    "PhotonicResult",
+    "photonic_matmul",
+    "AnalogConfig",
+    "AnalogResult",
+    "hybrid_matmul",
     # profiling and analysis (seed 8.2-8.4, 8.6)
     "AllocationSite",
     "AnalysisConfig",

@@ -26,7 +26,7 @@ from .emulator.config import ClusterSpec, DeviceSpec
 from .emulator.counters import Counters
 from .emulator.device import Device, KernelRecord, TraceEvent
 from .emulator.errors import SpecError, WorkloadError
-from .emulator.extension_kernels import execute_kernels
+from .emulator.extension_kernels import execute_kernels, extension_summary
 from .graph import Graph
 from .lowering import Provider, lower
 from .spec import DEFAULT_DEVICE, load_spec
@@ -101,6 +101,9 @@ class RunResult:
     trace: list[TraceEvent] | None = field(default=None, repr=False)
     #: The ProfilingReport when the run was made with ``run(..., profile=cfg)``.
     profile: Any = field(default=None, repr=False)
+    #: Per extension that ran kernels: ``kernels``, ``cycles`` and the figures its
+    #: kernels report (PIM offload: ``saved_hbm_bytes``, ``saved_cycles``...).
+    extensions: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def achieved_tflops(self) -> float:
@@ -133,6 +136,7 @@ class RunResult:
                          for k, v in vars(kt).items() if k != "record"}
                         for kt in self.kernels],
             "counters": self.counters.to_dict(),
+            "extensions": self.extensions,
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -252,6 +256,7 @@ class Context:
         total = dev.now - start
         delta = dev.counters.delta(before)
         result = self._report(graph, records, op_cycles, total, delta, mode, seed)
+        result.extensions = extension_summary([r for _, _, r in records])
         if fx is not None:
             result.outputs = fx.outputs()
         result.trace = dev.trace if trace else None

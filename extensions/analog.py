@@ -1,0 +1,346 @@
+"""The analog extension: hybrid digital-analog matrix products on PCM crossbars (seed 8.9.3).
+
+Seed::
+
+    wia_analog_config_t analog_cfg = {.analog_precision_bits = 6,
+        .digital_precision_bits = 8, .noise_compensation = true};
+    wia_hybrid_matmul(ctx, &analog_cfg, A, B, C, stream);
+
+Python: ``hybrid_matmul(ctx, AnalogConfig(...), A, B, C)``.
+
+**Data path** of ``C = A @ B`` (``A`` is ``M x K`` activations, ``B`` ``K x N`` weights
+held in crossbars of ``tile_size x tile_size`` PCM cells; the digital converters are
+the front-end golden model of :mod:`wia_hw.emulator.frontend_model`):
+
+1. *Digital*: each row of ``A`` is scaled by its ``max|.|`` to signed
+   ``digital_precision_bits`` integers; each column of ``B`` by its ``max|.|`` to
+   ``digital_precision_bits`` weights (the programming targets).
+2. *DAC*: ``dac_quantize`` keeps the top ``analog_precision_bits`` of each input
+   (round half up, clamp): the analog domain's resolution.
+3. *Crossbar*: a weight ``w`` in [-1, 1] is a differential pair ``G+ - G-`` of target
+   conductances ``|w| g_max`` on one side, 0 on the other. The cells follow the PCM
+   statistical model of Nandakumar et al. (ICECS 2019) in the form IBM's aihwkit uses
+   (``PCMLikeNoiseModel``): programming noise ``sigma(g_T) = c0 + c1 g_T/g_max +
+   c2 (g_T/g_max)**2`` with ``c = (0.26348, 1.9650, -1.1731)`` uS at ``g_max = 25`` uS;
+   drift ``g(t) = g_prog (t / t0)**(-nu)``, ``t = t_inference + t0``, ``t0 = 20`` s, ``nu ~
+   |N(mu(g), s(g))|`` with ``mu = clip(-0.0155 ln g_rel + 0.0244, 0.049, 0.1)``, ``s =
+   clip(-0.0125 ln g_rel - 0.0059, 0.008, 0.045)``; read (1/f) noise ``g(t) Q_s
+   sqrt(ln((t + t_read) / (2 t_read)))``, ``Q_s = min(0.0088 / g_rel**0.65, 0.2)``, drawn
+   afresh for every read. Column currents sum ``x_k (G+ - G-)_kn`` over a tile.
+4. *ADC*: ``adc_quantize`` at ``analog_precision_bits`` with a power-of-two gain set
+   when the crossbar is programmed (from the ideal outputs' range), not re-tuned later.
+5. *Digital*: partial tiles along ``K`` are summed (``accumulate_tiles``) and scaled back.
+
+**Noise compensation** (``noise_compensation=True``): global drift compensation (a
+fixed calibration input is read right after programming and again at inference; the
+ratio of the summed absolute outputs rescales every output of the crossbar, undoing
+the drift's average decay) and ``repeated_reads`` reads of every product averaged
+(read noise variance / ``repeated_reads``, at that many times the time and energy).
+
+**Timing**: weights stay in ``crossbars`` crossbars; when the product needs more tiles,
+groups of tiles are programmed in turn (``program_time_us`` each). Every row of ``A`` is
+one analog read (``mvm_time_ns``) of every tile, tiles in parallel. **Energy**:
+``dac_energy_pj`` per input, ``adc_energy_pj`` per output sample, ``cell_energy_fj`` per
+MAC, ``digital_energy_pj`` per partial sum added, ``program_energy_pj`` per cell written.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._registry import DeviceExtension, ExtensionId, load_extension, register_device_extension
+from ..emulator.errors import WorkloadError
+from ..emulator.frontend_model import (
+    accumulate_tiles,
+    adc_quantize,
+    adc_range,
+    dac_quantize,
+    dac_range,
+)
+from .photonic import run_offchip_unit
+
+__all__ = ["AnalogConfig", "AnalogResult", "PCMModel", "hybrid_matmul", "hybrid_matmul_impl",
+           "analog_timing_ns", "PROG_COEFF_US", "G_MAX_REF_US", "CURRENT_RESOLUTION"]
+
+#: Column currents are integers in units of ``1 / CURRENT_RESOLUTION`` of a full-scale
+#: (all inputs and weights 1) single-row current before the ADC.
+CURRENT_RESOLUTION = 1 << 24
+#: Programming-noise polynomial (uS) of the PCM model, fitted at ``G_MAX_REF_US``.
+PROG_COEFF_US = (0.26348, 1.9650, -1.1731)
+G_MAX_REF_US = 25.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnalogConfig:
+    """The analog tile (the seed's ``wia_analog_config_t`` plus its device physics).
+
+    ``analog_precision_bits`` (2..16): DAC and ADC resolution; ``digital_precision_bits``
+    (at least the analog bits, at most 16): inputs' and weights' digital resolution;
+    ``noise_compensation``: drift compensation and repeated reads. Each noise source can
+    be switched off (``programming_noise``, ``read_noise``, ``drift``) or scaled.
+    """
+
+    analog_precision_bits: int = 6
+    digital_precision_bits: int = 8
+    noise_compensation: bool = True
+    tile_size: int = 256
+    g_max_us: float = 25.0
+    programming_noise: bool = True
+    read_noise: bool = True
+    drift: bool = True
+    prog_noise_scale: float = 1.0
+    read_noise_scale: float = 1.0
+    drift_scale: float = 1.0
+    t_inference_s: float = 3600.0
+    t0_s: float = 20.0
+    t_read_s: float = 250e-9
+    repeated_reads: int = 4
+    crossbars: int = 64
+    mvm_time_ns: float = 100.0
+    program_time_us: float = 1000.0
+    dac_energy_pj: float = 0.2
+    adc_energy_pj: float = 1.0
+    cell_energy_fj: float = 1.0
+    digital_energy_pj: float = 0.1
+    program_energy_pj: float = 100.0
+    acc_bits: int = 32
+
+    def __post_init__(self) -> None:
+        def ints(name: str, lo: int, hi: int) -> None:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise ValueError(f"AnalogConfig.{name} must be an integer in {lo}..{hi}, "
+                                 f"got {v!r}")
+
+        ints("analog_precision_bits", 2, 16)
+        ints("digital_precision_bits", self.analog_precision_bits
+             if isinstance(self.analog_precision_bits, int) else 2, 16)
+        ints("tile_size", 1, 4096)
+        ints("repeated_reads", 1, 1024)
+        ints("crossbars", 1, 1 << 20)
+        ints("acc_bits", 16, 64)
+        for name in ("g_max_us", "t0_s", "t_read_s", "mvm_time_ns"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 \
+                    or not math.isfinite(v):
+                raise ValueError(f"AnalogConfig.{name} must be a positive number, got {v!r}")
+        for name in ("prog_noise_scale", "read_noise_scale", "drift_scale", "t_inference_s",
+                     "program_time_us", "dac_energy_pj", "adc_energy_pj", "cell_energy_fj",
+                     "digital_energy_pj", "program_energy_pj"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 \
+                    or not math.isfinite(v):
+                raise ValueError(f"AnalogConfig.{name} must be a number >= 0, got {v!r}")
+        for name in ("noise_compensation", "programming_noise", "read_noise", "drift"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"AnalogConfig.{name} must be a bool, got "
+                                f"{getattr(self, name)!r}")
+
+    @property
+    def reads(self) -> int:
+        """Reads averaged per product (``repeated_reads`` with compensation, else 1)."""
+        return self.repeated_reads if self.noise_compensation else 1
+
+    @classmethod
+    def from_extension(cls, ext: DeviceExtension) -> AnalogConfig:
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in ext.values.items() if k in names})
+
+
+class PCMModel:
+    """The PCM cell statistics (see the module docstring), with a seeded generator."""
+
+    def __init__(self, cfg: AnalogConfig, rng: np.random.Generator) -> None:
+        self.cfg = cfg
+        self.rng = rng
+
+    def program(self, g_target: np.ndarray) -> np.ndarray:
+        """Programmed conductances (uS): target plus programming noise, >= 0."""
+        c = self.cfg
+        if not c.programming_noise or c.prog_noise_scale == 0:
+            return g_target.copy()
+        rel = g_target / c.g_max_us
+        sig = PROG_COEFF_US[0] + PROG_COEFF_US[1] * rel + PROG_COEFF_US[2] * rel ** 2
+        sig = sig * c.g_max_us / G_MAX_REF_US
+        g = g_target + c.prog_noise_scale * sig * self.rng.standard_normal(g_target.shape)
+        return np.maximum(g, 0.0)
+
+    def drift_nu(self, g_target: np.ndarray) -> np.ndarray:
+        """Drift exponents ``nu`` (one per cell)."""
+        c = self.cfg
+        rel = np.maximum(np.abs(g_target / c.g_max_us), 1e-7)
+        mu = np.clip(-0.0155 * np.log(rel) + 0.0244, 0.049, 0.1)
+        sd = np.clip(-0.0125 * np.log(rel) - 0.0059, 0.008, 0.045)
+        return np.abs(mu + sd * self.rng.standard_normal(rel.shape)) * c.drift_scale
+
+    def at(self, g_prog: np.ndarray, nu: np.ndarray, t_inference_s: float) -> np.ndarray:
+        """Conductances at ``t_inference_s`` after programming (drift, no read noise)."""
+        c = self.cfg
+        if not c.drift or t_inference_s <= 0:
+            return g_prog
+        t = t_inference_s + c.t0_s
+        return g_prog * (t / c.t0_s) ** (-nu)
+
+    def read(self, g: np.ndarray, g_prog: np.ndarray, t_inference_s: float) -> np.ndarray:
+        """One read of conductances ``g``: 1/f read noise drawn for this read."""
+        c = self.cfg
+        if not c.read_noise or c.read_noise_scale == 0:
+            return g
+        t = t_inference_s + c.t0_s
+        qs = np.minimum(0.0088 / np.maximum(np.abs(g_prog) / c.g_max_us, 1e-3) ** 0.65, 0.2)
+        sig = qs * math.sqrt(math.log((t + c.t_read_s) / (2 * c.t_read_s)))
+        return np.maximum(g + np.abs(g) * c.read_noise_scale * sig
+                          * self.rng.standard_normal(g.shape), 0.0)
+
+
+@dataclass
+class AnalogResult:
+    """The product and its cost; ``drift_alpha`` the compensation factors applied."""
+
+    output: np.ndarray = field(repr=False)
+    time_ns: float
+    latency_ms: float
+    energy_pj: float
+    energy_per_mac_pj: float
+    macs: int
+    tiles: int
+    reads: int
+    drift_alpha: np.ndarray = field(repr=False, default_factory=lambda: np.ones(0))
+    adc_shifts: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, int))
+    device_cycles: int = 0
+
+
+def _quantize_sym(v: np.ndarray, bits: int, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Signed integers of ``bits`` bits scaled per slice along ``axis`` (codes, scale)."""
+    hi = (1 << (bits - 1)) - 1
+    peak = np.abs(v).max(axis=axis, keepdims=True)
+    peak[peak == 0] = 1.0
+    return np.rint(v / peak * hi).astype(np.int64), peak / hi
+
+
+def analog_timing_ns(cfg: AnalogConfig, m: int, k: int, n: int) -> tuple[float, int]:
+    """(time in ns, weight tiles) of an ``m x k`` by ``k x n`` product."""
+    tiles = -(-k // cfg.tile_size) * -(-n // cfg.tile_size)
+    rounds = -(-tiles // cfg.crossbars)
+    program = (rounds - 1) * cfg.program_time_us * 1e3 if rounds > 1 else 0.0
+    return rounds * m * cfg.reads * cfg.mvm_time_ns + program, tiles
+
+
+def _product(cfg: AnalogConfig, a: np.ndarray, b: np.ndarray, seed: int
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    pcm = PCMModel(cfg, rng)
+    ab, db, ts = cfg.analog_precision_bits, cfg.digital_precision_bits, cfg.tile_size
+    m, k = a.shape
+    n = b.shape[1]
+    _, dhi = dac_range(ab)
+    shift_in = db - ab
+    # digital inputs: each row's max maps to the DAC's top code (no clamping)
+    apeak = np.abs(a).max(axis=1, keepdims=True)
+    apeak[apeak == 0] = 1.0
+    xq = np.rint(a / apeak * (dhi << shift_in)).astype(np.int64)
+    codes = dac_quantize(xq, ab, shift_in, db)               # analog-resolution inputs
+    x = codes / dhi                                           # in [-1, 1]
+    wq, wscale = _quantize_sym(b, db, axis=0)                 # [k, n] digital weights
+    whi = (1 << (db - 1)) - 1
+    w = wq / whi
+    _, ahi = adc_range(ab)
+    kt, nt = -(-k // ts), -(-n // ts)
+    fine = CURRENT_RESOLUTION
+    out = np.zeros((m, n))
+    alphas = []
+    shifts = np.zeros((nt, kt), dtype=int)
+    calib = np.ones(ts) / ts
+    for nb in range(nt):
+        cols = slice(nb * ts, min(n, (nb + 1) * ts))
+        partial = []
+        for kb in range(kt):
+            rows = slice(kb * ts, min(k, (kb + 1) * ts))
+            wt = w[rows, cols]
+            xt = x[:, rows]
+            gp_t = np.maximum(wt, 0) * cfg.g_max_us
+            gn_t = np.maximum(-wt, 0) * cfg.g_max_us
+            gp, gn = pcm.program(gp_t), pcm.program(gn_t)
+            nup, nun = pcm.drift_nu(gp_t), pcm.drift_nu(gn_t)
+            ideal = xt @ wt
+            # the ADC gain is fixed at programming: the ideal outputs just fit
+            peak = float(np.abs(ideal).max()) or 1.0
+            shift = max(0, math.ceil(math.log2(peak * fine / ahi)))
+            shifts[nb, kb] = shift
+            gp_t0, gn_t0 = pcm.at(gp, nup, 0.0), pcm.at(gn, nun, 0.0)
+            gp_t1 = pcm.at(gp, nup, cfg.t_inference_s)
+            gn_t1 = pcm.at(gn, nun, cfg.t_inference_s)
+            alpha = 1.0
+            if cfg.noise_compensation and cfg.drift:
+                cal = calib[: wt.shape[0]]
+                ref = np.abs(cal @ (pcm.read(gp_t0, gp, 0.0) - pcm.read(gn_t0, gn, 0.0))).sum()
+                now = np.abs(cal @ (pcm.read(gp_t1, gp, cfg.t_inference_s)
+                                    - pcm.read(gn_t1, gn, cfg.t_inference_s))).sum()
+                alpha = ref / now if now > 0 else 1.0
+            alphas.append(alpha)
+            acc = np.zeros((m, wt.shape[1]))
+            for _ in range(cfg.reads):
+                g = (pcm.read(gp_t1, gp, cfg.t_inference_s)
+                     - pcm.read(gn_t1, gn, cfg.t_inference_s)) / cfg.g_max_us
+                current = np.rint(xt @ g * fine).astype(np.int64)
+                acc += adc_quantize(current, ab, shift) * alpha
+            partial.append((acc / cfg.reads * (1 << shift)).round().astype(np.int64)
+                           if cfg.reads > 1 else acc.astype(np.int64) * (1 << shift))
+        summed = accumulate_tiles(partial, cfg.acc_bits)
+        out[:, cols] = summed / fine
+    return out * apeak * (wscale * whi), np.asarray(alphas), shifts
+
+
+def hybrid_matmul(ctx: Any, cfg: AnalogConfig, A: np.ndarray, B: np.ndarray,  # noqa: N803
+                  C: np.ndarray | None = None, stream: Any = None, *,
+                  seed: int = 0) -> AnalogResult:
+    """``C = A @ B`` on PCM crossbars with digital periphery (the seed's
+    ``wia_hybrid_matmul``). ``A``: ``M x K`` inputs, ``B``: ``K x N`` weights. ``C``, if
+    given, receives the result. Noise is drawn from ``seed``. On a context the product
+    also runs on its device (A and B staged through the memory hierarchy, the analog
+    tiles' time, C written back; the counters count its MACs at the tiles' energy).
+    Raises :class:`~wia_hw.WorkloadError` on shape mismatch."""
+    if not isinstance(cfg, AnalogConfig):
+        raise TypeError(f"cfg must be an AnalogConfig, got {type(cfg).__name__}")
+    a = np.asarray(A, dtype=np.float64)
+    b = np.asarray(B, dtype=np.float64)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise WorkloadError(f"hybrid_matmul: A {list(a.shape)} x B {list(b.shape)}: inner "
+                            "dimensions differ (need A[M, K] and B[K, N])")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise WorkloadError("hybrid_matmul: A and B must be finite")
+    out, alphas, shifts = _product(cfg, a, b, seed)
+    if C is not None:
+        if np.shape(C) != out.shape:
+            raise WorkloadError(f"hybrid_matmul: C has shape {list(np.shape(C))}, the "
+                                f"product is {list(out.shape)}")
+        C[...] = out
+    m, k = a.shape
+    n = b.shape[1]
+    time_ns, tiles = analog_timing_ns(cfg, m, k, n)
+    macs = m * k * n
+    ts = cfg.tile_size
+    reads = m * cfg.reads * tiles
+    energy = (reads * ts * cfg.dac_energy_pj + reads * ts * cfg.adc_energy_pj
+              + macs * cfg.reads * cfg.cell_energy_fj * 1e-3
+              + reads * ts * cfg.digital_energy_pj + k * n * 2 * cfg.program_energy_pj)
+    res = AnalogResult(output=out, time_ns=time_ns, latency_ms=time_ns * 1e-6,
+                       energy_pj=energy, energy_per_mac_pj=energy / macs, macs=macs,
+                       tiles=tiles, reads=cfg.reads, drift_alpha=alphas, adc_shifts=shifts)
+    if ctx is not None:
+        if ctx.extensions.get(ExtensionId.ANALOG.value) is None:
+            register_device_extension(ctx, load_extension(ExtensionId.ANALOG))
+        res.device_cycles = run_offchip_unit(
+            ctx, "analog", "hybrid_matmul", m, k, n, 1, time_ns, macs, energy,
+            {"analog_time_ns": time_ns, "energy_per_mac_pj": energy / macs, "tiles": tiles})
+    return res
+
+
+def hybrid_matmul_impl(*args: Any) -> None:
+    """``hybrid_matmul`` is called directly; it claims no graph op (its noise would change
+    a model's numbers silently)."""
+    return None

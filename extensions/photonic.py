@@ -1,0 +1,454 @@
+"""The photonic extension: matrix products on an optical core (seed 8.9.3).
+
+Seed::
+
+    wia_photonic_config_t photonic_cfg = {.wavelength_channels = 64,
+        .modulation_bandwidth_ghz = 100, .matrix_size_limit = 256, .precision_bits = 8};
+    wia_photonic_matmul_t photonic_mm = {.input_encoding = WIA_PHOTONIC_INTENSITY,
+        .computation_mode = WIA_PHOTONIC_COHERENT, .output_detection = WIA_PHOTONIC_BALANCED};
+    wia_photonic_matmul(ctx, &photonic_cfg, &photonic_mm, A, B, C, stream);
+
+Python: ``photonic_matmul(ctx, PhotonicConfig(...), PhotonicMatmul(...), A, B, C)``.
+
+**Data path** (everything below the optics is the front-end golden model of
+:mod:`wia_hw.emulator.frontend_model`, the RTL's reference; the optics is its
+:class:`~wia_hw.emulator.frontend_model.PhotonicCore`). ``C = A @ B`` with ``A``
+(``M x K``) the weights programmed into an ``n x n`` MZI mesh (``n =
+matrix_size_limit``) tile by tile, and the ``N`` columns of ``B`` streamed through it
+as input vectors, ``wavelength_channels`` at a time:
+
+1. Each row of ``A`` is scaled by its ``max|.|`` into [-1, 1] and rounded to the
+   ``precision_bits`` grid of
+   the phase DACs (``quantize_weights``); the mesh realises ``cos(theta + error)`` with a
+   static phase error of ``mzi_phase_sigma_rad`` per MZI, drawn when a tile is
+   programmed.
+2. Each column of ``B`` is scaled by its ``max|.|`` into signed ``in_bits`` samples and
+   converted by the DAC
+   to ``precision_bits`` codes (``dac_quantize``: round, clamp).
+3. The core's two detectors per output see ``P0 L (1 +- y) / 2`` with ``y = W x / n``
+   (``L`` the insertion loss of ``insertion_loss_db_per_component`` over the
+   ``matrix_size_limit + 3`` components of a path: the mesh columns, the modulator and
+   two couplers), with shot noise (``sqrt(2 q I B)``) and thermal noise
+   (``sqrt(4 k T B / R)``), ``B = modulation_bandwidth_ghz``.
+4. ``BALANCED`` detection subtracts the two samples (``balanced_subtract``); ``SINGLE``
+   uses one detector and subtracts the known bias ``L * full_scale / 2`` digitally (twice
+   the noise of one arm, and the shot noise follows the signal).
+5. The ADC (``adc_quantize``) rounds with a power-of-two gain ``2**-adc_shift`` chosen
+   from the product's range (a per-call calibration: the largest shift that does not
+   saturate); partial tiles along ``K`` are summed digitally (``accumulate_tiles``).
+
+Encodings and modes: ``PHASE`` encodes signed inputs as phase 0 or pi (``COHERENT``
+only); ``INTENSITY`` encodes magnitudes, so signed inputs take two passes (``x+`` and
+``x-``) subtracted digitally. ``COHERENT`` meshes realise signed weights by interference;
+``INCOHERENT`` (intensity-weight banks, one wavelength per channel, no interference)
+realise non-negative weights only, so ``W = W+ - W-`` takes two passes too.
+
+**Timing**: per programmed tile, ``reprogram_ns`` then the input vectors streamed one
+sample per front-end cycle (a cycle is one symbol at ``modulation_bandwidth_ghz``),
+``wavelength_channels`` vectors per symbol, through the front-end pipeline
+(``frontend_matvec_cycles``). At the seed's 100 GHz the detectors' shot noise is large
+against ``y = W x / n`` of typical data (a few per cent of full scale): the photon
+budget, not the ADC, then limits accuracy; raise ``laser_power_mw`` or lower
+``modulation_bandwidth_ghz`` to trade energy or speed for it. **Energy**: lasers (``laser_power_mw`` per channel at
+``laser_wall_plug_efficiency``) and MZI tuning (``tuning_power_mw_per_mzi``) over the
+busy time (``P0 = laser_power_mw`` must reach each of the ``n`` outputs through the
+loss, on every channel), ``dac_energy_pj`` per input sample, ``adc_energy_pj`` per detector sample,
+``program_energy_pj_per_mzi`` per reprogrammed MZI; reported per MAC.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._registry import DeviceExtension, ExtensionId, load_extension, register_device_extension
+from ..emulator.errors import WorkloadError
+from ..emulator.extension_kernels import Tile, TiledKernel, execute_kernels
+from ..emulator.frontend_model import (
+    PhotonicCore,
+    PhotonicParams,
+    accumulate_tiles,
+    adc_quantize,
+    adc_range,
+    balanced_subtract,
+    dac_quantize,
+    dac_range,
+    frontend_matvec_cycles,
+    quantize_weights,
+)
+from ..emulator.kernels import TensorRef
+
+__all__ = ["PhotonicEncoding", "PhotonicMode", "PhotonicDetection", "PhotonicConfig",
+           "PhotonicMatmul", "PhotonicResult", "photonic_matmul", "photonic_timing_ns",
+           "photonic_matmul_impl"]
+
+
+class _Enum(str, enum.Enum):
+    @classmethod
+    def _missing_(cls, value: object) -> Any:
+        if isinstance(value, str):
+            for m in cls:
+                if m.value == value.lower() or m.name == value.upper():
+                    return m
+        return None
+
+
+class PhotonicEncoding(_Enum):
+    """How inputs ride the light (the seed's ``WIA_PHOTONIC_INTENSITY``, ``_PHASE``)."""
+
+    INTENSITY = "intensity"
+    PHASE = "phase"
+
+
+class PhotonicMode(_Enum):
+    """How the mesh computes (the seed's ``WIA_PHOTONIC_COHERENT``, ``_INCOHERENT``)."""
+
+    COHERENT = "coherent"
+    INCOHERENT = "incoherent"
+
+
+class PhotonicDetection(_Enum):
+    """How outputs are read (the seed's ``WIA_PHOTONIC_BALANCED``, ``_SINGLE``)."""
+
+    BALANCED = "balanced"
+    SINGLE = "single"
+
+
+def _pos(obj: Any, name: str, integer: bool = False, zero_ok: bool = False) -> None:
+    v = getattr(obj, name)
+    kind = int if integer else (int, float)
+    ok = not isinstance(v, bool) and isinstance(v, kind) and math.isfinite(v) \
+        and (v >= 0 if zero_ok else v > 0)
+    if not ok:
+        what = "an integer" if integer else "a number"
+        raise ValueError(f"{type(obj).__name__}.{name} must be {what} "
+                         f"{'>= 0' if zero_ok else '> 0'}, got {v!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhotonicConfig:
+    """The photonic accelerator (the seed's ``wia_photonic_config_t`` plus its physics).
+
+    Seed fields: ``wavelength_channels`` (WDM), ``modulation_bandwidth_ghz`` (symbol
+    rate, also the detectors' noise bandwidth), ``matrix_size_limit`` (mesh size ``n``),
+    ``precision_bits`` (DAC/ADC resolution, 2..16). Physics: see the module docstring.
+    """
+
+    wavelength_channels: int = 64
+    modulation_bandwidth_ghz: float = 100.0
+    matrix_size_limit: int = 256
+    precision_bits: int = 8
+    laser_power_mw: float = 10.0
+    insertion_loss_db_per_component: float = 0.02
+    detector_responsivity_a_per_w: float = 1.0
+    mzi_phase_sigma_rad: float = 0.005
+    temperature_k: float = 300.0
+    load_ohm: float = 1000.0
+    shot_noise: bool = True
+    thermal_noise: bool = True
+    in_bits: int = 16
+    det_bits: int = 16
+    core_latency_cycles: int = 1
+    reprogram_ns: float = 10.0
+    laser_wall_plug_efficiency: float = 0.2
+    tuning_power_mw_per_mzi: float = 0.0
+    program_energy_pj_per_mzi: float = 1.0
+    dac_energy_pj: float = 0.5
+    adc_energy_pj: float = 1.0
+
+    def __post_init__(self) -> None:
+        for n in ("wavelength_channels", "matrix_size_limit", "core_latency_cycles"):
+            _pos(self, n, integer=True)
+        for n in ("modulation_bandwidth_ghz", "laser_power_mw",
+                  "detector_responsivity_a_per_w", "temperature_k", "load_ohm",
+                  "laser_wall_plug_efficiency"):
+            _pos(self, n)
+        for n in ("insertion_loss_db_per_component", "mzi_phase_sigma_rad", "reprogram_ns",
+                  "tuning_power_mw_per_mzi", "program_energy_pj_per_mzi", "dac_energy_pj",
+                  "adc_energy_pj"):
+            _pos(self, n, zero_ok=True)
+        if isinstance(self.precision_bits, bool) or not isinstance(self.precision_bits, int) \
+                or not 2 <= self.precision_bits <= 16:
+            raise ValueError(f"PhotonicConfig.precision_bits must be an integer in 2..16, "
+                             f"got {self.precision_bits!r}")
+        if not 2 <= self.in_bits <= 32 or self.precision_bits > self.in_bits:
+            raise ValueError(f"PhotonicConfig.in_bits must be in precision_bits..32, got "
+                             f"{self.in_bits!r}")
+        if not 2 <= self.det_bits <= 32:
+            raise ValueError(f"PhotonicConfig.det_bits must be in 2..32, got {self.det_bits!r}")
+        if self.matrix_size_limit > 4096:
+            raise ValueError(f"PhotonicConfig.matrix_size_limit must be at most 4096, got "
+                             f"{self.matrix_size_limit}")
+        if self.laser_wall_plug_efficiency > 1:
+            raise ValueError(f"PhotonicConfig.laser_wall_plug_efficiency must be in (0, 1], "
+                             f"got {self.laser_wall_plug_efficiency}")
+
+    @property
+    def insertion_loss_db(self) -> float:
+        """Loss of one light path: the mesh's columns, the modulator, two couplers."""
+        return self.insertion_loss_db_per_component * (self.matrix_size_limit + 3)
+
+    @property
+    def transmission(self) -> float:
+        return 10.0 ** (-self.insertion_loss_db / 10.0)
+
+    def core_params(self) -> PhotonicParams:
+        """The front-end model's parameters of this core."""
+        return PhotonicParams(
+            matrix_size_limit=self.matrix_size_limit, precision_bits=self.precision_bits,
+            laser_power_mw=self.laser_power_mw, insertion_loss_db=self.insertion_loss_db,
+            responsivity_a_per_w=self.detector_responsivity_a_per_w,
+            mzi_phase_sigma_rad=self.mzi_phase_sigma_rad,
+            bandwidth_ghz=self.modulation_bandwidth_ghz, temperature_k=self.temperature_k,
+            load_ohm=self.load_ohm, shot_noise=self.shot_noise,
+            thermal_noise=self.thermal_noise, det_bits=self.det_bits)
+
+    @classmethod
+    def from_extension(cls, ext: DeviceExtension) -> PhotonicConfig:
+        """The core described by the photonic extension's parameters."""
+        names = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in ext.values.items() if k in names})
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhotonicMatmul:
+    """How the product is encoded (the seed's ``wia_photonic_matmul_t``)."""
+
+    input_encoding: PhotonicEncoding = PhotonicEncoding.INTENSITY
+    computation_mode: PhotonicMode = PhotonicMode.COHERENT
+    output_detection: PhotonicDetection = PhotonicDetection.BALANCED
+
+    def __post_init__(self) -> None:
+        for name, enum_ in (("input_encoding", PhotonicEncoding),
+                            ("computation_mode", PhotonicMode),
+                            ("output_detection", PhotonicDetection)):
+            try:
+                object.__setattr__(self, name, enum_(getattr(self, name)))
+            except ValueError:
+                raise ValueError(f"PhotonicMatmul.{name} must be one of "
+                                 f"{', '.join(m.value for m in enum_)}, got "
+                                 f"{getattr(self, name)!r}") from None
+        if self.input_encoding is PhotonicEncoding.PHASE \
+                and self.computation_mode is PhotonicMode.INCOHERENT:
+            raise ValueError("PhotonicMatmul: phase encoding needs coherent computation "
+                             "(an incoherent mesh adds intensities and loses the phase)")
+
+    @property
+    def input_passes(self) -> int:
+        return 2 if self.input_encoding is PhotonicEncoding.INTENSITY else 1
+
+    @property
+    def weight_passes(self) -> int:
+        return 2 if self.computation_mode is PhotonicMode.INCOHERENT else 1
+
+
+@dataclass
+class PhotonicResult:
+    """The product and its cost. ``time_ns`` on the photonic core; ``energy_pj`` of the
+    core (lasers, tuning, DACs, ADCs, programming); ``adc_shift`` the calibrated gain."""
+
+    output: np.ndarray = field(repr=False)
+    time_ns: float
+    latency_ms: float
+    energy_pj: float
+    energy_per_mac_pj: float
+    macs: int
+    tiles: int
+    passes: int
+    adc_shift: int
+    device_cycles: int = 0
+
+
+def photonic_timing_ns(cfg: PhotonicConfig, mm: PhotonicMatmul, m: int, k: int, n: int
+                       ) -> tuple[float, int, int]:
+    """(time in ns, weight tiles, passes per tile) of an ``m x k`` by ``k x n`` product."""
+    s = cfg.matrix_size_limit
+    tiles = -(-m // s) * -(-k // s)
+    passes = mm.input_passes * mm.weight_passes
+    symbols = -(-n // cfg.wavelength_channels) * mm.input_passes
+    stream = frontend_matvec_cycles(s, s * symbols, s, cfg.core_latency_cycles)
+    per_program = cfg.reprogram_ns + stream / cfg.modulation_bandwidth_ghz
+    return tiles * mm.weight_passes * per_program, tiles, passes
+
+
+def _energy_pj(cfg: PhotonicConfig, mm: PhotonicMatmul, time_ns: float, tiles: int,
+               m: int, k: int, n: int) -> float:
+    s = cfg.matrix_size_limit
+    busy_s = time_ns * 1e-9
+    # P0 reaches each of the s outputs on each channel (the core model's normalisation)
+    laser_w = cfg.laser_power_mw * 1e-3 * s * cfg.wavelength_channels \
+        / (cfg.laser_wall_plug_efficiency * cfg.transmission)
+    tuning_w = cfg.tuning_power_mw_per_mzi * 1e-3 * s * s
+    programs = tiles * mm.weight_passes
+    samples_in = programs * s * n * mm.input_passes
+    detectors = 2 if mm.output_detection is PhotonicDetection.BALANCED else 1
+    samples_out = programs * s * n * mm.input_passes * detectors
+    return ((laser_w + tuning_w) * busy_s * 1e12 + samples_in * cfg.dac_energy_pj
+            + samples_out * cfg.adc_energy_pj + programs * s * s * cfg.program_energy_pj_per_mzi)
+
+
+def _photonic_product(cfg: PhotonicConfig, mm: PhotonicMatmul, a: np.ndarray, b: np.ndarray,
+                      seed: int) -> tuple[np.ndarray, int]:
+    """The computed ``a @ b`` (float64) through quantisers, optics and noise; adc shift."""
+    s = cfg.matrix_size_limit
+    p = cfg.precision_bits
+    m, k = a.shape
+    n = b.shape[1]
+    # per-row weight and per-column input scales use each DAC's whole range
+    amax = np.abs(a).max(axis=1, keepdims=True)
+    amax[amax == 0] = 1.0
+    bmax = np.abs(b).max(axis=0, keepdims=True)
+    bmax[bmax == 0] = 1.0
+    wq = quantize_weights(np.clip(a / amax, -1.0, 1.0), p)
+    _, hi = dac_range(p)
+    dshift = cfg.in_bits - p
+    x_int = np.rint(b / bmax * hi * (1 << dshift)).astype(np.int64)
+    codes = dac_quantize(x_int, p, dshift, cfg.in_bits)                  # [k, n]
+    _, hi_adc = adc_range(p)
+    loss = cfg.transmission
+    top = (1 << cfg.det_bits) - 1
+    mt, kt = -(-m // s), -(-k // s)
+    signs = [1, -1] if mm.input_encoding is PhotonicEncoding.INTENSITY else [0]
+    wsigns = [1, -1] if mm.computation_mode is PhotonicMode.INCOHERENT else [0]
+
+    def part(v: np.ndarray, sign: int) -> np.ndarray:
+        return v if sign == 0 else np.maximum(sign * v, 0)
+
+    # the ADC gain: the largest shift for which no pass's ideal difference saturates
+    x_norm = codes / hi
+    peak = 0.0
+    for mb in range(mt):
+        for kb in range(kt):
+            w = wq[mb * s:(mb + 1) * s, kb * s:(kb + 1) * s]
+            xs = x_norm[kb * s:(kb + 1) * s]
+            for ws in wsigns:
+                for xsign in signs:
+                    y = part(w, ws) @ part(xs, xsign) / s
+                    peak = max(peak, float(np.abs(y).max()))
+    full = loss * top * max(peak, 1e-12)
+    shift = int(min(cfg.det_bits, max(0, math.ceil(math.log2(full / hi_adc)))))
+    core = PhotonicCore(params=cfg.core_params(), seed=seed)
+    bias = round(loss * top)
+    result = np.zeros((mt * s, n), dtype=np.int64)
+    def detect(xv: np.ndarray) -> np.ndarray:
+        dp, dn = core.detect(xv)
+        if mm.output_detection is PhotonicDetection.BALANCED:
+            diff = balanced_subtract(dp, dn, cfg.det_bits)
+        else:
+            diff = 2 * np.asarray(dp, dtype=np.int64) - bias
+        return adc_quantize(diff, p, shift)
+
+    for mb in range(mt):
+        partial: list[np.ndarray] = []
+        for kb in range(kt):
+            w = wq[mb * s:(mb + 1) * s, kb * s:(kb + 1) * s]
+            xs = codes[kb * s:(kb + 1) * s]
+            tile = np.zeros((s, n), dtype=np.int64)
+            for ws in wsigns:
+                core.program(part(w, ws))
+                for xsign in signs:
+                    xin = part(xs, xsign)
+                    for j in range(n):
+                        code = detect(xin[:, j] / hi)
+                        tile[:, j] += (1 if ws >= 0 else -1) * (1 if xsign >= 0 else -1) * code
+            partial.append(tile)
+        result[mb * s:(mb + 1) * s] = np.stack(
+            [accumulate_tiles([t[:, j] for t in partial]) for j in range(n)], axis=1)
+    scale = (1 << shift) * s / (loss * top)
+    return result[:m].astype(np.float64) * scale * amax * bmax, shift
+
+
+_calls = itertools.count()
+
+
+def _ext(ctx: Any) -> DeviceExtension | None:
+    if ctx is None:
+        return None
+    ext = ctx.extensions.get(ExtensionId.PHOTONIC.value)
+    if ext is None:
+        ext = register_device_extension(ctx, load_extension(ExtensionId.PHOTONIC))
+    return ext
+
+
+def photonic_matmul(ctx: Any, cfg: PhotonicConfig, mm: PhotonicMatmul, A: np.ndarray,  # noqa: N803
+                    B: np.ndarray, C: np.ndarray | None = None, stream: Any = None, *,  # noqa: N803
+                    seed: int = 0, functional: bool = True) -> PhotonicResult:
+    """``C = A @ B`` on the photonic core (the seed's ``wia_photonic_matmul``).
+
+    ``A`` (``M x K``) and ``B`` (``K x N``) are real matrices; matrices larger than the
+    mesh are tiled. ``C``, if given, receives the result. Noise is drawn from ``seed``
+    (same seed, same result). On a context the product also runs on its device: A and
+    B are read through the memory hierarchy, the photonic core's time passes, C is
+    written back, and the counters count the MACs with the core's energy. ``ctx`` may be
+    ``None`` (the model alone). ``functional=False`` computes time and energy only
+    (``output`` is then empty and ``C`` untouched). Raises :class:`~wia_hw.WorkloadError`
+    on shape mismatch.
+    """
+    if not isinstance(cfg, PhotonicConfig):
+        raise TypeError(f"cfg must be a PhotonicConfig, got {type(cfg).__name__}")
+    if not isinstance(mm, PhotonicMatmul):
+        raise TypeError(f"mm must be a PhotonicMatmul, got {type(mm).__name__}")
+    a = np.asarray(A, dtype=np.float64)
+    b = np.asarray(B, dtype=np.float64)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise WorkloadError(f"photonic_matmul: A {list(a.shape)} x B {list(b.shape)}: "
+                            "inner dimensions differ (need A[M, K] and B[K, N])")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise WorkloadError("photonic_matmul: A and B must be finite")
+    if functional:
+        out, shift = _photonic_product(cfg, mm, a, b, seed)
+    else:
+        out, shift = np.zeros((0, 0)), 0
+    if C is not None and functional:
+        if np.shape(C) != out.shape:
+            raise WorkloadError(f"photonic_matmul: C has shape {list(np.shape(C))}, the "
+                                f"product is {list(out.shape)}")
+        C[...] = out
+    m, k = a.shape
+    n = b.shape[1]
+    time_ns, tiles, passes = photonic_timing_ns(cfg, mm, m, k, n)
+    energy = _energy_pj(cfg, mm, time_ns, tiles, m, k, n)
+    macs = m * k * n
+    res = PhotonicResult(output=out, time_ns=time_ns, latency_ms=time_ns * 1e-6,
+                         energy_pj=energy, energy_per_mac_pj=energy / macs, macs=macs,
+                         tiles=tiles, passes=passes, adc_shift=shift)
+    if ctx is not None:
+        _ext(ctx)
+        res.device_cycles = run_offchip_unit(
+            ctx, "photonic", "photonic_matmul", m, k, n, 2, time_ns, macs, energy,
+            {"photonic_time_ns": time_ns, "energy_per_mac_pj": energy / macs,
+             "tiles": tiles})
+    return res
+
+
+def run_offchip_unit(ctx: Any, unit: str, name: str, m: int, k: int, n: int, elem_bytes: int,
+                     time_ns: float, macs: int, energy_pj: float,
+                     extra: dict[str, Any]) -> int:
+    """Run one product of an attached unit (photonic, analog) on ``ctx``'s device: a
+    core's DMA stages A and B through the caches, the unit works ``time_ns``, C is
+    stored. Returns the device cycles the kernel took."""
+    idx = next(_calls)
+    ra = TensorRef(f"{unit}{idx}.A", m, k, elem_bytes)
+    rb = TensorRef(f"{unit}{idx}.B", k, n, elem_bytes)
+    rc = TensorRef(f"{unit}{idx}.C", m, n, elem_bytes)
+    cycles = max(1, math.ceil(time_ns * ctx.spec.clock_ghz))
+    tile = Tile([(ra, 0, m, 0, k), (rb, 0, k, 0, n)], [(rc, 0, m, 0, n)], 0, cycles,
+                0, 0, macs, 0)
+    kern = TiledKernel(name=name, op=name, group=unit, op_kind="matmul", provider=unit,
+                       record_kind=unit, precision="fp16", tiles=(tile,), macs=macs,
+                       flops=2 * macs, vector_flops=0,
+                       compulsory_bytes=ra.nbytes + rb.nbytes + rc.nbytes, array=False,
+                       energy_pj=energy_pj, extra=extra)
+    (rec,) = execute_kernels(ctx.device, [kern])
+    return rec.cycles
+
+
+def photonic_matmul_impl(*args: Any) -> None:
+    """``photonic_matmul`` is called directly (:func:`photonic_matmul`); it claims no
+    graph op: an optical core's noise would change a model's numbers silently."""
+    return None
