@@ -63,7 +63,7 @@ from ..emulator.frontend_model import (
 )
 from .photonic import run_offchip_unit
 
-__all__ = ["AnalogConfig", "AnalogResult", "PCMModel", "hybrid_matmul", "hybrid_matmul_impl",
+__all__ = ["AnalogConfig", "AnalogResult", "PCMModel", "hybrid_matmul",
            "analog_timing_ns", "PROG_COEFF_US", "G_MAX_REF_US", "CURRENT_RESOLUTION"]
 
 #: Column currents are integers in units of ``1 / CURRENT_RESOLUTION`` of a full-scale
@@ -338,9 +338,3 @@ def hybrid_matmul(ctx: Any, cfg: AnalogConfig, A: np.ndarray, B: np.ndarray,  # 
             ctx, "analog", "hybrid_matmul", m, k, n, 1, time_ns, macs, energy,
             {"analog_time_ns": time_ns, "energy_per_mac_pj": energy / macs, "tiles": tiles})
     return res
-
-
-def hybrid_matmul_impl(*args: Any) -> None:
-    """``hybrid_matmul`` is called directly; it claims no graph op (its noise would change
-    a model's numbers silently)."""
-    return None

@@ -85,7 +85,7 @@ from ..emulator.kernels import TensorRef
 
 __all__ = ["PhotonicEncoding", "PhotonicMode", "PhotonicDetection", "PhotonicConfig",
            "PhotonicMatmul", "PhotonicResult", "photonic_matmul", "photonic_timing_ns",
-           "photonic_matmul_impl"]
+           "run_offchip_unit"]
 
 
 class _Enum(str, enum.Enum):
@@ -446,9 +446,3 @@ def run_offchip_unit(ctx: Any, unit: str, name: str, m: int, k: int, n: int, ele
                        energy_pj=energy_pj, extra=extra)
     (rec,) = execute_kernels(ctx.device, [kern])
     return rec.cycles
-
-
-def photonic_matmul_impl(*args: Any) -> None:
-    """``photonic_matmul`` is called directly (:func:`photonic_matmul`); it claims no
-    graph op: an optical core's noise would change a model's numbers silently."""
-    return None

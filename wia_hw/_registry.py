@@ -23,7 +23,9 @@ beside a Python module::
 An operation is either Python (``impl: function_name``: a function defined in the
 extension's own module, or ``impl: "entry-point:NAME"``: an installed entry point of the
 ``wia_hw.operations`` group) or YAML alone (``compose`` + ``cost``). References that
-point anywhere else are refused.
+point anywhere else are refused. The ``impl`` of an operation that claims graph ops is
+its lowering function (see :data:`Impl`); one that claims nothing is reached directly
+(``ext.implementation(name)``, e.g. ``pim_execute``).
 
 **Lowering.** :func:`register_device_extension` binds every claim to the context's
 ``providers`` table, which :func:`wia_hw.lowering.lower_op` consults: the op is lowered
