@@ -462,3 +462,38 @@ def test_graph_builder_attention_with_engine_reports_provider():
         ("scores+softmax+context", "transformer_engine")]
     d = r.to_dict()
     assert d["kernels"][0]["provider"] == "transformer_engine"
+
+
+def test_cli_list_survives_a_broken_installed_manifest(tmp_path, monkeypatch):
+    monkeypatch.setenv(registry.PATH_ENV, str(tmp_path))
+    (tmp_path / "broken.yaml").write_text("schema_version: 1\nextension_id: broken\n")
+    res = CliRunner().invoke(cli, ["ext", "list"])
+    assert res.exit_code == 0 and "broken" in res.output and "invalid" in res.output
+    assert "transformer_engine" in res.output
+
+
+# -- extension kernels (the emulator side) -----------------------------------------------
+def test_extension_kernel_constructors_check_their_arguments():
+    from wia_hw.emulator.extension_kernels import MemoryKernel, Tile, TiledKernel
+
+    t = Tile([], [], 10, 0, 0, 1, 0, 0)
+    with pytest.raises(ValueError, match=r"TiledKernel 'bad' has no tiles"):
+        TiledKernel(name="bad", op="o", group="g", op_kind="bmm")
+    with pytest.raises(ValueError, match=r"TiledKernel.macs must be a non-negative integer"):
+        TiledKernel(name="k", op="o", group="g", op_kind="bmm", tiles=(t,), macs=-1)
+    with pytest.raises(ValueError, match=r"TiledKernel.groups must start at 0 and increase"):
+        TiledKernel(name="k", op="o", group="g", op_kind="bmm", tiles=(t, t), groups=(1,))
+    with pytest.raises(ValueError, match=r"MemoryKernel.cycles must be a non-negative"):
+        MemoryKernel(name="m", op="o", group="g", op_kind="pim", cycles=-5)
+
+
+def test_tile_groups_stay_on_one_core():
+    from wia_hw.emulator.extension_kernels import Tile as T
+    from wia_hw.emulator.extension_kernels import _partition
+
+    tiles = [T([], [], i, 0, 0, 1, 0, 0) for i in range(10)]
+    shares = _partition(tiles, (0, 3, 4, 8), 4)
+    assert [len(s) for s in shares] == [3, 1, 4, 2]
+    assert [t for s in shares for t in s] == tiles          # contiguous, in order
+    shares = _partition(tiles, (0, 5), 4)                     # fewer groups than cores
+    assert sorted(len(s) for s in shares) == [0, 0, 5, 5]

@@ -57,7 +57,11 @@ def ext_list() -> None:
         t.add_column(col)
     where = _manifests()
     for name in list_extensions():
-        e = load_extension(name)
+        try:
+            e = load_extension(name)
+        except WiaError as err:       # one broken manifest does not hide the others
+            t.add_row(name, "?", where[name][0], f"[red]invalid: {err}[/red]", "")
+            continue
         t.add_row(name, e.version, where[name][0], ", ".join(map(str, e.capabilities)),
                   ", ".join(o.name for o in e.operations))
     Console(width=160).print(t)
