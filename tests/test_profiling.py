@@ -282,3 +282,27 @@ def test_text_summary_lists_hotspots():
     hs = report.hotspots("group", None)
     assert sum(h.cycles for h in hs) + sum(r.writeback_cycles for r in report.runs) == \
         report.cycles
+
+
+def test_cli_profile_writes_every_output(tmp_path):
+    from click.testing import CliRunner
+
+    from wia_hw.cli import cli
+
+    files = {k: tmp_path / v for k, v in [("o", "r.json"), ("timeline", "t.json"),
+                                          ("flamegraph", "f.svg"), ("roofline", "roof.png"),
+                                          ("memory-timeline", "mem.png")]}
+    args = ["profile", "bert-base", "-b", "2", "-s", "64", "--mode", "trace", "--recommend",
+            "--priority", "low", "--confidence", "0"]
+    for k, p in files.items():
+        args += [f"-{k}" if len(k) == 1 else f"--{k}", str(p)]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    for p in files.values():
+        assert p.stat().st_size > 1000, p
+    assert check_trace_events(json.loads(files["timeline"].read_text())) == []
+    for heading in ("Hotspots:", "Kernel: ", "Roofline analysis:", "Memory Profile Summary:",
+                    "Performance Recommendations (", "wrote "):
+        assert heading in res.output
+    bad = CliRunner().invoke(cli, ["profile", "gemm", "--counters", "cycles,watts"])
+    assert bad.exit_code == 2 and "unknown counter 'watts'" in bad.output

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ._cli_ext import ext
+from ._cli_profile import profile
 from .emulator.config import ClusterSpec, DeviceSpec, to_mapping
 from .emulator.errors import WiaError
 from .runtime import RunResult, open_device
@@ -267,6 +268,7 @@ def _register_optional() -> None:
 
 _register_optional()
 cli.add_command(ext)
+cli.add_command(profile)
 
 
 def main(argv: list[str] | None = None) -> None:

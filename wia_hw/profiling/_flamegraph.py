@@ -4,10 +4,11 @@ Collapsed format: one line per distinct stack, frames joined by ``;`` from the r
 then a space and an integer count: here device cycles, so the counts add up to the
 profiled time exactly. Stacks, root first:
 
-* with kernel records: ``device; <user's Python frames, outermost first>; run
-  <workload>; <op group>; <op>; <kernel> [<kind>]``, plus ``...; run <workload>;
-  writeback`` for each run's final write-back and ``device; [outside runs]`` for device
-  time outside ``ctx.run`` (user allocations, direct launches);
+* with kernel records: ``device; <the user's innermost Python frames (up to four),
+  outermost first>; run <workload>; <op group>; <op without its layerN. prefix>;
+  <kernel> [<kind>]`` (so one op's layers stack under one frame), plus ``...; run
+  <workload>; writeback`` for each run's final write-back and ``device; [outside
+  runs]`` for device time outside ``ctx.run`` (user allocations, direct launches);
 * sampling only: ``device; <kernel>; computing|waiting`` (each sample's cycles split by
   the share of active cores computing) and ``device; [idle]``.
 """
@@ -15,6 +16,7 @@ profiled time exactly. Stacks, root first:
 from __future__ import annotations
 
 import html
+import re
 import zlib
 from collections.abc import Iterable
 from typing import Any
@@ -44,23 +46,24 @@ def collapsed_stacks(report: Any) -> list[str]:
             r = runs.get(run)
             if r is None:
                 return [dev, "[outside runs]"]
-            return [dev] + [f"{f.function} ({f.short})" for f in reversed(r.stack)] + \
+            return [dev] + [f"{f.function} ({f.short})" for f in reversed(r.stack[:4])] + \
                 [f"run {r.workload}"]
 
         covered = 0
         if report.ops:
             for op in report.ops:
-                pre = prefix(op.run) + [op.group, op.name]
+                pre = prefix(op.run) + [op.group, re.sub(r"^layer\d+\.", "", op.name)]
                 ksum = 0
                 for i in op.kernels:
                     k = report.kernels[i]
                     add(pre + [f"{k.name} [{k.kind}]"], k.cycles)
                     ksum += k.cycles
-                add(pre + ["[op overhead]"], op.end_cycle - op.start_cycle - ksum)
+                add(pre + [f"{op.name} [op overhead]"], op.end_cycle - op.start_cycle - ksum)
                 covered += op.end_cycle - op.start_cycle
         else:
             for k in report.kernels:
-                add(prefix(k.run) + [k.group, k.op, f"{k.name} [{k.kind}]"], k.cycles)
+                add(prefix(k.run) + [k.group, re.sub(r"^layer\d+\.", "", k.op),
+                                     f"{k.name} [{k.kind}]"], k.cycles)
                 covered += k.cycles
         for r in report.runs:
             add(prefix(r.index) + ["writeback"], r.writeback_cycles)

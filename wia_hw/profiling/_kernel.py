@@ -12,6 +12,7 @@ something else, and the assessment says what (stalls, PE mapping, idle cores).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..emulator.counters import Counters
 from ..emulator.device import KernelRecord
 from ..emulator.errors import WorkloadError
 from ..emulator.kernels import GemmKernel, VectorKernel
@@ -30,15 +32,17 @@ from ._metrics import (
     bandwidth_gbs,
     compute_floor_s,
     compute_utilization,
+    fmt_ai,
     hit_rate,
     occupancy_parts,
     roofline_bound,
 )
-from ._records import KernelStats
+from ._records import KernelStats, capture_counters
 
 __all__ = ["Assessment", "KernelProfile", "profile_kernel", "format_kernel_profile",
            "stats_from_record"]
 
+_ALL_FIELDS = tuple(f.name for f in dataclasses.fields(Counters))
 _NP_DTYPES = {"float32": "fp32", "float16": "fp16", "int8": "int8", "int32": "int32",
               "int64": "int64", "bool": "bool"}
 
@@ -178,20 +182,20 @@ def assess(p: KernelProfile, dev: DeviceInfo) -> list[Assessment]:
     """The seed's three checks with their thresholds, classified by the roofline."""
     out: list[Assessment] = []
     ai = p.arithmetic_intensity
-    ai_txt = "inf" if ai is None else f"{ai:.3g}"
+    ai_txt = "inf" if ai is None else fmt_ai(ai)
     memory_bound = p.bound in ("l1", "l2", "hbm")
     if p.bound is not None:
         if memory_bound:
             lvl = LEVEL_NAMES[p.bound]
             out.append(Assessment(
                 "INFO", f"Memory-bound ({lvl} bandwidth ceiling): AI={ai_txt} FLOP/byte "
-                f"(ridge point {p.ridge_point:.3g}); reaches {p.roofline_efficiency or 0:.0f}% "
+                f"(ridge point {fmt_ai(p.ridge_point)}); reaches {p.roofline_efficiency or 0:.0f}% "
                 f"of what the {lvl} ceiling allows",
                 "Reduce memory traffic through tiling or fusion"))
         else:
             out.append(Assessment(
                 "INFO", f"Compute-bound: AI={ai_txt} FLOP/byte is above the ridge point "
-                f"{p.ridge_point:.3g}; reaches {p.roofline_efficiency or 0:.0f}% of peak",
+                f"{fmt_ai(p.ridge_point)}; reaches {p.roofline_efficiency or 0:.0f}% of peak",
                 "Improve the array mapping; the memory system is not the limit"))
     if p.compute_utilization < 50.0:
         if memory_bound:
@@ -248,13 +252,18 @@ def format_kernel_profile(p: KernelProfile) -> str:
     return "\n".join(lines)
 
 
+def _peak_macs(spec: Any, precision: str) -> float | None:
+    """``peak_macs_per_cycle`` as a float, cheaply (rates are powers of two: exact)."""
+    rate = spec.compute.array.macs_per_pe_cycle.get(precision)
+    return None if rate is None else spec.pes * float(rate)
+
+
 def ideal_cycles(k: Any, spec: Any) -> float | None:
     """Cycles kernel ``k``'s work takes on its units at full rate on ``spec`` (see
     :class:`KernelStats`); ``None`` for a kernel type this does not know."""
     if isinstance(k, GemmKernel):
-        if not spec.supports(k.precision):
-            return None
-        return k.macs / float(spec.peak_macs_per_cycle(k.precision))
+        rate = _peak_macs(spec, k.precision)
+        return None if rate is None else k.macs / rate
     if isinstance(k, VectorKernel):
         v = spec.compute.vector
         cpe = v.cycles_per_element.get(k.vclass)
@@ -270,11 +279,7 @@ def stats_from_record(r: KernelRecord, index: int = 0, run: int = -1,
     """A :class:`KernelStats` from the emulator's record, with ``fields_`` of its counter
     deltas (every field when ``None``); ``kernel`` and ``spec`` (the launched kernel and
     the device) give its ``ideal_cycles``."""
-    from dataclasses import fields as dc_fields
-
-    from ._records import capture_counters
-
-    names = tuple(f.name for f in dc_fields(r.counters)) if fields_ is None else tuple(fields_)
+    names = _ALL_FIELDS if fields_ is None else tuple(fields_)
     return KernelStats(
         index=index, name=r.name, op=r.op, group=r.group, kind=r.kind, provider=r.provider,
         precision=r.precision, run=run, start_cycle=r.start_cycle, end_cycle=r.end_cycle,

@@ -180,7 +180,8 @@ class MemoryProfileReport:
     Raw records: ``events`` (one tuple per allocator call: cycle, ``malloc``/``free``/
     ``segment_alloc``/``segment_free``, block id, address, size, requested bytes, what it
     holds, its name, workload, index into ``stacks``, device cycles), ``stacks``,
-    ``baseline_bytes`` and ``baseline_reserved_bytes`` (at the start),
+    ``baseline_bytes`` and ``baseline_reserved_bytes`` (at the start), the allocator's
+    ``allocator_config`` and ``capacity_bytes``,
     ``free_ranges_end``/``free_ranges_peak`` (free range sizes at the end / at the
     peak), ``reserved_bytes_end``. Every summary field is a formula over these.
     """
@@ -211,6 +212,8 @@ class MemoryProfileReport:
     stacks: list[tuple[Frame, ...]] = field(default_factory=list, repr=False)
     config: MemoryProfilingConfig = field(default_factory=MemoryProfilingConfig)
     pooling: bool = False
+    allocator_config: dict[str, Any] = field(default_factory=dict)
+    capacity_bytes: int = 0
 
     @property
     def num_top_sites(self) -> int:
@@ -440,7 +443,8 @@ class MemoryProfilingSession:
             baseline_reserved_bytes=self._baseline_reserved,
             allocator_device_cycles=self._device_cycles, free_ranges_end=ranges,
             free_ranges_peak=list(self._peak_ranges), events=self._events,
-            stacks=self._stacks, config=cfg, pooling=a.config.pooling)
+            stacks=self._stacks, config=cfg, pooling=a.config.pooling,
+            allocator_config=dict(vars(a.config)), capacity_bytes=a.capacity_bytes)
         return self.report
 
 
@@ -487,15 +491,27 @@ def analyze_fragmentation(report: MemoryProfileReport, at: str = "end"
         suggestions=FRAGMENTATION_SUGGESTIONS if frag > FRAGMENTATION_THRESHOLD_PCT else ())
 
 
-def plot_memory_timeline(report: MemoryProfileReport, path: str | os.PathLike[str]) -> str:
-    """Draw allocated memory over time, stacked by what it holds, with the reserved
-    memory and the peak marked (``wia_plot_memory_timeline``); writes a PNG to ``path``
-    and returns it. Needs matplotlib (``pip install 'wia-hw[plot]'``)."""
+def plot_memory_timeline(report: MemoryProfileReport, path: str | os.PathLike[str], *,
+                         x: str = "events") -> str:
+    """Draw allocated memory, stacked by what it holds, with the reserved memory and the
+    peak marked (``wia_plot_memory_timeline``); writes a PNG to ``path`` and returns it.
+
+    ``x="events"`` (default) spaces the allocator's calls evenly, in order, so host-side
+    activity that takes no device time (a loop of cached allocations) stays visible;
+    ``x="time"`` uses device time (ms). Needs matplotlib (``pip install
+    'wia-hw[plot]'``); raises ValueError for another ``x``."""
+    if x not in ("events", "time"):
+        raise ValueError(f"x must be 'events' or 'time', got {x!r}")
     from ._plot import new_figure, save
 
     tl = report.timeline()
-    to_ms = 1.0 / (report.clock_ghz * 1e6)
-    t = [(c - report.start_cycle) * to_ms for c in tl["cycle"]]
+    if x == "time":
+        to_ms = 1.0 / (report.clock_ghz * 1e6)
+        t = [(c - report.start_cycle) * to_ms for c in tl["cycle"]]
+        xlabel = "device time (ms)"
+    else:
+        t = list(range(len(tl["cycle"])))
+        xlabel = "allocator calls, in order"
     fig = new_figure((10, 5))
     ax = fig.subplots()
     kinds = [k for k in tl["by_kind"] if any(tl["by_kind"][k])]
@@ -504,16 +520,17 @@ def plot_memory_timeline(report: MemoryProfileReport, path: str | os.PathLike[st
                      step="post", alpha=0.8)
     ax.step(t, [v / GB for v in tl["reserved"]], where="post", color="black", lw=1.2,
             ls="--", label="reserved (segments)")
-    pk = (report.peak_cycle - report.start_cycle) * to_ms
+    i_peak = max(range(len(t)), key=lambda i: (tl["allocated"][i], -i))
+    pk = t[i_peak]
     ax.axvline(pk, color="red", lw=0.8, ls=":")
-    ax.annotate(f"peak {report.peak_usage_gb:.2f} GB", (pk, report.peak_usage_gb),
+    ax.annotate(f"peak {tl['allocated'][i_peak] / GB:.2f} GB", (pk, tl["allocated"][i_peak] / GB),
                 textcoords="offset points", xytext=(5, 5), color="red")
-    ax.set_xlabel("device time (ms)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("device memory (GB)")
     ax.set_title(f"Memory timeline: {report.num_allocations} allocations, "
                  f"{report.num_leaks} leaks, fragmentation {report.fragmentation_percent:.1f}%")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     ax.grid(alpha=0.3)
     return save(fig, path)

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..emulator.config import DeviceSpec
 
-__all__ = ["DeviceInfo", "duration_ms", "compute_utilization", "bandwidth_gbs", "hit_rate",
+__all__ = ["DeviceInfo", "fmt_ai", "duration_ms", "compute_utilization", "bandwidth_gbs", "hit_rate",
            "occupancy_parts", "occupancy", "arithmetic_intensity", "roofline_bound",
            "LEVEL_NAMES"]
 
@@ -110,6 +110,14 @@ class DeviceInfo:
     def from_dict(cls, d: Mapping[str, Any]) -> DeviceInfo:
         names = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def fmt_ai(x: float) -> str:
+    """An intensity as the seed writes it: ``45``, ``0.25``, ``1638`` (3 significant
+    digits, never in exponent form)."""
+    if x >= 100:
+        return f"{x:.0f}"
+    return f"{x:.3g}" if x >= 1e-3 else f"{x:.1e}"
 
 
 def duration_ms(cycles: int, dev: DeviceInfo) -> float:

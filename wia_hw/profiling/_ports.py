@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..emulator.memory import BandwidthPort, MemorySystem
 
-__all__ = ["TracedPort", "install", "uninstall"]
+__all__ = ["TracedPort", "install", "uninstall", "merged"]
 
 
 class TracedPort(BandwidthPort):
@@ -22,10 +22,13 @@ class TracedPort(BandwidthPort):
         self.log: list[tuple[int, int, int]] = []
 
     def reserve(self, now: int, nbytes: int) -> int:
+        # BandwidthPort.reserve, inlined (this runs per transfer), plus the log entry
         if nbytes <= 0:
             return now
         start = now if now > self.free_at else self.free_at
-        end = BandwidthPort.reserve(self, now, nbytes)
+        dur = -(-nbytes * self._den // self._num)
+        end = self.free_at = start + dur
+        self.busy_cycles += dur
         self.log.append((start, end, nbytes))
         return end
 
@@ -41,17 +44,23 @@ def install(mem: MemorySystem) -> list[TracedPort]:
 
 def uninstall(mem: MemorySystem, ports: list[TracedPort]) -> dict[str, list[tuple[int, int, int]]]:
     """Put the original ports back (with the traced ports' state); returns the logs by
-    port name, adjacent transfers merged."""
+    port name (one ``(start, end, bytes)`` per transfer; :func:`merged` joins those
+    that follow one another without a gap)."""
     logs: dict[str, list[tuple[int, int, int]]] = {}
     for p in ports:
         p.orig.free_at, p.orig.busy_cycles = p.free_at, p.busy_cycles
-        merged: list[tuple[int, int, int]] = []
-        for s, e, nb in p.log:
-            if merged and merged[-1][1] == s:
-                merged[-1] = (merged[-1][0], e, merged[-1][2] + nb)
-            else:
-                merged.append((s, e, nb))
-        logs[p.name] = merged
+        logs[p.name] = p.log
     mem.channels[:] = [p.orig for p in ports[:-1]]
     mem.l2_port = ports[-1].orig
     return logs
+
+
+def merged(log: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """Transfers that follow one another without a gap joined into one (bytes added)."""
+    out: list[tuple[int, int, int]] = []
+    for s, e, nb in log:
+        if out and out[-1][1] == s:
+            out[-1] = (out[-1][0], e, out[-1][2] + nb)
+        else:
+            out.append((s, e, nb))
+    return out

@@ -206,10 +206,14 @@ class _Analyzer:
         base = self.baseline()
         new = replay(spec if spec is not None else self.r.spec, program,
                      temperature_c=self.r.start_temperature_c)
-        n = sum(1 for k in program if not (isinstance(k, str) and k == FLUSH))
-        basis = (f"measured: re-ran the session's {n} kernels on a fresh {self.dev.name} "
-                 f"emulator with and without the change: {self.ms(base):.3f} ms -> "
-                 f"{self.ms(new):.3f} ms")
+        def count(p: Sequence[Any]) -> int:
+            return sum(1 for k in p if not (isinstance(k, str) and k == FLUSH))
+
+        n0, n1 = count(self.r.program or []), count(program)
+        after = "" if n1 == n0 else f" ({n1} after it)"
+        basis = (f"measured: re-ran the session's {n0} kernels{after} on a fresh "
+                 f"{self.dev.name} emulator without and with the change: "
+                 f"{self.ms(base):.3f} ms -> {self.ms(new):.3f} ms")
         return max(0.0, (base - new) / self.total), basis, self.ms(base), self.ms(new)
 
     def add(self, improvement: float, confidence: float, basis: str, **kw: Any) -> None:
@@ -340,9 +344,6 @@ class _Analyzer:
     def tiling_rec(self, idx: Sequence[int], title: str, category: str, desc: str,
                    impact: str, suggestion: str, share: float, occupancy: float) -> None:
         names = tuple(self.r.kernels[i].name for i in idx)
-        example = ("ctx.run(graph)  # after changing the op's tiling:\n"
-                   "    from wia_hw.lowering import choose_gemm_tiling\n"
-                   "    # or let the autotuner search: wia_hw.autotune_model(...)")
         if self.can_replay:
             found = self.retile(idx)
             if found is None:
@@ -355,6 +356,7 @@ class _Analyzer:
                 return
             changes, how = found
             imp, basis, b_ms, m_ms = self.measure(substitute(self.r.program or [], changes))
+            example = _retile_example(names, next(iter(changes.values())))
             self.add(imp, MEASURED, basis, title=title, description=desc, impact=impact,
                      suggestion=f"{suggestion}: {how}", code_example=example,
                      category=category, kernels=names, baseline_ms=b_ms, modified_ms=m_ms)
@@ -441,10 +443,13 @@ class _Analyzer:
         mem = self.r.memory
         if mem is None:
             return
+        stack_of = {e[2]: e[9] for e in mem.events if e[1] == "malloc"}
+        done: set[tuple[str, int, str, str]] = set()
         for s in mem.top_sites + [x.allocation_site for x in mem.leaks]:
             if s.count < self.cfg.hot_path_allocations or not s.description.startswith(
-                    "ctx.allocate"):
+                    "ctx.allocate") or (s.file, s.line, s.function, s.description) in done:
                 continue
+            done.add((s.file, s.line, s.function, s.description))
             desc = (f'{s.description} at {s.file}:{s.line} ({s.function}) called '
                     f"{s.count}x in the profiled region")
             impact = (f"Allocation overhead adds {self.ms(s.device_cycles):.3f} ms of device "
@@ -456,20 +461,24 @@ class _Analyzer:
             key = (s.file, s.line, s.function)
 
             def at_site(e: tuple[Any, ...], key: tuple[str, int, str] = key) -> bool:
-                st = mem.stacks[e[9]] if e[1] == "malloc" and e[9] >= 0 else None
-                return e[6] == "user" and (st is None or not st or
-                                           (st[0].file, st[0].line, st[0].function) == key)
+                si = stack_of.get(e[2], -1)
+                top = mem.stacks[si][0] if si >= 0 and mem.stacks[si] else None
+                where = ("<unknown>", 0, "<unknown>") if top is None else \
+                    (top.file, top.line, top.function)
+                return e[6] == "user" and where == key
 
-            base_cfg = dataclasses.replace(AllocatorConfig(), pooling=mem.pooling)
-            cap = self.dev.hbm_size_bytes or (1 << 40)
+            base_cfg = AllocatorConfig(**mem.allocator_config)
+            cap = mem.capacity_bytes or self.dev.hbm_size_bytes
             base, _ = replay_allocations(mem.events, cap, base_cfg, at_site)
             pooled, _ = replay_allocations(
-                mem.events, cap, dataclasses.replace(base_cfg, pooling=True), at_site)
+                mem.events, cap, dataclasses.replace(base_cfg, pooling=True, caching=True),
+                at_site)
             saved = max(0, base - pooled)
             self.add(saved / self.total, MEASURED,
                      f"measured: replayed the session's {mem.num_allocations} allocations on "
-                     f"the allocator without and with size-class pooling: {base} -> "
-                     f"{pooled} device cycles at this site", title="Memory Allocation in "
+                     f"the session's allocator and on one with size-class pooling (and "
+                     f"caching): {base} -> {pooled} device cycles at this site",
+                     title="Memory Allocation in "
                      "Hot Path", description=desc, impact=impact, suggestion=sugg,
                      code_example=example, category="memory", kernels=())
 
@@ -519,6 +528,31 @@ class _Analyzer:
                  impact=f"{self.ms(exposed):.3f} ms of communication serialized with compute",
                  suggestion="Split gradient all-reduce into layer-wise chunks and overlap "
                  "with backward pass", category="communication")
+
+
+def _retile_example(ops: Sequence[str], k: Any) -> str:
+    """Runnable code that lowers ``ops`` with ``k``'s tiling (or row chunking)."""
+    if isinstance(k, GemmKernel):
+        t = k.tiling
+        change = (f"tiling=GemmTiling(tm={t.tm}, tn={t.tn}, tk={t.tk}, tb={t.tb}, "
+                  f"order={t.order!r})")
+        imp = "from wia_hw.emulator.kernels import GemmTiling\n"
+    else:
+        change = f"rows_per_tile={k.rows_per_tile}"
+        imp = ""
+    m = [re.match(r"^layer(\d+)\.(.+)$", n) for n in ops]
+    if len(ops) > 2 and all(m) and len({x.group(2) for x in m if x}) == 1 and \
+            sorted(int(x.group(1)) for x in m if x) == list(range(len(ops))):
+        names = f'f"layer{{i}}.{m[0].group(2) if m[0] else ""}" for i in range({len(ops)})'
+    else:
+        names = ", ".join(repr(n) for n in ops)
+    return (f"from dataclasses import replace\n{imp}from wia_hw.lowering import lower_op\n\n"
+            f"def retiled(op, graph, spec, storage):\n"
+            f"    return [replace(k, {change})\n"
+            f"            for k in lower_op(op, graph, spec, storage)]\n\n"
+            f"for name in [{names}]:\n"
+            f"    ctx.providers[name] = (\"retiled\", retiled)\n"
+            f"result = ctx.run(...)        # the same workload, re-tiled")
 
 
 def analyze_performance(report: ProfilingReport, cfg: AnalysisConfig | None = None

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from ..emulator.counters import Counters
+from ..emulator.device import TraceEvent
 from ..emulator.errors import WiaError
 from ._config import OutputFormat, ProfileMode, ProfilingConfig
 from ._kernel import KernelProfile
 from ._metrics import DeviceInfo, bandwidth_gbs, compute_utilization, hit_rate
+from ._ports import merged
 from ._records import KernelStats, OpSpan, RunInfo, Sample
 
 __all__ = ["ProfilingReport", "Hotspot", "save_profile_report", "load_profile_report",
@@ -67,7 +69,7 @@ class ProfilingReport:
     ops: list[OpSpan] = field(default_factory=list)
     kernels: list[KernelStats] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
-    device_events: list[tuple[Any, ...]] | None = None
+    device_events: list[TraceEvent] | None = None
     port_events: dict[str, list[tuple[int, int, int]]] | None = None
     memory: Any = None
     communication: dict[str, Any] = field(default_factory=dict)
@@ -220,9 +222,10 @@ class ProfilingReport:
             "hotspots": [vars(h) for h in self.hotspots("kernel", None)],
             "flamegraph": self.collapsed_stacks(),
             "device_events": None if self.device_events is None else
-            [list(e) for e in self.device_events],
+            [[e.kind, e.track, e.start, e.end, e.kernel, e.nbytes, e.l1_misses, e.l2_misses]
+             for e in self.device_events],
             "port_events": None if self.port_events is None else
-            {k: [list(e) for e in v] for k, v in self.port_events.items()},
+            {k: [list(e) for e in merged(v)] for k, v in self.port_events.items()},
             "memory": None if self.memory is None else self.memory.to_dict(),
             "communication": self.communication,
             "overhead": self.overhead,
@@ -251,7 +254,7 @@ class ProfilingReport:
             kernels=[KernelStats.from_dict(k) for k in d["kernels"]],
             samples=[Sample.from_dict(s) for s in d["samples"]],
             device_events=None if d["device_events"] is None else
-            [tuple(e) for e in d["device_events"]],
+            [TraceEvent(*e) for e in d["device_events"]],
             port_events=None if d["port_events"] is None else
             {k: [tuple(e) for e in v] for k, v in d["port_events"].items()},
             memory=None if d["memory"] is None else MemoryProfileReport.from_dict(d["memory"]),

@@ -3,8 +3,10 @@
 A :class:`Roofline` holds ceilings (compute peaks per precision, a bandwidth per memory
 level) and measured points (arithmetic intensity in FLOP/byte, performance in FLOP/s).
 At intensity ``AI`` a level with bandwidth ``BW`` allows at most ``AI x BW``; the compute
-ceiling allows ``peak``; a point is memory-bound when ``AI`` is below the ridge point
-``peak / BW`` of main memory, compute-bound otherwise.
+ceiling allows ``peak``. A point is memory-bound when a memory ceiling is below the
+compute ceiling at its intensity (``AI`` below the ridge point ``peak / BW``) and
+compute-bound otherwise. Points from kernels carry their intensity at every level (L1,
+L2, HBM), and the lowest ceiling binds, so a kernel served from L2 is judged by L2.
 
 :func:`analyze_roofline` gives one recommendation per point in the seed's form:
 
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._kernel import KernelProfile
+from ._metrics import fmt_ai
 
 __all__ = ["RooflineConfig", "Roofline", "RooflinePoint", "RooflineRecommendation",
            "RooflineAnalysis", "create_roofline", "roofline_add_point", "roofline_plot",
@@ -123,8 +126,10 @@ class RooflineConfig:
 class RooflinePoint:
     """One measurement: ``arithmetic_intensity`` (FLOP/byte at ``level``),
     ``performance`` (FLOP/s), the compute ceiling it is judged against (``peak`` FLOP/s
-    when given, e.g. a vector kernel's op-class rate, else the ``precision``'s), and
-    ``time_ms`` (its weight in the analysis; ``None`` when unknown)."""
+    when given, e.g. a vector kernel's op-class rate, else the ``precision``'s),
+    ``time_ms`` (its weight in the analysis; ``None`` when unknown), and
+    ``intensities`` (FLOP/byte at each memory level by name, when known: the analysis
+    then judges the point against every level's ceiling, not only ``level``'s)."""
 
     name: str
     arithmetic_intensity: float
@@ -133,12 +138,14 @@ class RooflinePoint:
     level: str | None = None
     time_ms: float | None = None
     peak: float | None = None
+    intensities: Mapping[str, float] | None = None
 
 
 @dataclass(frozen=True)
 class RooflineRecommendation:
     """One line of the analysis: ``kernel_name`` and the seed-form ``suggestion``, with
-    the figures behind it (``bound`` ``memory`` or ``compute``, ``pct_of_peak``,
+    the figures behind it (``bound`` ``memory`` or ``compute``, the binding memory
+    ``level`` and the ``arithmetic_intensity`` there, ``pct_of_peak``,
     ``pct_of_attainable``, ``severity`` ``severe``/``memory``/``ok``/``compute``)."""
 
     kernel_name: str
@@ -151,6 +158,7 @@ class RooflineRecommendation:
     pct_of_attainable: float
     severity: str
     time_ms: float | None = None
+    level: str = "HBM"
 
 
 @dataclass(frozen=True)
@@ -193,7 +201,8 @@ class Roofline:
     def add_point(self, arithmetic_intensity: float, performance: float,
                   name: str | None = None, *, precision: str | None = None,
                   level: str | None = None, time_ms: float | None = None,
-                  peak: float | None = None) -> RooflinePoint:
+                  peak: float | None = None,
+                  intensities: Mapping[str, float] | None = None) -> RooflinePoint:
         """Add a measurement (``wia_roofline_add_point``); returns it. Raises
         ValueError for a non-positive value or an unknown precision or level."""
         ai = _pos("arithmetic_intensity", arithmetic_intensity)
@@ -203,8 +212,11 @@ class Roofline:
         else:
             _pos("peak", peak)
         self.config.bandwidth(level)
+        for lvl, v in (intensities or {}).items():
+            self.config.bandwidth(lvl)
+            _pos(f"intensities[{lvl!r}]", v)
         p = RooflinePoint(name or f"point{len(self.points)}", ai, perf, precision, level,
-                          time_ms, peak)
+                          time_ms, peak, dict(intensities) if intensities else None)
         self.points.append(p)
         return p
 
@@ -217,7 +229,19 @@ class Roofline:
         prec, peak = self._ceiling(profile.kind, profile.precision,
                                    profile.compute_ceiling_flops)
         return self.add_point(ai, profile.flops, profile.name, precision=prec,
-                              time_ms=profile.duration_ms, peak=peak)
+                              time_ms=profile.duration_ms, peak=peak,
+                              intensities=self._levels(profile.flop_count, profile.bytes))
+
+    def _levels(self, flop: int, nbytes: Mapping[str, int] | None) -> dict[str, float] | None:
+        """Per-level intensities for the levels this roofline has (L1, L2, HBM)."""
+        if not nbytes:
+            return None
+        names = {n.lower(): n for n in self.config.cache_names}
+        out = {}
+        for lvl, nb in nbytes.items():
+            if nb and (lvl in names or lvl == "hbm"):
+                out[names.get(lvl, self.config.memory_name)] = flop / nb
+        return out or None
 
     def _ceiling(self, kind: str, precision: str, own: float | None
                  ) -> tuple[str | None, float | None]:
@@ -266,8 +290,10 @@ class Roofline:
                 own = flop / (sum(m.ideal_cycles for m in members) / (dev.clock_ghz * 1e9))
             prec, peak = self._ceiling(k0.kind, k0.precision, own)
             name = key.split("#")[0] + (f" (x{len(members)})" if len(members) > 1 else "")
+            levels = {lvl: sum(b[lvl] for b in nb) for lvl in nb[0]}
             out.append(self.add_point(flop / hbm, flop / secs, name, precision=prec,
-                                      time_ms=secs * 1e3, peak=peak))
+                                      time_ms=secs * 1e3, peak=peak,
+                                      intensities=self._levels(flop, levels)))
         return out
 
     def analyze(self, *, severe_ai: float = SEVERE_AI,
@@ -276,20 +302,24 @@ class Roofline:
         a known ``time_ms`` come first, longest first."""
         ridge = self.ridge_point()
         recs = []
+        main = self.config.memory_name
         for p in self.points:
             peak = p.peak or self.config.peak(p.precision)
-            bw = self.config.bandwidth(p.level)
-            r = peak / bw
-            att = min(peak, p.arithmetic_intensity * bw)
-            ai = f"{p.arithmetic_intensity:.3g}"
+            levels = dict(p.intensities or {(p.level or main): p.arithmetic_intensity})
+            # the binding memory ceiling: the lowest AI x bandwidth over the levels
+            lvl, ai_b = min(levels.items(),
+                            key=lambda kv: (kv[1] * self.config.bandwidth(kv[0]), kv[0]))
+            att = min(peak, ai_b * self.config.bandwidth(lvl))
+            where = "" if lvl in (main, p.level) or lvl.lower() == "hbm" else f"{lvl}, "
+            ai = f"{where}AI={fmt_ai(ai_b)}"
             pct_peak = 100.0 * p.performance / peak
             pct_att = 100.0 * p.performance / att
-            if p.arithmetic_intensity < r:
-                if p.arithmetic_intensity < severe_ai:
-                    sev, text = "severe", (f"Severely memory-bound (AI={ai}). Fuse with "
+            if att < peak:
+                if ai_b < severe_ai:
+                    sev, text = "severe", (f"Severely memory-bound ({ai}). Fuse with "
                                            "preceding operation.")
                 else:
-                    sev, text = "memory", (f"Memory-bound (AI={ai}). Increase tiling to "
+                    sev, text = "memory", (f"Memory-bound ({ai}). Increase tiling to "
                                            "improve cache reuse.")
                 bound = "memory"
             else:
@@ -301,9 +331,8 @@ class Roofline:
                     sev, text = "compute", (f"Compute-bound at {pct_peak:.0f}% of peak. "
                                             "Increase parallelism or improve the array "
                                             "mapping.")
-            recs.append(RooflineRecommendation(p.name, text, bound, p.arithmetic_intensity,
-                                               p.performance, att, pct_peak, pct_att, sev,
-                                               p.time_ms))
+            recs.append(RooflineRecommendation(p.name, text, bound, ai_b, p.performance, att,
+                                               pct_peak, pct_att, sev, p.time_ms, lvl))
         recs.sort(key=lambda x: (x.time_ms is None, -(x.time_ms or 0.0)))
         return RooflineAnalysis(recs, ridge)
 

@@ -105,8 +105,7 @@ class ProfilingSession:
         self._program.append("flush")
         self._program_stats.append(None)
         if trace is not None and self._trace:
-            self._events.extend((e.kind, e.track, e.start, e.end, e.kernel, e.nbytes,
-                                 e.l1_misses, e.l2_misses) for e in trace)
+            self._events.extend(trace)
         self._run = None
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -131,7 +130,7 @@ class ProfilingSession:
         self._program_stats: list[int | None] = []
         self._start_temperature_c = dev.thermal.temperature_c
         self._op_kernels: Sequence[Any] = ()
-        self._events: list[tuple[Any, ...]] = []
+        self._events: list[TraceEvent] = []
         self._sampler = None
         if self._samples:
             interval = max(1, round(self.config.sampling_interval_us * 1e3

@@ -26,6 +26,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ._ports import merged
+
 __all__ = ["chrome_trace", "check_trace_events"]
 
 _PID = 1
@@ -100,7 +102,9 @@ def chrome_trace(report: Any) -> dict[str, Any]:
         for c in range(dev.cores):
             tid(f"dma{c} load")
         lanes: dict[str, list[int]] = {}
-        for kind, track, start, end, kernel, nbytes, m1, m2 in report.device_events:
+        for e in report.device_events:
+            kind, track, start, end, kernel = e.kind, e.track, e.start, e.end, e.kernel
+            nbytes, m1, m2 = e.nbytes, e.l1_misses, e.l2_misses
             if kind == "compute":
                 span(f"core {track[4:]}", kernel, start, end, "compute")
             elif kind == "dma":
@@ -121,7 +125,7 @@ def chrome_trace(report: Any) -> dict[str, Any]:
         names = sorted(report.port_events, key=lambda n: (n == "l2", len(n), n))
         for name in names:
             track = "l2 port" if name == "l2" else f"hbm channel {name.split('.')[-1]}"
-            for start, end, nbytes in report.port_events[name]:
+            for start, end, nbytes in merged(report.port_events[name]):
                 span(track, "transfer", start, end, "memory", {"bytes": nbytes})
 
     if report.samples and report.device_events is None:

@@ -1,0 +1,150 @@
+"""``wia-hw profile``: profile a workload, write the timeline, flamegraph and plots, and
+print where the time goes and what to change.
+
+Example::
+
+    wia-hw profile bert-large -b 32 -s 128 --mode trace --timeline out.json \\
+        --flamegraph out.svg --roofline roofline.png --recommend
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from .emulator.errors import WiaError
+from .profiling import (
+    AnalysisConfig,
+    ProfileMode,
+    ProfilingConfig,
+    analyze_fragmentation,
+    analyze_performance,
+    analyze_roofline,
+    create_roofline,
+    plot_memory_timeline,
+    save_profile_report,
+    start_profiling,
+    stop_profiling,
+)
+from .runtime import open_device
+from .spec import DEFAULT_DEVICE, parse_override
+
+__all__ = ["profile"]
+
+
+def _kv(items: tuple[str, ...]) -> dict[str, Any]:
+    out = {}
+    for s in items:
+        if "=" not in s:
+            raise click.BadParameter(f"{s!r} must read NAME=VALUE, e.g. M=4096",
+                                     param_hint="--arg")
+        k, _, v = s.partition("=")
+        out[k.strip()] = yaml.safe_load(v)
+    return out
+
+
+@click.command("profile")
+@click.argument("workload")
+@click.option("-d", "--device", default=DEFAULT_DEVICE, show_default=True,
+              help="Built-in spec name or path to a device YAML.")
+@click.option("-b", "--batch", type=int, default=None, help="Batch size.")
+@click.option("-s", "--seq", type=int, default=None, help="Sequence length.")
+@click.option("-p", "--precision", type=click.Choice(["fp32", "fp16", "bf16", "int8"]),
+              default=None, help="Compute precision of the model.")
+@click.option("-a", "--arg", "args", multiple=True, metavar="NAME=VALUE",
+              help="Other builder arguments, e.g. -a M=4096 for gemm.")
+@click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
+              help="Override a spec field, e.g. --set compute.array.rows=64.")
+@click.option("--mode", type=click.Choice([m.value for m in ProfileMode]),
+              default="detailed", show_default=True, help="Profiling mode.")
+@click.option("--counters", default=None, metavar="NAME,...",
+              help="Hardware counters to read per kernel (default: the seed's six).")
+@click.option("--interval-us", type=float, default=100.0, show_default=True,
+              help="Sampling period (device microseconds).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Write the JSON report here.")
+@click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the Chrome Trace Event timeline (open in ui.perfetto.dev).")
+@click.option("--flamegraph", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the flamegraph: .svg draws it, anything else collapsed stacks.")
+@click.option("--roofline", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Plot the roofline (PNG) and print its analysis.")
+@click.option("--memory-timeline", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Plot device memory over time (PNG).")
+@click.option("--recommend", is_flag=True,
+              help="Analyse and print recommendations (gains measured by re-running).")
+@click.option("--priority", default="medium", show_default=True,
+              type=click.Choice(["low", "medium", "high", "critical"]),
+              help="Lowest priority of recommendations to print.")
+@click.option("--confidence", type=float, default=0.7, show_default=True,
+              help="Lowest confidence of recommendations to print.")
+@click.option("--kernels", "top_kernels", type=int, default=3, show_default=True,
+              help="Print the seed's kernel profile for this many hottest kernels.")
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON report to stdout.")
+def profile(workload: str, device: str, batch: int | None, seq: int | None,
+            precision: str | None, args: tuple[str, ...], sets: tuple[str, ...], mode: str,
+            counters: str | None, interval_us: float, output: Path | None,
+            timeline: Path | None, flamegraph: Path | None, roofline: Path | None,
+            memory_timeline: Path | None, recommend: bool, priority: str, confidence: float,
+            top_kernels: int, as_json: bool) -> None:
+    """Profile WORKLOAD (bert-large, bert-base, gpt2, resnet50, gemm, or an .onnx file)."""
+    kw: dict[str, Any] = {}
+    if counters:
+        kw["hardware_counters"] = [c.strip() for c in counters.split(",") if c.strip()]
+    try:
+        cfg = ProfilingConfig(mode=mode, sampling_interval_us=interval_us, **kw)
+    except (TypeError, ValueError) as e:
+        raise click.BadParameter(str(e)) from None
+    if workload.lower().endswith(".onnx") and not Path(workload).is_file():
+        raise WiaError(f"no such ONNX file: {workload}")
+    ctx = open_device(device, overrides=dict(parse_override(s) for s in sets))
+    session = start_profiling(ctx, cfg)
+    try:
+        ctx.run(workload, batch=batch, seq=seq, precision=precision, **_kv(args))
+    finally:
+        report = stop_profiling(session)
+    if output is not None:
+        save_profile_report(report, output, "json")
+    if timeline is not None:
+        report.save_timeline(timeline)
+    if flamegraph is not None:
+        report.save_flamegraph(flamegraph)
+    if as_json:
+        click.echo(report.to_json(indent=1))
+        return
+    click.echo(report.format_text())
+    groups: dict[str, list[Any]] = {}
+    for p in report.kernel_profiles():
+        groups.setdefault(re.sub(r"^layer\d+\.", "", p.name), []).append(p)
+    hot = sorted(groups.values(), key=lambda ps: -sum(p.cycles for p in ps))[:top_kernels]
+    for ps in hot:
+        p = max(ps, key=lambda p: p.cycles)
+        click.echo("")
+        if len(ps) > 1:
+            click.echo(f"(the longest of {len(ps)} like it, "
+                       f"{sum(q.duration_ms for q in ps):.3f} ms together)")
+        click.echo(p.format())
+    if roofline is not None:
+        rf = create_roofline(ctx)
+        rf.add_report(report)
+        rf.plot(roofline)
+        click.echo("\nRoofline analysis:")
+        click.echo(analyze_roofline(rf).format())
+    if report.memory is not None:
+        click.echo("")
+        click.echo(report.memory.format())
+        click.echo(analyze_fragmentation(report.memory).format())
+        if memory_timeline is not None:
+            plot_memory_timeline(report.memory, memory_timeline)
+    if recommend:
+        recs = analyze_performance(report, AnalysisConfig(priority_threshold=priority,
+                                                          confidence_threshold=confidence))
+        click.echo("")
+        click.echo(recs.format())
+    written = [p for p in (output, timeline, flamegraph, roofline, memory_timeline) if p]
+    if written:
+        click.echo("wrote " + ", ".join(str(p) for p in written))
