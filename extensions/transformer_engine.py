@@ -457,9 +457,13 @@ def _graph_attention(chain: list[Op], graph: Graph, spec: DeviceSpec, storage: A
     br, bc = int(ext.param("block_q")), int(ext.param("block_kv"))
     split = False
     if cross:
+        # short queries: long key chunks amortise the array's fill and drain of P V; when
+        # there are few query blocks, the chunks are also spread over the cores
         qblocks = bh * -(-sq // br)
-        split = qblocks < 2 * spec.compute.cores and skv > bc
-        bc = int(ext.param("decode_kv_chunk")) if split else bc
+        chunk = int(ext.param("decode_kv_chunk"))
+        split = qblocks < 2 * spec.compute.cores and skv > chunk
+        if sq <= br:
+            bc = chunk
     return flash_attention_kernels(spec, ext, name=name, op=scores.name, group=scores.group,
                                    shape=shape, q=q, k=k, v=v, o=o, mask=mask, br=br, bc=bc,
                                    fast=True, io=io, operation=operation, split_kv=split)
@@ -657,9 +661,12 @@ def multi_head_attention(ctx: Any, queries: np.ndarray, keys: np.ndarray, values
     operation = "self_attention_sparse" if sparse else (
         "multi_head_attention_fused" if sq == skv else "cross_attention_optimized")
     if cfg.use_flash_attention:
-        split = sq != skv and bh * -(-sq // br) < 2 * spec.compute.cores and skv > bc
-        if split:
-            bc = int(ext.param("decode_kv_chunk"))
+        chunk = int(ext.param("decode_kv_chunk"))
+        split = False
+        if sq != skv and not sparse:
+            split = bh * -(-sq // br) < 2 * spec.compute.cores and skv > chunk
+            if sq <= br:
+                bc = chunk
         kernels = flash_attention_kernels(
             spec, ext, name="multi_head_attention", op="multi_head_attention",
             group="multi_head_attention", shape=shape, q=st.ref(tq, bh * sq, d),
