@@ -21,6 +21,7 @@ from rich.table import Table
 
 from ._cli_ext import ext
 from ._cli_profile import profile
+from ._cli_rtl import rtl
 from .emulator.config import ClusterSpec, DeviceSpec, to_mapping
 from .emulator.errors import WiaError
 from .runtime import RunResult, open_device
@@ -258,15 +259,7 @@ def specs_validate(files: tuple[str, ...]) -> None:
         click.echo(f"{f}: ok ({type(s).__name__} {s.name!r})")
 
 
-def _register_optional() -> None:
-    try:
-        from ._cli_rtl import rtl
-    except ImportError:   # the RTL tools are part of the package; absent only mid-build
-        return
-    cli.add_command(rtl)
-
-
-_register_optional()
+cli.add_command(rtl)
 cli.add_command(ext)
 cli.add_command(profile)
 
