@@ -177,3 +177,17 @@ def test_retiling_code_example_reproduces_the_measured_time():
     assert set(ctx.providers) == set(rec.kernels)
     result = ctx.run(wl[0], **wl[1])
     assert result.latency_ms == pytest.approx(rec.modified_ms, rel=1e-12)
+
+
+def test_cache_thrashing_is_found_and_a_retile_measured():
+    # a small L1 forces 128x128 tiles with K split, a small L2 cannot hold the panels
+    small = {"overrides": {"memory.l2.size_kib": 4096, "memory.l1.size_kib": 2048}}
+    _, report = _session(gemm(2048, 2048, 2048), device_kw=small)
+    k = report.kernels[0]
+    assert k.counters["bytes"]["hbm"] > 2 * k.compulsory_bytes
+    rec = next(r for r in analyze_performance(report, ALL).considered
+               if r.title == "Cache Thrashing")
+    assert "compulsory bytes through HBM with an L2 hit rate" in rec.description
+    assert rec.confidence == MEASURED and rec.modified_ms < rec.baseline_ms
+    assert rec.estimated_improvement == pytest.approx(
+        (rec.baseline_ms - rec.modified_ms) / report.duration_ms)

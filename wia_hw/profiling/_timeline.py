@@ -23,6 +23,7 @@ queue and DMA queue depth per sample, device memory allocated and reserved (GB).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -156,11 +157,11 @@ def chrome_trace(report: Any) -> dict[str, Any]:
 
     meta: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "pid": _PID, "args": {"name": dev.name}}]
-    for name, t in tids.items():
+    for rank, (name, t) in enumerate(sorted(tids.items(), key=lambda kv: _order(kv[0]))):
         meta.append({"name": "thread_name", "ph": "M", "pid": _PID, "tid": t,
                      "args": {"name": name}})
         meta.append({"name": "thread_sort_index", "ph": "M", "pid": _PID, "tid": t,
-                     "args": {"sort_index": t}})
+                     "args": {"sort_index": rank}})
     used = {e["tid"] for e in ev if "tid" in e}
     meta = [m for m in meta if "tid" not in m or m["tid"] in used]
     return {"traceEvents": meta + ev, "displayTimeUnit": "ns",
@@ -168,6 +169,22 @@ def chrome_trace(report: Any) -> dict[str, Any]:
                           "clock_ghz": dev.clock_ghz, "start_cycle": t0,
                           "mode": getattr(report.mode, "value", str(report.mode)),
                           "time_unit": "microseconds of device time"}}
+
+
+def _order(track: str) -> tuple[int, int, int, int]:
+    """Display order: runs, ops, kernels; per core its array, DMA loads, DMA store
+    lanes; HBM channels; the L2 port."""
+    fixed = {"runs": 0, "ops": 1, "kernels": 2}
+    if track in fixed:
+        return (0, fixed[track], 0, 0)
+    nums = [int(x) for x in re.findall(r"\d+", track)] + [0, 0]
+    if track.startswith("core "):
+        return (1, nums[0], 0, 0)
+    if track.startswith("dma"):
+        return (1, nums[0], 1 if track.endswith("load") else 2, nums[1])
+    if track.startswith("hbm channel"):
+        return (2, nums[0], 0, 0)
+    return (3, 0, 0, 0)
 
 
 _REQUIRED = {"X": ("name", "ph", "ts", "dur", "pid", "tid"), "B": ("name", "ph", "ts", "pid",
