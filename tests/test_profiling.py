@@ -306,3 +306,12 @@ def test_cli_profile_writes_every_output(tmp_path):
         assert heading in res.output
     bad = CliRunner().invoke(cli, ["profile", "gemm", "--counters", "cycles,watts"])
     assert bad.exit_code == 2 and "unknown counter 'watts'" in bad.output
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_gives_a_valid_timeline_and_strict_json(mode):
+    _, _, report = _profile(mode, sampling_interval_us=5.0)
+    tr = json.loads(json.dumps(report.chrome_trace(), allow_nan=False))
+    assert check_trace_events(tr) == []
+    assert any(e["ph"] == "X" for e in tr["traceEvents"])
+    json.loads(report.to_json())                 # no NaN or infinity anywhere

@@ -171,7 +171,7 @@ class ProfilingReport:
         return chrome_trace(self)
 
     def save_timeline(self, path: str | os.PathLike[str]) -> Path:
-        return _write(path, json.dumps(self.chrome_trace()))
+        return _write(path, json.dumps(self.chrome_trace(), allow_nan=False))
 
     def save_flamegraph(self, path: str | os.PathLike[str]) -> Path:
         """``.svg`` writes the drawing; anything else the collapsed stacks."""
@@ -234,7 +234,7 @@ class ProfilingReport:
         return d
 
     def to_json(self, indent: int | None = None) -> str:
-        return json.dumps(self.to_dict(), indent=indent, sort_keys=True)
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=True, allow_nan=False)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ProfilingReport:
