@@ -315,3 +315,23 @@ def test_every_mode_gives_a_valid_timeline_and_strict_json(mode):
     assert check_trace_events(tr) == []
     assert any(e["ph"] == "X" for e in tr["traceEvents"])
     json.loads(report.to_json())                 # no NaN or infinity anywhere
+
+
+def test_call_graph_counts_launches_and_inclusive_time():
+    _, result, report = _profile("instrumentation")
+    g = report.call_graph()
+    assert g["cycles"] == report.cycles and g["calls"] == len(report.kernels)
+
+    def walk(n):
+        if n["children"]:
+            assert n["cycles"] == sum(c["cycles"] for c in n["children"])
+            assert n["calls"] == sum(c["calls"] for c in n["children"])
+        for c in n["children"]:
+            walk(c)
+
+    walk(g)
+    run = g["children"][0]
+    while not run["name"].startswith("run "):
+        run = run["children"][0]
+    ffn = next(c for c in run["children"] if c["name"] == "feed_forward")
+    assert ffn["calls"] == sum(1 for k in report.kernels if k.group == "feed_forward")

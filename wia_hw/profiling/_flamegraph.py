@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["collapsed_stacks", "parse_collapsed", "render_svg"]
+__all__ = ["collapsed_stacks", "call_graph", "parse_collapsed", "render_svg"]
 
 
 def _f(s: str) -> str:
@@ -30,14 +30,40 @@ def _f(s: str) -> str:
 
 def collapsed_stacks(report: Any) -> list[str]:
     """The report's stacks (see the module docstring), values in cycles."""
+    return [f"{';'.join(k)} {v}" for k, (v, _) in _stacks(report).items()]
+
+
+def call_graph(report: Any) -> dict[str, Any]:
+    """The stacks as a tree: ``{"name", "cycles", "calls", "children": [...]}``, where
+    ``calls`` counts kernel launches (or samples) under a frame and ``cycles`` is its
+    inclusive time; children in first-seen order."""
+    root: dict[str, Any] = {"name": "all", "cycles": 0, "calls": 0, "children": []}
+    index: dict[tuple[str, ...], dict[str, Any]] = {(): root}
+    for frames, (v, n) in _stacks(report).items():
+        root["cycles"] += v
+        root["calls"] += n
+        for i in range(1, len(frames) + 1):
+            node = index.get(frames[:i])
+            if node is None:
+                node = {"name": frames[i - 1], "cycles": 0, "calls": 0, "children": []}
+                index[frames[:i - 1]]["children"].append(node)
+                index[frames[:i]] = node
+            node["cycles"] += v
+            node["calls"] += n
+    return root
+
+
+def _stacks(report: Any) -> dict[tuple[str, ...], tuple[int, int]]:
+    """stack -> (cycles, launches or samples)."""
     dev = report.device.name
     total = report.cycles
-    stacks: dict[tuple[str, ...], int] = {}
+    stacks: dict[tuple[str, ...], tuple[int, int]] = {}
 
-    def add(frames: list[str], v: int) -> None:
+    def add(frames: list[str], v: int, n: int = 1) -> None:
         if v > 0:
             key = tuple(_f(x) for x in frames)
-            stacks[key] = stacks.get(key, 0) + v
+            c, k = stacks.get(key, (0, 0))
+            stacks[key] = (c + v, k + n)
 
     if report.kernels:
         runs = {r.index: r for r in report.runs}
@@ -58,7 +84,7 @@ def collapsed_stacks(report: Any) -> list[str]:
                     k = report.kernels[i]
                     add(pre + [f"{k.name} [{k.kind}]"], k.cycles)
                     ksum += k.cycles
-                add(pre + [f"{op.name} [op overhead]"], op.end_cycle - op.start_cycle - ksum)
+                add(pre + [f"{op.name} [op overhead]"], op.end_cycle - op.start_cycle - ksum, 0)
                 covered += op.end_cycle - op.start_cycle
         else:
             for k in report.kernels:
@@ -66,9 +92,9 @@ def collapsed_stacks(report: Any) -> list[str]:
                                      f"{k.name} [{k.kind}]"], k.cycles)
                 covered += k.cycles
         for r in report.runs:
-            add(prefix(r.index) + ["writeback"], r.writeback_cycles)
+            add(prefix(r.index) + ["writeback"], r.writeback_cycles, 0)
             covered += r.writeback_cycles
-        add([dev, "[outside runs]"], total - covered)
+        add([dev, "[outside runs]"], total - covered, 0)
     elif report.samples:
         for s in report.samples:
             active = [k for k in s.kernels if k is not None]
@@ -80,8 +106,8 @@ def collapsed_stacks(report: Any) -> list[str]:
             add([dev, name, "computing"], comp)
             add([dev, name, "waiting"], s.weight_cycles - comp)
     else:
-        add([dev, "[session]"], total)
-    return [f"{';'.join(k)} {v}" for k, v in stacks.items()]
+        add([dev, "[session]"], total, 0)
+    return stacks
 
 
 def parse_collapsed(lines: Iterable[str]) -> list[tuple[list[str], int]]:

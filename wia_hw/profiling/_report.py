@@ -157,6 +157,13 @@ class ProfilingReport:
 
         return collapsed_stacks(self)
 
+    def call_graph(self) -> dict[str, Any]:
+        """The call graph (user frames, runs, groups, ops, kernels) as a tree with the
+        inclusive cycles and launch counts of every frame (see :mod:`._flamegraph`)."""
+        from ._flamegraph import call_graph
+
+        return call_graph(self)
+
     def flamegraph_svg(self, title: str | None = None) -> str:
         from ._flamegraph import render_svg
 
@@ -221,6 +228,7 @@ class ProfilingReport:
             "samples": [s.to_dict() for s in self.samples],
             "hotspots": [vars(h) for h in self.hotspots("kernel", None)],
             "flamegraph": self.collapsed_stacks(),
+            "call_graph": self.call_graph(),
             "device_events": None if self.device_events is None else
             [[e.kind, e.track, e.start, e.end, e.kernel, e.nbytes, e.l1_misses, e.l2_misses]
              for e in self.device_events],
