@@ -79,13 +79,11 @@ from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import Any
 
-import yaml
-
 from ._expr import Expr, ExprError, compile_expr
+from ._yaml import line_for, read_yaml_mapping
 from .emulator.config import DeviceSpec
 from .emulator.errors import SpecError, WiaError
 from .graph import BINARY_KINDS, GEMM_KINDS, OP_KINDS, UNARY_KINDS, Graph, Op
-from .spec import _line_for, _line_index
 
 __all__ = [
     "ExtensionId", "Capability", "Parameter", "Operation", "DeviceExtension",
@@ -366,7 +364,7 @@ class DeviceExtension:
 
     def error(self, field_: str, message: str) -> SpecError:
         """A SpecError naming this extension's file, the field's line and the field."""
-        return SpecError(message, file=self.file, line=_line_for(field_, self.lines),
+        return SpecError(message, file=self.file, line=line_for(field_, self.lines),
                          field=field_)
 
     def _checked_param(self, name: str, value: Any) -> Any:
@@ -441,47 +439,8 @@ class DeviceExtension:
 
 # -- reading a manifest --------------------------------------------------------------
 
-def _index_lines(node: yaml.Node | None) -> dict[str, int]:
-    """Dotted field path -> line, through mappings (``spec._line_index``) and sequences
-    (items as ``name.0``, ``name.1``...)."""
-    out: dict[str, int] = {}
-    if node is None:
-        return out
-    _line_index(node, "", out)
-
-    def walk(n: yaml.Node, path: str) -> None:
-        if isinstance(n, yaml.MappingNode):
-            for k, v in n.value:
-                walk(v, f"{path}.{k.value}" if path else str(k.value))
-        elif isinstance(n, yaml.SequenceNode):
-            for i, item in enumerate(n.value):
-                sub = f"{path}.{i}"
-                out[sub] = item.start_mark.line + 1
-                if isinstance(item, yaml.MappingNode):
-                    _line_index(item, sub, out)
-                walk(item, sub)
-
-    walk(node, "")
-    return out
-
-
 def _read_manifest(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
-    display = str(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise SpecError(f"cannot read: {e.strerror}", file=display) from None
-    try:
-        data = yaml.safe_load(text)
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpecError(f"malformed YAML: {problem}", file=display,
-                        line=mark.line + 1 if mark else None) from None
-    if not isinstance(data, dict):
-        raise SpecError("an extension manifest must be a YAML mapping", file=display, line=1)
-    return data, _index_lines(node)
+    return read_yaml_mapping(path, str(path), "an extension manifest")
 
 
 class _Where:
@@ -491,7 +450,7 @@ class _Where:
         self.file, self.lines = file, lines
 
     def __call__(self, field_: str, message: str) -> SpecError:
-        return SpecError(message, file=self.file, line=_line_for(field_, self.lines),
+        return SpecError(message, file=self.file, line=line_for(field_, self.lines),
                          field=field_)
 
 

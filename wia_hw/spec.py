@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from ._yaml import line_for, read_yaml_mapping
 from .emulator.config import ClusterSpec, DeviceSpec, from_mapping
 from .emulator.errors import SpecError
 
@@ -37,29 +38,6 @@ def spec_path(name: str) -> Path | None:
     """The file of a built-in spec, or None."""
     p = _spec_dir() / f"{name}.yaml"
     return Path(str(p)) if p.is_file() else None
-
-
-def _line_index(node: yaml.Node, prefix: str = "", out: dict[str, int] | None = None
-                ) -> dict[str, int]:
-    """Map each dotted field path of a composed YAML document to its 1-based line."""
-    out = {} if out is None else out
-    if isinstance(node, yaml.MappingNode):
-        for k, v in node.value:
-            key = f"{prefix}.{k.value}" if prefix else str(k.value)
-            out[key] = k.start_mark.line + 1
-            _line_index(v, key, out)
-    return out
-
-
-def _line_for(field: str | None, lines: Mapping[str, int]) -> int | None:
-    if not field:
-        return None
-    parts = field.split(".")
-    for n in range(len(parts), 0, -1):
-        key = ".".join(parts[:n])
-        if key in lines:
-            return lines[key]
-    return None
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -108,21 +86,8 @@ def _read(source: str | Path) -> tuple[dict[str, Any], dict[str, int], str]:
             raise SpecError(f"unknown device spec {str(source)!r} (built-in: "
                             f"{', '.join(list_specs())}; or give a path to a .yaml file)")
         path, display = found, f"specs/{source}.yaml"
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise SpecError(f"cannot read: {e.strerror}", file=display) from None
-    try:
-        data = yaml.safe_load(text)
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpecError(f"malformed YAML: {problem}", file=display,
-                        line=mark.line + 1 if mark else None) from None
-    if not isinstance(data, dict):
-        raise SpecError("a spec must be a YAML mapping", file=display, line=1)
-    return data, (_line_index(node) if node is not None else {}), display
+    data, lines = read_yaml_mapping(path, display, "a spec")
+    return data, lines, display
 
 
 def load_spec(spec: str | Path | DeviceSpec | ClusterSpec | Mapping[str, Any] = DEFAULT_DEVICE,
@@ -164,5 +129,5 @@ def load_spec(spec: str | Path | DeviceSpec | ClusterSpec | Mapping[str, Any] = 
             e.field == p or e.field.startswith(f"{p}.") for p in (overrides or {}))
         if overridden:
             raise SpecError(e.message, file="override", field=e.field) from None
-        raise SpecError(e.message, file=display, line=_line_for(e.field, lines),
+        raise SpecError(e.message, file=display, line=line_for(e.field, lines),
                         field=e.field) from None
