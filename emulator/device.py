@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 import simpy
 
@@ -29,8 +30,16 @@ from .cycles import (
     systolic_tile_cycles,
     vector_op_cycles,
 )
-from .kernels import GemmKernel, Kernel, VectorKernel
-from .memory import MemorySystem, Region
+from .kernels import (
+    GemmKernel,
+    Kernel,
+    MemoryKernel,
+    Region,
+    Tile,
+    TiledKernel,
+    VectorKernel,
+)
+from .memory import MemorySystem
 from .power import ThermalModel
 
 __all__ = ["CoreState", "Device", "KernelRecord", "TraceEvent", "Tile"]
@@ -81,28 +90,13 @@ class CoreState:
 
 
 @dataclass
-class Tile:
-    """One work item of a kernel, as the core's tile program sees it."""
-
-    loads: list[Region]
-    stores: list[Region]
-    array_cycles: int          # cycles of the array passes (0 for vector tiles)
-    vector_cycles: int         # cycles of the vector unit
-    l1_bytes: int              # bytes the array / vector unit reads and writes in L1
-    passes: int
-    macs: int
-    slot_macs: int             # MAC slots the passes occupy (macs / slot_macs = PE mapping)
-    busy_cycles: int = 0       # cycles in which the array performs MACs (RTL counter)
-
-
-@dataclass
 class KernelRecord:
     """What one kernel did: its interval and its counter deltas."""
 
     name: str
     op: str
     group: str
-    kind: str                  # "gemm" or "vector"
+    kind: str                  # "gemm", "vector", or an extension unit ("pim", ...)
     provider: str
     precision: str
     start_cycle: int
@@ -118,6 +112,7 @@ class KernelRecord:
     temperature_c: float
     power_w: float
     core_busy_cycles: list[int] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)   # figures an extension reports
 
     @property
     def cycles(self) -> int:
@@ -155,10 +150,18 @@ class Device:
     def execute(self, kernels: Sequence[Kernel],
                 on_kernel: Callable[[KernelRecord], None] | None = None
                 ) -> list[KernelRecord]:
-        """Run ``kernels`` in order; returns one record per kernel."""
-        out = []
+        """Run ``kernels`` in order; returns one record per kernel.
+
+        Built-in GEMM and vector kernels are tiled by the device; a
+        :class:`~wia_hw.emulator.kernels.TiledKernel` brings its own tiles and runs on
+        the same core machinery; a :class:`~wia_hw.emulator.kernels.MemoryKernel` runs
+        inside the memory (processing in memory).
+        """
+        out: list[KernelRecord] = []
         for k in kernels:
-            proc = self.env.process(self._kernel(k, out))
+            gen = self._in_memory(k, out) if isinstance(k, MemoryKernel) \
+                else self._kernel(k, out)
+            proc = self.env.process(gen)
             self.env.run(until=proc)
             if on_kernel is not None:
                 on_kernel(out[-1])
@@ -236,7 +239,8 @@ class Device:
                         extra = 0 if kt == 1 else (out_bytes * (2 if kk else 1))
                         tiles.append(Tile(loads, stores, passes * pass_cycles, 0,
                                           l1_bytes + extra + (out_bytes if last else 0),
-                                          passes, nb * mi * ni * ki, slot, passes * busy))
+                                          passes, nb * mi * ni * ki, slot, passes * busy,
+                                          (nb, mi, ni, ki)))
         return tiles
 
     @staticmethod
@@ -305,85 +309,156 @@ class Device:
             elems = k.elements * frac_rows // k.rows
             cyc = vector_op_cycles(elems, v.lanes, cpe, v.pipeline_depth)
             nbytes = sum((r[2] - r[1]) * (r[4] - r[3]) * r[0].elem_bytes for r in loads + stores)
-            tiles.append(Tile(loads, stores, 0, cyc, nbytes, 0, 0, 0))
+            tiles.append(Tile(loads, stores, 0, cyc, nbytes, 0, 0, 0, 0,
+                              (frac_rows, k.outputs[0].cols if k.outputs else 1, elems)))
         return tiles
 
+    def tiles_of(self, k: GemmKernel | VectorKernel | TiledKernel
+                 ) -> tuple[list[Tile], tuple[int, ...]]:
+        """The tiles of a kernel and the start index of each group of tiles that one
+        core runs in order (empty: every tile is its own group)."""
+        if isinstance(k, GemmKernel):
+            return self._gemm_tiles(k), ()
+        if isinstance(k, VectorKernel):
+            return self._vector_tiles(k), ()
+        return list(k.tiles), tuple(k.groups)
+
     @staticmethod
-    def _partition(tiles: list[Tile], cores: int) -> list[list[Tile]]:
-        """Contiguous, balanced chunks of the tile order, one per core."""
-        n = len(tiles)
-        out, start = [], 0
+    def partition(tiles: Sequence[Tile], groups: Sequence[int], cores: int
+                  ) -> list[list[Tile]]:
+        """Contiguous runs of whole groups of tiles, one run per core, balanced by tile
+        count. Core ``c``'s fair share ends at ``B_c`` (the shares differ by at most one
+        tile, the larger ones first); a group goes to the first core whose share ends
+        past the group's midpoint. Without groups every tile is one, and the runs are
+        exactly the fair shares."""
+        total = len(tiles)
+        starts = list(groups) or list(range(total))
+        bounds = starts[1:] + [total]
+        ends, acc = [], 0
         for c in range(cores):
-            size = n // cores + (1 if c < n % cores else 0)
-            out.append(tiles[start:start + size])
-            start += size
+            acc += total // cores + (1 if c < total % cores else 0)
+            ends.append(acc)
+        out: list[list[Tile]] = [[] for _ in range(cores)]
+        core = 0
+        for a, b in zip(starts, bounds, strict=True):
+            while core < cores - 1 and a + b >= 2 * ends[core]:   # midpoint past the share
+                core += 1
+            out[core].extend(tiles[a:b])
         return out
 
     # -- processes -------------------------------------------------------------------
-    def _kernel(self, k: Kernel, out: list[KernelRecord]) -> Iterator[simpy.Event]:
+    def _kernel(self, k: GemmKernel | VectorKernel | TiledKernel,
+                out: list[KernelRecord]) -> Iterator[simpy.Event]:
         env = self.env
         start = self.now
         before = self.counters.copy()
         factor = self.thermal.frequency_factor
-        tiles = self._gemm_tiles(k) if isinstance(k, GemmKernel) else self._vector_tiles(k)
+        tiles, groups = self.tiles_of(k)
         cores = self.spec.compute.cores
-        shares = self._partition(tiles, cores)
-        ctl = self.spec.compute.control
+        shares = self.partition(tiles, groups, cores)
         busy = [0] * cores
         procs = []
         for c, share in enumerate(shares):
-            if not share:
-                continue
-            procs.append(env.process(self._core(c, share, k, factor, busy)))
-            # the control core's tile program: a loop over tiles, a loop over passes
-            ins = ctl.instructions_per_kernel + ctl.instructions_per_tile * len(share)
-            passes = [t.passes for t in share]
-            ins += ctl.instructions_per_pass * sum(passes)
-            self.counters.instructions += ins
-            pred = self.predictors[c]
-            br, mp = pred.run("tiles", len(share))
-            self.counters.branches += br
-            self.counters.branch_mispredicts += mp
-            run_start = 0
-            for idx in range(1, len(passes) + 1):        # runs of equal pass counts
-                if idx == len(passes) or passes[idx] != passes[run_start]:
-                    if passes[run_start]:
-                        br, mp = pred.run("passes", passes[run_start], idx - run_start)
-                        self.counters.branches += br
-                        self.counters.branch_mispredicts += mp
-                    run_start = idx
+            if share:
+                procs.append(env.process(self._core(c, share, k, factor, busy)))
+                self._tile_program(c, share)
         if procs:
             yield env.all_of(procs)
         end = self.now
         elapsed = end - start
-        used = sum(1 for s in shares if s)
-        for c, s in enumerate(shares):        # cores idle at the barrier: dependency stall
-            self.counters.stall_cycles["dependency"] += elapsed - busy[c] if s else 0
-        self.counters.cycles += elapsed
         c_ = self.counters
+        for c, s in enumerate(shares):        # cores idle at the barrier: dependency stall
+            c_.stall_cycles["dependency"] += elapsed - busy[c] if s else 0
+        c_.cycles += elapsed
+        # the work, counted once per kernel by the unit that did it
         if isinstance(k, GemmKernel):
-            c_.macs += k.macs
-            c_.macs_by_precision[k.precision] = c_.macs_by_precision.get(k.precision, 0) + k.macs
-            c_.array_flops += 2 * k.macs
-            c_.vector_flops += k.flops - 2 * k.macs
-            c_.flops += k.flops
-            c_.busy_cycles += sum(t.busy_cycles for t in tiles)
-            slot = sum(t.slot_macs for t in tiles)
+            array_flops, vector_flops = 2 * k.macs, k.flops - 2 * k.macs
+        elif isinstance(k, VectorKernel):
+            array_flops, vector_flops = 0, k.flops
         else:
-            c_.vector_flops += k.flops
-            c_.flops += k.flops
-            slot = 0
-        delta_pre = self.counters.delta(before)
-        power = self._account_energy(elapsed, delta_pre, k)
-        delta = self.counters.delta(before)
+            array_flops, vector_flops = k.flops - k.vector_flops, k.vector_flops
+        precision = getattr(k, "precision", "fp16")
+        if k.macs:
+            c_.macs += k.macs
+            c_.macs_by_precision[precision] = c_.macs_by_precision.get(precision, 0) + k.macs
+        c_.array_flops += array_flops
+        c_.vector_flops += vector_flops
+        c_.flops += k.flops
+        c_.busy_cycles += sum(t.busy_cycles for t in tiles)
+        on_units = isinstance(k, TiledKernel) and not k.array
+        power = self._account_energy(elapsed, c_.delta(before), array=not on_units,
+                                     extra_pj=k.energy_pj if isinstance(k, TiledKernel) else 0.0)
+        kind = k.record_kind if isinstance(k, TiledKernel) else \
+            "gemm" if isinstance(k, GemmKernel) else "vector"
         out.append(KernelRecord(
-            name=k.name, op=k.op, group=k.group,
-            kind="gemm" if isinstance(k, GemmKernel) else "vector", provider=k.provider,
-            precision=getattr(k, "precision", "fp16"), start_cycle=start, end_cycle=end,
-            counters=delta, flops=k.flops, macs=k.macs, slot_macs=slot, tiles=len(tiles),
-            cores_used=used, compulsory_bytes=k.compulsory_bytes, frequency_factor=factor,
+            name=k.name, op=k.op, group=k.group, kind=kind, provider=k.provider,
+            precision=precision, start_cycle=start, end_cycle=end,
+            counters=c_.delta(before), flops=k.flops, macs=k.macs,
+            slot_macs=sum(t.slot_macs for t in tiles), tiles=len(tiles),
+            cores_used=sum(1 for s in shares if s), compulsory_bytes=k.compulsory_bytes,
+            frequency_factor=factor, temperature_c=self.thermal.temperature_c,
+            power_w=power, core_busy_cycles=busy,
+            extra=dict(getattr(k, "extra", {}))))
+
+    def _tile_program(self, core: int, share: list[Tile]) -> None:
+        """The control core's tile program for one core's share: a loop over tiles, a
+        loop over array passes; counts its instructions, branches and mispredicts."""
+        ctl = self.spec.compute.control
+        passes = [t.passes for t in share]
+        self.counters.instructions += (ctl.instructions_per_kernel
+                                       + ctl.instructions_per_tile * len(share)
+                                       + ctl.instructions_per_pass * sum(passes))
+        pred = self.predictors[core]
+        br, mp = pred.run("tiles", len(share))
+        self.counters.branches += br
+        self.counters.branch_mispredicts += mp
+        run_start = 0
+        for idx in range(1, len(passes) + 1):        # runs of equal pass counts
+            if idx == len(passes) or passes[idx] != passes[run_start]:
+                if passes[run_start]:
+                    br, mp = pred.run("passes", passes[run_start], idx - run_start)
+                    self.counters.branches += br
+                    self.counters.branch_mispredicts += mp
+                run_start = idx
+
+    def _in_memory(self, k: MemoryKernel, out: list[KernelRecord]) -> Iterator[simpy.Event]:
+        """A kernel that runs inside the memory (PIM) for ``k.cycles`` cycles: no core
+        works and no byte crosses the HBM interface, except the write-back of dirty
+        cached copies of its tensors before it starts; the banks hold the HBM channels
+        meanwhile, and the copies it changes are dropped from the caches."""
+        env = self.env
+        start = self.now
+        before = self.counters.copy()
+        factor = self.thermal.frequency_factor
+        ready = self.memory.pim_coherence(k.reads, k.writes, start)
+        end = ready + k.cycles      # the PIM units run at the memory's clock: no throttling
+        self.memory.hold_channels(end)
+        if end > env.now:
+            yield env.timeout(end - env.now)
+        elapsed = end - start
+        c_ = self.counters
+        c_.cycles += elapsed
+        c_.instructions += k.commands
+        c_.flops += k.flops
+        c_.vector_flops += k.flops
+        cores = self.spec.compute.cores
+        c_.stall_cycles["dependency"] += cores * elapsed     # the cores wait for the memory
+        delta = c_.delta(before)
+        power = self._account_energy(elapsed, delta, array=False, extra_pj=k.energy_pj)
+        extra = dict(k.extra)
+        if "npu_cycles_estimate" in extra:          # what running it on the cores would take
+            extra["saved_cycles"] = extra["npu_cycles_estimate"] - elapsed
+        if "npu_hbm_bytes_estimate" in extra:
+            extra["saved_hbm_bytes"] = extra["npu_hbm_bytes_estimate"] - delta.bytes["hbm"]
+        if self.trace is not None:
+            self.trace.append(TraceEvent("compute", "pim", ready, end, k.name))
+        out.append(KernelRecord(
+            name=k.name, op=k.op, group=k.group, kind=k.record_kind, provider=k.provider,
+            precision=k.precision, start_cycle=start, end_cycle=end,
+            counters=c_.delta(before), flops=k.flops, macs=0, slot_macs=0, tiles=1,
+            cores_used=0, compulsory_bytes=k.compulsory_bytes, frequency_factor=factor,
             temperature_c=self.thermal.temperature_c, power_w=power,
-            core_busy_cycles=busy))
+            core_busy_cycles=[0] * cores, extra=extra))
 
     def _core(self, core: int, tiles: list[Tile], k: Kernel, factor: float,
               busy: list[int]) -> Iterator[simpy.Event]:
@@ -457,19 +532,25 @@ class Device:
         return done
 
     # -- energy and temperature ------------------------------------------------------
-    def _account_energy(self, cycles: int, delta: Counters | dict, k: Kernel | None = None
-                        ) -> float:
-        """Add the interval's energy to the counters, advance the thermal model; returns W."""
+    def _account_energy(self, cycles: int, delta: Counters | dict, *, array: bool = True,
+                        extra_pj: float = 0.0) -> float:
+        """Add the interval's energy to the counters, advance the thermal model; returns W.
+
+        MACs and vector FLOPs are charged the spec's per-op energies when ``array``; an
+        extension unit that did them instead (``array=False``) reports its own energy as
+        ``extra_pj``. Bytes at every level and static power are always charged.
+        """
         en = self.spec.energy
         pj = 0.0
         if isinstance(delta, Counters):
-            for prec, macs in delta.macs_by_precision.items():
-                pj += macs * en.pj_per_mac.get(prec, 0.0)
-            pj += delta.vector_flops * en.pj_per_vector_op
+            if array:
+                for prec, macs in delta.macs_by_precision.items():
+                    pj += macs * en.pj_per_mac.get(prec, 0.0)
+                pj += delta.vector_flops * en.pj_per_vector_op
             for lvl, nb in delta.bytes.items():
                 pj += nb * en.pj_per_byte[lvl]
         seconds = cycles / self.spec.clock_hz
-        pj += en.static_power_w * seconds * 1e12
+        pj += en.static_power_w * seconds * 1e12 + extra_pj
         self.counters.energy_pj += pj
         power = pj * 1e-12 / seconds if seconds > 0 else en.static_power_w
         if seconds > 0:

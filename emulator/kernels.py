@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["TensorRef", "GemmTiling", "GemmKernel", "VectorKernel", "Kernel",
-           "VECTOR_CLASSES"]
+__all__ = ["TensorRef", "Region", "Tile", "GemmTiling", "GemmKernel", "VectorKernel",
+           "TiledKernel", "MemoryKernel", "Kernel", "VECTOR_CLASSES"]
 
 #: Vector-unit op classes; their issue cost is ``VectorConfig.cycles_per_element``.
 VECTOR_CLASSES = ("elementwise", "activation", "softmax", "layer_norm", "pool", "copy",
@@ -37,6 +37,26 @@ class TensorRef:
     @property
     def nbytes(self) -> int:
         return self.rows * self.cols * self.elem_bytes
+
+
+Region = tuple[TensorRef, int, int, int, int]   # tensor, row0, row1, col0, col1
+
+
+@dataclass
+class Tile:
+    """One work item of a kernel, as the core's tile program sees it."""
+
+    loads: list[Region]
+    stores: list[Region]
+    array_cycles: int          # cycles of the array passes (0 for vector tiles)
+    vector_cycles: int         # cycles of the vector unit
+    l1_bytes: int              # bytes the array / vector unit reads and writes in L1
+    passes: int
+    macs: int
+    slot_macs: int             # MAC slots the passes occupy (macs / slot_macs = PE mapping)
+    busy_cycles: int = 0       # cycles in which the array performs MACs (RTL counter)
+    dims: tuple[int, ...] = ()  # (batch, m, n, k) of a GEMM tile; (rows, cols, elements)
+
 
 
 @dataclass(frozen=True)
@@ -152,4 +172,75 @@ class VectorKernel(_KernelBase):
         return total
 
 
-Kernel = GemmKernel | VectorKernel
+@dataclass(frozen=True)
+class TiledKernel(_KernelBase):
+    """A kernel with a ready-made tile program (see the module docstring).
+
+    ``tiles``: the work items in order; ``groups``: the index of the first tile of each
+    group (a group is never split across cores; empty means every tile is a group).
+    ``macs``/``flops``/``vector_flops``: what the kernel does (counted once, at the end).
+    ``array``: whether the MACs run on the systolic array (charged ``pj_per_mac``) or on
+    an extension unit (charged ``energy_pj``). ``record_kind`` names the unit in reports
+    (``"gemm"``, ``"vector"``, ``"photonic"``, ...). ``extra``: figures to report.
+    """
+
+    record_kind: str = "gemm"
+    precision: str = "fp16"
+    tiles: tuple[Tile, ...] = ()
+    groups: tuple[int, ...] = ()
+    macs: int = 0
+    flops: int = 0
+    vector_flops: int = 0
+    compulsory_bytes: int = 0
+    array: bool = True
+    energy_pj: float = 0.0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for n in ("macs", "flops", "vector_flops", "compulsory_bytes"):
+            v = getattr(self, n)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"TiledKernel.{n} must be a non-negative integer, got {v!r}")
+        if not self.tiles:
+            raise ValueError(f"TiledKernel {self.name!r} has no tiles")
+        g = self.groups
+        if g and (g[0] != 0 or any(b <= a for a, b in zip(g, g[1:], strict=False))
+                  or g[-1] >= len(self.tiles)):
+            raise ValueError(f"TiledKernel.groups must start at 0 and increase within the "
+                             f"{len(self.tiles)} tiles, got {g[:8]}")
+
+
+
+@dataclass(frozen=True)
+class MemoryKernel(_KernelBase):
+    """Work done inside the memory (processing in memory) for ``cycles`` device cycles.
+
+    ``reads``: tensors the PIM units read (their dirty cached copies are written back
+    first); ``writes``: tensors they modify (written back first too, and dropped from the
+    caches after). ``commands``: bank commands the host issues (the ``instructions``
+    counter). ``flops``: element operations done. ``energy_pj``: the memory's energy.
+    """
+
+    cycles: int = 0
+    reads: tuple[TensorRef, ...] = ()
+    writes: tuple[TensorRef, ...] = ()
+    commands: int = 0
+    flops: int = 0
+    energy_pj: float = 0.0
+    compulsory_bytes: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    record_kind: str = "pim"
+    precision: str = "int16"
+
+    def __post_init__(self) -> None:
+        for n in ("cycles", "commands", "flops", "compulsory_bytes"):
+            v = getattr(self, n)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"MemoryKernel.{n} must be a non-negative integer, got {v!r}")
+
+    @property
+    def macs(self) -> int:
+        return 0
+
+
+Kernel = GemmKernel | VectorKernel | TiledKernel | MemoryKernel

@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
 from .config import DeviceSpec
 from .counters import Counters
-from .kernels import TensorRef
+from .kernels import Region, TensorRef
 
 __all__ = ["BandwidthPort", "BlockLayout", "MemorySystem", "Region"]
 
 Key = tuple[int, int, int]
-Region = tuple[TensorRef, int, int, int, int]   # tensor, row0, row1, col0, col1
+
 
 
 class BandwidthPort:
@@ -271,6 +272,39 @@ class MemorySystem:
                 self.counters.bytes["hbm"] += ent[0]
                 ent[1] = 0
         return self._hbm_transfer(now, hbm) if any(hbm) else now
+
+    def pim_coherence(self, reads: Sequence[TensorRef], writes: Sequence[TensorRef],
+                      now: int) -> int:
+        """Make memory coherent for processing in memory: write back the dirty cached
+        blocks of the tensors the PIM units read or write, then drop the cached copies of
+        those they write (the units change them behind the caches). Returns the cycle
+        the write-backs end."""
+        hbm = [0] * len(self.channels)
+        byts = self.counters.bytes
+        for ref in list(reads) + list(writes):
+            for key, _ in self.region_blocks([(ref, 0, ref.rows, 0, ref.cols)]):
+                ent = self.l2.get(key)
+                if ent is not None and ent[1]:
+                    hbm[self._channel(key)] += ent[0]
+                    byts["l2"] += ent[0]
+                    byts["hbm"] += ent[0]
+                    ent[1] = 0
+        drop = {key for ref in writes
+                for key, _ in self.region_blocks([(ref, 0, ref.rows, 0, ref.cols)])}
+        for key in drop:
+            ent = self.l2.pop(key, None)
+            if ent is not None:
+                self.l2_used -= ent[0]
+            for core, l1 in enumerate(self.l1):
+                nb = l1.pop(key, None)
+                if nb is not None:
+                    self.l1_used[core] -= nb
+        return self._hbm_transfer(now, hbm) if any(hbm) else now
+
+    def hold_channels(self, until: int) -> None:
+        """Keep every HBM channel busy until ``until`` (the banks compute in place)."""
+        for ch in self.channels:
+            ch.free_at = max(ch.free_at, until)
 
     def invalidate(self) -> None:
         """Drop every cached block (a cold start)."""

@@ -71,7 +71,6 @@ from ..emulator.extension_kernels import (
     TiledKernel,
     execute_kernels,
     gemm_passes,
-    vector_tile_dims,
 )
 from ..emulator.golden import round_to_precision
 from ..emulator.kernels import TensorRef, VectorKernel
@@ -346,8 +345,9 @@ def flash_attention_kernels(spec: DeviceSpec, ext: DeviceExtension | None, *, na
                     p1 = gemm_passes(spec, s.precision, 1, rq, ck, s.d, s.e, 4)
                     p2 = gemm_passes(spec, s.precision, 1, rq, s.dv, ck, s.e, 4)
                     g = geo[key] = (p1[0] + p2[0], p1[0] * p1[1] + p2[0] * p2[1],
-                                    p1[2] + p2[2], p1[3] + p2[3])
-                passes, arr, l1_arr, slot = g
+                                    p1[2] + p2[2], p1[3] + p2[3],
+                                    p1[0] * p1[4] + p2[0] * p2[4])
+                passes, arr, l1_arr, slot, busy = g
                 last = n == len(kvs) - 1
                 vec = vector_op_cycles(rq * ck, lanes, cpe, depth) \
                     + vector_op_cycles(rq * s.dv, lanes, 1, depth)
@@ -368,7 +368,7 @@ def flash_attention_kernels(spec: DeviceSpec, ext: DeviceExtension | None, *, na
                 l1 = l1_arr + rq * ck * (4 * 2 + s.e) + rq * s.dv * 4 * 2
                 tmacs = rq * ck * (s.d + s.dv)
                 macs += tmacs
-                tiles.append(Tile(loads, stores, arr, vec, l1, passes, tmacs, slot))
+                tiles.append(Tile(loads, stores, arr, vec, l1, passes, tmacs, slot, busy))
     if not tiles:
         raise WorkloadError(f"op {op!r}: the attention mask leaves no tile to compute")
     kernels: list[Any] = []
@@ -490,7 +490,6 @@ def _fast_softmax_kernel(kern: VectorKernel, spec: DeviceSpec,
     def cost(d: Any) -> tuple[int, int | None, float | None]:
         return vector_op_cycles(d["ELEMENTS"], lanes, cpe, depth), None, None
 
-    assert vector_tile_dims(kern)       # the device cuts it in row chunks
     return CostedKernel(name=kern.name, op=kern.op, group=kern.group, op_kind=kern.op_kind,
                         io=kern.io, attrs=kern.attrs, provider="transformer_engine",
                         inner=kern, tile_cost=cost, extra={"operation": "fast_softmax"})

@@ -488,8 +488,10 @@ def test_extension_kernel_constructors_check_their_arguments():
 
 
 def test_tile_groups_stay_on_one_core():
-    from wia_hw.emulator.extension_kernels import Tile as T
-    from wia_hw.emulator.extension_kernels import _partition
+    from wia_hw.emulator.device import Device
+    from wia_hw.emulator.kernels import Tile as T
+
+    _partition = Device.partition
 
     tiles = [T([], [], i, 0, 0, 1, 0, 0) for i in range(10)]
     shares = _partition(tiles, (0, 3, 4, 8), 4)
