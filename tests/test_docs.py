@@ -18,7 +18,14 @@ def _python_blocks() -> list[str]:
 
 
 @pytest.mark.parametrize("index", range(len(_python_blocks())))
-def test_readme_python_examples_run(index):
+def test_readme_python_examples_run(index, tmp_path, monkeypatch):
+    """Each block runs in a fresh folder holding the README's extension manifests."""
+    for block in re.findall(r"```yaml\n(.*?)```", README, flags=re.S):
+        found = re.search(r"^extension_id: (\w+)", block, flags=re.M)
+        if found:
+            (tmp_path / f"{found.group(1)}.yaml").write_text(block)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WIA_HW_EXTENSION_PATH", str(tmp_path / "installed"))
     code = _python_blocks()[index]
     exec(compile(code, f"README.md python block {index}", "exec"), {})
 
