@@ -175,3 +175,20 @@ def test_profile_kernel_accepts_records_and_rejects_views():
         profile_kernel(ctx, "reshape", [(4, 4)], shape=(16,))
     with pytest.raises(TypeError, match="kernel must be a GemmKernel"):
         profile_kernel(ctx, 3.5)
+
+
+def test_profile_kernel_runs_an_op_an_extension_lowers():
+    """With the transformer engine registered, an attention chain (bmm -> softmax ->
+    bmm) lowers to one flash-attention kernel; profile_kernel runs it as lowered."""
+    b = wia_hw.GraphBuilder("attention")
+    q, k, v = (b.input(n, (16, 512, 64)) for n in ("q", "k", "v"))
+    s = b.op("bmm", "scores", [q, k], transpose_b=True, scale=0.125)
+    p = b.op("softmax", "probs", [s])
+    b.op("bmm", "context", [p, v])
+    graph = b.graph()
+    ctx = wia_hw.open_device()
+    wia_hw.register_device_extension(ctx, wia_hw.load_extension("transformer_engine"))
+    prof = profile_kernel(ctx, graph)
+    assert prof.flop_count >= 2 * 2 * 16 * 512 * 512 * 64
+    with pytest.raises(wia_hw.WorkloadError, match="lowers to 3 kernels"):
+        profile_kernel(wia_hw.open_device(), graph)       # built-in: three kernels
