@@ -9,10 +9,11 @@ the counters it owns where the event happens; profilers read deltas
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
+
+from .enums import NamedEnum
 
 __all__ = ["Counter", "Counters", "LEVELS", "PRECISIONS", "STALL_CAUSES"]
 
@@ -25,7 +26,7 @@ PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 STALL_CAUSES = ("memory", "dependency", "thermal")
 
 
-class Counter(enum.Enum):
+class Counter(NamedEnum):
     """Counter identities. Members also accept their lower-case name: ``Counter("flops")``."""
 
     CYCLES = "cycles"
@@ -39,14 +40,6 @@ class Counter(enum.Enum):
     BUSY_CYCLES = "busy_cycles"        # cycles in which the array performs MACs
     STALL_CYCLES = "stall_cycles"
     ENERGY = "energy"
-
-    @classmethod
-    def _missing_(cls, value: object) -> Counter | None:
-        if isinstance(value, str):
-            for m in cls:
-                if m.value == value.lower() or m.name == value.upper():
-                    return m
-        return None
 
 
 def _levels() -> dict[str, int]:

@@ -53,7 +53,6 @@ from typing import Any
 import numpy as np
 
 from .._registry import DeviceExtension, ExtensionId, load_extension, register_device_extension
-from ..emulator.errors import WorkloadError
 from ..emulator.frontend_model import (
     accumulate_tiles,
     adc_quantize,
@@ -61,7 +60,7 @@ from ..emulator.frontend_model import (
     dac_quantize,
     dac_range,
 )
-from .photonic import run_offchip_unit
+from ._offchip import product_operands, run_offchip_unit, write_product
 
 __all__ = ["AnalogConfig", "AnalogResult", "PCMModel", "hybrid_matmul",
            "analog_timing_ns", "PROG_COEFF_US", "G_MAX_REF_US", "CURRENT_RESOLUTION"]
@@ -306,19 +305,10 @@ def hybrid_matmul(ctx: Any, cfg: AnalogConfig, A: np.ndarray, B: np.ndarray,  # 
     Raises :class:`~wia_hw.WorkloadError` on shape mismatch."""
     if not isinstance(cfg, AnalogConfig):
         raise TypeError(f"cfg must be an AnalogConfig, got {type(cfg).__name__}")
-    a = np.asarray(A, dtype=np.float64)
-    b = np.asarray(B, dtype=np.float64)
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        raise WorkloadError(f"hybrid_matmul: A {list(a.shape)} x B {list(b.shape)}: inner "
-                            "dimensions differ (need A[M, K] and B[K, N])")
-    if not (np.isfinite(a).all() and np.isfinite(b).all()):
-        raise WorkloadError("hybrid_matmul: A and B must be finite")
+    a, b = product_operands("hybrid_matmul", A, B)
     out, alphas, shifts = _product(cfg, a, b, seed)
     if C is not None:
-        if np.shape(C) != out.shape:
-            raise WorkloadError(f"hybrid_matmul: C has shape {list(np.shape(C))}, the "
-                                f"product is {list(out.shape)}")
-        C[...] = out
+        write_product("hybrid_matmul", C, out)
     m, k = a.shape
     n = b.shape[1]
     time_ns, tiles = analog_timing_ns(cfg, m, k, n)

@@ -58,8 +58,6 @@ loss, on every channel), ``dac_energy_pj`` per input sample, ``adc_energy_pj`` p
 
 from __future__ import annotations
 
-import enum
-import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,8 +65,7 @@ from typing import Any
 import numpy as np
 
 from .._registry import DeviceExtension, ExtensionId, load_extension, register_device_extension
-from ..emulator.errors import WorkloadError
-from ..emulator.extension_kernels import Tile, TiledKernel, execute_kernels
+from ..emulator.enums import StrNamedEnum
 from ..emulator.frontend_model import (
     PhotonicCore,
     PhotonicParams,
@@ -81,21 +78,14 @@ from ..emulator.frontend_model import (
     frontend_matvec_cycles,
     quantize_weights,
 )
-from ..emulator.kernels import TensorRef
+from ._offchip import product_operands, run_offchip_unit, write_product
 
 __all__ = ["PhotonicEncoding", "PhotonicMode", "PhotonicDetection", "PhotonicConfig",
            "PhotonicMatmul", "PhotonicResult", "photonic_matmul", "photonic_timing_ns",
            "run_offchip_unit"]
 
 
-class _Enum(str, enum.Enum):
-    @classmethod
-    def _missing_(cls, value: object) -> Any:
-        if isinstance(value, str):
-            for m in cls:
-                if m.value == value.lower() or m.name == value.upper():
-                    return m
-        return None
+_Enum = StrNamedEnum
 
 
 class PhotonicEncoding(_Enum):
@@ -363,7 +353,6 @@ def _photonic_product(cfg: PhotonicConfig, mm: PhotonicMatmul, a: np.ndarray, b:
     return result[:m].astype(np.float64) * scale * amax * bmax, shift
 
 
-_calls = itertools.count()
 
 
 def _ext(ctx: Any) -> DeviceExtension | None:
@@ -393,22 +382,13 @@ def photonic_matmul(ctx: Any, cfg: PhotonicConfig, mm: PhotonicMatmul, A: np.nda
         raise TypeError(f"cfg must be a PhotonicConfig, got {type(cfg).__name__}")
     if not isinstance(mm, PhotonicMatmul):
         raise TypeError(f"mm must be a PhotonicMatmul, got {type(mm).__name__}")
-    a = np.asarray(A, dtype=np.float64)
-    b = np.asarray(B, dtype=np.float64)
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        raise WorkloadError(f"photonic_matmul: A {list(a.shape)} x B {list(b.shape)}: "
-                            "inner dimensions differ (need A[M, K] and B[K, N])")
-    if not (np.isfinite(a).all() and np.isfinite(b).all()):
-        raise WorkloadError("photonic_matmul: A and B must be finite")
+    a, b = product_operands("photonic_matmul", A, B)
     if functional:
         out, shift = _photonic_product(cfg, mm, a, b, seed)
     else:
         out, shift = np.zeros((0, 0)), 0
     if C is not None and functional:
-        if np.shape(C) != out.shape:
-            raise WorkloadError(f"photonic_matmul: C has shape {list(np.shape(C))}, the "
-                                f"product is {list(out.shape)}")
-        C[...] = out
+        write_product("photonic_matmul", C, out)
     m, k = a.shape
     n = b.shape[1]
     time_ns, tiles, passes = photonic_timing_ns(cfg, mm, m, k, n)
@@ -424,25 +404,3 @@ def photonic_matmul(ctx: Any, cfg: PhotonicConfig, mm: PhotonicMatmul, A: np.nda
             {"photonic_time_ns": time_ns, "energy_per_mac_pj": energy / macs,
              "tiles": tiles})
     return res
-
-
-def run_offchip_unit(ctx: Any, unit: str, name: str, m: int, k: int, n: int, elem_bytes: int,
-                     time_ns: float, macs: int, energy_pj: float,
-                     extra: dict[str, Any]) -> int:
-    """Run one product of an attached unit (photonic, analog) on ``ctx``'s device: a
-    core's DMA stages A and B through the caches, the unit works ``time_ns``, C is
-    stored. Returns the device cycles the kernel took."""
-    idx = next(_calls)
-    ra = TensorRef(f"{unit}{idx}.A", m, k, elem_bytes)
-    rb = TensorRef(f"{unit}{idx}.B", k, n, elem_bytes)
-    rc = TensorRef(f"{unit}{idx}.C", m, n, elem_bytes)
-    cycles = max(1, math.ceil(time_ns * ctx.spec.clock_ghz))
-    tile = Tile([(ra, 0, m, 0, k), (rb, 0, k, 0, n)], [(rc, 0, m, 0, n)], 0, cycles,
-                0, 0, macs, 0)
-    kern = TiledKernel(name=name, op=name, group=unit, op_kind="matmul", provider=unit,
-                       record_kind=unit, precision="fp16", tiles=(tile,), macs=macs,
-                       flops=2 * macs, vector_flops=0,
-                       compulsory_bytes=ra.nbytes + rb.nbytes + rc.nbytes, array=False,
-                       energy_pj=energy_pj, extra=extra)
-    (rec,) = execute_kernels(ctx.device, [kern])
-    return rec.cycles

@@ -72,7 +72,6 @@ roofline estimate of the vector unit doing the same.
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -89,6 +88,7 @@ from .._registry import (
 )
 from ..emulator.config import DeviceSpec
 from ..emulator.cycles import vector_op_cycles
+from ..emulator.enums import StrNamedEnum
 from ..emulator.errors import WorkloadError
 from ..emulator.extension_kernels import MemoryKernel, execute_kernels
 from ..emulator.pim_model import (
@@ -117,14 +117,7 @@ __all__ = ["PIMType", "PIMOpType", "ElementwiseOp", "Op", "PIMOperation", "PIMKe
 _COLUMN_BYTES = LANES * 2
 
 
-class _Enum(str, enum.Enum):
-    @classmethod
-    def _missing_(cls, value: object) -> Any:
-        if isinstance(value, str):
-            for m in cls:
-                if m.value == value.lower() or m.name == value.upper():
-                    return m
-        return None
+_Enum = StrNamedEnum
 
 
 class PIMType(_Enum):

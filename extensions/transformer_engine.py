@@ -44,7 +44,6 @@ When a query block is short (decoding), key/value chunks are split over the core
 
 from __future__ import annotations
 
-import enum
 import itertools
 import math
 from dataclasses import dataclass, field, replace
@@ -64,6 +63,7 @@ from ..emulator.config import DeviceSpec
 from ..emulator.counters import Counters
 from ..emulator.cycles import vector_op_cycles
 from ..emulator.device import KernelRecord
+from ..emulator.enums import StrNamedEnum
 from ..emulator.errors import WorkloadError
 from ..emulator.extension_kernels import (
     CostedKernel,
@@ -89,7 +89,7 @@ BF16_REL_ERR = 2.5e-2
 _LOG2E = 1.4426950408889634
 
 
-class AttentionPattern(str, enum.Enum):
+class AttentionPattern(StrNamedEnum):
     """Which keys each query attends to (the seed's ``WIA_ATTENTION_*``)."""
 
     FULL = "full"
@@ -97,13 +97,6 @@ class AttentionPattern(str, enum.Enum):
     LOCAL = "local"
     BLOCK_SPARSE = "block_sparse"
 
-    @classmethod
-    def _missing_(cls, value: object) -> AttentionPattern | None:
-        if isinstance(value, str):
-            for m in cls:
-                if m.value == value.lower() or m.name == value.upper():
-                    return m
-        return None
 
 
 _PRECISIONS = ("fp32", "fp16", "bf16")

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
+from ._cli_common import builder_args, spec_overrides
 from .emulator.errors import WiaError
 from .profiling import (
     AnalysisConfig,
@@ -31,20 +31,9 @@ from .profiling import (
     stop_profiling,
 )
 from .runtime import open_device
-from .spec import DEFAULT_DEVICE, parse_override
+from .spec import DEFAULT_DEVICE
 
 __all__ = ["profile"]
-
-
-def _kv(items: tuple[str, ...]) -> dict[str, Any]:
-    out = {}
-    for s in items:
-        if "=" not in s:
-            raise click.BadParameter(f"{s!r} must read NAME=VALUE, e.g. M=4096",
-                                     param_hint="--arg")
-        k, _, v = s.partition("=")
-        out[k.strip()] = yaml.safe_load(v)
-    return out
 
 
 @click.command("profile")
@@ -101,10 +90,10 @@ def profile(workload: str, device: str, batch: int | None, seq: int | None,
         raise click.BadParameter(str(e)) from None
     if workload.lower().endswith(".onnx") and not Path(workload).is_file():
         raise WiaError(f"no such ONNX file: {workload}")
-    ctx = open_device(device, overrides=dict(parse_override(s) for s in sets))
+    ctx = open_device(device, overrides=spec_overrides(sets))
     session = start_profiling(ctx, cfg)
     try:
-        ctx.run(workload, batch=batch, seq=seq, precision=precision, **_kv(args))
+        ctx.run(workload, batch=batch, seq=seq, precision=precision, **builder_args(args))
     finally:
         report = stop_profiling(session)
     if output is not None:

@@ -63,7 +63,6 @@ module.
 
 from __future__ import annotations
 
-import enum
 import importlib
 import importlib.util
 import inspect
@@ -82,6 +81,7 @@ from typing import Any
 from ._expr import Expr, ExprError, compile_expr
 from ._yaml import line_for, read_yaml_mapping
 from .emulator.config import DeviceSpec
+from .emulator.enums import StrNamedEnum
 from .emulator.errors import SpecError, WiaError
 from .graph import BINARY_KINDS, GEMM_KINDS, OP_KINDS, UNARY_KINDS, Graph, Op
 
@@ -102,19 +102,7 @@ OPERATION_ENTRY_POINT_GROUP = "wia_hw.operations"
 PATH_ENV = "WIA_HW_EXTENSION_PATH"
 
 
-class _StrEnum(str, enum.Enum):
-    """A string enum whose members also accept their name or value in any case."""
-
-    @classmethod
-    def _missing_(cls, value: object) -> Any:
-        if isinstance(value, str):
-            for m in cls:
-                if m.value == value.lower() or m.name == value.upper():
-                    return m
-        return None
-
-    def __str__(self) -> str:
-        return self.value
+_StrEnum = StrNamedEnum
 
 
 class ExtensionId(_StrEnum):

@@ -19,13 +19,14 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from ._cli_common import builder_args, spec_overrides
 from ._cli_ext import ext
 from ._cli_profile import profile
 from ._cli_rtl import rtl
 from .emulator.config import ClusterSpec, DeviceSpec, to_mapping
 from .emulator.errors import WiaError
 from .runtime import RunResult, open_device
-from .spec import DEFAULT_DEVICE, list_specs, load_spec, parse_override
+from .spec import DEFAULT_DEVICE, list_specs, load_spec
 
 __all__ = ["main", "cli", "print_run"]
 
@@ -45,21 +46,6 @@ class _Cli(click.Group):
 @click.version_option(package_name="wia-hw")
 def cli() -> None:
     """wia-hw: an open, verifiable AI-accelerator stack (WIA-AI-011 chapter 8)."""
-
-
-def _overrides(items: tuple[str, ...]) -> dict[str, Any]:
-    return dict(parse_override(s) for s in items)
-
-
-def _builder_args(items: tuple[str, ...]) -> dict[str, Any]:
-    out = {}
-    for s in items:
-        if "=" not in s:
-            raise click.BadParameter(f"{s!r} must read NAME=VALUE, e.g. M=4096",
-                                     param_hint="--arg")
-        k, _, v = s.partition("=")
-        out[k.strip()] = yaml.safe_load(v)
-    return out
 
 
 def _progress(console: Console) -> tuple[Callable[[int, int, str], None], Callable[[], None]]:
@@ -179,14 +165,14 @@ def run_cmd(workload: str, device: str, batch: int | None, seq: int | None,
             args: tuple[str, ...], sets: tuple[str, ...], mode: str, seed: int, as_json: bool,
             output: Path | None, top: int) -> None:
     """Run WORKLOAD (bert-large, bert-base, gpt2, resnet50, gemm, or an .onnx file)."""
-    extra = _builder_args(args)
+    extra = builder_args(args)
     if phase is not None:
         extra["phase"] = phase
     if kv_len is not None:
         extra["kv_len"] = kv_len
     if workload.lower().endswith(".onnx") and not Path(workload).is_file():
         raise WiaError(f"no such ONNX file: {workload}")
-    ctx = open_device(device, overrides=_overrides(sets), seed=seed)
+    ctx = open_device(device, overrides=spec_overrides(sets), seed=seed)
     err = Console(stderr=True)
     update, close = _progress(err)
     try:
@@ -238,7 +224,7 @@ def specs_list() -> None:
 @click.option("--set", "sets", multiple=True, metavar="PATH=VALUE")
 def specs_show(spec: str, sets: tuple[str, ...]) -> None:
     """Print a spec as validated YAML, with its derived peak figures."""
-    s = load_spec(spec, _overrides(sets))
+    s = load_spec(spec, spec_overrides(sets))
     click.echo(yaml.safe_dump(to_mapping(s), sort_keys=False).rstrip())
     d = s.device if isinstance(s, ClusterSpec) else s
     assert isinstance(d, DeviceSpec)

@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
-import enum
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..emulator.counters import Counter
+from ..emulator.enums import NamedEnum
 
 __all__ = ["ProfileMode", "OutputFormat", "ProfilingConfig", "SEED_COUNTERS", "FACETS"]
 
 
-class _LowerEnum(enum.Enum):
-    """Members also accept their lower-case value or their name: ``ProfileMode("trace")``."""
-
-    @classmethod
-    def _missing_(cls, value: object) -> Any:
-        if isinstance(value, str):
-            v = value.strip().lower().replace("-", "_")
-            for m in cls:
-                if m.value == v or m.name.lower() == v:
-                    return m
-            aliases = getattr(cls, "_aliases", lambda: {})()
-            if v in aliases:
-                return cls(aliases[v])
-        return None
+_LowerEnum = NamedEnum
 
 
 class ProfileMode(_LowerEnum):
