@@ -180,3 +180,13 @@ def test_cli_runs_an_onnx_file_with_overrides(tmp_path):
     d = json.loads(res.output)
     assert d["flops"] == 2 * 32 * 64 * 128 + 32 * 128 + 2 * 32 * 128 * 10
     assert {k["op"] for k in d["kernels"]} == {"fc1", "relu", "fc2"}
+
+
+def test_out_of_device_memory_names_the_tensor_and_keeps_the_context():
+    ctx = wia_hw.open_device("wia-edge")
+    with pytest.raises(wia_hw.WiaError, match=r"'bert-large': activation "
+                                              r"'layer0\.attention_\w+' does not fit: "
+                                              r"cannot allocate"):
+        ctx.run("bert-large", batch=512, seq=512)
+    r = ctx.run("bert-base", batch=1, seq=32)        # the context is still usable
+    assert r.latency_ms > 0

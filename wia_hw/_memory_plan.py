@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .emulator.allocator import Block, CachingAllocator
+from .emulator.allocator import Block, CachingAllocator, DeviceOutOfMemory
 from .emulator.kernels import GemmKernel, Kernel, VectorKernel
 from .graph import Graph, Op
 
@@ -111,8 +111,12 @@ class RunMemory:
         self.done = False
 
     def _malloc(self, nbytes: int, kind: str, name: str, now: int) -> Block:
-        blk, _ = self.allocator.malloc(max(1, nbytes), now=now, tag=kind,
-                                       info=AllocInfo(kind, name, self.graph.name))
+        try:
+            blk, _ = self.allocator.malloc(max(1, nbytes), now=now, tag=kind,
+                                           info=AllocInfo(kind, name, self.graph.name))
+        except DeviceOutOfMemory as e:
+            raise DeviceOutOfMemory(f"{self.graph.name!r}: {kind} {name!r} does not fit: "
+                                    f"{e}") from None
         return blk
 
     def start(self, now: int) -> None:
