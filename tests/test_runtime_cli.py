@@ -190,3 +190,16 @@ def test_out_of_device_memory_names_the_tensor_and_keeps_the_context():
         ctx.run("bert-base", batch=64, seq=512)     # scores: 64 x 12 x 512 x 512 x 2 bytes
     r = ctx.run("bert-base", batch=1, seq=32)        # the context is still usable
     assert r.latency_ms > 0
+
+
+def test_cli_run_registers_extensions():
+    res = _cli("run", "bert-base", "-b", "2", "-s", "64", "--ext", "transformer_engine",
+               "--json")
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    providers = {k["provider"] for k in d["kernels"]}
+    assert providers == {"builtin", "transformer_engine"}
+    res = _cli("run", "bert-base", "-b", "2", "-s", "64", "--ext", "transformer_engine")
+    assert "Extension transformer_engine: 12 kernels" in res.output
+    res = CliRunner().invoke(cli, ["run", "bert-base", "--ext", "nope"])
+    assert res.exit_code == 2 and "unknown extension 'nope'" in res.stderr

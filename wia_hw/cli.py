@@ -23,6 +23,7 @@ from ._cli_common import builder_args, spec_overrides
 from ._cli_ext import ext
 from ._cli_profile import profile
 from ._cli_rtl import rtl
+from ._registry import register_device_extension
 from .emulator.config import ClusterSpec, DeviceSpec, to_mapping
 from .emulator.errors import WiaError
 from .runtime import RunResult, open_device
@@ -96,6 +97,12 @@ def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
                   f"at {r.memory_bandwidth_gbs:.0f}/{_peak_bw(r)} GB/s)")
     console.print(f"  Energy:      {r.energy_j * 1e3:.1f} mJ, {r.avg_power_w:.1f} W average, "
                   f"peak {r.peak_temperature_c:.1f} °C")
+    for provider, d in sorted(getattr(r, "extensions", {}).items()):
+        figures = ", ".join(f"{k} {v:,.0f}" for k, v in d.items()
+                            if k not in ("kernels", "cycles") and abs(v) >= 1)
+        console.print(f"  Extension {provider}: {int(d['kernels'])} kernels, "
+                      f"{r.clock_ghz and d['cycles'] / (r.clock_ghz * 1e6):.2f} ms"
+                      + (f" ({figures})" if figures else ""))
     c = r.counters
     ct = Table(title="Hardware counters", title_justify="left")
     ct.add_column("counter")
@@ -160,10 +167,12 @@ def _peak_bw(r: RunResult) -> str:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the JSON report to this file.")
 @click.option("--top", type=int, default=10, show_default=True, help="Kernels to list.")
+@click.option("--ext", "exts", multiple=True, metavar="ID|FILE",
+              help="Register a device extension first (built-in id or manifest path).")
 def run_cmd(workload: str, device: str, batch: int | None, seq: int | None,
             precision: str | None, phase: str | None, kv_len: int | None,
             args: tuple[str, ...], sets: tuple[str, ...], mode: str, seed: int, as_json: bool,
-            output: Path | None, top: int) -> None:
+            output: Path | None, top: int, exts: tuple[str, ...]) -> None:
     """Run WORKLOAD (bert-large, bert-base, gpt2, resnet50, gemm, or an .onnx file)."""
     extra = builder_args(args)
     if phase is not None:
@@ -173,6 +182,8 @@ def run_cmd(workload: str, device: str, batch: int | None, seq: int | None,
     if workload.lower().endswith(".onnx") and not Path(workload).is_file():
         raise WiaError(f"no such ONNX file: {workload}")
     ctx = open_device(device, overrides=spec_overrides(sets), seed=seed)
+    for source in exts:
+        register_device_extension(ctx, source)
     err = Console(stderr=True)
     update, close = _progress(err)
     try:
