@@ -52,7 +52,11 @@ from typing import Any
 
 import numpy as np
 
-from .._registry import DeviceExtension, ExtensionId, load_extension, register_device_extension
+from .._registry import (
+    DeviceExtension,
+    ExtensionId,
+    ensure_extension,
+)
 from ..emulator.frontend_model import (
     accumulate_tiles,
     adc_quantize,
@@ -322,8 +326,7 @@ def hybrid_matmul(ctx: Any, cfg: AnalogConfig, A: np.ndarray, B: np.ndarray,  # 
                        energy_pj=energy, energy_per_mac_pj=energy / macs, macs=macs,
                        tiles=tiles, reads=cfg.reads, drift_alpha=alphas, adc_shifts=shifts)
     if ctx is not None:
-        if ctx.extensions.get(ExtensionId.ANALOG.value) is None:
-            register_device_extension(ctx, load_extension(ExtensionId.ANALOG))
+        ensure_extension(ctx, ExtensionId.ANALOG)
         res.device_cycles = run_offchip_unit(
             ctx, "analog", "hybrid_matmul", m, k, n, 1, time_ns, macs, energy,
             {"analog_time_ns": time_ns, "energy_per_mac_pj": energy / macs, "tiles": tiles})

@@ -64,7 +64,11 @@ from typing import Any
 
 import numpy as np
 
-from .._registry import DeviceExtension, ExtensionId, load_extension, register_device_extension
+from .._registry import (
+    DeviceExtension,
+    ExtensionId,
+    ensure_extension,
+)
 from ..emulator.enums import StrNamedEnum
 from ..emulator.frontend_model import (
     PhotonicCore,
@@ -355,15 +359,6 @@ def _photonic_product(cfg: PhotonicConfig, mm: PhotonicMatmul, a: np.ndarray, b:
 
 
 
-def _ext(ctx: Any) -> DeviceExtension | None:
-    if ctx is None:
-        return None
-    ext = ctx.extensions.get(ExtensionId.PHOTONIC.value)
-    if ext is None:
-        ext = register_device_extension(ctx, load_extension(ExtensionId.PHOTONIC))
-    return ext
-
-
 def photonic_matmul(ctx: Any, cfg: PhotonicConfig, mm: PhotonicMatmul, A: np.ndarray,  # noqa: N803
                     B: np.ndarray, C: np.ndarray | None = None, stream: Any = None, *,  # noqa: N803
                     seed: int = 0, functional: bool = True) -> PhotonicResult:
@@ -398,7 +393,7 @@ def photonic_matmul(ctx: Any, cfg: PhotonicConfig, mm: PhotonicMatmul, A: np.nda
                          energy_pj=energy, energy_per_mac_pj=energy / macs, macs=macs,
                          tiles=tiles, passes=passes, adc_shift=shift)
     if ctx is not None:
-        _ext(ctx)
+        ensure_extension(ctx, ExtensionId.PHOTONIC)
         res.device_cycles = run_offchip_unit(
             ctx, "photonic", "photonic_matmul", m, k, n, 2, time_ns, macs, energy,
             {"photonic_time_ns": time_ns, "energy_per_mac_pj": energy / macs,

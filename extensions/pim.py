@@ -83,8 +83,7 @@ from .._registry import (
     DeviceExtension,
     ExtensionId,
     consumers,
-    load_extension,
-    register_device_extension,
+    ensure_extension,
 )
 from ..emulator.config import DeviceSpec
 from ..emulator.cycles import vector_op_cycles
@@ -576,15 +575,6 @@ def _simulate(cfg: PIMConfig, what: PIMOperation | PIMKernel, x: np.ndarray,
     return out[:n]
 
 
-def _pim_ext(ctx: Any) -> DeviceExtension | None:
-    if ctx is None:
-        return None
-    ext = ctx.extensions.get(ExtensionId.PIM.value)
-    if ext is None:
-        ext = register_device_extension(ctx, load_extension(ExtensionId.PIM))
-    return ext
-
-
 def pim_execute(ctx: Any, pim_cfg: PIMConfig, op: PIMOperation | PIMKernel, data: np.ndarray,
                 size: int | None = None, *, functional: bool = True) -> PIMResult:
     """Run an elementwise operation or a kernel inside the memory (the seed's
@@ -650,7 +640,7 @@ def pim_execute(ctx: Any, pim_cfg: PIMConfig, op: PIMOperation | PIMKernel, data
     dev_cycles = math.ceil(cycles * clock / pim_cfg.pim_clock_ghz)
     time_ns = cycles / pim_cfg.pim_clock_ghz
     if ctx is not None:
-        _pim_ext(ctx)
+        ensure_extension(ctx, ExtensionId.PIM)
         name = "pim." + (op.name if isinstance(op, PIMKernel) else op.operation.value)
         k = MemoryKernel(name=name, op=name, group="pim", op_kind="pim",
                          provider=ExtensionId.PIM.value, cycles=dev_cycles,

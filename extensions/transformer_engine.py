@@ -55,9 +55,8 @@ from .._registry import (
     DeviceExtension,
     ExtensionId,
     chain_head,
-    load_extension,
+    ensure_extension,
     match_chain,
-    register_device_extension,
 )
 from ..emulator.config import DeviceSpec
 from ..emulator.counters import Counters
@@ -569,13 +568,6 @@ def _as_heads(name: str, x: np.ndarray, cfg: AttentionConfig, seq: int) -> np.nd
     return arr
 
 
-def _engine(ctx: Any) -> DeviceExtension:
-    ext = ctx.extensions.get(ExtensionId.TRANSFORMER_ENGINE.value)
-    if ext is None:
-        ext = register_device_extension(ctx, load_extension(ExtensionId.TRANSFORMER_ENGINE))
-    return ext
-
-
 def multi_head_attention(ctx: Any, queries: np.ndarray, keys: np.ndarray, values: np.ndarray,
                          output: np.ndarray | None = None, cfg: AttentionConfig | None = None,
                          stream: Any = None, *, functional: bool = True) -> AttentionResult:
@@ -602,7 +594,7 @@ def multi_head_attention(ctx: Any, queries: np.ndarray, keys: np.ndarray, values
     if not (q.shape[0] == k.shape[0] == v.shape[0]):
         raise WorkloadError(f"multi_head_attention: batch sizes differ: queries "
                             f"{q.shape[0]}, keys {k.shape[0]}, values {v.shape[0]}")
-    ext = _engine(ctx)
+    ext = ensure_extension(ctx, ExtensionId.TRANSFORMER_ENGINE)
     prec = cfg.precision or ("fp16" if q.dtype == np.float16 else "fp32")
     mask = attention_mask(cfg)
     sparse = cfg.attention_pattern in (AttentionPattern.LOCAL, AttentionPattern.BLOCK_SPARSE)

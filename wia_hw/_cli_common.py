@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 import yaml
 
-from .spec import parse_override
+from .spec import DEFAULT_DEVICE, parse_override
 
-__all__ = ["builder_args", "spec_overrides"]
+__all__ = ["builder_args", "spec_overrides", "workload_options"]
 
 
 def spec_overrides(items: tuple[str, ...]) -> dict[str, Any]:
@@ -27,3 +28,26 @@ def builder_args(items: tuple[str, ...]) -> dict[str, Any]:
         k, _, v = s.partition("=")
         out[k.strip()] = yaml.safe_load(v)
     return out
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def workload_options(fn: F) -> F:
+    """The options every command that runs a workload takes: ``WORKLOAD``, ``--device``,
+    ``--batch``, ``--seq``, ``--precision``, ``--arg NAME=VALUE``, ``--set PATH=VALUE``."""
+    for option in reversed([
+        click.argument("workload"),
+        click.option("-d", "--device", default=DEFAULT_DEVICE, show_default=True,
+                     help="Built-in spec name or path to a device YAML."),
+        click.option("-b", "--batch", type=int, default=None, help="Batch size."),
+        click.option("-s", "--seq", type=int, default=None, help="Sequence length."),
+        click.option("-p", "--precision", type=click.Choice(["fp32", "fp16", "bf16", "int8"]),
+                     default=None, help="Compute precision of the model."),
+        click.option("-a", "--arg", "args", multiple=True, metavar="NAME=VALUE",
+                     help="Other builder arguments, e.g. -a M=4096 for gemm."),
+        click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
+                     help="Override a spec field, e.g. --set compute.array.rows=64."),
+    ]):
+        fn = option(fn)
+    return fn

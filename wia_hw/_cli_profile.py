@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from ._cli_common import builder_args, spec_overrides
+from ._cli_common import builder_args, spec_overrides, workload_options
 from .emulator.errors import WiaError
 from .profiling import (
     AnalysisConfig,
@@ -31,23 +31,12 @@ from .profiling import (
     stop_profiling,
 )
 from .runtime import open_device
-from .spec import DEFAULT_DEVICE
 
 __all__ = ["profile"]
 
 
 @click.command("profile")
-@click.argument("workload")
-@click.option("-d", "--device", default=DEFAULT_DEVICE, show_default=True,
-              help="Built-in spec name or path to a device YAML.")
-@click.option("-b", "--batch", type=int, default=None, help="Batch size.")
-@click.option("-s", "--seq", type=int, default=None, help="Sequence length.")
-@click.option("-p", "--precision", type=click.Choice(["fp32", "fp16", "bf16", "int8"]),
-              default=None, help="Compute precision of the model.")
-@click.option("-a", "--arg", "args", multiple=True, metavar="NAME=VALUE",
-              help="Other builder arguments, e.g. -a M=4096 for gemm.")
-@click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
-              help="Override a spec field, e.g. --set compute.array.rows=64.")
+@workload_options
 @click.option("--mode", type=click.Choice([m.value for m in ProfileMode]),
               default="detailed", show_default=True, help="Profiling mode.")
 @click.option("--counters", default=None, metavar="NAME,...",

@@ -987,6 +987,16 @@ def register_device_extension(ctx: Any, ext: DeviceExtension | str | os.PathLike
     return ext
 
 
+
+def ensure_extension(ctx: Any, ext_id: ExtensionId | str) -> DeviceExtension:
+    """The extension ``ext_id`` registered on ``ctx``, registering it first if needed
+    (what a seed call such as ``wia_pim_execute(ctx, ...)`` implies)."""
+    key = ext_id.value if isinstance(ext_id, ExtensionId) else str(ext_id)
+    ext = ctx.extensions.get(key)
+    if ext is None:
+        ext = register_device_extension(ctx, load_extension(ext_id))
+    return ext
+
 def unregister_device_extension(ctx: Any, ext_id: str | ExtensionId) -> None:
     """Remove an extension (and every claim it made) from ``ctx``."""
     key_id = str(ext_id)

@@ -19,7 +19,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from ._cli_common import builder_args, spec_overrides
+from ._cli_common import builder_args, spec_overrides, workload_options
 from ._cli_ext import ext
 from ._cli_profile import profile
 from ._cli_rtl import rtl
@@ -27,7 +27,7 @@ from ._registry import register_device_extension
 from .emulator.config import ClusterSpec, DeviceSpec, to_mapping
 from .emulator.errors import WiaError
 from .runtime import RunResult, open_device
-from .spec import DEFAULT_DEVICE, list_specs, load_spec
+from .spec import list_specs, load_spec
 
 __all__ = ["main", "cli", "print_run"]
 
@@ -146,20 +146,10 @@ def _peak_bw(r: RunResult) -> str:
 
 
 @cli.command("run")
-@click.argument("workload")
-@click.option("-d", "--device", default=DEFAULT_DEVICE, show_default=True,
-              help="Built-in spec name or path to a device YAML.")
-@click.option("-b", "--batch", type=int, default=None, help="Batch size.")
-@click.option("-s", "--seq", type=int, default=None, help="Sequence length.")
-@click.option("-p", "--precision", type=click.Choice(["fp32", "fp16", "bf16", "int8"]),
-              default=None, help="Compute precision of the model.")
+@workload_options
 @click.option("--phase", type=click.Choice(["prefill", "decode"]), default=None,
               help="GPT-2: prefill or decode.")
 @click.option("--kv-len", type=int, default=None, help="GPT-2 decode: cached tokens.")
-@click.option("-a", "--arg", "args", multiple=True, metavar="NAME=VALUE",
-              help="Other builder arguments, e.g. -a M=4096 for gemm.")
-@click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
-              help="Override a spec field, e.g. --set compute.array.rows=64.")
 @click.option("--mode", type=click.Choice(["timing", "functional"]), default="timing",
               show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
