@@ -21,6 +21,8 @@ __all__ = [
     "vector_op_cycles",
     "transfer_cycles",
     "systolic_tile_counters",
+    "systolic_issue_interval",
+    "systolic_sequence_cycles",
 ]
 
 #: The two dataflows of the systolic array.
@@ -150,3 +152,36 @@ def systolic_tile_counters(dataflow: str, rows: int, cols: int, depth: int,
         Counter.MACS: rows * cols * depth,
         Counter.STALL_CYCLES: stall_cycles,
     }
+
+
+def systolic_issue_interval(dataflow: str, rows: int, cols: int, depth: int,
+                            next_depth: int, *, pipelined: bool) -> int:
+    """Fewest cycles from the acceptance of a tile of ``depth`` steps to the acceptance
+    of the next tile, of ``next_depth`` steps, on the same array.
+
+    Not pipelined: ``systolic_tile_cycles(...)`` of the first tile (a new ``start`` is
+    accepted in its cycle ``N - 1``, so back-to-back tiles take ``N`` cycles each).
+
+    Pipelined (double-buffered accumulators for ``os``, double-buffered weights for
+    ``ws``): the next tile's operands stream in while this tile drains (``os``) or
+    while the next tile's weights load behind this tile's stream (``ws``).
+    """
+    # TODO(#8): the RTL helper replaces this with the pipelined RTL's exact rule.
+    n = systolic_tile_cycles(dataflow, rows, cols, depth)
+    _positive_int("next_depth", next_depth)
+    if not pipelined:
+        return n
+    return max(depth, rows)
+
+
+def systolic_sequence_cycles(dataflow: str, rows: int, cols: int, depths: list[int], *,
+                             pipelined: bool, stall_cycles: int = 0) -> int:
+    """Cycles from the first ``start`` sampled high to the last ``done`` of a sequence
+    of tiles issued back to back (each accepted at the first cycle the array takes it),
+    plus one cycle per ``stall`` cycle while any tile is in flight."""
+    if not depths:
+        return 0
+    accept = 0
+    for d, nd in zip(depths, depths[1:]):
+        accept += systolic_issue_interval(dataflow, rows, cols, d, nd, pipelined=pipelined)
+    return accept + systolic_tile_cycles(dataflow, rows, cols, depths[-1]) + stall_cycles

@@ -15,6 +15,8 @@ __all__ = [
     "round_to_bf16",
     "round_to_precision",
     "float_matmul",
+    "FP_FORMATS",
+    "fp_mac_matmul",
 ]
 
 #: Width of a PE accumulator. Overflow wraps (two's complement), it does not saturate:
@@ -83,3 +85,48 @@ def float_matmul(a: np.ndarray, b: np.ndarray, precision: str) -> np.ndarray:
     b = np.asarray(b)
     _check_matmul_shapes(a, b)
     return round_to_precision(a, precision) @ round_to_precision(b, precision)
+
+
+#: Input formats of the floating-point PE mode (fp32 accumulation).
+FP_FORMATS = ("fp16", "bf16")
+
+_CANONICAL_NAN = np.uint32(0x7FC00000)
+
+
+def fp_mac_matmul(a: np.ndarray, b: np.ndarray, fmt: str,
+                  acc: np.ndarray | None = None) -> np.ndarray:
+    """The floating-point PE's arithmetic over a whole tile: ``fmt`` inputs, fp32
+    accumulation, bit-exact with the RTL.
+
+    ``a`` is M x K and ``b`` K x N, float32 arrays whose values are representable in
+    ``fmt`` (``fp16`` or ``bf16``; :func:`round_to_precision` makes them so). Every
+    output accumulates in the RTL's order, ``k = 0, 1, ..., K-1``, starting from ``acc``
+    (zeros if ``None``)::
+
+        p   = fl32(a[i, k] * b[k, j])      # exact for fp16 inputs; rounded for bf16
+        acc = fl32(acc + p)                # IEEE-754 binary32, round to nearest even
+
+    IEEE-754 binary32 throughout: subnormal inputs, products and sums are kept (no
+    flush to zero), overflow gives a signed infinity, ``inf - inf`` and ``0 * inf``
+    give NaN, and every NaN result is the canonical quiet NaN ``0x7FC00000``.
+    """
+    if fmt not in FP_FORMATS:
+        raise ValueError(f"fmt must be one of {FP_FORMATS}, got {fmt!r}")
+    a = np.asarray(a, dtype=np.float32)
+    b = np.asarray(b, dtype=np.float32)
+    _check_matmul_shapes(a, b)
+    bad = [n for n, m in (("A", a), ("B", b))
+           if not np.array_equal(round_to_precision(m, fmt), m, equal_nan=True)]
+    if bad:
+        raise ValueError(f"{' and '.join(bad)} has values not representable in {fmt}")
+    m_, n_ = a.shape[0], b.shape[1]
+    out = np.zeros((m_, n_), np.float32) if acc is None else \
+        np.array(acc, dtype=np.float32, copy=True)
+    if out.shape != (m_, n_):
+        raise ValueError(f"acc shape {out.shape} does not match the product {(m_, n_)}")
+    with np.errstate(all="ignore"):
+        for k in range(a.shape[1]):
+            out = out + np.multiply.outer(a[:, k], b[k, :])   # float32 ops, RNE
+    bits = out.view(np.uint32)
+    bits[np.isnan(out)] = _CANONICAL_NAN
+    return out
