@@ -113,6 +113,10 @@ class KernelRecord:
     power_w: float
     core_busy_cycles: list[int] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)   # figures an extension reports
+    #: L2 bytes this kernel made dirty (written back to HBM later, once) and the bytes
+    #: written back during it (of any kernel's dirty blocks; part of counters.bytes.hbm).
+    dirtied_bytes: int = 0
+    writeback_bytes: int = 0
 
     @property
     def cycles(self) -> int:
@@ -356,6 +360,7 @@ class Device:
         tiles, groups = self.tiles_of(k)
         cores = self.spec.compute.cores
         shares = self.partition(tiles, groups, cores)
+        wb0 = (self.memory.dirtied_bytes, self.memory.writeback_bytes)
         busy = [0] * cores
         procs = []
         for c, share in enumerate(shares):
@@ -398,7 +403,9 @@ class Device:
             cores_used=sum(1 for s in shares if s), compulsory_bytes=k.compulsory_bytes,
             frequency_factor=factor, temperature_c=self.thermal.temperature_c,
             power_w=power, core_busy_cycles=busy,
-            extra=dict(getattr(k, "extra", {}))))
+            extra=dict(getattr(k, "extra", {})),
+            dirtied_bytes=self.memory.dirtied_bytes - wb0[0],
+            writeback_bytes=self.memory.writeback_bytes - wb0[1]))
 
     def _tile_program(self, core: int, share: list[Tile]) -> None:
         """The control core's tile program for one core's share: a loop over tiles, a
@@ -430,6 +437,7 @@ class Device:
         start = self.now
         before = self.counters.copy()
         factor = self.thermal.frequency_factor
+        wb0 = self.memory.writeback_bytes
         ready = self.memory.pim_coherence(k.reads, k.writes, start)
         end = ready + k.cycles      # the PIM units run at the memory's clock: no throttling
         self.memory.hold_channels(end)
@@ -458,7 +466,8 @@ class Device:
             counters=c_.delta(before), flops=k.flops, macs=0, slot_macs=0, tiles=1,
             cores_used=0, compulsory_bytes=k.compulsory_bytes, frequency_factor=factor,
             temperature_c=self.thermal.temperature_c, power_w=power,
-            core_busy_cycles=[0] * cores, extra=extra))
+            core_busy_cycles=[0] * cores, extra=extra,
+            writeback_bytes=self.memory.writeback_bytes - wb0))
 
     def _core(self, core: int, tiles: list[Tile], k: Kernel, factor: float,
               busy: list[int]) -> Iterator[simpy.Event]:

@@ -121,6 +121,10 @@ class MemorySystem:
         self.l1_latency = m.l1.latency_cycles
         self._layouts: dict[str, BlockLayout] = {}
         self.hbm_written_tensors: set[str] = set()
+        #: Bytes of L2 blocks that became dirty (each is written back to HBM once, later)
+        #: and bytes written back; a kernel's deltas attribute write-backs to the writer.
+        self.dirtied_bytes = 0
+        self.writeback_bytes = 0
 
     # -- layout ----------------------------------------------------------------------
     def layout(self, ref: TensorRef) -> BlockLayout:
@@ -164,14 +168,17 @@ class MemorySystem:
         if ent is not None:
             self.l2.move_to_end(key)
             if dirty:
+                self.dirtied_bytes += 0 if ent[1] else ent[0]
                 ent[1] = 1
             return
         self.l2[key] = [nbytes, int(dirty)]
         self.l2_used += nbytes
+        self.dirtied_bytes += nbytes if dirty else 0
         while self.l2_used > self.l2_capacity and len(self.l2) > 1:
             old, (nb, d) = self.l2.popitem(last=False)
             self.l2_used -= nb
             if d:                       # write-back of a dirty block
+                self.writeback_bytes += nb
                 hbm[self._channel(old)] += nb
                 c.bytes["l2"] += nb
                 c.bytes["hbm"] += nb
@@ -267,6 +274,7 @@ class MemorySystem:
         hbm = [0] * len(self.channels)
         for key, ent in self.l2.items():
             if ent[1]:
+                self.writeback_bytes += ent[0]
                 hbm[self._channel(key)] += ent[0]
                 self.counters.bytes["l2"] += ent[0]
                 self.counters.bytes["hbm"] += ent[0]
@@ -285,6 +293,7 @@ class MemorySystem:
             for key, _ in self.region_blocks([(ref, 0, ref.rows, 0, ref.cols)]):
                 ent = self.l2.get(key)
                 if ent is not None and ent[1]:
+                    self.writeback_bytes += ent[0]
                     hbm[self._channel(key)] += ent[0]
                     byts["l2"] += ent[0]
                     byts["hbm"] += ent[0]
