@@ -52,17 +52,17 @@ from typing import Any
 
 import numpy as np
 
-from .._registry import (
-    DeviceExtension,
-    ExtensionId,
-    ensure_extension,
-)
 from ..emulator.frontend_model import (
     accumulate_tiles,
     adc_quantize,
     adc_range,
     dac_quantize,
     dac_range,
+)
+from ..registry import (
+    DeviceExtension,
+    ExtensionId,
+    ensure_extension,
 )
 from ._offchip import product_operands, run_offchip_unit, write_product
 

@@ -64,11 +64,6 @@ from typing import Any
 
 import numpy as np
 
-from .._registry import (
-    DeviceExtension,
-    ExtensionId,
-    ensure_extension,
-)
 from ..emulator.enums import StrNamedEnum
 from ..emulator.frontend_model import (
     PhotonicCore,
@@ -81,6 +76,11 @@ from ..emulator.frontend_model import (
     dac_range,
     frontend_matvec_cycles,
     quantize_weights,
+)
+from ..registry import (
+    DeviceExtension,
+    ExtensionId,
+    ensure_extension,
 )
 from ._offchip import product_operands, run_offchip_unit, write_product
 

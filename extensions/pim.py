@@ -79,12 +79,6 @@ from typing import Any
 
 import numpy as np
 
-from .._registry import (
-    DeviceExtension,
-    ExtensionId,
-    consumers,
-    ensure_extension,
-)
 from ..emulator.config import DeviceSpec
 from ..emulator.cycles import vector_op_cycles
 from ..emulator.enums import StrNamedEnum
@@ -108,6 +102,12 @@ from ..emulator.pim_model import (
 )
 from ..graph import Graph
 from ..graph import Op as GraphOp
+from ..registry import (
+    DeviceExtension,
+    ExtensionId,
+    consumers,
+    ensure_extension,
+)
 
 __all__ = ["PIMType", "PIMOpType", "ElementwiseOp", "Op", "PIMOperation", "PIMKernelType",
            "PIMKernel", "PIMConfig", "PIMResult", "pim_execute", "unit_commands",

@@ -51,13 +51,6 @@ from typing import Any
 
 import numpy as np
 
-from .._registry import (
-    DeviceExtension,
-    ExtensionId,
-    chain_head,
-    ensure_extension,
-    match_chain,
-)
 from ..emulator.config import DeviceSpec
 from ..emulator.counters import Counters
 from ..emulator.cycles import vector_op_cycles
@@ -74,7 +67,14 @@ from ..emulator.extension_kernels import (
 from ..emulator.golden import round_to_precision
 from ..emulator.kernels import TensorRef, VectorKernel
 from ..graph import DTYPE_BYTES, Graph, GraphBuilder, Op
-from ..lowering import _Storage, lower_op
+from ..lowering import Storage, lower_op
+from ..registry import (
+    DeviceExtension,
+    ExtensionId,
+    chain_head,
+    ensure_extension,
+    match_chain,
+)
 
 __all__ = ["AttentionPattern", "AttentionConfig", "AttentionResult", "multi_head_attention",
            "attention_reference", "attention_mask", "multi_head_attention_impl",
@@ -639,7 +639,7 @@ def multi_head_attention(ctx: Any, queries: np.ndarray, keys: np.ndarray, values
     p_ = gb.op("softmax", f"mha{n}.softmax", [s_], **attrs)
     o_ = gb.op("bmm", f"mha{n}.context", [p_, tv])
     graph = gb.graph()
-    st = _Storage(graph)
+    st = Storage(graph)
     e = DTYPE_BYTES[dtype]
     shape = _Shape(bh, sq, skv, d, d, e, e, prec)
     operation = "self_attention_sparse" if sparse else (

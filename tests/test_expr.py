@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from wia_hw._expr import MAX_LENGTH, MAX_NODES, ExprError, compile_expr, evaluate_expr
+from wia_hw.registry._expr import MAX_LENGTH, MAX_NODES, ExprError, compile_expr, evaluate_expr
 
 ENV = {"M": 100, "N": 48, "K": 64, "tile": 16, "r": 2.5}
 
@@ -111,7 +111,7 @@ def test_a_name_bound_to_a_non_number_is_refused():
 def test_no_eval_anywhere_in_the_evaluator():
     import inspect
 
-    import wia_hw._expr as mod
+    import wia_hw.registry._expr as mod
 
     src = inspect.getsource(mod)
     assert "eval(" not in src.replace("_eval(", "").replace(".evaluate(", "") \

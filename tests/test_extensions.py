@@ -20,11 +20,12 @@ from wia_hw import (
     list_extensions,
     load_extension,
     register_device_extension,
+    registry,
     unregister_device_extension,
 )
-from wia_hw import _registry as registry
 from wia_hw.cli import cli
 from wia_hw.graph import GraphBuilder
+from wia_hw.registry import _modules
 from wia_hw.workloads import gemm
 
 BUILTINS = ("analog", "photonic", "pim", "transformer_engine")
@@ -373,8 +374,8 @@ def test_entry_point_extension(tmp_path, monkeypatch):
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
     ep = metadata.EntryPoint("thirdparty", "thirdparty_npu", registry.ENTRY_POINT_GROUP)
-    real = registry._entry_points
-    monkeypatch.setattr(registry, "_entry_points",
+    real = _modules.entry_points
+    monkeypatch.setattr(_modules, "entry_points",
                         lambda group: [ep] if group == registry.ENTRY_POINT_GROUP
                         else real(group))
     assert "thirdparty" in list_extensions()
@@ -391,7 +392,7 @@ def test_impl_from_an_operation_entry_point(tmp_path, monkeypatch):
                                         "    return None\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     ep = metadata.EntryPoint("my_fn", "opsmod:fn", registry.OPERATION_ENTRY_POINT_GROUP)
-    monkeypatch.setattr(registry, "_entry_points", lambda group: [ep] if group ==
+    monkeypatch.setattr(_modules, "entry_points", lambda group: [ep] if group ==
                         registry.OPERATION_ENTRY_POINT_GROUP else [])
     p = write(tmp_path, "e.yaml", """\
         schema_version: 1

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from wia_hw.emulator import pim_model as pm
 from wia_hw.rtl import BLOCKS, build, emit
 
-from wia_hw._cli_rtl import rtl
+from wia_hw.cli._rtl import rtl
 
 os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
 

@@ -12,15 +12,7 @@ The seed's C names map to these by dropping the ``wia_`` prefix (see API.md).
 
 from __future__ import annotations
 
-from ._registry import (
-    Capability,
-    DeviceExtension,
-    ExtensionId,
-    list_extensions,
-    load_extension,
-    register_device_extension,
-    unregister_device_extension,
-)
+from ._version import __version__
 from .emulator.config import ClusterSpec, DeviceSpec
 from .emulator.counters import Counter, Counters
 from .emulator.errors import SpecError, WiaError, WorkloadError
@@ -87,10 +79,17 @@ from .profiling import (
     stop_memory_profiling,
     stop_profiling,
 )
+from .registry import (
+    Capability,
+    DeviceExtension,
+    ExtensionId,
+    list_extensions,
+    load_extension,
+    register_device_extension,
+    unregister_device_extension,
+)
 from .runtime import Context, KernelTime, OpTime, RunResult, open_device, run
 from .spec import list_specs, load_spec
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ClusterSpec",

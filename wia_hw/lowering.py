@@ -48,7 +48,7 @@ from .graph import (
     is_view,
 )
 
-__all__ = ["lower", "lower_op", "choose_gemm_tiling", "VIEW_KINDS", "Provider"]
+__all__ = ["lower", "lower_op", "choose_gemm_tiling", "VIEW_KINDS", "Provider", "Storage"]
 
 #: Op kinds that are views: no data moves, no kernel.
 VIEW_KINDS = ("reshape", "identity")
@@ -60,7 +60,7 @@ _VCLASS = {
 }
 
 #: A provider lowers one op to kernels (the extension registry adds more).
-Provider = Callable[[Op, Graph, DeviceSpec, "_Storage"], list[Kernel]]
+Provider = Callable[[Op, Graph, DeviceSpec, "Storage"], list[Kernel]]
 
 
 def _precision_of(dtype: str) -> str:
@@ -135,8 +135,9 @@ def choose_gemm_tiling(spec: DeviceSpec, batch: int, m: int, n: int, k: int,
 
 
 @dataclass
-class _Storage:
-    """Maps graph tensor names to the storage they live in (views share storage)."""
+class Storage:
+    """Maps graph tensor names to the storage they live in (views share storage); the
+    ``storage`` argument every lowering function (built-in or extension) receives."""
 
     graph: Graph
 
@@ -163,7 +164,7 @@ class _Storage:
                          self.offset(tensor))
 
 
-def _gemm_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: _Storage) -> list[Kernel]:
+def _gemm_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[Kernel]:
     ins, outs = graph.shapes_of(op)
     batch, m, n, k = gemm_dims(op, ins)
     ta, tb_ = graph.tensors[op.inputs[0]], graph.tensors[op.inputs[1]]
@@ -207,7 +208,7 @@ def _gemm_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: _Storage) -> list[K
         b_transposed=transposed, tiling=tiling)]
 
 
-def _vector_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: _Storage) -> list[Kernel]:
+def _vector_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[Kernel]:
     ins, outs = graph.shapes_of(op)
     out_t = graph.tensors[op.outputs[0]]
     if op.kind in UNARY_KINDS:
@@ -242,7 +243,7 @@ def _vector_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: _Storage) -> list
         rows_per_tile=rpt)]
 
 
-def _builtin(op: Op, graph: Graph, spec: DeviceSpec, st: _Storage) -> list[Kernel]:
+def _builtin(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[Kernel]:
     ins = [graph.tensors[i].shape for i in op.inputs]
     if op.kind in VIEW_KINDS or is_view(op, ins):
         offset = 0
@@ -257,7 +258,7 @@ def _builtin(op: Op, graph: Graph, spec: DeviceSpec, st: _Storage) -> list[Kerne
     return _vector_kernel(op, graph, spec, st)
 
 
-def lower_op(op: Op, graph: Graph, spec: DeviceSpec, storage: _Storage,
+def lower_op(op: Op, graph: Graph, spec: DeviceSpec, storage: Storage,
              providers: dict[str, tuple[str, Provider]] | None = None) -> list[Kernel]:
     """Kernels of one op. ``providers`` maps op kinds (or op names) to an extension's
     ``(extension id, lowering function)``; the default is the built-in lowering.
@@ -288,5 +289,5 @@ def lower(graph: Graph, spec: DeviceSpec,
           providers: dict[str, tuple[str, Provider]] | None = None
           ) -> list[tuple[Op, list[Kernel]]]:
     """Every op of ``graph`` with its kernels, in execution order."""
-    st = _Storage(graph)
+    st = Storage(graph)
     return [(op, lower_op(op, graph, spec, st, providers)) for op in graph.ops]

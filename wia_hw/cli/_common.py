@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import click
 import yaml
 
-from .spec import DEFAULT_DEVICE, parse_override
+from ..spec import DEFAULT_DEVICE, parse_override
 
 __all__ = ["builder_args", "spec_overrides", "workload_options"]
 

@@ -21,17 +21,17 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from ._registry import (
+from ..emulator.errors import SpecError, WiaError
+from ..registry import (
     ExtensionId,
-    _manifests,
     extension_dirs,
+    find_extensions,
     list_extensions,
     load_extension,
     register_device_extension,
 )
-from .emulator.errors import SpecError, WiaError
-from .runtime import RunResult, open_device
-from .spec import DEFAULT_DEVICE, parse_override
+from ..runtime import RunResult, open_device
+from ..spec import DEFAULT_DEVICE, parse_override
 
 __all__ = ["ext", "print_extension_summary"]
 
@@ -55,7 +55,7 @@ def ext_list() -> None:
     t = Table()
     for col in ("id", "version", "source", "capabilities", "operations"):
         t.add_column(col)
-    where = _manifests()
+    where = find_extensions()
     for name in list_extensions():
         try:
             e = load_extension(name)
@@ -160,7 +160,7 @@ def ext_register(file: Path, device: str, others: tuple[str, ...], sets: tuple[s
                             file=str(file)) from None
         click.echo(f"installed as {dest}")
     if workload is not None:
-        from .cli import print_run
+        from ._run import print_run
 
         r = ctx.run(workload, batch=batch, seq=seq)
         console = Console(width=140)

@@ -15,9 +15,8 @@ from typing import Any
 
 import click
 
-from ._cli_common import builder_args, spec_overrides, workload_options
-from .emulator.errors import WiaError
-from .profiling import (
+from ..emulator.errors import WiaError
+from ..profiling import (
     AnalysisConfig,
     ProfileMode,
     ProfilingConfig,
@@ -30,7 +29,8 @@ from .profiling import (
     start_profiling,
     stop_profiling,
 )
-from .runtime import open_device
+from ..runtime import open_device
+from ._common import builder_args, spec_overrides, workload_options
 
 __all__ = ["profile"]
 

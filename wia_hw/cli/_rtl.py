@@ -37,7 +37,7 @@ def rtl() -> None:
 @rtl.command(name="list")
 def list_blocks() -> None:
     """List the blocks, their parameters and defaults."""
-    from .rtl import BLOCKS
+    from ..rtl import BLOCKS
 
     for name, info in BLOCKS.items():
         click.echo(f"{name}: {info.summary}")
@@ -53,7 +53,7 @@ def list_blocks() -> None:
               default=Path("."), show_default=True, help="Directory to write BLOCK.v into.")
 def emit_cmd(block: str, params: tuple[str, ...], outdir: Path) -> None:
     """Write the Verilog of BLOCK (see `wia-hw rtl list`) to OUTDIR/BLOCK.v."""
-    from .rtl import BLOCKS, emit
+    from ..rtl import BLOCKS, emit
 
     if block not in BLOCKS:
         raise click.BadParameter(f"unknown block {block!r}; choose from {', '.join(BLOCKS)}",

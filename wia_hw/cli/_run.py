@@ -1,52 +1,25 @@
-"""The ``wia-hw`` command line.
-
-``wia-hw run WORKLOAD`` runs a model on an emulated device and prints the seed's
-section 8.7 breakdown, totals, utilisation and hardware counters; ``wia-hw specs``
-lists, shows and validates device specs. Bad input exits with status 2 and one line
-on stderr naming what is wrong.
+"""``wia-hw run WORKLOAD``: run a model on an emulated device and print the seed's
+section 8.7 breakdown, totals, utilisation and hardware counters (:func:`print_run`).
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 from rich.console import Console
 from rich.table import Table
 
-from ._cli_common import builder_args, spec_overrides, workload_options
-from ._cli_ext import ext
-from ._cli_profile import profile
-from ._cli_rtl import rtl
-from ._registry import register_device_extension
-from .emulator.config import ClusterSpec, DeviceSpec, to_mapping
-from .emulator.errors import WiaError
-from .runtime import RunResult, open_device
-from .spec import list_specs, load_spec
+from ..emulator.errors import WiaError
+from ..registry import register_device_extension
+from ..runtime import RunResult, open_device
+from ..spec import load_spec
+from ._common import builder_args, spec_overrides, workload_options
 
-__all__ = ["main", "cli", "print_run"]
-
-
-class _Cli(click.Group):
-    """Turns every WiaError into one line on stderr and exit status 2."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except WiaError as e:
-            click.echo(f"wia-hw: error: {e}", err=True)
-            ctx.exit(2)
-
-
-@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="wia-hw")
-def cli() -> None:
-    """wia-hw: an open, verifiable AI-accelerator stack (WIA-AI-011 chapter 8)."""
+__all__ = ["run_cmd", "print_run"]
 
 
 def _progress(console: Console) -> tuple[Callable[[int, int, str], None], Callable[[], None]]:
@@ -145,7 +118,7 @@ def _peak_bw(r: RunResult) -> str:
         return "?"
 
 
-@cli.command("run")
+@click.command("run")
 @workload_options
 @click.option("--phase", type=click.Choice(["prefill", "decode"]), default=None,
               help="GPT-2: prefill or decode.")
@@ -192,71 +165,3 @@ def run_cmd(workload: str, device: str, batch: int | None, seq: int | None,
             click.echo(text)
         return
     print_run(r, Console(), top)
-
-
-@cli.group("specs")
-def specs_group() -> None:
-    """List, show and validate device specs."""
-
-
-@specs_group.command("list")
-def specs_list() -> None:
-    """The built-in specs with their peak figures."""
-    t = Table()
-    names = list_specs()
-    t.add_column("name", no_wrap=True, min_width=max(map(len, names)))
-    t.add_column("kind", no_wrap=True, min_width=len("cluster x16"))
-    for col in ("FP16 TFLOPS", "INT8 TOPS", "HBM GB/s"):
-        t.add_column(col, no_wrap=True, justify="right", min_width=6)
-    t.add_column("description", no_wrap=True, overflow="ellipsis", max_width=30)
-    for name in names:
-        s = load_spec(name)
-        d = s.device if isinstance(s, ClusterSpec) else s
-        n = s.devices if isinstance(s, ClusterSpec) else 1
-        t.add_row(name, f"cluster x{n}" if n > 1 else "device",
-                  f"{n * d.peak_flops('fp16') / 1e12:.1f}" if d.supports("fp16") else "-",
-                  f"{n * d.peak_flops('int8') / 1e12:.1f}" if d.supports("int8") else "-",
-                  f"{n * d.peak_bandwidth_gbs:.0f}", s.description)
-    Console().print(t)
-
-
-@specs_group.command("show")
-@click.argument("spec")
-@click.option("--set", "sets", multiple=True, metavar="PATH=VALUE")
-def specs_show(spec: str, sets: tuple[str, ...]) -> None:
-    """Print a spec as validated YAML, with its derived peak figures."""
-    s = load_spec(spec, spec_overrides(sets))
-    click.echo(yaml.safe_dump(to_mapping(s), sort_keys=False).rstrip())
-    d = s.device if isinstance(s, ClusterSpec) else s
-    assert isinstance(d, DeviceSpec)
-    click.echo("# derived:")
-    for prec in d.compute.array.macs_per_pe_cycle:
-        click.echo(f"#   peak {prec}: {d.peak_flops(prec) / 1e12:.2f} TFLOPS")
-    click.echo(f"#   HBM: {d.peak_bandwidth_gbs} GB/s; ridge point (fp16): "
-               f"{d.peak_flops('fp16') / (d.peak_bandwidth_gbs * 1e9):.1f} FLOP/byte"
-               if d.supports("fp16") else f"#   HBM: {d.peak_bandwidth_gbs} GB/s")
-
-
-@specs_group.command("validate")
-@click.argument("files", nargs=-1, required=True)
-def specs_validate(files: tuple[str, ...]) -> None:
-    """Validate spec files; prints one line per file, exits 2 on the first error."""
-    for f in files:
-        s = load_spec(f)
-        click.echo(f"{f}: ok ({type(s).__name__} {s.name!r})")
-
-
-cli.add_command(rtl)
-cli.add_command(ext)
-cli.add_command(profile)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``wia-hw`` console script."""
-    cli.main(args=argv, prog_name="wia-hw", standalone_mode=True)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
-
-

@@ -32,7 +32,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .emulator.errors import WiaError
+from ..emulator.errors import WiaError
 
 __all__ = ["Expr", "ExprError", "compile_expr", "evaluate_expr", "FUNCTIONS", "MAX_LENGTH",
            "MAX_NODES", "MAX_MAGNITUDE"]

@@ -48,7 +48,7 @@ array's or vector unit's energy). Names an expression may read: the tile's ``B``
 ``M``, ``N``, ``K`` and ``rate`` (the array's MACs per PE per cycle at the op's
 precision) for matmul, ``ROWS``, ``COLS``, ``ELEMENTS`` otherwise, ``E`` (bytes per
 input element), the extension's parameters and the device's ``array_rows``,
-``array_cols``, ``cores``, ``lanes``, ``clock_ghz``. See :mod:`wia_hw._expr`.
+``array_cols``, ``cores``, ``lanes``, ``clock_ghz``. See :mod:`wia_hw.registry._expr`.
 
 **Errors.** Every problem in a manifest is a :class:`~wia_hw.SpecError` reading
 ``file:line: field: message``: an unknown capability, an incompatible version, a
@@ -63,43 +63,28 @@ module.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import inspect
 import keyword
-import os
 import re
-import sys
-import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from importlib import metadata, resources
 from pathlib import Path
 from types import MappingProxyType, ModuleType
 from typing import Any
 
+from .._version import __version__
+from .._yaml import line_for, read_yaml_mapping
+from ..emulator.config import DeviceSpec
+from ..emulator.enums import StrNamedEnum
+from ..emulator.errors import SpecError
+from ..graph import BINARY_KINDS, GEMM_KINDS, OP_KINDS, UNARY_KINDS, Graph, Op
 from ._expr import Expr, ExprError, compile_expr
-from ._yaml import line_for, read_yaml_mapping
-from .emulator.config import DeviceSpec
-from .emulator.enums import StrNamedEnum
-from .emulator.errors import SpecError, WiaError
-from .graph import BINARY_KINDS, GEMM_KINDS, OP_KINDS, UNARY_KINDS, Graph, Op
+from ._modules import IDENTIFIER as _IDENT
+from ._modules import resolve_impl
 
-__all__ = [
-    "ExtensionId", "Capability", "Parameter", "Operation", "DeviceExtension",
-    "load_extension", "list_extensions", "register_device_extension",
-    "unregister_device_extension", "registered_extensions", "extension_dirs",
-    "ENTRY_POINT_GROUP", "OPERATION_ENTRY_POINT_GROUP", "PRIMITIVES", "SCHEMA_VERSION",
-    "consumers", "match_chain", "chain_head",
-]
+__all__ = ["ExtensionId", "Capability", "Parameter", "Operation", "DeviceExtension", "Impl",
+           "PRIMITIVES", "SCHEMA_VERSION", "from_data", "read_manifest", "version_satisfies"]
 
 SCHEMA_VERSION = 1
-#: Entry-point group through which installed packages provide extensions.
-ENTRY_POINT_GROUP = "wia_hw.extensions"
-#: Entry-point group of operation implementations (``impl: "entry-point:NAME"``).
-OPERATION_ENTRY_POINT_GROUP = "wia_hw.operations"
-#: Environment variable: extra directories (``os.pathsep``-separated) of user manifests.
-PATH_ENV = "WIA_HW_EXTENSION_PATH"
 
 
 _StrEnum = StrNamedEnum
@@ -148,7 +133,6 @@ PRIMITIVES: dict[str, tuple[str, ...]] = {
     "pool": ("maxpool", "avgpool", "global_avgpool"),
 }
 _PARAM_TYPES = {"int": int, "float": float, "bool": bool, "str": str}
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _VERSION = re.compile(r"^\d+(\.\d+){0,3}$")
 _CLAUSE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*(\d+(?:\.\d+){0,3})\s*$")
 _MATMUL_NAMES = ("B", "M", "N", "K", "E", "rate")
@@ -398,7 +382,7 @@ class DeviceExtension:
     def implementation(self, name: str) -> Callable[..., Any]:
         """The Python function of operation ``name`` (resolved and checked)."""
         op = self.operation(name)
-        return _resolve_impl(self, op)
+        return resolve_impl(self, op)
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest as plain data (what ``wia-hw ext show`` prints)."""
@@ -427,7 +411,7 @@ class DeviceExtension:
 
 # -- reading a manifest --------------------------------------------------------------
 
-def _read_manifest(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
+def read_manifest(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     return read_yaml_mapping(path, str(path), "an extension manifest")
 
 
@@ -572,7 +556,7 @@ def _parse_operations(raw: Any, params: Mapping[str, Parameter], caps: Sequence[
     return ops
 
 
-def _from_data(data: Mapping[str, Any], lines: Mapping[str, int], source: Path | None,
+def from_data(data: Mapping[str, Any], lines: Mapping[str, int], source: Path | None,
                values: Mapping[str, Any] | None, module_obj: ModuleType | None = None
                ) -> DeviceExtension:
     err = _Where(_path_name(source), lines)
@@ -591,7 +575,6 @@ def _from_data(data: Mapping[str, Any], lines: Mapping[str, int], source: Path |
     requires = data.get("requires") or {}
     if not isinstance(requires, Mapping):
         raise err("requires", f"must be a mapping like {{wia_hw: '>=0.1'}}, got {requires!r}")
-    from . import __version__
 
     for k, v in requires.items():
         if k != "wia_hw":
@@ -630,386 +613,5 @@ def _from_data(data: Mapping[str, Any], lines: Mapping[str, int], source: Path |
         ext = ext.with_parameters(values)
     for o in ext.operations:            # resolve every impl now: fail at load, not at run
         if not o.yaml_only:
-            _resolve_impl(ext, o)
+            resolve_impl(ext, o)
     return ext
-
-
-# -- modules and implementations -----------------------------------------------------
-
-_BUILTIN_PACKAGE = "wia_hw.extensions"
-
-
-def _builtin_dir() -> Path:
-    return Path(str(resources.files(_BUILTIN_PACKAGE)))
-
-
-def _load_module(ext: DeviceExtension) -> ModuleType:
-    """The extension's own module: a module of the built-in package, the entry point's
-    module, or ``<module>.py`` beside the manifest (loaded under a private name)."""
-    if ext.module_obj is not None:
-        return ext.module_obj
-    if ext.module is None:
-        raise ext.error("module", "the extension has no module")
-    src = ext.source
-    if src is not None and src.parent.resolve() == _builtin_dir().resolve():
-        return importlib.import_module(f"{_BUILTIN_PACKAGE}.{ext.module}")
-    if src is None:
-        raise ext.error("module", "an extension built in Python gives its functions "
-                        "directly")
-    file = src.parent / f"{ext.module}.py"
-    if not file.is_file():
-        raise ext.error("module", f"no module {file.name} beside the manifest")
-    name = f"wia_hw_ext_{ext.id}_{ext.module}"
-    mod = sys.modules.get(name)
-    if mod is not None and getattr(mod, "__file__", None) == str(file):
-        return mod
-    spec = importlib.util.spec_from_file_location(name, file)
-    if spec is None or spec.loader is None:   # pragma: no cover - a .py file always loads
-        raise ext.error("module", f"cannot load {file}")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    try:
-        spec.loader.exec_module(mod)
-    except Exception as e:
-        del sys.modules[name]
-        raise ext.error("module", f"importing {file.name} failed: {type(e).__name__}: "
-                        f"{e}") from None
-    return mod
-
-
-def _entry_points(group: str) -> list[metadata.EntryPoint]:
-    """Installed entry points of ``group`` (a seam for tests)."""
-    return list(metadata.entry_points(group=group))
-
-
-def _resolve_impl(ext: DeviceExtension, op: Operation) -> Callable[..., Any]:
-    f = f"operations.{op.index}.impl"
-    ref = op.impl
-    if callable(ref):
-        return ref
-    if not isinstance(ref, str):
-        raise ext.error(f, f"operation {op.name!r} has no implementation")
-    if ref.startswith("entry-point:"):
-        name = ref.split(":", 1)[1]
-        eps = [e for e in _entry_points(OPERATION_ENTRY_POINT_GROUP) if e.name == name]
-        if not eps:
-            raise ext.error(f, f"no installed entry point {name!r} in group "
-                            f"{OPERATION_ENTRY_POINT_GROUP!r}")
-        fn = eps[0].load()
-        if not callable(fn):
-            raise ext.error(f, f"entry point {name!r} is not callable")
-        return fn
-    if not _IDENT.match(ref):
-        raise ext.error(f, f"implementation reference {ref!r} points outside the "
-                        f"extension's module: give the name of a function defined in "
-                        f"{ext.module or 'its module'}.py (no dots, no module paths), or "
-                        f"'entry-point:NAME'")
-    mod = _load_module(ext)
-    fn = getattr(mod, ref, None)
-    if fn is None:
-        raise ext.error(f, f"module {mod.__name__} has no function {ref!r}")
-    if not inspect.isfunction(fn) or fn.__module__ != mod.__name__:
-        raise ext.error(f, f"implementation reference {ref!r} points outside the "
-                        f"extension's module: {ref!r} in {mod.__name__} is not a function "
-                        f"defined there (it comes from "
-                        f"{getattr(fn, '__module__', None) or type(fn).__name__})")
-    return fn
-
-
-# -- finding extensions --------------------------------------------------------------
-
-def extension_dirs() -> list[Path]:
-    """Directories searched for user manifests: ``$WIA_HW_EXTENSION_PATH``
-    (``os.pathsep``-separated) or, when unset, ``$XDG_CONFIG_HOME/wia-hw/extensions``
-    (``~/.config/wia-hw/extensions``). ``wia-hw ext register FILE`` installs there."""
-    env = os.environ.get(PATH_ENV)
-    if env is not None:
-        return [Path(p) for p in env.split(os.pathsep) if p]
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return [Path(base) / "wia-hw" / "extensions"]
-
-
-def _manifests() -> dict[str, tuple[str, Path | metadata.EntryPoint]]:
-    """id -> (kind, where) for every extension that can be loaded by name."""
-    found: dict[str, tuple[str, Path | metadata.EntryPoint]] = {}
-    for p in sorted(_builtin_dir().glob("*.yaml")):
-        found[p.stem] = ("builtin", p)
-    for d in extension_dirs():
-        if d.is_dir():
-            for p in sorted(d.glob("*.yaml")):
-                found.setdefault(p.stem, ("user", p))
-    for e in _entry_points(ENTRY_POINT_GROUP):
-        found.setdefault(e.name, ("entry point", e))
-    return found
-
-
-def list_extensions() -> list[str]:
-    """Ids of the extensions that :func:`load_extension` finds by name: the built-in
-    ones, manifests in :func:`extension_dirs`, and installed entry points."""
-    return sorted(_manifests())
-
-
-def _load_entry_point(ep: metadata.EntryPoint, values: Mapping[str, Any] | None
-                      ) -> DeviceExtension:
-    try:
-        mod = ep.load()
-    except Exception as e:
-        raise SpecError(f"entry point {ep.name!r} ({ep.value}) failed to load: "
-                        f"{type(e).__name__}: {e}") from None
-    if not isinstance(mod, ModuleType):
-        raise SpecError(f"entry point {ep.name!r} must name a module, got {ep.value!r}")
-    rel = getattr(mod, "WIA_HW_MANIFEST", None)
-    if rel is None or getattr(mod, "__file__", None) is None:
-        raise SpecError(f"entry point {ep.name!r}: module {mod.__name__} has no "
-                        "WIA_HW_MANIFEST (the path of its YAML manifest)")
-    path = (Path(mod.__file__).parent / str(rel)).resolve()
-    data, lines = _read_manifest(path)
-    return _from_data(data, lines, path, values, module_obj=mod)
-
-
-def load_extension(source: str | os.PathLike[str] | ExtensionId, *,
-                   parameters: Mapping[str, Any] | None = None) -> DeviceExtension:
-    """Load and validate an extension: a path to a YAML manifest, or the id of a
-    built-in, user-installed or entry-point extension (see :func:`list_extensions`).
-
-    ``parameters`` overrides parameter values (checked against type and range). Every
-    problem raises :class:`SpecError` naming the file, the line and the field.
-    """
-    if isinstance(source, ExtensionId):
-        source = source.value
-    text = os.fspath(source)
-    p = Path(text)
-    if p.suffix in (".yaml", ".yml") or os.sep in text or p.is_file():
-        if not p.is_file():
-            raise SpecError("no such extension manifest", file=text)
-        data, lines = _read_manifest(p)
-        return _from_data(data, lines, p, parameters)
-    found = _manifests().get(text)
-    if found is None:
-        raise SpecError(f"unknown extension {text!r} (known: {', '.join(list_extensions())}"
-                        f"; or give the path of a .yaml manifest)")
-    kind, where = found
-    if isinstance(where, Path):
-        data, lines = _read_manifest(where)
-        return _from_data(data, lines, where, parameters)
-    return _load_entry_point(where, parameters)
-
-
-# -- graph helpers (chains of ops) ---------------------------------------------------
-
-_CONSUMERS: weakref.WeakKeyDictionary[Graph, dict[str, list[Op]]] = \
-    weakref.WeakKeyDictionary()
-_PRODUCERS: weakref.WeakKeyDictionary[Graph, dict[str, Op]] = weakref.WeakKeyDictionary()
-
-
-def consumers(graph: Graph) -> dict[str, list[Op]]:
-    """Tensor name -> the ops that read it (cached per graph)."""
-    got = _CONSUMERS.get(graph)
-    if got is None:
-        got = {}
-        for o in graph.ops:
-            for i in dict.fromkeys(o.inputs):
-                got.setdefault(i, []).append(o)
-        _CONSUMERS[graph] = got
-    return got
-
-
-def _producers(graph: Graph) -> dict[str, Op]:
-    got = _PRODUCERS.get(graph)
-    if got is None:
-        got = {t: o for o in graph.ops for t in o.outputs}
-        _PRODUCERS[graph] = got
-    return got
-
-
-def match_chain(graph: Graph, head: Op, kinds: Sequence[Iterable[str]],
-                accept: Callable[[list[Op]], bool] | None = None) -> list[Op] | None:
-    """The chain of ops starting at ``head`` whose kinds match ``kinds`` (one set of
-    kinds per position) in which each op's result is read by the next op only (so it
-    never needs to reach memory); ``accept`` may reject a structurally matching chain.
-    ``None`` when there is no such chain."""
-    if head.kind not in kinds[0]:
-        return None
-    chain = [head]
-    cons = consumers(graph)
-    for want in kinds[1:]:
-        out = chain[-1].outputs[0]
-        readers = cons.get(out, [])
-        if len(readers) != 1 or readers[0].kind not in want:
-            return None
-        chain.append(readers[0])
-    if accept is not None and not accept(chain):
-        return None
-    return chain
-
-
-def chain_head(graph: Graph, op: Op, kinds: Sequence[Iterable[str]],
-               accept: Callable[[list[Op]], bool] | None = None) -> tuple[Op, int] | None:
-    """If ``op`` is a non-first member of a chain matching ``kinds``: (head, position)."""
-    prod = _producers(graph)
-    for pos in range(1, len(kinds)):
-        if op.kind not in kinds[pos]:
-            continue
-        cur = op
-        ok = True
-        for back in range(pos, 0, -1):      # walk back to the head
-            src = [prod[i] for i in cur.inputs if i in prod
-                   and prod[i].kind in kinds[back - 1]]
-            if not src:
-                ok = False
-                break
-            cur = src[0]
-        if ok:
-            chain = match_chain(graph, cur, kinds, accept)
-            if chain is not None and len(chain) > pos and chain[pos] is op:
-                return cur, pos
-    return None
-
-
-# -- registration ----------------------------------------------------------------------
-
-@dataclass
-class _Entry:
-    ext: str
-    operation: str
-    fn: Callable[[Op, Graph, DeviceSpec, Any], Any]
-    explicit: bool
-
-
-class _Dispatch:
-    """The provider bound to one op kind (or name): tries the claiming operations in
-    registration order; kernels are stamped with the extension that made them."""
-
-    def __init__(self) -> None:
-        self.entries: list[_Entry] = []
-
-    def __call__(self, op: Op, graph: Graph, spec: DeviceSpec, storage: Any
-                 ) -> list[Any] | None:
-        for e in self.entries:
-            kernels = e.fn(op, graph, spec, storage)
-            if kernels is not None:
-                return [k if getattr(k, "provider", "builtin") != "builtin"
-                        else replace(k, provider=e.ext) for k in kernels]
-        return None
-
-
-def registered_extensions(ctx: Any) -> dict[str, DeviceExtension]:
-    """The extensions registered on ``ctx``, by id."""
-    return {k: v for k, v in ctx.extensions.items() if isinstance(v, DeviceExtension)}
-
-
-def _bind(ext: DeviceExtension, op: Operation) -> Callable[[Op, Graph, DeviceSpec, Any], Any]:
-    if op.yaml_only:
-        from ._yaml_ops import yaml_operation_provider
-
-        return yaml_operation_provider(ext, op)
-    fn = _resolve_impl(ext, op)
-
-    def provider(o: Op, graph: Graph, spec: DeviceSpec, storage: Any) -> Any:
-        return fn(o, graph, spec, storage, ext)
-
-    provider.__name__ = f"{ext.id}.{op.name}"
-    return provider
-
-
-def register_device_extension(ctx: Any, ext: DeviceExtension | str | os.PathLike[str], *,
-                              parameters: Mapping[str, Any] | None = None
-                              ) -> DeviceExtension:
-    """Register ``ext`` on the context ``ctx`` (the seed's
-    ``wia_register_device_extension``): its operations become providers of the graph op
-    kinds and names they claim (:func:`wia_hw.lowering.lower_op`), and
-    ``ctx.extensions[id]`` holds it.
-
-    ``ext`` may be a :class:`DeviceExtension`, a manifest path or an extension id.
-    Raises :class:`SpecError` naming the manifest and field when the id is already
-    registered, when an operation name is already registered by another extension, or
-    when another extension already claims one of the op kinds or names it claims.
-    Returns the registered extension (with ``parameters`` applied).
-    """
-    if not isinstance(ext, DeviceExtension):
-        ext = load_extension(ext, parameters=parameters)
-    elif parameters:
-        ext = ext.with_parameters(parameters)
-    have = registered_extensions(ctx)
-    if ext.id in ctx.extensions:
-        raise ext.error("extension_id", f"extension {ext.id!r} is already registered on "
-                        "this context")
-    names = {o.name: e for e in have.values() for o in e.operations}
-    for o in ext.operations:
-        if o.name in names:
-            other = names[o.name]
-            raise ext.error(f"operations.{o.index}.name", f"operation {o.name!r} is already "
-                            f"registered by extension {other.id!r} ({other.file})")
-    bindings: list[tuple[str, Operation, bool]] = []
-    for o in ext.operations:
-        for c in o.claims:
-            bindings.append((c, o, True))
-        for kinds in o.chain_kinds()[1:]:
-            for k in kinds:
-                bindings.append((k, o, False))
-    providers = ctx.providers
-    for key, o, explicit in bindings:     # check every claim before changing anything
-        if not explicit:
-            continue
-        cur = providers.get(key)
-        if cur is None:
-            continue
-        owner, fn = cur
-        holders = [e for e in fn.entries if e.explicit and e.ext != ext.id] \
-            if isinstance(fn, _Dispatch) else [_Entry(owner, "?", fn, True)]
-        if holders:
-            h = holders[0]
-            j = o.claims.index(key)
-            what = "op name" if "." in key else "op kind"
-            by = f" (operation {h.operation!r})" if h.operation != "?" else ""
-            raise ext.error(f"operations.{o.index}.claims.{j}",
-                            f"{what} {key!r} is already claimed by extension {h.ext!r}{by}; "
-                            "one op has one provider (unregister the other extension first)")
-    fns = {o.name: _bind(ext, o) for o in ext.operations if o.claims}
-    for key, o, explicit in bindings:
-        if o.name not in fns:
-            continue
-        cur = providers.get(key)
-        if cur is not None and not isinstance(cur[1], _Dispatch):
-            disp = _Dispatch()
-            disp.entries.append(_Entry(cur[0], "?", cur[1], True))
-        elif cur is not None:
-            disp = cur[1]
-        else:
-            disp = _Dispatch()
-        if any(e.ext == ext.id and e.operation == o.name for e in disp.entries):
-            continue
-        disp.entries.append(_Entry(ext.id, o.name, fns[o.name], explicit))
-        # explicit claims are tried before implicit (fused-tail) ones
-        disp.entries.sort(key=lambda e: not e.explicit)
-        providers[key] = (disp.entries[0].ext, disp)
-    ctx.extensions[ext.id] = ext
-    return ext
-
-
-
-def ensure_extension(ctx: Any, ext_id: ExtensionId | str) -> DeviceExtension:
-    """The extension ``ext_id`` registered on ``ctx``, registering it first if needed
-    (what a seed call such as ``wia_pim_execute(ctx, ...)`` implies)."""
-    key = ext_id.value if isinstance(ext_id, ExtensionId) else str(ext_id)
-    ext = ctx.extensions.get(key)
-    if ext is None:
-        ext = register_device_extension(ctx, load_extension(ext_id))
-    return ext
-
-def unregister_device_extension(ctx: Any, ext_id: str | ExtensionId) -> None:
-    """Remove an extension (and every claim it made) from ``ctx``."""
-    key_id = str(ext_id)
-    if key_id not in ctx.extensions:
-        raise WiaError(f"extension {key_id!r} is not registered on this context")
-    del ctx.extensions[key_id]
-    for key in list(ctx.providers):
-        owner, fn = ctx.providers[key]
-        if isinstance(fn, _Dispatch):
-            fn.entries = [e for e in fn.entries if e.ext != key_id]
-            if fn.entries:
-                ctx.providers[key] = (fn.entries[0].ext, fn)
-            else:
-                del ctx.providers[key]
-        elif owner == key_id:
-            del ctx.providers[key]

@@ -16,14 +16,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from ..emulator.config import DeviceSpec
+from ..emulator.errors import WorkloadError
+from ..emulator.extension_kernels import CostedKernel
+from ..emulator.kernels import GemmKernel, TensorRef, VectorKernel
+from ..graph import Graph, Op, is_view
+from ..lowering import VIEW_KINDS, lower_op
+from ._chains import chain_head, match_chain
 from ._expr import ExprError
-from ._registry import DeviceExtension, Operation, chain_head, match_chain
-from .emulator.config import DeviceSpec
-from .emulator.errors import WorkloadError
-from .emulator.extension_kernels import CostedKernel
-from .emulator.kernels import GemmKernel, TensorRef, VectorKernel
-from .graph import Graph, Op, is_view
-from .lowering import VIEW_KINDS, lower_op
+from ._manifest import DeviceExtension, Operation
 
 __all__ = ["yaml_operation_provider"]
 

@@ -1,0 +1,144 @@
+"""The package layout: no import circles, and extensions and the emulator reach each
+other and the runtime only through public names.
+
+The import graph is read from the source with :mod:`ast` (every ``import`` statement,
+module-level or inside a function, except those under ``if TYPE_CHECKING:``), so a
+circle that only closes at call time is found too.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+PACKAGES = ("wia_hw", "wia_hw.emulator", "wia_hw.extensions", "wia_hw.rtl")
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Module name -> (source file, is a package) for every module of the distribution."""
+    out: dict[str, tuple[Path, bool]] = {}
+    for name in PACKAGES:
+        pkg = importlib.import_module(name)
+        out[name] = (Path(pkg.__file__), True)
+        for info in pkgutil.walk_packages(pkg.__path__, name + "."):
+            spec = importlib.util.find_spec(info.name)
+            assert spec is not None and spec.origin is not None
+            out[info.name] = (Path(spec.origin), info.ispkg)
+    return out
+
+
+def _type_checking_lines(tree: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for sub in node.body:
+                for n in ast.walk(sub):
+                    if hasattr(n, "lineno"):
+                        lines.add(n.lineno)
+    return lines
+
+
+def _imports(name: str, file: Path, is_pkg: bool, known: set[str]
+             ) -> list[tuple[str, list[str], int]]:
+    """(imported module, names imported from it, line) for each import of ``name``."""
+    tree = ast.parse(file.read_text(), str(file))
+    skip = _type_checking_lines(tree)
+    package = name if is_pkg else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            out += [(a.name, [], node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            names = [a.name for a in node.names]
+            subs = [f"{mod}.{n}" for n in names if f"{mod}.{n}" in known]
+            rest = [n for n in names if f"{mod}.{n}" not in known]
+            out += [(s, [], node.lineno) for s in subs]
+            if rest:
+                out.append((mod, rest, node.lineno))
+    return [(m, ns, ln) for m, ns, ln in out if m in known]
+
+
+MODULES = _modules()
+GRAPH = {m: _imports(m, f, p, set(MODULES)) for m, (f, p) in MODULES.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_layout_has_the_expected_packages():
+    for name in ("wia_hw.cli._run", "wia_hw.cli._specs", "wia_hw.cli._ext",
+                 "wia_hw.cli._profile", "wia_hw.cli._rtl", "wia_hw.registry._manifest",
+                 "wia_hw.registry._expr", "wia_hw.registry._yaml_ops",
+                 "wia_hw.registry._dispatch", "wia_hw.registry._sources"):
+        assert name in MODULES
+
+
+def test_cycle_finder_finds_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circles():
+    graph = {m: {dep for dep, _, _ in deps if dep != m} for m, deps in GRAPH.items()}
+    assert _cycles(graph) == []
+
+
+@pytest.mark.parametrize("package", ["wia_hw.extensions", "wia_hw.emulator"])
+def test_private_names_stay_inside_their_package(package):
+    """A module of ``package`` imports no ``_private`` name or module from outside it."""
+    bad = []
+    for m, deps in GRAPH.items():
+        if not (m == package or m.startswith(package + ".")):
+            continue
+        for dep, names, line in deps:
+            if dep == package or dep.startswith(package + "."):
+                continue
+            private = [n for n in names if n.startswith("_")]
+            if any(p.startswith("_") for p in dep.split(".")):
+                private.append(dep)
+            bad += [f"{MODULES[m][0].name}:{line}: {p}" for p in private]
+    assert bad == []

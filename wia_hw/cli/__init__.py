@@ -1,0 +1,51 @@
+"""The ``wia-hw`` command line: one module per command group.
+
+``wia-hw run WORKLOAD`` runs a model on an emulated device and prints the seed's
+section 8.7 breakdown (:mod:`._run`); ``specs`` lists, shows and validates device specs
+(:mod:`._specs`); ``ext`` lists, shows, validates and registers device extensions
+(:mod:`._ext`); ``profile`` profiles a workload (:mod:`._profile`); ``rtl`` lists the RTL
+blocks and emits their Verilog (:mod:`._rtl`). Options shared by several commands live
+in :mod:`._common`. Bad input exits with status 2 and one line on stderr naming what is
+wrong (every :class:`~wia_hw.WiaError` becomes that line).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..emulator.errors import WiaError
+from ._ext import ext
+from ._profile import profile
+from ._rtl import rtl
+from ._run import print_run, run_cmd
+from ._specs import specs
+
+__all__ = ["main", "cli", "print_run"]
+
+
+class _Cli(click.Group):
+    """Turns every WiaError into one line on stderr and exit status 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except WiaError as e:
+            click.echo(f"wia-hw: error: {e}", err=True)
+            ctx.exit(2)
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="wia-hw")
+def cli() -> None:
+    """wia-hw: an open, verifiable AI-accelerator stack (WIA-AI-011 chapter 8)."""
+
+
+for _command in (run_cmd, specs, rtl, ext, profile):
+    cli.add_command(_command)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``wia-hw`` console script."""
+    cli.main(args=argv, prog_name="wia-hw", standalone_mode=True)

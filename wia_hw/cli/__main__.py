@@ -1,0 +1,5 @@
+"""``python -m wia_hw.cli``: the ``wia-hw`` command line."""
+
+from . import main
+
+main()

@@ -1,0 +1,66 @@
+"""``wia-hw specs``: list, show and validate device specs."""
+
+from __future__ import annotations
+
+import click
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from ..emulator.config import ClusterSpec, DeviceSpec, to_mapping
+from ..spec import list_specs, load_spec
+from ._common import spec_overrides
+
+__all__ = ["specs"]
+
+
+@click.group("specs")
+def specs() -> None:
+    """List, show and validate device specs."""
+
+
+@specs.command("list")
+def specs_list() -> None:
+    """The built-in specs with their peak figures."""
+    t = Table()
+    names = list_specs()
+    t.add_column("name", no_wrap=True, min_width=max(map(len, names)))
+    t.add_column("kind", no_wrap=True, min_width=len("cluster x16"))
+    for col in ("FP16 TFLOPS", "INT8 TOPS", "HBM GB/s"):
+        t.add_column(col, no_wrap=True, justify="right", min_width=6)
+    t.add_column("description", no_wrap=True, overflow="ellipsis", max_width=30)
+    for name in names:
+        s = load_spec(name)
+        d = s.device if isinstance(s, ClusterSpec) else s
+        n = s.devices if isinstance(s, ClusterSpec) else 1
+        t.add_row(name, f"cluster x{n}" if n > 1 else "device",
+                  f"{n * d.peak_flops('fp16') / 1e12:.1f}" if d.supports("fp16") else "-",
+                  f"{n * d.peak_flops('int8') / 1e12:.1f}" if d.supports("int8") else "-",
+                  f"{n * d.peak_bandwidth_gbs:.0f}", s.description)
+    Console().print(t)
+
+
+@specs.command("show")
+@click.argument("spec")
+@click.option("--set", "sets", multiple=True, metavar="PATH=VALUE")
+def specs_show(spec: str, sets: tuple[str, ...]) -> None:
+    """Print a spec as validated YAML, with its derived peak figures."""
+    s = load_spec(spec, spec_overrides(sets))
+    click.echo(yaml.safe_dump(to_mapping(s), sort_keys=False).rstrip())
+    d = s.device if isinstance(s, ClusterSpec) else s
+    assert isinstance(d, DeviceSpec)
+    click.echo("# derived:")
+    for prec in d.compute.array.macs_per_pe_cycle:
+        click.echo(f"#   peak {prec}: {d.peak_flops(prec) / 1e12:.2f} TFLOPS")
+    click.echo(f"#   HBM: {d.peak_bandwidth_gbs} GB/s; ridge point (fp16): "
+               f"{d.peak_flops('fp16') / (d.peak_bandwidth_gbs * 1e9):.1f} FLOP/byte"
+               if d.supports("fp16") else f"#   HBM: {d.peak_bandwidth_gbs} GB/s")
+
+
+@specs.command("validate")
+@click.argument("files", nargs=-1, required=True)
+def specs_validate(files: tuple[str, ...]) -> None:
+    """Validate spec files; prints one line per file, exits 2 on the first error."""
+    for f in files:
+        s = load_spec(f)
+        click.echo(f"{f}: ok ({type(s).__name__} {s.name!r})")
