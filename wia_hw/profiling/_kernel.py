@@ -1,13 +1,14 @@
 """Kernel-level analysis (the seed's section 8.3): ``KernelProfile`` and ``profile_kernel``.
 
 Assessment rules. The seed's thresholds are kept (utilisation below 50 %, bandwidth
-above 90 % of peak, occupancy below 50 %), but a kernel is classified by where it sits
-against the roofline, not by its utilisation: low compute utilisation does not make a
-kernel compute-bound. Each ceiling (the compute peak, and each memory level's bandwidth
-times the kernel's intensity at that level) sets a floor on its time; the ceiling with
-the largest floor binds (:func:`._metrics.roofline_bound`). A memory-bound kernel with
-low utilisation is expected; a compute-bound one with low utilisation is losing time to
-something else, and the assessment says what (stalls, PE mapping, idle cores).
+above 90 % of peak, occupancy below 50 %), but a kernel is classified by the bound model
+(:mod:`._bounds`), not by its utilisation: every ceiling (compute at the kernel's
+precision or vector-op class, the array pipeline, parallelism over the cores, each memory
+level) sets a floor on its time, the ceiling with the largest floor binds, and a kernel
+reaching under half of it is latency-bound, with the measured cause. "Low utilisation
+is expected" is said only of a memory-bound kernel (at least half its memory roof) and
+of vector work; the advice follows the bound: vector, array mapping, memory, pipeline,
+parallelism or latency.
 """
 
 from __future__ import annotations
@@ -25,17 +26,24 @@ from ..emulator.device import KernelRecord
 from ..emulator.errors import WorkloadError
 from ..emulator.kernels import GemmKernel, TiledKernel, VectorKernel
 from ..graph import DTYPE_BYTES, Graph, GraphBuilder
+from ._bounds import (
+    CEILING_NAMES,
+    LATENCY_BOUND_PCT,
+    MEMORY_CEILINGS,
+    binding_ceiling,
+    floors_cycles,
+    latency_cause,
+    unit_floors,
+)
 from ._metrics import (
     LEVEL_NAMES,
     DeviceInfo,
     arithmetic_intensity,
     bandwidth_gbs,
-    compute_floor_s,
     compute_utilization,
     fmt_ai,
     hit_rate,
     occupancy_parts,
-    roofline_bound,
 )
 from ._records import KernelStats, capture_counters
 
@@ -66,12 +74,21 @@ class KernelProfile:
     Percentages are 0-100. ``flops`` is the achieved rate in FLOP/s (the seed prints it
     as ``FLOPS: x TFLOPS``); ``flop_count`` the operations performed.
     ``arithmetic_intensity`` is FLOP per HBM byte (``None`` when no HBM byte moved);
-    hit rates are ``None`` for a level with no accesses. ``bound`` is the roofline
-    ceiling that binds (``compute``, ``l1``, ``l2`` or ``hbm``); ``roofline_efficiency``
-    the share of that ceiling's attainable rate reached. ``compute_ceiling_flops`` is
-    the rate the kernel's own units allow for its work (the array peak at its
-    precision; for a vector kernel its op class's rate); ``ridge_point`` the HBM
-    intensity where that ceiling meets HBM bandwidth.
+    hit rates are ``None`` for a level with no accesses. ``occupancy`` is
+    ``pe_mapping x core_balance``: ``pe_mapping`` the share of the units' issue cycles
+    doing useful work (the array's fill and drain and unmapped PEs count against it),
+    ``core_balance`` the share of core time the cores are busy.
+
+    Bound model (:mod:`._bounds`): ``floor_cycles`` holds each ceiling's floor,
+    ``ceiling`` the one with the largest floor, ``roofline_efficiency`` the share of
+    that ceiling reached (``floor / cycles``), ``bound`` the ceiling or ``"latency"``
+    when the efficiency is under 50 % (``latency_cause`` then says why, from the
+    counters). ``compute_ceiling_flops`` is the rate the kernel's own units allow (the
+    array peak at its precision; for a vector kernel its op class's rate);
+    ``unit_ceiling_flops`` the rate its pipeline and parallelism allow (at most the
+    former); ``attainable_flops`` the rate its binding ceiling allows; ``ridge_point``
+    the HBM intensity where ``compute_ceiling_flops`` meets HBM bandwidth.
+    ``writeback_owed_bytes``: L2 bytes the kernel left dirty, written to HBM later.
     """
 
     name: str
@@ -92,10 +109,18 @@ class KernelProfile:
     pe_mapping: float = 100.0
     core_balance: float = 100.0
     bound: str | None = None
+    ceiling: str | None = None
     ridge_point: float = math.inf
     attainable_flops: float | None = None
     compute_ceiling_flops: float | None = None
+    unit_ceiling_flops: float | None = None
     roofline_efficiency: float | None = None
+    floor_cycles: dict[str, float] | None = None
+    latency_cause: str | None = None
+    fill_drain_pct: float = 0.0
+    tiles: int = 0
+    writeback_owed_bytes: int = 0
+    op_class: str | None = None
     stall_cycles: dict[str, int] | None = None
     assessments: list[Assessment] = field(default_factory=list)
 
@@ -112,6 +137,11 @@ class KernelProfile:
             l2 = hit_rate(hits["l2"], misses["l2"])
         mapping, balance = occupancy_parts(ks.macs, ks.slot_macs, ks.core_busy_cycles, cyc,
                                            dev.cores)
+        uf = ks.unit_floors
+        floors = floors_cycles(ks.ideal_cycles, ks.flop_count, ks.precision, ks.kind, uf,
+                               nbytes, dev)
+        if uf and floors.get("pipeline"):
+            mapping = min(1.0, floors["compute"] / floors["pipeline"])
         p = cls(
             name=ks.name, duration_ms=ms,
             compute_utilization=compute_utilization(ks.flop_count, cyc, ks.precision, dev),
@@ -124,19 +154,28 @@ class KernelProfile:
             arithmetic_intensity(ks.flop_count, nbytes["hbm"]),
             flop_count=ks.flop_count, cycles=cyc, precision=ks.precision, kind=ks.kind,
             bytes=None if nbytes is None else dict(nbytes), pe_mapping=100.0 * mapping,
-            core_balance=100.0 * balance,
+            core_balance=100.0 * balance, floor_cycles=floors,
+            fill_drain_pct=float(uf["fill_drain_pct"]) if uf else 0.0,
+            tiles=int(uf["tiles"]) if uf else 0, writeback_owed_bytes=ks.dirtied_bytes,
+            op_class=ks.op_class,
             stall_cycles=ks.counter("stall_cycles"))
-        floor_c = compute_floor_s(ks.flop_count, ks.precision, dev, ks.kind, ks.ideal_cycles)
-        p.compute_ceiling_flops = ks.flop_count / floor_c if floor_c else None
-        if nbytes is not None:
-            bound, floor = roofline_bound(ks.flop_count, nbytes, ks.precision, dev, ks.kind,
-                                          ks.ideal_cycles)
-            p.bound = bound
-            p.attainable_flops = ks.flop_count / floor if floor else None
-            secs = ms * 1e-3
-            p.roofline_efficiency = 100.0 * floor / secs if secs else None
-        if p.compute_ceiling_flops:
+        hz = dev.clock_ghz * 1e9
+        if floors["compute"]:
+            p.compute_ceiling_flops = ks.flop_count / (floors["compute"] / hz)
+            unit = max(floors[c] for c in ("compute", "pipeline", "parallelism") if c in floors)
+            p.unit_ceiling_flops = ks.flop_count / (unit / hz)
             p.ridge_point = p.compute_ceiling_flops / (dev.hbm_bandwidth_gbs * 1e9)
+        if nbytes is not None or uf:
+            ceiling, floor = binding_ceiling(floors)
+            p.ceiling = ceiling
+            p.attainable_flops = ks.flop_count / (floor / hz) if floor else None
+            p.roofline_efficiency = 100.0 * floor / cyc if cyc else None
+            eff = p.roofline_efficiency or 0.0
+            p.bound = ceiling if eff >= LATENCY_BOUND_PCT else "latency"
+            if p.bound == "latency":
+                p.latency_cause = latency_cause(cyc, dev.cores, p.stall_cycles,
+                                                uf["latency_cycles"] if uf else None,
+                                                ks.core_busy_cycles)
         p.assessments = assess(p, dev)
         return p
 
@@ -146,6 +185,11 @@ class KernelProfile:
         if self.memory_bandwidth_gbs is None or not self.peak_bandwidth_gbs:
             return None
         return 100.0 * self.memory_bandwidth_gbs / self.peak_bandwidth_gbs
+
+    def ceiling_pct(self, ceiling: str) -> float | None:
+        """How close the kernel gets to ``ceiling`` (its floor over the measured time)."""
+        f = (self.floor_cycles or {}).get(ceiling)
+        return None if f is None or not self.cycles else 100.0 * f / self.cycles
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in vars(self).items() if k != "assessments"}
@@ -157,13 +201,109 @@ class KernelProfile:
         return format_kernel_profile(self)
 
 
+def _what(p: KernelProfile) -> str:
+    return f"{p.op_class} vector" if p.kind == "vector" and p.op_class else \
+        ("vector" if p.kind == "vector" else f"{p.precision} array")
+
+
+def assess(p: KernelProfile, dev: DeviceInfo) -> list[Assessment]:
+    """The seed's three checks with their thresholds, classified by the bound model."""
+    out: list[Assessment] = []
+    ai = p.arithmetic_intensity
+    ai_txt = "inf" if ai is None else fmt_ai(ai)
+    eff = p.roofline_efficiency or 0.0
+    b = p.bound
+    vector = p.kind == "vector"
+    if b in MEMORY_CEILINGS:
+        lvl = LEVEL_NAMES[b]
+        out.append(Assessment(
+            "INFO", f"Memory-bound ({lvl} bandwidth): AI={ai_txt} FLOP/byte (ridge point "
+            f"{fmt_ai(p.ridge_point)}); reaches {eff:.0f}% of what the {lvl} ceiling allows",
+            "Reduce memory traffic through tiling or fusion"))
+    elif b == "compute":
+        what = _what(p)
+        if vector:
+            sugg = ("Move the work into a GEMM epilogue, fuse it with its neighbours, or use "
+                    "a cheaper form of the op (fewer vector cycles per element)")
+        elif eff >= 80.0:
+            sugg = ("The array runs near its peak: only less work (lower precision, "
+                    "sparsity, fewer FLOPs) makes it faster")
+        else:
+            sugg = "Cut stalls between passes (double buffering, fewer DMA waits)"
+        out.append(Assessment(
+            "INFO", f"Compute-bound ({what} peak): AI={ai_txt} FLOP/byte is above the ridge "
+            f"point {fmt_ai(p.ridge_point)}; reaches {eff:.0f}% of that peak", sugg))
+    elif b == "pipeline":
+        if vector:
+            out.append(Assessment(
+                "INFO", f"Pipeline-bound (vector issue): {p.tiles} tiles leave lanes empty "
+                f"on their last issue; reaches {eff:.0f}% of that ceiling",
+                "Use larger row chunks per tile (fewer, fuller issues)"))
+        else:
+            out.append(Assessment(
+                "INFO", f"Pipeline-bound (array fill/drain and mapping): "
+                f"{p.fill_drain_pct:.0f}% of the array's issue cycles fill and drain short "
+                f"passes, {100 - p.pe_mapping:.0f}% of its MAC slots do no useful work; "
+                f"reaches {eff:.0f}% of that ceiling",
+                f"Longer passes: more reduction depth per pass (batch small GEMMs, fuse the "
+                f"chain, e.g. flash attention) or a pipelined {dev.array_rows}x"
+                f"{dev.array_cols} array that overlaps fill and drain"))
+    elif b == "parallelism":
+        out.append(Assessment(
+            "INFO", f"Parallelism-bound: {p.tiles} tiles over {dev.cores} cores leave cores "
+            f"idle ({p.core_balance:.0f}% of core time busy); reaches {eff:.0f}% of that "
+            "ceiling",
+            f"Split the work into at least {dev.cores} equal tiles (smaller tiles, or a split "
+            "of K with a reduction)"))
+    elif b == "latency":
+        c = p.ceiling or "compute"
+        out.append(Assessment(
+            "WARNING", f"Latency-bound: reaches only {eff:.0f}% of its nearest ceiling "
+            f"({CEILING_NAMES[c]}); {p.latency_cause}",
+            "Batch or fuse it with neighbouring kernels so the fixed latencies are paid "
+            "once; overlap its loads with the previous kernel"))
+    if p.compute_utilization < 50.0:
+        if b in MEMORY_CEILINGS:
+            out.append(Assessment(
+                "INFO", f"Low compute utilization ({p.compute_utilization:.1f}%) is expected: "
+                f"the kernel is memory-bound ({eff:.0f}% of its {LEVEL_NAMES[b]} roof)",
+                "Raise arithmetic intensity: fuse with neighbouring kernels, reuse tiles"))
+        elif vector:
+            own = p.ceiling_pct("compute")
+            out.append(Assessment(
+                "INFO", f"Low compute utilization ({p.compute_utilization:.1f}% of the arrays' "
+                "peak) is expected: the kernel runs on the vector units"
+                + ("" if own is None else f", at {own:.0f}% of their rate for this op"),
+                "Move the work into a GEMM epilogue, or fuse it with its neighbours"))
+        else:
+            out.append(Assessment(
+                "WARNING", f"Low compute utilization ({p.compute_utilization:.1f}%) in an "
+                f"array kernel bound by {CEILING_NAMES[b or 'compute']}: "
+                f"{_why_slow(p, dev)}",
+                f"Tiles that fill the {dev.array_rows}x{dev.array_cols} array with long "
+                f"passes, at least {dev.cores} of them"))
+    bw = p.bandwidth_pct
+    if bw is not None and bw > 90.0:
+        out.append(Assessment("INFO", f"Near-peak bandwidth ({bw:.0f}% of peak) - memory-bound",
+                              "Reduce memory traffic through tiling or fusion"))
+    if p.occupancy < 50.0 and not vector:
+        out.append(Assessment(
+            "WARNING", f"Low occupancy ({p.occupancy:.1f}%): {p.pe_mapping:.0f}% of the "
+            f"array's issue cycles do useful MACs (fill/drain {p.fill_drain_pct:.0f}%) x "
+            f"{p.core_balance:.0f}% of core time busy",
+            f"Use tiles in multiples of {dev.array_rows}x{dev.array_cols} with long passes "
+            f"and at least {dev.cores} of them (one per core); batch small matrices into one "
+            "kernel"))
+    return out
+
+
 def _why_slow(p: KernelProfile, dev: DeviceInfo) -> str:
-    """What a compute-bound kernel's missing utilisation is lost to, largest first."""
+    """What an array kernel's missing utilisation is lost to, largest first."""
     parts = []
     if p.pe_mapping < 95.0:
-        parts.append((100.0 - p.pe_mapping, f"{100 - p.pe_mapping:.0f}% of the array's MAC "
-                      "slots unmapped (tiles smaller than the array, or fill/drain of short "
-                      "passes)"))
+        parts.append((100.0 - p.pe_mapping, f"{100 - p.pe_mapping:.0f}% of the array's issue "
+                      f"cycles do no useful MAC (fill/drain of short passes "
+                      f"{p.fill_drain_pct:.0f}%, tiles smaller than the array)"))
     if p.core_balance < 95.0:
         parts.append((100.0 - p.core_balance, f"cores idle {100 - p.core_balance:.0f}% of "
                       "the kernel (too few tiles, or unequal shares)"))
@@ -176,57 +316,6 @@ def _why_slow(p: KernelProfile, dev: DeviceInfo) -> str:
             parts.append((th, f"thermal throttling {th:.0f}% of the time"))
     parts.sort(key=lambda x: -x[0])
     return "; ".join(t for _, t in parts) or "pipeline overheads (DMA setup, drain)"
-
-
-def assess(p: KernelProfile, dev: DeviceInfo) -> list[Assessment]:
-    """The seed's three checks with their thresholds, classified by the roofline."""
-    out: list[Assessment] = []
-    ai = p.arithmetic_intensity
-    ai_txt = "inf" if ai is None else fmt_ai(ai)
-    memory_bound = p.bound in ("l1", "l2", "hbm")
-    if p.bound is not None:
-        if memory_bound:
-            lvl = LEVEL_NAMES[p.bound]
-            out.append(Assessment(
-                "INFO", f"Memory-bound ({lvl} bandwidth ceiling): AI={ai_txt} FLOP/byte "
-                f"(ridge point {fmt_ai(p.ridge_point)}); reaches {p.roofline_efficiency or 0:.0f}% "
-                f"of what the {lvl} ceiling allows",
-                "Reduce memory traffic through tiling or fusion"))
-        else:
-            out.append(Assessment(
-                "INFO", f"Compute-bound: AI={ai_txt} FLOP/byte is above the ridge point "
-                f"{fmt_ai(p.ridge_point)}; reaches {p.roofline_efficiency or 0:.0f}% of peak",
-                "Improve the array mapping; the memory system is not the limit"))
-    if p.compute_utilization < 50.0:
-        if memory_bound:
-            out.append(Assessment(
-                "INFO", f"Low compute utilization ({p.compute_utilization:.1f}%) is expected: "
-                "the kernel is memory-bound, not compute-bound",
-                "Raise arithmetic intensity: fuse with neighbouring kernels, reuse tiles"))
-        elif p.kind == "vector":
-            eff = p.roofline_efficiency
-            out.append(Assessment(
-                "INFO", f"Low compute utilization ({p.compute_utilization:.1f}% of the arrays' "
-                "peak) is expected: the kernel runs on the vector units"
-                + ("" if eff is None else f", at {eff:.0f}% of their rate for this op"),
-                "Move the work into a GEMM epilogue, or fuse it with its neighbours"))
-        else:
-            out.append(Assessment(
-                "WARNING", f"Low compute utilization ({p.compute_utilization:.1f}%) in a "
-                f"compute-bound kernel: {_why_slow(p, dev)}",
-                "Increase parallelism or optimize instruction mix: tiles that fill the "
-                f"{dev.array_rows}x{dev.array_cols} array, at least {dev.cores} tiles"))
-    bw = p.bandwidth_pct
-    if bw is not None and bw > 90.0:
-        out.append(Assessment("INFO", f"Near-peak bandwidth ({bw:.0f}% of peak) - memory-bound",
-                              "Reduce memory traffic through tiling or fusion"))
-    if p.occupancy < 50.0:
-        out.append(Assessment(
-            "WARNING", f"Low occupancy ({p.occupancy:.1f}%): {p.pe_mapping:.0f}% of PE slots "
-            f"mapped x {p.core_balance:.0f}% of core time busy",
-            f"Use tiles in multiples of {dev.array_rows}x{dev.array_cols} and at least "
-            f"{dev.cores} of them (one per core); batch small matrices into one kernel"))
-    return out
 
 
 def _pct(v: float | None) -> str:
@@ -280,6 +369,7 @@ def stats_from_record(r: KernelRecord, index: int = 0, run: int = -1,
     deltas (every field when ``None``); ``kernel`` and ``spec`` (the launched kernel and
     the device) give its ``ideal_cycles``."""
     names = _ALL_FIELDS if fields_ is None else tuple(fields_)
+    uf = None if kernel is None or spec is None else unit_floors(kernel, spec)
     return KernelStats(
         index=index, name=r.name, op=r.op, group=r.group, kind=r.kind, provider=r.provider,
         precision=r.precision, run=run, start_cycle=r.start_cycle, end_cycle=r.end_cycle,
@@ -289,7 +379,11 @@ def stats_from_record(r: KernelRecord, index: int = 0, run: int = -1,
         ideal_cycles=None if kernel is None or spec is None else ideal_cycles(kernel, spec),
         compulsory_bytes=r.compulsory_bytes,
         counters=capture_counters(r.counters, names),
-        power_w=r.power_w, temperature_c=r.temperature_c)
+        power_w=r.power_w, temperature_c=r.temperature_c,
+        unit_floors=None if uf is None else uf.to_dict(),
+        dirtied_bytes=getattr(r, "dirtied_bytes", 0),
+        writeback_bytes=getattr(r, "writeback_bytes", 0),
+        op_class=getattr(kernel, "vclass", None))
 
 
 def _one_op_graph(kind: str, inputs: Mapping[str, Any] | Sequence[Any],

@@ -94,7 +94,11 @@ class KernelStats:
     no counters). ``ideal_cycles``: the cycles its work takes on its units at full rate
     (array: ``macs / peak MACs per cycle``; vector: ``elements x cycles per element /
     (lanes x cores)``), the kernel's compute ceiling; ``None`` when unknown.
-    ``compulsory_bytes``: what it must read and write at least once."""
+    ``compulsory_bytes``: what it must read and write at least once.
+    ``unit_floors``: its pipeline and parallelism floors (:class:`._bounds.UnitFloors`
+    as a dict; ``None`` when unknown). ``dirtied_bytes``: L2 bytes it left dirty (its
+    write-backs, done later); ``writeback_bytes``: write-backs of dirty L2 blocks (any
+    kernel's) during it. ``op_class``: a vector kernel's op class (``softmax``, ...)."""
 
     index: int
     name: str
@@ -118,6 +122,10 @@ class KernelStats:
     counters: dict[str, Any] | None = None
     power_w: float | None = None
     temperature_c: float | None = None
+    unit_floors: dict[str, float] | None = None
+    dirtied_bytes: int = 0
+    writeback_bytes: int = 0
+    op_class: str | None = None
 
     @property
     def cycles(self) -> int:
@@ -129,6 +137,7 @@ class KernelStats:
     def to_dict(self) -> dict[str, Any]:
         d = dict(vars(self))
         d["core_busy_cycles"] = list(self.core_busy_cycles)
+        d["unit_floors"] = None if self.unit_floors is None else dict(self.unit_floors)
         return d
 
     @classmethod

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._bounds import LATENCY_BOUND_PCT, memory_traffic_bytes
 from ._kernel import KernelProfile
 from ._metrics import fmt_ai
 
@@ -88,15 +89,15 @@ class RooflineConfig:
 
     @classmethod
     def from_spec(cls, spec: Any) -> RooflineConfig:
-        """Ceilings of a device: every array precision's peak and the vector units' peak,
-        HBM, and L2 and L1 (aggregate over cores) with their sizes."""
+        """Ceilings of a device: every array precision's peak, HBM, and L2 and L1
+        (aggregate over cores) with their sizes. Vector kernels bring their own op-class
+        ceilings (:meth:`Roofline.add_kernel`); there is no one vector roof."""
         from ._metrics import DeviceInfo
 
         spec = getattr(spec, "spec", spec)          # a Context works too
         d = DeviceInfo.from_spec(spec)
         prec = "fp16" if "fp16" in d.peak_macs_per_cycle else next(iter(d.peak_macs_per_cycle))
         peaks = {p: d.peak_flops(p) for p in d.peak_macs_per_cycle if p != prec}
-        peaks["vector"] = d.vector_peak_flops
         return cls(peak_flops=d.peak_flops(prec), peak_bandwidth=d.hbm_bandwidth_gbs * 1e9,
                    cache_sizes=(d.l1_size_bytes * d.cores, d.l2_size_bytes),
                    cache_bandwidths=(d.level_bandwidth_gbs("l1") * 1e9,
@@ -139,6 +140,16 @@ class RooflinePoint:
     time_ms: float | None = None
     peak: float | None = None
     intensities: Mapping[str, float] | None = None
+    ceiling: str | None = None
+    kind: str | None = None
+
+    def roof(self, config: RooflineConfig) -> float:
+        """The attainable FLOP/s at this point's intensity: ``min(peak, AI x BW)`` over
+        its own compute ceiling and every memory level it has an intensity for."""
+        peak = self.peak or config.peak(self.precision)
+        levels = dict(self.intensities or {(self.level or config.memory_name):
+                                           self.arithmetic_intensity})
+        return min([peak] + [ai * config.bandwidth(lvl) for lvl, ai in levels.items()])
 
 
 @dataclass(frozen=True)
@@ -202,9 +213,12 @@ class Roofline:
                   name: str | None = None, *, precision: str | None = None,
                   level: str | None = None, time_ms: float | None = None,
                   peak: float | None = None,
-                  intensities: Mapping[str, float] | None = None) -> RooflinePoint:
-        """Add a measurement (``wia_roofline_add_point``); returns it. Raises
-        ValueError for a non-positive value or an unknown precision or level."""
+                  intensities: Mapping[str, float] | None = None,
+                  ceiling: str | None = None, kind: str | None = None) -> RooflinePoint:
+        """Add a measurement (``wia_roofline_add_point``); returns it. ``peak`` is the
+        point's own compute ceiling (``ceiling`` names it, ``kind`` says what it is:
+        ``array``, ``vector``, ``pipeline``, ``parallelism``). Raises ValueError for a
+        non-positive value or an unknown precision or level."""
         ai = _pos("arithmetic_intensity", arithmetic_intensity)
         perf = _pos("performance", performance)
         if peak is None:
@@ -216,84 +230,97 @@ class Roofline:
             self.config.bandwidth(lvl)
             _pos(f"intensities[{lvl!r}]", v)
         p = RooflinePoint(name or f"point{len(self.points)}", ai, perf, precision, level,
-                          time_ms, peak, dict(intensities) if intensities else None)
+                          time_ms, peak, dict(intensities) if intensities else None,
+                          ceiling, kind)
         self.points.append(p)
         return p
 
     def add_kernel(self, profile: KernelProfile) -> RooflinePoint | None:
-        """Add a :class:`KernelProfile` at its HBM intensity; skipped (``None``) when it
-        moved no HBM byte or did no FLOP (no finite point to plot)."""
-        ai = profile.arithmetic_intensity
-        if not ai or not profile.flops:
+        """Add a :class:`KernelProfile`, judged as the bound model judges it: its own
+        compute-side ceiling (the array peak at its precision, its vector-op class's
+        rate, or lower, its pipeline or parallelism ceiling) and every memory level's
+        bytes (:func:`._bounds.memory_traffic_bytes`); placed at the intensity of the
+        memory level that binds it. Skipped (``None``) without FLOPs or bytes."""
+        if not profile.flops or not profile.bytes or not profile.floor_cycles:
             return None
-        prec, peak = self._ceiling(profile.kind, profile.precision,
-                                   profile.compute_ceiling_flops)
-        return self.add_point(ai, profile.flops, profile.name, precision=prec,
-                              time_ms=profile.duration_ms, peak=peak,
-                              intensities=self._levels(profile.flop_count, profile.bytes))
+        label = profile.op_class or profile.precision
+        hz = profile.cycles / (profile.duration_ms * 1e-3) if profile.duration_ms else 0.0
+        return self._add_floors(profile.name, profile.flop_count, profile.cycles,
+                                dict(profile.floor_cycles),
+                                memory_traffic_bytes(profile.bytes), profile.kind, label,
+                                profile.precision, hz)
 
-    def _levels(self, flop: int, nbytes: Mapping[str, int] | None) -> dict[str, float] | None:
-        """Per-level intensities for the levels this roofline has (L1, L2, HBM)."""
-        if not nbytes:
+    def _add_floors(self, name: str, flop: int, cycles: int, floors: Mapping[str, float],
+                    traffic: Mapping[str, int], kind: str, label: str,
+                    precision: str, hz: float) -> RooflinePoint | None:
+        """A point from a kernel's (or a group's summed) floors in cycles (``hz``: the
+        clock that turns cycles into seconds)."""
+        if not flop or not cycles or not hz or not any(traffic.values()):
             return None
-        names = {n.lower(): n for n in self.config.cache_names}
-        out = {}
-        for lvl, nb in nbytes.items():
-            if nb and (lvl in names or lvl == "hbm"):
-                out[names.get(lvl, self.config.memory_name)] = flop / nb
-        return out or None
-
-    def _ceiling(self, kind: str, precision: str, own: float | None
-                 ) -> tuple[str | None, float | None]:
-        """(precision, peak) to judge a kernel by: its precision's ceiling for array
-        work; its own op-class rate for vector work (the vector ceiling if unknown)."""
-        if kind == "vector":
-            if own:
-                return None, own
-            precision = "vector"
-        if precision != self.config.precision and precision not in self.config.precision_peaks:
-            return None, own
-        return precision, None
+        unit = {c: floors[c] for c in ("compute", "pipeline", "parallelism") if c in floors}
+        which = max(unit, key=lambda c: (unit[c], -list(unit).index(c)))
+        peak = flop / (unit[which] / hz) if unit[which] else None
+        names = {"l1": "L1", "l2": "L2", "hbm": self.config.memory_name}
+        have = {n.lower() for n in self.config.cache_names}
+        ints = {names[lvl]: flop / nb for lvl, nb in traffic.items()
+                if nb and (lvl == "hbm" or lvl in have)}
+        lvl = min(ints, key=lambda n: (ints[n] * self.config.bandwidth(n), n))
+        if which == "compute":
+            kind_ = "vector" if kind == "vector" else "array"
+            ceiling = f"{label} vector" if kind == "vector" else f"{label} peak"
+        else:
+            kind_ = which
+            ceiling = which
+        if peak is None:
+            return None
+        return self.add_point(ints[lvl], flop / (cycles / hz), name, level=lvl,
+                              time_ms=cycles / hz * 1e3, peak=peak, intensities=ints,
+                              ceiling=ceiling, kind=kind_,
+                              precision=precision if precision == self.config.precision
+                              or precision in self.config.precision_peaks else None)
 
     def add_report(self, report: Any, *, aggregate: bool = True) -> list[RooflinePoint]:
         """Add the kernels of a :class:`ProfilingReport` (or a ``RunResult``). With
         ``aggregate``, kernels that differ only by their ``layerN.`` prefix become one
-        point (their FLOPs, HBM bytes and time summed) named ``name (xN)``."""
-        from ._kernel import stats_from_record
+        point (FLOPs, bytes at each level, time and each ceiling's floor summed, so the
+        group's roof is at least each member's) named ``name (xN)``."""
+        from ._kernel import KernelProfile, stats_from_record
         from ._metrics import DeviceInfo
 
         if hasattr(report, "kernel_profiles"):
-            stats, dev = report.kernels, report.device
+            profiles = report.kernel_profiles()
+            dev = report.device
         else:                                   # a RunResult
-            stats = [stats_from_record(k.record, i) for i, k in enumerate(report.kernels)]
             from ..spec import load_spec
 
             dev = DeviceInfo.from_spec(load_spec(report.device))
+            profiles = [KernelProfile.from_stats(stats_from_record(k.record, i), dev)
+                        for i, k in enumerate(report.kernels)]
         groups: dict[str, list[Any]] = {}
-        for ks in stats:
-            key = re.sub(r"^layer\d+\.", "", ks.name) if aggregate else f"{ks.name}#{ks.index}"
-            groups.setdefault(key, []).append(ks)
+        for i, p in enumerate(profiles):
+            key = re.sub(r"^layer\d+\.", "", p.name) if aggregate else f"{p.name}#{i}"
+            groups.setdefault(key, []).append(p)
         out = []
         for key, members in groups.items():
-            nb = [m.counter("bytes") for m in members]
-            if any(b is None for b in nb):
+            if any(not m.bytes or not m.floor_cycles for m in members):
                 continue
             flop = sum(m.flop_count for m in members)
-            hbm = sum(b["hbm"] for b in nb)
             cyc = sum(m.cycles for m in members)
-            if not flop or not hbm or not cyc:
-                continue
-            secs = cyc / (dev.clock_ghz * 1e9)
+            floors: dict[str, float] = {}
+            for c in members[0].floor_cycles:
+                if all(c in (m.floor_cycles or {}) for m in members):
+                    floors[c] = sum(m.floor_cycles[c] for m in members)
+            traffic: dict[str, int] = {}
+            for m in members:
+                for lvl, nb in memory_traffic_bytes(m.bytes).items():
+                    traffic[lvl] = traffic.get(lvl, 0) + nb
             k0 = members[0]
-            own = None
-            if all(m.ideal_cycles for m in members):
-                own = flop / (sum(m.ideal_cycles for m in members) / (dev.clock_ghz * 1e9))
-            prec, peak = self._ceiling(k0.kind, k0.precision, own)
             name = key.split("#")[0] + (f" (x{len(members)})" if len(members) > 1 else "")
-            levels = {lvl: sum(b[lvl] for b in nb) for lvl in nb[0]}
-            out.append(self.add_point(flop / hbm, flop / secs, name, precision=prec,
-                                      time_ms=secs * 1e3, peak=peak,
-                                      intensities=self._levels(flop, levels)))
+            pt = self._add_floors(name, flop, cyc, floors, traffic, k0.kind,
+                                  k0.op_class or k0.precision, k0.precision,
+                                  dev.clock_ghz * 1e9)
+            if pt is not None:
+                out.append(pt)
         return out
 
     def analyze(self, *, severe_ai: float = SEVERE_AI,
@@ -310,11 +337,15 @@ class Roofline:
             lvl, ai_b = min(levels.items(),
                             key=lambda kv: (kv[1] * self.config.bandwidth(kv[0]), kv[0]))
             att = min(peak, ai_b * self.config.bandwidth(lvl))
-            where = "" if lvl in (main, p.level) or lvl.lower() == "hbm" else f"{lvl}, "
+            where = "" if lvl == main or lvl.lower() == "hbm" else f"{lvl}, "
             ai = f"{where}AI={fmt_ai(ai_b)}"
             pct_peak = 100.0 * p.performance / peak
             pct_att = 100.0 * p.performance / att
-            if att < peak:
+            if pct_att < LATENCY_BOUND_PCT:
+                bound, sev = "latency", "latency"
+                text = (f"Latency-bound at {pct_att:.0f}% of its roof ({ai}). Batch or fuse "
+                        "it so fixed latencies are paid once.")
+            elif att < peak:
                 if ai_b < severe_ai:
                     sev, text = "severe", (f"Severely memory-bound ({ai}). Fuse with "
                                            "preceding operation.")
@@ -324,7 +355,20 @@ class Roofline:
                 bound = "memory"
             else:
                 bound = "compute"
-                if pct_peak >= near_optimal_pct:
+                what = p.ceiling or "peak"
+                if p.kind == "pipeline":
+                    sev, text = "compute", (f"Pipeline-bound (array fill/drain) at "
+                                            f"{pct_att:.0f}% of that ceiling. Use longer "
+                                            "passes (deeper K per pass, fused attention).")
+                elif p.kind == "parallelism":
+                    sev, text = "compute", (f"Parallelism-bound at {pct_att:.0f}% of that "
+                                            "ceiling. Split the work into at least one "
+                                            "tile per core.")
+                elif p.kind == "vector":
+                    sev = "ok" if pct_peak >= near_optimal_pct else "compute"
+                    text = (f"Vector-bound ({what}) at {pct_peak:.0f}% of its rate. Fuse it "
+                            "into a GEMM epilogue or its neighbours.")
+                elif pct_peak >= near_optimal_pct:
                     sev, text = "ok", (f"Compute-bound. Near-optimal performance "
                                        f"({pct_peak:.0f}% of peak).")
                 else:
@@ -336,63 +380,122 @@ class Roofline:
         recs.sort(key=lambda x: (x.time_ms is None, -(x.time_ms or 0.0)))
         return RooflineAnalysis(recs, ridge)
 
-    def plot(self, path: str | os.PathLike[str], *, title: str | None = None,
-             max_labels: int = 16) -> str:
-        """Draw the roofline (log-log): a horizontal ceiling per precision, a diagonal
-        per memory level, the points labelled by name (the ``max_labels`` longest-running
-        ones); writes a PNG to ``path`` and returns it (``wia_roofline_plot``)."""
-        from ._plot import new_figure, save
-
+    def plot_data(self, max_labels: int = 16) -> dict[str, Any]:
+        """What :meth:`plot` draws, as data (FLOP/s and FLOP/byte): ``ceilings``, a list
+        of ``{"label", "kind" ("memory" or "compute"), "x", "y"}`` polylines (every
+        memory level's diagonal, every precision peak, and every other compute-side
+        ceiling a point is judged against: vector-op rates, pipeline and parallelism
+        ceilings), and ``points``, ``{"name", "x", "y", "roof", "ceiling", "labelled"}``
+        with ``x`` the intensity the point is judged at and ``roof`` its attainable
+        FLOP/s there."""
         cfg = self.config
         pts = self.points
         ridge_max = max(cfg.peak(p) / cfg.peak_bandwidth
                         for p in [cfg.precision, *cfg.precision_peaks])
         lo = min([p.arithmetic_intensity for p in pts] + [0.1]) / 2
         hi = max([p.arithmetic_intensity for p in pts] + [ridge_max]) * 4
-        fig = new_figure((11, 7))
-        ax = fig.subplots()
-        ax.set_xscale("log")
-        ax.set_yscale("log")
         xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
-        top = max([cfg.peak_flops, *cfg.precision_peaks.values()])
+        top = max([cfg.peak_flops, *cfg.precision_peaks.values()]
+                  + [p.peak or 0.0 for p in pts])
+        ceilings: list[dict[str, Any]] = []
         levels = [(cfg.memory_name, cfg.peak_bandwidth, None)] + [
             (n, b, s) for n, b, s in zip(cfg.cache_names, cfg.cache_bandwidths,
                                          cfg.cache_sizes, strict=True)]
         for name, bw, size in levels:
-            ys = [min(top, x * bw) for x in xs]
             lab = f"{name} {bw / 1e9:,.0f} GB/s" + (f" ({_fmt_bytes(size)})" if size else "")
-            ax.plot(xs, [y / 1e12 for y in ys], lw=1.4, ls="-" if size is None else "--",
-                    label=lab)
+            ceilings.append({"label": lab, "kind": "memory", "level": name,
+                             "x": xs, "y": [min(top, x * bw) for x in xs]})
         same: dict[float, list[str]] = {}
         for name, pk in [(cfg.precision, cfg.peak_flops), *cfg.precision_peaks.items()]:
             same.setdefault(pk, []).append(name)
-        peaks = [("/".join(names), pk) for pk, names in same.items()]
-        for name, pk in sorted(peaks, key=lambda x: -x[1]):
-            ax.plot([pk / cfg.peak_bandwidth, hi], [pk / 1e12] * 2, color="gray", lw=1.0)
-            what = "vector units (1 op/lane/cycle)" if name == "vector" else f"{name} peak"
-            ax.annotate(f"{what} {pk / 1e12:,.1f} TFLOPS", (hi, pk / 1e12),
-                        textcoords="offset points", xytext=(-4, 3), ha="right", fontsize=8,
-                        color="dimgray")
+        for pk, names in sorted(same.items(), key=lambda x: -x[0]):
+            nm = "/".join(names)
+            what = "vector units (1 op/lane/cycle)" if nm == "vector" else f"{nm} peak"
+            ceilings.append({"label": f"{what} {pk / 1e12:,.2f} TFLOPS", "kind": "compute",
+                             "x": [pk / cfg.peak_bandwidth, hi], "y": [pk, pk]})
+        own: dict[tuple[str, float], list[RooflinePoint]] = {}
+        for p in pts:
+            if p.peak is not None and not any(abs(p.peak / g - 1) < 1e-2 for g in same):
+                key = (p.ceiling or "own", float(f"{p.peak:.3g}"))
+                own.setdefault(key, []).append(p)
+        for (label, _), members in sorted(own.items(), key=lambda x: -x[0][1]):
+            x0 = min(m.arithmetic_intensity for m in members) / 1.6
+            x1 = max(m.arithmetic_intensity for m in members) * 1.6
+            pk = max(m.peak or 0.0 for m in members)
+            who = ", ".join(m.name for m in members[:3]) + (", ..." if len(members) > 3
+                                                            else "")
+            ceilings.append({"label": f"{label} {pk / 1e12:,.3g} TFLOPS ({who})",
+                             "kind": "compute", "x": [x0, x1], "y": [pk, pk],
+                             "points": [m.name for m in members]})
+        ranked = sorted(range(len(pts)), key=lambda i: -(pts[i].time_ms or 0.0))
+        shown = set(ranked[:max_labels])
+        points = [{"name": p.name, "x": p.arithmetic_intensity, "y": p.performance,
+                   "roof": p.roof(cfg), "ceiling": p.ceiling, "level": p.level,
+                   "memory_bound": p.roof(cfg) < (p.peak or cfg.peak(p.precision)),
+                   "labelled": i in shown} for i, p in enumerate(pts)]
+        return {"ceilings": ceilings, "points": points, "xlim": (lo, hi),
+                "ylim": (min([p.performance for p in pts] + [lo * cfg.peak_bandwidth]) / 2,
+                         top * 2)}
+
+    def figure(self, *, title: str | None = None, max_labels: int = 16) -> Any:
+        """The roofline as a matplotlib ``Figure`` drawn from :meth:`plot_data` (log-log,
+        TFLOPS over FLOP/byte): every ceiling, the points (red: memory-bound, green:
+        compute-side bound, grey: latency-bound, under half its roof), labelled by name
+        (the ``max_labels`` longest-running ones)."""
+        from ._plot import new_figure
+
+        cfg = self.config
+        data = self.plot_data(max_labels)
+        fig = new_figure((11, 7))
+        ax = fig.subplots()
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        lo, hi = data["xlim"]
+        own = 0
+        for c in data["ceilings"]:
+            ys = [y / 1e12 for y in c["y"]]
+            if c["kind"] == "memory":
+                ax.plot(c["x"], ys, lw=1.4, ls="-" if c["level"] == cfg.memory_name else "--",
+                        label=c["label"], gid=f"ceiling:{c['label']}")
+            elif "points" in c:
+                own += 1
+                ax.plot(c["x"], ys, color="tab:purple", lw=0.9, ls=":",
+                        gid=f"ceiling:{c['label']}")
+                ax.annotate(c["label"], (c["x"][1], ys[1]), textcoords="offset points",
+                            xytext=(2, 2), fontsize=6, color="tab:purple")
+            else:
+                ax.plot(c["x"], ys, color="gray", lw=1.0, gid=f"ceiling:{c['label']}")
+                ax.annotate(c["label"], (hi, ys[1]), textcoords="offset points",
+                            xytext=(-4, 3), ha="right", fontsize=8, color="dimgray")
+        pts = data["points"]
         if pts:
-            bound = ["tab:red" if p.arithmetic_intensity * self.config.bandwidth(p.level)
-                     < (p.peak or self.config.peak(p.precision)) else "tab:green" for p in pts]
-            ax.scatter([p.arithmetic_intensity for p in pts],
-                       [p.performance / 1e12 for p in pts], c=bound, s=28, zorder=3,
-                       edgecolors="black", linewidths=0.5)
+            def color(p: dict[str, Any]) -> str:
+                if p["y"] < LATENCY_BOUND_PCT / 100 * p["roof"]:
+                    return "tab:gray"
+                return "tab:red" if p["memory_bound"] else "tab:green"
+
+            ax.scatter([p["x"] for p in pts], [p["y"] / 1e12 for p in pts],
+                       c=[color(p) for p in pts], s=28, zorder=3, edgecolors="black",
+                       linewidths=0.5, gid="points")
+            _label(ax, [(p["name"], p["x"], p["y"] / 1e12) for p in pts if p["labelled"]])
         ax.set_xlim(lo, hi)
-        floor = min([p.performance for p in pts] + [lo * cfg.peak_bandwidth]) / 1e12
-        ax.set_ylim(floor / 2, top / 1e12 * 2)
-        if pts:
-            ranked = sorted(range(len(pts)), key=lambda i: -(pts[i].time_ms or 0.0))
-            _label(ax, [(pts[i].name, pts[i].arithmetic_intensity, pts[i].performance / 1e12)
-                        for i in ranked[:max_labels]])
-        ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+        ax.set_ylim(data["ylim"][0] / 1e12, data["ylim"][1] / 1e12)
+        ax.set_xlabel("arithmetic intensity (FLOP/byte) at the level that binds each point")
         ax.set_ylabel("performance (TFLOPS)")
         ax.set_title(title or f"Roofline: {cfg.name} (ridge point {self.ridge_point():.3g} "
-                     f"FLOP/byte; red: memory-bound, green: compute-bound)")
+                     f"FLOP/byte; red: memory-bound, green: compute-side bound, grey: "
+                     f"latency-bound; dotted: per-kernel ceilings)")
         ax.grid(True, which="both", alpha=0.25)
         ax.legend(loc="lower right", fontsize=8)
-        return save(fig, path)
+        return fig
+
+    def plot(self, path: str | os.PathLike[str], *, title: str | None = None,
+             max_labels: int = 16) -> str:
+        """Draw :meth:`figure` and write it as a PNG to ``path``; returns the path
+        (``wia_roofline_plot``)."""
+        from ._plot import save
+
+        return save(self.figure(title=title, max_labels=max_labels), path)
 
 
 def _label(ax: Any, items: list[tuple[str, float, float]]) -> None:
