@@ -67,6 +67,7 @@ BLOCKS: Mapping[str, BlockInfo] = MappingProxyType({
         "t_rp": (14, "PRE latency in cycles"),
         "t_cl": (14, "RD latency in cycles"),
         "t_wr": (16, "WR latency in cycles"),
+        "t_ccd": (4, "column-to-column command spacing in cycles (tCCD_L)"),
     }),
     "frontend": _info(FrontEnd, "photonic/analog core front-end (DAC, ADC, accumulator)", {
         "precision_bits": (8, "DAC/ADC resolution, 2..16"),

@@ -1,20 +1,143 @@
-"""Reading YAML documents with the line of every field, for file:line:field errors.
+"""The one YAML reader of wia-hw: bounded, strict, with the line of every field.
 
-Data is read with ``yaml.safe_load`` only; the line index comes from ``yaml.compose``
-with the safe loader. Nothing is ever evaluated.
+Every YAML document the tool reads (device and cluster specs, extension manifests,
+sweep files, ``--set``/``--arg`` values) goes through :func:`read_yaml_mapping` or
+:func:`load_yaml_text`. They use PyYAML's safe machinery only (a subclass of
+``yaml.SafeLoader``: plain data, no Python tags, nothing evaluated), compose the document
+once and construct the data from that node tree, so the data and the line index agree.
+
+Refused, each with one :class:`~wia_hw.SpecError` reading ``file:line: message``:
+
+* a file larger than :data:`MAX_FILE_BYTES` (checked before it is read, and no more than
+  that many bytes are ever read);
+* bytes that are not UTF-8 (the error gives the line and the byte offset);
+* characters YAML does not allow (control characters);
+* a document whose node count, with every alias expanded, exceeds :data:`MAX_NODES`
+  (the "billion laughs" bomb is refused while it is composed, before anything grows);
+* a recursive alias (an alias inside the node it names, ``a: &r [*r]``);
+* nesting deeper than :data:`MAX_DEPTH`;
+* a duplicate key in one mapping (the error names the line of both);
+* an integer literal of more than :data:`MAX_INT_DIGITS` digits;
+* malformed YAML (the parser's message and line).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.constructor import SafeConstructor
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from .emulator.errors import SpecError
 
-__all__ = ["line_index", "line_for", "read_yaml_mapping"]
+__all__ = ["MAX_FILE_BYTES", "MAX_NODES", "MAX_DEPTH", "MAX_INT_DIGITS", "line_index",
+           "line_for", "load_yaml_text", "read_yaml_mapping"]
+
+#: Largest YAML file read (bytes): 1 MiB. The built-in specs and manifests are 0.4 to
+#: 3 KB; a file 300 times larger than any of them is refused before it is read.
+MAX_FILE_BYTES = 1 << 20
+#: Most nodes (scalars, sequences, mappings; keys count) in one document, counted with
+#: every alias expanded to the node it names. The built-in specs and manifests have 21
+#: to 250; PyYAML composes some 25,000 nodes a second, so no document costs more than
+#: about a second to read.
+MAX_NODES = 20_000
+#: Deepest nesting of sequences and mappings.
+MAX_DEPTH = 100
+#: Most digits in one integer literal (Python's own limit for ``int(str)`` is 4300).
+MAX_INT_DIGITS = 100
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_INT_TAG = "tag:yaml.org,2002:int"
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """A document refused by one of this module's bounds (not a syntax error)."""
+
+
+class _BoundedSafeLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that counts expanded nodes while composing and refuses
+    recursive aliases, deep nesting, duplicate keys and over-long integers."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._count = 0                      # nodes so far, aliases expanded
+        self._depth = 0
+        self._open: set[str] = set()         # anchors whose node is being composed
+        self._sizes: dict[str, int] = {}     # anchor -> expanded size of its node
+
+    def _add(self, n: int, mark: yaml.Mark) -> None:
+        self._count += n
+        if self._count > MAX_NODES:
+            raise _Refused(None, None, f"document too large: more than {MAX_NODES:,} "
+                           "nodes with aliases expanded (an alias bomb?)", mark)
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            anchor = event.anchor
+            if anchor in self._open:
+                raise _Refused(None, None, f"recursive alias *{anchor} (it refers to the "
+                               "node that contains it)", event.start_mark)
+            node = super().compose_node(parent, index)
+            self._add(self._sizes.get(anchor, 1), event.start_mark)
+            return node
+        event = self.peek_event()
+        anchor = event.anchor
+        if self._depth >= MAX_DEPTH:
+            raise _Refused(None, None, f"nesting deeper than {MAX_DEPTH} levels",
+                           event.start_mark)
+        before = self._count
+        if anchor is not None:
+            self._open.add(anchor)
+        self._depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+            if anchor is not None:
+                self._open.discard(anchor)
+        self._add(1, event.start_mark)
+        if anchor is not None:
+            self._sizes[anchor] = self._count - before
+        if isinstance(node, MappingNode):
+            _check_duplicate_keys(node)
+        elif isinstance(node, ScalarNode) and node.tag == _INT_TAG and len(node.value) > \
+                MAX_INT_DIGITS:
+            raise _Refused(None, None, f"integer of {len(node.value)} characters (at most "
+                           f"{MAX_INT_DIGITS})", node.start_mark)
+        return node
+
+
+_KEYS = SafeConstructor()
+
+
+def _key_value(node: Node) -> Any:
+    """The constructed value of a scalar key (``1`` and ``0x1`` are the same key)."""
+    try:
+        value = _KEYS.construct_object(node)
+        hash(value)
+        return (type(value).__name__, value)
+    except (yaml.YAMLError, TypeError, ValueError):
+        return (node.tag, node.value)
+    finally:
+        _KEYS.constructed_objects.clear()
+
+
+def _check_duplicate_keys(node: MappingNode) -> None:
+    seen: dict[Any, int] = {}
+    for key, _ in node.value:
+        if not isinstance(key, ScalarNode) or key.tag == _MERGE_TAG:
+            continue
+        k = _key_value(key)
+        line = key.start_mark.line + 1
+        if k in seen:
+            raise _Refused(None, None, f"duplicate key {key.value!r} (first at line "
+                           f"{seen[k]})", key.start_mark)
+        seen[k] = line
 
 
 def line_index(node: yaml.Node | None, prefix: str = "",
@@ -24,12 +147,12 @@ def line_index(node: yaml.Node | None, prefix: str = "",
     Mapping keys give ``a.b``; sequence items give ``a.0``, ``a.1``, ...
     """
     out = {} if out is None else out
-    if isinstance(node, yaml.MappingNode):
+    if isinstance(node, MappingNode):
         for k, v in node.value:
             key = f"{prefix}.{k.value}" if prefix else str(k.value)
             out[key] = k.start_mark.line + 1
             line_index(v, key, out)
-    elif isinstance(node, yaml.SequenceNode):
+    elif isinstance(node, SequenceNode):
         for i, item in enumerate(node.value):
             key = f"{prefix}.{i}"
             out[key] = item.start_mark.line + 1
@@ -49,24 +172,72 @@ def line_for(field: str | None, lines: Mapping[str, int]) -> int | None:
     return None
 
 
+def _compose(text: str, display: str) -> tuple[Any, yaml.Node | None]:
+    """(data, root node) of one YAML document; SpecError naming ``display`` otherwise."""
+    loader = None
+    try:
+        loader = _BoundedSafeLoader(text)     # the reader checks characters here
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except _Refused as e:
+        mark = e.problem_mark
+        raise SpecError(str(e.problem), file=display,
+                        line=mark.line + 1 if mark else None) from None
+    except yaml.reader.ReaderError as e:
+        line = text.count("\n", 0, e.position) + 1
+        raise SpecError(f"character U+{e.character:04X} is not allowed in YAML ({e.reason}, "
+                        f"character offset {e.position})", file=display, line=line) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        problem = ", ".join(str(p) for p in (getattr(e, "context", None),
+                                             getattr(e, "problem", None)) if p)
+        raise SpecError(f"malformed YAML: {problem or str(e).splitlines()[0]}", file=display,
+                        line=mark.line + 1 if mark else None) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    return data, node
+
+
+def _decode(raw: bytes, display: str) -> str:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise SpecError(f"not UTF-8: byte 0x{raw[e.start]:02x} at byte offset {e.start} "
+                        f"({e.reason})", file=display, line=line) from None
+    return text.removeprefix("\ufeff")
+
+
+def load_yaml_text(text: str, display: str) -> Any:
+    """The data of a short YAML text (a ``--set`` value, say), with the bounds of
+    :func:`read_yaml_mapping`; ``display`` names it in errors."""
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_FILE_BYTES:
+        raise SpecError(f"YAML text larger than {MAX_FILE_BYTES:,} bytes", file=display)
+    return _compose(text, display)[0]
+
+
 def read_yaml_mapping(path: Path, display: str, what: str) -> tuple[dict[str, Any],
                                                                     dict[str, int]]:
     """Read a YAML file that must hold a mapping; returns (data, line index).
 
     ``display`` names the file in errors; ``what`` the kind of document ("a spec").
+    Raises :class:`SpecError` (``file:line: message``) for every refusal listed in the
+    module docstring.
     """
     try:
-        text = path.read_text()
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_FILE_BYTES:
+                raise SpecError(f"file is {size:,} bytes, larger than the maximum "
+                                f"{MAX_FILE_BYTES:,} bytes (1 MiB) for YAML", file=display)
+            raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
         raise SpecError(f"cannot read: {e.strerror}", file=display) from None
-    try:
-        data = yaml.safe_load(text)
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise SpecError(f"malformed YAML: {problem}", file=display,
-                        line=mark.line + 1 if mark else None) from None
+    if len(raw) > MAX_FILE_BYTES:        # a pipe or device that stat cannot size
+        raise SpecError(f"larger than the maximum {MAX_FILE_BYTES:,} bytes (1 MiB) for "
+                        "YAML", file=display)
+    data, node = _compose(_decode(raw, display), display)
     if not isinstance(data, dict):
         raise SpecError(f"{what} must be a YAML mapping", file=display, line=1)
     return data, line_index(node)

@@ -1,8 +1,9 @@
 """Loading device and cluster specs from YAML, with overrides by dotted path.
 
 ``load_spec("wia-npu")`` reads a built-in spec (shipped as package data), a path reads
-a file. YAML is read with ``yaml.safe_load`` only (plus ``yaml.compose`` with the safe
-loader to know the line of every field); nothing in a spec is evaluated. Every error is
+a file. YAML is read by :mod:`wia_hw._yaml` (PyYAML's safe loader, bounded: file size,
+node count with aliases expanded, nesting; strict UTF-8; duplicate keys refused), which
+also gives the line of every field; nothing in a spec is evaluated. Every error is
 a :class:`SpecError` reading ``file:line: field: message``.
 """
 
@@ -14,9 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from ._yaml import line_for, read_yaml_mapping
+from ._yaml import line_for, load_yaml_text, read_yaml_mapping
 from .emulator.config import ClusterSpec, DeviceSpec, from_mapping
 from .emulator.errors import SpecError
 
@@ -50,8 +49,8 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not path:
         raise SpecError(f"override {text!r} has an empty path", field="--set")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+        value = load_yaml_text(raw, "--set") if raw.strip() else ""
+    except SpecError:
         value = raw
     return path, value
 

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
-import yaml
 
+from .._yaml import load_yaml_text
 from ..spec import DEFAULT_DEVICE, parse_override
 
 __all__ = ["builder_args", "spec_overrides", "workload_options"]
@@ -26,7 +26,7 @@ def builder_args(items: tuple[str, ...]) -> dict[str, Any]:
             raise click.BadParameter(f"{s!r} must read NAME=VALUE, e.g. M=4096",
                                      param_hint="--arg")
         k, _, v = s.partition("=")
-        out[k.strip()] = yaml.safe_load(v)
+        out[k.strip()] = load_yaml_text(v, f"--arg {k.strip()}")
     return out
 
 
