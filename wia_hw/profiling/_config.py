@@ -86,7 +86,9 @@ class ProfilingConfig:
     where :func:`stop_profiling` saves the report in ``output_format``; with
     ``timeline_enabled`` / ``flamegraph_enabled`` it also writes ``<stem>.trace.json``
     and ``<stem>.folded`` + ``<stem>.svg`` beside it. ``sampling_interval_us``: the
-    sampler's period in device time (not in the seed).
+    sampler's period in device time (not in the seed). ``keep_library_frames``: keep the
+    frames of wia-hw itself and of the standard library and installed packages (e.g.
+    ``click``) in call stacks, flamegraphs and allocation sites (skipped by default).
     """
 
     mode: ProfileMode | str = ProfileMode.DETAILED
@@ -100,6 +102,7 @@ class ProfilingConfig:
     timeline_enabled: bool = False
     flamegraph_enabled: bool = False
     sampling_interval_us: float = 100.0
+    keep_library_frames: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -114,7 +117,8 @@ class ProfilingConfig:
                              f"{', '.join(m.value for m in OutputFormat)}, "
                              f"got {self.output_format!r}") from None
         for n in ("capture_kernels", "capture_memory", "capture_communication",
-                  "capture_power", "timeline_enabled", "flamegraph_enabled"):
+                  "capture_power", "timeline_enabled", "flamegraph_enabled",
+                  "keep_library_frames"):
             if not isinstance(getattr(self, n), bool):
                 raise TypeError(f"{n} must be a bool, got {getattr(self, n)!r}")
         if isinstance(self.hardware_counters, (str, Counter)):
@@ -158,6 +162,7 @@ class ProfilingConfig:
             "timeline_enabled": self.timeline_enabled,
             "flamegraph_enabled": self.flamegraph_enabled,
             "sampling_interval_us": self.sampling_interval_us,
+            "keep_library_frames": self.keep_library_frames,
         }
 
     @classmethod

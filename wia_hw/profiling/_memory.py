@@ -46,7 +46,9 @@ FRAGMENTATION_THRESHOLD_PCT = 20.0
 @dataclass(frozen=True, kw_only=True)
 class MemoryProfilingConfig:
     """The seed's ``wia_memory_profiling_config_t`` (plus ``top_sites``, how many sites
-    the report ranks, and ``stack_depth``, how many user frames a stack keeps)."""
+    the report ranks, ``stack_depth``, how many user frames a stack keeps, and
+    ``keep_library_frames``: keep frames of wia-hw, the standard library and installed
+    packages, skipped by default)."""
 
     track_allocations: bool = True
     track_deallocations: bool = True
@@ -56,10 +58,12 @@ class MemoryProfilingConfig:
     peak_usage_tracking: bool = True
     top_sites: int = 10
     stack_depth: int = 16
+    keep_library_frames: bool = False
 
     def __post_init__(self) -> None:
         for n in ("track_allocations", "track_deallocations", "track_call_stacks",
-                  "detect_leaks", "detect_fragmentation", "peak_usage_tracking"):
+                  "detect_leaks", "detect_fragmentation", "peak_usage_tracking",
+                  "keep_library_frames"):
             if not isinstance(getattr(self, n), bool):
                 raise TypeError(f"{n} must be a bool, got {getattr(self, n)!r}")
         for n in ("top_sites", "stack_depth"):
@@ -346,7 +350,8 @@ class MemoryProfilingSession:
     def _stack_index(self) -> int:
         if not self.config.track_call_stacks:
             return -1
-        st = user_stack(self.config.stack_depth)
+        st = user_stack(self.config.stack_depth,
+                        keep_library_frames=self.config.keep_library_frames)
         idx = self._stack_ids.get(st)
         if idx is None:
             idx = self._stack_ids[st] = len(self._stacks)

@@ -13,10 +13,13 @@ is the difference. ``confidence`` says how the figure was obtained, and
   report loaded from JSON keeps no kernels to replay, or the emulator cannot make the
   change yet, e.g. overlapping multi-device communication).
 
-Rules: low kernel occupancy; low compute utilisation in a compute-bound kernel; cache
-thrashing; memory-bound elementwise chains (fuse); allocation in a hot path; thermal
-throttling; communication not overlapped with compute (when the report has link
-messages). ``priority`` follows the improvement: ``CRITICAL`` >= 50 %, ``HIGH`` >= 20 %,
+Rules: low kernel occupancy (fill and drain count); low compute utilisation in an array
+kernel bound by compute, pipeline or parallelism; cache thrashing; memory-bound
+elementwise chains (fuse); unfused attention (the session's graphs lowered again with the
+transformer engine registered, flash attention, and replayed); allocation in a hot path;
+thermal throttling; communication not overlapped with compute (when the report has link
+messages). ``coverage`` lists every op group above 5 % of the time with the findings
+that name its kernels, or the reason none applies (its kernels' bounds). ``priority`` follows the improvement: ``CRITICAL`` >= 50 %, ``HIGH`` >= 20 %,
 ``MEDIUM`` >= 5 %, else ``LOW``. Only recommendations at or above
 ``priority_threshold`` with ``confidence >= confidence_threshold`` are returned.
 """
@@ -32,6 +35,7 @@ from typing import Any
 
 from ..emulator.allocator import AllocatorConfig
 from ..emulator.kernels import GemmKernel, VectorKernel
+from ._bounds import CEILING_NAMES
 from ._kernel import ideal_cycles
 from ._metrics import DeviceInfo
 from ._report import ProfilingReport
@@ -158,6 +162,7 @@ class PerformanceRecommendations:
     recommendations: list[Recommendation]
     considered: list[Recommendation] = field(default_factory=list)
     baseline_ms: float | None = None
+    coverage: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def num_recommendations(self) -> int:
@@ -167,12 +172,17 @@ class PerformanceRecommendations:
         out = [f"Performance Recommendations ({self.num_recommendations} total):", ""]
         for r in self.recommendations:
             out += [r.format(), ""]
+        gaps = [c for c in self.coverage if c["reason"]]
+        if gaps:
+            out.append("Operation classes above 5% of the time without a recommendation:")
+            out += [f"  {c['group']} ({100 * c['share']:.1f}%): {c['reason']}" for c in gaps]
+            out.append("")
         return "\n".join(out)
 
     def to_dict(self) -> dict[str, Any]:
         return {"recommendations": [r.to_dict() for r in self.recommendations],
                 "considered": [r.to_dict() for r in self.considered],
-                "baseline_ms": self.baseline_ms}
+                "baseline_ms": self.baseline_ms, "coverage": self.coverage}
 
 
 def _pattern(name: str) -> str:
@@ -189,6 +199,7 @@ class _Analyzer:
         self.can_replay = bool(cfg.measure and report.program and report.spec is not None)
         self._base: int | None = None
         self.out: list[Recommendation] = []
+        self.notes: dict[str, str] = {}
 
     # -- measuring ---------------------------------------------------------------------
     def ms(self, cycles: float) -> float:
@@ -316,7 +327,8 @@ class _Analyzer:
                     f"{self.dev.array_rows}x{self.dev.array_cols} array and at least "
                     f"{self.dev.cores} of them; batch small matrices into one kernel", share,
                     occupancy=occ)
-            if p0.bound == "compute" and util < 50.0 and pat not in seen:
+            if p0.bound in ("compute", "pipeline", "parallelism") and p0.kind != "vector" \
+                    and util < 50.0 and pat not in seen:
                 seen.add(pat)
                 self.tiling_rec(
                     idx, "Low Compute Utilization", "utilization",
@@ -482,6 +494,148 @@ class _Analyzer:
                      "Hot Path", description=desc, impact=impact, suggestion=sugg,
                      code_example=example, category="memory", kernels=())
 
+    # -- attention -----------------------------------------------------------------
+    def attention_chains(self) -> list[tuple[int, list[str]]]:
+        """(run index, op names) of every attention chain (``bmm`` with ``transpose_b``,
+        ``softmax``, ``bmm``, each read only by the next) in the session's graphs."""
+        from ..registry import match_chain
+
+        out = []
+        for run, g in enumerate(self.r.graphs or []):
+            for op in g.ops:
+                if op.kind != "bmm" or not op.attrs.get("transpose_b"):
+                    continue
+                chain = match_chain(g, op, [("bmm",), ("softmax",), ("bmm",)])
+                if chain is not None:
+                    out.append((run, [o.name for o in chain]))
+        return out
+
+    def attention_rule(self) -> None:
+        """Flash attention through the transformer engine, measured by lowering the
+        session's graphs again with the engine registered and replaying them."""
+        chains = self.attention_chains()
+        if not chains:
+            return
+        names = {n for _, ch in chains for n in ch}
+        idx = [i for i, k in enumerate(self.r.kernels) if k.op in names]
+        cyc = sum(self.r.kernels[i].cycles for i in idx)
+        share = cyc / self.total
+        kinds = {self.r.kernels[i].provider for i in idx}
+        owners = {v[0] for v in (self.r.providers or {}).values()}
+        if "transformer_engine" in owners or any("transformer" in (k or "") for k in kinds):
+            self.notes["attention"] = ("attention already runs through the transformer "
+                                       "engine (flash attention)")
+            return
+        n = len(chains)
+        desc = (f"{n} attention chain{'s' if n > 1 else ''} (scores GEMM, softmax, context "
+                f"GEMM) write the S x S scores and probabilities to memory and run the "
+                f"scores GEMM in short passes (K = head dim)")
+        impact = f"{self.ms(cyc):.3f} ms ({100 * share:.1f}% of the profiled time) in the chains"
+        sugg = ("Run attention as one flash-attention kernel through the transformer "
+                "engine: scores stay on chip, softmax is fused between the two GEMMs")
+        example = ('ensure_extension(ctx, "transformer_engine")   # from wia_hw.registry\n'
+                   "result = ctx.run(...)        # attention chains lower to flash attention\n"
+                   "# CLI: wia-hw run bert-large --ext transformer_engine")
+        kernels = tuple(self.r.kernels[i].name for i in idx)
+        program = self.attention_program()
+        if program is None:
+            bound = share * 0.5
+            self.add(bound, MODELLED, "modelled: half the chains' time (the report keeps no "
+                     "graphs to lower again)", title="Unfused Attention",
+                     description=desc, impact=impact, suggestion=sugg,
+                     code_example=example, category="attention", kernels=kernels)
+            return
+        imp, basis, b_ms, m_ms = self.measure(program)
+        self.add(imp, MEASURED, basis.replace("without and with the change",
+                                              "as lowered and with the transformer engine "
+                                              "registered (flash attention)"),
+                 title="Unfused Attention", description=desc, impact=impact,
+                 suggestion=sugg, code_example=example, category="attention",
+                 kernels=kernels, baseline_ms=b_ms, modified_ms=m_ms)
+
+    def attention_program(self) -> list[Any] | None:
+        """The session's program with every run lowered again with the transformer
+        engine registered (on a copy of the session's providers)."""
+        import copy
+
+        if not self.can_replay or not self.r.graphs or self.r.program is None:
+            return None
+        from ..lowering import lower
+        from ..registry import ensure_extension
+
+        class _Ctx:                      # what registering an extension touches
+            def __init__(self, providers: dict[str, Any]) -> None:
+                self.providers = providers
+                self.extensions: dict[str, Any] = {}
+
+        provs: dict[str, Any] = {}
+        for key, (owner, fn) in (self.r.providers or {}).items():
+            if hasattr(fn, "entries"):
+                fn = copy.copy(fn)
+                fn.entries = list(fn.entries)
+            provs[key] = (owner, fn)
+        tmp = _Ctx(provs)
+        ensure_extension(tmp, "transformer_engine")
+        out: list[Any] = []
+        for g in self.r.graphs:
+            for _, ks in lower(g, self.r.spec, tmp.providers):
+                out.extend(ks)
+            out.append(FLUSH)
+        return out
+
+    # -- coverage ----------------------------------------------------------------------
+    def coverage(self, shown: Sequence[Recommendation], min_share: float = 0.05
+                 ) -> list[dict[str, Any]]:
+        """Every op group (operation class) above ``min_share`` of the profiled time with
+        the ``shown`` recommendations that name its kernels, or the reason none applies
+        (findings below the thresholds included)."""
+        if not self.r.ops:
+            return []
+        groups: dict[str, list[int]] = {}
+        cyc: dict[str, int] = {}
+        for op in self.r.ops:
+            groups.setdefault(op.group, []).extend(op.kernels)
+            cyc[op.group] = cyc.get(op.group, 0) + op.end_cycle - op.start_cycle
+        out = []
+        for g, idx in sorted(groups.items(), key=lambda x: -cyc[x[0]]):
+            share = cyc[g] / self.total
+            if share < min_share:
+                continue
+            names = {self.r.kernels[i].name for i in idx}
+            recs = [r for r in shown if names & set(r.kernels)]
+            reason = None
+            if not recs:
+                reason = self.why_none(g, idx, [r for r in self.out
+                                                if names & set(r.kernels)])
+            out.append({"group": g, "share": share, "time_ms": self.ms(cyc[g]),
+                        "recommendations": [r.title for r in recs], "reason": reason})
+        return out
+
+    def why_none(self, group: str, idx: Sequence[int], recs: Sequence[Recommendation]
+                 ) -> str:
+        """Why no change is recommended for a group's kernels, from their bounds."""
+        if group == "multi_head_attention" and "attention" in self.notes:
+            return self.notes["attention"]
+        by: dict[str, list[int]] = {}
+        for i in idx:
+            p = self.profiles[i]
+            by.setdefault(p.bound or "unknown", []).append(i)
+        parts = []
+        for b, ii in sorted(by.items(), key=lambda x: -sum(self.r.kernels[i].cycles
+                                                            for i in x[1])):
+            c = sum(self.r.kernels[i].cycles for i in ii)
+            eff = sum((self.profiles[i].roofline_efficiency or 0.0) * self.r.kernels[i].cycles
+                      for i in ii) / max(1, c)
+            pats = sorted({_pattern(self.r.kernels[i].name) for i in ii})
+            parts.append(f"{', '.join(pats[:3])}{', ...' if len(pats) > 3 else ''}: "
+                         f"{CEILING_NAMES.get(b, b)}-bound at {eff:.0f}% of that ceiling")
+        tried = ("; below the thresholds: " + ", ".join(
+            f"{r.title} ({r.confidence_basis.split(':')[0]} "
+            f"{100 * r.estimated_improvement:.1f}%)" for r in recs) if recs else "")
+        return ("no change passes the thresholds: " + "; ".join(parts) + tried
+                + " (near its binding ceiling only less work, e.g. int8 or sparsity, makes "
+                "a kernel faster)")
+
     def thermal_rule(self) -> None:
         th = self.r.counters.stall_cycles.get("thermal", 0)
         if not th:
@@ -568,6 +722,7 @@ def analyze_performance(report: ProfilingReport, cfg: AnalysisConfig | None = No
     if cfg.analyze_kernels and report.kernels:
         a.kernel_rules()
         a.fusion_rules()
+        a.attention_rule()
         a.thermal_rule()
     if cfg.analyze_memory:
         a.memory_rules()
@@ -577,4 +732,5 @@ def analyze_performance(report: ProfilingReport, cfg: AnalysisConfig | None = No
     keep = [r for r in ranked if r.priority >= Priority(cfg.priority_threshold)
             and r.confidence >= cfg.confidence_threshold]
     return PerformanceRecommendations(keep, ranked,
-                                      a.ms(a._base) if a._base is not None else None)
+                                      a.ms(a._base) if a._base is not None else None,
+                                      a.coverage(keep) if cfg.analyze_kernels else [])

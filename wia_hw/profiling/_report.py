@@ -53,7 +53,9 @@ class ProfilingReport:
     :class:`MemoryProfileReport` when ``capture_memory``). ``program`` and ``spec`` keep
     the kernels as launched (not saved to JSON) so recommendations can re-run them
     (``program_stats`` maps each to its entry in ``kernels``), from the temperature the
-    session started at (``start_temperature_c``).
+    session started at (``start_temperature_c``); ``graphs`` (one per run) and
+    ``providers`` (the context's op providers) let them lower the runs again with a
+    device extension (not saved either).
     ``overhead`` states what profiling cost: ``simulated_cycles`` is 0 in every mode
     (the emulator observes for free; no mode models a device-side cost yet) and
     ``host_seconds`` is the wall time the session was open.
@@ -78,6 +80,8 @@ class ProfilingReport:
     spec: Any = field(default=None, repr=False)
     program_stats: list[int | None] | None = field(default=None, repr=False)
     start_temperature_c: float | None = None
+    graphs: list[Any] | None = field(default=None, repr=False)
+    providers: dict[str, Any] | None = field(default=None, repr=False)
 
     # -- basic figures -----------------------------------------------------------------
     @property

@@ -3,7 +3,9 @@
 It adds events to the device's SimPy environment but never changes when anything
 else happens (it only reads state), so simulated timing is the same with and without
 it. A sample at cycle ``t`` stands for the interval ``[t, t + N)`` (clipped to the end of
-the session), so the samples' weights add up to the profiled time exactly.
+the session), so the samples' weights add up to the profiled time exactly; it reads the
+device state at the interval's middle, ``t + N // 2`` (at ``t`` itself the first sample
+would read the device before the first kernel launched in that same cycle).
 """
 
 from __future__ import annotations
@@ -40,15 +42,23 @@ class Sampler:
     def _loop(self) -> Iterator[simpy.Event]:
         env = self.device.env
         t = self.start
+        half = self.interval // 2
         while self.active:
-            if env.now < t:                 # woke up late? (never: timeouts are exact)
-                yield env.timeout(t - env.now)
+            at = t + half
+            if env.now < at:
+                yield env.timeout(at - env.now)
                 continue
-            self._sample(t)
+            self._sample(t, at)
             t += self.interval
-            yield env.timeout(t - env.now)
+            if env.now < t + half:
+                yield env.timeout(t + half - env.now)
 
-    def _sample(self, t: int) -> None:
+    def _sample(self, t: int, at: int) -> None:
+        """Record the state at cycle ``at`` as the sample of the interval from ``t``."""
+        self._read(at)
+        self.raw[-1] = (t,) + self.raw[-1][1:]
+
+    def _read(self, t: int) -> None:
         kernels, computing, queue = [], [], []
         for st in self._states:
             if st.kernel is None or (st.end is not None and t >= st.end):

@@ -65,8 +65,10 @@ class ProfilingSession:
 
     def run_begin(self, ctx: Any, graph: Any, lowered: Sequence[Any]) -> None:
         self._run = RunInfo(len(self._runs), graph.name, dict(graph.params), ctx.device.now,
-                            stack=user_stack())
+                            stack=user_stack(
+                                keep_library_frames=self.config.keep_library_frames))
         self._runs.append(self._run)
+        self._graphs.append(graph)
         self._run_ops = 0
 
     def op_begin(self, op: Any, kernels: Sequence[Any], cycle: int) -> None:
@@ -121,6 +123,7 @@ class ProfilingSession:
         self._start_cycle = dev.now
         self._before = dev.counters.copy()
         self._runs: list[RunInfo] = []
+        self._graphs: list[Any] = []
         self._run: RunInfo | None = None
         self._run_ops = 0
         self._op_start = 0
@@ -139,7 +142,8 @@ class ProfilingSession:
         self._ports = _ports.install(dev.memory) if self._trace else None
         self._mem = None
         if self.config.capture_memory:
-            self._mem = MemoryProfilingSession(self.ctx, MemoryProfilingConfig()).start()
+            self._mem = MemoryProfilingSession(self.ctx, MemoryProfilingConfig(
+                keep_library_frames=self.config.keep_library_frames)).start()
         self.ctx.observers.append(self)
         self.active = True
         return self
@@ -178,7 +182,8 @@ class ProfilingSession:
                               "timing; no mode models a device-side cost"},
             program=list(self._program), spec=ctx.spec,
             program_stats=list(self._program_stats),
-            start_temperature_c=self._start_temperature_c)
+            start_temperature_c=self._start_temperature_c, graphs=list(self._graphs),
+            providers=dict(ctx.providers))
         if cfg.output_file is not None:
             _write_outputs(self.report, Path(cfg.output_file))
         return self.report
