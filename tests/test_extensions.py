@@ -184,9 +184,13 @@ def test_implementation_outside_the_module_is_refused(tmp_path):
                       "module"),
         ("evil_ext.good", "points outside the extension's module"),
         ("../x:good", "points outside the extension's module"),
-        ("system", "'system' in wia_hw_ext_evil_evil_ext is not a function defined there"),
-        ("helper", "is not a function defined there"),
-        ("eval", "has no function 'eval'"),
+        ("system", "'system' in evil_ext.py is not a function defined there (it is "
+                   "imported from os)"),
+        ("subprocess", "'subprocess' in evil_ext.py is not a function defined there (it is "
+                       "imported from subprocess)"),
+        ("helper", "'helper' in evil_ext.py is not a function defined there (it is "
+                   "assigned)"),
+        ("eval", "module evil_ext.py has no function 'eval'"),
     ]:
         p = write(tmp_path, "evil.yaml", base.replace("IMPL", repr(impl)[1:-1]), mod)
         expect(p, "operations.0.impl", msg, "impl:")
@@ -500,3 +504,96 @@ def test_tile_groups_stay_on_one_core():
     assert [t for s in shares for t in s] == tiles          # contiguous, in order
     shares = _partition(tiles, (0, 5), 4)                     # fewer groups than cores
     assert sorted(len(s) for s in shares) == [0, 0, 5, 5]
+
+
+# -- validation runs nothing -------------------------------------------------------------
+
+_LOUD_MODULE = ("loud.py", """\
+    import pathlib
+
+    pathlib.Path(__file__).with_name("ran.txt").write_text("module code ran")
+    raise RuntimeError("import-time side effect")
+
+    def good(op, graph, spec, storage, ext):
+        return None
+""")
+_LOUD_MANIFEST = """\
+    schema_version: 1
+    extension_id: loud
+    version: "1.0"
+    module: loud
+    operations:
+      - name: loud_gelu
+        impl: good
+        claims: [gelu]
+"""
+
+
+def test_validate_show_and_load_do_not_run_the_module(tmp_path):
+    """The module writes a file and raises when imported: validating the manifest reads
+    its source only, so neither happens; registering imports it, so both do."""
+    p = write(tmp_path, "loud.yaml", _LOUD_MANIFEST, _LOUD_MODULE)
+    ran = tmp_path / "ran.txt"
+    runner = CliRunner()
+    for args in (["ext", "validate", str(p)], ["ext", "show", str(p)]):
+        res = runner.invoke(cli, args)
+        assert res.exit_code == 0, res.output
+    assert "ok (extension 'loud' 1.0, 1 operation)" in \
+        runner.invoke(cli, ["ext", "validate", str(p)]).output
+    e = load_extension(p)
+    assert e.operation("loud_gelu").impl == "good"
+    assert not ran.exists()
+    res = runner.invoke(cli, ["ext", "register", str(p), "--dry-run"])
+    assert res.exit_code == 2
+    assert res.output.strip() == (f"wia-hw: error: {p}:4: module: importing loud.py failed: "
+                                  "RuntimeError: import-time side effect")
+    assert ran.read_text() == "module code ran"
+
+
+def test_static_check_of_the_module(tmp_path):
+    mod = ("m.py", """\
+        import functools
+
+        def deco(f):
+            return functools.wraps(f)(lambda *a: f(*a))
+
+        @deco
+        def decorated(op, graph, spec, storage, ext):
+            return None
+
+        async def later(op, graph, spec, storage, ext):
+            return None
+
+        class Impl:
+            pass
+
+        def rebound(op, graph, spec, storage, ext):
+            return None
+
+        rebound = functools.partial(rebound)
+
+        if True:
+            def conditional(op, graph, spec, storage, ext):
+                return None
+    """)
+    base = textwrap.dedent("""\
+    schema_version: 1
+    extension_id: st
+    version: "1.0"
+    module: m
+    operations:
+      - name: op
+        impl: IMPL
+        claims: [gelu]
+    """)
+    for impl in ("decorated", "later"):
+        p = write(tmp_path, "st.yaml", base.replace("IMPL", impl), mod)
+        assert load_extension(p).operation("op").impl == impl
+    for impl, msg in [("Impl", "(it is a class)"), ("rebound", "(it is assigned)"),
+                      ("conditional", "module m.py has no function 'conditional'")]:
+        p = write(tmp_path, "st.yaml", base.replace("IMPL", impl), mod)
+        expect(p, "operations.0.impl", msg, "impl:")
+    p = write(tmp_path, "st.yaml", base.replace("IMPL", "good"),
+              ("m.py", "def good(:\n    pass\n"))
+    expect(p, "module", "m.py:1: does not parse: ")
+
