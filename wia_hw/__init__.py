@@ -90,6 +90,7 @@ from .registry import (
 )
 from .runtime import Context, KernelTime, OpTime, RunResult, open_device, run
 from .spec import list_specs, load_spec
+from .workloads import from_onnx, from_torch
 
 __all__ = [
     "ClusterSpec",
@@ -110,6 +111,8 @@ __all__ = [
     "__version__",
     "list_specs",
     "load_spec",
+    "from_onnx",
+    "from_torch",
     "open_device",
     "run",
     # extensions (seed 8.9)

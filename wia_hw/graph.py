@@ -72,6 +72,10 @@ GEMM_KINDS = ("linear", "matmul", "bmm", "conv2d")
 UNARY_KINDS: dict[str, int] = {
     "gelu": 8, "relu": 1, "tanh": 4, "sigmoid": 4, "erf": 4, "exp": 1, "sqrt": 1,
     "neg": 1, "scale": 1, "identity": 0, "cast": 0,
+    # ONNX CNN activations: clip = max + min; hardsigmoid = mul, add, clip;
+    # hardswish = hardsigmoid + mul; lrn (size 5) = square, 4 window adds, scale and
+    # bias, pow, div
+    "clip": 2, "hardsigmoid": 3, "hardswish": 4, "lrn": 9,
 }
 #: Elementwise binary ops, with their FLOPs per output element.
 BINARY_KINDS: dict[str, int] = {"add": 1, "sub": 1, "mul": 1, "div": 1, "max": 1, "min": 1,
@@ -323,8 +327,12 @@ def op_flops(op: Op, in_shapes: Sequence[tuple[int, ...]],
 
     GEMMs count 2 per MAC plus one add per output for a bias; elementwise ops count
     their per-element cost (:data:`UNARY_KINDS`, :data:`BINARY_KINDS`); data movement
-    (reshape, transpose, concat, slice, embedding) counts none.
+    (reshape, transpose, concat, slice, embedding) counts none. An op that stands for
+    several recognised ones (the ONNX importer's fused attention, layer norm, GELU)
+    carries their total in ``attrs["flops"]``, which is returned as is.
     """
+    if "flops" in op.attrs:
+        return int(op.attrs["flops"])
     out = math.prod(out_shapes[0]) if out_shapes else 0
     if op.kind in GEMM_KINDS:
         bias = out if len(in_shapes) == 3 else 0

@@ -20,10 +20,11 @@ from ..graph import Graph
 from ._gemm import gemm
 from ._onnx import from_onnx
 from ._resnet import resnet50
+from ._torch import from_torch
 from ._transformers import bert_base, bert_large, gpt2
 
 __all__ = ["WORKLOADS", "build", "bert_large", "bert_base", "gpt2", "resnet50", "gemm",
-           "from_onnx"]
+           "from_onnx", "from_torch"]
 
 #: The named workloads, by their canonical (CLI) name.
 WORKLOADS: dict[str, Callable[..., Graph]] = {

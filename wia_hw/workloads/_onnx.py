@@ -1,7 +1,17 @@
 """ONNX import: an ONNX model (file or ``onnx.ModelProto``) to a wia-hw :class:`Graph`.
 
 Only shapes and dtypes are imported (weights' values are not carried); ``onnx`` is an
-optional dependency (``pip install 'wia-hw[onnx]'``), imported on first use.
+optional dependency (``pip install 'wia-hw[onnx]'``), imported on first use. A model
+whose weights sit in an external data file (``model.onnx`` + ``model.onnx.data``)
+loads with or without that file: only small constants' values are ever read.
+
+The pipeline: fix the symbolic input dims; ONNX shape inference; fold every constant
+and static-shape subgraph (:mod:`._onnx_fold`: ``Shape``, ``Gather``, ``Unsqueeze``,
+``Concat``, ``ConstantOfShape``, ``Range``, ``Expand``, ``Where``, ``Equal``, ``Cast``
+... on constants are evaluated by ``onnx.reference``); list the op types left that
+have no mapping (all at once, with counts); strict shape inference; map each node
+below; recognise attention, decomposed layer norm and Erf-written GELU
+(:mod:`._onnx_patterns`). ``docs/ONNX.md`` has the op table with status per op.
 
 Mapping of ONNX node types (default domain) to op kinds:
 
@@ -18,29 +28,42 @@ Gemm                                   ``linear`` (B constant) or ``matmul``; a
                                        ``transpose`` op; C of shape [N] is the bias,
                                        any other C an ``add``; alpha/beta fold into
                                        constants, else a ``scale`` op
-Add Sub Mul Div Pow                    the binary op (constants become weights)
-Relu Gelu Tanh Sigmoid Erf Sqrt Exp    the unary op
-Neg Identity Cast
+Add Sub Mul Div Pow Max Min            the binary op (constants become weights)
+Relu Gelu Tanh Sigmoid Erf Sqrt Exp    the unary op (Dropout is ``identity``)
+Neg Identity Cast Clip HardSigmoid
+HardSwish LRN Dropout
 Softmax, LayerNormalization            ``softmax``, ``layer_norm`` (last axis only)
-Conv                                   ``conv2d`` (2-D, square kernel, symmetric pads)
+Conv                                   ``conv2d`` (2-D, square kernel, symmetric pads;
+                                       grouped and depthwise through ``groups``)
 BatchNormalization                     folded into the Conv before it when that Conv
                                        feeds only it and the BN parameters are
                                        constants; else ``mul`` + ``add`` by
                                        per-channel constants
 MaxPool AveragePool GlobalAveragePool  ``maxpool``, ``avgpool``, ``global_avgpool``
+ReduceMean ReduceSum ReduceMax         ``global_avgpool`` over the reduced trailing
+ReduceMin                              axes (one add or compare per input element),
+                                       between ``reshape`` views
 Reshape Flatten Squeeze Unsqueeze      ``reshape`` (to the inferred shape)
-Transpose, Concat, Slice               ``transpose``, ``concat``, ``slice`` (one axis,
-                                       step 1, constant bounds)
-Gather                                 ``embedding`` on a 2-D constant table (axis 0);
-                                       a constant scalar index on an activation is a
-                                       ``slice`` (+ ``reshape``)
-Constant                               a weight tensor
+Transpose, Concat                      ``transpose``, ``concat``
+Slice, Split                           ``slice`` per output (one axis, step 1)
+Gather                                 ``embedding`` (a 2-D constant table, or axis 0
+                                       of any tensor between ``reshape`` views); a
+                                       constant run of indices is a ``slice``
+GatherElements                         ``embedding`` of the flattened data (one row
+                                       per output element)
+Where, Expand, Trilu                   one binary op per element of the output
+                                       (``add``/``mul`` with the constant operands
+                                       merged into one weight)
+Pad (constant mode)                    ``concat`` with zero weights per padded axis
+Resize (nearest, integer scales)       ``concat`` copies between ``reshape`` views
+Constant                               a weight tensor (when not folded)
 =====================================  ================================================
 
-Anything else raises ``WorkloadError("ONNX node 'n3' (op type 'X') is not supported")``.
-Initializers become ``weight`` tensors (created when a mapped op reads them), graph
-inputs ``input`` tensors. Element types map FLOAT/FLOAT16/BFLOAT16/INT8/INT32/INT64/
-BOOL to fp32/fp16/bf16/int8/int32/int64/bool and UINT8 to int8 (same width).
+A model with op types that have no mapping raises one ``WorkloadError`` naming every
+such op type and its node count (``... 2 unsupported ONNX op types: HardSwish x12,
+custom::Foo x1``). Initializers become ``weight`` tensors (created when a mapped op
+reads them), graph inputs ``input`` tensors. Element types map FLOAT/FLOAT16/BFLOAT16/
+INT8/INT32/INT64/BOOL to fp32/fp16/bf16/int8/int32/int64/bool and UINT8 to int8.
 
 The **group** of an op (its breakdown row) is the first component of the node name
 when the name is a ``/``-path with two or more components (PyTorch's exporter names
@@ -62,16 +85,26 @@ from ..graph import Graph, GraphBuilder
 
 _MISSING = "ONNX import needs the 'onnx' package: pip install 'wia-hw[onnx]'"
 
-_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}
+_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow",
+           "Max": "max", "Min": "min"}
 _UNARY = {"Relu": "relu", "Gelu": "gelu", "Tanh": "tanh", "Sigmoid": "sigmoid",
           "Erf": "erf", "Sqrt": "sqrt", "Exp": "exp", "Neg": "neg", "Identity": "identity",
-          "Cast": "cast"}
+          "Cast": "cast", "Clip": "clip", "HardSigmoid": "hardsigmoid",
+          "HardSwish": "hardswish", "LRN": "lrn", "Dropout": "identity"}
 _RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+_REDUCES = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin")
 _OTHER = ("MatMul", "Gemm", "Softmax", "LayerNormalization", "Conv", "BatchNormalization",
           "MaxPool", "AveragePool", "GlobalAveragePool", "Transpose", "Concat", "Slice",
-          "Gather", "Constant")
+          "Split", "Gather", "GatherElements", "Where", "Expand", "Trilu", "Pad", "Resize",
+          "Constant")
 #: ONNX op types the importer maps.
-SUPPORTED_OPS = tuple(_BINARY) + tuple(_UNARY) + _RESHAPES + _OTHER
+SUPPORTED_OPS = tuple(_BINARY) + tuple(_UNARY) + _RESHAPES + _REDUCES + _OTHER
+#: Op types that only compute shapes, indices or masks: supported when their inputs
+#: are constants or static shapes (they are folded away), never as run-time ops.
+FOLDED_OPS = ("Shape", "Size", "ConstantOfShape", "Range", "Equal", "Less", "Greater",
+              "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor", "NonZero",
+              "ScatterND", "ScatterElements", "Tile", "CumSum", "Abs", "Reciprocal",
+              "Floor", "Ceil", "Sign", "IsNaN", "IsInf", "Mod", "Log", "Sin", "Cos")
 
 
 def _elem_dtypes(onnx: Any) -> dict[int, str]:
@@ -163,6 +196,9 @@ class _Importer:
         self.op_names: set[str] = set()   # names given to ONNX nodes so far
         self.folded: dict[str, Any] = {}   # Conv output name -> the BN node folded into it
         self.skip: set[int] = set()        # ids of BN nodes folded away
+        self.node_index = -1                # the node being mapped
+        self.origin: dict[int, list[str]] = {}   # node index -> names of its ops
+        self.mask_allowed: dict[str, Any] = {}   # Where's merged weight -> kept elements
 
     # -- values ------------------------------------------------------------------------
     def dtype(self, value: str, elem: int, node: str = "") -> str:
@@ -220,7 +256,15 @@ class _Importer:
     # -- ops ---------------------------------------------------------------------------
     def add(self, kind: str, name: str, inputs: list[str], out: str, group: str,
             dtype: str | None = None, **attrs: Any) -> str:
+        self.origin.setdefault(self.node_index, []).append(name)
         return self.b.op(kind, name, inputs, group=group, out=out, dtype=dtype, **attrs)
+
+    def const_values(self, value: str) -> Any | None:
+        """The numpy value of a constant, or None (not a constant, or dims only)."""
+        t = self.consts.get(value)
+        if t is None or t.data_location == self.onnx.TensorProto.EXTERNAL:
+            return None
+        return self.const_array(value)
 
     def out_dtype(self, node: Any, name: str) -> str | None:
         elem = self.types.get(node.output[0], (None, 0))[1]
@@ -304,6 +348,19 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
         imp.add(_BINARY[t], name, [v(0), v(1)], out, grp, dt)
     elif t in _UNARY:
         imp.add(_UNARY[t], name, [v(0)], out, grp, dt)
+    elif t in _REDUCES:
+        _reduce(imp, node, name, a, out, grp, dt, fail)
+    elif t == "Split":
+        _split(imp, node, name, a, grp, dt, fail)
+        return
+    elif t == "GatherElements":
+        _gather_elements(imp, node, name, out, grp, dt)
+    elif t in ("Where", "Expand", "Trilu"):
+        _select(imp, node, name, out, grp, dt)
+    elif t == "Pad":
+        _pad(imp, node, name, a, out, grp, dt, fail)
+    elif t == "Resize":
+        _resize(imp, node, name, a, out, grp, dt, fail)
     elif t in _RESHAPES:
         theirs = imp.types.get(out, (None, 0))[0]
         if theirs is None:
@@ -457,8 +514,16 @@ def _slice(imp: _Importer, node: Any, name: str, out: str, grp: str, dt: str | N
     imp.add("slice", name, [imp.value(ins[0], name)], out, grp, dt, axis=ax, start=s, stop=e)
 
 
+def _out_shape(imp: _Importer, value: str, fail: Any) -> tuple[int, ...]:
+    theirs = imp.types.get(value, (None, 0))[0]
+    if theirs is None:
+        raise fail(f"shape of {value!r} unknown after shape inference")
+    return theirs
+
+
 def _gather(imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, grp: str,
             dt: str | None, fail: Any) -> None:
+    """Gather: an embedding lookup (a row gather), or a slice for a constant run."""
     ins = list(node.input)
     data = imp.shape(ins[0])
     axis = a.get("axis", 0) % max(len(data), 1)
@@ -466,20 +531,241 @@ def _gather(imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, g
         imp.add("embedding", name, [imp.value(ins[1], name), imp.value(ins[0], name)], out,
                 grp, dt)
         return
-    if ins[1] in imp.consts:
-        idx = imp.const_array(ins[1])
-        if idx.size == 1:
-            i = int(idx.reshape(-1)[0])
-            i = i + data[axis] if i < 0 else i
-            sliced = f"{out}.slice" if idx.ndim == 0 else out
-            imp.add("slice", name, [imp.value(ins[0], name)], sliced, grp, dt, axis=axis,
-                    start=i, stop=i + 1)
-            if idx.ndim == 0:
-                shape = data[:axis] + data[axis + 1:]
-                imp.add("reshape", f"{name}.squeeze", [sliced], out, grp, dt, shape=shape)
+    oshape = _out_shape(imp, out, fail)
+    idx = imp.const_values(ins[1])
+    if idx is not None and idx.size >= 1:
+        flat = [int(i) + data[axis] if int(i) < 0 else int(i) for i in idx.reshape(-1)]
+        if flat == list(range(flat[0], flat[0] + len(flat))):
+            sliced = imp.add("slice", name, [imp.value(ins[0], name)], f"{out}.slice"
+                             if oshape != _sliced(data, axis, flat[0], len(flat)) else out,
+                             grp, dt, axis=axis, start=flat[0], stop=flat[0] + len(flat))
+            if sliced != out:
+                imp.add("reshape", f"{name}.reshape", [sliced], out, grp, dt, shape=oshape)
             return
-    raise fail("only an embedding lookup (axis 0 of a 2-D constant table) or a constant "
-               "single index is supported")
+    if axis != 0:
+        raise fail(f"gathers non-contiguous indices on axis {axis}; wia-hw models a gather "
+                   "on axis 0 or a contiguous run of constant indices")
+    rest = math.prod(data[1:])
+    table = imp.value(ins[0], name)
+    if len(data) != 2:
+        table = imp.add("reshape", f"{name}.rows", [table], f"{out}.rows", grp, None,
+                        shape=(data[0], rest))
+    ids = imp.value(ins[1], name)
+    got = imp.add("embedding", name, [ids, table], f"{out}.gather"
+                  if oshape != imp.b.shape(ids) + (rest,) else out, grp, dt)
+    if got != out:
+        imp.add("reshape", f"{name}.reshape", [got], out, grp, dt, shape=oshape)
+
+
+def _sliced(shape: tuple[int, ...], axis: int, start: int, n: int) -> tuple[int, ...]:
+    return shape[:axis] + (n,) + shape[axis + 1:]
+
+
+def _gather_elements(imp: _Importer, node: Any, name: str, out: str, grp: str,
+                     dt: str | None) -> None:
+    """GatherElements: one element per output, read through the index tensor: an
+    ``embedding`` of the data flattened to ``[numel, 1]`` rows."""
+    ins = list(node.input)
+    data, idx = imp.shape(ins[0]), imp.shape(ins[1])
+    table = imp.add("reshape", f"{name}.rows", [imp.value(ins[0], name)], f"{out}.rows",
+                    grp, None, shape=(math.prod(data), 1))
+    ids = imp.add("reshape", f"{name}.ids", [imp.value(ins[1], name)], f"{out}.ids", grp,
+                  None, shape=(math.prod(idx),))
+    got = imp.add("embedding", name, [ids, table], f"{out}.gather", grp, dt)
+    imp.add("reshape", f"{name}.reshape", [got], out, grp, dt, shape=idx)
+
+
+def _broadcast_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    rank = max(len(s) for s in shapes)
+    out = []
+    for i in range(1, rank + 1):
+        out.append(max(s[-i] if i <= len(s) else 1 for s in shapes))
+    return tuple(reversed(out))
+
+
+def _select(imp: _Importer, node: Any, name: str, out: str, grp: str,
+            dt: str | None) -> None:
+    """Where / Expand / Trilu on run-time values: one binary op per output element.
+
+    The constant operands (Where's mask or fill, Expand's broadcast, Trilu's triangle)
+    merge into one weight; each further run-time operand costs one more binary op.
+    Where with a run-time condition and constant branches is a ``mul``; otherwise
+    ``add`` (a masked fill is an additive mask)."""
+    t, ins = node.op_type, [i for i in node.input]
+    oshape = imp.types.get(out, (None, 0))[0] or ()
+    xd = None
+    if t == "Where":
+        dyn = [i for i in ins if i not in imp.consts]
+        consts = [imp.shape(i) for i in ins if i not in dyn]
+        kind = "mul" if dyn == [ins[0]] else "add"
+        dyn = [d for d in dyn if d != ins[0]] + ([ins[0]] if ins[0] in dyn else [])
+        xd = imp.b.tensor(imp.value(dyn[0], name)).dtype
+    elif t == "Expand":
+        x = imp.shape(ins[0])
+        xr = (1,) * (len(oshape) - len(x)) + x
+        dyn = [ins[0]]
+        consts = [tuple(1 if a == b else b for a, b in zip(xr, oshape, strict=True))]
+        kind = "add"
+    else:  # Trilu: keep one triangle of the last two axes
+        x = imp.shape(ins[0])
+        dyn, consts, kind = [ins[0]], [tuple(x[-2:])], "mul"
+    vals = [imp.value(d, name) for d in dyn]
+    xd = xd or imp.b.tensor(vals[0]).dtype
+    if consts and math.prod(_broadcast_shape(consts)) > 1 or not vals[1:]:
+        shape = _broadcast_shape(consts) if consts else (1,)
+        w = imp.b.weight(f"{name}.{t.lower()}_const", shape,
+                         xd if xd != "bool" else (dt or "fp32"))
+        vals.append(w)
+        cond = imp.const_values(ins[0]) if t == "Where" else None
+        if cond is not None and len(dyn) == 1 and dyn[0] in ins[1:]:
+            # a masked fill: the elements that keep the run-time value
+            imp.mask_allowed[w] = cond.astype(bool) if dyn[0] == ins[1] else \
+                ~cond.astype(bool)
+    y = vals[0]
+    for k, other in enumerate(vals[1:]):
+        last = k == len(vals) - 2
+        y = imp.add(kind if k == 0 else "add", name if last else f"{name}.{k}",
+                    [y, other], out if last else f"{out}.{k}", grp, dt)
+
+
+def _reduce(imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, grp: str,
+            dt: str | None, fail: Any) -> None:
+    """Reduce* over trailing axes: a ``global_avgpool`` over ``[1, rows, reduced, 1]``
+    (one add or compare per input element)."""
+    ins = list(node.input)
+    x = imp.shape(ins[0])
+    rank = len(x)
+    if "axes" in a:
+        axes = list(a["axes"])
+    elif len(ins) > 1 and ins[1]:
+        vals = imp.const_values(ins[1])
+        if vals is None:
+            raise fail("axes must be a constant")
+        axes = [int(v) for v in vals.reshape(-1)]
+    else:
+        axes = [] if a.get("noop_with_empty_axes", 0) else list(range(rank))
+    axes = sorted({ax % rank for ax in axes})
+    oshape = _out_shape(imp, out, fail)
+    if not axes:
+        imp.add("identity", name, [imp.value(ins[0], name)], out, grp, dt)
+        return
+    if axes != list(range(axes[0], rank)):
+        raise fail(f"reduces axes {axes} of {list(x)}; wia-hw models reductions over "
+                   "trailing axes only")
+    rows, red = math.prod(x[:axes[0]]), math.prod(x[axes[0]:])
+    src = imp.value(ins[0], name)
+    if rank == 4 and axes == [2, 3]:
+        pooled_shape = (x[0], x[1], 1, 1)
+    else:
+        src = imp.add("reshape", f"{name}.rows", [src], f"{out}.rows", grp, None,
+                      shape=(1, rows, red, 1))
+        pooled_shape = (1, rows, 1, 1)
+    pooled = imp.add("global_avgpool", name, [src], out if pooled_shape == oshape
+                     else f"{out}.pooled", grp, dt, reduce=node.op_type[6:].lower())
+    if pooled != out:
+        imp.add("reshape", f"{name}.reshape", [pooled], out, grp, dt, shape=oshape)
+
+
+def _split(imp: _Importer, node: Any, name: str, a: dict[str, Any], grp: str,
+           dt: str | None, fail: Any) -> None:
+    """Split: one ``slice`` per output (a view when the block is contiguous)."""
+    ins = list(node.input)
+    x = imp.shape(ins[0])
+    axis = a.get("axis", 0) % len(x)
+    outs = list(node.output)
+    if len(ins) > 1 and ins[1]:
+        vals = imp.const_values(ins[1])
+        if vals is None:
+            raise fail("split sizes must be a constant")
+        sizes = [int(v) for v in vals.reshape(-1)]
+    elif "split" in a:
+        sizes = list(a["split"])
+    else:
+        n = len(outs)
+        step = -(-x[axis] // n)
+        sizes = [min(step, x[axis] - k * step) for k in range(n)]
+    src = imp.value(ins[0], name)
+    start = 0
+    for k, (o, size) in enumerate(zip(outs, sizes, strict=True)):
+        if o:
+            imp.add("slice", name if k == 0 else f"{name}.{k}", [src], o, grp, dt, axis=axis,
+                    start=start, stop=start + size)
+            theirs = imp.types.get(o, (None, 0))[0]
+            if theirs is not None and theirs != imp.b.shape(o):
+                raise fail(f"output {k}: wia-hw computes {list(imp.b.shape(o))} but ONNX "
+                           f"shape inference gives {list(theirs)}")
+        start += size
+
+
+def _pad(imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, grp: str,
+         dt: str | None, fail: Any) -> None:
+    """Pad (constant mode): per padded axis a ``concat`` of fill weights and the input."""
+    ins = list(node.input)
+    mode = a.get("mode", b"constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode != "constant":
+        raise fail(f"mode {mode!r} is not modelled (only 'constant')")
+    x = imp.shape(ins[0])
+    if len(ins) > 1 and ins[1]:
+        vals = imp.const_values(ins[1])
+        if vals is None:
+            raise fail("pads must be a constant")
+        pads = [int(v) for v in vals.reshape(-1)]
+    else:
+        pads = list(a.get("pads", []))
+    axes = list(range(len(x)))
+    if len(ins) > 3 and ins[3]:
+        av = imp.const_values(ins[3])
+        if av is None:
+            raise fail("axes must be a constant")
+        axes = [int(v) % len(x) for v in av.reshape(-1)]
+    n = len(axes)
+    if any(p < 0 for p in pads):
+        raise fail(f"negative pads {pads} are not modelled")
+    y = imp.value(ins[0], name)
+    todo = [(ax, pads[k], pads[k + n]) for k, ax in enumerate(axes) if pads[k] or pads[k + n]]
+    if not todo:
+        imp.add("identity", name, [y], out, grp, dt)
+        return
+    xd = imp.b.tensor(y).dtype
+    for j, (ax, lo, hi) in enumerate(todo):
+        cur = imp.b.shape(y)
+        parts = []
+        if lo:
+            parts.append(imp.b.weight(f"{name}.fill{j}_lo", cur[:ax] + (lo,) + cur[ax + 1:],
+                                      xd))
+        parts.append(y)
+        if hi:
+            parts.append(imp.b.weight(f"{name}.fill{j}_hi", cur[:ax] + (hi,) + cur[ax + 1:],
+                                      xd))
+        last = j == len(todo) - 1
+        y = imp.add("concat", name if last else f"{name}.{j}", parts,
+                    out if last else f"{out}.{j}", grp, dt, axis=ax)
+
+
+def _resize(imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, grp: str,
+            dt: str | None, fail: Any) -> None:
+    """Resize, nearest mode, integer scale on the spatial axes of ``[N, C, H, W]``:
+    ``[N, C, H, 1, W, 1]`` (a view) -> ``concat`` of ``fw`` copies -> ``concat`` of
+    ``fh`` copies -> ``[N, C, H*fh, W*fw]`` (a view): exactly nearest upsampling's
+    element order, so the bytes are the copy's."""
+    mode = a.get("mode", b"nearest")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode != "nearest":
+        raise fail(f"mode {mode!r} is not modelled (only 'nearest')")
+    x = imp.shape(node.input[0])
+    y = _out_shape(imp, out, fail)
+    if len(x) != 4 or y[:2] != x[:2] or any(b % a_ for a_, b in zip(x[2:], y[2:],
+                                                                    strict=True)):
+        raise fail(f"{list(x)} -> {list(y)} is not an integer upscale of [N, C, H, W]")
+    fh, fw = y[2] // x[2], y[3] // x[3]
+    v = imp.add("reshape", f"{name}.expand_dims", [imp.value(node.input[0], name)],
+                f"{out}.6d", grp, None, shape=(x[0], x[1], x[2], 1, x[3], 1))
+    if fw > 1:
+        v = imp.add("concat", f"{name}.repeat_w", [v] * fw, f"{out}.w", grp, dt, axis=5)
+    if fh > 1:
+        v = imp.add("concat", f"{name}.repeat_h", [v] * fh, f"{out}.h", grp, dt, axis=3)
+    imp.add("reshape", name, [v], out, grp, dt, shape=y)
 
 
 def _fold_candidates(imp: _Importer) -> None:
@@ -501,49 +787,62 @@ def _fold_candidates(imp: _Importer) -> None:
             imp.skip.add(id(n))
 
 
-def from_onnx(model: str | os.PathLike[str] | Any, *, batch: int | None = None,
-              dims: Mapping[str, int] | None = None) -> Graph:
-    """Import an ONNX model as a :class:`~wia_hw.graph.Graph` (shapes and dtypes only).
+def _prepare(onnx: Any, model: Any, batch: int | None,
+             dims: Mapping[str, int]) -> tuple[Any, str, str, int]:
+    """Load, fix the input dims, infer shapes and fold constants: (proto, graph name,
+    source, nodes folded)."""
+    import onnx.shape_inference
 
-    ``model`` is a path to a ``.onnx`` file or an ``onnx.ModelProto`` (not modified).
-    Symbolic input dims are fixed before ONNX shape inference: a dim named ``p`` takes
-    ``dims[p]``; a still-free leading dim takes ``batch``. The graph's ``sequences``
-    is ``batch`` (1 when not given); ``params`` records the source, opset and dims.
+    from ._onnx_fold import fold
 
-    Raises :class:`~wia_hw.WorkloadError` when ``onnx`` is not installed, the file is
-    missing or unreadable, an input dim stays unresolved (naming the input and dim), a
-    node's op type is not supported (naming node and op type), or shapes disagree.
-    """
-    try:
-        import onnx
-        import onnx.shape_inference
-    except ImportError:
-        raise WorkloadError(_MISSING) from None
-    if batch is not None:
-        batch = _positive("batch", batch)
-    dims = dict(dims or {})
-    for k, val in dims.items():
-        _positive(f"dims[{k!r}]", val)
     proto, gname, source = _load(onnx, model)
+    base_dir = Path(model).parent if isinstance(model, (str, os.PathLike)) else None
     g = proto.graph
-    for i, n in enumerate(g.node):
-        if n.domain not in ("", "ai.onnx") or n.op_type not in SUPPORTED_OPS:
-            label = _node_name(n, i)
-            dom = f"{n.domain}::" if n.domain not in ("", "ai.onnx") else ""
-            raise WorkloadError(f"ONNX node {label!r} (op type '{dom}{n.op_type}') is not "
-                                "supported")
     _fix_input_dims(g, {t.name for t in g.initializer}, batch, dims)
+    proto = _infer(onnx, proto, source, strict=False)
+    folded = fold(onnx, proto, base_dir)
+    return proto, gname, source, folded
+
+
+def _infer(onnx: Any, proto: Any, source: str, *, strict: bool) -> Any:
     try:
-        proto = onnx.shape_inference.infer_shapes(proto, strict_mode=True, data_prop=True)
+        return onnx.shape_inference.infer_shapes(proto, strict_mode=strict, data_prop=True)
     except (onnx.shape_inference.InferenceError, ValueError, RuntimeError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise WorkloadError(f"ONNX shape inference failed for {source}: {first}") from None
 
+
+def _op_label(n: Any) -> str:
+    return f"{n.domain}::{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type
+
+
+def unsupported_ops(proto: Any) -> dict[str, int]:
+    """Op types of ``proto``'s nodes that have no mapping, with their node counts
+    (most frequent first). Run on a folded model: folded nodes are gone."""
+    counts: dict[str, int] = {}
+    for n in proto.graph.node:
+        if n.domain not in ("", "ai.onnx") or n.op_type not in SUPPORTED_OPS:
+            counts[_op_label(n)] = counts.get(_op_label(n), 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def unsupported_message(source: str, counts: Mapping[str, int]) -> str:
+    """The one-line error naming every unsupported op type and its count."""
+    kinds = "op type" if len(counts) == 1 else "op types"
+    listed = ", ".join(f"{k} x{v}" for k, v in counts.items())
+    return f"{source}: {len(counts)} unsupported ONNX {kinds}: {listed}"
+
+
+def _import_prepared(onnx: Any, proto: Any, gname: str, source: str, batch: int | None,
+                     dims: Mapping[str, int], folded: int, recognise: bool) -> Graph:
+    proto = _infer(onnx, proto, source, strict=True)
     imp = _Importer(onnx, proto, gname)
     for vi in imp.g.input:
         if vi.name in imp.inits:
             continue
         shape, elem = imp.types[vi.name]
+        if not any(vi.name in n.input for n in imp.g.node):
+            continue      # read only by folded nodes (e.g. through Shape)
         imp.b.input(vi.name, shape or (), imp.dtype(vi.name, elem))
     for n in imp.g.node:
         if n.op_type == "Constant":
@@ -556,11 +855,53 @@ def from_onnx(model: str | os.PathLike[str] | Any, *, batch: int | None = None,
         if name in imp.op_names:
             name = f"{name}_{i}"
         imp.op_names.add(name)
+        imp.node_index = i
         _map_node(imp, n, name)
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
                  None)
-    return imp.b.graph(sequences=batch or 1, params={
-        "model": gname, "source": source, "opset": opset, "batch": batch, "dims": dims})
+    graph = imp.b.graph(sequences=batch or 1, params={
+        "model": gname, "source": source, "opset": opset, "batch": batch, "dims": dims,
+        "folded_nodes": folded})
+    if recognise:
+        from ._onnx_patterns import recognise as _recognise
+        graph = _recognise(graph, imp)
+    return graph
+
+
+def from_onnx(model: str | os.PathLike[str] | Any, *, batch: int | None = None,
+              dims: Mapping[str, int] | None = None, recognise: bool = True) -> Graph:
+    """Import an ONNX model as a :class:`~wia_hw.graph.Graph` (shapes and dtypes only).
+
+    ``model`` is a path to a ``.onnx`` file (its external data file may be absent) or
+    an ``onnx.ModelProto`` (not modified). Symbolic input dims are fixed before ONNX
+    shape inference: a dim named ``p`` takes ``dims[p]``; a still-free leading dim
+    takes ``batch``. Constant and static-shape subgraphs are folded away. With
+    ``recognise`` (default) attention, decomposed layer norms and Erf-written GELUs
+    become ``bmm``/``softmax``/``bmm``, ``layer_norm`` and ``gelu`` ops carrying the
+    FLOPs of the ops they replace. The graph's ``sequences`` is ``batch`` (1 when not
+    given); ``params`` records the source, opset, dims and the number of folded nodes.
+
+    Raises :class:`~wia_hw.WorkloadError` when ``onnx`` is not installed, the file is
+    missing or unreadable, an input dim stays unresolved (naming the input and dim),
+    op types have no mapping (one message naming every such type with its count), a
+    node's attributes are outside what is modelled (naming node and op type), or
+    shapes disagree.
+    """
+    try:
+        import onnx
+        import onnx.shape_inference
+    except ImportError:
+        raise WorkloadError(_MISSING) from None
+    if batch is not None:
+        batch = _positive("batch", batch)
+    dims = dict(dims or {})
+    for k, val in dims.items():
+        _positive(f"dims[{k!r}]", val)
+    proto, gname, source, folded = _prepare(onnx, model, batch, dims)
+    bad = unsupported_ops(proto)
+    if bad:
+        raise WorkloadError(unsupported_message(source, bad))
+    return _import_prepared(onnx, proto, gname, source, batch, dims, folded, recognise)
 
 
 def _constant(imp: _Importer, node: Any) -> None:

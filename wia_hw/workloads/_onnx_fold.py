@@ -1,0 +1,240 @@
+"""Constant folding and static shapes for the ONNX importer.
+
+The exporters write chains that compute shapes and masks at run time from the
+inputs' shapes (``Shape -> Gather -> Unsqueeze -> Concat -> Reshape``,
+``ConstantOfShape``, ``Range``, ``Expand``, ``Where``, ``Equal``, ``Trilu`` ...). Once
+every input dim is fixed those chains are constants; :func:`fold` evaluates them
+before lowering so the importer sees only the compute.
+
+Contract of :func:`fold` (``graph`` is a shape-inferred ``onnx.GraphProto``, changed
+in place):
+
+* ``Shape`` and ``Size`` of a tensor whose shape is static are constants (its shape).
+* A node whose inputs are all constants is evaluated by ``onnx.reference.
+  ReferenceEvaluator`` (one node at a time, memoised on op, attributes and input
+  bytes, so the chain repeated in every layer is evaluated once), when its inputs and
+  its output hold at most :data:`FOLD_MAX_ELEMENTS` elements each and no input is an
+  initializer of more than :data:`INIT_MAX_ELEMENTS` elements (a weight).
+* A node on constants that is larger than that (a ``Transpose`` or ``Cast`` of a
+  weight, say) is *shape-folded*: its output becomes a constant whose dims are known
+  but whose values are never computed (the work happens once, when weights load, not
+  per inference). Weight values are never needed: only dims.
+* Folded values that remaining nodes read become initializers; folded nodes go away.
+  Random ops (``RandomNormal``...) and nodes with subgraphs are never folded.
+
+Values of initializers stored in an external data file are read only when a folded
+node needs them (small tensors); a missing data file is fine for everything else,
+which is how the repository's weight-stripped fixtures are stored.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from ..emulator.errors import WorkloadError
+
+#: Largest tensor (elements) that folding evaluates; larger constants are shape-folded.
+FOLD_MAX_ELEMENTS = 1 << 22
+#: Largest initializer whose values folding reads; larger ones are weights (dims only).
+INIT_MAX_ELEMENTS = 1 << 16
+_NEVER = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+          "Multinomial", "Bernoulli", "If", "Loop", "Scan", "SequenceMap"}
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)
+
+
+class _Folder:
+    def __init__(self, onnx: Any, graph: Any, opsets: dict[str, int],
+                 base_dir: Path | None) -> None:
+        from onnx import numpy_helper
+
+        self.onnx = onnx
+        self.nh = numpy_helper
+        self.g = graph
+        self.opsets = opsets
+        self.base_dir = base_dir
+        self.shapes: dict[str, tuple[int, ...] | None] = {}
+        self.elem: dict[str, int] = {}
+        for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+            if vi.type.HasField("tensor_type"):
+                tt = vi.type.tensor_type
+                self.elem[vi.name] = tt.elem_type
+                if tt.HasField("shape"):
+                    ds = [d.dim_value if d.HasField("dim_value") else -1
+                          for d in tt.shape.dim]
+                    self.shapes[vi.name] = tuple(ds) if all(d >= 0 for d in ds) else None
+        self.inits: dict[str, Any] = {t.name: t for t in graph.initializer}
+        for t in graph.initializer:
+            self.shapes[t.name] = tuple(t.dims)
+            self.elem[t.name] = t.data_type
+        self.values: dict[str, Any] = {}       # name -> numpy value (known constants)
+        self.shape_only: set[str] = set()      # constants whose values are not computed
+        self.memo: dict[Any, list[Any]] = {}
+        self.evaluated = 0
+
+    # -- constants -------------------------------------------------------------------
+    def is_const(self, name: str) -> bool:
+        return name in self.values or name in self.shape_only or name in self.inits
+
+    def value(self, name: str) -> Any | None:
+        """The numpy value of constant ``name`` (None when not small or not readable)."""
+        if name in self.values:
+            return self.values[name]
+        t = self.inits.get(name)
+        if t is None or _numel(tuple(t.dims)) > INIT_MAX_ELEMENTS:
+            return None     # a weight: its dims are all the importer needs
+        if t.data_location == self.onnx.TensorProto.EXTERNAL:
+            if self.base_dir is None:
+                return None
+            from onnx.external_data_helper import load_external_data_for_tensor
+            copy = self.onnx.TensorProto()
+            copy.CopyFrom(t)
+            try:
+                load_external_data_for_tensor(copy, str(self.base_dir))
+            except (OSError, ValueError, self.onnx.checker.ValidationError):
+                return None     # the data file is absent (a weight-stripped model)
+            t = copy
+        arr = self.nh.to_array(t)
+        self.values[name] = arr
+        return arr
+
+    # -- one node --------------------------------------------------------------------
+    def static_shape(self, node: Any) -> Any | None:
+        import numpy as np
+        shape = self.shapes.get(node.input[0])
+        if shape is None:
+            return None
+        if node.op_type == "Size":
+            return np.array(_numel(shape), dtype=np.int64)
+        rank = len(shape)
+        a = {x.name: x.i for x in node.attribute}
+        start, end = a.get("start", 0), a.get("end", rank)
+        start = max(0, min(rank, start + rank if start < 0 else start))
+        end = max(0, min(rank, end + rank if end < 0 else end))
+        return np.array(shape[start:end], dtype=np.int64)
+
+    def evaluate(self, node: Any, inputs: list[Any]) -> list[Any]:
+        from onnx.reference import ReferenceEvaluator
+
+        key = (node.op_type, node.domain, tuple(a.SerializeToString() for a in node.attribute),
+               len(node.output),
+               tuple(("", None) if x is None else (x.dtype.str, x.shape, x.tobytes())
+                     for x in inputs))
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        names = [f"i{k}" if x is not None else "" for k, x in enumerate(inputs)]
+        outs = [f"o{k}" for k in range(len(node.output))]
+        n = self.onnx.helper.make_node(node.op_type, names, outs, domain=node.domain)
+        n.attribute.extend(node.attribute)
+        feeds = {nm: x for nm, x in zip(names, inputs, strict=True) if nm}
+        try:
+            got = ReferenceEvaluator(n, opsets=self.opsets).run(None, feeds)
+        except Exception as e:  # noqa: BLE001 - the reference evaluator raises anything
+            label = node.name or node.op_type
+            raise WorkloadError(f"ONNX node {label!r} ({node.op_type}): constant folding "
+                                f"failed: {str(e).splitlines()[0] if str(e) else e!r}"
+                                ) from None
+        self.evaluated += 1
+        import numpy as np
+        got = [np.asarray(x) for x in got]
+        self.memo[key] = got
+        return got
+
+    def try_fold(self, node: Any) -> bool:
+        """Fold ``node`` when it can be; True when its outputs are now constants."""
+        if node.op_type in _NEVER or any(a.type in (5, 10) for a in node.attribute):
+            return False    # random, or has a subgraph (GRAPH / GRAPHS attributes)
+        if node.op_type == "Constant":
+            import numpy as np
+            from onnx import helper
+            a = node.attribute[0] if node.attribute else None
+            if a is None:
+                return False
+            v = helper.get_attribute_value(a)
+            if a.name == "value":
+                arr = self.nh.to_array(v)
+            elif a.name in ("value_float", "value_floats", "value_int", "value_ints"):
+                arr = np.asarray(v, np.float32 if "float" in a.name else np.int64)
+            else:
+                return False
+            self.values[node.output[0]] = arr
+            return True
+        if node.op_type in ("Shape", "Size") and node.domain in ("", "ai.onnx"):
+            v = self.static_shape(node)
+            if v is None:
+                return False
+            self.values[node.output[0]] = v
+            return True
+        ins = [i for i in node.input if i]
+        if not ins or not all(self.is_const(i) for i in ins):
+            return False
+        vals = [self.value(i) if i else None for i in node.input]
+        small = all(v is not None for v, i in zip(vals, node.input, strict=True) if i)
+        outs_small = all(self.shapes.get(o) is not None
+                         and _numel(self.shapes[o]) <= FOLD_MAX_ELEMENTS  # type: ignore[arg-type]
+                         for o in node.output if o)
+        unknown_out = any(self.shapes.get(o) is None for o in node.output if o)
+        if small and (outs_small or unknown_out):
+            got = self.evaluate(node, vals)
+            for o, v in zip(node.output, got, strict=False):
+                if o:
+                    self.values[o] = v
+                    self.shapes[o] = tuple(v.shape)
+            return True
+        if unknown_out:
+            return False
+        for o in node.output:
+            if o:
+                self.shape_only.add(o)
+        return True
+
+    # -- the graph -------------------------------------------------------------------
+    def run(self) -> int:
+        kept, folded = [], 0
+        for node in self.g.node:
+            if self.try_fold(node):
+                folded += 1
+            else:
+                kept.append(node)
+        if not folded:
+            return 0
+        needed = {i for n in kept for i in n.input} | {o.name for o in self.g.output}
+        new_inits = []
+        for name in sorted(needed):
+            if name in self.inits or not (name in self.values or name in self.shape_only):
+                continue
+            if name in self.values:
+                t = self.nh.from_array(self.values[name], name)
+            else:
+                t = self.onnx.TensorProto()
+                t.name = name
+                t.data_type = self.elem.get(name, 1)
+                t.dims.extend(self.shapes[name] or ())
+                # dims only: the values of a shape-folded weight are never computed
+                t.data_location = self.onnx.TensorProto.EXTERNAL
+                e = t.external_data.add()
+                e.key, e.value = "location", "<shape-folded>"
+            new_inits.append(t)
+        used = needed | {vi.name for vi in self.g.input}
+        keep_inits = [t for t in self.g.initializer if t.name in used]
+        del self.g.node[:]
+        self.g.node.extend(kept)
+        del self.g.initializer[:]
+        self.g.initializer.extend(keep_inits + new_inits)
+        init_names = {t.name for t in self.g.initializer}
+        vis = [v for v in self.g.value_info if v.name not in init_names]
+        del self.g.value_info[:]
+        self.g.value_info.extend(vis)
+        return folded
+
+
+def fold(onnx: Any, proto: Any, base_dir: Path | None) -> int:
+    """Fold the constant and static-shape subgraphs of ``proto`` (shape-inferred) in
+    place; returns the number of nodes folded away. See the module docstring."""
+    opsets = {(o.domain or ""): o.version for o in proto.opset_import}
+    return _Folder(onnx, proto.graph, opsets, base_dir).run()

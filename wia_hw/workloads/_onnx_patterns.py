@@ -1,0 +1,428 @@
+"""Pattern recognition on an imported ONNX graph: what exporters decompose, put back.
+
+:func:`recognise` rewrites a graph made by the ONNX importer; every rewrite keeps the
+graph's FLOPs (a fused op carries the FLOPs of the ops it replaces in
+``attrs["flops"]`` when its own count differs), its MACs and its outputs' names and
+shapes:
+
+* **linear + bias**: a ``linear`` without bias whose only reader is an ``add`` of a
+  ``[N]`` weight becomes a ``linear`` with that bias (2 MAC FLOPs + 1 per output:
+  the same count).
+* **GELU**: ``x / sqrt(2)`` (or ``x * (1/sqrt(2))``) -> ``erf`` -> ``+ 1`` ->
+  ``* x`` (or ``* (0.5 x)``) -> optionally ``* 0.5`` is one ``gelu``.
+* **Layer norm**: ``mean(x)`` -> ``d = x - mean`` -> ``d ** 2`` (or ``d * d``) ->
+  ``mean`` -> ``+ eps`` -> ``sqrt`` -> ``d / std`` -> optionally ``* gamma [H]`` ->
+  ``+ beta [H]`` (means over the last axis) is one ``layer_norm`` (``eps`` recorded).
+* **Attention**: ``bmm(q, transpose(k))`` -> ``* scale`` or ``/ scale`` -> masking
+  (``add`` of a mask, or the ops of a ``Where``) -> ``softmax`` (last axis) ->
+  ``bmm(p, v)`` becomes ``bmm(q, k, transpose_b=True, scale=s)`` -> ``softmax`` ->
+  ``bmm``, the chain the transformer engine claims. A constant mask equal to the causal
+  triangle sets ``causal=True`` on the softmax; an all-zero one is dropped; any other
+  mask sets ``masked=True`` (the transformer engine then runs full attention: at full
+  sequence length a padding mask hides nothing). The transpose of k is kept with its
+  last two axes swapped back (or dropped when that leaves the identity).
+
+Constants' values (the scale, eps, mask) are read from the ONNX constants when the
+model carries them; a weight-stripped model is matched on structure alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from ..graph import Graph, Op
+
+_SCALAR_MAX = 1
+
+
+class _Rewriter:
+    def __init__(self, graph: Graph, imp: Any) -> None:
+        self.g = graph
+        self.imp = imp
+        self.ops: list[Op | None] = list(graph.ops)
+        self.index = {id(o): i for i, o in enumerate(graph.ops)}
+        self.prod: dict[str, Op] = {t: o for o in graph.ops for t in o.outputs}
+        self.cons: dict[str, list[Op]] = {}
+        for o in graph.ops:
+            for i in dict.fromkeys(o.inputs):
+                self.cons.setdefault(i, []).append(o)
+        self.new_tensors: dict[str, Any] = {}
+        self.outputs = set(imp.g.output[i].name for i in range(len(imp.g.output)))
+
+    # -- helpers ---------------------------------------------------------------------
+    def t(self, name: str) -> Any:
+        return self.new_tensors.get(name) or self.g.tensors[name]
+
+    def weight(self, name: str) -> bool:
+        return self.t(name).kind == "weight"
+
+    def scalar(self, name: str) -> bool:
+        return self.weight(name) and self.t(name).numel <= _SCALAR_MAX
+
+    def value(self, name: str) -> Any | None:
+        try:
+            return self.imp.const_values(name)
+        except Exception:  # noqa: BLE001 - an unreadable constant is matched on structure
+            return None
+
+    def scalar_value(self, name: str) -> float | None:
+        v = self.value(name)
+        return None if v is None else float(v.reshape(-1)[0])
+
+    def only_reader(self, tensor: str) -> Op | None:
+        """The single live op reading ``tensor`` (None if 0 or 2+, or a graph output)."""
+        if tensor in self.outputs:
+            return None
+        r = [o for o in self.cons.get(tensor, []) if self.alive(o)]
+        return r[0] if len(r) == 1 else None
+
+    def alive(self, op: Op) -> bool:
+        return self.ops[self.index[id(op)]] is op
+
+    def other(self, op: Op, tensor: str) -> str:
+        return op.inputs[1] if op.inputs[0] == tensor else op.inputs[0]
+
+    def flops(self, ops: Iterable[Op]) -> int:
+        return sum(self.g.flops(o) for o in ops)
+
+    def replace(self, remove: list[Op], at: Op, new: list[Op]) -> None:
+        """Drop ``remove``; put ``new`` where ``at`` was (``at`` is in ``remove``)."""
+        for o in remove:
+            if o is not at:
+                self.ops[self.index[id(o)]] = None
+        pos = self.index[id(at)]
+        self.ops[pos] = None
+        self.pending.setdefault(pos, []).extend(new)
+
+    def fused(self, name: str, kind: str, inputs: list[str], out: str, group: str,
+              flops: int, own: int, **attrs: Any) -> Op:
+        if flops != own:
+            attrs["flops"] = flops
+        return Op(name, kind, tuple(inputs), (out,), group, attrs)
+
+    # -- linear + bias ---------------------------------------------------------------
+    def linear_bias(self, op: Op) -> None:
+        if op.kind != "linear" or len(op.inputs) != 2:
+            return
+        add = self.only_reader(op.outputs[0])
+        if add is None or add.kind != "add" or add.inputs[0] == add.inputs[1]:
+            return
+        bias = self.other(add, op.outputs[0])
+        n = self.t(op.inputs[1]).shape[1]
+        if not self.weight(bias) or self.t(bias).shape != (n,) or \
+                self.t(add.outputs[0]).shape != self.t(op.outputs[0]).shape:
+            return
+        new = Op(op.name, "linear", (*op.inputs, bias), add.outputs, op.group, op.attrs)
+        self.replace([op, add], add, [new])
+
+    # -- GELU ------------------------------------------------------------------------
+    def gelu(self, erf: Op) -> None:
+        if erf.kind != "erf":
+            return
+        pre = self.prod.get(erf.inputs[0])
+        if pre is None or pre.kind not in ("div", "mul") or not self.alive(pre):
+            return
+        c = next((i for i in pre.inputs if self.scalar(i)), None)
+        if c is None or self.only_reader(pre.outputs[0]) is not erf:
+            return
+        x = self.other(pre, c)
+        cv = self.scalar_value(c)
+        if cv is not None and not math.isclose(cv if pre.kind == "div" else 1 / cv,
+                                               math.sqrt(2), rel_tol=1e-3):
+            return
+        add = self.only_reader(erf.outputs[0])
+        if add is None or add.kind != "add" or not any(self.scalar(i) for i in add.inputs):
+            return
+        mul = self.only_reader(add.outputs[0])
+        if mul is None or mul.kind != "mul":
+            return
+        cluster = [pre, erf, add, mul]
+        half = self.other(mul, add.outputs[0])
+        if half != x:                       # 0.5 x computed first
+            h = self.prod.get(half)
+            if h is None or h.kind != "mul" or x not in h.inputs or \
+                    not self.scalar(self.other(h, x)) or self.only_reader(half) is not mul:
+                return
+            cluster.insert(0, h)
+            last = mul
+        else:                               # (x * (1 + erf)) * 0.5
+            last = self.only_reader(mul.outputs[0])
+            if last is None or last.kind != "mul" or \
+                    not self.scalar(self.other(last, mul.outputs[0])):
+                return
+            cluster.append(last)
+        out = last.outputs[0]
+        if self.t(out).shape != self.t(x).shape:
+            return
+        numel = self.t(out).numel
+        from ..graph import UNARY_KINDS
+        new = self.fused(last.name, "gelu", [x], out, last.group, self.flops(cluster),
+                         UNARY_KINDS["gelu"] * numel)
+        self.replace(cluster, last, [new])
+
+    # -- layer norm ------------------------------------------------------------------
+    def mean_unit(self, tensor: str) -> tuple[str, list[Op]] | None:
+        """If ``tensor`` is a mean over the last axis of some x: (x, the ops)."""
+        o = self.prod.get(tensor)
+        ops: list[Op] = []
+        if o is not None and o.kind == "reshape":
+            ops.append(o)
+            o = self.prod.get(o.inputs[0])
+        if o is None or o.kind != "global_avgpool" or o.attrs.get("reduce") != "mean":
+            return None
+        ops.append(o)
+        src = o.inputs[0]
+        r = self.prod.get(src)
+        if r is not None and r.kind == "reshape" and len(self.t(src).shape) == 4 and \
+                self.t(src).shape[0] == 1 and self.t(src).shape[3] == 1:
+            ops.append(r)
+            src = r.inputs[0]
+            x = self.t(src).shape
+            if self.t(r.outputs[0]).shape[2] != x[-1]:
+                return None                 # reduces more than the last axis
+        else:
+            return None
+        if any(not self.alive(p) for p in ops):
+            return None
+        return src, ops
+
+    def layer_norm(self, sub: Op) -> None:
+        if sub.kind != "sub":
+            return
+        x, m = sub.inputs
+        mu = self.mean_unit(m)
+        if mu is None or mu[0] != x:
+            return
+        cluster = list(mu[1]) + [sub]
+        d = sub.outputs[0]
+        readers = [o for o in self.cons.get(d, []) if self.alive(o)]
+        sq = next((o for o in readers if (o.kind == "pow" and o.inputs[0] == d
+                                          and self.scalar(o.inputs[1]))
+                   or (o.kind == "mul" and o.inputs == (d, d))), None)
+        div = next((o for o in readers if o.kind == "div" and o.inputs[0] == d), None)
+        if sq is None or div is None or len(readers) != 2:
+            return
+        cluster.append(sq)
+        r2 = self.only_reader(sq.outputs[0])
+        if r2 is None:
+            return
+        # the second mean: reshape -> global_avgpool -> reshape reading sq
+        tail = self.only_reader(r2.outputs[0]) if r2.kind == "reshape" else None
+        end = self.only_reader(tail.outputs[0]) if tail is not None else None
+        if end is None or end.kind != "reshape":
+            return
+        mv = self.mean_unit(end.outputs[0])
+        if mv is None or mv[0] != sq.outputs[0]:
+            return
+        cluster += mv[1]
+        add = self.only_reader(end.outputs[0])
+        if add is None or add.kind != "add":
+            return
+        eps_name = self.other(add, end.outputs[0])
+        if not self.scalar(eps_name):
+            return
+        sqrt = self.only_reader(add.outputs[0])
+        if sqrt is None or sqrt.kind != "sqrt" or self.only_reader(sqrt.outputs[0]) is not div:
+            return
+        cluster += [add, sqrt, div]
+        last, ins = div, [x]
+        hdim = self.t(x).shape[-1]
+        g = self.only_reader(div.outputs[0])
+        if g is not None and g.kind == "mul" and self.weight(self.other(g, div.outputs[0])) \
+                and self.t(self.other(g, div.outputs[0])).shape == (hdim,):
+            cluster.append(g)
+            last = g
+            ins.append(self.other(g, div.outputs[0]))
+            b = self.only_reader(g.outputs[0])
+            if b is not None and b.kind == "add" and \
+                    self.weight(self.other(b, g.outputs[0])) and \
+                    self.t(self.other(b, g.outputs[0])).shape == (hdim,):
+                cluster.append(b)
+                last = b
+                ins.append(self.other(b, g.outputs[0]))
+        out = last.outputs[0]
+        if self.t(out).shape != self.t(x).shape:
+            return
+        from ..graph import LAYER_NORM_FLOPS_PER_ELEMENT
+        eps = self.scalar_value(eps_name)
+        attrs = {} if eps is None else {"eps": eps}
+        new = self.fused(last.name, "layer_norm", ins, out, last.group, self.flops(cluster),
+                         LAYER_NORM_FLOPS_PER_ELEMENT * self.t(out).numel, **attrs)
+        self.replace(cluster, last, [new])
+
+    # -- attention -------------------------------------------------------------------
+    def attention(self, soft: Op) -> None:
+        if soft.kind != "softmax":
+            return
+        rank = len(self.t(soft.inputs[0]).shape)
+        if soft.attrs.get("axis", -1) % rank != rank - 1:
+            return
+        ctx = self.only_reader(soft.outputs[0])
+        if ctx is None or ctx.kind != "bmm" or ctx.inputs[0] != soft.outputs[0] or \
+                ctx.attrs.get("transpose_b"):
+            return
+        chain: list[Op] = []                # the ops between the scores bmm and softmax
+        cur = soft.inputs[0]
+        scores = None
+        for _ in range(6):
+            p = self.prod.get(cur)
+            if p is None or not self.alive(p) or self.only_reader(cur) is None:
+                return
+            if p.kind == "bmm":
+                scores = p
+                break
+            if p.kind not in ("add", "sub", "mul", "div", "max", "min"):
+                return
+            # the chain input: the operand with the scores' shape that a bmm leads to
+            nxt = [i for i in p.inputs if self.t(i).shape == self.t(cur).shape
+                   and not self.weight(i)]
+            if len(nxt) != 1 and p.inputs[0] != p.inputs[1]:
+                nxt = [i for i in nxt if self._reaches_bmm(i)]
+            if len(nxt) != 1:
+                return
+            chain.append(p)
+            cur = nxt[0]
+        if scores is None or scores.attrs.get("transpose_b"):
+            return
+        q, kt = scores.inputs
+        tr = self.prod.get(kt)
+        if tr is None or tr.kind != "transpose" or self.only_reader(kt) is not scores:
+            return
+        perm = list(tr.attrs["perm"])
+        perm[-2], perm[-1] = perm[-1], perm[-2]
+        scale, mask_ops, causal, masked = 1.0, [], False, False
+        scale_ops = []
+        for p in chain:
+            through = [i for i in p.inputs if i in self._chain_tensors(chain, scores)]
+            other = [i for i in p.inputs if i not in through]
+            if p.kind in ("mul", "div") and other and self.scalar(other[0]):
+                v = self.scalar_value(other[0])
+                if v is not None:
+                    scale = scale * v if p.kind == "mul" else scale / v
+                scale_ops.append(p)
+            else:
+                mask_ops.append(p)
+        for p in mask_ops:
+            kind = self._mask_kind(p, chain, scores)
+            if kind == "causal":
+                causal = True
+            elif kind != "none":
+                masked = True
+        if not all(self.alive(o) for o in [tr, scores, soft, ctx, *chain]):
+            return
+        new: list[tuple[Op, list[Op]]] = []
+        k_name = tr.inputs[0]
+        if perm != sorted(perm):
+            k_name = f"{kt}.untransposed"
+            shape = tuple(self.t(tr.inputs[0]).shape[i] for i in perm)
+            from ..graph import Tensor
+            self.new_tensors[k_name] = Tensor(k_name, shape, self.t(kt).dtype)
+            new.append((Op(tr.name, "transpose", (tr.inputs[0],), (k_name,), tr.group,
+                           {"perm": tuple(perm)}), [tr]))
+        else:
+            new.append((None, [tr]))  # type: ignore[arg-type]
+        attrs = dict(scores.attrs)
+        attrs.update(transpose_b=True, scale=scale)
+        own_scores = self.g.flops(scores)
+        s_flops = own_scores + self.flops(scale_ops)
+        bmm = self.fused(scores.name, "bmm", [q, k_name], scores.outputs[0], scores.group,
+                         s_flops, own_scores, **attrs)
+        sattrs = {k: v for k, v in soft.attrs.items() if k != "flops"}
+        if causal:
+            sattrs["causal"] = True
+        if masked:
+            sattrs["masked"] = True
+        own_soft = self.g.flops(soft)
+        sm = self.fused(soft.name, "softmax", [scores.outputs[0]], soft.outputs[0],
+                        soft.group, own_soft + self.flops(mask_ops), own_soft, **sattrs)
+        t_new, t_old = new[0]
+        if t_new is not None:
+            self.replace(t_old, tr, [t_new])
+        else:
+            self.replace(t_old, tr, [])
+        self.replace([scores], scores, [bmm])
+        self.replace(chain + [soft], soft, [sm])
+
+    def _reaches_bmm(self, tensor: str) -> bool:
+        for _ in range(6):
+            p = self.prod.get(tensor)
+            if p is None:
+                return False
+            if p.kind == "bmm":
+                return True
+            acts = [i for i in p.inputs if not self.weight(i)]
+            if not acts:
+                return False
+            tensor = acts[0]
+        return False
+
+    def _chain_tensors(self, chain: list[Op], scores: Op) -> set[str]:
+        return {scores.outputs[0]} | {p.outputs[0] for p in chain}
+
+    def _mask_kind(self, p: Op, chain: list[Op], scores: Op) -> str:
+        """``none`` (all-zero constant), ``causal`` or ``other``."""
+        import numpy as np
+        inside = self._chain_tensors(chain, scores)
+        other = [i for i in p.inputs if i not in inside]
+        if len(other) != 1 or not self.weight(other[0]):
+            return "other"
+        allowed = self.imp.mask_allowed.get(other[0])
+        if allowed is None:
+            v = self.value(other[0])
+            if v is None or p.kind != "add":
+                return "other"
+            v = np.asarray(v, dtype=np.float64)
+            if not np.all((v == 0) | (v <= -1e4)):
+                return "other"
+            allowed = v == 0
+        allowed = np.asarray(allowed, dtype=bool)
+        if allowed.all():
+            return "none"
+        if allowed.ndim < 2 or math.prod(allowed.shape[:-2]) != 1:
+            return "other"
+        a2 = allowed.reshape(allowed.shape[-2:])
+        sq, skv = self.t(scores.outputs[0]).shape[-2:]
+        if a2.shape[0] not in (1, sq) or a2.shape[1] != skv or a2.shape[0] != sq:
+            return "other"
+        tril = np.arange(skv)[None, :] <= np.arange(sq)[:, None] + (skv - sq)
+        return "causal" if np.array_equal(a2, tril) else "other"
+
+    # -- the pass --------------------------------------------------------------------
+    def run(self) -> Graph:
+        self.pending: dict[int, list[Op]] = {}
+        for o in list(self.g.ops):
+            if self.alive(o):
+                self.linear_bias(o)
+        self._commit()
+        for step in (self.gelu, self.layer_norm, self.attention):
+            self.pending = {}
+            for o in list(self.g.ops):
+                if self.alive(o):
+                    step(o)
+            self._commit()
+        return self.g
+
+    def _commit(self) -> None:
+        if not self.pending:
+            self.pending = {}
+            return
+        ops: list[Op] = []
+        for i, o in enumerate(self.ops):
+            ops.extend(self.pending.get(i, []))
+            if o is not None:
+                ops.append(o)
+        tensors = dict(self.g.tensors)
+        tensors.update(self.new_tensors)
+        used = {n for o in ops for n in o.inputs + o.outputs}
+        keep = [t for t in tensors.values() if t.name in used or t.kind == "input"]
+        self.g = Graph(self.g.name, keep, ops, sequences=self.g.sequences,
+                       params=self.g.params)
+        self.__init__(self.g, self.imp)  # type: ignore[misc]
+        self.pending = {}
+
+
+def recognise(graph: Graph, imp: Any) -> Graph:
+    """``graph`` with the module docstring's patterns fused (a new Graph)."""
+    return _Rewriter(graph, imp).run()
