@@ -67,7 +67,11 @@ def transformers_models() -> dict[str, torch.nn.Module]:
                                 num_attention_heads=16, intermediate_size=4096,
                                 attn_implementation="eager"))
     gpt2 = GPT2Model(GPT2Config(n_layer=GPT2_LAYERS, attn_implementation="eager"))
-    return {"bert_large_2l": bert, "gpt2_2l": gpt2}
+    # all 24 layers of BERT-Large, for benchmarks/onnx_import.py (the 2 s target)
+    bert24 = BertModel(BertConfig(hidden_size=1024, num_hidden_layers=24,
+                                  num_attention_heads=16, intermediate_size=4096,
+                                  attn_implementation="eager"))
+    return {"bert_large_2l": bert, "gpt2_2l": gpt2, "bert_large_24l": bert24}
 
 
 def example(name: str) -> tuple[tuple[torch.Tensor, ...], list[str]]:

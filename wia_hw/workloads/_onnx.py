@@ -793,10 +793,11 @@ def _prepare(onnx: Any, model: Any, batch: int | None,
     source, nodes folded)."""
     import onnx.shape_inference
 
-    from ._onnx_fold import fold
+    from ._onnx_fold import fold, inline_small_external
 
     proto, gname, source = _load(onnx, model)
     base_dir = Path(model).parent if isinstance(model, (str, os.PathLike)) else None
+    inline_small_external(onnx, proto, base_dir)
     g = proto.graph
     _fix_input_dims(g, {t.name for t in g.initializer}, batch, dims)
     proto = _infer(onnx, proto, source, strict=False)

@@ -233,6 +233,25 @@ class _Folder:
         return folded
 
 
+def inline_small_external(onnx: Any, proto: Any, base_dir: Path | None) -> None:
+    """Read the values of the small (at most :data:`INIT_MAX_ELEMENTS`) initializers
+    stored in external data into the model, when the data file is there: shape
+    inference needs the constants that give shapes (a Reshape's target, say)."""
+    if base_dir is None:
+        return
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    for t in proto.graph.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL and \
+                _numel(tuple(t.dims)) <= INIT_MAX_ELEMENTS:
+            try:
+                load_external_data_for_tensor(t, str(base_dir))
+            except (OSError, ValueError, onnx.checker.ValidationError):
+                continue    # the data file is absent (a weight-stripped model)
+            t.data_location = onnx.TensorProto.DEFAULT
+            del t.external_data[:]
+
+
 def fold(onnx: Any, proto: Any, base_dir: Path | None) -> int:
     """Fold the constant and static-shape subgraphs of ``proto`` (shape-inferred) in
     place; returns the number of nodes folded away. See the module docstring."""

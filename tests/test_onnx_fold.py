@@ -1,0 +1,346 @@
+"""ONNX import of what exporters write: folding, external data, the op table, patterns.
+
+Models are built with onnx.helper in the shapes torch's exporters give them; the
+expected figures are derived from the shapes (formulas in the asserts).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from wia_hw.emulator.errors import WorkloadError
+
+import wia_hw
+from wia_hw.graph import LAYER_NORM_FLOPS_PER_ELEMENT, SOFTMAX_FLOPS_PER_ELEMENT, UNARY_KINDS
+from wia_hw.workloads import from_onnx
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+F32, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def init(name, value, dtype=np.float32):
+    return numpy_helper.from_array(np.asarray(value, dtype), name)
+
+
+def vi(name, shape, elem=F32):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "m", inputs, outputs, list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def node(op, ins, outs, name=None, **attrs):
+    return helper.make_node(op, ins, outs, name=name or outs[0], **attrs)
+
+
+def kinds(g):
+    return [o.kind for o in g.ops]
+
+
+# -- folding ------------------------------------------------------------------------
+
+def shape_chain_model():
+    """y = Reshape(x [B, S, 64], Concat(Shape(x)[0], Shape(x)[1], 4, 16)) + a causal
+    mask built from the sequence length: ConstantOfShape, Range, Unsqueeze, Expand,
+    Less-or-equal through Trilu, Equal, Where, Cast: the legacy exporter's chains."""
+    nodes = [
+        node("Shape", ["x"], ["shp"]),
+        node("Gather", ["shp", "i0"], ["b"], axis=0),
+        node("Gather", ["shp", "i1"], ["s"], axis=0),
+        node("Unsqueeze", ["b", "ax0"], ["b1"]),
+        node("Unsqueeze", ["s", "ax0"], ["s1"]),
+        node("Concat", ["b1", "s1", "heads", "dh"], ["newshape"], axis=0),
+        node("Reshape", ["x", "newshape"], ["xr"]),
+        node("Transpose", ["xr"], ["xt"], perm=[0, 2, 1, 3]),
+        # a [S, S] causal mask from S
+        node("Concat", ["s1", "s1"], ["ss"], axis=0),
+        node("ConstantOfShape", ["ss"], ["ones"],
+             value=helper.make_tensor("v", F32, [1], [1.0])),
+        node("Trilu", ["ones"], ["tri"], upper=0),
+        node("Equal", ["tri", "zero"], ["masked"]),
+        node("Range", ["zero_i", "s", "one_i"], ["pos"]),
+        node("Cast", ["pos"], ["posf"], to=F32),
+        node("Where", ["masked", "neg", "zero"], ["mask"]),
+        node("Add", ["xt_scores", "mask"], ["y"]),
+        node("MatMul", ["xt", "xtT"], ["xt_scores"]),
+        node("Transpose", ["xt"], ["xtT"], perm=[0, 1, 3, 2]),
+    ]
+    # topological order: the two bmm-feeding nodes go before the Add
+    nodes = nodes[:14] + [nodes[14], nodes[17], nodes[16], nodes[15]]
+    inits = [init("i0", 0, np.int64), init("i1", 1, np.int64), init("ax0", [0], np.int64),
+             init("heads", [4], np.int64), init("dh", [16], np.int64),
+             init("zero", 0.0), init("neg", -1e9), init("zero_i", 0, np.int64),
+             init("one_i", 1, np.int64)]
+    return model(nodes, [vi("x", ["B", "S", 64])], [vi("y", None), vi("posf", None)],
+                 inits)
+
+
+def test_shape_and_mask_chains_fold_away():
+    g = from_onnx(shape_chain_model(), dims={"B": 2, "S": 8}, recognise=False)
+    # only compute is left: reshape, transpose, transpose, bmm, add of the folded mask
+    assert sorted(kinds(g)) == ["add", "bmm", "reshape", "transpose", "transpose"]
+    assert g.tensors["xr"].shape == (2, 8, 4, 16)
+    assert g.tensors["y"].shape == (2, 4, 8, 8)
+    # the mask is a constant [S, S] weight now; posf was folded to a constant output
+    assert g.tensors["mask"].kind == "weight" and g.tensors["mask"].shape == (8, 8)
+    assert g.params["folded_nodes"] == 13   # Shape, 2 Gather, 2 Unsqueeze, 2 Concat,
+    # ConstantOfShape, Trilu, Equal, Range, Cast, Where
+    assert g.macs() == 2 * 4 * 8 * 8 * 16
+
+
+def test_folding_follows_the_dims():
+    a = from_onnx(shape_chain_model(), dims={"B": 1, "S": 4}, recognise=False)
+    b = from_onnx(shape_chain_model(), dims={"B": 3, "S": 16}, recognise=False)
+    assert a.tensors["y"].shape == (1, 4, 4, 4) and b.tensors["y"].shape == (3, 4, 16, 16)
+
+
+def test_recognised_causal_attention_from_the_folded_mask():
+    g = from_onnx(shape_chain_model(), dims={"B": 2, "S": 8})
+    soft = [o for o in g.ops if o.kind == "softmax"]
+    # no softmax in this model: the mask add stays (the pattern needs softmax + bmm)
+    assert not soft and "add" in kinds(g)
+
+
+def mlp_external(tmp_path, keep_data: bool):
+    nodes = [node("MatMul", ["x", "w"], ["h"]), node("Add", ["h", "b"], ["y"])]
+    m = model(nodes, [vi("x", [4, 256])], [vi("y", [4, 512])],
+              [init("w", np.ones((256, 512))), init("b", np.ones(512))])
+    path = tmp_path / "mlp.onnx"
+    onnx.save_model(m, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="mlp.onnx.data", size_threshold=0)
+    assert (tmp_path / "mlp.onnx.data").stat().st_size == (256 * 512 + 512) * 4
+    if not keep_data:
+        (tmp_path / "mlp.onnx.data").unlink()
+    return path
+
+
+@pytest.mark.parametrize("keep_data", [True, False])
+def test_external_data_loads_with_or_without_the_data_file(tmp_path, keep_data):
+    g = from_onnx(mlp_external(tmp_path, keep_data))
+    assert kinds(g) == ["linear"]                      # the bias add fused
+    assert g.macs() == 4 * 256 * 512
+    assert g.weight_bytes == (256 * 512 + 512) * 4
+    assert g.flops() == 2 * 4 * 256 * 512 + 4 * 512
+
+
+def test_external_shape_constant_is_read_for_folding(tmp_path):
+    nodes = [node("Reshape", ["x", "shape"], ["y"])]
+    m = model(nodes, [vi("x", [2, 3, 4])], [vi("y", None)],
+              [init("shape", [6, 4], np.int64)])
+    path = tmp_path / "r.onnx"
+    onnx.save_model(m, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="r.onnx.data", size_threshold=0)
+    g = from_onnx(path)
+    assert g.tensors["y"].shape == (6, 4)
+
+
+def test_weight_transforms_are_shape_folded():
+    """Transpose and Cast of a weight happen once at load: they are no ops."""
+    nodes = [node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+             node("Cast", ["wt"], ["wc"], to=F32),
+             node("MatMul", ["x", "wc"], ["y"])]
+    big = np.zeros((300, 400), np.float32)      # > INIT_MAX_ELEMENTS: dims only
+    m = model(nodes, [vi("x", [2, 400])], [vi("y", [2, 300])], [init("w", big)])
+    g = from_onnx(m)
+    assert kinds(g) == ["linear"] and g.tensors["wc"].shape == (400, 300)
+    assert g.weight_bytes == 300 * 400 * 4
+
+
+# -- the op table ---------------------------------------------------------------------
+
+def one_op(op, x_shape, y_shape=None, inits=(), extra_ins=(), **attrs):
+    m = model([node(op, ["x", *extra_ins], ["y"], **attrs)], [vi("x", list(x_shape))],
+              [vi("y", list(y_shape) if y_shape else None)], inits)
+    return from_onnx(m, recognise=False)
+
+
+@pytest.mark.parametrize("op,kind", [("HardSwish", "hardswish"), ("HardSigmoid",
+                                                                     "hardsigmoid"),
+                                      ("Clip", "clip"), ("LRN", "lrn"),
+                                      ("Dropout", "identity")])
+def test_cnn_activations(op, kind):
+    attrs = {"size": 5} if op == "LRN" else {}
+    g = one_op(op, (1, 16, 7, 7), **attrs)
+    assert kinds(g) == [kind] and g.flops() == UNARY_KINDS[kind] * 16 * 7 * 7
+
+
+def test_reduce_mean_is_a_pool_over_the_trailing_axes():
+    g = one_op("ReduceMean", (2, 8, 32), inits=[init("axes", [-1], np.int64)],
+               extra_ins=["axes"], keepdims=1, )
+    assert g.tensors["y"].shape == (2, 8, 1)
+    assert g.flops() == 2 * 8 * 32                     # one add per input element
+    g = one_op("ReduceMean", (2, 64, 7, 7), axes=[2, 3], keepdims=0, )
+    assert kinds(g) == ["global_avgpool", "reshape"] and g.tensors["y"].shape == (2, 64)
+
+
+def test_reduce_over_a_leading_axis_is_a_named_error():
+    with pytest.raises(WorkloadError, match=r"^ONNX node 'y' \(ReduceMean\): reduces axes "
+                                            r"\[1\] of \[2, 8, 32\]; wia-hw models "
+                                            r"reductions over trailing axes only$"):
+        one_op("ReduceMean", (2, 8, 32), axes=[1])
+
+
+def test_split_is_one_slice_per_output():
+    m = model([node("Split", ["x", "sizes"], ["a", "b", "c"], name="split", axis=2)],
+              [vi("x", [2, 8, 96])], [vi("a", None), vi("b", None), vi("c", None)],
+              [init("sizes", [32, 32, 32], np.int64)])
+    g = from_onnx(m)
+    assert kinds(g) == ["slice"] * 3
+    assert [g.tensors[o].shape for o in "abc"] == [(2, 8, 32)] * 3
+    assert [o.attrs["start"] for o in g.ops] == [0, 32, 64]
+
+
+def test_gather_elements_and_general_gather():
+    m = model([node("GatherElements", ["x", "idx"], ["y"], axis=1)],
+              [vi("x", [4, 10]), vi("idx", [4, 3], I64)], [vi("y", None)])
+    g = from_onnx(m)
+    assert g.tensors["y"].shape == (4, 3) and "embedding" in kinds(g)
+    m = model([node("Gather", ["x", "idx"], ["y"], axis=0)],
+              [vi("x", [10, 4, 6]), vi("idx", [5], I64)], [vi("y", None)])
+    g = from_onnx(m)
+    assert g.tensors["y"].shape == (5, 4, 6) and "embedding" in kinds(g)
+
+
+def test_gather_constant_run_is_a_slice_and_scattered_axis1_is_an_error():
+    g = one_op("Gather", (2, 10, 6), inits=[init("i", [3, 4, 5], np.int64)],
+               extra_ins=["i"], axis=1)
+    assert kinds(g) == ["slice"] and g.tensors["y"].shape == (2, 3, 6)
+    with pytest.raises(WorkloadError, match=r"^ONNX node 'y' \(Gather\): gathers "
+                                            r"non-contiguous indices on axis 1"):
+        one_op("Gather", (2, 10, 6), inits=[init("i", [3, 5], np.int64)],
+               extra_ins=["i"], axis=1)
+
+
+def test_where_expand_trilu_cost_one_op_per_output_element():
+    m = model([node("Where", ["c", "x", "fill"], ["y"])],
+              [vi("c", [2, 4, 8, 8], TensorProto.BOOL), vi("x", [2, 4, 8, 8])],
+              [vi("y", None)], [init("fill", -1e9)])
+    g = from_onnx(m)
+    assert g.flops() == 2 * 4 * 8 * 8 and g.tensors["y"].shape == (2, 4, 8, 8)
+    g = one_op("Expand", (2, 1, 8), inits=[init("s", [2, 5, 8], np.int64)],
+               extra_ins=["s"])
+    assert g.tensors["y"].shape == (2, 5, 8) and g.flops() == 2 * 5 * 8
+    g = one_op("Trilu", (3, 8, 8), upper=0)
+    assert kinds(g) == ["mul"] and g.flops() == 3 * 8 * 8
+
+
+def test_pad_and_resize():
+    g = one_op("Pad", (1, 3, 8, 8), inits=[init("p", [0, 0, 1, 2, 0, 0, 1, 2], np.int64)],
+               extra_ins=["p"])
+    assert g.tensors["y"].shape == (1, 3, 10, 12) and kinds(g) == ["concat", "concat"]
+    with pytest.raises(WorkloadError, match=r"^ONNX node 'y' \(Pad\): mode 'reflect' is "
+                                            r"not modelled \(only 'constant'\)$"):
+        one_op("Pad", (1, 3, 8, 8), inits=[init("p", [0, 0, 1, 1, 0, 0, 1, 1], np.int64)],
+               extra_ins=["p"], mode="reflect")
+    m = model([node("Resize", ["x", "", "scales"], ["y"], mode="nearest")],
+              [vi("x", [1, 3, 4, 5])], [vi("y", None)],
+              [init("scales", [1, 1, 2, 3])])
+    g = from_onnx(m)
+    assert g.tensors["y"].shape == (1, 3, 8, 15) and g.flops() == 0
+    assert kinds(g) == ["reshape", "concat", "concat", "reshape"]
+    m = model([node("Resize", ["x", "", "scales"], ["y"], mode="linear")],
+              [vi("x", [1, 3, 4, 5])], [vi("y", None)], [init("scales", [1, 1, 2, 2])])
+    with pytest.raises(WorkloadError, match=r"^ONNX node 'y' \(Resize\): mode 'linear' is "
+                                            r"not modelled \(only 'nearest'\)$"):
+        from_onnx(m)
+
+
+# -- patterns ---------------------------------------------------------------------------
+
+B, S, NH, DH = 2, 16, 4, 8
+H = NH * DH
+
+
+def attention_model(mask: str):
+    """torch's eager attention as the exporters write it: q, k, v [B, NH, S, DH];
+    scores = q @ k^T / sqrt(DH) (+ mask); softmax; @ v."""
+    nodes = [node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             node("MatMul", ["q", "kt"], ["s0"]),
+             node("Div", ["s0", "sqrt_dh"], ["s1"])]
+    inits = [init("sqrt_dh", math.sqrt(DH))]
+    last = "s1"
+    if mask == "causal_where":
+        tril = np.tril(np.ones((S, S), bool))
+        nodes.append(node("Where", ["keep", "s1", "neg"], ["s2"]))
+        inits += [numpy_helper.from_array(tril.reshape(1, 1, S, S), "keep"),
+                  init("neg", -3.4e38)]
+        last = "s2"
+    elif mask == "zeros_add":
+        nodes.append(node("Add", ["s1", "zmask"], ["s2"]))
+        inits.append(init("zmask", np.zeros((B, 1, 1, S))))
+        last = "s2"
+    elif mask == "input":
+        nodes.append(node("Add", ["s1", "amask"], ["s2"]))
+        last = "s2"
+    nodes += [node("Softmax", [last], ["p"], axis=-1), node("MatMul", ["p", "v"], ["o"])]
+    ins = [vi(n, [B, NH, S, DH]) for n in "qkv"]
+    if mask == "input":
+        ins.append(vi("amask", [B, 1, 1, S]))
+    return model(nodes, ins, [vi("o", [B, NH, S, DH])], inits)
+
+
+@pytest.mark.parametrize("mask,attrs", [("none", {}), ("causal_where", {"causal": True}),
+                                        ("zeros_add", {}), ("input", {"masked": True})])
+def test_attention_is_recognised_with_the_same_flops(mask, attrs):
+    raw = from_onnx(attention_model(mask), recognise=False)
+    g = from_onnx(attention_model(mask))
+    assert kinds(g) == ["bmm", "softmax", "bmm"]
+    assert g.ops[0].attrs["transpose_b"] and g.ops[0].attrs["scale"] == \
+        pytest.approx(1 / math.sqrt(DH))
+    soft = g.ops[1]
+    assert {k: v for k, v in soft.attrs.items() if k in ("causal", "masked")} == attrs
+    assert g.flops() == raw.flops() and g.macs() == raw.macs() == 2 * B * NH * S * S * DH
+    scores = B * NH * S * S
+    extra = scores if mask != "none" else 0          # the div, and the mask op
+    assert g.flops() == 4 * B * NH * S * S * DH + scores + extra + \
+        SOFTMAX_FLOPS_PER_ELEMENT * scores
+
+
+def test_recognised_attention_is_claimed_by_the_transformer_engine():
+    g = from_onnx(attention_model("causal_where"))
+    ctx = wia_hw.open_device("wia-npu")
+    wia_hw.register_device_extension(ctx, "transformer_engine")
+    r = ctx.run(g)
+    te = [k for k in r.kernels if k.provider == "transformer_engine"]
+    assert len(te) == 1 and te[0].name == "s0+softmax+context"
+
+
+def ln_gelu_model():
+    """x [B, S, H] -> decomposed layer norm (as the legacy exporter writes
+    nn.LayerNorm before opset 17) -> Erf GELU."""
+    nodes = [node("ReduceMean", ["x"], ["mu"], axes=[-1]),
+             node("Sub", ["x", "mu"], ["d"]),
+             node("Pow", ["d", "two"], ["d2"]),
+             node("ReduceMean", ["d2"], ["var"], axes=[-1]),
+             node("Add", ["var", "eps"], ["ve"]),
+             node("Sqrt", ["ve"], ["std"]),
+             node("Div", ["d", "std"], ["n"]),
+             node("Mul", ["n", "gamma"], ["ng"]),
+             node("Add", ["ng", "beta"], ["ln"]),
+             node("Div", ["ln", "sqrt2"], ["g0"]),
+             node("Erf", ["g0"], ["g1"]),
+             node("Add", ["g1", "one"], ["g2"]),
+             node("Mul", ["ln", "g2"], ["g3"]),
+             node("Mul", ["g3", "half"], ["y"])]
+    inits = [init("two", 2.0), init("eps", 1e-12), init("gamma", np.ones(H)),
+             init("beta", np.zeros(H)), init("sqrt2", math.sqrt(2)), init("one", 1.0),
+             init("half", 0.5)]
+    return model(nodes, [vi("x", [B, S, H])], [vi("y", [B, S, H])], inits, opset=13)
+
+
+def test_layer_norm_and_gelu_are_recognised_with_the_same_flops():
+    raw = from_onnx(ln_gelu_model(), recognise=False)
+    g = from_onnx(ln_gelu_model())
+    assert kinds(g) == ["layer_norm", "gelu"]
+    assert g.ops[0].attrs["eps"] == pytest.approx(1e-12)
+    assert g.ops[0].inputs == ("x", "gamma", "beta")
+    n = B * S * H
+    # decomposed: mean, sub, pow, mean, div, mul, add per element + add, sqrt per row
+    assert raw.flops() == g.flops() == 7 * n + 2 * B * S + UNARY_KINDS["gelu"] * n
+    assert g.flops() != LAYER_NORM_FLOPS_PER_ELEMENT * n + UNARY_KINDS["gelu"] * n
