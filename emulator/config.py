@@ -24,6 +24,7 @@ from .errors import SpecError
 
 __all__ = [
     "SCHEMA_VERSION",
+    "METADATA_FIELDS",
     "ArrayConfig",
     "VectorConfig",
     "ControlConfig",
@@ -42,6 +43,11 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+
+#: Spec fields that are metadata: they name or describe a device and change no result
+#: of a run. Every other leaf field of a shipped spec changes some output of a run when
+#: it is perturbed (``tests/test_spec_fields.py`` checks this), or it is dead.
+METADATA_FIELDS = frozenset({"schema_version", "name", "description"})
 _RATES = (0.125, 0.25, 0.5, 1, 2, 4, 8)
 
 
@@ -211,20 +217,42 @@ class CacheConfig:
         return self.size_kib * 1024
 
 
+#: Default HBM interleave granularity: 64 B, one HBM2 request. DRAMsim3's HBM2 model
+#: (umd-memsys/DRAMsim3 ``configs/HBM2_8Gb_x128.ini``: ``bus_width = 128``, ``BL = 4``)
+#: moves ``128 / 8 * 4 = 64`` bytes per request, and Ramulator's default address mapping
+#: ``RoBaRaCoCh`` (CMU-SAFARI/ramulator, ``Memory.h``) puts the channel bits right above
+#: the request offset, so consecutive requests go to consecutive channels. Fine-grain
+#: interleaving is what keeps many channels busy on one stream (Cabarcas et al.,
+#: "Interleaving Granularity on High Bandwidth Memory Architecture for CMPs", SAMOS
+#: 2010: up to 50% loss with coarse granularity). Coarser maps (DRAMsim3's HBM2 file
+#: uses ``rorabgbachco``: 1 KiB, one row per channel) favour row-buffer hits, which this
+#: model does not represent; set ``interleave_bytes`` to study them.
+DEFAULT_INTERLEAVE_BYTES = 64
+
+
 @dataclass(frozen=True, kw_only=True)
 class HBMConfig:
-    """Off-chip memory: ``size_gib``, aggregate ``bandwidth_gbs`` over ``channels``."""
+    """Off-chip memory: ``size_gib``, aggregate ``bandwidth_gbs`` over ``channels``.
+
+    Physical addresses are interleaved over the channels in units of
+    ``interleave_bytes`` (a power of two; see :func:`~wia_hw.emulator.memory.channel_of`);
+    each channel moves ``bandwidth_gbs / channels``. ``latency_ns``: from the last byte
+    of a transfer leaving its channel to the data being usable.
+    """
 
     size_gib: float
     bandwidth_gbs: float
     channels: int
     latency_ns: float = 100.0
+    interleave_bytes: int = DEFAULT_INTERLEAVE_BYTES
 
     def __post_init__(self) -> None:
         _pos_num(self, "size_gib")
         _pos_num(self, "bandwidth_gbs")
         _pos_int(self, "channels")
         _nonneg_num(self, "latency_ns")
+        _pos_int(self, "interleave_bytes")
+        _pow2(self, "interleave_bytes")
 
     @property
     def size_bytes(self) -> int:
@@ -251,7 +279,13 @@ class MemoryConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class DMAConfig:
-    """DMA engines per core and the fixed cost of one descriptor."""
+    """The DMA engines of a core.
+
+    ``engines_per_core``: how many transfers (operand loads and result stores alike) a
+    core has in flight at once; an engine is held from a transfer's issue to its
+    completion. ``setup_cycles``: the fixed cost of one descriptor, added to every
+    transfer's completion (and to the engine's busy time).
+    """
 
     engines_per_core: int = 1
     setup_cycles: int = 32

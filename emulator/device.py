@@ -14,7 +14,7 @@ loop runs per clock cycle. Kernels run one after another with a barrier between 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -475,7 +475,8 @@ class Device:
         mem = self.memory
         setup = self.spec.dma.setup_cycles
         t0 = self.now
-        dma_free = t0
+        engines = [t0] * self.spec.dma.engines_per_core   # the cycle each DMA engine is free
+        ld = t0                                  # the cycle the last operand load completes
         slot_free = [t0, t0]
         comp_done = t0
         store_done = t0
@@ -489,22 +490,24 @@ class Device:
         if st is not None:
             st.kernel, st.end, st.tiles = k.name, None, len(tiles)
         for idx, tile in enumerate(tiles):
-            ls = max(dma_free, slot_free[idx & 1])
+            ready = slot_free[idx & 1]              # the tile's operand buffer is free
+            if pending and pending[0][0] <= ready:  # results ready no later go first
+                store_done = max(store_done, (yield from self._drain(
+                    core, engines, pending, ready, k.name)))
+            eng = engines.index(min(engines))
+            ls = max(ready, engines[eng], ld)      # loads go one at a time, in order
             if ls > env.now:
                 yield env.timeout(ls - env.now)
             now = int(env.now)
-            while pending and pending[0][0] <= now:          # results drained meanwhile
-                when, regions = pending.pop(0)
-                store_done = max(store_done, self._store(core, regions, when, k.name))
             blocks = mem.region_blocks(tile.loads)
             if trace is not None:
                 m1, m2 = misses["l1"], misses["l2"]
             ld = mem.load(core, blocks, now) + setup
-            dma_free = ld
+            engines[eng] = ld
             if trace is not None:
-                trace.append(TraceEvent("dma", f"dma{core}", now, ld, k.name,
-                                        sum(b for _, b in blocks), misses["l1"] - m1,
-                                        misses["l2"] - m2))
+                trace.append(TraceEvent("dma", f"dma{core}.{eng}" if eng else f"dma{core}",
+                                        now, ld, k.name, sum(b for _, b in blocks),
+                                        misses["l1"] - m1, misses["l2"] - m2))
             cs = max(ld, comp_done)
             stalls["memory"] += max(0, ld - comp_done)
             work = max(tile.array_cycles + tile.vector_cycles,
@@ -521,10 +524,9 @@ class Device:
             if st is not None:
                 st.tile, st.prev_compute, st.compute = idx, st.compute, (cs, comp_done)
                 st.load, st.pending_stores = (now, ld), len(pending)
-        for when, regions in pending:
-            if when > env.now:
-                yield env.timeout(when - env.now)
-            store_done = max(store_done, self._store(core, regions, when, k.name))
+        if pending:
+            store_done = max(store_done, (yield from self._drain(
+                core, engines, pending, math.inf, k.name)))
         end = max(comp_done, store_done)
         busy[core] = end - t0
         if st is not None:
@@ -532,11 +534,32 @@ class Device:
         if end > env.now:
             yield env.timeout(end - env.now)
 
-    def _store(self, core: int, regions: list[Region], when: int, kernel: str) -> int:
+    def _drain(self, core: int, engines: list[int], pending: list[tuple[int, list[Region]]],
+               until: float, kernel: str) -> Generator[simpy.Event, Any, int]:
+        """Issue, in order, the pending result stores that are ready at or before
+        ``until``: each on the DMA engine that frees first, at the later of its ready
+        cycle and that engine's free cycle, booked at that simulation time (never
+        back-dated: the shared ports serve requests in arrival order). Updates
+        ``engines``; returns the cycle the last of them completes (0 if none)."""
+        env = self.env
+        done = 0
+        while pending and pending[0][0] <= until:
+            when, regions = pending.pop(0)
+            eng = engines.index(min(engines))
+            at = max(when, engines[eng])
+            if at > env.now:
+                yield env.timeout(at - env.now)
+            engines[eng] = end = self._store(core, regions, int(env.now), kernel)
+            done = max(done, end)
+        return done
+
+    def _store(self, core: int, regions: list[Region], now: int, kernel: str) -> int:
+        """Store result ``regions`` of core ``core``, issued at cycle ``now`` (the current
+        simulation time); returns its completion cycle, descriptor setup included."""
         blocks = self.memory.region_blocks(regions)
-        done = self.memory.store(core, blocks, when)
+        done = self.memory.store(core, blocks, now) + self.spec.dma.setup_cycles
         if self.trace is not None:
-            self.trace.append(TraceEvent("store", f"dma{core}", when, done, kernel,
+            self.trace.append(TraceEvent("store", f"dma{core}", now, done, kernel,
                                          sum(b for _, b in blocks)))
         return done
 

@@ -1,11 +1,29 @@
-"""The memory hierarchy: tiled block layout, block-granular LRU caches, bandwidth ports.
+"""The memory hierarchy: tiled block layout, block-granular LRU caches, bandwidth ports,
+HBM channel interleaving.
 
 Data moves in *blocks*: every tensor is stored in a tiled layout of ``br`` x ``bc``
 element blocks of about ``memory.block_bytes`` bytes, and a block is the unit that hits
 or misses. L1 is one LRU per core, L2 one LRU shared by all cores (write-back,
-write-allocate), HBM is interleaved over channels by block. Which blocks a tile touches
-depends on the tiling and the loop order, so those choices change the hit and miss
-counts the profiler sees.
+write-allocate). Which blocks a tile touches depends on the tiling and the loop order,
+so those choices change the hit and miss counts the profiler sees.
+
+**Physical layout and HBM interleaving.** Each tensor owns a contiguous range of the
+physical address space, one ``block_bytes`` slot per block in block-major order (block
+``(bi, bj)`` of a tensor whose first slot is ``s0`` starts at byte
+``(s0 + bi * nbj + bj) * block_bytes``; a block smaller than the slot, at a tensor's
+edge, fills the start of its slot). Tensors take slots in the order the memory system
+first sees them. Addresses map to HBM channels in units of ``hbm.interleave_bytes``
+(see :func:`channel_of`): consecutive units go to consecutive channels, and each
+stripe of ``channels`` units is rotated by a fold of the higher address bits (as the
+XOR hashing of real controllers does) so that the partial stripes at the ends of
+blocks do not all land on channel 0. A transfer is split over the channels its bytes
+touch (closed form per block, :func:`hbm_spread`, cached per block) and completes when
+the last piece does, plus ``hbm.latency_ns``.
+
+**Ports.** Every shared port (HBM channel, L2 port, a core's L1 port) is a
+:class:`BandwidthPort`, a FIFO server: callers book it at the current simulation time
+(the device's DMA engines issue each transfer when it is issued, never back-dated or
+ahead of time), so no request is served before one that arrived earlier.
 
 Bytes counted at a level are the bytes that cross that level's port: reads by the
 array or vector unit and fills for L1, fills of L1 and write-backs from it for L2,
@@ -24,23 +42,27 @@ from .config import DeviceSpec
 from .counters import Counters
 from .kernels import Region, TensorRef
 
-__all__ = ["BandwidthPort", "BlockLayout", "MemorySystem", "Region"]
+__all__ = ["BandwidthPort", "BlockLayout", "MemorySystem", "Region", "channel_of",
+           "hbm_spread"]
 
 Key = tuple[int, int, int]
-
 
 
 class BandwidthPort:
     """A FIFO server that moves bytes at a fixed rate: a memory channel or SRAM port.
 
     ``reserve(now, nbytes)`` books the port for ``ceil(nbytes / bytes_per_cycle)``
-    cycles starting when it is free and at or after ``now``, and returns the cycle the
-    transfer ends. Called by SimPy processes in simulation-time order, this is exactly
-    a ``simpy.Resource(capacity=1)`` whose holder's service time is known when it
-    requests (tests check the equivalence), at one call instead of three events.
+    cycles starting when it is free and at or after ``now`` (the request's arrival
+    cycle), and returns the cycle the transfer ends. Requests must arrive in
+    non-decreasing ``now`` order (SimPy processes booking at ``env.now`` do); then this
+    is exactly a ``simpy.Resource(capacity=1)`` whose holder's service time is known
+    when it requests (tests check the equivalence), at one call instead of three events.
+    A request arriving before one already booked raises ``RuntimeError``: serving it
+    after the later arrival would break the FIFO order.
     """
 
-    __slots__ = ("bytes_per_cycle", "free_at", "busy_cycles", "name", "_num", "_den")
+    __slots__ = ("bytes_per_cycle", "free_at", "busy_cycles", "name", "_num", "_den",
+                 "last_arrival")
 
     def __init__(self, name: str, bytes_per_cycle: Fraction) -> None:
         if bytes_per_cycle <= 0:
@@ -51,6 +73,7 @@ class BandwidthPort:
         self._den = self.bytes_per_cycle.denominator
         self.free_at = 0
         self.busy_cycles = 0
+        self.last_arrival = 0
 
     def cycles(self, nbytes: int) -> int:
         """``transfer_cycles(nbytes, bytes_per_cycle)`` in integer arithmetic."""
@@ -59,11 +82,83 @@ class BandwidthPort:
     def reserve(self, now: int, nbytes: int) -> int:
         if nbytes <= 0:
             return now
+        if now < self.last_arrival:
+            raise RuntimeError(f"port {self.name}: a request arriving at cycle {now} was "
+                               f"booked after one arriving at {self.last_arrival} "
+                               "(requests must be booked in arrival order)")
+        self.last_arrival = now
         start = now if now > self.free_at else self.free_at
         dur = -(-nbytes * self._den // self._num)
         self.free_at = start + dur
         self.busy_cycles += dur
         return self.free_at
+
+
+def _fold(stripe: int, channels: int) -> int:
+    """The rotation of stripe ``stripe``: the sum of its base-``channels`` digits."""
+    f = 0
+    while stripe:
+        stripe, d = divmod(stripe, channels)
+        f += d
+    return f
+
+
+def channel_of(addr: int, channels: int, interleave_bytes: int) -> int:
+    """The HBM channel that holds physical byte ``addr``.
+
+    Unit ``u = addr // interleave_bytes`` lies in stripe ``s = u // channels`` and goes
+    to channel ``(u + fold(s)) mod channels``, where ``fold(s)`` is the sum of the
+    base-``channels`` digits of ``s``: within a stripe, consecutive units take
+    consecutive channels (a permutation of all of them); the rotation differs from
+    stripe to stripe, like the XOR of higher address bits into the channel bits that
+    memory controllers use (a sum modulo the channel count also works when the count
+    is not a power of two).
+    """
+    if channels == 1:
+        return 0
+    u = addr // interleave_bytes
+    return (u + _fold(u // channels, channels)) % channels
+
+
+def hbm_spread(addr: int, nbytes: int, channels: int, interleave_bytes: int) -> list[int]:
+    """Bytes of ``[addr, addr + nbytes)`` held by each channel under :func:`channel_of`.
+
+    Closed form: whole stripes in the middle give every channel ``interleave_bytes``
+    each; only the first and last stripes (at most ``2 * channels`` units) are walked.
+    """
+    out = [0] * channels
+    if nbytes <= 0:
+        return out
+    if channels == 1:
+        out[0] = nbytes
+        return out
+    g, c = interleave_bytes, channels
+    stripe = g * c
+    if addr % stripe == 0 and nbytes % stripe == 0:     # whole stripes: even spread
+        return [nbytes // c] * c
+    end = addr + nbytes
+    u0, u1 = addr // g, (end - 1) // g
+    s0, s1 = u0 // c, u1 // c
+
+    def units(ua: int, ub: int) -> None:       # units ua..ub of one stripe, g bytes each
+        first = (ua + _fold(ua // c, c)) % c    # a cyclic run of channels from here
+        last = first + ub - ua + 1
+        out[first:min(last, c)] = [x + g for x in out[first:min(last, c)]]
+        if last > c:
+            out[:last - c] = [x + g for x in out[:last - c]]
+
+    if s0 == s1:
+        units(u0, u1)
+    else:
+        units(u0, (s0 + 1) * c - 1)
+        units(s1 * c, u1)
+        mid = (s1 - s0 - 1) * g
+        if mid:
+            for i in range(c):
+                out[i] += mid
+    out[channel_of(addr, c, g)] -= addr - u0 * g            # the first unit's head
+    out[channel_of(end - 1, c, g)] -= (u1 + 1) * g - end    # the last unit's tail
+    return out
 
 
 @dataclass(frozen=True)
@@ -85,19 +180,36 @@ class BlockLayout:
         br = max(1, elems // bc)
         return cls(tid, ref.rows, ref.cols, br, bc, ref.elem_bytes)
 
+    @property
+    def block_rows(self) -> int:
+        """Blocks along the rows (``ceil(rows / br)``)."""
+        return -(-self.rows // self.br)
+
+    @property
+    def block_cols(self) -> int:
+        """Blocks along the columns (``ceil(cols / bc)``)."""
+        return -(-self.cols // self.bc)
+
     def blocks(self, r0: int, r1: int, c0: int, c1: int) -> list[tuple[Key, int]]:
         """The blocks covering rows ``[r0, r1)`` x cols ``[c0, c1)``, with their bytes."""
-        br, bc, e = self.br, self.bc, self.elem_bytes
+        br, bc, e, tid = self.br, self.bc, self.elem_bytes, self.tid
+        rows, cols = self.rows, self.cols
+        jr = range(c0 // bc, -(-c1 // bc))
+        cb = [(bj, min(bc, cols - bj * bc)) for bj in jr]
         out = []
         for bi in range(r0 // br, -(-r1 // br)):
-            rb = min(br, self.rows - bi * br) * e
-            for bj in range(c0 // bc, -(-c1 // bc)):
-                out.append(((self.tid, bi, bj), rb * min(bc, self.cols - bj * bc)))
+            rb = min(br, rows - bi * br) * e
+            out += [((tid, bi, bj), rb * w) for bj, w in cb]
         return out
 
 
 class MemorySystem:
-    """L1 per core, shared L2, HBM channels; owns the hit/miss/byte counters."""
+    """L1 per core, shared L2, HBM channels; owns the hit/miss/byte counters.
+
+    Latencies: an L1 hit ``l1.latency_cycles``; an L2 read ``l2.latency_cycles`` after
+    its port transfer; an HBM transfer ``ceil(hbm.latency_ns * clock_ghz)`` cycles after
+    the last of its channel pieces.
+    """
 
     def __init__(self, spec: DeviceSpec, counters: Counters) -> None:
         m = spec.memory
@@ -116,10 +228,16 @@ class MemorySystem:
         self.l2_port = BandwidthPort("l2", spec.bytes_per_cycle(m.l2.bandwidth_gbs))
         per_ch = spec.bytes_per_cycle(m.hbm.bandwidth_gbs) / m.hbm.channels
         self.channels = [BandwidthPort(f"hbm.{i}", per_ch) for i in range(m.hbm.channels)]
+        self.interleave_bytes = m.hbm.interleave_bytes
         self.hbm_latency = math.ceil(m.hbm.latency_ns * spec.clock_ghz)
         self.l2_latency = m.l2.latency_cycles
         self.l1_latency = m.l1.latency_cycles
         self._layouts: dict[str, BlockLayout] = {}
+        self._first_slot: list[int] = []        # per tid: its first block slot
+        self._block_cols: list[int] = []        # per tid: blocks along its columns
+        self._slots = 0                         # block slots handed out so far
+        # per block: its bytes per channel, an int when every channel holds the same
+        self._spread: dict[Key, int | tuple[int, ...]] = {}
         self.hbm_written_tensors: set[str] = set()
         #: Bytes of L2 blocks that became dirty (each is written back to HBM once, later)
         #: and bytes written back; a kernel's deltas attribute write-backs to the writer.
@@ -132,7 +250,15 @@ class MemorySystem:
         if lay is None:
             lay = BlockLayout.for_tensor(len(self._layouts), ref, self.block_bytes)
             self._layouts[ref.name] = lay
+            self._first_slot.append(self._slots)
+            self._block_cols.append(lay.block_cols)
+            self._slots += lay.block_rows * lay.block_cols
         return lay
+
+    def block_address(self, key: Key) -> int:
+        """The physical byte address where block ``key`` starts (see the module doc)."""
+        tid, bi, bj = key
+        return (self._first_slot[tid] + bi * self._block_cols[tid] + bj) * self.block_bytes
 
     def region_blocks(self, regions: list[Region]) -> list[tuple[Key, int]]:
         """The blocks a list of regions touches.
@@ -157,31 +283,59 @@ class MemorySystem:
             out.extend(lay.blocks(r0, r1, c0, c1))
         return out
 
-    def _channel(self, key: Key) -> int:
-        tid, bi, bj = key
-        return (tid * 7919 + bi * 131 + bj) % len(self.channels)
+    def _block_spread(self, key: Key, nbytes: int) -> int | tuple[int, ...]:
+        """Block ``key``'s bytes per HBM channel (cached): an int when all are equal."""
+        addr = self.block_address(key)
+        chans = len(self.channels)
+        stripe = self.interleave_bytes * chans
+        if addr % stripe == 0 and nbytes % stripe == 0:
+            self._spread[key] = nbytes // chans
+            return nbytes // chans
+        per = hbm_spread(addr, nbytes, chans, self.interleave_bytes)
+        sp: int | tuple[int, ...] = per[0] if per.count(per[0]) == len(per) else tuple(per)
+        self._spread[key] = sp
+        return sp
+
+    def _hbm_transfer(self, now: int, uniform: int, odd: list[tuple[int, ...]]) -> int:
+        """Book one HBM transfer at cycle ``now``: ``uniform`` bytes on every channel plus
+        the per-channel vectors ``odd``; returns the cycle the last piece has arrived."""
+        done = now
+        if odd:
+            per = [uniform + s for s in map(sum, zip(*odd, strict=True))]
+            for ch, nb in zip(self.channels, per, strict=True):
+                if nb:
+                    end = ch.reserve(now, nb)
+                    if end > done:
+                        done = end
+        elif uniform:
+            for ch in self.channels:
+                end = ch.reserve(now, uniform)
+                if end > done:
+                    done = end
+        else:
+            return now
+        return done + self.hbm_latency
 
     # -- cache bookkeeping -----------------------------------------------------------
-    def _l2_insert(self, key: Key, nbytes: int, dirty: bool, hbm: list[int]) -> None:
-        c = self.counters
-        ent = self.l2.get(key)
-        if ent is not None:
-            self.l2.move_to_end(key)
-            if dirty:
-                self.dirtied_bytes += 0 if ent[1] else ent[0]
-                ent[1] = 1
-            return
-        self.l2[key] = [nbytes, int(dirty)]
-        self.l2_used += nbytes
-        self.dirtied_bytes += nbytes if dirty else 0
-        while self.l2_used > self.l2_capacity and len(self.l2) > 1:
-            old, (nb, d) = self.l2.popitem(last=False)
+    def _evict_l2(self, acc: list) -> None:
+        """Evict LRU blocks until L2 fits; dirty ones are written back (their channel
+        bytes go to ``acc``: ``[uniform, odd vectors]``)."""
+        l2, cap, spread = self.l2, self.l2_capacity, self._spread
+        byts = self.counters.bytes
+        while self.l2_used > cap and len(l2) > 1:
+            old, (nb, d) = l2.popitem(last=False)
             self.l2_used -= nb
             if d:                       # write-back of a dirty block
                 self.writeback_bytes += nb
-                hbm[self._channel(old)] += nb
-                c.bytes["l2"] += nb
-                c.bytes["hbm"] += nb
+                sp = spread.get(old)
+                if sp is None:
+                    sp = self._block_spread(old, nb)
+                if sp.__class__ is int:
+                    acc[0] += sp
+                else:
+                    acc[1].append(sp)
+                byts["l2"] += nb
+                byts["hbm"] += nb
 
     def _l1_insert(self, core: int, key: Key, nbytes: int) -> None:
         l1 = self.l1[core]
@@ -194,29 +348,27 @@ class MemorySystem:
             _, nb = l1.popitem(last=False)
             self.l1_used[core] -= nb
 
-    def _hbm_transfer(self, now: int, per_channel: list[int]) -> int:
-        done = now
-        for ch, nb in enumerate(per_channel):
-            if nb:
-                done = max(done, self.channels[ch].reserve(now, nb) + self.hbm_latency)
-        return done
-
     # -- the two operations a DMA engine performs ------------------------------------
     def load(self, core: int, blocks: list[tuple[Key, int]], now: int) -> int:
-        """Stage ``blocks`` into core ``core``'s L1; returns the cycle the data is there.
+        """Stage ``blocks`` into core ``core``'s L1, issued at cycle ``now`` (the
+        current simulation time); returns the cycle the data is there.
 
-        L1 hits cost nothing to stage; an L1 miss reads L2 (a hit there) or HBM (a miss
-        in both, filling L2 on the way). HBM channels and the L2 port are shared with
-        the other cores, so concurrent loads queue.
+        L1 hits cost ``l1.latency_cycles``; an L1 miss reads L2 (a hit there) or HBM (a
+        miss in both, filling L2 on the way), over the L2 port and the HBM channels its
+        bytes map to. The ports are shared with the other cores, so concurrent loads
+        queue.
         """
         c = self.counters
         hits, misses, byts = c.hits, c.misses, c.bytes
         l1 = self.l1[core]
         l2 = self.l2
-        hbm = [0] * len(self.channels)
-        l2_bytes = 0
-        any_hbm = False
+        spread = self._spread
+        acc: list = [0, []]             # HBM bytes: on every channel, per-channel vectors
+        odd = acc[1]
+        uni = 0
+        l2_bytes = hbm_bytes = 0
         used1, cap1 = self.l1_used[core], self.l1_capacity
+        cap2 = self.l2_capacity
         for key, nb in blocks:
             if key in l1:
                 l1.move_to_end(key)
@@ -229,57 +381,90 @@ class MemorySystem:
                 hits["l2"] += 1
             else:
                 misses["l2"] += 1
-                hbm[self._channel(key)] += nb
-                byts["hbm"] += nb
-                byts["l2"] += nb            # the fill written into L2
-                any_hbm = True
-                self._l2_insert(key, nb, False, hbm)
+                sp = spread.get(key)
+                if sp is None:
+                    sp = self._block_spread(key, nb)
+                if sp.__class__ is int:
+                    uni += sp
+                else:
+                    odd.append(sp)
+                hbm_bytes += nb
+                l2[key] = [nb, 0]           # fill L2 (clean)
+                self.l2_used += nb
+                if self.l2_used > cap2:
+                    self._evict_l2(acc)
             l2_bytes += nb
             l1[key] = nb                    # fill L1 (the key was not there)
             used1 += nb
             while used1 > cap1 and len(l1) > 1:
                 used1 -= l1.popitem(last=False)[1]
         self.l1_used[core] = used1
-        byts["l2"] += l2_bytes              # read out of L2 towards L1
+        byts["hbm"] += hbm_bytes
+        byts["l2"] += l2_bytes + hbm_bytes  # read out of L2 towards L1, fills into L2
         byts["l1"] += l2_bytes              # written into L1
         if not l2_bytes:
             return now + self.l1_latency
         done = self.l2_port.reserve(now, l2_bytes) + self.l2_latency
-        if any_hbm:
-            done = max(done, self._hbm_transfer(now, hbm))
+        if hbm_bytes or acc[0] or odd:
+            done = max(done, self._hbm_transfer(now, uni + acc[0], odd))
         return done
 
     def store(self, core: int, blocks: list[tuple[Key, int]], now: int) -> int:
-        """Write result blocks from the core: into L1 and through to L2 (dirty there).
-
-        Returns the cycle the write completes (it does not stall the array: the DMA
-        engine drains results while the next tile computes).
-        """
+        """Write result blocks from the core, issued at cycle ``now`` (the current
+        simulation time): into L1 and through to L2 (dirty there). Returns the cycle the
+        write completes (L2 port transfer and latency, and any write-back of dirty
+        blocks it evicts to HBM)."""
         byts = self.counters.bytes
-        hbm = [0] * len(self.channels)
+        acc: list = [0, []]
         total = 0
+        l2 = self.l2
         for key, nb in blocks:
-            byts["l1"] += nb
-            byts["l2"] += nb
             total += nb
             self._l1_insert(core, key, nb)
-            self._l2_insert(key, nb, True, hbm)
+            ent = l2.get(key)
+            if ent is not None:
+                l2.move_to_end(key)
+                if not ent[1]:
+                    self.dirtied_bytes += ent[0]
+                    ent[1] = 1
+                continue
+            l2[key] = [nb, 1]
+            self.l2_used += nb
+            self.dirtied_bytes += nb
+            if self.l2_used > self.l2_capacity:
+                self._evict_l2(acc)
+        byts["l1"] += total
+        byts["l2"] += total
         done = self.l2_port.reserve(now, total) + self.l2_latency
-        if any(hbm):
-            done = max(done, self._hbm_transfer(now, hbm))
+        if acc[0] or acc[1]:            # the victims it evicts are written back first
+            done = max(done, self._hbm_transfer(now, acc[0], acc[1]))
         return done
+
+    def _writeback(self, keys: Sequence[Key], now: int) -> int:
+        """Write the dirty blocks among ``keys`` back to HBM at cycle ``now`` (they stay
+        cached, clean); returns the cycle the write-backs end."""
+        acc: list = [0, []]
+        byts = self.counters.bytes
+        for key in keys:
+            ent = self.l2.get(key)
+            if ent is not None and ent[1]:
+                nb = ent[0]
+                self.writeback_bytes += nb
+                sp = self._spread.get(key)
+                if sp is None:
+                    sp = self._block_spread(key, nb)
+                if sp.__class__ is int:
+                    acc[0] += sp
+                else:
+                    acc[1].append(sp)
+                byts["l2"] += nb
+                byts["hbm"] += nb
+                ent[1] = 0
+        return self._hbm_transfer(now, acc[0], acc[1])
 
     def flush(self, now: int) -> int:
         """Write every dirty L2 block back to HBM (end of a run); returns the end cycle."""
-        hbm = [0] * len(self.channels)
-        for key, ent in self.l2.items():
-            if ent[1]:
-                self.writeback_bytes += ent[0]
-                hbm[self._channel(key)] += ent[0]
-                self.counters.bytes["l2"] += ent[0]
-                self.counters.bytes["hbm"] += ent[0]
-                ent[1] = 0
-        return self._hbm_transfer(now, hbm) if any(hbm) else now
+        return self._writeback(list(self.l2), now)
 
     def pim_coherence(self, reads: Sequence[TensorRef], writes: Sequence[TensorRef],
                       now: int) -> int:
@@ -287,17 +472,9 @@ class MemorySystem:
         blocks of the tensors the PIM units read or write, then drop the cached copies of
         those they write (the units change them behind the caches). Returns the cycle
         the write-backs end."""
-        hbm = [0] * len(self.channels)
-        byts = self.counters.bytes
-        for ref in list(reads) + list(writes):
-            for key, _ in self.region_blocks([(ref, 0, ref.rows, 0, ref.cols)]):
-                ent = self.l2.get(key)
-                if ent is not None and ent[1]:
-                    self.writeback_bytes += ent[0]
-                    hbm[self._channel(key)] += ent[0]
-                    byts["l2"] += ent[0]
-                    byts["hbm"] += ent[0]
-                    ent[1] = 0
+        keys = [key for ref in list(reads) + list(writes)
+                for key, _ in self.region_blocks([(ref, 0, ref.rows, 0, ref.cols)])]
+        done = self._writeback(keys, now)
         drop = {key for ref in writes
                 for key, _ in self.region_blocks([(ref, 0, ref.rows, 0, ref.cols)])}
         for key in drop:
@@ -308,7 +485,7 @@ class MemorySystem:
                 nb = l1.pop(key, None)
                 if nb is not None:
                     self.l1_used[core] -= nb
-        return self._hbm_transfer(now, hbm) if any(hbm) else now
+        return done
 
     def hold_channels(self, until: int) -> None:
         """Keep every HBM channel busy until ``until`` (the banks compute in place)."""

@@ -140,6 +140,7 @@ def test_lru_evicts_least_recent_and_writes_back_dirty():
     # cyclic access larger than the cache: LRU misses every time
     c2 = Counters()
     mem2 = MemorySystem(spec, c2)
+    blocks = mem2.region_blocks([(ref, 0, 64, 0, 1024)])     # laid out by this memory
     for _ in range(3):
         mem2.load(0, blocks, 0)
     assert c2.hits["l2"] == 0 and c2.misses["l2"] == 3 * len(blocks)
