@@ -28,6 +28,7 @@ from ..emulator.kernels import GemmKernel, TiledKernel, VectorKernel
 from ..graph import DTYPE_BYTES, Graph, GraphBuilder
 from ._bounds import (
     CEILING_NAMES,
+    CEILINGS,
     LATENCY_BOUND_PCT,
     MEMORY_CEILINGS,
     binding_ceiling,
@@ -46,6 +47,9 @@ from ._metrics import (
     occupancy_parts,
 )
 from ._records import KernelStats, capture_counters
+
+#: Other ceilings whose floor is at least this share of the binding one are named too.
+NEAR_FRACTION = 0.9
 
 __all__ = ["Assessment", "KernelProfile", "profile_kernel", "format_kernel_profile",
            "stats_from_record"]
@@ -89,6 +93,8 @@ class KernelProfile:
     former); ``attainable_flops`` the rate its binding ceiling allows; ``ridge_point``
     the HBM intensity where ``compute_ceiling_flops`` meets HBM bandwidth.
     ``writeback_owed_bytes``: L2 bytes the kernel left dirty, written to HBM later.
+    ``near_ceilings``: the other ceilings whose floor is within 10 % of the binding one
+    (the kernel is bound by them nearly as much; the assessment names them).
     """
 
     name: str
@@ -121,6 +127,7 @@ class KernelProfile:
     tiles: int = 0
     writeback_owed_bytes: int = 0
     op_class: str | None = None
+    near_ceilings: list[str] = field(default_factory=list)
     stall_cycles: dict[str, int] | None = None
     assessments: list[Assessment] = field(default_factory=list)
 
@@ -168,6 +175,10 @@ class KernelProfile:
         if nbytes is not None or uf:
             ceiling, floor = binding_ceiling(floors)
             p.ceiling = ceiling
+            p.near_ceilings = [c for c in CEILINGS if c != ceiling and c in floors
+                               and floor and floors[c] >= NEAR_FRACTION * floor
+                               and not (c in ("pipeline", "parallelism")
+                                        and floors[c] == floors["compute"])]
             p.attainable_flops = ks.flop_count / (floor / hz) if floor else None
             p.roofline_efficiency = 100.0 * floor / cyc if cyc else None
             eff = p.roofline_efficiency or 0.0
@@ -262,6 +273,11 @@ def assess(p: KernelProfile, dev: DeviceInfo) -> list[Assessment]:
             f"({CEILING_NAMES[c]}); {p.latency_cause}",
             "Batch or fuse it with neighbouring kernels so the fixed latencies are paid "
             "once; overlap its loads with the previous kernel"))
+    if out and p.near_ceilings and b != "latency":
+        first = out[0]
+        near = ", ".join(CEILING_NAMES[c] for c in p.near_ceilings)
+        out[0] = Assessment(first.level, f"{first.message} (nearly as bound by {near}: "
+                            "within 10%)", first.suggestion)
     if p.compute_utilization < 50.0:
         if b in MEMORY_CEILINGS:
             out.append(Assessment(
