@@ -86,7 +86,12 @@ def test_every_number_recomputes_from_the_counters_in_the_report():
         for lvl in ("l1", "l2"):
             assert p[f"{lvl}_cache_hit_rate"] == pytest.approx(
                 _pct(kc["hits"][lvl], kc["hits"][lvl] + kc["misses"][lvl]))
-        mapping = k["macs"] / k["slot_macs"] if k["slot_macs"] else 1.0
+        # PE mapping counts fill and drain: the work at full rate over the cycles the
+        # units are occupied issuing it (both stored with the kernel)
+        uf = k["unit_floors"]
+        mapping = (min(1.0, k["ideal_cycles"] / uf["pipeline_cycles"]) if uf and
+                   uf["pipeline_cycles"] else (k["macs"] / k["slot_macs"] if k["slot_macs"]
+                                               else 1.0))
         balance = sum(k["core_busy_cycles"]) / (dev["cores"] * cyc)
         assert p["occupancy"] == pytest.approx(100 * mapping * balance)
         assert p["flops"] == pytest.approx(k["flop_count"] / ksecs)
