@@ -49,6 +49,8 @@ array's or vector unit's energy). Names an expression may read: the tile's ``B``
 precision) for matmul, ``ROWS``, ``COLS``, ``ELEMENTS`` otherwise, ``E`` (bytes per
 input element), the extension's parameters and the device's ``array_rows``,
 ``array_cols``, ``cores``, ``lanes``, ``clock_ghz``. See :mod:`wia_hw.registry._expr`.
+An optional ``peak`` (``macs_per_cycle`` on the array, ``bytes_per_cycle`` on the vector
+unit) lowers the unit's peak, which no tile's cost may beat (:mod:`._peaks`).
 
 **Errors.** Every problem in a manifest is a :class:`~wia_hw.SpecError` reading
 ``file:line: field: message``: an unknown capability, an incompatible version, a
@@ -82,7 +84,7 @@ from ._modules import IDENTIFIER as _IDENT
 from ._modules import check_impl, resolve_impl
 
 __all__ = ["ExtensionId", "Capability", "Parameter", "Operation", "DeviceExtension", "Impl",
-           "PRIMITIVES", "SCHEMA_VERSION", "from_data", "read_manifest", "version_satisfies"]
+           "PRIMITIVES", "PEAK_KEYS", "SCHEMA_VERSION", "from_data", "read_manifest", "version_satisfies"]
 
 SCHEMA_VERSION = 1
 
@@ -141,7 +143,12 @@ _DEVICE_NAMES = ("array_rows", "array_cols", "cores", "lanes", "clock_ghz")
 _COST_KEYS = ("cycles", "macs", "energy_pj")
 _TOP_KEYS = ("schema_version", "extension_id", "version", "description", "requires",
              "module", "capabilities", "parameters", "operations")
-_OP_KEYS = ("name", "description", "impl", "claims", "compose", "cost", "uses")
+_OP_KEYS = ("name", "description", "impl", "claims", "compose", "cost", "peak", "uses")
+#: The peak a YAML-only operation's unit declares (or inherits): MACs per cycle for an
+#: operation composed on the array (``matmul``), bytes per cycle for one on the vector
+#: unit; the default is the built-in unit's own peak (see :mod:`._peaks`).
+PEAK_KEYS = {True: "macs_per_cycle", False: "bytes_per_cycle"}
+_PEAK_NAMES = {True: ("rate", "E"), False: ("E",)}
 _PARAM_KEYS = ("type", "default", "min", "max", "choices", "unit", "description")
 
 
@@ -239,6 +246,7 @@ class Operation:
     claims: tuple[str, ...] = ()
     compose: tuple[str, ...] = ()
     cost: Mapping[str, Expr] = field(default_factory=dict)
+    peak: Mapping[str, Expr] = field(default_factory=dict)
     uses: tuple[Capability, ...] = ()
     description: str = ""
     index: int = 0
@@ -246,6 +254,12 @@ class Operation:
     @property
     def yaml_only(self) -> bool:
         return self.impl is None
+
+    @property
+    def on_array(self) -> bool:
+        """Whether the operation's first primitive runs on the array (``matmul``);
+        otherwise it runs on the vector unit."""
+        return bool(self.compose) and all(k in GEMM_KINDS for k in self.chain_kinds()[0])
 
     def chain_kinds(self) -> tuple[tuple[str, ...], ...]:
         """The graph op kinds each ``compose`` entry accepts."""
@@ -403,6 +417,7 @@ class DeviceExtension:
                  else f"{o.impl.__module__}.{o.impl.__qualname__}"),
                 ("claims", list(o.claims)), ("compose", list(o.compose)),
                 ("cost", {k: str(e) for k, e in o.cost.items()}),
+                ("peak", {k: str(e) for k, e in o.peak.items()}),
                 ("uses", [str(u) for u in o.uses])) if v}
                 for o in self.operations],
             "source": self.file,
@@ -550,10 +565,31 @@ def _parse_operations(raw: Any, params: Mapping[str, Parameter], caps: Sequence[
         elif cost_raw is not None:
             raise err(f"{f}.cost", "a cost model belongs to YAML-only operations; a Python "
                       "impl computes its own kernels")
+        peak: dict[str, Expr] = {}
+        if "peak" in o:
+            if impl is not None:
+                raise err(f"{f}.peak", "a peak belongs to YAML-only operations; a Python "
+                          "impl computes its own kernels")
+            peak = _parse_peak(o["peak"], all(k in GEMM_KINDS for k in PRIMITIVES.get(
+                compose[0], (compose[0],))), params, f, err)
         ops.append(Operation(name=name, impl=impl, claims=tuple(claims),
-                             compose=tuple(compose), cost=cost, uses=tuple(used),
+                             compose=tuple(compose), cost=cost, peak=peak, uses=tuple(used),
                              description=str(o.get("description", "")), index=i))
     return ops
+
+
+def _parse_peak(raw: Any, on_array: bool, params: Mapping[str, Parameter], f: str,
+                err: _Where) -> dict[str, Expr]:
+    key = PEAK_KEYS[on_array]
+    if not isinstance(raw, Mapping) or list(raw) != [key]:
+        raise err(f"{f}.peak", f"must be a mapping with one key, {key} (an expression), "
+                  f"for an operation on the {'array' if on_array else 'vector unit'}; "
+                  f"got {raw!r}")
+    names = set(params) | set(_DEVICE_NAMES) | set(_PEAK_NAMES[on_array])
+    try:
+        return {key: compile_expr(raw[key], names)}
+    except ExprError as e:
+        raise err(f"{f}.peak.{key}", str(e)) from None
 
 
 def from_data(data: Mapping[str, Any], lines: Mapping[str, int], source: Path | None,

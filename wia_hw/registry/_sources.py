@@ -19,6 +19,7 @@ from typing import Any
 from ..emulator.errors import SpecError
 from . import _modules
 from ._manifest import DeviceExtension, ExtensionId, from_data, read_manifest
+from ._peaks import check_costs
 
 __all__ = ["ENTRY_POINT_GROUP", "PATH_ENV", "extension_dirs", "find_extensions",
            "list_extensions", "load_extension"]
@@ -75,7 +76,7 @@ def _load_entry_point(ep: metadata.EntryPoint, values: Mapping[str, Any] | None
                         "WIA_HW_MANIFEST (the path of its YAML manifest)")
     path = (Path(mod.__file__).parent / str(rel)).resolve()
     data, lines = read_manifest(path)
-    return from_data(data, lines, path, values, module_obj=mod)
+    return check_costs(from_data(data, lines, path, values, module_obj=mod))
 
 
 def load_extension(source: str | os.PathLike[str] | ExtensionId, *,
@@ -83,8 +84,10 @@ def load_extension(source: str | os.PathLike[str] | ExtensionId, *,
     """Load and validate an extension: a path to a YAML manifest, or the id of a
     built-in, user-installed or entry-point extension (see :func:`list_extensions`).
 
-    ``parameters`` overrides parameter values (checked against type and range). Every
-    problem raises :class:`SpecError` naming the file, the line and the field.
+    ``parameters`` overrides parameter values (checked against type and range). A
+    YAML-only operation whose cost beats its unit's peak on a built-in device is refused
+    (:func:`._peaks.check_costs`). Every problem raises :class:`SpecError` naming the
+    file, the line and the field. Nothing in the extension's module runs.
     """
     if isinstance(source, ExtensionId):
         source = source.value
@@ -94,7 +97,7 @@ def load_extension(source: str | os.PathLike[str] | ExtensionId, *,
         if not p.is_file():
             raise SpecError("no such extension manifest", file=text)
         data, lines = read_manifest(p)
-        return from_data(data, lines, p, parameters)
+        return check_costs(from_data(data, lines, p, parameters))
     found = find_extensions().get(text)
     if found is None:
         raise SpecError(f"unknown extension {text!r} (known: {', '.join(list_extensions())}"
@@ -102,5 +105,5 @@ def load_extension(source: str | os.PathLike[str] | ExtensionId, *,
     kind, where = found
     if isinstance(where, Path):
         data, lines = read_manifest(where)
-        return from_data(data, lines, where, parameters)
+        return check_costs(from_data(data, lines, where, parameters))
     return _load_entry_point(where, parameters)

@@ -6,7 +6,8 @@ lowering of the chain's first op gives the tiling and the data each tile moves (
 cache model sees the operation's real traffic), the cost expressions give each tile's
 compute cycles, MACs and energy. A chain of several primitives is fused: the chain's
 result is written where its last op writes, the intermediate results stay on chip, and
-the other ops of the chain lower to nothing.
+the other ops of the chain lower to nothing. Every tile's cost is checked against the
+unit's peak (:func:`._peaks.check_tile`): a cost model that beats it is refused.
 """
 
 from __future__ import annotations
@@ -25,14 +26,9 @@ from ..lowering import VIEW_KINDS, lower_op
 from ._chains import chain_head, match_chain
 from ._expr import ExprError
 from ._manifest import DeviceExtension, Operation
+from ._peaks import check_tile, device_names
 
 __all__ = ["yaml_operation_provider"]
-
-
-def _device_names(spec: DeviceSpec) -> dict[str, float]:
-    a = spec.compute.array
-    return {"array_rows": a.rows, "array_cols": a.cols, "cores": spec.compute.cores,
-            "lanes": spec.compute.vector.lanes, "clock_ghz": spec.clock_ghz}
 
 
 def _claimed(op: Op, operation: Operation) -> bool:
@@ -87,7 +83,7 @@ def yaml_operation_provider(ext: DeviceExtension, operation: Operation
                                                           out.elem_bytes, out.offset),),
                                 inputs=inner.inputs + tuple(extra))
                 extra = []
-        env_base: dict[str, float] = {**_device_names(spec), **ext.values}
+        env_base: dict[str, float] = {**device_names(spec), **ext.values}
         if isinstance(inner, GemmKernel):
             env_base["rate"] = float(spec.compute.array.rate(inner.precision))
         name = f"{ext.id}.{operation.name}"
@@ -105,7 +101,11 @@ def yaml_operation_provider(ext: DeviceExtension, operation: Operation
                 raise WorkloadError(f"op {head.name!r}: cost model of {name} gave cycles "
                                     f"{cyc!r}, macs {macs!r}, energy_pj {pj!r} for tile "
                                     f"{dict(dims)} (cycles must be >= 1, the others >= 0)")
-            return math.ceil(cyc), (None if macs is None else math.ceil(macs)), pj
+            cycles, tile_macs = math.ceil(cyc), (None if macs is None else math.ceil(macs))
+            why = check_tile(name, operation, env, dims, cycles, tile_macs)
+            if why is not None:
+                raise WorkloadError(f"op {head.name!r}: {why}")
+            return cycles, tile_macs, pj
 
         return [CostedKernel(
             name=head.name if not tail else f"{head.name}+{'+'.join(o.kind for o in tail)}",
