@@ -251,6 +251,8 @@ def test_config_names_and_errors():
         ProfilingConfig(capture_power=1)
     with pytest.raises(ValueError, match="sampling_interval_us must be a positive number"):
         ProfilingConfig(sampling_interval_us=0)
+    with pytest.raises(TypeError, match="keep_library_frames must be a bool, got 'no'"):
+        ProfilingConfig(keep_library_frames="no")
 
 
 def test_one_session_per_context_and_no_double_stop():
@@ -340,3 +342,57 @@ def test_call_graph_counts_launches_and_inclusive_time():
         run = run["children"][0]
     ffn = next(c for c in run["children"] if c["name"] == "feed_forward")
     assert ffn["calls"] == sum(1 for k in report.kernels if k.group == "feed_forward")
+
+
+def _click_profiled(keep):
+    """A run launched from a click command (third-party frames between the user's code
+    and wia-hw), profiled with and without ``keep_library_frames``."""
+    import click
+    from click.testing import CliRunner
+
+    out = {}
+
+    @click.command()
+    def launch():
+        ctx = wia_hw.open_device()
+        cfg = ProfilingConfig(mode="instrumentation", capture_memory=True,
+                              keep_library_frames=keep)
+        with start_profiling(ctx, cfg) as s:
+            ctx.run("bert-base", batch=1, seq=32)
+        out["report"] = s.report
+
+    res = CliRunner().invoke(launch, [])
+    assert res.exit_code == 0, res.output
+    return out["report"]
+
+
+def test_call_sites_skip_library_and_wia_hw_frames_unless_kept():
+    from wia_hw.profiling._callsite import is_library_file
+
+    assert is_library_file(click_file := __import__("click").core.__file__)
+    assert is_library_file(json.__file__) and not is_library_file(__file__)
+    rep = _click_profiled(keep=False)
+    (run,) = rep.runs
+    assert run.stack and run.stack[0].function == "launch"
+    assert all(not is_library_file(f.file) and "wia_hw" not in f.file for f in run.stack)
+    stacks = rep.collapsed_stacks()
+    assert not any("core.py" in line or "invoke (" in line for line in stacks)
+    sites = rep.memory.top_sites
+    assert sites and all(site.function == "launch" for site in sites)
+    kept = _click_profiled(keep=True)
+    files = {f.file for f in kept.runs[0].stack}
+    assert click_file in files                     # click's frames, kept on request
+    assert any("invoke (core.py:" in line for line in kept.collapsed_stacks())
+
+
+def test_first_sample_reads_the_device_mid_interval():
+    """A sample stands for [t, t + N) and reads the device at t + N // 2: the session's
+    first sample sees the first kernels, not the idle cycle before they launch."""
+    ctx = wia_hw.open_device()
+    cfg = ProfilingConfig(mode="sampling", sampling_interval_us=2.0)
+    with start_profiling(ctx, cfg) as s:
+        ctx.run("bert-base", batch=1, seq=32)
+    first = s.report.samples[0]
+    assert first.cycle == s.report.start_cycle
+    assert any(k is not None for k in first.kernels)
+    assert sum(x.weight_cycles for x in s.report.samples) == s.report.cycles

@@ -166,12 +166,14 @@ def test_priority_and_config_validation():
 
 def test_retiling_code_example_reproduces_the_measured_time():
     wl = ("bert-base", {"batch": 8, "seq": 128})
-    _, report = _session(wl)
+    # the unpipelined array: every pass pays its fill and drain, which retiling cuts
+    dev = {"overrides": {"compute.array.pipelined": False}}
+    _, report = _session(wl, device_kw=dev)
     recs = analyze_performance(report, ALL)
     rec = next(r for r in recs.considered if r.category in ("utilization", "occupancy")
                and r.modified_ms is not None)
     assert rec.modified_ms < rec.baseline_ms
-    ctx = wia_hw.open_device()
+    ctx = wia_hw.open_device(**dev)
     code = rec.code_example.rsplit("\n", 1)[0]            # all but "ctx.run(...)"
     exec(code, {"ctx": ctx})
     assert set(ctx.providers) == set(rec.kernels)
@@ -191,3 +193,51 @@ def test_cache_thrashing_is_found_and_a_retile_measured():
     assert rec.confidence == MEASURED and rec.modified_ms < rec.baseline_ms
     assert rec.estimated_improvement == pytest.approx(
         (rec.baseline_ms - rec.modified_ms) / report.duration_ms)
+
+
+def test_attention_is_measured_with_the_transformer_engine_and_every_class_covered():
+    """Attention chains get a recommendation whose gain is measured: the session's graph
+    lowered again with the transformer engine (flash attention) and replayed; a fresh
+    run with the engine registered takes exactly the modified time. Every op group above
+    5 % of the time has a recommendation or the reason none applies."""
+    from wia_hw.registry import ensure_extension
+
+    wl = ("bert-base", {"batch": 2, "seq": 128})
+    ctx = wia_hw.open_device()
+    with start_profiling(ctx, ProfilingConfig(mode="detailed", capture_memory=False)) as s:
+        ctx.run(wl[0], **wl[1])
+    report = s.report
+    recs = analyze_performance(report, AnalysisConfig(max_tilings=4))
+    att = next(r for r in recs.considered if r.category == "attention")
+    assert att.title == "Unfused Attention" and att.confidence == MEASURED
+    assert len(att.kernels) == 3 * 12 and all(
+        k.split(".")[1] in ("attention_scores", "attention_softmax", "attention_context")
+        for k in att.kernels)
+    assert "transformer engine" in att.confidence_basis
+    assert att.baseline_ms == pytest.approx(report.duration_ms, rel=1e-12)
+    assert att.estimated_improvement == pytest.approx(
+        max(0.0, att.baseline_ms - att.modified_ms) / report.duration_ms)
+    te = wia_hw.open_device()
+    ensure_extension(te, "transformer_engine")
+    assert te.run(wl[0], **wl[1]).latency_ms == pytest.approx(att.modified_ms, rel=1e-12)
+    # coverage: op groups above 5 % of the time
+    shares = {}
+    for op in report.ops:
+        shares[op.group] = shares.get(op.group, 0) + op.end_cycle - op.start_cycle
+    big = {g for g, c in shares.items() if c >= 0.05 * report.cycles}
+    assert {c["group"] for c in recs.coverage} == big
+    shown = {r.title for r in recs.recommendations}
+    for c in recs.coverage:
+        assert c["share"] == pytest.approx(shares[c["group"]] / report.cycles)
+        if c["recommendations"]:
+            assert c["reason"] is None and set(c["recommendations"]) <= shown
+        else:
+            assert "-bound at" in c["reason"]
+            assert f"{c['group']} (" in recs.format()
+    # a session that already runs attention through the engine is not told to
+    ctx2 = wia_hw.open_device()
+    ensure_extension(ctx2, "transformer_engine")
+    with start_profiling(ctx2, ProfilingConfig(mode="detailed", capture_memory=False)) as s2:
+        ctx2.run(wl[0], **wl[1])
+    recs2 = analyze_performance(s2.report, AnalysisConfig(max_tilings=4))
+    assert not any(r.category == "attention" for r in recs2.considered)

@@ -31,7 +31,7 @@ from ._callsite import Frame, user_stack
 __all__ = ["MemoryProfilingConfig", "MemoryProfilingSession", "MemoryProfileReport",
            "AllocationSite", "MemoryLeak", "FragmentationAnalysis", "start_memory_profiling",
            "stop_memory_profiling", "analyze_fragmentation", "plot_memory_timeline",
-           "external_fragmentation", "FRAGMENTATION_SUGGESTIONS"]
+           "memory_timeline_figure", "external_fragmentation", "FRAGMENTATION_SUGGESTIONS"]
 
 GB, MB, KB = 1e9, 1e6, 1e3
 #: The seed's suggestions when external fragmentation exceeds 20 %.
@@ -498,8 +498,17 @@ def analyze_fragmentation(report: MemoryProfileReport, at: str = "end"
 
 def plot_memory_timeline(report: MemoryProfileReport, path: str | os.PathLike[str], *,
                          x: str = "events") -> str:
-    """Draw allocated memory, stacked by what it holds, with the reserved memory and the
-    peak marked (``wia_plot_memory_timeline``); writes a PNG to ``path`` and returns it.
+    """Draw :func:`memory_timeline_figure` and write it as a PNG to ``path``; returns the
+    path (``wia_plot_memory_timeline``)."""
+    from ._plot import save
+
+    return save(memory_timeline_figure(report, x=x), path)
+
+
+def memory_timeline_figure(report: MemoryProfileReport, *, x: str = "events") -> Any:
+    """Allocated memory, stacked by what it holds (one band per kind, from
+    ``report.timeline()``), with the reserved memory (a step line, gid ``reserved``) and
+    the peak marked, as a matplotlib ``Figure``.
 
     ``x="events"`` (default) spaces the allocator's calls evenly, in order, so host-side
     activity that takes no device time (a loop of cached allocations) stays visible;
@@ -507,7 +516,7 @@ def plot_memory_timeline(report: MemoryProfileReport, path: str | os.PathLike[st
     'wia-hw[plot]'``); raises ValueError for another ``x``."""
     if x not in ("events", "time"):
         raise ValueError(f"x must be 'events' or 'time', got {x!r}")
-    from ._plot import new_figure, save
+    from ._plot import new_figure
 
     tl = report.timeline()
     if x == "time":
@@ -524,7 +533,7 @@ def plot_memory_timeline(report: MemoryProfileReport, path: str | os.PathLike[st
         ax.stackplot(t, *[[v / GB for v in tl["by_kind"][k]] for k in kinds], labels=kinds,
                      step="post", alpha=0.8)
     ax.step(t, [v / GB for v in tl["reserved"]], where="post", color="black", lw=1.2,
-            ls="--", label="reserved (segments)")
+            ls="--", label="reserved (segments)", gid="reserved")
     i_peak = max(range(len(t)), key=lambda i: (tl["allocated"][i], -i))
     pk = t[i_peak]
     ax.axvline(pk, color="red", lw=0.8, ls=":")
@@ -538,4 +547,4 @@ def plot_memory_timeline(report: MemoryProfileReport, path: str | os.PathLike[st
     ax.set_ylim(bottom=0)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     ax.grid(alpha=0.3)
-    return save(fig, path)
+    return fig
