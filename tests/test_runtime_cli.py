@@ -203,3 +203,32 @@ def test_cli_run_registers_extensions():
     assert "Extension transformer_engine: 12 kernels" in res.output
     res = CliRunner().invoke(cli, ["run", "bert-base", "--ext", "nope"])
     assert res.exit_code == 2 and "unknown extension 'nope'" in res.stderr
+
+
+def test_readme_gpt2_decode_command_runs_at_the_position_limit():
+    """GPT-2 has n_positions = 1024 rows in its position table: the cached tokens hold
+    positions 0..kv_len-1 and the new ones kv_len..kv_len+seq-1, so kv_len + seq <= 1024.
+    The README's decode command runs at that limit; one more cached token is refused
+    with a message that says why."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    line = re.search(r"^wia-hw run gpt2 --phase decode [^#\n]*", readme, flags=re.M)
+    assert line is not None
+    args = line.group(0).split()[1:]
+    res = _cli(*args, "--json")
+    assert res.exit_code == 0, res.output
+    params = json.loads(res.output)["params"]
+    n_positions = 1024
+    assert params["phase"] == "decode" and params["kv_len"] + params["seq"] == n_positions
+    over = [a if a != str(params["kv_len"]) else str(params["kv_len"] + 1) for a in args]
+    res = _cli(*over)
+    assert res.exit_code == 2
+    assert res.output.strip() == (
+        f"wia-hw: error: gpt2: kv_len must be in 1..{n_positions - 1}, got {n_positions} "
+        f"(GPT-2 has n_positions={n_positions}: the kv_len cached tokens and the seq new "
+        f"ones take positions 0..kv_len+seq-1, so kv_len + seq <= {n_positions})")
+    res = _cli("run", "gpt2", "--phase", "decode", "--kv-len", "1000", "--seq", "25")
+    assert res.exit_code == 2
+    assert "gpt2: seq must be in 1..24, got 25 (GPT-2 has n_positions=1024" in res.output

@@ -122,7 +122,8 @@ def _peak_bw(r: RunResult) -> str:
 @workload_options
 @click.option("--phase", type=click.Choice(["prefill", "decode"]), default=None,
               help="GPT-2: prefill or decode.")
-@click.option("--kv-len", type=int, default=None, help="GPT-2 decode: cached tokens.")
+@click.option("--kv-len", type=int, default=None,
+              help="GPT-2 decode: cached tokens (kv_len + seq <= 1024 positions).")
 @click.option("--mode", type=click.Choice(["timing", "functional"]), default="timing",
               show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)

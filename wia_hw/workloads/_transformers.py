@@ -198,7 +198,9 @@ def gpt2(batch: int = 1, seq: int | None = None, precision: str = "fp16",
     cache is an input ``[B*heads, kv_len, dh]`` concatenated with the new keys and
     values (a copy, as in a framework that concatenates; an in-place cache append
     would move only the new rows), and every new token gets logits.
-    ``kv_len + seq`` must fit the 1024 positions. The LM head is tied to the token
+    ``kv_len + seq`` must fit the 1024 positions (``n_positions``: the cached tokens
+    take positions ``0..kv_len-1``, the new ones ``kv_len..kv_len+seq-1``; so one new
+    token attends to at most 1023 cached ones). The LM head is tied to the token
     embedding table (``bmm`` with ``transpose_b``), after the final layer norm; both
     are group ``output``.
     """
@@ -214,9 +216,17 @@ def gpt2(batch: int = 1, seq: int | None = None, precision: str = "fp16",
         past = 0
         seq = check_int(w, "seq", 128 if seq is None else seq, 1, cfg.max_positions)
     else:
-        past = check_int(w, "kv_len", 128 if kv_len is None else kv_len, 1,
-                         cfg.max_positions - 1)
-        seq = check_int(w, "seq", 1 if seq is None else seq, 1, cfg.max_positions - past)
+        # GPT-2's position table has n_positions rows (ids 0..n_positions-1); the cached
+        # tokens hold positions 0..kv_len-1 and the new ones kv_len..kv_len+seq-1, so
+        # kv_len + seq <= n_positions: kv_len is at most n_positions - 1 for one new token
+        n = cfg.max_positions
+        why = (f" (GPT-2 has n_positions={n}: the kv_len cached tokens and the seq new "
+               f"ones take positions 0..kv_len+seq-1, so kv_len + seq <= {n})")
+        try:
+            past = check_int(w, "kv_len", 128 if kv_len is None else kv_len, 1, n - 1)
+            seq = check_int(w, "seq", 1 if seq is None else seq, 1, n - past)
+        except WorkloadError as e:
+            raise WorkloadError(str(e) + (why if "must be in" in str(e) else "")) from None
     layers = cfg.layers if layers is None else check_int(w, "layers", layers)
     gd, fd = precision_dtypes(w, precision)
     h = cfg.hidden
