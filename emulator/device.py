@@ -244,7 +244,7 @@ class Device:
                         tiles.append(Tile(loads, stores, passes * pass_cycles, 0,
                                           l1_bytes + extra + (out_bytes if last else 0),
                                           passes, nb * mi * ni * ki, slot, passes * busy,
-                                          (nb, mi, ni, ki)))
+                                          (nb, mi, ni, ki), origin=(b0, m0, n0, k0)))
         return tiles
 
     @staticmethod

@@ -1,15 +1,23 @@
 """Functional semantics of every graph op kind, in numpy: what functional mode computes.
 
-GEMM-class ops go through the golden models (:mod:`~wia_hw.emulator.golden`): int8 x
-int8 -> int32 bit-exact with the RTL, fp16/bf16/fp32 inputs rounded to their precision
-and accumulated in float32, one K slice of the kernel's tiling at a time as the array
-does. Everything else is computed in float32 and rounded to the output dtype.
+GEMM-class ops (linear, matmul, bmm, conv2d) are first put in the kernel's layout by
+:func:`gemm_operands`: ``A [batch, m, k]``, ``B [1 or batch, k, n]``, a bias
+``[1 or batch, n]`` and a function that turns ``C [batch, m, n]`` into the op's output
+(conv2d: im2col per group, the groups being the batch; bmm: its ``scale`` epilogue in
+float32). Functional mode runs a GEMM lowered to a
+:class:`~wia_hw.emulator.kernels.GemmKernel` through
+:func:`~wia_hw.emulator.tiled_exec.execute_gemm`, over the device's own tiles and array
+passes. :func:`evaluate` is the device-free path (ops lowered by an extension, direct
+calls): int8 x int8 -> int32 exact, floats rounded to their precision and accumulated
+in float32 one ``tk`` slice at a time. Everything else is computed in float32 and
+rounded to the output dtype.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,7 +25,7 @@ import numpy as np
 from .errors import WorkloadError
 from .golden import float_matmul, int8_matmul, round_to_precision, wrap_int32
 
-__all__ = ["evaluate", "cast_to", "random_input"]
+__all__ = ["evaluate", "cast_to", "random_input", "GemmOperands", "gemm_operands"]
 
 _NP = {"fp32": np.float32, "fp16": np.float16, "int8": np.int8, "int32": np.int32,
        "int64": np.int64, "bool": np.bool_}
@@ -99,8 +107,10 @@ def _pool(x: np.ndarray, attrs: Mapping[str, Any], kind: str) -> np.ndarray:
     return win.max(axis=(-1, -2)) if kind == "maxpool" else win.mean(axis=(-1, -2))
 
 
-def _conv2d(x: np.ndarray, w: np.ndarray, attrs: Mapping[str, Any],
-            tk: int | None) -> np.ndarray:
+def _im2col(x: np.ndarray, w: np.ndarray, attrs: Mapping[str, Any]
+            ) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """Patch matrices ``[groups, n*ho*wo, cg*kh*kw]`` and weights ``[groups, cg*kh*kw,
+    o/groups]`` of a convolution, with its output height and width."""
     st, pad = int(attrs.get("stride", 1)), int(attrs.get("pad", 0))
     dil, g = int(attrs.get("dilation", 1)), int(attrs.get("groups", 1))
     n, c, h, wd = x.shape
@@ -108,47 +118,90 @@ def _conv2d(x: np.ndarray, w: np.ndarray, attrs: Mapping[str, Any],
     xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     ho = (h + 2 * pad - dil * (kh - 1) - 1) // st + 1
     wo = (wd + 2 * pad - dil * (kw - 1) - 1) // st + 1
-    outs = []
-    for gi in range(g):   # im2col per group, then one GEMM
+    a3, b3 = [], []
+    for gi in range(g):   # im2col per group
         xs = xp[:, gi * cg:(gi + 1) * cg]
         cols = np.empty((n, ho, wo, cg, kh, kw), dtype=x.dtype)
         for i in range(kh):
             for j in range(kw):
                 cols[..., i, j] = xs[:, :, i * dil:i * dil + st * ho:st,
                                      j * dil:j * dil + st * wo:st].transpose(0, 2, 3, 1)
-        a = cols.reshape(n * ho * wo, cg * kh * kw)
-        wg = w[gi * (o // g):(gi + 1) * (o // g)].reshape(o // g, -1).T
-        outs.append(_gemm2d(a, np.ascontiguousarray(wg), tk).reshape(n, ho, wo, o // g))
-    return np.concatenate(outs, axis=-1).transpose(0, 3, 1, 2)
+        a3.append(cols.reshape(n * ho * wo, cg * kh * kw))
+        b3.append(w[gi * (o // g):(gi + 1) * (o // g)].reshape(o // g, -1).T)
+    return np.stack(a3), np.stack(b3), ho, wo
+
+
+@dataclass(frozen=True)
+class GemmOperands:
+    """A GEMM-class op in the kernel's layout: ``C[b] = A[b] @ B[b] (+ bias[b])``.
+
+    ``a``: ``[batch, m, k]``; ``b``: ``[1, k, n]`` (shared by every batch entry) or
+    ``[batch, k, n]``; ``bias``: ``[1 or batch, n]`` or ``None``; ``finish`` maps
+    ``C [batch, m, n]`` to the op's output (layout, and bmm's ``scale`` epilogue).
+    """
+
+    a: np.ndarray
+    b: np.ndarray
+    bias: np.ndarray | None
+    finish: Callable[[np.ndarray], np.ndarray]
+
+
+def gemm_operands(kind: str, attrs: Mapping[str, Any], inputs: Sequence[np.ndarray],
+                  out_shape: Sequence[int]) -> GemmOperands:
+    """The operands of a ``linear``/``matmul``/``bmm``/``conv2d`` op in the layout its
+    :class:`~wia_hw.emulator.kernels.GemmKernel` has (batch, m, n, k as
+    :func:`wia_hw.graph.gemm_dims` gives them). Raises ``ValueError`` for other kinds."""
+    shape = tuple(out_shape)
+    x = inputs[0]
+    bias = inputs[2] if len(inputs) == 3 else None
+    if kind in ("linear", "matmul"):
+        a = x.reshape(1, -1, x.shape[-1])
+        return GemmOperands(a, inputs[1][None], None if bias is None else bias.reshape(1, -1),
+                            lambda c: c.reshape(shape))
+    if kind == "bmm":
+        b = np.swapaxes(inputs[1], -1, -2) if attrs.get("transpose_b") else inputs[1]
+        a3 = x.reshape(-1, x.shape[-2], x.shape[-1])
+        b3 = b.reshape(-1, b.shape[-2], b.shape[-1])
+        scale = attrs.get("scale")
+
+        def finish(c: np.ndarray) -> np.ndarray:
+            c = c.reshape(shape)
+            return c * np.float32(scale) if scale is not None and c.dtype.kind == "f" else c
+        return GemmOperands(a3, b3, None, finish)
+    if kind == "conv2d":
+        a3, b3, ho, wo = _im2col(x, inputs[1], attrs)
+        g, n = a3.shape[0], x.shape[0]
+
+        def finish(c: np.ndarray) -> np.ndarray:   # [g, n*ho*wo, o/g] -> [n, o, ho, wo]
+            return c.reshape(g, n, ho, wo, -1).transpose(1, 0, 4, 2, 3).reshape(shape)
+        return GemmOperands(a3, b3, None if bias is None else bias.reshape(g, -1), finish)
+    raise ValueError(f"op kind {kind!r} is not a GEMM")
+
+
+def _gemm_untiled(ops: GemmOperands, tk: int | None) -> np.ndarray:
+    """The device-free GEMM of :func:`evaluate`: per batch entry, :func:`_gemm2d`; then
+    the bias (int32 wrapping, or float32)."""
+    shared = ops.b.shape[0] == 1
+    c = np.stack([_gemm2d(ops.a[i], np.ascontiguousarray(ops.b[0 if shared else i]), tk)
+                  for i in range(ops.a.shape[0])])
+    if ops.bias is not None:
+        if c.dtype.kind == "f":
+            c = c + ops.bias.astype(np.float32)[:, None, :]
+        else:
+            c = wrap_int32(c.astype(np.int64) + ops.bias.astype(np.int64)[:, None, :])
+    return c
 
 
 def evaluate(kind: str, attrs: Mapping[str, Any], inputs: Sequence[np.ndarray],
              out_shape: Sequence[int], out_dtype: str, tk: int | None = None,
              op_name: str = "?") -> np.ndarray:
-    """Compute one op's output. ``tk`` is the K slice of the GEMM tiling (floats)."""
+    """Compute one op's output without a device. ``tk`` is the K slice of the GEMM
+    tiling (floats); functional runs execute built-in GEMM kernels tile by tile instead
+    (:func:`~wia_hw.emulator.tiled_exec.execute_gemm`)."""
     x = inputs[0] if inputs else None
-    if kind in ("linear", "matmul"):
-        a = x.reshape(-1, x.shape[-1])
-        y = _gemm2d(a, inputs[1], tk)
-        if len(inputs) == 3:
-            y = y + inputs[2].astype(y.dtype if y.dtype.kind == "f" else np.int64)
-            if y.dtype.kind != "f":
-                y = wrap_int32(y)
-        out = y.reshape(tuple(out_shape))
-    elif kind == "bmm":
-        b = inputs[1]
-        if attrs.get("transpose_b"):
-            b = np.swapaxes(b, -1, -2)
-        a3 = x.reshape(-1, x.shape[-2], x.shape[-1])
-        b3 = b.reshape(-1, b.shape[-2], b.shape[-1])
-        out = np.stack([_gemm2d(a3[i], np.ascontiguousarray(b3[i]), tk)
-                        for i in range(a3.shape[0])]).reshape(tuple(out_shape))
-        if "scale" in attrs and out.dtype.kind == "f":
-            out = out * np.float32(attrs["scale"])
-    elif kind == "conv2d":
-        out = _conv2d(x, inputs[1], attrs, tk)
-        if len(inputs) == 3:
-            out = out + inputs[2].reshape(1, -1, 1, 1)
+    if kind in ("linear", "matmul", "bmm", "conv2d"):
+        ops = gemm_operands(kind, attrs, inputs, out_shape)
+        out = ops.finish(_gemm_untiled(ops, tk))
     elif kind == "softmax":
         out = _softmax(x, attrs)
     elif kind == "layer_norm":

@@ -56,6 +56,9 @@ class Tile:
     slot_macs: int             # MAC slots the passes occupy (macs / slot_macs = PE mapping)
     busy_cycles: int = 0       # cycles in which the array performs MACs (RTL counter)
     dims: tuple[int, ...] = ()  # (batch, m, n, k) of a GEMM tile; (rows, cols, elements)
+    #: (b0, m0, n0, k0) of a GEMM tile: where its ``dims`` start in the kernel's batch,
+    #: M, N and K (functional mode executes exactly these tiles); () for other tiles.
+    origin: tuple[int, ...] = ()
 
 
 

@@ -1,6 +1,14 @@
 """Functional mode: compute every tensor of a graph alongside the timing run.
 
-Values come from the golden models (:mod:`wia_hw.emulator.functional`). Inputs and
+Every GEMM-class op that the device runs as a built-in
+:class:`~wia_hw.emulator.kernels.GemmKernel` is executed over the device's own tiles
+(:meth:`Device.tiles_of <wia_hw.emulator.device.Device.tiles_of>`, the ones the timing
+model runs) and array passes, through the golden models, in the RTL's tile and
+accumulation order (:mod:`wia_hw.emulator.tiled_exec` states the arithmetic: int8 in
+wrapping int32, fp16/bf16 through the PE's fp32-accumulating MAC, K chunks summed in
+fp32 in K order, the bias added once after the last chunk). Every other op, and a GEMM
+an extension lowered, is evaluated by :func:`wia_hw.emulator.functional.evaluate`.
+Inputs and
 weights not given by the user are drawn from a seeded generator (weights scaled by
 ``1/sqrt(fan_in)``; token ids within the vocabulary).
 
@@ -16,13 +24,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .emulator.errors import WorkloadError
-from .emulator.functional import cast_to, evaluate, random_input
+from .emulator.functional import cast_to, evaluate, gemm_operands, random_input
+from .emulator.kernels import GemmKernel, Kernel
+from .emulator.tiled_exec import execute_gemm
 from .graph import GEMM_KINDS, Graph, Op, op_macs
+
+if TYPE_CHECKING:
+    from .emulator.device import Device
 
 __all__ = ["FunctionalExecutor", "FUNCTIONAL_MAC_LIMIT"]
 
@@ -62,10 +75,13 @@ class FunctionalExecutor:
                                         f"graph needs {list(t.shape)}")
                 self.values[name] = arr
                 continue
-            arr = random_input(rng, t.shape, t.dtype, vocab.get(name))
             if t.kind == "weight" and t.dtype in ("fp32", "fp16", "bf16"):
-                arr = (arr / np.float32(math.sqrt(_fan_in(t.shape)))).astype(arr.dtype)
-            elif t.dtype == "int8":
+                # N(0, 1/fan_in), rounded once to the dtype (the values it can hold)
+                arr = cast_to(rng.standard_normal(t.shape, dtype=np.float32)
+                              / np.float32(math.sqrt(_fan_in(t.shape))), t.dtype)
+            else:
+                arr = random_input(rng, t.shape, t.dtype, vocab.get(name))
+            if t.dtype == "int8":
                 fan = _fan_in(t.shape) if t.kind == "weight" else 1
                 self.scales[name] = 1.0 / (127.0 * math.sqrt(fan))
             self.values[name] = arr
@@ -75,8 +91,35 @@ class FunctionalExecutor:
         s = self.scales.get(name)
         return v.astype(np.float32) * np.float32(s) if s is not None else v
 
-    def step(self, op: Op, tk: int | None) -> None:
-        """Compute ``op``'s output; ``tk`` is the K slice of its GEMM tiling."""
+    def _gemm(self, op: Op, ins: list[np.ndarray], out_dtype: str,
+              kernels: Sequence[Kernel], device: Device | None) -> np.ndarray:
+        """A GEMM-class op: over ``device``'s tiles when it was lowered to one built-in
+        GemmKernel (integer operands -> int8 arithmetic, else the kernel's float
+        precision; fp32 for an int8 kernel fed dequantised floats), else ``evaluate``."""
+        shape = self.graph.tensors[op.outputs[0]].shape
+        gemms = [k for k in kernels if isinstance(k, GemmKernel)]
+        if device is None or len(kernels) != 1 or not gemms:
+            tk = gemms[0].tiling.tk if gemms else None
+            return evaluate(op.kind, op.attrs, ins, shape, out_dtype, tk, op.name)
+        kern = gemms[0]
+        ops = gemm_operands(op.kind, op.attrs, ins, shape)
+        a, b = ops.a, ops.b
+        if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+            arith = "int8"
+            a, b = (np.clip(v, -128, 127).astype(np.int8) for v in (a, b))
+        else:
+            arith = kern.precision if kern.precision in ("fp16", "bf16", "fp32") else "fp32"
+        tiles, _ = device.tiles_of(kern)
+        arr = device.spec.compute.array
+        c = execute_gemm(kern, tiles, a, b, ops.bias, dataflow=arr.dataflow, rows=arr.rows,
+                         cols=arr.cols, arithmetic=arith)
+        return cast_to(ops.finish(c), out_dtype)
+
+    def step(self, op: Op, kernels: Sequence[Kernel] = (),
+             device: Device | None = None) -> None:
+        """Compute ``op``'s output. ``kernels``: what ``op`` was lowered to; ``device``:
+        the device that ran them (its tiles and array shape drive the GEMM arithmetic;
+        without it GEMMs are evaluated untiled)."""
         g = self.graph
         if op.kind in GEMM_KINDS and op_macs(op, g.shapes_of(op)[0]) > FUNCTIONAL_MAC_LIMIT:
             raise WorkloadError(f"op {op.name!r}: too large for functional mode "
@@ -88,13 +131,13 @@ class FunctionalExecutor:
         if op.kind in _MOVES:          # integers and their scale move unchanged
             self.values[out_name] = evaluate(op.kind, op.attrs,
                                              [self.values[i] for i in op.inputs], out.shape,
-                                             out.dtype, tk, op.name)
+                                             out.dtype, None, op.name)
             if op.inputs[0] in self.scales and out.dtype in ("int8", "int32"):
                 self.scales[out_name] = self.scales[op.inputs[0]]
             return
         if int_gemm:                   # exact int32 accumulation, as the array does
-            acc = evaluate(op.kind, op.attrs, [self.values[i] for i in op.inputs], out.shape,
-                           "int32", tk, op.name)
+            acc = self._gemm(op, [self.values[i] for i in op.inputs], "int32", kernels,
+                             device)
             sa, sb = (self.scales.get(i) for i in op.inputs[:2])
             if out.dtype == "int32":   # stays integer; carries a scale if its inputs did
                 self.values[out_name] = acc
@@ -105,8 +148,9 @@ class FunctionalExecutor:
             result = acc.astype(np.float32) * np.float32(scale)
         else:
             ins = [self._dequantised(i) for i in op.inputs]
-            result = evaluate(op.kind, op.attrs, ins, out.shape,
-                              "fp32" if out.dtype == "int8" else out.dtype, tk, op.name)
+            dt = "fp32" if out.dtype == "int8" else out.dtype
+            result = self._gemm(op, ins, dt, kernels, device) if op.kind in GEMM_KINDS \
+                else evaluate(op.kind, op.attrs, ins, out.shape, dt, None, op.name)
         if out.dtype == "int8":        # dynamic symmetric requantisation
             x = np.asarray(result, dtype=np.float32)
             amax = float(np.max(np.abs(x))) if x.size else 0.0

@@ -247,8 +247,7 @@ class Context:
             mem.after_op(idx, dev.now)
             op_cycles[op.name] = dev.now - t0
             if fx is not None:
-                tiling = getattr(kernels[0], "tiling", None) if kernels else None
-                fx.step(op, tiling.tk if tiling is not None else None)
+                fx.step(op, kernels, dev)     # GEMMs run over the device's own tiles
         if progress is not None:
             progress(len(lowered), len(lowered), "")
         dev.flush()
