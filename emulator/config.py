@@ -298,7 +298,11 @@ class DMAConfig:
 @dataclass(frozen=True, kw_only=True)
 class EnergyConfig:
     """Energy per MAC by precision (pJ), per byte moved at each level (pJ), per vector
-    element op (pJ), and static power (W)."""
+    element op (pJ), and static power (W).
+
+    ``pj_per_mac`` lists exactly the precisions the array supports (checked by
+    :class:`DeviceSpec`: an energy for a precision the array lacks would change nothing).
+    """
 
     pj_per_mac: Mapping[str, float]
     pj_per_byte: Mapping[str, float]
@@ -306,7 +310,7 @@ class EnergyConfig:
     static_power_w: float = 20.0
 
     def __post_init__(self) -> None:
-        _per_key(self, "pj_per_mac", PRECISIONS, "energy")
+        _per_key(self, "pj_per_mac", PRECISIONS, "num")
         _per_key(self, "pj_per_byte", LEVELS, "energy")
         _nonneg_num(self, "pj_per_vector_op")
         _nonneg_num(self, "static_power_w")
@@ -359,6 +363,17 @@ class DeviceSpec:
         if not isinstance(self.name, str) or not self.name:
             raise SpecError(f"must be a non-empty string, got {self.name!r}", field="name")
         _pos_num(self, "clock_ghz")
+        supported, mac_pj = self.compute.array.macs_per_pe_cycle, self.energy.pj_per_mac
+        missing = [p for p in supported if p not in mac_pj]
+        if missing:
+            raise SpecError(f"missing {', '.join(missing)} (the array supports "
+                            f"{'it' if len(missing) == 1 else 'them'})",
+                            field="energy.pj_per_mac")
+        for p in mac_pj:
+            if p not in supported:
+                raise SpecError(f"the array does not support {p} (supported: "
+                                f"{', '.join(supported)}): its energy would never be used",
+                                field=f"energy.pj_per_mac.{p}")
 
     @property
     def clock_hz(self) -> float:
