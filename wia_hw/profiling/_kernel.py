@@ -264,8 +264,8 @@ def assess(p: KernelProfile, dev: DeviceInfo) -> list[Assessment]:
             "INFO", f"Parallelism-bound: {p.tiles} tiles over {dev.cores} cores leave cores "
             f"idle ({p.core_balance:.0f}% of core time busy); reaches {eff:.0f}% of that "
             "ceiling",
-            f"Split the work into at least {dev.cores} equal tiles (smaller tiles, or a split "
-            "of K with a reduction)"))
+            f"Use equal tiles in a multiple of {dev.cores} (one per core at least: smaller "
+            "tiles, or a split of K with a reduction)"))
     elif b == "latency":
         c = p.ceiling or "compute"
         out.append(Assessment(

@@ -362,8 +362,8 @@ class Roofline:
                                             "passes (deeper K per pass, fused attention).")
                 elif p.kind == "parallelism":
                     sev, text = "compute", (f"Parallelism-bound at {pct_att:.0f}% of that "
-                                            "ceiling. Split the work into at least one "
-                                            "tile per core.")
+                                            "ceiling. Use a tile count that splits evenly "
+                                            "over the cores.")
                 elif p.kind == "vector":
                     sev = "ok" if pct_peak >= near_optimal_pct else "compute"
                     text = (f"Vector-bound ({what}) at {pct_peak:.0f}% of its rate. Fuse it "
