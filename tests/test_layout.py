@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import importlib
 import pkgutil
+import re
 from pathlib import Path
 
 import pytest
@@ -113,7 +114,9 @@ def test_the_layout_has_the_expected_packages():
     for name in ("wia_hw.cli._run", "wia_hw.cli._specs", "wia_hw.cli._ext",
                  "wia_hw.cli._profile", "wia_hw.cli._rtl", "wia_hw.registry._manifest",
                  "wia_hw.registry._expr", "wia_hw.registry._yaml_ops",
-                 "wia_hw.registry._dispatch", "wia_hw.registry._sources"):
+                 "wia_hw.registry._dispatch", "wia_hw.registry._sources",
+                 "wia_hw.registry._modules", "wia_hw.registry._chains",
+                 "wia_hw.registry._peaks"):
         assert name in MODULES
 
 
@@ -142,3 +145,21 @@ def test_private_names_stay_inside_their_package(package):
                 private.append(dep)
             bad += [f"{MODULES[m][0].name}:{line}: {p}" for p in private]
     assert bad == []
+
+
+def test_emulator_layers_follow_its_docstring():
+    """The emulator package docstring lists its modules lowest layer first; no module
+    imports one listed below it, and the emulator imports nothing outside itself."""
+    import wia_hw.emulator as emu
+
+    order = re.findall(r"^\* (.*)$", emu.__doc__, flags=re.M)
+    rank = {m: i for i, line in enumerate(order) for m in re.findall(r":mod:`\.(\w+)`", line)}
+    inside = {m.rpartition(".")[2] for m in MODULES if m.startswith("wia_hw.emulator.")}
+    assert set(rank) == inside
+    for m, deps in GRAPH.items():
+        if not m.startswith("wia_hw.emulator."):
+            continue
+        for dep, _, line in deps:
+            assert dep.startswith("wia_hw.emulator"), f"{m}:{line} imports {dep}"
+            d = dep.rpartition(".")[2]
+            assert rank.get(d, -1) <= rank[m.rpartition(".")[2]], f"{m}:{line} imports {dep}"
