@@ -107,6 +107,14 @@ class ArrayConfig:
     ``macs_per_pe_cycle`` maps each supported precision to the MACs one PE performs per
     cycle (``0.25`` means one MAC every four cycles). A precision not listed is not
     supported by the array.
+
+    ``pipelined``: the array has double-buffered accumulators (``os``) or weight
+    registers (``ws``), so it accepts the next pass while the previous one drains, also
+    across tile boundaries; the spacing of acceptances is
+    :func:`~wia_hw.emulator.cycles.systolic_issue_interval`. ``False`` (the default for
+    a user spec: the extra buffers are hardware the spec must claim, and an existing
+    spec's results must not change under it) makes every pass pay its whole
+    :func:`~wia_hw.emulator.cycles.systolic_tile_cycles`, fill and drain included.
     """
 
     rows: int
@@ -114,10 +122,13 @@ class ArrayConfig:
     dataflow: str = "os"
     macs_per_pe_cycle: Mapping[str, float] = field(
         default_factory=lambda: {"fp32": 0.25, "fp16": 1, "bf16": 1, "int8": 2})
+    pipelined: bool = False
 
     def __post_init__(self) -> None:
         _pos_int(self, "rows")
         _pos_int(self, "cols")
+        if not isinstance(self.pipelined, bool):
+            raise SpecError(f"must be true or false, got {self.pipelined!r}", field="pipelined")
         if self.dataflow not in DATAFLOWS:
             raise SpecError(f"must be one of {', '.join(DATAFLOWS)}, got {self.dataflow!r}",
                             field="dataflow")

@@ -13,6 +13,7 @@ loop runs per clock cycle. Kernels run one after another with a barrier between 
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -23,8 +24,9 @@ import simpy
 
 from .config import DeviceSpec
 from .control import BranchPredictor
-from .counters import Counter, Counters
+from .counters import LEVELS, Counter, Counters
 from .cycles import (
+    systolic_issue_interval,
     systolic_steps,
     systolic_tile_counters,
     systolic_tile_cycles,
@@ -145,6 +147,19 @@ class Device:
         self.core_state: list[CoreState] | None = None
         a = spec.compute.array
         self._rows, self._cols, self._df = a.rows, a.cols, a.dataflow
+        self._pipelined = a.pipelined
+        self._timing: dict[tuple[int, int], tuple[int, int, int, int]] = {}
+        # the RC model advances on the device timeline, at least every 1e-4 of its time
+        # constant, with the energy booked since its last step (see _heat)
+        th = spec.thermal
+        self._heat_step = max(1, int(th.resistance_c_per_w * th.capacitance_j_per_c
+                                     * self.spec.clock_hz * 1e-4))
+        self._heat_cycle = 0          # cycle up to which the RC model has advanced
+        self._heat_pj = 0.0           # energy booked (MACs) and not yet given to it
+        self._heat_given_pj = 0.0     # dynamic energy given to it in this accounting interval
+        self._heat_bytes = dict.fromkeys(LEVELS, 0)   # byte counters at its last step
+        self._clock_cycles = [0, 0]   # this kernel's array/vector work: nominal, throttled
+        self._array_busy = 0          # this kernel's busy cycles (union over passes)
 
     # -- public ----------------------------------------------------------------------
     @property
@@ -216,9 +231,10 @@ class Device:
                         geo = cache.get(key)
                         if geo is None:
                             geo = self._gemm_geometry(df, R, C, rate, nb, mi, ni, ki, e, e_c,
-                                                      last=False)
+                                                      last=False) + (
+                                systolic_steps(ki if df == "os" else mi, rate),)
                             cache[key] = geo
-                        passes, pass_cycles, l1_bytes, slot, busy = geo
+                        passes, pass_cycles, l1_bytes, slot, busy, steps = geo
                         last = kk == kt - 1
                         if t.tb > 1 or nb > 1:
                             ar = (b0 * k.m, b1 * k.m)
@@ -244,7 +260,8 @@ class Device:
                         tiles.append(Tile(loads, stores, passes * pass_cycles, 0,
                                           l1_bytes + extra + (out_bytes if last else 0),
                                           passes, nb * mi * ni * ki, slot, passes * busy,
-                                          (nb, mi, ni, ki), origin=(b0, m0, n0, k0)))
+                                          (nb, mi, ni, ki), origin=(b0, m0, n0, k0),
+                                          pass_steps=steps))
         return tiles
 
     @staticmethod
@@ -356,7 +373,9 @@ class Device:
         env = self.env
         start = self.now
         before = self.counters.copy()
-        factor = self.thermal.frequency_factor
+        factor = self._heat(start)
+        self._clock_cycles = [0, 0]
+        self._array_busy = 0
         tiles, groups = self.tiles_of(k)
         cores = self.spec.compute.cores
         shares = self.partition(tiles, groups, cores)
@@ -389,7 +408,10 @@ class Device:
         c_.array_flops += array_flops
         c_.vector_flops += vector_flops
         c_.flops += k.flops
-        c_.busy_cycles += sum(t.busy_cycles for t in tiles)
+        c_.busy_cycles += self._array_busy
+        nominal, throttled = self._clock_cycles
+        if throttled > nominal:        # the clock the kernel's work ran at, on average
+            factor = nominal / throttled
         on_units = isinstance(k, TiledKernel) and not k.array
         power = self._account_energy(elapsed, c_.delta(before), array=not on_units,
                                      extra_pj=k.energy_pj if isinstance(k, TiledKernel) else 0.0)
@@ -489,6 +511,13 @@ class Device:
         st = self.core_state[core] if self.core_state is not None else None
         if st is not None:
             st.kernel, st.end, st.tiles = k.name, None, len(tiles)
+        # the array (see _charge_array): the last pass it accepted, when, and its steps
+        arr = [0, t0, t0, t0, 0, 0]    # steps, accepted, port free, busy end, lost, tail
+        held: tuple[int, int] | None = None     # the last array tile's trace interval
+        on_array = not isinstance(k, TiledKernel) or k.array
+        mac_pj = self.spec.energy.pj_per_mac.get(getattr(k, "precision", "fp16"), 0.0) \
+            if on_array else 0.0
+        clock = self._clock_cycles
         for idx, tile in enumerate(tiles):
             ready = slot_free[idx & 1]              # the tile's operand buffer is free
             if pending and pending[0][0] <= ready:  # results ready no later go first
@@ -508,22 +537,40 @@ class Device:
                 trace.append(TraceEvent("dma", f"dma{core}.{eng}" if eng else f"dma{core}",
                                         now, ld, k.name, sum(b for _, b in blocks),
                                         misses["l1"] - m1, misses["l2"] - m2))
-            cs = max(ld, comp_done)
-            stalls["memory"] += max(0, ld - comp_done)
-            work = max(tile.array_cycles + tile.vector_cycles,
-                       l1_port.cycles(tile.l1_bytes))
-            eff = work if factor >= 1.0 else math.ceil(work / factor)
-            stalls["thermal"] += eff - work
-            comp_done = cs + eff
+            factor = self._heat(now)
+            self._heat_pj += tile.macs * mac_pj
+            port_cycles = l1_port.cycles(tile.l1_bytes)
+            if self._pipelined and tile.pass_steps and not tile.vector_cycles:
+                cs, done = self._charge_array(tile, ld, comp_done, port_cycles, factor, arr)
+                comp_done = max(comp_done, done)
+                if trace is not None:
+                    if held is not None:
+                        trace.append(TraceEvent("compute", track, held[0],
+                                                min(held[1], cs), k.name))
+                    held = (cs, done)
+            else:
+                cs = max(ld, comp_done)
+                stalls["memory"] += max(0, ld - comp_done)
+                work = max(tile.array_cycles + tile.vector_cycles, port_cycles)
+                eff = work if factor >= 1.0 else math.ceil(work / factor)
+                stalls["thermal"] += eff - work
+                clock[0] += work
+                clock[1] += eff
+                self._array_busy += tile.busy_cycles
+                comp_done = done = cs + eff
+                arr[0] = 0                      # the array is idle again when it is done
+                if trace is not None:
+                    trace.append(TraceEvent("compute", track, cs, comp_done, k.name))
             self.counters.bytes["l1"] += tile.l1_bytes
-            slot_free[idx & 1] = comp_done
-            if trace is not None:
-                trace.append(TraceEvent("compute", track, cs, comp_done, k.name))
+            slot_free[idx & 1] = done          # its operand buffer is free once it is done
             if tile.stores:
-                pending.append((comp_done, tile.stores))
+                pending.append((done, tile.stores))
             if st is not None:
-                st.tile, st.prev_compute, st.compute = idx, st.compute, (cs, comp_done)
+                st.tile, st.prev_compute, st.compute = idx, st.compute, (cs, done)
                 st.load, st.pending_stores = (now, ld), len(pending)
+        if held is not None and trace is not None:
+            trace.append(TraceEvent("compute", track, held[0], held[1], k.name))
+        stalls["thermal"] += arr[4] + arr[5]    # pipelined: lost issue slots + last drain
         if pending:
             store_done = max(store_done, (yield from self._drain(
                 core, engines, pending, math.inf, k.name)))
@@ -563,14 +610,111 @@ class Device:
                                          sum(b for _, b in blocks)))
         return done
 
+    # -- the array -------------------------------------------------------------------
+    def _array_timing(self, prev_steps: int, steps: int) -> tuple[int, int, int, int]:
+        """Pipelined array timing of a pass of ``steps`` after one of ``prev_steps`` (0:
+        none): (interval from the previous pass, interval between two passes of
+        ``steps``, latency of one pass, busy cycles of one pass), all from
+        :mod:`~wia_hw.emulator.cycles` and cached."""
+        key = (prev_steps, steps)
+        got = self._timing.get(key)
+        if got is None:
+            df, R, C = self._df, self._rows, self._cols
+            cross = systolic_issue_interval(df, R, C, prev_steps, steps, pipelined=True) \
+                if prev_steps else 0
+            inner = systolic_issue_interval(df, R, C, steps, steps, pipelined=True)
+            lat = systolic_tile_cycles(df, R, C, steps, **_LATENCY_KW)
+            busy = systolic_tile_counters(df, R, C, steps, **_COUNTERS_KW)[Counter.BUSY_CYCLES]
+            got = self._timing[key] = (cross, inner, lat, busy)
+        return got
+
+    def _charge_array(self, tile: Tile, ready: int, comp_done: int, port_cycles: int,
+                      factor: float, arr: list[int]) -> tuple[int, int]:
+        """Book one tile's ``passes`` equal passes on a pipelined array; returns the cycle
+        its first pass is accepted and the cycle its last pass is done.
+
+        The first pass is accepted at the later of ``ready`` (its operands are in L1) and
+        the first cycle the array takes it: ``systolic_issue_interval`` after the last
+        pass it accepted (of this tile's predecessor on the core, across the tile
+        boundary), and not before the L1 port has delivered the predecessor's operand
+        bytes (``port_cycles`` of them per tile). Waiting for ``ready`` is a bubble,
+        counted as a ``memory`` stall. Passes 2..p follow one interval apart (closed form:
+        ``(p - 1) * interval``); the last is done ``systolic_tile_cycles`` after it is
+        accepted, and the tile not before its L1 bytes are delivered. Throttled
+        (``factor < 1``), every interval and latency takes ``ceil(cycles / factor)``
+        cycles; the difference on the critical path is ``thermal`` stall (``arr[4]``;
+        the last drain's, ``arr[5]``, counts once per core).
+
+        ``arr`` is the core's array state: steps of the last pass accepted (0: idle),
+        cycle it was accepted, cycle the L1 port is free, end of the last busy window,
+        thermal cycles lost, thermal cycles of the last drain. Busy cycles (the RTL
+        counter: cycles in which some PE does a MAC) are the union of the passes' busy
+        windows, each ``systolic_tile_counters(...)[BUSY_CYCLES]`` long from its
+        acceptance (plus the same offset for every pass).
+        """
+        steps, p = tile.pass_steps, tile.passes
+        cross, inner, lat, busy1 = self._array_timing(arr[0], steps)
+        if arr[0]:
+            gap = _slow(cross, factor)
+            earliest = max(arr[1] + gap, arr[2])
+            if ready < arr[1] + gap:       # the slowed interval delayed the acceptance
+                arr[4] += min(gap - cross, arr[1] + gap - max(ready, arr[1] + cross))
+        else:
+            earliest = comp_done
+        cs = max(ready, earliest)
+        self.counters.stall_cycles["memory"] += max(0, ready - earliest)
+        span = (p - 1) * inner
+        slow_span = _slow(span, factor)
+        slow_lat = _slow(lat, factor)
+        arr[4] += slow_span - span
+        arr[5] = slow_lat - lat
+        a_last = cs + slow_span
+        port_free = cs + _slow(port_cycles, factor)
+        done = max(a_last + slow_lat, port_free)
+        union = (p - 1) * min(inner, busy1) + busy1
+        overlap = max(0, min(arr[3] - cs, union if inner <= busy1 else busy1))
+        self._array_busy += union - overlap
+        clock = self._clock_cycles
+        clock[0] += span + (cross if arr[0] else 0)
+        clock[1] += slow_span + (_slow(cross, factor) if arr[0] else 0)
+        arr[0], arr[1], arr[2], arr[3] = steps, a_last, port_free, max(arr[3], a_last + busy1)
+        return cs, done
+
     # -- energy and temperature ------------------------------------------------------
+    def _heat(self, now: int) -> float:
+        """Advance the RC thermal model to cycle ``now`` when at least ``_heat_step``
+        cycles (1e-4 of its time constant) have passed since its last step, with the
+        power of that interval: static power plus the energy booked meanwhile (MACs of
+        the tiles issued, bytes counted at every level). Returns the clock factor
+        (``thermal.frequency_factor``) a tile issued now runs at."""
+        if now - self._heat_cycle >= self._heat_step:
+            self._heat_advance(now)
+        return self.thermal.frequency_factor
+
+    def _heat_advance(self, now: int) -> None:
+        dt = now - self._heat_cycle
+        if dt <= 0:
+            return
+        en = self.spec.energy
+        b, last = self.counters.bytes, self._heat_bytes
+        pj = self._heat_pj + sum((b[lvl] - last[lvl]) * en.pj_per_byte[lvl] for lvl in LEVELS)
+        self._heat_bytes = dict(b)
+        self._heat_given_pj += pj
+        self._heat_pj = 0.0
+        seconds = dt / self.spec.clock_hz
+        self.thermal.advance(seconds, pj * 1e-12 / seconds + en.static_power_w)
+        self._heat_cycle = now
+
     def _account_energy(self, cycles: int, delta: Counters | dict, *, array: bool = True,
                         extra_pj: float = 0.0) -> float:
-        """Add the interval's energy to the counters, advance the thermal model; returns W.
+        """Add the interval's energy to the counters, bring the thermal model to now;
+        returns the interval's average power in W.
 
         MACs and vector FLOPs are charged the spec's per-op energies when ``array``; an
         extension unit that did them instead (``array=False``) reports its own energy as
-        ``extra_pj``. Bytes at every level and static power are always charged.
+        ``extra_pj``. Bytes at every level and static power are always charged. The
+        thermal model has had part of the interval's dynamic energy already (tile by
+        tile, :meth:`_heat`); it gets the rest now, so it sees exactly the energy counted.
         """
         en = self.spec.energy
         pj = 0.0
@@ -582,9 +726,32 @@ class Device:
             for lvl, nb in delta.bytes.items():
                 pj += nb * en.pj_per_byte[lvl]
         seconds = cycles / self.spec.clock_hz
-        pj += en.static_power_w * seconds * 1e12 + extra_pj
+        static_pj = en.static_power_w * seconds * 1e12
+        pj += static_pj + extra_pj
         self.counters.energy_pj += pj
         power = pj * 1e-12 / seconds if seconds > 0 else en.static_power_w
-        if seconds > 0:
-            self.thermal.advance(seconds, power)
+        # the rest of the dynamic energy goes to the thermal model, then it steps to now
+        self._heat_pj = max(0.0, pj - static_pj - self._heat_given_pj)
+        self._heat_bytes = dict(self.counters.bytes)
+        self._heat_advance(self.now)
+        self._heat_given_pj = 0.0
         return power
+
+
+def _slow(cycles: int, factor: float) -> int:
+    """Cycles a block of ``cycles`` nominal cycles takes at ``factor`` of the clock."""
+    return cycles if factor >= 1.0 else math.ceil(cycles / factor)
+
+
+def _pipelined_kw(fn: Callable[..., Any]) -> dict[str, bool]:
+    """``{"pipelined": True}`` when the cycle function takes that keyword (a pipelined
+    array may have its own pass latency), else ``{}``."""
+    try:
+        takes = "pipelined" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):     # pragma: no cover - a builtin without signature
+        takes = False
+    return {"pipelined": True} if takes else {}
+
+
+_LATENCY_KW = _pipelined_kw(systolic_tile_cycles)
+_COUNTERS_KW = _pipelined_kw(systolic_tile_counters)

@@ -56,6 +56,10 @@ class Tile:
     slot_macs: int             # MAC slots the passes occupy (macs / slot_macs = PE mapping)
     busy_cycles: int = 0       # cycles in which the array performs MACs (RTL counter)
     dims: tuple[int, ...] = ()  # (batch, m, n, k) of a GEMM tile; (rows, cols, elements)
+    #: Steps (``depth`` of :func:`~wia_hw.emulator.cycles.systolic_tile_cycles`) of each
+    #: of the tile's ``passes`` equal array passes; 0: not a built-in array tile (its
+    #: ``array_cycles`` are charged as one block, never pipelined).
+    pass_steps: int = 0
     #: (b0, m0, n0, k0) of a GEMM tile: where its ``dims`` start in the kernel's batch,
     #: M, N and K (functional mode executes exactly these tiles); () for other tiles.
     origin: tuple[int, ...] = ()

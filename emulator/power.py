@@ -5,6 +5,13 @@ per byte crossing a level, ``pj_per_vector_op`` per vector FLOP); static power i
 over elapsed time. Temperature follows ``C dT/dt = P - (T - T_amb) / R``, integrated
 exactly over each interval of constant power:
 ``T(t) = T_amb + P R + (T0 - T_amb - P R) exp(-t / (R C))``.
+
+The device steps this model along its timeline, within kernels: at the first tile issued
+at least ``R C / 10^4`` after the last step, with the power of that interval (static
+power plus the energy booked meanwhile: the MACs of the tiles issued and the bytes
+counted at every level); at the end of every kernel it hands over the rest of the
+kernel's energy, so the model integrates exactly the energy the counters hold. A tile
+issued while ``throttling`` runs at ``frequency_factor`` of the clock.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ class ThermalModel:
             self.throttled_s += seconds
         tau = self.cfg.resistance_c_per_w * self.cfg.capacitance_j_per_c
         target = self.steady_state_c(power_w)
-        self.temperature_c = target + (self.temperature_c - target) * math.exp(-seconds / tau)
+        # T0 + (target - T0) (1 - exp(-t / tau)), with expm1: exact also when tau >> t
+        self.temperature_c += (target - self.temperature_c) * -math.expm1(-seconds / tau)
         self.peak_c = max(self.peak_c, self.temperature_c)
         return self.temperature_c

@@ -39,6 +39,73 @@ def test_no_kernel_beats_its_roofline_floor(workload, kw):
     assert r.roofline_floor_ms <= r.latency_ms
 
 
+def _first_touch_bytes(graph):
+    """Per op: bytes of the weights and inputs it is the first to read (an embedding only
+    the table rows its ids can touch). From a cold device these cross HBM during the
+    op's kernels: the op's share of the graph's compulsory traffic."""
+    seen, out = set(), {}
+    for op in graph.ops:
+        total = 0
+        for idx, name in enumerate(op.inputs):
+            t = graph.tensors[name]
+            if t.kind == "activation" or name in seen:
+                continue
+            seen.add(name)
+            nbytes = t.nbytes
+            if op.kind == "embedding" and idx == 1:
+                ids = math.prod(graph.tensors[op.inputs[0]].shape)
+                nbytes = min(t.shape[0], ids) * (t.nbytes // t.shape[0])
+            total += nbytes
+        out[op.name] = total
+    return out
+
+
+@pytest.mark.parametrize("pipelined", [True, False])
+def test_no_run_or_kernel_below_its_floor_on_random_specs(pipelined):
+    """Property: random GEMMs and small transformers on random devices, pipelined array on
+    and off. The reported floor is the graph's FLOPs at peak and its compulsory HBM bytes
+    (each weight and input read once, each output written once) at peak bandwidth; the
+    run is never below it, and no kernel below its own floor (its array FLOPs at peak,
+    the compulsory bytes it is first to read at peak bandwidth)."""
+    from wia_hw.runtime import compulsory_hbm_bytes
+
+    rng = random.Random(41 if pipelined else 42)
+    for _ in range(5):
+        over = {"compute.array.pipelined": pipelined,
+                "compute.cores": rng.choice([1, 2, 4]),
+                "compute.array.rows": rng.choice([16, 32, 64, 128]),
+                "compute.array.cols": rng.choice([16, 32, 64, 128]),
+                "compute.array.dataflow": rng.choice(["os", "ws"]),
+                "memory.hbm.bandwidth_gbs": rng.choice([40, 200, 600, 4000]),
+                "memory.hbm.channels": rng.choice([2, 8, 16]),
+                "clock_ghz": rng.choice([0.5, 1.0, 2.0])}
+        kind = rng.choice(["gemm", "bmm", "bert"])
+        if kind == "bert":
+            g = build("bert-base", batch=rng.randint(1, 2), seq=rng.choice([16, 48]),
+                      layers=1)
+        else:
+            g = gemm(rng.randint(1, 900), rng.randint(1, 900), rng.randint(1, 900),
+                     batch=1 if kind == "gemm" else rng.randint(2, 6))
+        ctx = wia_hw.open_device("wia-npu", overrides=over)
+        spec = ctx.spec
+        r = ctx.run(g)
+        bw_bps = spec.peak_bandwidth_gbs * 1e9
+        floor_ms = 1e3 * max(g.flops() / spec.peak_flops(r.precision),
+                             compulsory_hbm_bytes(g) / bw_bps)
+        assert r.roofline_floor_ms == pytest.approx(floor_ms, rel=1e-12)
+        assert r.latency_ms >= r.roofline_floor_ms
+        assert r.counters.bytes["hbm"] >= compulsory_hbm_bytes(g)   # never fewer bytes
+        first = _first_touch_bytes(g)
+        bpc = float(spec.bytes_per_cycle(spec.peak_bandwidth_gbs))
+        charged = set()
+        for k in r.kernels:
+            own = 0 if k.op in charged else first.get(k.op, 0)
+            charged.add(k.op)
+            compute = k.flops / float(2 * spec.peak_macs_per_cycle(k.precision)) \
+                if k.kind == "gemm" else 0.0
+            assert k.cycles >= max(compute, own / bpc), (k.name, over)
+
+
 def test_bert_large_floor_derived_from_graph_flops():
     r = wia_hw.run("bert-large", batch=32, seq=128, device="wia-npu")
     g = build("bert-large", batch=32, seq=128)
