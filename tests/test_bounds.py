@@ -186,3 +186,17 @@ def test_kernel_names_have_no_layer_prefix_collisions(bert_large):
     _, report = bert_large
     names = {re.sub(r"^layer\d+\.", "", k.name) for k in report.kernels}
     assert "attention_scores" in names and "classifier" in names
+
+
+def test_extension_kernels_hold_the_same_properties():
+    """Flash attention (the transformer engine's tiles, which bring their own cycles)."""
+    from wia_hw.registry import ensure_extension
+
+    ctx = wia_hw.open_device()
+    ensure_extension(ctx, "transformer_engine")
+    with start_profiling(ctx, ProfilingConfig(mode="counters", capture_memory=False)) as s:
+        ctx.run("bert-base", batch=2, seq=128)
+    flash = [p for p in s.report.kernel_profiles() if "+" in p.name]
+    assert flash and all(p.floor_cycles.get("pipeline") for p in flash)
+    for p in s.report.kernel_profiles():
+        check_bound(p)

@@ -173,11 +173,12 @@ def floors_cycles(ideal_cycles: float | None, flop_count: int, precision: str, k
                   floors: Mapping[str, float] | None, nbytes: Mapping[str, int] | None,
                   dev: Any) -> dict[str, float]:
     """Every known ceiling's floor in cycles: ``compute`` (``ideal_cycles``, else the FLOPs
-    at the array or vector peak), ``pipeline``/``parallelism`` (from ``floors``, the
-    stored :class:`UnitFloors` figures) and each memory level (when ``nbytes`` is known)."""
-    if ideal_cycles is None:
+    at the array or vector peak; 0 for an extension unit whose rate is not known),
+    ``pipeline``/``parallelism`` (from ``floors``, the stored :class:`UnitFloors`
+    figures) and each memory level (when ``nbytes`` is known)."""
+    if ideal_cycles is None:          # an extension's unit (PIM, photonic): rate unknown
         peak = (dev.cores * dev.vector_lanes if kind == "vector"
-                else dev.peak_flops_per_cycle(precision))
+                else dev.peak_flops_per_cycle(precision) if kind == "gemm" else 0.0)
         ideal_cycles = flop_count / peak if peak else 0.0
     out = {"compute": float(ideal_cycles)}
     if floors:

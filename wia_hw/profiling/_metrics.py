@@ -8,13 +8,13 @@ figure from the report's own counters:
 * ``compute_utilization = 100 * flop_count / (cycles * 2 * peak_macs_per_cycle[precision])``
 * ``memory_bandwidth_gbs = bytes.hbm / (duration_ms * 1e-3) / 1e9``
 * ``l1_cache_hit_rate = 100 * hits.l1 / (hits.l1 + misses.l1)`` (``None`` without accesses)
-* ``occupancy = 100 * pe_mapping * core_balance`` with ``pe_mapping = macs / slot_macs``
-  (the share of the MAC slots of the issued array passes that do useful work: a tile
-  that does not fill the rows x cols array, or a short K that the fill and drain
-  dominate, maps fewer) and ``core_balance = sum(core_busy_cycles) / (cores * cycles)``
-  (the share of core time the cores are busy, so idle cores and load imbalance count);
-  a vector kernel has ``pe_mapping = 1`` (its lanes are full but for each tile's last
-  issue, a loss we do not count)
+* ``occupancy = 100 * pe_mapping * core_balance`` with ``pe_mapping`` the share of the
+  units' issue cycles that do useful work, ``compute floor / pipeline floor`` of the
+  bound model (:mod:`._bounds`: the array's fill and drain of short passes and the PEs a
+  small tile leaves unmapped count against it; for a vector kernel, the lanes its tiles'
+  last issues leave empty), or ``macs / slot_macs`` for a kernel without unit floors,
+  and ``core_balance = sum(core_busy_cycles) / (cores * cycles)`` (the share of core
+  time the cores are busy, so idle cores and load imbalance count)
 * ``arithmetic_intensity = flop_count / bytes.hbm`` (FLOP per HBM byte; per level with
   that level's bytes)
 * ``power_w = energy_pj * 1e-12 / (cycles / (clock_ghz * 1e9))``
@@ -30,8 +30,7 @@ from typing import Any
 from ..emulator.config import DeviceSpec
 
 __all__ = ["DeviceInfo", "fmt_ai", "duration_ms", "compute_utilization", "bandwidth_gbs", "hit_rate",
-           "occupancy_parts", "occupancy", "arithmetic_intensity", "roofline_bound",
-           "LEVEL_NAMES"]
+           "occupancy_parts", "occupancy", "arithmetic_intensity", "LEVEL_NAMES"]
 
 LEVEL_NAMES = {"l1": "L1", "l2": "L2", "hbm": "HBM"}
 
@@ -144,7 +143,9 @@ def hit_rate(hits: int, misses: int) -> float | None:
 
 def occupancy_parts(macs: int, slot_macs: int, core_busy_cycles: list[int], cycles: int,
                     cores: int) -> tuple[float, float]:
-    """``(pe_mapping, core_balance)``, both in [0, 1] (see the module docstring)."""
+    """``(macs / slot_macs, core_balance)``, both in [0, 1]: the mapping part without the
+    fill and drain (the bound model replaces it when it knows the kernel's unit floors;
+    see the module docstring)."""
     mapping = macs / slot_macs if slot_macs else 1.0
     balance = sum(core_busy_cycles) / (cores * cycles) if cycles and cores else 0.0
     return mapping, balance
@@ -159,35 +160,3 @@ def occupancy(macs: int, slot_macs: int, core_busy_cycles: list[int], cycles: in
 def arithmetic_intensity(flop_count: int, nbytes: int) -> float | None:
     """FLOP per byte; ``None`` when no byte moved (infinitely compute-heavy)."""
     return flop_count / nbytes if nbytes else None
-
-
-def compute_floor_s(flop_count: int, precision: str, dev: DeviceInfo, kind: str = "gemm",
-                    ideal_cycles: float | None = None) -> float:
-    """The least time the kernel's work takes on its units: ``ideal_cycles`` / clock
-    when known, else ``flop_count`` at the array peak (``gemm``) or at one FLOP per
-    vector lane per cycle (``vector``)."""
-    if ideal_cycles is not None:
-        return ideal_cycles / (dev.clock_ghz * 1e9)
-    peak = dev.vector_peak_flops if kind == "vector" else dev.peak_flops(precision)
-    return flop_count / peak if peak else 0.0
-
-
-def roofline_bound(flop_count: int, level_bytes: Mapping[str, int], precision: str,
-                   dev: DeviceInfo, kind: str = "gemm",
-                   ideal_cycles: float | None = None) -> tuple[str, float]:
-    """Which ceiling binds, and the least time it allows.
-
-    Each ceiling gives a floor on the kernel's time: the compute floor
-    (:func:`compute_floor_s`) and ``bytes / bandwidth`` for each memory level. The
-    binding ceiling is the one with the largest floor: ``"compute"``, ``"l1"``, ``"l2"``
-    or ``"hbm"``. Returns its name and that floor in seconds (the attainable FLOP/s is
-    ``flop_count / floor``). At equal floors compute wins.
-    """
-    best = "compute"
-    floor = compute_floor_s(flop_count, precision, dev, kind, ideal_cycles)
-    for lvl in ("l1", "l2", "hbm"):
-        nb = level_bytes.get(lvl, 0)
-        bw = dev.level_bandwidth_gbs(lvl) * 1e9
-        if nb and bw and nb / bw > floor:
-            best, floor = lvl, nb / bw
-    return best, floor
