@@ -38,9 +38,38 @@ class Frame:
         return cls(d["file"], int(d["line"]), d["function"])
 
 
+_OWN_DIRS: tuple[str, ...] | None = None
+
+
+def _own_dirs() -> tuple[str, ...]:
+    """Directories of wia-hw's packages (they may live apart in an editable install)."""
+    global _OWN_DIRS
+    if _OWN_DIRS is None:
+        dirs = []
+        for mod in ("wia_hw", "wia_hw.emulator", "wia_hw.extensions", "wia_hw.rtl"):
+            m = sys.modules.get(mod)
+            f = getattr(m, "__file__", None)
+            if f:
+                dirs.append(os.path.dirname(os.path.realpath(f)) + os.sep)
+        _OWN_DIRS = tuple(dirs)
+    return _OWN_DIRS
+
+
 def _own(frame: Any) -> bool:
+    """A frame of wia-hw: a module of its packages, or a file in them (``python -m
+    wia_hw.cli`` runs one as ``__main__``)."""
     name = frame.f_globals.get("__name__", "")
-    return name == "wia_hw" or name.startswith("wia_hw.")
+    if name == "wia_hw" or name.startswith("wia_hw."):
+        return True
+    f = frame.f_code.co_filename
+    hit = _IS_OWN.get(f)
+    if hit is None:
+        real = os.path.realpath(f) if not f.startswith("<") else f
+        hit = _IS_OWN[f] = any(real.startswith(d) for d in _own_dirs())
+    return hit
+
+
+_IS_OWN: dict[str, bool] = {}
 
 
 def _library_dirs() -> tuple[str, ...]:
