@@ -37,9 +37,28 @@ ratio of the summed absolute outputs rescales every output of the crossbar, undo
 the drift's average decay) and ``repeated_reads`` reads of every product averaged
 (read noise variance / ``repeated_reads``, at that many times the time and energy).
 
-**Timing**: weights stay in ``crossbars`` crossbars; when the product needs more tiles,
-groups of tiles are programmed in turn (``program_time_us`` each). Every row of ``A`` is
-one analog read (``mvm_time_ns``) of every tile, tiles in parallel. **Energy**:
+**Timing** (:func:`analog_read_ns`, :func:`analog_timing_ns`), from the periphery of
+IBM's HERMES core (Khaddam-Aljameh et al., "HERMES-Core: a 1.59-TOPS/mm2 PCM on 14-nm
+CMOS in-memory compute core using 300-ps/LSB linearized CCO-based ADCs", IEEE JSSC 2022;
+Le Gallo et al., "A 64-core mixed-signal in-memory compute chip based on phase-change
+memory", Nature Electronics 2023), as three pipelined stages of one read (one
+matrix-vector product of a tile):
+
+1. *Input*: pulse-width-modulated inputs: a code of magnitude up to
+   ``2**(b-1) - 1`` (``b`` = ``analog_precision_bits``) drives its row for that many
+   ``dac_lsb_ns``; the column currents integrate meanwhile, then settle
+   (``settle_ns``): ``t_in = (2**(b-1) - 1) * dac_lsb_ns + settle_ns``.
+2. *Conversion*: ramp/CCO ADCs count over the full range, ``2**b * adc_lsb_ns`` per
+   conversion (HERMES: 300 ps/LSB); ``adcs_per_tile`` ADCs serve the ``tile_size``
+   columns, so ``t_adc = ceil(tile_size / adcs_per_tile) * 2**b * adc_lsb_ns``.
+3. A sample-and-hold between them lets read ``i + 1`` integrate while read ``i``
+   converts: a stream of ``r`` reads takes ``t_in + t_adc + (r - 1) * max(t_in, t_adc)``.
+
+Every row of ``A`` is ``reads`` reads of every tile; ``crossbars`` tiles work in
+parallel; a product needing more tiles than that runs in rounds, the crossbars
+reprogrammed in between (``program_time_us``, PCM iterative program-and-verify). So more
+bits cost time (the input pulses and the conversions are exponential in ``b``), and
+more ADCs or crossbars never cost any. **Energy**:
 ``dac_energy_pj`` per input, ``adc_energy_pj`` per output sample, ``cell_energy_fj`` per
 MAC, ``digital_energy_pj`` per partial sum added, ``program_energy_pj`` per cell written.
 """
@@ -67,7 +86,8 @@ from ..registry import (
 from ._offchip import product_operands, run_offchip_unit, write_product
 
 __all__ = ["AnalogConfig", "AnalogResult", "PCMModel", "hybrid_matmul",
-           "analog_timing_ns", "PROG_COEFF_US", "G_MAX_REF_US", "CURRENT_RESOLUTION"]
+           "analog_timing_ns", "analog_read_ns", "PROG_COEFF_US", "G_MAX_REF_US",
+           "CURRENT_RESOLUTION"]
 
 #: Column currents are integers in units of ``1 / CURRENT_RESOLUTION`` of a full-scale
 #: (all inputs and weights 1) single-row current before the ADC.
@@ -103,7 +123,10 @@ class AnalogConfig:
     t_read_s: float = 250e-9
     repeated_reads: int = 4
     crossbars: int = 64
-    mvm_time_ns: float = 100.0
+    dac_lsb_ns: float = 0.5
+    adc_lsb_ns: float = 0.3
+    adcs_per_tile: int = 256
+    settle_ns: float = 5.0
     program_time_us: float = 1000.0
     dac_energy_pj: float = 0.2
     adc_energy_pj: float = 1.0
@@ -125,14 +148,15 @@ class AnalogConfig:
         ints("tile_size", 1, 4096)
         ints("repeated_reads", 1, 1024)
         ints("crossbars", 1, 1 << 20)
+        ints("adcs_per_tile", 1, 4096)
         ints("acc_bits", 16, 64)
-        for name in ("g_max_us", "t0_s", "t_read_s", "mvm_time_ns"):
+        for name in ("g_max_us", "t0_s", "t_read_s", "dac_lsb_ns", "adc_lsb_ns"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 \
                     or not math.isfinite(v):
                 raise ValueError(f"AnalogConfig.{name} must be a positive number, got {v!r}")
         for name in ("prog_noise_scale", "read_noise_scale", "drift_scale", "t_inference_s",
-                     "program_time_us", "dac_energy_pj", "adc_energy_pj", "cell_energy_fj",
+                     "program_time_us", "settle_ns", "dac_energy_pj", "adc_energy_pj", "cell_energy_fj",
                      "digital_energy_pj", "program_energy_pj"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 \
@@ -225,12 +249,25 @@ def _quantize_sym(v: np.ndarray, bits: int, axis: int) -> tuple[np.ndarray, np.n
     return np.rint(v / peak * hi).astype(np.int64), peak / hi
 
 
+def analog_read_ns(cfg: AnalogConfig) -> tuple[float, float]:
+    """``(t_in, t_adc)``: the input (PWM + integration + settling) and conversion stage
+    times of one read of a tile, in ns (see the module docstring)."""
+    b = cfg.analog_precision_bits
+    t_in = ((1 << (b - 1)) - 1) * cfg.dac_lsb_ns + cfg.settle_ns
+    t_adc = -(-cfg.tile_size // cfg.adcs_per_tile) * (1 << b) * cfg.adc_lsb_ns
+    return t_in, t_adc
+
+
 def analog_timing_ns(cfg: AnalogConfig, m: int, k: int, n: int) -> tuple[float, int]:
-    """(time in ns, weight tiles) of an ``m x k`` by ``k x n`` product."""
+    """(time in ns, weight tiles) of an ``m x k`` by ``k x n`` product: per round of at
+    most ``crossbars`` tiles (in parallel), ``m * reads`` pipelined reads; rounds after
+    the first wait for the crossbars to be reprogrammed."""
     tiles = -(-k // cfg.tile_size) * -(-n // cfg.tile_size)
     rounds = -(-tiles // cfg.crossbars)
-    program = (rounds - 1) * cfg.program_time_us * 1e3 if rounds > 1 else 0.0
-    return rounds * m * cfg.reads * cfg.mvm_time_ns + program, tiles
+    t_in, t_adc = analog_read_ns(cfg)
+    stream = t_in + t_adc + (m * cfg.reads - 1) * max(t_in, t_adc)
+    program = (rounds - 1) * cfg.program_time_us * 1e3
+    return rounds * stream + program, tiles
 
 
 def _product(cfg: AnalogConfig, a: np.ndarray, b: np.ndarray, seed: int
