@@ -1,4 +1,4 @@
-"""The extension registry: device extensions declared in YAML, registered on a context.
+"""The extension manifest: device extensions declared in YAML, validated.
 
 The seed's ``wia_device_extension_t`` (``extension_id``, ``version``, ``capabilities``,
 ``operations``) is :class:`DeviceExtension`. An extension is a YAML manifest, optionally
