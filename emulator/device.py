@@ -653,30 +653,34 @@ class Device:
         acceptance (plus the same offset for every pass).
         """
         steps, p = tile.pass_steps, tile.passes
-        cross, inner, lat, busy1 = self._array_timing(arr[0], steps)
-        if arr[0]:
-            gap = _slow(cross, factor)
+        prev = arr[0]
+        cross, inner, lat, busy1 = self._array_timing(prev, steps)
+        span = (p - 1) * inner
+        if factor >= 1.0:
+            gap, slow_span, slow_lat, slow_port = cross, span, lat, port_cycles
+        else:
+            gap, slow_span = _slow(cross, factor), _slow(span, factor)
+            slow_lat, slow_port = _slow(lat, factor), _slow(port_cycles, factor)
+        if prev:
             earliest = max(arr[1] + gap, arr[2])
-            if ready < arr[1] + gap:       # the slowed interval delayed the acceptance
-                arr[4] += min(gap - cross, arr[1] + gap - max(ready, arr[1] + cross))
+            # what the slowed interval delayed the acceptance by
+            arr[4] += max(0, min(gap - cross, earliest - max(ready, arr[1] + cross, arr[2])))
         else:
             earliest = comp_done
         cs = max(ready, earliest)
-        self.counters.stall_cycles["memory"] += max(0, ready - earliest)
-        span = (p - 1) * inner
-        slow_span = _slow(span, factor)
-        slow_lat = _slow(lat, factor)
+        if ready > earliest:
+            self.counters.stall_cycles["memory"] += ready - earliest
         arr[4] += slow_span - span
         arr[5] = slow_lat - lat
         a_last = cs + slow_span
-        port_free = cs + _slow(port_cycles, factor)
+        port_free = cs + slow_port
         done = max(a_last + slow_lat, port_free)
         union = (p - 1) * min(inner, busy1) + busy1
         overlap = max(0, min(arr[3] - cs, union if inner <= busy1 else busy1))
         self._array_busy += union - overlap
         clock = self._clock_cycles
-        clock[0] += span + (cross if arr[0] else 0)
-        clock[1] += slow_span + (_slow(cross, factor) if arr[0] else 0)
+        clock[0] += span + (cross if prev else 0)
+        clock[1] += slow_span + (gap if prev else 0)
         arr[0], arr[1], arr[2], arr[3] = steps, a_last, port_free, max(arr[3], a_last + busy1)
         return cs, done
 
