@@ -231,6 +231,7 @@ class Context:
             o.run_begin(self, graph, lowered)
         start = dev.now
         before = dev.counters.copy()
+        on_chip = _on_chip_bytes(dev)       # a warm device: what need not cross HBM again
         records: list[tuple[str, str, KernelRecord]] = []
         fx = FunctionalExecutor(graph, seed, inputs) if mode == "functional" else None
         op_cycles: dict[str, int] = {}
@@ -257,7 +258,7 @@ class Context:
         total = dev.now - start
         delta = dev.counters.delta(before)
         result = self._report(graph, records, op_cycles, total, delta, mode, seed,
-                              floor_bytes=compulsory_hbm_bytes(graph, lowered))
+                              floor_bytes=compulsory_hbm_bytes(graph, lowered, on_chip))
         result.extensions = extension_summary([r for _, _, r in records])
         if fx is not None:
             result.outputs = fx.outputs()
@@ -329,14 +330,16 @@ class Context:
 
 
 def compulsory_hbm_bytes(graph: Graph,
-                         lowered: list[tuple[Op, list[Any]]] | None = None) -> int:
-    """Bytes a run of ``graph`` must move across the HBM interface at least, from a
-    cold device: every weight and input an op reads, once (an embedding lookup only
-    the table rows it can touch: at most one per looked-up id), and every output (a
-    tensor some op writes and no op reads), once: :meth:`Context.run` writes results
-    back before it returns. Tensors that only kernels running inside the memory
-    (``MemoryKernel``, given ``lowered``) touch never cross the interface and are left
-    out. Derived from the graph's shapes, never from simulated traffic.
+                         lowered: list[tuple[Op, list[Any]]] | None = None,
+                         on_chip: Mapping[str, int] | None = None) -> int:
+    """Bytes a run of ``graph`` must move across the HBM interface at least: every
+    weight and input an op reads, once (an embedding lookup only the table rows it can
+    touch: at most one per looked-up id), and every output (a tensor some op writes and
+    no op reads), once: :meth:`Context.run` writes results back before it returns.
+    Tensors that only kernels running inside the memory (``MemoryKernel``, given
+    ``lowered``) touch never cross the interface and are left out; on a warm device,
+    ``on_chip`` (bytes of each tensor already in L1/L2 when the run starts) need not be
+    read again. Derived from the graph's shapes, never from simulated traffic.
     """
     in_memory = {op.name for op, ks in (lowered or ())
                  if ks and all(isinstance(k, MemoryKernel) for k in ks)}
@@ -355,10 +358,29 @@ def compulsory_hbm_bytes(graph: Graph,
             if op.kind == "embedding" and idx == 1 and t.shape:
                 ids = math.prod(graph.tensors[op.inputs[0]].shape)
                 nbytes = min(t.shape[0], ids) * (t.nbytes // t.shape[0])
+            nbytes = max(0, nbytes - (on_chip or {}).get(name, 0))
             read[name] = max(read.get(name, 0), nbytes)
         written.extend(op.outputs)
     outputs = {o for o in written if o not in consumed}
     return sum(read.values()) + sum(graph.tensors[o].nbytes for o in outputs)
+
+
+def _on_chip_bytes(dev: Device) -> dict[str, int]:
+    """Bytes of each stored tensor held in L1 or L2 now (a block counted once)."""
+    mem = dev.memory
+    if not mem.l2 and not any(mem.l1):
+        return {}
+    names = {lay.tid: name for name, lay in mem._layouts.items()}
+    held: dict[tuple[int, int, int], int] = {key: ent[0] for key, ent in mem.l2.items()}
+    for l1 in mem.l1:
+        for key, nbytes in l1.items():
+            held.setdefault(key, nbytes)
+    out: dict[str, int] = {}
+    for key, nbytes in held.items():
+        name = names.get(key[0])
+        if name is not None:
+            out[name] = out.get(name, 0) + nbytes
+    return out
 
 
 def _dominant_precision(records: list[tuple[str, str, KernelRecord]]) -> str:
