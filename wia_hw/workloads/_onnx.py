@@ -67,8 +67,9 @@ INT8/INT32/INT64/BOOL to fp32/fp16/bf16/int8/int32/int64/bool and UINT8 to int8.
 
 The **group** of an op (its breakdown row) is the first component of the node name
 when the name is a ``/``-path with two or more components (PyTorch's exporter names
-nodes ``/encoder/layer.0/attention/MatMul``, giving ``encoder``), otherwise the op
-type lower-cased (``matmul``).
+nodes ``/encoder/layer.0/attention/MatMul``, giving ``encoder``), after the leading
+components that every path-named node shares (a wrapper's ``/model/...``), otherwise
+the op type lower-cased (``matmul``).
 """
 
 from __future__ import annotations
@@ -199,6 +200,7 @@ class _Importer:
         self.node_index = -1                # the node being mapped
         self.origin: dict[int, list[str]] = {}   # node index -> names of its ops
         self.mask_allowed: dict[str, Any] = {}   # Where's merged weight -> kept elements
+        self.prefix = _common_prefix(self.g.node)   # path components all names share
 
     # -- values ------------------------------------------------------------------------
     def dtype(self, value: str, elem: int, node: str = "") -> str:
@@ -212,11 +214,7 @@ class _Importer:
 
     def defined(self, value: str) -> bool:
         """Whether ``value`` already is a tensor of the graph being built."""
-        try:
-            self.b.tensor(value)
-        except KeyError:
-            return False
-        return True
+        return value in self.b._tensors
 
     def shape(self, value: str) -> tuple[int, ...]:
         if self.defined(value):
@@ -289,11 +287,33 @@ def _node_name(node: Any, index: int) -> str:
     return node.name or f"{node.op_type.lower()}_{index}"
 
 
-def _group(node: Any) -> str:
+def _group(node: Any, skip: int = 0) -> str:
+    """The first ``/``-path component of the node's name after the ``skip`` components
+    that every path-named node shares (a wrapper module's attribute, say)."""
     parts = [p for p in node.name.split("/") if p]
-    if "/" in node.name and len(parts) >= 2:
-        return parts[0]
+    if "/" in node.name and len(parts) >= 2 + skip:
+        return parts[skip]
     return node.op_type.lower()
+
+
+def _common_prefix(nodes: Any) -> int:
+    """How many leading path components all ``/``-named nodes share."""
+    common: list[str] | None = None
+    for n in nodes:
+        parts = [p for p in n.name.split("/") if p]
+        if "/" not in n.name or len(parts) < 2:
+            continue
+        parts = parts[:-1]
+        if common is None:
+            common = parts
+        else:
+            k = 0
+            while k < min(len(common), len(parts)) and common[k] == parts[k]:
+                k += 1
+            common = common[:k]
+        if not common:
+            return 0
+    return len(common or [])
 
 
 def _square(name: str, op_type: str, what: str, values: list[int]) -> int:
@@ -328,7 +348,7 @@ def _window(imp: _Importer, node: Any, name: str, a: dict[str, Any],
 
 def _map_node(imp: _Importer, node: Any, name: str) -> None:
     """Add the op(s) of one ONNX node (one branch per op type; see the module table)."""
-    t, a, out, grp = node.op_type, _attrs(node), node.output[0], _group(node)
+    t, a, out, grp = node.op_type, _attrs(node), node.output[0], _group(node, imp.prefix)
     ins = list(node.input)
     dt = imp.out_dtype(node, name)
 
@@ -800,8 +820,14 @@ def _prepare(onnx: Any, model: Any, batch: int | None,
     inline_small_external(onnx, proto, base_dir)
     g = proto.graph
     _fix_input_dims(g, {t.name for t in g.initializer}, batch, dims)
-    proto = _infer(onnx, proto, source, strict=False)
-    folded = fold(onnx, proto, base_dir)
+    folded = 0
+    for _ in range(8):   # folding can fix dims that the next inference round needs
+        del proto.graph.value_info[:]
+        proto = _infer(onnx, proto, source, strict=False)
+        step = fold(onnx, proto, base_dir)
+        folded += step
+        if not step:
+            break
     return proto, gname, source, folded
 
 

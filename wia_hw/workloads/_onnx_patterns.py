@@ -15,7 +15,7 @@ shapes:
   ``+ beta [H]`` (means over the last axis) is one ``layer_norm`` (``eps`` recorded).
 * **Attention**: ``bmm(q, transpose(k))`` -> ``* scale`` or ``/ scale`` -> masking
   (``add`` of a mask, or the ops of a ``Where``) -> ``softmax`` (last axis) ->
-  ``bmm(p, v)`` becomes ``bmm(q, k, transpose_b=True, scale=s)`` -> ``softmax`` ->
+  (a same-type ``cast``, dropped: it costs no FLOPs) -> ``bmm(p, v)`` becomes ``bmm(q, k, transpose_b=True, scale=s)`` -> ``softmax`` ->
   ``bmm``, the chain the transformer engine claims. A constant mask equal to the causal
   triangle sets ``causal=True`` on the softmax; an all-zero one is dropped; any other
   mask sets ``masked=True`` (the transformer engine then runs full attention: at full
@@ -260,7 +260,13 @@ class _Rewriter:
         if soft.attrs.get("axis", -1) % rank != rank - 1:
             return
         ctx = self.only_reader(soft.outputs[0])
-        if ctx is None or ctx.kind != "bmm" or ctx.inputs[0] != soft.outputs[0] or \
+        cast = None
+        if ctx is not None and ctx.kind in ("cast", "identity") and \
+                self.t(ctx.outputs[0]).dtype == self.t(soft.outputs[0]).dtype:
+            cast = ctx                      # a same-type Cast the exporter left: free
+            ctx = self.only_reader(cast.outputs[0])
+        probs = cast.outputs[0] if cast is not None else soft.outputs[0]
+        if ctx is None or ctx.kind != "bmm" or ctx.inputs[0] != probs or \
                 ctx.attrs.get("transpose_b"):
             return
         chain: list[Op] = []                # the ops between the scores bmm and softmax
@@ -344,6 +350,11 @@ class _Rewriter:
             self.replace(t_old, tr, [])
         self.replace([scores], scores, [bmm])
         self.replace(chain + [soft], soft, [sm])
+        if cast is not None:
+            self.replace([cast], cast, [])
+            self.replace([ctx], ctx, [Op(ctx.name, ctx.kind, (soft.outputs[0],
+                                                               *ctx.inputs[1:]),
+                                         ctx.outputs, ctx.group, ctx.attrs)])
 
     def _reaches_bmm(self, tensor: str) -> bool:
         for _ in range(6):
@@ -380,9 +391,12 @@ class _Rewriter:
         allowed = np.asarray(allowed, dtype=bool)
         if allowed.all():
             return "none"
-        if allowed.ndim < 2 or math.prod(allowed.shape[:-2]) != 1:
+        if allowed.ndim < 2:
             return "other"
-        a2 = allowed.reshape(allowed.shape[-2:])
+        stack = allowed.reshape(-1, *allowed.shape[-2:])
+        if not (stack == stack[:1]).all():
+            return "other"                  # differs between batch rows or heads
+        a2 = stack[0]
         sq, skv = self.t(scores.outputs[0]).shape[-2:]
         if a2.shape[0] not in (1, sq) or a2.shape[1] != skv or a2.shape[0] != sq:
             return "other"
@@ -402,6 +416,7 @@ class _Rewriter:
                 if self.alive(o):
                     step(o)
             self._commit()
+        self.g.validate()
         return self.g
 
     def _commit(self) -> None:
@@ -418,7 +433,7 @@ class _Rewriter:
         used = {n for o in ops for n in o.inputs + o.outputs}
         keep = [t for t in tensors.values() if t.name in used or t.kind == "input"]
         self.g = Graph(self.g.name, keep, ops, sequences=self.g.sequences,
-                       params=self.g.params)
+                       params=self.g.params, validate=False)
         self.__init__(self.g, self.imp)  # type: ignore[misc]
         self.pending = {}
 
