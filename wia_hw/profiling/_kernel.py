@@ -380,12 +380,13 @@ def ideal_cycles(k: Any, spec: Any) -> float | None:
 
 def stats_from_record(r: KernelRecord, index: int = 0, run: int = -1,
                       fields_: Sequence[str] | None = None, kernel: Any = None,
-                      spec: Any = None) -> KernelStats:
+                      spec: Any = None, *, floors: bool = True) -> KernelStats:
     """A :class:`KernelStats` from the emulator's record, with ``fields_`` of its counter
     deltas (every field when ``None``); ``kernel`` and ``spec`` (the launched kernel and
-    the device) give its ``ideal_cycles``."""
+    the device) give its ``ideal_cycles`` and, with ``floors``, its ``unit_floors``
+    (a session leaves them to :meth:`ProfilingReport.fill_unit_floors`)."""
     names = _ALL_FIELDS if fields_ is None else tuple(fields_)
-    uf = None if kernel is None or spec is None else unit_floors(kernel, spec)
+    uf = None if kernel is None or spec is None or not floors else unit_floors(kernel, spec)
     return KernelStats(
         index=index, name=r.name, op=r.op, group=r.group, kind=r.kind, provider=r.provider,
         precision=r.precision, run=run, start_cycle=r.start_cycle, end_cycle=r.end_cycle,

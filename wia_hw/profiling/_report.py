@@ -125,7 +125,24 @@ class ProfilingReport:
 
     def kernel_profiles(self) -> list[KernelProfile]:
         """A :class:`KernelProfile` per kernel (fields without counters are ``None``)."""
+        self.fill_unit_floors()
         return [KernelProfile.from_stats(k, self.device) for k in self.kernels]
+
+    def fill_unit_floors(self) -> None:
+        """Compute the kernels' pipeline and parallelism floors (``unit_floors``) from the
+        launched kernels, once, after the session (so profiling hooks stay cheap); a
+        report loaded from JSON keeps the ones it was saved with."""
+        if self.program is None or self.spec is None or not self.program_stats:
+            return
+        from ._bounds import unit_floors
+
+        for k, idx in zip(self.program, self.program_stats, strict=False):
+            if idx is None or isinstance(k, str):
+                continue
+            ks = self.kernels[idx]
+            if ks.unit_floors is None:
+                uf = unit_floors(k, self.spec)
+                ks.unit_floors = None if uf is None else uf.to_dict()
 
     def hotspots(self, by: str = "kernel", top: int | None = 10) -> list[Hotspot]:
         """Time per ``kernel``, ``op`` or ``group`` (exact, from kernel records) or, in

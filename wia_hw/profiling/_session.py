@@ -90,7 +90,8 @@ class ProfilingSession:
             [None] * len(records)
         for r, k in zip(records, launched, strict=True):
             idx.append(len(self._kstats))
-            ks = stats_from_record(r, len(self._kstats), run, self._fields, k, self.ctx.spec)
+            ks = stats_from_record(r, len(self._kstats), run, self._fields, k, self.ctx.spec,
+                                   floors=False)
             if not self._counters and not self.config.capture_power:
                 ks.counters = None
             if not self.config.capture_power:
