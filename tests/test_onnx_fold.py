@@ -344,3 +344,42 @@ def test_layer_norm_and_gelu_are_recognised_with_the_same_flops():
     # decomposed: mean, sub, pow, mean, div, mul, add per element + add, sqrt per row
     assert raw.flops() == g.flops() == 7 * n + 2 * B * S + UNARY_KINDS["gelu"] * n
     assert g.flops() != LAYER_NORM_FLOPS_PER_ELEMENT * n + UNARY_KINDS["gelu"] * n
+
+
+# -- errors and the import report -----------------------------------------------------
+
+def test_constant_folding_failure_names_the_node():
+    m = model([node("Reshape", ["c", "s"], ["r"], name="bad_reshape"),
+               node("Add", ["x", "r"], ["y"])],
+              [vi("x", [2, 3])], [vi("y", None)],
+              [init("c", np.ones((2, 3))), init("s", [4], np.int64)])
+    with pytest.raises(WorkloadError, match=r"^ONNX node 'bad_reshape' \(Reshape\): "
+                                            r"constant folding failed: "):
+        from_onnx(m)
+
+
+def test_import_report_lists_ops_macs_and_bytes():
+    from wia_hw.workloads._import_report import format_report, import_report
+
+    r = import_report(attention_model("causal_where"))
+    # attention has no weights: the scale and the causal mask are absorbed as attrs
+    assert r.ok and r.macs == 2 * B * NH * S * S * DH and r.parameters == 0
+    raw = import_report(attention_model("causal_where"), recognise=False)
+    assert raw.parameters == 1 + S * S and raw.weight_bytes == 4 * (1 + S * S)
+    assert r.ops_by_kind["bmm"] == (2, r.graph.flops(r.graph.ops[0]) +
+                                    r.graph.flops(r.graph.ops[2]), r.macs)
+    assert r.input_bytes == 3 * B * NH * S * DH * 4
+    text = format_report(r)
+    assert "bmm" in text and f"MACs:        {r.macs:,}" in text
+
+
+def test_import_report_lists_every_unsupported_op():
+    from wia_hw.workloads._import_report import format_report, import_report
+
+    m = model([node("Celu", ["x"], ["a"]), node("Celu", ["a"], ["b"]),
+               node("Mish", ["b"], ["y"])], [vi("x", [2, 3])], [vi("y", [2, 3])])
+    r = import_report(m)
+    assert not r.ok and r.unsupported == {"Celu": 2, "Mish": 1} and r.graph is None
+    assert format_report(r).splitlines()[1:] == [
+        "unsupported op types (2):", f"  {'Celu':<32} {2:>6} nodes",
+        f"  {'Mish':<32} {1:>6} nodes"]
