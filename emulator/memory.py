@@ -195,11 +195,12 @@ class BlockLayout:
         br, bc, e, tid = self.br, self.bc, self.elem_bytes, self.tid
         rows, cols = self.rows, self.cols
         jr = range(c0 // bc, -(-c1 // bc))
-        cb = [(bj, min(bc, cols - bj * bc)) for bj in jr]
-        out = []
+        out: list[tuple[Key, int]] = []
+        app = out.append
         for bi in range(r0 // br, -(-r1 // br)):
-            rb = min(br, rows - bi * br) * e
-            out += [((tid, bi, bj), rb * w) for bj, w in cb]
+            rb = (br if (bi + 1) * br <= rows else rows - bi * br) * e
+            for bj in jr:
+                app(((tid, bi, bj), rb * (bc if (bj + 1) * bc <= cols else cols - bj * bc)))
         return out
 
 
@@ -229,6 +230,10 @@ class MemorySystem:
         per_ch = spec.bytes_per_cycle(m.hbm.bandwidth_gbs) / m.hbm.channels
         self.channels = [BandwidthPort(f"hbm.{i}", per_ch) for i in range(m.hbm.channels)]
         self.interleave_bytes = m.hbm.interleave_bytes
+        # every block slot starts on a stripe boundary: a block of whole stripes then
+        # spreads evenly, which needs no address (the common case, kept cheap)
+        self._stripe = m.hbm.interleave_bytes * m.hbm.channels
+        self._aligned = m.block_bytes % self._stripe == 0
         self.hbm_latency = math.ceil(m.hbm.latency_ns * spec.clock_ghz)
         self.l2_latency = m.l2.latency_cycles
         self.l1_latency = m.l1.latency_cycles
@@ -308,10 +313,23 @@ class MemorySystem:
                     if end > done:
                         done = end
         elif uniform:
-            for ch in self.channels:
-                end = ch.reserve(now, uniform)
-                if end > done:
-                    done = end
+            chans = self.channels
+            if chans[0].__class__ is BandwidthPort:     # not traced: inline the booking
+                dur = chans[0].cycles(uniform)          # every channel has the same rate
+                for ch in chans:
+                    if now < ch.last_arrival:
+                        ch.reserve(now, uniform)        # raises
+                    ch.last_arrival = now
+                    fa = ch.free_at
+                    end = ch.free_at = (now if now > fa else fa) + dur
+                    ch.busy_cycles += dur
+                    if end > done:
+                        done = end
+            else:
+                for ch in chans:
+                    end = ch.reserve(now, uniform)
+                    if end > done:
+                        done = end
         else:
             return now
         return done + self.hbm_latency
@@ -327,26 +345,18 @@ class MemorySystem:
             self.l2_used -= nb
             if d:                       # write-back of a dirty block
                 self.writeback_bytes += nb
-                sp = spread.get(old)
-                if sp is None:
-                    sp = self._block_spread(old, nb)
-                if sp.__class__ is int:
-                    acc[0] += sp
+                if self._aligned and not nb % self._stripe:
+                    acc[0] += nb // len(self.channels)
                 else:
-                    acc[1].append(sp)
+                    sp = spread.get(old)
+                    if sp is None:
+                        sp = self._block_spread(old, nb)
+                    if sp.__class__ is int:
+                        acc[0] += sp
+                    else:
+                        acc[1].append(sp)
                 byts["l2"] += nb
                 byts["hbm"] += nb
-
-    def _l1_insert(self, core: int, key: Key, nbytes: int) -> None:
-        l1 = self.l1[core]
-        if key in l1:
-            l1.move_to_end(key)
-            return
-        l1[key] = nbytes
-        self.l1_used[core] += nbytes
-        while self.l1_used[core] > self.l1_capacity and len(l1) > 1:
-            _, nb = l1.popitem(last=False)
-            self.l1_used[core] -= nb
 
     # -- the two operations a DMA engine performs ------------------------------------
     def load(self, core: int, blocks: list[tuple[Key, int]], now: int) -> int:
@@ -363,12 +373,13 @@ class MemorySystem:
         l1 = self.l1[core]
         l2 = self.l2
         spread = self._spread
-        acc: list = [0, []]             # HBM bytes: on every channel, per-channel vectors
-        odd = acc[1]
-        uni = 0
+        odd: list[tuple[int, ...]] = []     # HBM bytes per channel: vectors of odd blocks
+        uni = 0                             # ... and bytes on every channel
+        aligned, stripe, nch = self._aligned, self._stripe, len(self.channels)
         l2_bytes = hbm_bytes = 0
         used1, cap1 = self.l1_used[core], self.l1_capacity
-        cap2 = self.l2_capacity
+        used2, cap2 = self.l2_used, self.l2_capacity
+        wb = 0                          # bytes of dirty victims written back
         for key, nb in blocks:
             if key in l1:
                 l1.move_to_end(key)
@@ -381,32 +392,50 @@ class MemorySystem:
                 hits["l2"] += 1
             else:
                 misses["l2"] += 1
-                sp = spread.get(key)
-                if sp is None:
-                    sp = self._block_spread(key, nb)
-                if sp.__class__ is int:
-                    uni += sp
+                if aligned and not nb % stripe:
+                    uni += nb // nch
                 else:
-                    odd.append(sp)
+                    sp = spread.get(key)
+                    if sp is None:
+                        sp = self._block_spread(key, nb)
+                    if sp.__class__ is int:
+                        uni += sp
+                    else:
+                        odd.append(sp)
                 hbm_bytes += nb
                 l2[key] = [nb, 0]           # fill L2 (clean)
-                self.l2_used += nb
-                if self.l2_used > cap2:
-                    self._evict_l2(acc)
+                used2 += nb
+                while used2 > cap2 and len(l2) > 1:      # evict LRU blocks (inline)
+                    old, (onb, dirty) = l2.popitem(last=False)
+                    used2 -= onb
+                    if dirty:                            # written back first
+                        self.writeback_bytes += onb
+                        wb += onb
+                        if aligned and not onb % stripe:
+                            uni += onb // nch
+                        else:
+                            sp = spread.get(old)
+                            if sp is None:
+                                sp = self._block_spread(old, onb)
+                            if sp.__class__ is int:
+                                uni += sp
+                            else:
+                                odd.append(sp)
             l2_bytes += nb
             l1[key] = nb                    # fill L1 (the key was not there)
             used1 += nb
             while used1 > cap1 and len(l1) > 1:
                 used1 -= l1.popitem(last=False)[1]
         self.l1_used[core] = used1
-        byts["hbm"] += hbm_bytes
-        byts["l2"] += l2_bytes + hbm_bytes  # read out of L2 towards L1, fills into L2
-        byts["l1"] += l2_bytes              # written into L1
+        self.l2_used = used2
+        byts["hbm"] += hbm_bytes + wb
+        byts["l2"] += l2_bytes + hbm_bytes + wb     # out towards L1, fills in, victims out
+        byts["l1"] += l2_bytes                      # written into L1
         if not l2_bytes:
             return now + self.l1_latency
         done = self.l2_port.reserve(now, l2_bytes) + self.l2_latency
-        if hbm_bytes or acc[0] or odd:
-            done = max(done, self._hbm_transfer(now, uni + acc[0], odd))
+        if hbm_bytes:
+            done = max(done, self._hbm_transfer(now, uni, odd))
         return done
 
     def store(self, core: int, blocks: list[tuple[Key, int]], now: int) -> int:
@@ -417,11 +446,18 @@ class MemorySystem:
         byts = self.counters.bytes
         acc: list = [0, []]
         total = 0
-        l2 = self.l2
+        l1, l2 = self.l1[core], self.l2
+        used1, cap1 = self.l1_used[core], self.l1_capacity
         for key, nb in blocks:
             total += nb
-            self._l1_insert(core, key, nb)
-            ent = l2.get(key)
+            if key in l1:                   # into L1
+                l1.move_to_end(key)
+            else:
+                l1[key] = nb
+                used1 += nb
+                while used1 > cap1 and len(l1) > 1:
+                    used1 -= l1.popitem(last=False)[1]
+            ent = l2.get(key)               # through to L2, dirty there
             if ent is not None:
                 l2.move_to_end(key)
                 if not ent[1]:
@@ -433,6 +469,7 @@ class MemorySystem:
             self.dirtied_bytes += nb
             if self.l2_used > self.l2_capacity:
                 self._evict_l2(acc)
+        self.l1_used[core] = used1
         byts["l1"] += total
         byts["l2"] += total
         done = self.l2_port.reserve(now, total) + self.l2_latency
