@@ -94,6 +94,8 @@ def test_gpt2_macs_and_causal_attention(exporter):
     assert g.macs() == transformer_macs(GPT2_LAYERS, 2, 32, GPT2_H)
     soft = [o for o in g.ops if o.kind == "softmax"]
     assert len(soft) == GPT2_LAYERS and all(o.attrs.get("causal") for o in soft)
+    # gelu_new, the tanh form, is recognised too
+    assert [o.kind for o in g.ops].count("gelu") == GPT2_LAYERS
 
 
 @pytest.mark.parametrize("name", ["bert_large_2l", "gpt2_2l"])

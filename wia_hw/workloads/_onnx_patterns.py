@@ -9,7 +9,8 @@ shapes:
   ``[N]`` weight becomes a ``linear`` with that bias (2 MAC FLOPs + 1 per output:
   the same count).
 * **GELU**: ``x / sqrt(2)`` (or ``x * (1/sqrt(2))``) -> ``erf`` -> ``+ 1`` ->
-  ``* x`` (or ``* (0.5 x)``) -> optionally ``* 0.5`` is one ``gelu``.
+  ``* x`` (or ``* (0.5 x)``) -> optionally ``* 0.5`` is one ``gelu``; so is the tanh
+  form ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` (GPT-2's ``gelu_new``).
 * **Layer norm**: ``mean(x)`` -> ``d = x - mean`` -> ``d ** 2`` (or ``d * d``) ->
   ``mean`` -> ``+ eps`` -> ``sqrt`` -> ``d / std`` -> optionally ``* gamma [H]`` ->
   ``+ beta [H]`` (means over the last axis) is one ``layer_norm`` (``eps`` recorded).
@@ -118,27 +119,58 @@ class _Rewriter:
         self.replace([op, add], add, [new])
 
     # -- GELU ------------------------------------------------------------------------
-    def gelu(self, erf: Op) -> None:
-        if erf.kind != "erf":
-            return
-        pre = self.prod.get(erf.inputs[0])
-        if pre is None or pre.kind not in ("div", "mul") or not self.alive(pre):
-            return
+    def gelu_input(self, act: Op) -> tuple[str, list[Op]] | None:
+        """The GELU input x and the ops from x to ``act`` (an erf or tanh), when ``act``
+        reads ``x / sqrt(2)`` (erf form) or ``sqrt(2/pi) * (x + 0.044715 x^3)`` (tanh
+        form, GPT-2's ``gelu_new``)."""
+        pre = self.prod.get(act.inputs[0])
+        if pre is None or pre.kind not in ("div", "mul") or not self.alive(pre) or \
+                self.only_reader(pre.outputs[0]) is not act:
+            return None
         c = next((i for i in pre.inputs if self.scalar(i)), None)
-        if c is None or self.only_reader(pre.outputs[0]) is not erf:
-            return
-        x = self.other(pre, c)
+        if c is None:
+            return None
+        inner = self.other(pre, c)
         cv = self.scalar_value(c)
-        if cv is not None and not math.isclose(cv if pre.kind == "div" else 1 / cv,
-                                               math.sqrt(2), rel_tol=1e-3):
+        if act.kind == "erf":
+            if cv is not None and not math.isclose(cv if pre.kind == "div" else 1 / cv,
+                                                   math.sqrt(2), rel_tol=1e-3):
+                return None
+            return inner, [pre]
+        # tanh form: inner = x + 0.044715 * x^3
+        if cv is not None and not math.isclose(cv if pre.kind == "mul" else 1 / cv,
+                                               math.sqrt(2 / math.pi), rel_tol=1e-3):
+            return None
+        add = self.prod.get(inner)
+        if add is None or add.kind != "add" or self.only_reader(inner) is not pre:
+            return None
+        for x in add.inputs:
+            cube = self.prod.get(self.other(add, x))
+            if cube is None or cube.kind != "mul" or \
+                    self.only_reader(cube.outputs[0]) is not add:
+                continue
+            p3 = next((self.prod.get(i) for i in cube.inputs if not self.scalar(i)), None)
+            if p3 is None or p3.kind != "pow" or p3.inputs[0] != x or \
+                    not self.scalar(p3.inputs[1]) or \
+                    self.only_reader(p3.outputs[0]) is not cube:
+                continue
+            return x, [p3, cube, add, pre]
+        return None
+
+    def gelu(self, erf: Op) -> None:
+        if erf.kind not in ("erf", "tanh"):
             return
+        found = self.gelu_input(erf)
+        if found is None:
+            return
+        x, head = found
         add = self.only_reader(erf.outputs[0])
         if add is None or add.kind != "add" or not any(self.scalar(i) for i in add.inputs):
             return
         mul = self.only_reader(add.outputs[0])
         if mul is None or mul.kind != "mul":
             return
-        cluster = [pre, erf, add, mul]
+        cluster = [*head, erf, add, mul]
         half = self.other(mul, add.outputs[0])
         if half != x:                       # 0.5 x computed first
             h = self.prod.get(half)
