@@ -108,6 +108,10 @@ FOLDED_OPS = ("Shape", "Size", "ConstantOfShape", "Range", "Equal", "Less", "Gre
               "Floor", "Ceil", "Sign", "IsNaN", "IsInf", "Mod", "Log", "Sin", "Cos")
 
 
+#: Graph names the exporters give every model: the file's stem names it instead.
+_GENERIC_NAMES = ("", "main_graph", "torch_jit", "torch-jit-export")
+
+
 def _elem_dtypes(onnx: Any) -> dict[int, str]:
     tp = onnx.TensorProto
     return {tp.FLOAT: "fp32", tp.FLOAT16: "fp16", tp.BFLOAT16: "bf16", tp.INT8: "int8",
@@ -127,7 +131,8 @@ def _load(onnx: Any, model: Any) -> tuple[Any, str, str]:
             raise WorkloadError(f"{str(path)!r} is not a readable ONNX model: "
                                 f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
                                 ) from None
-        return proto, proto.graph.name or path.stem, str(path)
+        generic = proto.graph.name in _GENERIC_NAMES
+        return proto, path.stem if generic else proto.graph.name, str(path)
     if isinstance(model, onnx.ModelProto):
         proto = onnx.ModelProto()
         proto.CopyFrom(model)
