@@ -292,10 +292,12 @@ class MemoryConfig:
 class DMAConfig:
     """The DMA engines of a core.
 
-    ``engines_per_core``: how many transfers (operand loads and result stores alike) a
-    core has in flight at once; an engine is held from a transfer's issue to its
-    completion. ``setup_cycles``: the fixed cost of one descriptor, added to every
-    transfer's completion (and to the engine's busy time).
+    ``engines_per_core``: how many transfers a core has in flight at once; an engine is
+    held from a transfer's issue to its completion. A core issues two in-order streams,
+    its operand loads and its result stores, one transfer in flight each: with one
+    engine they take turns, with two or more a result drains while the next operands
+    load (more than two change nothing). ``setup_cycles``: the fixed cost of one
+    descriptor, added to every transfer's completion (and to the engine's busy time).
     """
 
     engines_per_core: int = 1

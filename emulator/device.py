@@ -521,8 +521,8 @@ class Device:
         for idx, tile in enumerate(tiles):
             ready = slot_free[idx & 1]              # the tile's operand buffer is free
             if pending and pending[0][0] <= ready:  # results ready no later go first
-                store_done = max(store_done, (yield from self._drain(
-                    core, engines, pending, ready, k.name)))
+                store_done = yield from self._drain(core, engines, pending, ready, k.name,
+                                                    store_done)
             eng = engines.index(min(engines))
             ls = max(ready, engines[eng], ld)      # loads go one at a time, in order
             if ls > env.now:
@@ -572,8 +572,8 @@ class Device:
             trace.append(TraceEvent("compute", track, held[0], held[1], k.name))
         stalls["thermal"] += arr[4] + arr[5]    # pipelined: lost issue slots + last drain
         if pending:
-            store_done = max(store_done, (yield from self._drain(
-                core, engines, pending, math.inf, k.name)))
+            store_done = yield from self._drain(core, engines, pending, math.inf, k.name,
+                                                store_done)
         end = max(comp_done, store_done)
         busy[core] = end - t0
         if st is not None:
@@ -582,22 +582,27 @@ class Device:
             yield env.timeout(end - env.now)
 
     def _drain(self, core: int, engines: list[int], pending: list[tuple[int, list[Region]]],
-               until: float, kernel: str) -> Generator[simpy.Event, Any, int]:
-        """Issue, in order, the pending result stores that are ready at or before
-        ``until``: each on the DMA engine that frees first, at the later of its ready
-        cycle and that engine's free cycle, booked at that simulation time (never
-        back-dated: the shared ports serve requests in arrival order). Updates
-        ``engines``; returns the cycle the last of them completes (0 if none)."""
+               until: float, kernel: str, done: int) -> Generator[simpy.Event, Any, int]:
+        """Issue, in order and one at a time, the pending result stores that are ready at
+        or before ``until``: each on the DMA engine that frees first, at the latest of its
+        ready cycle, that engine's free cycle and the end of the previous store ``done``,
+        booked at that simulation time (never back-dated: the shared ports serve
+        requests in arrival order). Updates ``engines``; returns the cycle the last
+        store completes.
+
+        A core's operand loads and its result stores are two in-order streams, one
+        transfer in flight each; ``dma.engines_per_core`` bounds how many transfers are
+        in flight at once: with one engine the streams take turns, with two or more a
+        result drains while the next operands load.
+        """
         env = self.env
-        done = 0
         while pending and pending[0][0] <= until:
             when, regions = pending.pop(0)
             eng = engines.index(min(engines))
-            at = max(when, engines[eng])
+            at = max(when, engines[eng], done)
             if at > env.now:
                 yield env.timeout(at - env.now)
-            engines[eng] = end = self._store(core, regions, int(env.now), kernel)
-            done = max(done, end)
+            engines[eng] = done = self._store(core, regions, int(env.now), kernel)
         return done
 
     def _store(self, core: int, regions: list[Region], now: int, kernel: str) -> int:
