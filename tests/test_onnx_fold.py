@@ -383,3 +383,18 @@ def test_import_report_lists_every_unsupported_op():
     assert format_report(r).splitlines()[1:] == [
         "unsupported op types (2):", f"  {'Celu':<32} {2:>6} nodes",
         f"  {'Mish':<32} {1:>6} nodes"]
+
+
+def test_an_unexpected_failure_in_a_mapping_is_one_line(monkeypatch):
+    from wia_hw.workloads import _onnx
+
+    def broken(*args, **kwargs):
+        raise KeyError("boom")
+
+    monkeypatch.setattr(_onnx, "_split", broken)
+    m = model([node("Split", ["x"], ["a", "b"], name="split", axis=0)],
+              [vi("x", [4, 3])], [vi("a", None), vi("b", None)], opset=18)
+    m.graph.node[0].attribute.append(helper.make_attribute("num_outputs", 2))
+    with pytest.raises(WorkloadError, match=r"^ONNX node 'split' \(Split\): cannot be "
+                                            r"imported \(KeyError: 'boom'\)$"):
+        from_onnx(m)

@@ -888,7 +888,14 @@ def _import_prepared(onnx: Any, proto: Any, gname: str, source: str, batch: int 
             name = f"{name}_{i}"
         imp.op_names.add(name)
         imp.node_index = i
-        _map_node(imp, n, name)
+        try:
+            _map_node(imp, n, name)
+        except WorkloadError:
+            raise
+        except (KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
+            # a node outside what the mapping expects: one line, never a traceback
+            raise WorkloadError(f"ONNX node {name!r} ({n.op_type}): cannot be imported "
+                                f"({type(e).__name__}: {e})") from None
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
                  None)
     graph = imp.b.graph(sequences=batch or 1, params={
