@@ -182,7 +182,8 @@ def _blocks(group: list[ArrayPass]) -> list[tuple[int, int, int, int]]:
 
 def execute_gemm(kernel: GemmKernel, tiles: Sequence[Tile], a: np.ndarray, b: np.ndarray,
                  bias: np.ndarray | None = None, *, dataflow: str, rows: int, cols: int,
-                 arithmetic: str | None = None, group_passes: bool = True) -> np.ndarray:
+                 arithmetic: str | None = None, group_passes: bool = True,
+                 round_operands: bool = True) -> np.ndarray:
     """``C[b] = A[b] @ B[b]`` (+ bias) executed over ``tiles`` as the module docstring
     describes; returns ``[batch, m, n]`` int32 (``arithmetic="int8"``) or float32.
 
@@ -191,7 +192,9 @@ def execute_gemm(kernel: GemmKernel, tiles: Sequence[Tile], a: np.ndarray, b: np
     ``bias``: ``[1 or batch, n]`` or ``None``. ``tiles``: the kernel's tiles with
     ``dims`` and ``origin`` (``Device.tiles_of``). ``dataflow``, ``rows``, ``cols``:
     the systolic array's. ``arithmetic``: one of :data:`ARITHMETICS`, default the
-    kernel's precision.
+    kernel's precision. ``round_operands=False`` skips rounding ``a`` and ``b`` to a
+    float format when the caller holds them in it already (the golden model still
+    rejects a value that is not representable).
 
     Raises ``ValueError`` when a shape disagrees with the kernel, when a tile's pass
     count differs from the one its ``passes`` field (the timing model) states, or when
@@ -230,8 +233,8 @@ def execute_gemm(kernel: GemmKernel, tiles: Sequence[Tile], a: np.ndarray, b: np
         a_op, b_op = a, b
         acc = np.zeros((batch, m, n), np.int32)
     else:
-        a_op = round_to_precision(np.asarray(a, np.float32), arith)
-        b_op = round_to_precision(np.asarray(b, np.float32), arith)
+        a_op, b_op = (round_to_precision(np.asarray(v, np.float32), arith) if round_operands
+                      else np.asarray(v, np.float32) for v in (a, b))
         acc = np.zeros((batch, m, n), np.float32)
     shared = b_op.shape[0] == 1
     for group in _groups(passes, group_passes):

@@ -42,6 +42,7 @@ __all__ = ["FunctionalExecutor", "FUNCTIONAL_MAC_LIMIT"]
 #: Above this many MACs in one op, functional mode refuses (it is for small sizes).
 FUNCTIONAL_MAC_LIMIT = 2_000_000_000
 _MOVES = ("reshape", "slice", "concat", "transpose", "identity")
+_FLOATS = ("fp32", "fp16", "bf16")
 
 
 def _fan_in(shape: Sequence[int]) -> int:
@@ -73,7 +74,8 @@ class FunctionalExecutor:
                 if tuple(arr.shape) != t.shape:
                     raise WorkloadError(f"input {name!r}: shape {list(arr.shape)} given, the "
                                         f"graph needs {list(t.shape)}")
-                self.values[name] = arr
+                # stored in the tensor's dtype, as uploading it to the device does
+                self.values[name] = cast_to(arr, t.dtype) if t.dtype in _FLOATS else arr
                 continue
             if t.kind == "weight" and t.dtype in ("fp32", "fp16", "bf16"):
                 # N(0, 1/fan_in), rounded once to the dtype (the values it can hold)
@@ -108,12 +110,15 @@ class FunctionalExecutor:
             arith = "int8"
             a, b = (np.clip(v, -128, 127).astype(np.int8) for v in (a, b))
         else:
-            arith = kern.precision if kern.precision in ("fp16", "bf16", "fp32") else "fp32"
+            arith = kern.precision if kern.precision in _FLOATS else "fp32"
+        # values held in the arithmetic's own format need no rounding (cast on the way in)
+        held = all(self.graph.tensors[i].dtype == arith and i not in self.scales
+                   for i in op.inputs[:2])
         tiles, _ = device.tiles_of(kern)
         arr = device.spec.compute.array
         c = execute_gemm(kern, tiles, a, b, ops.bias, dataflow=arr.dataflow, rows=arr.rows,
-                         cols=arr.cols, arithmetic=arith)
-        return cast_to(ops.finish(c), out_dtype)
+                         cols=arr.cols, arithmetic=arith, round_operands=not held)
+        return ops.finish(c)      # int32, or float32 that step() rounds to the output dtype
 
     def step(self, op: Op, kernels: Sequence[Kernel] = (),
              device: Device | None = None) -> None:
