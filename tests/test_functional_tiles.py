@@ -52,6 +52,8 @@ def _bf16(x: np.ndarray) -> np.ndarray:
 
 
 def _to(x: np.ndarray, fmt: str) -> np.ndarray:
+    if fmt == "fp32":
+        return np.asarray(x, np.float32)
     if fmt == "bf16":
         return _bf16(x)
     with np.errstate(over="ignore"):
@@ -60,13 +62,16 @@ def _to(x: np.ndarray, fmt: str) -> np.ndarray:
 
 def _operand(rng: np.random.Generator, shape: tuple, fmt: str) -> np.ndarray:
     """Normal values in ``fmt`` with 10% subnormals of ``fmt`` and 5% values so large
-    that products (bf16) or sums rounded to an fp16 output overflow."""
+    that products (bf16, fp32) or sums rounded to an fp16 output overflow."""
     x = rng.standard_normal(shape).astype(np.float32)
     sel = rng.random(shape)
     sign = np.where(rng.random(shape) < 0.5, -1.0, 1.0)
     if fmt == "fp16":       # fp16 subnormals are multiples of 2**-24 below 2**-14
         sub = rng.integers(1, 1024, shape) * 2.0 ** -24
         big = rng.integers(1024, 2048, shape) * 2.0 ** 5      # 32768 .. 65504
+    elif fmt == "fp32":     # binary32 subnormals are multiples of 2**-149
+        sub = rng.integers(1, 2**23, shape) * 2.0 ** -149
+        big = rng.integers(128, 256, shape) * 2.0 ** 120
     else:                   # bf16 subnormals are multiples of 2**-133 below 2**-126
         sub = rng.integers(1, 128, shape) * 2.0 ** -133
         big = rng.integers(128, 256, shape) * 2.0 ** 120      # products overflow fp32
@@ -140,7 +145,7 @@ CASES = [  # (dataflow, rows, cols, batch, m, n, k)
 ]
 
 
-@pytest.mark.parametrize("fmt", ["fp16", "bf16"])
+@pytest.mark.parametrize("fmt", ["fp16", "bf16", "fp32"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "{}{}x{}-b{}-{}x{}x{}".format(*c))
 def test_fp_gemm_is_bit_exact_with_the_documented_order(fmt, case):
     df, rows, cols, batch, m, n, k = case
@@ -462,3 +467,20 @@ def test_executor_errors():
         tile_passes(Tile([], [], 0, 1, 0, 0, 0, 0), "os", 8, 8)
     with pytest.raises(ValueError, match=r"op kind 'softmax' is not a GEMM"):
         gemm_operands("softmax", {}, [a], a.shape)
+
+
+def test_given_float_inputs_are_stored_in_their_dtype():
+    """A float32 array given for an fp16 tensor is rounded once on the way in: the run
+    equals the run on the rounded values, and the executor, told the operands are held
+    in fp16 already, rejects values that are not (the golden model's check)."""
+    rng = np.random.default_rng(10)
+    g = gemm(9, 7, 20, precision="fp16")
+    a = rng.standard_normal((9, 20)).astype(np.float32)
+    b = rng.standard_normal((20, 7)).astype(np.float32)
+    raw = wia_hw.run(g, mode="functional", inputs={"A": a, "B": b})
+    held = wia_hw.run(g, mode="functional", inputs={"A": _to(a, "fp16"), "B": _to(b, "fp16")})
+    _bits_equal(raw.outputs["gemm"], held.outputs["gemm"])
+    kern, tiles, _ = _kernel_and_tiles(g, None)
+    with pytest.raises(ValueError, match=r"A and B has values not representable in fp16"):
+        execute_gemm(kern, tiles, a[None], b[None], dataflow="os", rows=128, cols=128,
+                     round_operands=False)

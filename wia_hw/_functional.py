@@ -8,9 +8,11 @@ accumulation order (:mod:`wia_hw.emulator.tiled_exec` states the arithmetic: int
 wrapping int32, fp16/bf16 through the PE's fp32-accumulating MAC, K chunks summed in
 fp32 in K order, the bias added once after the last chunk). Every other op, and a GEMM
 an extension lowered, is evaluated by :func:`wia_hw.emulator.functional.evaluate`.
-Inputs and
-weights not given by the user are drawn from a seeded generator (weights scaled by
-``1/sqrt(fan_in)``; token ids within the vocabulary).
+
+Float inputs and weights the user gives are stored in their tensor's dtype (rounded to
+nearest even, as uploading them does). Those not given are drawn from a seeded
+generator (float weights ``N(0, 1/fan_in)`` rounded to their dtype; token ids within
+the vocabulary).
 
 int8 graphs use dynamic per-tensor symmetric quantisation: a ``cast`` to int8 picks
 ``scale = max|x| / 127``; random int8 weights carry ``scale = 1 / (127 sqrt(fan_in))``;
