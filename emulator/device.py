@@ -4,9 +4,12 @@ the memory hierarchy, power and temperature, and the hardware counters.
 Execution is event-driven at tile granularity. A kernel is cut into tiles (work items);
 each core runs one SimPy process over its share of them, double-buffered: the DMA
 engine stages the operands of tile ``t+1`` into L1 while the array computes tile ``t``.
-A tile's load waits for a free buffer and for the DMA engine; its compute waits for its
-operands and for the previous tile. Loads and stores book the shared L2 port and HBM
-channels (:class:`~wia_hw.emulator.memory.BandwidthPort`), so cores contend for them.
+A tile's load waits for a free buffer and for a DMA engine; its compute waits for its
+operands and for the previous tile. A core's operand loads and result stores are two
+in-order streams on its ``dma.engines_per_core`` engines (with one, they take turns).
+Loads and stores book the shared L2 port and HBM channels
+(:class:`~wia_hw.emulator.memory.BandwidthPort`) at the cycle they are issued, so cores
+contend for them and every port serves requests in arrival order.
 Compute time of a tile is closed-form from :mod:`~wia_hw.emulator.cycles`; no Python
 loop runs per clock cycle. Kernels run one after another with a barrier between them.
 """
