@@ -825,13 +825,13 @@ def _prepare(onnx: Any, model: Any, batch: int | None,
     inline_small_external(onnx, proto, base_dir)
     g = proto.graph
     _fix_input_dims(g, {t.name for t in g.initializer}, batch, dims)
-    folded = 0
+    folded, memo = 0, {}
     for _ in range(8):   # folding can fix dims that the next inference round needs
         del proto.graph.value_info[:]
         proto = _infer(onnx, proto, source, strict=False)
-        step = fold(onnx, proto, base_dir)
+        step, complete = fold(onnx, proto, base_dir, memo)
         folded += step
-        if not step:
+        if not step or complete:
             break
     return proto, gname, source, folded
 
@@ -898,9 +898,13 @@ def _import_prepared(onnx: Any, proto: Any, gname: str, source: str, batch: int 
                                 f"({type(e).__name__}: {e})") from None
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
                  None)
-    graph = imp.b.graph(sequences=batch or 1, params={
-        "model": gname, "source": source, "opset": opset, "batch": batch, "dims": dims,
-        "folded_nodes": folded})
+    params = {"model": gname, "source": source, "opset": opset, "batch": batch,
+              "dims": dims, "folded_nodes": folded}
+    if recognise:   # the builder checked every op; the rewrite validates the result
+        graph = Graph(imp.b.name, imp.b._tensors.values(), imp.b._ops,
+                      sequences=batch or 1, params=params, validate=False)
+    else:
+        graph = imp.b.graph(sequences=batch or 1, params=params)
     if recognise:
         from ._onnx_patterns import recognise as _recognise
         graph = _recognise(graph, imp)

@@ -63,7 +63,7 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 class _Folder:
     def __init__(self, onnx: Any, graph: Any, opsets: dict[str, int],
-                 base_dir: Path | None) -> None:
+                 base_dir: Path | None, memo: dict[Any, list[Any]]) -> None:
         from onnx import numpy_helper
 
         self.onnx = onnx
@@ -87,7 +87,7 @@ class _Folder:
             self.elem[t.name] = t.data_type
         self.values: dict[str, Any] = {}       # name -> numpy value (known constants)
         self.shape_only: set[str] = set()      # constants whose values are not computed
-        self.memo: dict[Any, list[Any]] = {}
+        self.memo = memo                       # shared by the rounds of one import
         self.evaluated = 0
 
     # -- constants -------------------------------------------------------------------
@@ -102,16 +102,7 @@ class _Folder:
         if t is None or _numel(tuple(t.dims)) > INIT_MAX_ELEMENTS:
             return None     # a weight: its dims are all the importer needs
         if t.data_location == self.onnx.TensorProto.EXTERNAL:
-            if self.base_dir is None:
-                return None
-            from onnx.external_data_helper import load_external_data_for_tensor
-            copy = self.onnx.TensorProto()
-            copy.CopyFrom(t)
-            try:
-                load_external_data_for_tensor(copy, str(self.base_dir))
-            except (OSError, ValueError, self.onnx.checker.ValidationError):
-                return None     # the data file is absent (a weight-stripped model)
-            t = copy
+            return None     # not readable: inline_small_external read all that were
         arr = self.nh.to_array(t)
         self.values[name] = arr
         return arr
@@ -165,8 +156,6 @@ class _Folder:
 
     def try_fold(self, node: Any) -> bool:
         """Fold ``node`` when it can be; True when its outputs are now constants."""
-        if node.op_type in _NEVER or any(a.type in (5, 10) for a in node.attribute):
-            return False    # random, or has a subgraph (GRAPH / GRAPHS attributes)
         if node.op_type == "Constant":
             import numpy as np
             from onnx import helper
@@ -189,8 +178,13 @@ class _Folder:
             self.values[node.output[0]] = v
             return True
         ins = [i for i in node.input if i]
-        if not ins or not all(self.is_const(i) for i in ins):
+        if not ins:
             return False
+        for i in ins:
+            if not self.is_const(i):
+                return False
+        if node.op_type in _NEVER or any(a.type in (5, 10) for a in node.attribute):
+            return False    # random, or has a subgraph (GRAPH / GRAPHS attributes)
         vals = [self.value(i) if i else None for i in node.input]
         small = all(v is not None for v, i in zip(vals, node.input, strict=True) if i)
         outs_small = all(self.shapes.get(o) is not None
@@ -212,15 +206,16 @@ class _Folder:
         return True
 
     # -- the graph -------------------------------------------------------------------
-    def run(self) -> int:
+    def run(self) -> tuple[int, bool]:
         kept, folded = [], 0
         for node in self.g.node:
             if self.try_fold(node):
                 folded += 1
             else:
                 kept.append(node)
+        complete = all(self.shapes.get(o) is not None for n in kept for o in n.output if o)
         if not folded:
-            return 0
+            return 0, complete
         needed = {i for n in kept for i in n.input} | {o.name for o in self.g.output}
         new_inits = []
         for name in sorted(needed):
@@ -248,7 +243,7 @@ class _Folder:
         vis = [v for v in self.g.value_info if v.name not in init_names]
         del self.g.value_info[:]
         self.g.value_info.extend(vis)
-        return folded
+        return folded, complete
 
 
 def inline_small_external(onnx: Any, proto: Any, base_dir: Path | None) -> None:
@@ -270,8 +265,12 @@ def inline_small_external(onnx: Any, proto: Any, base_dir: Path | None) -> None:
             del t.external_data[:]
 
 
-def fold(onnx: Any, proto: Any, base_dir: Path | None) -> int:
+def fold(onnx: Any, proto: Any, base_dir: Path | None,
+         memo: dict[Any, list[Any]] | None = None) -> tuple[int, bool]:
     """Fold the constant and static-shape subgraphs of ``proto`` (shape-inferred) in
-    place; returns the number of nodes folded away. See the module docstring."""
+    place. Returns (nodes folded away, whether every remaining value has a static
+    shape: if not, another round of shape inference and folding may fold more).
+    ``memo`` carries evaluated nodes from one round to the next. See the module
+    docstring."""
     opsets = {(o.domain or ""): o.version for o in proto.opset_import}
-    return _Folder(onnx, proto.graph, opsets, base_dir).run()
+    return _Folder(onnx, proto.graph, opsets, base_dir, {} if memo is None else memo).run()
