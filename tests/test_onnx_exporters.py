@@ -173,3 +173,12 @@ def test_from_torch_errors():
     with pytest.raises(wia_hw.WorkloadError, match=r"^from_torch: example_args must be "
                                                    r"a tuple of example inputs, got Tensor$"):
         wia_hw.from_torch(torch.nn.ReLU(), torch.zeros(1))
+
+
+def test_from_torch_without_torch_is_one_clear_error(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)      # import torch -> ImportError
+    with pytest.raises(wia_hw.WorkloadError, match=r"^from_torch needs PyTorch: pip "
+                                                   r"install 'wia-hw\[torch\]'$"):
+        wia_hw.from_torch(object(), ())
