@@ -113,32 +113,32 @@ class _Row(wiring.Component):
     """One row of ``cols`` PEs and the wiring between them (internal to the array).
 
     Rows are identical, so the emitted Verilog has one row module instantiated ``rows``
-    times (and one PE module instantiated ``cols`` times in it). Vector ports are indexed
-    ``[column][lane]``; ``macs`` is the number of MACs of the row in the cycle."""
+    times (and one PE module instantiated ``cols`` times in it). Vector ports are packed
+    (one signal each, element ``column * lanes + lane`` in word ``column * lanes +
+    lane``), so wiring rows together is one assignment per port, not one per column;
+    ``macs`` is the number of MACs of the row in the cycle."""
 
     def __init__(self, cols: int, dataflow: str, precision: str, pipelined: bool,
                  pe_module: str | None = None) -> None:
         self._cols, self._df, self._prec, self._pipe = cols, dataflow, precision, pipelined
         self._pe_module = pe_module
         n = LANES[precision]
-        op, acc = operand_shape(precision), acc_shape(precision)
+        op, acc = operand_shape(precision).width, ACC_BITS
         C = cols
         members: dict[str, object] = {"en": In(1), "valid_in": In(n),
                                       "macs": Out(range(C * n + 1))}
         if dataflow == "os":
-            members.update({"a_in": In(op).array(n), "first_in": In(1),
-                            "b_in": In(op).array(C, n), "b_out": Out(op).array(C, n)})
+            members.update({"a_in": In(op * n), "first_in": In(1),
+                            "b_in": In(C * n * op), "b_out": Out(C * n * op)})
             if pipelined:
                 members.update({"last_in": In(1), "start": In(C), "q_in": In(C),
-                                "q_out": Out(C), "res_in": In(acc).array(C),
-                                "res": Out(acc).array(C)})
+                                "q_out": Out(C), "res_in": In(C * acc), "res": Out(C * acc)})
             else:
-                members.update({"shift": In(1), "acc_in": In(acc).array(C),
-                                "acc": Out(acc).array(C)})
+                members.update({"shift": In(1), "acc_in": In(C * acc), "acc": Out(C * acc)})
         else:
-            members.update({"x_in": In(op).array(n), "w_in": In(op).array(C),
-                            "w": Out(op).array(C), "psum_in": In(acc).array(C, n),
-                            "psum_out": Out(acc).array(C, n), "valid_out": Out(1)})
+            members.update({"x_in": In(op * n), "w_in": In(C * op), "w": Out(C * op),
+                            "psum_in": In(C * n * acc), "psum_out": Out(C * n * acc),
+                            "valid_out": Out(1)})
             if pipelined:
                 members.update({"first_in": In(1), "load_end": In(C), "ldf_in": In(C),
                                 "ldf_out": Out(C)})
@@ -149,6 +149,7 @@ class _Row(wiring.Component):
     def elaborate(self, platform: object) -> Module:
         m = Module()
         C, n = self._cols, LANES[self._prec]
+        op, acc = operand_shape(self._prec).width, ACC_BITS
         pes = [ProcessingElement(self._df, self._prec, self._pipe) for _ in range(C)]
         for j, pe in enumerate(pes):
             _place(m, f"pe{j}", pe, self._pe_module, i_en=self.en)
@@ -163,9 +164,10 @@ class _Row(wiring.Component):
                 for lane, (ai, bi, bo) in enumerate(zip(lanes(pe.a_in), lanes(pe.b_in),
                                                         lanes(pe.b_out), strict=True)):
                     m.d.comb += [
-                        ai.eq(lanes(left.a_out)[lane] if left else self.a_in[lane]),
-                        bi.eq(self.b_in[j][lane]),
-                        self.b_out[j][lane].eq(bo),
+                        ai.eq(lanes(left.a_out)[lane] if left
+                              else self.a_in.word_select(lane, op)),
+                        bi.eq(self.b_in.word_select(j * n + lane, op)),
+                        self.b_out.word_select(j * n + lane, op).eq(bo),
                     ]
                 m.d.comb += pe.first_in.eq(left.first_out if left else self.first_in)
                 if self._pipe:
@@ -174,21 +176,24 @@ class _Row(wiring.Component):
                         pe.last_in.eq(left.last_out if left else self.last_in),
                         en.eq(self.start[j] | self.q_in[j]),
                         pe.shift.eq(en),
-                        pe.res_in.eq(self.res_in[j]),
-                        self.res[j].eq(pe.res),
+                        pe.res_in.eq(self.res_in.word_select(j, acc)),
+                        self.res.word_select(j, acc).eq(pe.res),
                     ]
                     m.d.sync += self.q_out[j].eq(en)
                 else:
-                    m.d.comb += [pe.shift.eq(self.shift), pe.acc_in.eq(self.acc_in[j]),
-                                 self.acc[j].eq(pe.acc)]
+                    m.d.comb += [pe.shift.eq(self.shift),
+                                 pe.acc_in.eq(self.acc_in.word_select(j, acc)),
+                                 self.acc.word_select(j, acc).eq(pe.acc)]
             else:
                 for lane, xi in enumerate(lanes(pe.x_in)):
-                    m.d.comb += xi.eq(lanes(left.x_out)[lane] if left else self.x_in[lane])
+                    m.d.comb += xi.eq(lanes(left.x_out)[lane] if left
+                                      else self.x_in.word_select(lane, op))
                 for lane, (pi, po) in enumerate(zip(lanes(pe.psum_in), lanes(pe.psum_out),
                                                     strict=True)):
-                    m.d.comb += [pi.eq(self.psum_in[j][lane]),
-                                 self.psum_out[j][lane].eq(po)]
-                m.d.comb += [pe.w_in.eq(self.w_in[j]), self.w[j].eq(pe.w)]
+                    m.d.comb += [pi.eq(self.psum_in.word_select(j * n + lane, acc)),
+                                 self.psum_out.word_select(j * n + lane, acc).eq(po)]
+                m.d.comb += [pe.w_in.eq(self.w_in.word_select(j, op)),
+                             self.w.word_select(j, op).eq(pe.w)]
                 if self._pipe:
                     m.d.comb += [
                         pe.first_in.eq(left.first_out if left else self.first_in),
@@ -373,7 +378,7 @@ class SystolicArray(wiring.Component):
     def to_verilog(self, name: str = "systolic_array") -> str:
         """Verilog text: top module ``name``, one ``{name}_row`` module and one
         ``{name}_pe`` module (no source locations)."""
-        from amaranth.back import verilog
+        from amaranth.back import rtlil, verilog
 
         os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
         top = SystolicArray(self._rows, self._cols, self._dataflow, self._max_depth,
@@ -382,11 +387,10 @@ class SystolicArray(wiring.Component):
         row = _Row(self._cols, self._dataflow, self._precision, self._pipelined,
                    pe_module=f"{name}_pe")
         pe = _Gated(ProcessingElement(self._dataflow, self._precision, self._pipelined))
-        return "\n".join([
-            verilog.convert(top, name=name, emit_src=False),
-            verilog.convert(row, name=f"{name}_row", emit_src=False),
-            verilog.convert(pe, name=f"{name}_pe", emit_src=False),
-        ])
+        # one yosys run (the bundled yosys is WebAssembly: each start costs seconds)
+        text = "\n".join(rtlil.convert(c, name=n, emit_src=False) for c, n in (
+            (top, name), (row, f"{name}_row"), (pe, f"{name}_pe")))
+        return verilog._convert_rtlil_text(text)
 
     # ---- elaboration ---------------------------------------------------------------
 
@@ -468,7 +472,7 @@ class SystolicArray(wiring.Component):
             for lane in range(n):
                 values.append(self.a[i * n + lane])
                 delays.append(p + 1)
-                sinks.append(port[lane])
+                sinks.append(port.word_select(lane, len(self.a[0])))
             for fname, v in flags.items():
                 values.append(v)
                 delays.append(p + 1)
@@ -516,12 +520,12 @@ class SystolicArray(wiring.Component):
             out_regs = [Signal(acc_shape(self._precision), name=f"out_reg{j}")
                         for j in range(C)]
             for i, row in enumerate(rows):
-                core.d.comb += row.shift.eq(drain)
-                for j in range(C):
-                    core.d.comb += row.acc_in[j].eq(rows[i + 1].acc[j] if i + 1 < R else 0)
+                core.d.comb += [row.shift.eq(drain),
+                                row.acc_in.eq(rows[i + 1].acc if i + 1 < R else 0)]
             core.d.sync += out_valid.eq(drain)
             with core.If(drain):
-                core.d.sync += [out_regs[j].eq(rows[0].acc[j]) for j in range(C)]
+                core.d.sync += [out_regs[j].eq(rows[0].acc.word_select(j, ACC_BITS))
+                                for j in range(C)]
             m.d.comb += [self.out[j].eq(out_regs[j]) for j in range(C)]
             m.d.comb += self.out_valid.eq(out_valid & advance)
         else:
@@ -536,9 +540,8 @@ class SystolicArray(wiring.Component):
             self._left_edge(core, rows, list(range(R)),
                             {"valid_in": self._lane_valid(feed, laststep, odd)})
             for i, row in enumerate(rows):
-                core.d.comb += row.load.eq(load)
-                for j in range(C):
-                    core.d.comb += row.w_in[j].eq(rows[i - 1].w[j] if i else self.b[j])
+                core.d.comb += [row.load.eq(load),
+                                row.w_in.eq(rows[i - 1].w if i else Cat(*self.b))]
             self._ws_bottom(m, core, rows)
         return running, done_reg, last
 
@@ -550,23 +553,19 @@ class SystolicArray(wiring.Component):
             for lane in range(n):
                 values.append(self.b[j * n + lane])
                 dl.append(delays[j])
-                sinks.append(rows[0].b_in[j][lane])
+                sinks.append(rows[0].b_in.word_select(j * n + lane, len(self.b[0])))
         for sink, v in zip(sinks, _delay_lines(core, values, dl, "top"), strict=True):
             core.d.comb += sink.eq(v)
         for i in range(1, self._rows):
-            for j in cols:
-                for lane in range(n):
-                    core.d.comb += rows[i].b_in[j][lane].eq(rows[i - 1].b_out[j][lane])
+            core.d.comb += rows[i].b_in.eq(rows[i - 1].b_out)
 
     def _ws_bottom(self, m: Module, core: Module, rows: list) -> None:
         """WS: partial sums flow down from 0; the bottom is de-skewed onto ``out``."""
         R, C, n = self._rows, self._cols, self._lanes
         for i, row in enumerate(rows):
-            for j in range(C):
-                for lane in range(n):
-                    core.d.comb += row.psum_in[j][lane].eq(
-                        rows[i - 1].psum_out[j][lane] if i else 0)
-        values = [rows[R - 1].psum_out[j][lane] for j in range(C) for lane in range(n)]
+            core.d.comb += row.psum_in.eq(rows[i - 1].psum_out if i else 0)
+        values = [rows[R - 1].psum_out.word_select(j * n + lane, ACC_BITS)
+                  for j in range(C) for lane in range(n)]
         delays = [C - 1 - j for j in range(C) for _ in range(n)]
         for idx, v in enumerate(_delay_lines(core, values, delays, "deskew")):
             m.d.comb += self.out[idx].eq(v)
@@ -616,19 +615,18 @@ class SystolicArray(wiring.Component):
         core.d.sync += chain.eq(Cat(feed & laststep, chain[:-1]))
         start = [chain[R + j] for j in range(C)]
         for p, row in enumerate(rows):
-            for j in range(C):
-                core.d.comb += [
-                    row.start[j].eq(start[j] if p else 0),
-                    row.q_in[j].eq(rows[p - 1].q_out[j] if p else 0),
-                    row.res_in[j].eq(rows[p - 1].res[j] if p else 0),
-                ]
+            core.d.comb += [
+                row.start.eq(Cat(*start) if p else 0),
+                row.q_in.eq(rows[p - 1].q_out if p else 0),
+                row.res_in.eq(rows[p - 1].res if p else 0),
+            ]
         bottom = rows[R - 1]
         col_out = []
         for j in range(C):
             en = start[j] | bottom.q_out[j]          # drain step s < rows for column j
             reg = Signal(acc_shape(self._precision), name=f"col_out{j}")
             with core.If(en):
-                core.d.sync += reg.eq(bottom.res[j])
+                core.d.sync += reg.eq(bottom.res.word_select(j, ACC_BITS))
             col_out.append(reg)
         en_last = start[C - 1] | bottom.q_out[C - 1]
         en_prev = (start[C - 1] if R > 1 else 0) | bottom.q_in[C - 1]
@@ -691,13 +689,13 @@ class SystolicArray(wiring.Component):
         skewed = _delay_lines(core, [Cat(self.b[j], accepted, load_end) for j in range(C)],
                               [j + 1 for j in range(C)], "wload")
         opw = len(self.b[0])
+        load_ends = Cat(*[skewed[j][opw + 1] for j in range(C)])
         for p, row in enumerate(rows):
-            for j in range(C):
-                core.d.comb += [
-                    row.load_end[j].eq(skewed[j][opw + 1]),
-                    row.ldf_in[j].eq(rows[p - 1].ldf_out[j] if p else skewed[j][opw]),
-                    row.w_in[j].eq(rows[p - 1].w[j] if p else skewed[j][:opw]),
-                ]
+            core.d.comb += [
+                row.load_end.eq(load_ends),
+                row.ldf_in.eq(rows[p - 1].ldf_out if p else Cat(*[v[opw] for v in skewed])),
+                row.w_in.eq(rows[p - 1].w if p else Cat(*[v[:opw] for v in skewed])),
+            ]
         self._ws_bottom(m, core, rows)
         # done: the last step, sampled in cycle T + R + S - 2, leaves in cycle N.
         chain = Signal(R + C, name="done_chain")

@@ -77,10 +77,44 @@ def test_systolic_array(rows: int, cols: int, dataflow: str) -> None:
                "tb_systolic_array", seed=rows * 100 + cols + (dataflow == "ws"))
 
 
+#: Pipelined (double-buffered) arrays, incl. non-square and rows > typical depths.
+PIPELINED_SHAPES = [(3, 5), (8, 4), (16, 16)]
+
+
+@pytest.mark.parametrize("dataflow", ["os", "ws"])
+@pytest.mark.parametrize(("rows", "cols"), PIPELINED_SHAPES,
+                         ids=[f"{r}x{c}" for r, c in PIPELINED_SHAPES])
+def test_systolic_array_pipelined(rows: int, cols: int, dataflow: str) -> None:
+    run_cocotb("systolic_array",
+               {"rows": rows, "cols": cols, "dataflow": dataflow, "max_depth": 64,
+                "pipelined": True},
+               "tb_systolic_array", seed=7000 + rows * 100 + cols + (dataflow == "ws"))
+
+
+#: (precision, rows, cols, dataflow, pipelined): two int8 MACs per PE per cycle, and the
+#: fp16 / bf16 MAC (fp32 accumulation) on small arrays.
+MODES = [("int8x2", 4, 4, "os", True), ("int8x2", 3, 2, "ws", True),
+         ("int8x2", 2, 3, "os", False), ("int8x2", 4, 4, "ws", False),
+         ("fp16", 2, 2, "os", True), ("fp16", 4, 4, "ws", True),
+         ("bf16", 4, 4, "os", False), ("bf16", 2, 2, "ws", True)]
+
+
+@pytest.mark.parametrize(("precision", "rows", "cols", "dataflow", "pipelined"), MODES,
+                         ids=[f"{p}-{r}x{c}-{d}-{'pipe' if q else 'single'}"
+                              for p, r, c, d, q in MODES])
+def test_systolic_array_modes(precision: str, rows: int, cols: int, dataflow: str,
+                              pipelined: bool) -> None:
+    run_cocotb("systolic_array",
+               {"rows": rows, "cols": cols, "dataflow": dataflow, "max_depth": 64,
+                "pipelined": pipelined, "precision": precision},
+               "tb_systolic_array", seed=sum(map(ord, precision)) + rows * 10 + cols + (dataflow == "ws"))
+
+
 def test_systolic_array_32x32() -> None:
-    """The largest shape the issue names (32x32, output-stationary; ~50 s, most of it
-    Icarus on 4 MB of Verilog), with the testbench's reduced transaction set."""
-    run_cocotb("systolic_array", {"rows": 32, "cols": 32, "dataflow": "os", "max_depth": 64},
+    """The largest shape the issue names (32x32, output-stationary, pipelined), with the
+    testbench's reduced transaction set."""
+    run_cocotb("systolic_array", {"rows": 32, "cols": 32, "dataflow": "os", "max_depth": 64,
+                                  "pipelined": True},
                "tb_systolic_array", seed=3232, quick=True)
 
 
@@ -88,11 +122,13 @@ def test_perf_counters() -> None:
     run_cocotb("perf_counters", {"max_macs_per_cycle": 64, "width": 12}, "tb_perf_counters")
 
 
-@pytest.mark.parametrize("timing", [PimTiming(), PimTiming(t_rcd=1, t_rp=1, t_cl=1, t_wr=1)],
-                         ids=["hbm2", "all1"])
+@pytest.mark.parametrize("timing", [PimTiming(), PimTiming(t_rcd=1, t_rp=1, t_cl=1, t_wr=1,
+                                                             t_ccd=1),
+                                    PimTiming(t_rcd=5, t_rp=4, t_cl=9, t_wr=3, t_ccd=3)],
+                         ids=["hbm2", "all1", "cl9-ccd3"])
 def test_pim_bank(timing: PimTiming) -> None:
     params = {"rows": 8, "cols": 4, "t_rcd": timing.t_rcd, "t_rp": timing.t_rp,
-              "t_cl": timing.t_cl, "t_wr": timing.t_wr}
+              "t_cl": timing.t_cl, "t_wr": timing.t_wr, "t_ccd": timing.t_ccd}
     run_cocotb("pim_bank", params, "tb_pim_bank", seed=timing.t_rcd)
 
 
@@ -105,3 +141,9 @@ def test_frontend(precision_bits: int) -> None:
 def test_frontend_narrow_detectors() -> None:
     run_cocotb("frontend", {"precision_bits": 6, "matrix_size_limit": 3, "in_bits": 10,
                             "det_bits": 12, "acc_bits": 16}, "tb_frontend", seed=11)
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16"])
+def test_fp_mac(fmt: str) -> None:
+    """The combinational fp16/bf16 MAC: ~3600 corner + 3000 random samples, bit-exact."""
+    run_cocotb("fp_mac", {"fmt": fmt}, "tb_fp_mac", seed=16 if fmt == "fp16" else 8)

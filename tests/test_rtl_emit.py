@@ -34,6 +34,8 @@ def arr(name: str, n: int, d: str, w: int) -> dict[str, tuple[str, int]]:
 
 
 CLOCK = {"clk": ("input", 1), "rst": ("input", 1)}
+#: Blocks without a clock (purely combinational).
+COMBINATIONAL = {"fp_mac"}
 
 EXPECTED = {
     ("pe", (("dataflow", "os"),)): {
@@ -69,6 +71,8 @@ EXPECTED = {
         **arr("det_n", 3, "input", 12), **arr("adc_out", 3, "output", 6),
         "adc_valid": ("output", 1), "adc_last": ("output", 1),
         **arr("acc_out", 3, "output", 16), "acc_valid": ("output", 1)},
+    ("fp_mac", (("fmt", "bf16"),)): {
+        "a": ("input", 16), "b": ("input", 16), "c": ("input", 32), "y": ("output", 32)},
 }
 
 
@@ -89,7 +93,7 @@ def test_every_block_emits_with_defaults(block: str, tmp_path: Path) -> None:
     (path,) = emit(block, None, tmp_path)
     text = path.read_text()
     assert re.search(rf"^module {block}\(", text, re.M)
-    assert "clk" in ports_of(text, block)
+    assert ("clk" in ports_of(text, block)) != (block in COMBINATIONAL)
 
 
 def test_pim_encodings_match_model() -> None:
@@ -112,8 +116,8 @@ def test_build_rejects_unknown_names() -> None:
         build("pe", {"depth": 3})
     with pytest.raises(TypeError, match=r"block must be a string, got 3"):
         build(3)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"rows must be between 1 and 64, got 99"):
-        build("systolic_array", {"rows": 99})
+    with pytest.raises(ValueError, match=r"rows must be between 1 and 256, got 300"):
+        build("systolic_array", {"rows": 300})
 
 
 def test_cli_list_and_emit(tmp_path: Path) -> None:
@@ -135,8 +139,11 @@ def test_cli_list_and_emit(tmp_path: Path) -> None:
     (["emit", "pe", "--param", "dataflow"], "'dataflow' must read NAME=VALUE"),
     (["emit", "pe", "--param", "rows=2"], "unknown parameter 'rows' for pe"),
     (["emit", "pe", "--param", "dataflow=xs"], "dataflow must be one of 'os', 'ws', got 'xs'"),
-    (["emit", "systolic_array", "-p", "rows=0"], "rows must be between 1 and 64, got 0"),
+    (["emit", "systolic_array", "-p", "rows=0"], "rows must be between 1 and 256, got 0"),
+    (["emit", "systolic_array", "--cols", "257"], "cols must be between 1 and 256, got 257"),
+    (["emit", "systolic_array", "-p", "pipelined=2"], "pipelined must be a bool, got 2"),
     (["emit", "systolic_array", "-p", "rows=two"], "rows must be an integer, got 'two'"),
+    (["emit", "fp_mac", "-p", "fmt=fp32"], "fmt must be one of 'fp16', 'bf16', got 'fp32'"),
 ])
 def test_cli_bad_input_is_a_usage_error(args: list[str], message: str, tmp_path: Path) -> None:
     res = CliRunner().invoke(rtl, [*args, "-o", str(tmp_path)])
@@ -144,3 +151,21 @@ def test_cli_bad_input_is_a_usage_error(args: list[str], message: str, tmp_path:
     assert message in res.output
     assert "Traceback" not in res.output
     assert not list(tmp_path.iterdir())
+
+
+def test_cli_rows_cols_options_and_bool_params(tmp_path: Path) -> None:
+    """--rows/--cols are shorthands for --param; true/false become bools; the array is
+    emitted as one top module with one row module and one PE module."""
+    res = CliRunner().invoke(rtl, ["emit", "systolic_array", "--rows", "3", "--cols", "5",
+                                   "-p", "pipelined=true", "-p", "precision=int8x2",
+                                   "-o", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    text = (tmp_path / "systolic_array.v").read_text()
+    ports = ports_of(text, "systolic_array")
+    # int8x2 os: two int8 lanes per a/b element, one int32 per output column
+    assert {**arr("a", 6, "input", 8), **arr("b", 10, "input", 8),
+            **arr("out", 5, "output", 32)}.items() <= ports.items()
+    assert sorted(re.findall(r"^module (\w+)\(", text, re.M)) == [
+        "systolic_array", "systolic_array_pe", "systolic_array_row"]
+    assert len(re.findall(r"^\s*systolic_array_row \S+ \(", text, re.M)) == 3
+    assert len(re.findall(r"^\s*systolic_array_pe \S+ \(", text, re.M)) == 5
