@@ -2,7 +2,7 @@
 
 Prints, in order:
 
-1. wall time and SimPy events for the whole model and for 1, 2, 4, 8, 24 encoder layers
+1. wall and CPU time and SimPy events for the whole model and for 1, 2, 4, 8, 24 encoder layers
    (cost must grow linearly with the number of tiles; target: 24 layers in <= 1 s);
 2. the emulated latency with ``compute.array.pipelined`` on and off (the effect of
    pipelining is that one flag), GEMM 4096^3 FP16 utilisation on and off (target >= 95%
@@ -46,7 +46,7 @@ class _CountingEnvironment(simpy.Environment):
 
 
 def measure(layers: int, repeat: int, pipelined: bool | None = None) -> dict[str, Any]:
-    walls, events = [], 0
+    walls, cpus, events = [], [], 0
     result = None
     overrides = None if pipelined is None else {"compute.array.pipelined": pipelined}
     for _ in range(repeat):
@@ -54,14 +54,16 @@ def measure(layers: int, repeat: int, pipelined: bool | None = None) -> dict[str
         ctx = wia_hw.open_device("wia-npu", overrides=overrides)
         ctx.device.env = _CountingEnvironment()
         _CountingEnvironment.scheduled = 0
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         result = ctx.run(graph)
         walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
         events = _CountingEnvironment.scheduled
     assert result is not None
     wall = statistics.median(walls)
     tiles = sum(k.tiles for k in result.kernels)
-    return {"layers": layers, "wall_s": wall, "events": events, "tiles": tiles,
+    return {"layers": layers, "wall_s": wall, "cpu_s": statistics.median(cpus),
+            "events": events, "tiles": tiles,
             "events_per_s": events / wall, "us_per_tile": wall / tiles * 1e6,
             "latency_ms": result.latency_ms, "result": result, "graph": graph,
             "spec": ctx.spec}
@@ -145,12 +147,12 @@ def main() -> None:
     repeat = 1 if args.quick else args.repeat
     rows = [measure(n, repeat) for n in sizes]
     t = Table(title="wia-hw emulator speed: BERT-Large b32 s128, timing mode, wia-npu")
-    for col in ("layers", "tiles", "SimPy events", "wall (s)", "events/s", "us/tile",
-                "emulated latency (ms)"):
+    for col in ("layers", "tiles", "SimPy events", "wall (s)", "cpu (s)", "events/s",
+                "us/tile", "emulated latency (ms)"):
         t.add_column(col, justify="right")
     for r in rows:
         t.add_row(str(r["layers"]), f"{r['tiles']:,}", f"{r['events']:,}",
-                  f"{r['wall_s']:.3f}", f"{r['events_per_s']:,.0f}",
+                  f"{r['wall_s']:.3f}", f"{r['cpu_s']:.3f}", f"{r['events_per_s']:,.0f}",
                   f"{r['us_per_tile']:.1f}", f"{r['latency_ms']:.2f}")
     con.print(t)
     first, last = rows[0], rows[-1]
@@ -159,7 +161,9 @@ def main() -> None:
               f"{last['wall_s'] / first['wall_s']:.1f}")
     if not args.quick:
         verdict = "meets" if last["wall_s"] <= 1.0 else "misses"
-        con.print(f"full model: {last['wall_s']:.3f} s ({verdict} the 1 s target)")
+        con.print(f"full model: {last['wall_s']:.3f} s wall, {last['cpu_s']:.3f} s of CPU "
+                  f"({verdict} the 1 s target; on a shared machine the CPU time is the "
+                  "figure that does not depend on the load)")
 
     # -- the pipelined array, on and off -------------------------------------------
     layers = last["layers"]
