@@ -12,6 +12,7 @@ from types import MappingProxyType
 from amaranth.back import verilog
 from amaranth.lib import wiring
 
+from .fp_mac import FpMac
 from .frontend import FrontEnd
 from .pe import ProcessingElement
 from .perf_counters import PerfCounters
@@ -79,6 +80,9 @@ BLOCKS: Mapping[str, BlockInfo] = MappingProxyType({
         "in_bits": (16, "DAC input width"),
         "det_bits": (16, "detector sample width"),
         "acc_bits": (32, "accumulator width"),
+    }),
+    "fp_mac": _info(FpMac, "fp16/bf16 multiply, binary32 accumulate (combinational, no clock)", {
+        "fmt": ("fp16", "input format, 'fp16' or 'bf16'"),
     }),
 })
 
