@@ -23,9 +23,20 @@ scalar int16 registers, broadcast to all lanes when read.
 Commands (:class:`PimCommand`) and their latency
 ------------------------------------------------
 A command is accepted at a rising edge (edge 0); ``done`` is high in cycle ``N`` (the
-period after edge ``N``) with ``N`` given by the function beside each, and the next
-command may be accepted at edge ``N``, so a program takes ``sum(N)`` cycles
-(:func:`program_cycles`).
+period after edge ``N``) with ``N`` given by the function beside each.
+
+Issue rule (:func:`issue_interval`). *Column commands* (legal RD, WR and OP: each is one
+256-bit column access of the open row, as HBM-PIM triggers its SIMD units with column
+commands) are pipelined: the next column command may be accepted ``t_ccd`` cycles after
+the previous one (the column-to-column delay of a bank group, HBM2's tCCD_L), and no
+earlier than it takes for its ``done`` to come strictly after the previous ``done``
+(completions stay in program order, one per cycle). Every other pair waits for the
+previous command to finish: a row command (ACT, PRE), WRSRF and an illegal command are
+accepted at the earliest at the edge where the previous command's ``done`` rises, and
+the command after them likewise. Commands take effect in program order (a column command
+reads the state its predecessors left, as a fully forwarded pipeline would), so the
+values are those of executing the program one command at a time. A program issued back
+to back takes :func:`program_cycles`.
 
 - ``ACT row``: open ``row``, copying it into the row buffer: :func:`activate_cycles`
   (``t_rcd``). Illegal while a row is open or for ``row >= rows``.
@@ -66,6 +77,7 @@ __all__ = [
     "encode_instr", "decode_instr", "validate_program", "pim_alu", "wrap_int16",
     "activate_cycles", "precharge_cycles", "read_cycles", "write_cycles",
     "srf_write_cycles", "op_cycles", "error_cycles", "command_cycles", "program_cycles",
+    "COLUMN_COMMANDS", "issue_interval", "request_timing",
 ]
 
 #: Lanes per 256-bit access and bits per lane.
@@ -322,16 +334,21 @@ def pim_alu(op: PimOp, s0: np.ndarray, s1: np.ndarray | None = None,
 class PimTiming:
     """DRAM command latencies of the bank, in bank clock cycles (each 1..255).
 
-    Defaults are HBM2-like at 1 GHz (tRCD = tRP = CL = 14 ns, tWR = 16 ns).
+    Defaults are HBM2-like at 1 GHz (tRCD = tRP = CL = 14 ns, tWR = 16 ns) and
+    ``t_ccd`` = 4, HBM2's tCCD_L (column-to-column delay within a bank group, 4 nCK in
+    JEDEC JESD235); Samsung's HBM-PIM issues its PIM operations at that spacing (Lee et
+    al., "Hardware Architecture and Software Stack for PIM Based on Commercial DRAM
+    Technology", ISCA 2021).
     """
 
     t_rcd: int = 14
     t_rp: int = 14
     t_cl: int = 14
     t_wr: int = 16
+    t_ccd: int = 4
 
     def __post_init__(self) -> None:
-        for name in ("t_rcd", "t_rp", "t_cl", "t_wr"):
+        for name in ("t_rcd", "t_rp", "t_cl", "t_wr", "t_ccd"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int):
                 raise TypeError(f"{name} must be an integer, got {v!r}")
@@ -429,9 +446,47 @@ def command_cycles(req: PimRequest, timing: PimTiming) -> int:
     }[req.cmd]()
 
 
+#: Commands that access one column of the open row; pipelined at ``t_ccd`` when legal.
+COLUMN_COMMANDS = frozenset({PimCommand.RD, PimCommand.WR, PimCommand.OP})
+
+
+def request_timing(req: PimRequest, timing: PimTiming, *, legal: bool = True
+                   ) -> tuple[int, bool]:
+    """``(latency, is_column)`` of a command: what :func:`issue_interval` needs.
+
+    An illegal command takes :func:`error_cycles` and is never a column command.
+    """
+    if not legal:
+        return error_cycles(), False
+    return command_cycles(req, timing), req.cmd in COLUMN_COMMANDS
+
+
+def issue_interval(prev: tuple[int, bool], nxt: tuple[int, bool], timing: PimTiming) -> int:
+    """Fewest cycles from the acceptance of one command to that of the next.
+
+    ``prev`` and ``nxt`` are ``(latency, is_column)`` (:func:`request_timing`). Two
+    column commands: ``max(t_ccd, latency_prev - latency_next + 1)``, the second term
+    keeping ``done`` in program order; any other pair: ``latency_prev`` (the next command
+    is accepted at the edge where the previous ``done`` rises).
+    """
+    (lp, cp), (ln, cn) = prev, nxt
+    if cp and cn:
+        return max(timing.t_ccd, lp - ln + 1)
+    return lp
+
+
 def program_cycles(reqs: Sequence[PimRequest], timing: PimTiming) -> int:
-    """Cycles of a command sequence issued back to back (all legal): ``sum`` of latencies."""
-    return sum(command_cycles(r, timing) for r in reqs)
+    """Cycles of a command sequence issued back to back (all legal), from the first
+    acceptance to the last ``done``: the sum of :func:`issue_interval` between
+    neighbours plus the last command's latency."""
+    total = 0
+    prev: tuple[int, bool] | None = None
+    for r in reqs:
+        cur = request_timing(r, timing)
+        if prev is not None:
+            total += issue_interval(prev, cur, timing)
+        prev = cur
+    return total + prev[0] if prev is not None else 0
 
 
 # ---- golden model ----------------------------------------------------------------------
@@ -486,11 +541,16 @@ class PimBank:
 
     def latency(self, req: PimRequest) -> int:
         """Cycles from acceptance to ``done`` for ``req`` in the current state."""
+        return self.request_timing(req)[0]
+
+    def request_timing(self, req: PimRequest) -> tuple[int, bool]:
+        """``(latency, is_column)`` of ``req`` in the current state (an illegal command
+        is not a column command); feed two of them to :func:`issue_interval`."""
         try:
             self.check(req)
         except PimError:
-            return error_cycles()
-        return command_cycles(req, self.timing)
+            return request_timing(req, self.timing, legal=False)
+        return request_timing(req, self.timing)
 
     def _read(self, o: Operand, col: int) -> np.ndarray:
         if o.kind is OperandKind.GRF:

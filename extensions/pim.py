@@ -333,7 +333,7 @@ class PIMConfig:
                    compute_units_per_bank=v["compute_units_per_bank"], banks=v["banks"],
                    bank_columns=v["bank_columns"], pim_clock_ghz=v["pim_clock_ghz"],
                    timing=PimTiming(t_rcd=v["t_rcd"], t_rp=v["t_rp"], t_cl=v["t_cl"],
-                                    t_wr=v["t_wr"]),
+                                    t_wr=v["t_wr"], t_ccd=v["t_ccd"]),
                    act_energy_pj=v["act_energy_pj"], column_energy_pj=v["column_energy_pj"],
                    op_energy_pj=v["op_energy_pj"])
 

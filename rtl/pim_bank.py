@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import enum
-
-from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -38,15 +36,6 @@ _O = PIM_OPCODES
 _K = OPERAND_KINDS
 
 
-class _State(enum.IntEnum):
-    IDLE = 0
-    WAIT = 1   # DRAM command (or error) counting down its latency
-    READ = 2   # OP: operand read
-    MUL = 3    # OP: multiply stage
-    ALU = 4    # OP: add / ReLU stage
-    WRITE = 5  # OP: write-back
-
-
 class PimBank(wiring.Component):
     """One PIM bank: ``rows`` x ``cols`` 256-bit columns, a row buffer, GRF/SRF, SIMD.
 
@@ -59,8 +48,18 @@ class PimBank(wiring.Component):
     Handshake: a command is accepted at a rising edge where ``cmd_valid`` and
     ``cmd_ready`` are high (edge 0); ``done`` is high during cycle ``N`` (the period
     after edge ``N``), with ``error`` and, for RD, ``rdata`` valid in that cycle.
-    ``cmd_ready`` is high when idle and in the last cycle of a command (cycle ``N - 1``),
-    so back-to-back commands take the sum of their latencies.
+    ``cmd_ready`` says whether the command *on the ports* would be accepted at the next
+    edge (it depends on that command): the issue rule of ``pim_model.issue_interval``.
+    Column commands (legal RD, WR, OP) follow each other every ``t_ccd`` cycles (and
+    late enough that ``done`` stays in program order); any other command waits for the
+    previous ``done``, and so does the command after it. So several column commands
+    can be in flight; their ``done`` pulses come in program order, one per cycle.
+
+    Microarchitecture: a command takes effect in the cycle after its acceptance (cycle 0:
+    row buffer, registers, open-row state, the SIMD unit's one-cycle datapath), in
+    program order, which is what a fully forwarded pipeline shows; its completion (``done``,
+    ``error``, and for RD the column read then, held in a small queue) travels down a
+    delay line and appears in cycle ``N``. ``row_open`` therefore changes in cycle 1.
 
     Illegal commands (nothing changes): ACT while a row is open or with ``row >= rows``;
     RD/WR, or an OP with a BANK operand, while no row is open or with ``col >= cols``;
@@ -81,16 +80,17 @@ class PimBank(wiring.Component):
     Parameters
     ----------
     rows: 1..4096 (default 16). cols: 256-bit columns per row, 1..64 (default 8).
-    t_rcd, t_rp, t_cl, t_wr: latencies in cycles, 1..255 (defaults 14, 14, 14, 16,
-    those of ``pim_model.PimTiming``).
+    t_rcd, t_rp, t_cl, t_wr, t_ccd: cycles, 1..255 (defaults 14, 14, 14, 16, 4, those
+    of ``pim_model.PimTiming``).
     """
 
     def __init__(self, rows: int = 16, cols: int = 8, t_rcd: int = 14, t_rp: int = 14,
-                 t_cl: int = 14, t_wr: int = 16) -> None:
+                 t_cl: int = 14, t_wr: int = 16, t_ccd: int = 4) -> None:
         self._rows = check_int("rows", rows, 1, 4096)
         self._cols = check_int("cols", cols, 1, 64)
         self._timing = {name: check_int(name, v, 1, 255) for name, v in
-                        (("t_rcd", t_rcd), ("t_rp", t_rp), ("t_cl", t_cl), ("t_wr", t_wr))}
+                        (("t_rcd", t_rcd), ("t_rp", t_rp), ("t_cl", t_cl), ("t_wr", t_wr),
+                         ("t_ccd", t_ccd))}
         super().__init__({
             "cmd_valid": In(1), "cmd_ready": Out(1), "cmd": In(3),
             "row": In(16), "col": In(8), "instr": In(32),
@@ -110,12 +110,15 @@ class PimBank(wiring.Component):
 
     @property
     def timing(self) -> dict[str, int]:
-        """``{"t_rcd": ..., "t_rp": ..., "t_cl": ..., "t_wr": ...}``."""
+        """``{"t_rcd": ..., "t_rp": ..., "t_cl": ..., "t_wr": ..., "t_ccd": ...}``."""
         return dict(self._timing)
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
         rows, cols, tm = self._rows, self._cols, self._timing
+        latencies = {_C["ACT"]: tm["t_rcd"], _C["PRE"]: tm["t_rp"], _C["RD"]: tm["t_cl"],
+                     _C["WR"]: tm["t_wr"], _C["WRSRF"]: 1}
+        max_lat = max(*latencies.values(), 4)
 
         mem = Memory(shape=cols * WORD_BITS, depth=rows, init=[])
         m.submodules.mem = mem
@@ -128,21 +131,7 @@ class PimBank(wiring.Component):
         grf = Array(Signal(WORD_BITS, name=f"grf{i}") for i in range(GRF_ENTRIES))
         srf = Array(Signal(signed(LANE_BITS), name=f"srf{i}") for i in range(SRF_ENTRIES))
 
-        state = Signal(_State)
-        cnt = Signal(8)
-        cmd_r = Signal(3)
-        row_r = Signal(16)
-        col_r = Signal(8)
-        instr_r = Signal(INSTR_LAYOUT)
-        wdata_r = Signal(WORD_BITS)
-        err_r = Signal()
-        done_r = Signal()
-        error_r = Signal()
-        rdata_r = Signal(WORD_BITS)
-        op_a, op_b, op_c, prod, res = (Signal(WORD_BITS, name=n)
-                                       for n in ("op_a", "op_b", "op_c", "prod", "res"))
-
-        def lanes(v: Signal) -> list:
+        def lanes(v) -> list:
             return [v[LANE_BITS * i:LANE_BITS * (i + 1)].as_signed() for i in range(LANES)]
 
         def decode(ins) -> dict:
@@ -150,8 +139,6 @@ class PimBank(wiring.Component):
             uses_s1 = (op == _O["ADD"]) | (op == _O["MUL"]) | (op == _O["MAC"]) | (op == _O["MAD"])
             uses_s2 = op == _O["MAD"]
             return {
-                "uses_s1": uses_s1,
-                "uses_s2": uses_s2,
                 "uses_mul": (op == _O["MUL"]) | (op == _O["MAC"]) | (op == _O["MAD"]),
                 "uses_alu": ((op == _O["ADD"]) | (op == _O["MAC"]) | (op == _O["MAD"])
                              | (op == _O["RELU"])),
@@ -168,18 +155,21 @@ class PimBank(wiring.Component):
                             | ((op == _O["MAC"]) & (ins.dst_kind != _K["GRF"]))),
             }
 
-        # ---- acceptance and the legality check (with the open-row state forwarded) ----
-        finishing = Signal()
-        m.d.comb += [
-            finishing.eq(((state == _State.WAIT) & (cnt == 0)) | (state == _State.WRITE)),
-            self.cmd_ready.eq((state == _State.IDLE) | finishing),
-        ]
-        accept = Signal()
-        m.d.comb += accept.eq(self.cmd_valid & self.cmd_ready)
-        fin_wait_ok = (state == _State.WAIT) & (cnt == 0) & ~err_r
+        # ---- the command executing this cycle (accepted at the last edge) -------------
+        exec_v = Signal()
+        cmd_r = Signal(3)
+        row_r = Signal(16)
+        col_r = Signal(8)
+        instr_r = Signal(INSTR_LAYOUT)
+        wdata_r = Signal(WORD_BITS)
+        err_r = Signal()
+        ok = Signal()
+        m.d.comb += ok.eq(exec_v & ~err_r)
+
+        # ---- acceptance: legality (open-row state forwarded from the executing command)
         open_next = Signal()
-        m.d.comb += open_next.eq(Mux(fin_wait_ok & (cmd_r == _C["ACT"]), 1,
-                                     Mux(fin_wait_ok & (cmd_r == _C["PRE"]), 0, open_reg)))
+        m.d.comb += open_next.eq(Mux(ok & (cmd_r == _C["ACT"]), 1,
+                                     Mux(ok & (cmd_r == _C["PRE"]), 0, open_reg)))
         in_ins = data.View(INSTR_LAYOUT, self.instr)
         in_dec = decode(in_ins)
         col_bad = ~open_next | (self.col >= cols)
@@ -196,87 +186,128 @@ class PimBank(wiring.Component):
             with m.Default():
                 m.d.comb += illegal.eq(1)
 
-        latency = {_C["ACT"]: tm["t_rcd"], _C["PRE"]: tm["t_rp"], _C["RD"]: tm["t_cl"],
-                   _C["WR"]: tm["t_wr"], _C["WRSRF"]: 1}
+        # latency and column-ness of the command on the ports
+        lat_in = Signal(range(max_lat + 1))
+        col_in = Signal()
+        op_lat = 2 + in_dec["uses_mul"] + in_dec["uses_alu"]
+        with m.If(illegal):
+            m.d.comb += lat_in.eq(1)
+        with m.Else():
+            with m.Switch(self.cmd):
+                for code, n in latencies.items():
+                    with m.Case(code):
+                        m.d.comb += lat_in.eq(n)
+                with m.Case(_C["OP"]):
+                    m.d.comb += lat_in.eq(op_lat)
+            m.d.comb += col_in.eq((self.cmd == _C["RD"]) | (self.cmd == _C["WR"])
+                                  | (self.cmd == _C["OP"]))
 
-        # ---- the command in flight ----------------------------------------------------
-        dec = decode(instr_r)
-        col_word = row_buf.word_select(col_r, WORD_BITS)
-        m.d.comb += rd_port.addr.eq(row_r)
-        m.d.comb += [wr_port.addr.eq(open_row), wr_port.data.eq(row_buf)]
+        # the issue rule: cycles since the last acceptance against the required interval
+        have_prev = Signal()
+        prev_lat = Signal(range(max_lat + 1))
+        prev_col = Signal()
+        elapsed = Signal(range(2 * max_lat + 2))   # (this cycle + 1) - last acceptance edge
+        gap = Signal(signed(prev_lat.shape().width + 2))
+        need = Signal(range(max(max_lat, tm["t_ccd"]) + 1))
+        m.d.comb += gap.eq(prev_lat - lat_in + 1)
+        with m.If(prev_col & col_in):
+            m.d.comb += need.eq(Mux(gap > tm["t_ccd"], gap, tm["t_ccd"]))
+        with m.Else():
+            m.d.comb += need.eq(prev_lat)
+        m.d.comb += self.cmd_ready.eq(~have_prev | (elapsed >= need))
+        accept = Signal()
+        m.d.comb += accept.eq(self.cmd_valid & self.cmd_ready)
 
-        def fetch(kind, idx):
-            broadcast = Cat(*([srf[idx]] * LANES))
-            return Mux(kind == _K["GRF"], grf[idx], Mux(kind == _K["SRF"], broadcast, col_word))
-
-        m.d.sync += [done_r.eq(0), error_r.eq(0)]
-        with m.Switch(state):
-            with m.Case(_State.WAIT):
-                with m.If(cnt == 0):
-                    m.d.sync += [done_r.eq(1), error_r.eq(err_r), state.eq(_State.IDLE)]
-                    with m.If(~err_r):
-                        with m.Switch(cmd_r):
-                            with m.Case(_C["ACT"]):
-                                m.d.sync += [row_buf.eq(rd_port.data), open_reg.eq(1),
-                                             open_row.eq(row_r)]
-                            with m.Case(_C["PRE"]):
-                                m.d.comb += wr_port.en.eq(open_reg)
-                                m.d.sync += open_reg.eq(0)
-                            with m.Case(_C["RD"]):
-                                m.d.sync += rdata_r.eq(col_word)
-                            with m.Case(_C["WR"]):
-                                m.d.sync += col_word.eq(wdata_r)
-                            with m.Case(_C["WRSRF"]):
-                                m.d.sync += [srf[i].eq(wdata_r[LANE_BITS * i:LANE_BITS * (i + 1)])
-                                             for i in range(SRF_ENTRIES)]
-                with m.Else():
-                    m.d.sync += cnt.eq(cnt - 1)
-            with m.Case(_State.READ):
-                m.d.sync += [
-                    op_a.eq(fetch(instr_r.s0_kind, instr_r.s0_idx)),
-                    op_b.eq(fetch(instr_r.s1_kind, instr_r.s1_idx)),
-                    op_c.eq(Mux(instr_r.op == _O["MAC"], grf[instr_r.dst_idx],
-                                fetch(instr_r.s2_kind, instr_r.s2_idx))),
-                    state.eq(Mux(dec["uses_mul"], _State.MUL,
-                                 Mux(dec["uses_alu"], _State.ALU, _State.WRITE))),
-                ]
-            with m.Case(_State.MUL):
-                m.d.sync += [
-                    prod.eq(Cat(*[(a * b)[:LANE_BITS]
-                                  for a, b in zip(lanes(op_a), lanes(op_b), strict=True)])),
-                    state.eq(Mux(dec["uses_alu"], _State.ALU, _State.WRITE)),
-                ]
-            with m.Case(_State.ALU):
-                out = []
-                operands = zip(lanes(op_a), lanes(op_b), lanes(op_c), lanes(prod), strict=True)
-                for a, b, c, p in operands:
-                    out.append(Mux(instr_r.op == _O["ADD"], a + b,
-                                   Mux(instr_r.op == _O["RELU"], Mux(a < 0, 0, a), p + c))
-                               [:LANE_BITS])
-                m.d.sync += [res.eq(Cat(*out)), state.eq(_State.WRITE)]
-            with m.Case(_State.WRITE):
-                value = Mux(dec["uses_alu"], res, Mux(dec["uses_mul"], prod, op_a))
-                with m.If(instr_r.dst_kind == _K["GRF"]):
-                    m.d.sync += grf[instr_r.dst_idx].eq(value)
-                with m.Else():
-                    m.d.sync += col_word.eq(value)
-                m.d.sync += [done_r.eq(1), state.eq(_State.IDLE)]
-
+        m.d.sync += exec_v.eq(accept)
         with m.If(accept):
             m.d.sync += [
                 cmd_r.eq(self.cmd), row_r.eq(self.row), col_r.eq(self.col),
                 instr_r.eq(self.instr), wdata_r.eq(Cat(*self.wdata)), err_r.eq(illegal),
+                have_prev.eq(1), prev_lat.eq(lat_in), prev_col.eq(col_in), elapsed.eq(1),
             ]
-            with m.If(illegal):
-                m.d.sync += [state.eq(_State.WAIT), cnt.eq(0)]
-            with m.Elif(self.cmd == _C["OP"]):
-                m.d.sync += state.eq(_State.READ)
-            with m.Else():
-                m.d.sync += state.eq(_State.WAIT)
-                with m.Switch(self.cmd):
-                    for code, n in latency.items():
-                        with m.Case(code):
-                            m.d.sync += cnt.eq(n - 1)
+        with m.Elif(elapsed < 2 * max_lat + 1):
+            m.d.sync += elapsed.eq(elapsed + 1)
+
+        # ---- completions: a delay line of done / error / "is a read" bits --------------
+        pend = Signal(max_lat)
+        pend_err = Signal(max_lat)
+        pend_rd = Signal(max_lat)
+        slot = Signal(max_lat)   # bit lat_in - 1: the done rises lat_in edges from now
+        m.d.comb += slot.eq(Mux(accept, ((Const(1, max_lat + 1) << lat_in) >> 1)[:max_lat], 0))
+        m.d.sync += [
+            pend.eq((pend >> 1) | slot),
+            pend_err.eq((pend_err >> 1) | Mux(illegal, slot, 0)),
+            pend_rd.eq((pend_rd >> 1) | Mux(~illegal & (self.cmd == _C["RD"]), slot, 0)),
+        ]
+        done_r = Signal()
+        error_r = Signal()
+        rdata_r = Signal(WORD_BITS)
+        m.d.sync += [done_r.eq(pend[0]), error_r.eq(pend_err[0])]
+
+        # ---- execution, in program order ------------------------------------------------
+        col_word = row_buf.word_select(col_r, WORD_BITS)
+        cur_col = Signal(WORD_BITS)         # the addressed column, read once
+        m.d.comb += cur_col.eq(col_word)
+        m.d.comb += rd_port.addr.eq(row_r)
+        m.d.comb += [wr_port.addr.eq(open_row), wr_port.data.eq(row_buf)]
+
+        # RD data waits for its done in a queue (one entry per read that can be in flight)
+        if tm["t_cl"] == 1:
+            with m.If(ok & (cmd_r == _C["RD"])):
+                m.d.sync += rdata_r.eq(cur_col)
+        else:
+            depth = -(-tm["t_cl"] // tm["t_ccd"]) + 1
+            queue = Array(Signal(WORD_BITS, name=f"rdq{i}") for i in range(depth))
+            wp = Signal(range(depth))
+            rp = Signal(range(depth))
+            with m.If(ok & (cmd_r == _C["RD"])):
+                m.d.sync += [queue[wp].eq(cur_col),
+                             wp.eq(Mux(wp == depth - 1, 0, wp + 1))]
+            with m.If(pend[0] & pend_rd[0]):
+                m.d.sync += [rdata_r.eq(queue[rp]),
+                             rp.eq(Mux(rp == depth - 1, 0, rp + 1))]
+
+        dec = decode(instr_r)
+        # the SIMD unit's one-cycle datapath, each stage a named wire (so the emitted
+        # Verilog computes it once)
+        op_a, op_b, op_c, prod, value = (
+            Signal(WORD_BITS, name=n) for n in ("op_a", "op_b", "op_c", "prod", "value"))
+
+        def operand(kind, idx):
+            broadcast = Cat(*([srf[idx]] * LANES))
+            return Mux(kind == _K["GRF"], grf[idx], Mux(kind == _K["SRF"], broadcast, cur_col))
+
+        m.d.comb += [
+            op_a.eq(operand(instr_r.s0_kind, instr_r.s0_idx)),
+            op_b.eq(operand(instr_r.s1_kind, instr_r.s1_idx)),
+            op_c.eq(Mux(instr_r.op == _O["MAC"], grf[instr_r.dst_idx],
+                        operand(instr_r.s2_kind, instr_r.s2_idx))),
+            prod.eq(Cat(*[(a * b)[:LANE_BITS]
+                          for a, b in zip(lanes(op_a), lanes(op_b), strict=True)])),
+        ]
+        alu = []
+        for a, b, c, p in zip(lanes(op_a), lanes(op_b), lanes(op_c), lanes(prod), strict=True):
+            alu.append(Mux(instr_r.op == _O["ADD"], a + b,
+                           Mux(instr_r.op == _O["RELU"], Mux(a < 0, 0, a), p + c))[:LANE_BITS])
+        m.d.comb += value.eq(Mux(dec["uses_alu"], Cat(*alu), Mux(dec["uses_mul"], prod, op_a)))
+
+        with m.If(ok):
+            with m.Switch(cmd_r):
+                with m.Case(_C["ACT"]):
+                    m.d.sync += [row_buf.eq(rd_port.data), open_reg.eq(1), open_row.eq(row_r)]
+                with m.Case(_C["PRE"]):
+                    m.d.comb += wr_port.en.eq(open_reg)
+                    m.d.sync += open_reg.eq(0)
+                with m.Case(_C["WR"]):
+                    m.d.sync += col_word.eq(wdata_r)
+                with m.Case(_C["WRSRF"]):
+                    m.d.sync += [srf[i].eq(wdata_r[LANE_BITS * i:LANE_BITS * (i + 1)])
+                                 for i in range(SRF_ENTRIES)]
+                with m.Case(_C["OP"]):
+                    with m.If(instr_r.dst_kind == _K["GRF"]):
+                        m.d.sync += grf[instr_r.dst_idx].eq(value)
+                    with m.Else():
+                        m.d.sync += col_word.eq(value)
 
         m.d.comb += [
             self.done.eq(done_r),
@@ -286,4 +317,3 @@ class PimBank(wiring.Component):
         m.d.comb += [self.rdata[i].eq(rdata_r[LANE_BITS * i:LANE_BITS * (i + 1)])
                      for i in range(LANES)]
         return m
-

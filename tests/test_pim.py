@@ -75,23 +75,30 @@ def test_size_processes_a_prefix_and_seed_names():
 
 
 def _hand_cycles(name, rows, cols, t, in_place=True):
-    """The latency of one unit's stream, from pim_model's per-command functions."""
+    """The latency of one unit's stream, from pim_model's per-command functions: a run
+    of ``w`` equal column ops between ACT and PRE issues one op every ``t_ccd`` cycles
+    (equal latencies keep completions in order), and PRE waits for the last op."""
     act, pre = pm.activate_cycles(t), pm.precharge_cycles(t)
     op = {"relu": PimOp.RELU, "add": PimOp.ADD, "scale": PimOp.MUL, "sub": PimOp.MAD}[name]
     srf = pm.srf_write_cycles() if name in ("scale", "sub") else 0
+
+    def run(w: int, o: PimOp) -> int:
+        return act + (w - 1) * t.t_ccd + pm.op_cycles(o) + pre
+
     per_row = 0
     for c0 in range(0, cols, pm.GRF_ENTRIES):
         w = min(pm.GRF_ENTRIES, cols - c0)
         if name in ("add", "sub"):
-            per_row += act + w * pm.op_cycles(PimOp.FILL) + pre
-        per_row += act + w * pm.op_cycles(op) + pre
+            per_row += run(w, PimOp.FILL)
+        per_row += run(w, op)
     return srf + rows * per_row
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_cycle_exact_with_the_bank_command_latencies(seed):
     rng = np.random.default_rng(seed)
-    t = PimTiming(**{k: int(rng.integers(1, 40)) for k in ("t_rcd", "t_rp", "t_cl", "t_wr")})
+    t = PimTiming(**{k: int(rng.integers(1, 40))
+                     for k in ("t_rcd", "t_rp", "t_cl", "t_wr", "t_ccd")})
     units = int(rng.choice([1, 2, 4]))
     cols_per_unit = int(rng.integers(1, 20))
     cfg = PIMConfig(banks=int(rng.integers(1, 9)), compute_units_per_bank=units,
@@ -109,11 +116,13 @@ def test_cycle_exact_with_the_bank_command_latencies(seed):
         assert res.cycles == pm.program_cycles(reqs, t)
         # the golden bank, command by command, takes the same cycles (all legal)
         bank = pm.PimBank(rows=2 * per_unit, cols=cols_per_unit, timing=t)
-        total = 0
+        total, prev = 0, None
         for r in reqs:
-            total += bank.latency(r)
+            cur = bank.request_timing(r)
+            total += 0 if prev is None else pm.issue_interval(prev, cur, t)
+            prev = cur
             bank.execute(r)
-        assert total == res.cycles
+        assert total + prev[0] == res.cycles
         assert res.commands == len(reqs)
 
 
@@ -154,9 +163,12 @@ def test_custom_kernel_replaces_the_seeds_c_string():
     rows = math.ceil(4000 / SMALL.row_elements)
     per_unit = math.ceil(rows / SMALL.banks)
     t = SMALL.timing
-    assert res.cycles == pm.srf_write_cycles() + per_unit * (
-        t.t_rcd + SMALL.columns_per_unit * (pm.op_cycles(PimOp.MAD) + pm.op_cycles(PimOp.RELU))
-        + t.t_rp)
+    mad, relu, cols = pm.op_cycles(PimOp.MAD), pm.op_cycles(PimOp.RELU), SMALL.columns_per_unit
+    # per row: ACT, then MAD/RELU pairs pipelined at t_ccd (completions kept in order),
+    # PRE after the last RELU is done
+    per_row = (t.t_rcd + cols * max(t.t_ccd, mad - relu + 1)
+               + (cols - 1) * max(t.t_ccd, relu - mad + 1) + relu + t.t_rp)
+    assert res.cycles == pm.srf_write_cycles() + per_unit * per_row
     # encoded words are accepted too, and the device saw the interval
     k2 = PIMKernel(body=[pm.encode_instr(i) for i in body], scalars=[3, -7])
     assert k2.body == k.body

@@ -45,10 +45,35 @@ def test_command_cycles_and_program_cycles() -> None:
                                                          src1=S(0), src2=B)),
             PimRequest(cmd=PimCommand.PRE)]
     assert [pm.command_cycles(r, t) for r in reqs] == [5, 7, 8, 1, 4, 6]
-    assert pm.program_cycles(reqs, t) == 5 + 7 + 8 + 1 + 4 + 6
+    # ACT -> RD waits for ACT (5); RD -> WR are column commands: max(t_ccd=4, 7 - 8 + 1);
+    # WR -> WRSRF waits for WR (8); WRSRF -> OP (1); OP -> PRE (4); PRE's own 6
+    assert pm.program_cycles(reqs, t) == 5 + max(4, 7 - 8 + 1) + 8 + 1 + 4 + 6
     assert (pm.activate_cycles(t), pm.precharge_cycles(t), pm.read_cycles(t),
             pm.write_cycles(t), pm.srf_write_cycles(), pm.error_cycles()) == (5, 6, 7, 8, 1, 1)
-    assert PimTiming() == PimTiming(t_rcd=14, t_rp=14, t_cl=14, t_wr=16)
+    assert PimTiming() == PimTiming(t_rcd=14, t_rp=14, t_cl=14, t_wr=16, t_ccd=4)
+
+
+def test_column_commands_pipeline_at_t_ccd_in_completion_order() -> None:
+    t = PimTiming(t_rcd=5, t_rp=6, t_cl=9, t_wr=3, t_ccd=2)
+    rd, wr = (9, True), (3, True)
+    assert pm.issue_interval(rd, rd, t) == 2                  # a burst of reads: t_ccd
+    assert pm.issue_interval(wr, rd, t) == 2
+    assert pm.issue_interval(rd, wr, t) == 9 - 3 + 1          # WR's done after RD's
+    assert pm.issue_interval((5, False), rd, t) == 5          # after ACT: its latency
+    assert pm.issue_interval(rd, (6, False), t) == 9          # PRE waits for the read
+    rng = np.random.default_rng(3)
+    for _ in range(200):   # any back-to-back mix: done times strictly increase
+        seq = [(int(rng.integers(1, 20)), bool(rng.random() < 0.7)) for _ in range(12)]
+        tt = PimTiming(t_ccd=int(rng.integers(1, 8)))
+        accept, done = 0, []
+        for i, cur in enumerate(seq):
+            if i:
+                accept += pm.issue_interval(seq[i - 1], cur, tt)
+            done.append(accept + cur[0])
+        assert all(b > a for a, b in itertools.pairwise(done))
+        for a, b in itertools.pairwise(seq):   # never later than waiting for done (tCCD floor)
+            assert pm.issue_interval(a, b, tt) <= (max(tt.t_ccd, a[0]) if a[1] and b[1]
+                                                    else a[0])
 
 
 @pytest.mark.parametrize(("kwargs", "exc", "match"), [

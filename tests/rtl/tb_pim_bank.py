@@ -1,10 +1,12 @@
 """cocotb testbench of ``PimBank``: driver / monitor / golden model / checker.
 
 Golden model and timing: ``emulator.pim_model`` (``PimBank``, ``command_cycles`` via
-``PimBank.latency``). A random program (row fills, every op on random int16 data with
--32768 and 32767 forced in, GRF/SRF/BANK operands, illegal commands and words) is issued
-back to back or with gaps; every command's latency from acceptance to ``done``, its
-``error`` flag and every RD result must equal the model's; at the end the whole DRAM
+``PimBank.latency``, the issue rule ``issue_interval``). A random program (row fills,
+every op on random int16 data with -32768 and 32767 forced in, GRF/SRF/BANK operands,
+illegal commands and words) is issued back to back or with gaps; in every cycle a
+command is offered, ``cmd_ready`` must equal the issue rule (column commands pipelined at
+``t_ccd``, completions in order); every command's latency from acceptance to ``done``,
+its ``error`` flag and every RD result must equal the model's; at the end the whole DRAM
 array and every GRF are read back through RD and compared.
 """
 
@@ -23,7 +25,8 @@ from wia_hw.emulator.pim_model import PimRequest as Req
 
 P = params()
 ROWS, COLS = P["rows"], P["cols"]
-TIMING = pm.PimTiming(t_rcd=P["t_rcd"], t_rp=P["t_rp"], t_cl=P["t_cl"], t_wr=P["t_wr"])
+TIMING = pm.PimTiming(t_rcd=P["t_rcd"], t_rp=P["t_rp"], t_cl=P["t_cl"], t_wr=P["t_wr"],
+                      t_ccd=P["t_ccd"])
 BAD_CMD = 6  # not a command: the bank must report an error
 
 
@@ -36,6 +39,7 @@ class Issued:
     latency: int
     error: bool
     data: np.ndarray | None
+    column: bool = False     # a legal RD, WR or OP: pipelined at t_ccd
 
 
 def lanes(rng: np.random.Generator) -> tuple[int, ...]:
@@ -126,6 +130,7 @@ class Checker:
         self.legal_ops: Tally[PimOp] = Tally()
         self.checked = 0
         self.errors = 0
+        self.overlapped = 0   # commands accepted while another was in flight
 
     def done(self, issued: Issued, cycle: int, s: dict[str, Any]) -> None:
         name = "BAD_CMD" if issued.req is None else issued.req.cmd.name
@@ -147,14 +152,21 @@ class Bench:
         self.model = pm.PimBank(rows=ROWS, cols=COLS, timing=TIMING)
         self.cyc = Cycler(dut)
         self.drv, self.mon, self.chk = Driver(dut), Monitor(dut), Checker()
+        self.last: Issued | None = None     # the last command accepted
+
+    def timing_of(self, req: Req | None) -> tuple[int, bool]:
+        """(latency, is_column) of ``req`` in the model's current state."""
+        if req is None:
+            return pm.error_cycles(), False
+        return self.model.request_timing(req)
 
     def issue_in_model(self, req: Req | None) -> Issued:
+        latency, column = self.timing_of(req)
         if req is None:
-            return Issued(None, 0, pm.error_cycles(), True, None)
-        latency = self.model.latency(req)
+            return Issued(None, 0, latency, True, None)
         try:
             data = self.model.execute(req)
-            return Issued(req, 0, latency, False, data)
+            return Issued(req, 0, latency, False, data, column)
         except pm.PimError:
             return Issued(req, 0, latency, True, None)
 
@@ -176,10 +188,19 @@ class Bench:
                 self.chk.done(in_flight.pop(0), c, s)
                 if not in_flight:
                     assert s["row_open"] == (self.model.open_row is not None), "row_open"
+            if queue and self.last is not None:   # the issue rule, checked every cycle
+                prev = (self.last.latency, self.last.column)
+                earliest = self.last.accept_cycle + pm.issue_interval(
+                    prev, self.timing_of(queue[0]), TIMING)
+                assert s["cmd_ready"] == (c + 1 >= earliest), (
+                    f"cycle {c}: cmd_ready={s['cmd_ready']}, issue rule says the next "
+                    f"command is accepted from edge {earliest}")
             if valid and s["cmd_ready"]:
                 issued = self.issue_in_model(queue.pop(0))
                 issued.accept_cycle = c + 1
                 in_flight.append(issued)
+                self.last = issued
+                self.chk.overlapped += len(in_flight) > 1
 
     def dump_requests(self) -> list[Req]:
         """PRE, then every row's columns through RD, then every GRF via MOV to BANK."""
@@ -237,5 +258,6 @@ async def random_program(dut: Any) -> None:
     missing = [op.name for op in PimOp if bench.chk.legal_ops[op] < 5]
     assert not missing, f"ops executed legally fewer than 5 times: {missing}"
     assert bench.chk.errors >= 10, "too few illegal commands exercised"
+    assert bench.chk.overlapped >= 50, "too few pipelined (overlapping) column commands"
     dut._log.info("checked %d commands (%d illegal); legal ops %s", bench.chk.checked,
                   bench.chk.errors, dict(bench.chk.legal_ops))
