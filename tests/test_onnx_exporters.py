@@ -167,12 +167,42 @@ def test_from_torch_matches_the_onnx_route():
 
 def test_from_torch_errors():
     torch = pytest.importorskip("torch")
+
+    class Bad(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:          # data-dependent branch: torch.export refuses it
+                return x + 1
+            return x - 1
+
     with pytest.raises(wia_hw.WorkloadError, match=r"^from_torch: expected a "
                                                    r"torch.nn.Module, got str$"):
         wia_hw.from_torch("resnet", (torch.zeros(1),))
     with pytest.raises(wia_hw.WorkloadError, match=r"^from_torch: example_args must be "
                                                    r"a tuple of example inputs, got Tensor$"):
         wia_hw.from_torch(torch.nn.ReLU(), torch.zeros(1))
+    with pytest.raises(wia_hw.WorkloadError, match=r"^from_torch: torch.export of Bad "
+                                                   r"failed: "):
+        wia_hw.from_torch(Bad(), (torch.zeros(2),))
+
+
+def test_from_torch_translation_and_onnxscript_errors(monkeypatch):
+    import sys
+
+    torch = pytest.importorskip("torch")
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("no translation for aten::foo\nmore lines")
+
+    monkeypatch.setattr(torch.onnx, "export", refuse)
+    with pytest.raises(wia_hw.WorkloadError, match=r"^from_torch: translating the "
+                                                   r"torch.export program of ReLU to ONNX "
+                                                   r"failed: no translation for aten::foo$"):
+        wia_hw.from_torch(torch.nn.ReLU(), (torch.zeros(2),))
+    monkeypatch.setitem(sys.modules, "onnxscript", None)
+    with pytest.raises(wia_hw.WorkloadError, match=r"^from_torch needs onnxscript "
+                                                   r"\(torch's ONNX translator\): pip "
+                                                   r"install 'wia-hw\[torch\]'$"):
+        wia_hw.from_torch(torch.nn.ReLU(), (torch.zeros(2),))
 
 
 def test_from_torch_without_torch_is_one_clear_error(monkeypatch):
