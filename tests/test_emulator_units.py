@@ -13,7 +13,11 @@ from wia_hw.emulator.config import ThermalConfig
 from wia_hw.emulator.control import BranchPredictor, loop_run
 from wia_hw.emulator.counters import Counter, Counters
 from wia_hw.emulator.cycles import (
+    systolic_issue_interval,
+    systolic_sequence_counters,
+    systolic_sequence_cycles,
     systolic_steps,
+    systolic_tile_counters,
     systolic_tile_cycles,
     transfer_cycles,
     vector_op_cycles,
@@ -38,6 +42,56 @@ def test_systolic_tile_cycles_formula_and_errors():
         systolic_tile_cycles("os", 0, 2, 2)
     with pytest.raises(TypeError, match="depth must be an integer"):
         systolic_tile_cycles("os", 2, 2, 2.5)
+
+
+def test_systolic_issue_interval_rules():
+    """Unpipelined: N of the first tile. Pipelined os: max(S, R + S - S'); ws: max(S, R)
+    (derivations in the docstring); steady state max(S, R) for both."""
+    rng = random.Random(2)
+    for _ in range(200):
+        r, c = rng.randint(1, 256), rng.randint(1, 256)
+        s, s2 = rng.randint(1, 600), rng.randint(1, 600)
+        for df in ("os", "ws"):
+            assert systolic_issue_interval(df, r, c, s, s2, pipelined=False) == \
+                s + 2 * r + c - 2
+            assert systolic_issue_interval(df, r, c, s, s, pipelined=True) == max(s, r)
+        assert systolic_issue_interval("os", r, c, s, s2, pipelined=True) == \
+            max(s, r + s - s2)
+        assert systolic_issue_interval("ws", r, c, s, s2, pipelined=True) == max(s, r)
+        # pipelining never issues later than the unpipelined array
+        assert systolic_issue_interval("os", r, c, s, s2, pipelined=True) <= \
+            systolic_tile_cycles("os", r, c, s)
+    with pytest.raises(TypeError, match="pipelined must be a bool, got 1"):
+        systolic_issue_interval("os", 2, 2, 2, 2, pipelined=1)
+    with pytest.raises(ValueError, match="next_depth must be a positive integer, got 0"):
+        systolic_issue_interval("os", 2, 2, 2, 0, pipelined=True)
+
+
+def test_systolic_sequence_cycles_and_counters():
+    # os 4x3, depths 2 then 5 then 1: accepts at 0, max(2, 4+2-5)=2, 2+max(5, 4+5-1)=10
+    assert systolic_sequence_cycles("os", 4, 3, [2, 5, 1], pipelined=True) == \
+        10 + (1 + 2 * 4 + 3 - 2)
+    assert systolic_sequence_cycles("ws", 4, 3, [2, 5, 1], pipelined=True,
+                                    stall_cycles=3) == 4 + 5 + (1 + 8 + 3 - 2) + 3
+    assert systolic_sequence_cycles("ws", 4, 3, [], pipelined=True) == 0
+    unpiped = systolic_sequence_cycles("os", 4, 3, [2, 5], pipelined=False)
+    assert unpiped == (2 + 9) + (5 + 9)
+    # busy: union of [T + off, T + off + S + R + C - 2); os windows [0, 7) and [2, 12)
+    got = systolic_sequence_counters("os", 4, 3, [2, 5], pipelined=True, stall_cycles=2,
+                                     elements=[3, 9])
+    assert got == {Counter.CYCLES: 2 + (5 + 9) + 2, Counter.BUSY_CYCLES: 12,
+                   Counter.MACS: 4 * 3 * 12, Counter.STALL_CYCLES: 2}
+    # unpipelined tiles do not overlap: the counters add up tile by tile
+    seq = systolic_sequence_counters("ws", 3, 2, [4, 1, 6], pipelined=False)
+    tiles = [systolic_tile_counters("ws", 3, 2, d) for d in (4, 1, 6)]
+    assert seq == {k: sum(t[k] for t in tiles) for k in seq}
+    assert systolic_tile_counters("os", 2, 2, 3, elements=5)[Counter.MACS] == 20
+    with pytest.raises(ValueError, match=r"elements \(2\) must be at least depth \(3\)"):
+        systolic_tile_counters("os", 2, 2, 3, elements=2)
+    with pytest.raises(ValueError, match="elements has 1 entries, depths 2"):
+        systolic_sequence_counters("os", 2, 2, [1, 2], pipelined=True, elements=[1])
+    with pytest.raises(ValueError, match="stall_cycles must be >= 0, got -1"):
+        systolic_sequence_cycles("os", 2, 2, [1], pipelined=True, stall_cycles=-1)
 
 
 def test_systolic_steps_at_fractional_rates():
