@@ -410,7 +410,8 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
         rank = len(imp.shape(ins[0]))
         if a.get("axis", -1) % rank != rank - 1:
             raise fail(f"normalises from axis {a['axis']}; wia-hw models the last axis only")
-        imp.add("layer_norm", name, [v(i) for i in range(3) if has(i)], out, grp, dt)
+        imp.add("layer_norm", name, [v(i) for i in range(3) if has(i)], out, grp, dt,
+                eps=float(a.get("epsilon", 1e-5)))
     elif t == "Conv":
         x, w = imp.shape(ins[0]), imp.shape(ins[1])
         if len(x) != 4:
