@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import pytest
 import simpy
-from wia_hw.emulator.config import DEFAULT_INTERLEAVE_BYTES
+from wia_hw.emulator.config import DEFAULT_INTERLEAVE_BYTES, DeviceSpec
 from wia_hw.emulator.counters import Counters
 from wia_hw.emulator.cycles import transfer_cycles
 from wia_hw.emulator.device import Device
@@ -80,10 +80,9 @@ def test_interleave_bytes_is_a_positive_power_of_two():
 
 
 # -- one transfer: bandwidth, latency, channel count -------------------------------------
-def _lone_transfer(spec_over: dict, rows: int, cols: int, seed: int) -> tuple[int, int]:
-    """(cycles, bytes) of a cold load of a whole ``rows`` x ``cols`` fp16 tensor that
-    starts at a random block slot."""
-    spec = load_spec("wia-npu", spec_over)
+def _lone_transfer(spec: DeviceSpec, rows: int, cols: int, seed: int) -> tuple[int, int, int]:
+    """(cycles, bytes, L2-only cycles) of a cold load of a whole ``rows`` x ``cols``
+    fp16 tensor that starts at a random block slot."""
     mem = MemorySystem(spec, Counters())
     pad = TensorRef("pad", 1, random.Random(seed).randint(1, 300) * 32768, 2)
     mem.region_blocks([(pad, 0, 1, 0, pad.cols)])         # shifts the tensor's slots
@@ -103,21 +102,20 @@ def test_more_channels_cost_at_most_one_interleave_unit_per_block():
     before ``ceil(bytes / peak)``."""
     rng = random.Random(14)
     g = DEFAULT_INTERLEAVE_BYTES
+    specs = {c: load_spec("wia-npu", {"memory.hbm.channels": c}) for c in (1, 2, 4, 8, 16, 32, 64)}
     for trial in range(25):
         rows, cols = rng.randint(1, 700), rng.randint(1, 700)
         for chans in (1, 2, 4, 16, 64):
-            spec = load_spec("wia-npu", {"memory.hbm.channels": chans})
+            spec = specs[chans]
             bpc = spec.bytes_per_cycle(spec.memory.hbm.bandwidth_gbs)
             lat = math.ceil(spec.memory.hbm.latency_ns * spec.clock_ghz)
-            done, nbytes, l2_only = _lone_transfer({"memory.hbm.channels": chans}, rows, cols,
-                                                   trial)
+            done, nbytes, l2_only = _lone_transfer(spec, rows, cols, trial)
             nblocks = -(-rows * cols * 2 // spec.memory.block_bytes) * 4 + 4
             floor = max(lat + transfer_cycles(nbytes, bpc), l2_only)
             assert floor <= done <= max(l2_only, lat + transfer_cycles(
                 nbytes + nblocks * (g * chans + 2 * g), bpc))
     # whole stripes: identical on every channel count
-    ends = {chans: _lone_transfer({"memory.hbm.channels": chans}, 512, 1024, 3)[0]
-            for chans in (1, 2, 4, 8, 16, 32, 64)}
+    ends = {c: _lone_transfer(spec, 512, 1024, 3)[0] for c, spec in specs.items()}
     assert len(set(ends.values())) == 1, ends
 
 
