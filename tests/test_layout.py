@@ -147,19 +147,21 @@ def test_private_names_stay_inside_their_package(package):
     assert bad == []
 
 
-def test_emulator_layers_follow_its_docstring():
-    """The emulator package docstring lists its modules lowest layer first; no module
-    imports one listed below it, and the emulator imports nothing outside itself."""
-    import wia_hw.emulator as emu
-
-    order = re.findall(r"^\* (.*)$", emu.__doc__, flags=re.M)
+@pytest.mark.parametrize("package", ["wia_hw.emulator", "wia_hw.registry"])
+def test_layers_follow_the_package_docstring(package):
+    """The package docstring lists its modules lowest layer first; no module imports one
+    listed below it. The emulator imports nothing outside itself."""
+    doc = importlib.import_module(package).__doc__
+    order = re.findall(r"^\* (.*)$", doc, flags=re.M)
     rank = {m: i for i, line in enumerate(order) for m in re.findall(r":mod:`\.(\w+)`", line)}
-    inside = {m.rpartition(".")[2] for m in MODULES if m.startswith("wia_hw.emulator.")}
+    inside = {m.rpartition(".")[2] for m in MODULES if m.startswith(package + ".")}
     assert set(rank) == inside
     for m, deps in GRAPH.items():
-        if not m.startswith("wia_hw.emulator."):
+        if not m.startswith(package + "."):
             continue
         for dep, _, line in deps:
-            assert dep.startswith("wia_hw.emulator"), f"{m}:{line} imports {dep}"
-            d = dep.rpartition(".")[2]
-            assert rank.get(d, -1) <= rank[m.rpartition(".")[2]], f"{m}:{line} imports {dep}"
+            if package == "wia_hw.emulator":
+                assert dep.startswith(package), f"{m}:{line} imports {dep}"
+            if dep.startswith(package + "."):
+                d = dep.rpartition(".")[2]
+                assert rank[d] <= rank[m.rpartition(".")[2]], f"{m}:{line} imports {dep}"

@@ -10,11 +10,11 @@ it):
 * :mod:`._manifest`: the manifest format (:class:`DeviceExtension`,
   :class:`Operation`, :class:`Parameter`, :class:`Capability`) and its validation, every
   problem a :class:`~wia_hw.SpecError` reading ``file:line: field: message``;
-* :mod:`._sources`: finding extensions by id (built-in, user directories, entry points)
-  and :func:`load_extension` (validation: the module is read, never run);
 * :mod:`._chains`: chains of graph ops that a fused operation covers;
 * :mod:`._peaks`: the peak of the unit a YAML-only operation runs on (MACs or bytes per
   cycle, inherited or declared lower) and the check that no tile's cost beats it;
+* :mod:`._sources`: finding extensions by id (built-in, user directories, entry points)
+  and :func:`load_extension` (validation: the module is read, never run);
 * :mod:`._yaml_ops`: lowering of YAML-only operations (built-in primitives plus a cost
   expression per tile, checked against the peak);
 * :mod:`._dispatch`: :func:`register_device_extension`, which binds each claim to the
