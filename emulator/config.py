@@ -420,26 +420,80 @@ class DeviceSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class LinkConfig:
-    """Device-to-device links: per-link ``bandwidth_gbs`` (one direction), ``latency_ns``,
-    ``topology`` (``ring``, ``fully_connected``, ``switch``)."""
+    """Device-to-device links (see ``docs/COMMUNICATION.md``).
+
+    ``bandwidth_gbs`` (GB/s, one direction of one link) and ``latency_us`` (per hop,
+    microseconds) of every device link; ``topology``: ``ring``, ``fully_connected``,
+    ``switch`` (every device on one switch whose fabric moves ``switch_bandwidth_gbs``
+    in all, default devices x ``bandwidth_gbs``), ``torus2d`` (``torus_dims: [rows,
+    cols]``, default the squarest factorisation), ``hierarchical`` (nodes of
+    ``devices_per_node`` fully connected devices; device ``j`` of each node on a ring of
+    the nodes' devices ``j`` with ``inter_node_bandwidth_gbs`` and
+    ``inter_node_latency_us``) or ``custom`` (``edges: [[a, b], ...]``, bidirectional).
+    The cluster checks that every link names a device and that the graph is connected.
+    """
 
     bandwidth_gbs: float
-    latency_ns: float = 1000.0
+    latency_us: float = 1.0
     topology: str = "ring"
-    links_per_device: int = 2
+    switch_bandwidth_gbs: float | None = None
+    torus_dims: list[int] | None = None
+    devices_per_node: int | None = None
+    inter_node_bandwidth_gbs: float | None = None
+    inter_node_latency_us: float | None = None
+    edges: list[list[int]] | None = None
 
     def __post_init__(self) -> None:
         _pos_num(self, "bandwidth_gbs")
-        _nonneg_num(self, "latency_ns")
-        _pos_int(self, "links_per_device")
-        if self.topology not in ("ring", "fully_connected", "switch"):
-            raise SpecError(f"must be ring, fully_connected or switch, got {self.topology!r}",
-                            field="topology")
+        _nonneg_num(self, "latency_us")
+        topologies = ("ring", "fully_connected", "switch", "torus2d", "hierarchical",
+                      "custom")
+        if self.topology not in topologies:
+            raise SpecError(f"must be one of {', '.join(topologies)}, got "
+                            f"{self.topology!r}", field="topology")
+        owner = {"switch_bandwidth_gbs": "switch", "torus_dims": "torus2d",
+                 "devices_per_node": "hierarchical", "inter_node_bandwidth_gbs":
+                 "hierarchical", "inter_node_latency_us": "hierarchical",
+                 "edges": "custom"}
+        for name, topo in owner.items():
+            if getattr(self, name) is not None and self.topology != topo:
+                raise SpecError(f"only a {topo} topology takes it (topology is "
+                                f"{self.topology})", field=name)
+        if self.switch_bandwidth_gbs is not None:
+            _pos_num(self, "switch_bandwidth_gbs")
+        if self.inter_node_latency_us is not None:
+            _nonneg_num(self, "inter_node_latency_us")
+        if self.topology == "hierarchical":
+            for name in ("devices_per_node", "inter_node_bandwidth_gbs"):
+                if getattr(self, name) is None:
+                    raise SpecError("a hierarchical topology needs it", field=name)
+            _pos_int(self, "devices_per_node")
+            _pos_num(self, "inter_node_bandwidth_gbs")
+        if self.topology == "custom" and self.edges is None:
+            raise SpecError("a custom topology needs its edges ([[a, b], ...])",
+                            field="edges")
+        for name, n in (("torus_dims", 2), ("edges", None)):
+            v = getattr(self, name)
+            items = v if name == "torus_dims" else None
+            if v is None:
+                continue
+            if not isinstance(v, list) or (n is not None and len(v) != n):
+                raise SpecError(f"must be a list{f' of {n} integers' if n else ''}, got "
+                                f"{v!r}", field=name)
+            if items is not None and not all(
+                    isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in items):
+                raise SpecError(f"must be positive integers, got {v!r}", field=name)
+        for i, e in enumerate(self.edges or ()):
+            if not (isinstance(e, list) and len(e) == 2 and all(
+                    isinstance(x, int) and not isinstance(x, bool) for x in e)):
+                raise SpecError(f"must be a pair of device indices [a, b], got {e!r}",
+                                field=f"edges[{i}]")
 
 
 @dataclass(frozen=True, kw_only=True)
 class ClusterSpec:
-    """Several identical devices joined by links."""
+    """Several identical devices joined by links; the topology is checked by
+    :func:`emulator.cluster.build_topology` (devices exist, graph connected)."""
 
     schema_version: int
     name: str
@@ -456,6 +510,9 @@ class ClusterSpec:
         if self.devices < 2:
             raise SpecError(f"a cluster needs at least 2 devices, got {self.devices}",
                             field="devices")
+        from .cluster import build_topology
+
+        build_topology(self)
 
 
 # -- generic mapping <-> dataclass ---------------------------------------------------
