@@ -41,6 +41,9 @@ BATCH = 1
 SEQ = 128
 #: BERT at BERT-Large's shape (H 1024, 16 heads, FFN 4096) with 2 of its 24 layers;
 #: GPT-2 small's shape (H 768) with 2 of its 12 layers: the tests scale by layers.
+#: Those two use transformers' "eager" attention (explicit MatMul/Softmax); the
+#: *_sdpa_2l models (H 256, 4 heads) keep the default, torch's SDPA, whose exports
+#: scale q and k separately and guard the softmax against NaN.
 BERT_LAYERS = 2
 GPT2_LAYERS = 2
 
@@ -89,7 +92,13 @@ def transformers_models() -> dict[str, torch.nn.Module]:
     bert24 = BertModel(BertConfig(hidden_size=1024, num_hidden_layers=24,
                                   num_attention_heads=16, intermediate_size=4096,
                                   attn_implementation="eager"))
+    # transformers' default attention (torch's scaled_dot_product_attention), small
+    bert_sdpa = BertModel(BertConfig(hidden_size=256, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=1024))
+    gpt2_sdpa = GPT2Model(GPT2Config(n_layer=2, n_embd=256, n_head=4))
     return {"bert_large_2l": LastHidden(bert), "gpt2_2l": LastHidden(gpt2, ones_mask=True),
+            "bert_sdpa_2l": LastHidden(bert_sdpa),
+            "gpt2_sdpa_2l": LastHidden(gpt2_sdpa, ones_mask=True),
             "bert_large_24l": LastHidden(bert24)}
 
 

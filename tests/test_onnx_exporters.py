@@ -10,6 +10,7 @@ for the transformers, ``layers * b * s * (12 h^2 + 2 s h)``.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -27,8 +28,10 @@ PUBLISHED_GMAC = {"resnet18": 1.814, "resnet50": 4.089, "mobilenet_v2": 0.301,
 #: The fixtures' transformer shapes (scripts/make_onnx_fixtures.py).
 BERT_H, BERT_LAYERS = 1024, 2
 GPT2_H, GPT2_LAYERS = 768, 2
-#: Ops that only compute shapes, indices or masks: none may survive folding.
-FOLDED = {"Shape", "ConstantOfShape", "Range", "Equal", "Where", "Expand"}
+SDPA_H = 256
+#: Ops that only compute shapes, indices or masks: none may survive folding (a Where
+#: may: SDPA's NaN guard on the softmax is a run-time select).
+FOLDED = {"Shape", "ConstantOfShape", "Range", "Equal", "Expand", "Unsqueeze", "Trilu"}
 
 
 def fixture(name: str, exporter: str) -> Path:
@@ -36,7 +39,8 @@ def fixture(name: str, exporter: str) -> Path:
 
 
 def fixtures_present() -> list[tuple[str, str]]:
-    names = list(PUBLISHED_GMAC) + ["bert_large_2l", "gpt2_2l"]
+    names = list(PUBLISHED_GMAC) + ["bert_large_2l", "gpt2_2l", "bert_sdpa_2l",
+                                    "gpt2_sdpa_2l"]
     return [(n, e) for n in names for e in EXPORTERS if fixture(n, e).exists()]
 
 
@@ -47,7 +51,7 @@ def transformer_macs(layers: int, b: int, s: int, h: int) -> int:
 
 
 def test_every_fixture_is_there():
-    assert len(fixtures_present()) == 14
+    assert len(fixtures_present()) == 18
     assert sum(p.stat().st_size for p in DATA.glob("*.onnx")) < 4 << 20
 
 
@@ -98,7 +102,27 @@ def test_gpt2_macs_and_causal_attention(exporter):
     assert [o.kind for o in g.ops].count("gelu") == GPT2_LAYERS
 
 
-@pytest.mark.parametrize("name", ["bert_large_2l", "gpt2_2l"])
+@pytest.mark.parametrize("name,causal", [("bert_sdpa_2l", False), ("gpt2_sdpa_2l", True)])
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_sdpa_attention_is_recognised(name, exporter, causal):
+    """transformers' default attention (SDPA): q and k^T each scaled by
+    sqrt(1/sqrt(dh)), softmax guarded by where(isnan(p), 0, p); H 256, 4 heads."""
+    g = from_onnx(fixture(name, exporter), dims={"batch": 2, "seq": 32})
+    raw = from_onnx(fixture(name, exporter), dims={"batch": 2, "seq": 32},
+                    recognise=False)
+    assert g.macs() == raw.macs() == transformer_macs(2, 2, 32, SDPA_H)
+    assert g.flops() == raw.flops()
+    scores = [o for o in g.ops if o.kind == "bmm" and o.attrs.get("transpose_b")]
+    assert len(scores) == 2
+    assert all(o.attrs["scale"] == pytest.approx(1 / math.sqrt(SDPA_H // 4))
+               for o in scores)
+    soft = [o for o in g.ops if o.kind == "softmax"]
+    assert [bool(o.attrs.get("causal")) for o in soft] == [causal, causal]
+    assert not any(o.kind == "isnan" for o in g.ops)
+
+
+@pytest.mark.parametrize("name", ["bert_large_2l", "gpt2_2l", "bert_sdpa_2l",
+                                  "gpt2_sdpa_2l"])
 @pytest.mark.parametrize("exporter", EXPORTERS)
 def test_recognised_graph_has_the_same_flops(name, exporter):
     path = fixture(name, exporter)

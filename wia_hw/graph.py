@@ -76,10 +76,12 @@ UNARY_KINDS: dict[str, int] = {
     # hardswish = hardsigmoid + mul; lrn (size 5) = square, 4 window adds, scale and
     # bias, pow, div
     "clip": 2, "hardsigmoid": 3, "hardswish": 4, "lrn": 9,
+    # ONNX tests on values (IsNaN, IsInf, Not): one compare per element
+    "isnan": 1, "not": 1,
 }
 #: Elementwise binary ops, with their FLOPs per output element.
 BINARY_KINDS: dict[str, int] = {"add": 1, "sub": 1, "mul": 1, "div": 1, "max": 1, "min": 1,
-                                "pow": 1}
+                                "pow": 1, "compare": 1, "logical": 1}
 OTHER_KINDS = ("softmax", "layer_norm", "embedding", "maxpool", "avgpool",
                "global_avgpool", "reshape", "transpose", "concat", "slice")
 OP_KINDS = GEMM_KINDS + tuple(UNARY_KINDS) + tuple(BINARY_KINDS) + OTHER_KINDS

@@ -29,9 +29,11 @@ Gemm                                   ``linear`` (B constant) or ``matmul``; a
                                        any other C an ``add``; alpha/beta fold into
                                        constants, else a ``scale`` op
 Add Sub Mul Div Pow Max Min            the binary op (constants become weights)
-Relu Gelu Tanh Sigmoid Erf Sqrt Exp    the unary op (Dropout is ``identity``)
-Neg Identity Cast Clip HardSigmoid
-HardSwish LRN Dropout
+Equal Less Greater LessOrEqual         ``compare``; And Or Xor: ``logical``
+GreaterOrEqual And Or Xor
+Relu Gelu Tanh Sigmoid Erf Sqrt Exp    the unary op (Dropout is ``identity``; IsNaN
+Neg Identity Cast Clip HardSigmoid     and IsInf are ``isnan``)
+HardSwish LRN Dropout IsNaN IsInf Not
 Softmax, LayerNormalization            ``softmax``, ``layer_norm`` (last axis only)
 Conv                                   ``conv2d`` (2-D, square kernel, symmetric pads;
                                        grouped and depthwise through ``groups``)
@@ -87,11 +89,14 @@ from ..graph import Graph, GraphBuilder
 _MISSING = "ONNX import needs the 'onnx' package: pip install 'wia-hw[onnx]'"
 
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow",
-           "Max": "max", "Min": "min"}
+           "Max": "max", "Min": "min", "Equal": "compare", "Less": "compare",
+           "Greater": "compare", "LessOrEqual": "compare", "GreaterOrEqual": "compare",
+           "And": "logical", "Or": "logical", "Xor": "logical"}
 _UNARY = {"Relu": "relu", "Gelu": "gelu", "Tanh": "tanh", "Sigmoid": "sigmoid",
           "Erf": "erf", "Sqrt": "sqrt", "Exp": "exp", "Neg": "neg", "Identity": "identity",
           "Cast": "cast", "Clip": "clip", "HardSigmoid": "hardsigmoid",
-          "HardSwish": "hardswish", "LRN": "lrn", "Dropout": "identity"}
+          "HardSwish": "hardswish", "LRN": "lrn", "Dropout": "identity",
+          "IsNaN": "isnan", "IsInf": "isnan", "Not": "not"}
 _RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 _REDUCES = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin")
 _OTHER = ("MatMul", "Gemm", "Softmax", "LayerNormalization", "Conv", "BatchNormalization",
@@ -102,10 +107,9 @@ _OTHER = ("MatMul", "Gemm", "Softmax", "LayerNormalization", "Conv", "BatchNorma
 SUPPORTED_OPS = tuple(_BINARY) + tuple(_UNARY) + _RESHAPES + _REDUCES + _OTHER
 #: Op types that only compute shapes, indices or masks: supported when their inputs
 #: are constants or static shapes (they are folded away), never as run-time ops.
-FOLDED_OPS = ("Shape", "Size", "ConstantOfShape", "Range", "Equal", "Less", "Greater",
-              "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor", "NonZero",
-              "ScatterND", "ScatterElements", "Tile", "CumSum", "Abs", "Reciprocal",
-              "Floor", "Ceil", "Sign", "IsNaN", "IsInf", "Mod", "Log", "Sin", "Cos")
+FOLDED_OPS = ("Shape", "Size", "ConstantOfShape", "Range", "NonZero", "ScatterND",
+              "ScatterElements", "Tile", "CumSum", "Abs", "Reciprocal", "Floor", "Ceil",
+              "Sign", "Mod", "Log", "Sin", "Cos")
 
 
 #: Graph names the exporters give every model: the file's stem names it instead.

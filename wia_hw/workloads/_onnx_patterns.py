@@ -16,7 +16,8 @@ shapes:
   ``+ beta [H]`` (means over the last axis) is one ``layer_norm`` (``eps`` recorded).
 * **Attention**: ``bmm(q, transpose(k))`` -> ``* scale`` or ``/ scale`` -> masking
   (``add`` of a mask, or the ops of a ``Where``) -> ``softmax`` (last axis) ->
-  (a same-type ``cast``, dropped: it costs no FLOPs) -> ``bmm(p, v)`` becomes ``bmm(q, k, transpose_b=True, scale=s)`` -> ``softmax`` ->
+  (SDPA's NaN guard ``where(isnan(p), 0, p)`` and a same-type ``cast``, absorbed)
+  -> ``bmm(p, v)`` becomes ``bmm(q, k, transpose_b=True, scale=s)`` -> ``softmax`` ->
   ``bmm``, the chain the transformer engine claims. A constant mask equal to the causal
   triangle sets ``causal=True`` on the softmax; an all-zero one is dropped; any other
   mask sets ``masked=True`` (the transformer engine then runs full attention: at full
@@ -291,13 +292,23 @@ class _Rewriter:
         rank = len(self.t(soft.inputs[0]).shape)
         if soft.attrs.get("axis", -1) % rank != rank - 1:
             return
-        ctx = self.only_reader(soft.outputs[0])
-        cast = None
+        probs, after = soft.outputs[0], []   # ops between softmax and the context bmm
+        readers = [o for o in self.cons.get(probs, []) if self.alive(o)]
+        if len(readers) == 2 and probs not in self.outputs:
+            # SDPA's NaN guard: where(isnan(p), 0, p), mapped as isnan + one binary op
+            nan = next((o for o in readers if o.kind == "isnan"), None)
+            sel = next((o for o in readers if o is not nan), None)
+            if nan is None or sel is None or sel.kind not in ("add", "mul") or \
+                    set(sel.inputs) != {probs, nan.outputs[0]} or \
+                    self.only_reader(nan.outputs[0]) is not sel:
+                return
+            after, probs = [nan, sel], sel.outputs[0]
+        ctx = self.only_reader(probs)
         if ctx is not None and ctx.kind in ("cast", "identity") and \
-                self.t(ctx.outputs[0]).dtype == self.t(soft.outputs[0]).dtype:
-            cast = ctx                      # a same-type Cast the exporter left: free
-            ctx = self.only_reader(cast.outputs[0])
-        probs = cast.outputs[0] if cast is not None else soft.outputs[0]
+                self.t(ctx.outputs[0]).dtype == self.t(probs).dtype:
+            after.append(ctx)               # a same-type Cast the exporter left: free
+            probs = ctx.outputs[0]
+            ctx = self.only_reader(probs)
         if ctx is None or ctx.kind != "bmm" or ctx.inputs[0] != probs or \
                 ctx.attrs.get("transpose_b"):
             return
@@ -325,13 +336,29 @@ class _Rewriter:
         if scores is None or scores.attrs.get("transpose_b"):
             return
         q, kt = scores.inputs
-        tr = self.prod.get(kt)
-        if tr is None or tr.kind != "transpose" or self.only_reader(kt) is not scores:
-            return
-        perm = list(tr.attrs["perm"])
-        perm[-2], perm[-1] = perm[-1], perm[-2]
         scale, mask_ops, causal, masked = 1.0, [], False, False
         scale_ops = []
+        # SDPA scales q and k^T by sqrt(scale) each before the product: fold those in
+        for side in (0, 1):
+            x = scores.inputs[side]
+            p = self.prod.get(x)
+            c = next((i for i in p.inputs if self.scalar(i)), None) if p is not None \
+                and p.kind in ("mul", "div") and self.only_reader(x) is scores else None
+            if c is None or p is None:
+                continue
+            v = self.scalar_value(c)
+            if v is not None:
+                scale = scale * v if p.kind == "mul" else scale / v
+            scale_ops.append(p)
+            if side == 0:
+                q = self.other(p, c)
+            else:
+                kt = self.other(p, c)
+        untr = self.untranspose(kt, scale_ops[-1] if scale_ops and
+                                scale_ops[-1].outputs[0] == scores.inputs[1] else scores)
+        if untr is None:
+            return
+        k_name, k_old, k_new = untr
         for p in chain:
             through = [i for i in p.inputs if i in self._chain_tensors(chain, scores)]
             other = [i for i in p.inputs if i not in through]
@@ -348,19 +375,9 @@ class _Rewriter:
                 causal = True
             elif kind != "none":
                 masked = True
-        if not all(self.alive(o) for o in [tr, scores, soft, ctx, *chain]):
+        if not all(self.alive(o) for o in [*k_old, scores, soft, ctx, *chain, *after,
+                                            *scale_ops]):
             return
-        new: list[tuple[Op, list[Op]]] = []
-        k_name = tr.inputs[0]
-        if perm != sorted(perm):
-            k_name = f"{kt}.untransposed"
-            shape = tuple(self.t(tr.inputs[0]).shape[i] for i in perm)
-            from ..graph import Tensor
-            self.new_tensors[k_name] = Tensor(k_name, shape, self.t(kt).dtype)
-            new.append((Op(tr.name, "transpose", (tr.inputs[0],), (k_name,), tr.group,
-                           {"perm": tuple(perm)}), [tr]))
-        else:
-            new.append((None, [tr]))  # type: ignore[arg-type]
         attrs = dict(scores.attrs)
         attrs.update(transpose_b=True, scale=scale)
         own_scores = self.g.flops(scores)
@@ -374,19 +391,54 @@ class _Rewriter:
             sattrs["masked"] = True
         own_soft = self.g.flops(soft)
         sm = self.fused(soft.name, "softmax", [scores.outputs[0]], soft.outputs[0],
-                        soft.group, own_soft + self.flops(mask_ops), own_soft, **sattrs)
-        t_new, t_old = new[0]
-        if t_new is not None:
-            self.replace(t_old, tr, [t_new])
-        else:
-            self.replace(t_old, tr, [])
-        self.replace([scores], scores, [bmm])
+                        soft.group, own_soft + self.flops(mask_ops) + self.flops(after),
+                        own_soft, **sattrs)
+        self.replace(k_old, k_old[-1], k_new)
+        self.replace([scores] + [o for o in scale_ops if o not in chain], scores, [bmm])
         self.replace(chain + [soft], soft, [sm])
-        if cast is not None:
-            self.replace([cast], cast, [])
+        if after:
+            self.replace(after, after[-1], [])
             self.replace([ctx], ctx, [Op(ctx.name, ctx.kind, (soft.outputs[0],
                                                                *ctx.inputs[1:]),
                                          ctx.outputs, ctx.group, ctx.attrs)])
+
+    def untranspose(self, kt: str, reader: Op) -> tuple[str, list[Op], list[Op]] | None:
+        """``kt`` is k with its last two axes swapped: (k's tensor, the ops that made
+        ``kt`` from it, the ops that replace them), or None. Forms: one ``transpose``
+        (its perm with the last two entries swapped back stays, unless that is the
+        identity), or ``reshape -> transpose(last two) -> reshape`` over merged
+        leading dims (the dynamo exporter's 3-D transpose)."""
+        from ..graph import Tensor
+
+        p = self.prod.get(kt)
+        if p is None or self.only_reader(kt) is not reader:
+            return None
+        if p.kind == "transpose":
+            perm = list(p.attrs["perm"])
+            perm[-2], perm[-1] = perm[-1], perm[-2]
+            if perm == sorted(perm):
+                return p.inputs[0], [p], []
+            name = f"{kt}.untransposed"
+            shape = tuple(self.t(p.inputs[0]).shape[i] for i in perm)
+            self.new_tensors[name] = Tensor(name, shape, self.t(kt).dtype)
+            return name, [p], [Op(p.name, "transpose", (p.inputs[0],), (name,), p.group,
+                                  {"perm": tuple(perm)})]
+        if p.kind != "reshape":
+            return None
+        tr = self.prod.get(p.inputs[0])
+        if tr is None or tr.kind != "transpose" or self.only_reader(p.inputs[0]) is not p:
+            return None
+        n = len(tr.attrs["perm"])
+        if tuple(tr.attrs["perm"]) != (*range(n - 2), n - 1, n - 2):
+            return None
+        r1 = self.prod.get(tr.inputs[0])
+        if r1 is None or r1.kind != "reshape" or self.only_reader(tr.inputs[0]) is not tr:
+            return None
+        k = r1.inputs[0]
+        ks, kts = self.t(k).shape, self.t(kt).shape
+        if len(ks) < 2 or kts != ks[:-2] + (ks[-1], ks[-2]):
+            return None
+        return k, [r1, tr, p], []
 
     def _reaches_bmm(self, tensor: str) -> bool:
         for _ in range(6):
