@@ -398,3 +398,13 @@ def test_an_unexpected_failure_in_a_mapping_is_one_line(monkeypatch):
     with pytest.raises(WorkloadError, match=r"^ONNX node 'split' \(Split\): cannot be "
                                             r"imported \(KeyError: 'boom'\)$"):
         from_onnx(m)
+
+
+@pytest.mark.parametrize("hw,k,stride", [(55, 3, 2), (56, 3, 2), (13, 3, 2), (10, 2, 3)])
+def test_maxpool_ceil_mode_sizes(hw, k, stride):
+    """SqueezeNet's pools: ceil_mode=1 gives ceil((H - k) / s) + 1 outputs."""
+    g = one_op("MaxPool", (1, 8, hw, hw), kernel_shape=[k, k], strides=[stride, stride],
+               ceil_mode=1)
+    out = -(-(hw - k) // stride) + 1
+    assert g.tensors["y"].shape == (1, 8, out, out)
+    assert g.flops() == 8 * out * out * k * k

@@ -351,7 +351,16 @@ def _window(imp: _Importer, node: Any, name: str, a: dict[str, Any],
             raise WorkloadError(f"ONNX node {name!r} ({node.op_type}): auto_pad {auto} "
                                 f"needs asymmetric padding {totals} on {list(in_hw)}")
         pad = totals[0] // 2
-    # ceil_mode is not modelled: the shape check after the op reports a changed shape.
+    if a.get("ceil_mode", 0):
+        # ceil_mode rounds the output size up: the window that starts in the last
+        # partial stride is one more pad on the far side. wia-hw pads symmetrically, so
+        # it takes one more pad on both sides when that gives ONNX's size (it does for
+        # strides up to 3); the op's shape check reports any other case.
+        from ..graph import conv_output_hw
+        ceil = [-(-(x + 2 * pad - dil * (k - 1) - 1) // stride) + 1 for x in in_hw]
+        if list(conv_output_hw(*in_hw, k, k, stride, pad, dil)) != ceil and \
+                list(conv_output_hw(*in_hw, k, k, stride, pad + 1, dil)) == ceil:
+            pad += 1
     return k, stride, pad, dil
 
 
