@@ -13,6 +13,21 @@ The seed's C names map to these by dropping the ``wia_`` prefix (see API.md).
 from __future__ import annotations
 
 from ._version import __version__
+from .bench import (
+    BenchmarkConfig,
+    BenchmarkError,
+    BenchmarkResult,
+    EnvironmentalData,
+    EnvironmentalMonitoring,
+    ModelBenchmark,
+    OutlierMethod,
+    SignificanceTest,
+    benchmark_model,
+    benchmark_operation,
+    compare_benchmarks,
+    load_baseline_results,
+    save_baseline,
+)
 from .emulator.config import ClusterSpec, DeviceSpec
 from .emulator.counters import Counter, Counters
 from .emulator.errors import SpecError, WiaError, WorkloadError
@@ -180,4 +195,18 @@ __all__ = [
     "start_profiling",
     "stop_memory_profiling",
     "stop_profiling",
+    # benchmarking (seed 8.7, 8.8)
+    "BenchmarkConfig",
+    "BenchmarkError",
+    "BenchmarkResult",
+    "EnvironmentalData",
+    "EnvironmentalMonitoring",
+    "ModelBenchmark",
+    "OutlierMethod",
+    "SignificanceTest",
+    "benchmark_model",
+    "benchmark_operation",
+    "compare_benchmarks",
+    "load_baseline_results",
+    "save_baseline",
 ]

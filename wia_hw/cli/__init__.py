@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from ..emulator.errors import WiaError
+from ._bench import bench_cmd
 from ._ext import ext
 from ._profile import profile
 from ._rtl import rtl
@@ -42,7 +43,7 @@ def cli() -> None:
     """wia-hw: an open, verifiable AI-accelerator stack (WIA-AI-011 chapter 8)."""
 
 
-for _command in (run_cmd, specs, rtl, ext, profile):
+for _command in (run_cmd, specs, rtl, ext, profile, bench_cmd):
     cli.add_command(_command)
 
 
