@@ -13,6 +13,7 @@ The seed's C names map to these by dropping the ``wia_`` prefix (see API.md).
 from __future__ import annotations
 
 from ._version import __version__
+from .comm import CollectiveRecord, CommError, Communicator, open_cluster
 from .bench import (
     BenchmarkConfig,
     BenchmarkError,
@@ -130,6 +131,11 @@ __all__ = [
     "from_torch",
     "open_device",
     "run",
+    # many devices (seed 8.5)
+    "CollectiveRecord",
+    "CommError",
+    "Communicator",
+    "open_cluster",
     # extensions (seed 8.9)
     "AttentionConfig",
     "AttentionPattern",

@@ -1,0 +1,585 @@
+"""The communicator: collectives over a cluster's SimPy link model.
+
+``open_cluster(spec)`` gives a :class:`Communicator` over the cluster's devices (ranks
+``0 .. N-1``). Each collective builds a :class:`~._schedule.Schedule` (a DAG of chunked
+point-to-point transfers) and runs it on :class:`~wia_hw.emulator.cluster.LinkModel` in
+the communicator's :class:`simpy.Environment`: its time comes out of the simulation.
+Functional mode (``buffers=``: one numpy array per rank) moves real data with each
+transfer; timing mode (``nbytes=``) needs only the size. Calls block by default;
+``async_op=True`` returns a :class:`Work` whose SimPy ``event`` a scheduler can wait on
+while other collectives and device compute (:meth:`Communicator.compute`) proceed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import simpy
+
+from ..emulator.cluster import LinkModel, Topology, build_topology, link_name
+from ..emulator.config import ClusterSpec, DeviceSpec
+from ..emulator.errors import WiaError
+from ._schedule import Schedule, even_ranges
+
+__all__ = ["CommError", "CollectiveRecord", "ComputeRecord", "Communicator", "Work",
+           "open_cluster", "BUS_FACTORS", "ALGORITHMS"]
+
+#: nccl-tests' bus-bandwidth factor per collective, as a function of the rank count.
+BUS_FACTORS: dict[str, Callable[[int], float]] = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "send": lambda n: 1.0,
+}
+
+#: The algorithms of each collective (the first is the default).
+ALGORITHMS: dict[str, tuple[str, ...]] = {
+    "all_reduce": ("ring", "tree", "hierarchical"),
+    "all_gather": ("ring",),
+    "reduce_scatter": ("ring",),
+    "broadcast": ("ring",),
+    "all_to_all": ("direct",),
+    "send": ("p2p",),
+}
+
+_REDUCE_OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
+
+
+class CommError(WiaError, ValueError):
+    """A collective was called with bad arguments (ranks, buffers, algorithm). One line."""
+
+
+@dataclass
+class CollectiveRecord:
+    """One collective or point-to-point message as it ran.
+
+    ``nbytes`` is the size as nccl-tests counts it (all-reduce, reduce-scatter,
+    all-to-all, broadcast: one rank's buffer; all-gather: the gathered output).
+    ``sent_bytes``: what the schedule sends (each transfer once); ``link_bytes``: bytes
+    per directed link (a transfer counts on every link of its path). Times are device
+    cycles of the communicator's clock."""
+
+    name: str
+    algorithm: str
+    nbytes: int
+    ranks: tuple[int, ...]
+    start_cycle: int
+    end_cycle: int
+    clock_ghz: float
+    sent_bytes: int
+    transfers: int
+    link_bytes: dict[str, int]
+    kind: str = "collective"
+    outputs: list[np.ndarray] | None = field(default=None, repr=False)
+
+    @property
+    def duration_cycles(self) -> int:
+        return self.end_cycle - self.start_cycle
+
+    @property
+    def time_s(self) -> float:
+        return self.duration_cycles / (self.clock_ghz * 1e9)
+
+    @property
+    def time_ms(self) -> float:
+        return self.time_s * 1e3
+
+    @property
+    def bus_factor(self) -> float:
+        return BUS_FACTORS[self.name](len(self.ranks))
+
+    @property
+    def algbw_gbs(self) -> float:
+        """nccl-tests' algorithm bandwidth: ``nbytes / time`` (GB/s, 1e9 B/s)."""
+        return self.nbytes / self.time_s / 1e9 if self.duration_cycles else 0.0
+
+    @property
+    def busbw_gbs(self) -> float:
+        """nccl-tests' bus bandwidth: ``algbw x bus_factor``."""
+        return self.algbw_gbs * self.bus_factor
+
+
+@dataclass(frozen=True)
+class ComputeRecord:
+    """Device compute booked on ``rank`` from ``start_cycle`` to ``end_cycle``."""
+
+    rank: int
+    start_cycle: int
+    end_cycle: int
+    label: str = "compute"
+
+
+class Work:
+    """A collective or compute in flight. ``event`` is its SimPy event (value: the
+    record); :meth:`wait` runs the simulation until it is done and returns the record."""
+
+    def __init__(self, comm: Communicator, event: simpy.Event) -> None:
+        self.comm = comm
+        self.event = event
+
+    def done(self) -> bool:
+        return self.event.processed
+
+    def wait(self) -> Any:
+        if not self.event.processed:
+            self.comm.env.run(until=self.event)
+        return self.event.value
+
+
+class Communicator:
+    """Collectives over the devices of ``spec`` (a :class:`ClusterSpec`).
+
+    ``chunk_bytes``: the largest message piece a link carries at once (store-and-forward
+    unit on multi-hop paths) and the pipelining unit of the tree and broadcast
+    algorithms. ``env``: share a SimPy environment with other models (a training
+    scheduler); a fresh one by default. Time is integer cycles of the device clock;
+    ``now_cycles`` is the current simulated time.
+    """
+
+    def __init__(self, spec: ClusterSpec, *, chunk_bytes: int = 1 << 20,
+                 env: simpy.Environment | None = None) -> None:
+        if not isinstance(spec, ClusterSpec):
+            raise CommError(f"open_cluster needs a cluster spec, got {type(spec).__name__}")
+        self.spec = spec
+        self.size = spec.devices
+        self.device: DeviceSpec = spec.device
+        self.clock_ghz = spec.device.clock_ghz
+        self.topology: Topology = build_topology(spec)
+        self.env = env if env is not None else simpy.Environment()
+        self.links = LinkModel(self.topology, self.clock_ghz, self.env, chunk_bytes)
+        self.chunk_bytes = chunk_bytes
+        self.records: list[CollectiveRecord] = []
+        self.compute_records: list[ComputeRecord] = []
+        self.listeners: list[Any] = []
+        self._free_at = [0] * self.size
+        self._mailbox: dict[tuple[int, int], list[Work]] = {}
+
+    def __repr__(self) -> str:
+        return (f"Communicator({self.spec.name!r}, ranks={self.size}, "
+                f"topology={self.topology.kind})")
+
+    @property
+    def now_cycles(self) -> int:
+        return int(self.env.now)
+
+    def cycles_to_s(self, cycles: float) -> float:
+        return cycles / (self.clock_ghz * 1e9)
+
+    @property
+    def peak_link_bandwidth_gbs(self) -> float:
+        """The fastest device link's bandwidth (one direction), GB/s."""
+        return max(b for b, _ in self.topology.links.values())
+
+    def link_names(self) -> list[str]:
+        return [link_name(u, v, self.size) for u, v in self.topology.links]
+
+    # -- argument checks ----------------------------------------------------------------
+
+    def _rank(self, r: Any, what: str, where: str) -> int:
+        if isinstance(r, bool) or not isinstance(r, (int, np.integer)):
+            raise CommError(f"{where}: {what} must be an integer rank, got {r!r}")
+        if not 0 <= r < self.size:
+            raise CommError(f"{where}: {what} {r} is outside the cluster (ranks 0..{self.size - 1})")
+        return int(r)
+
+    def _group(self, ranks: Sequence[int] | None, where: str) -> list[int]:
+        if ranks is None:
+            return list(range(self.size))
+        group = [self._rank(r, "rank", where) for r in ranks]
+        if len(set(group)) != len(group):
+            raise CommError(f"{where}: ranks {list(ranks)} repeat a rank")
+        if len(group) < 2:
+            raise CommError(f"{where}: a collective needs at least 2 ranks, got {group}")
+        return group
+
+    def _buffers(self, where: str, group: list[int], buffers: Sequence[Any] | None,
+                 nbytes: int | None) -> tuple[list[np.ndarray] | None, int, int]:
+        """(flat copies or None, element count, itemsize) of a call's data."""
+        if (buffers is None) == (nbytes is None):
+            raise CommError(f"{where}: give either buffers (functional) or nbytes (timing)")
+        if buffers is None:
+            if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) \
+                    or nbytes < 0:
+                raise CommError(f"{where}: nbytes must be a non-negative integer, got {nbytes!r}")
+            return None, int(nbytes), 1
+        if len(buffers) != len(group):
+            raise CommError(f"{where}: {len(buffers)} buffers for {len(group)} ranks")
+        arrs = [np.asarray(b) for b in buffers]
+        a0 = arrs[0]
+        for k, a in enumerate(arrs):
+            if a.shape != a0.shape or a.dtype != a0.dtype:
+                raise CommError(f"{where}: rank {group[k]}'s buffer is {a.shape} {a.dtype}, "
+                                f"rank {group[0]}'s is {a0.shape} {a0.dtype}")
+        return [a.reshape(-1).copy() for a in arrs], a0.size, a0.dtype.itemsize
+
+    def _algorithm(self, name: str, algorithm: str | None) -> str:
+        algos = ALGORITHMS[name]
+        algo = algos[0] if algorithm is None else algorithm
+        if algo not in algos:
+            raise CommError(f"{name}: unknown algorithm {algo!r} (known: {', '.join(algos)})")
+        return algo
+
+    def _order(self, group: list[int]) -> list[int]:
+        """The group's members in the topology's ring order."""
+        members = set(group)
+        return [r for r in self.topology.ring if r in members]
+
+    def _pieces(self, count: int, itemsize: int) -> int:
+        return max(1, min(count, math.ceil(count * itemsize / self.chunk_bytes)))
+
+    # -- execution ----------------------------------------------------------------------
+
+    def _run(self, name: str, algo: str, nbytes: int, group: list[int], sched: Schedule,
+             state: dict[int, dict[str, np.ndarray]] | None, reduce: Any,
+             finalize: Callable[[], list[np.ndarray] | None], kind: str = "collective",
+             async_op: bool = False) -> Any:
+        env = self.env
+        start = env.now
+        tally: dict[tuple[int, int], int] = {}
+        tr = sched.transfers
+        waiting = [len(t.deps) for t in tr]
+        dependents: list[list[int]] = [[] for _ in tr]
+        for i, t in enumerate(tr):
+            for d in t.deps:
+                dependents[d].append(i)
+        payload: list[Any] = [None] * len(tr)
+        left = [len(tr)]
+        done = env.event()
+        links = self.links
+
+        def finish() -> None:
+            rec = CollectiveRecord(name=name, algorithm=algo, nbytes=nbytes,
+                                   ranks=tuple(group), start_cycle=int(start),
+                                   end_cycle=int(env.now), clock_ghz=self.clock_ghz,
+                                   sent_bytes=sched.sent_bytes, transfers=len(tr),
+                                   link_bytes={link_name(u, v, self.size): b
+                                               for (u, v), b in sorted(tally.items())},
+                                   kind=kind, outputs=finalize())
+            self.records.append(rec)
+            for lst in self.listeners:
+                lst.on_collective(rec)
+            done.succeed(rec)
+
+        def launch(i: int) -> None:
+            t = tr[i]
+            if state is not None:
+                payload[i] = state[t.src][t.src_key][t.start:t.stop].copy()
+            links.send(t.src, t.dst, (t.stop - t.start) * sched.itemsize,
+                       lambda: arrive(i), tally)
+
+        def arrive(i: int) -> None:
+            t = tr[i]
+            if state is not None:
+                off = t.start if t.dst_start is None else t.dst_start
+                dst = state[t.dst][t.dst_key][off:off + t.stop - t.start]
+                if t.op == "reduce":
+                    reduce(dst, payload[i], out=dst)
+                else:
+                    dst[...] = payload[i]
+                payload[i] = None
+            left[0] -= 1
+            for j in dependents[i]:
+                waiting[j] -= 1
+                if not waiting[j]:
+                    launch(j)
+            if not left[0]:
+                finish()
+
+        if tr:
+            for i in range(len(tr)):
+                if not waiting[i]:
+                    launch(i)
+        else:
+            env.timeout(0).callbacks.append(lambda _e: finish())
+        work = Work(self, done)
+        return work if async_op else work.wait()
+
+    # -- collectives --------------------------------------------------------------------
+
+    def all_reduce(self, buffers: Sequence[Any] | None = None, *, nbytes: int | None = None,
+                   algorithm: str | None = None, op: str = "sum",
+                   ranks: Sequence[int] | None = None, async_op: bool = False) -> Any:
+        """Reduce one buffer per rank elementwise (``op``: sum, max, min, prod) and give
+        every rank the result. ``algorithm``: ``ring`` (default), ``tree`` or
+        ``hierarchical`` (whole cluster of a hierarchical topology). ``buffers``: one
+        array per rank of ``ranks`` (default all), all of one shape and dtype
+        (functional mode; ``record.outputs`` holds each rank's result); or ``nbytes``
+        (timing mode). Returns a :class:`CollectiveRecord` (a :class:`Work` with
+        ``async_op``). Raises :class:`CommError` on a bad rank, buffer or algorithm."""
+        where = "all_reduce"
+        group = self._group(ranks, where)
+        algo = self._algorithm(where, algorithm)
+        if op not in _REDUCE_OPS:
+            raise CommError(f"{where}: unknown op {op!r} (known: {', '.join(_REDUCE_OPS)})")
+        flat, count, isz = self._buffers(where, group, buffers, nbytes)
+        sched = Schedule(isz)
+        rng = (0, count)
+        if algo == "ring":
+            sched.ring_all_reduce(self._order(group), rng, {})
+        elif algo == "tree":
+            sched.tree_all_reduce(self._order(group), rng, self._pieces(count, isz))
+        else:
+            k = self.topology.devices_per_node
+            if k is None or len(group) != self.size:
+                raise CommError(f"{where}: the hierarchical algorithm needs the whole "
+                                "cluster on a hierarchical topology (this is "
+                                f"{self.topology.kind}, {len(group)} of {self.size} ranks)")
+            m = self.size // k
+            segs = even_ranges(rng, k)
+            after: dict[int, list[int]] = {}
+            for a in range(m):
+                after.update(sched.ring_reduce_scatter([a * k + j for j in range(k)], segs,
+                                                       {}, 1))
+            after2: dict[int, list[int]] = {}
+            if m > 1:
+                for j in range(k):
+                    after2.update(sched.ring_all_reduce([a * k + j for a in range(m)],
+                                                        segs[(j + 1) % k], after))
+            else:
+                after2 = after
+            for a in range(m):
+                sched.ring_all_gather([a * k + j for j in range(k)], segs, after2, 1)
+        shape = None if buffers is None else np.asarray(buffers[0]).shape
+        state = None if flat is None else {r: {"buf": f} for r, f in zip(group, flat,
+                                                                          strict=True)}
+
+        def finalize() -> list[np.ndarray] | None:
+            if state is None:
+                return None
+            return [state[r]["buf"].reshape(shape) for r in group]
+
+        return self._run(where, algo, count * isz, group, sched, state, _REDUCE_OPS[op],
+                         finalize, async_op=async_op)
+
+    def reduce_scatter(self, buffers: Sequence[Any] | None = None, *,
+                       nbytes: int | None = None, algorithm: str | None = None,
+                       op: str = "sum", ranks: Sequence[int] | None = None,
+                       async_op: bool = False) -> Any:
+        """Reduce one buffer per rank; the ``k``-th rank of the group gets the ``k``-th of
+        ``len(ranks)`` equal parts of the result (flat). Ring algorithm. Functional
+        buffers must split evenly over the ranks."""
+        where = "reduce_scatter"
+        group = self._group(ranks, where)
+        algo = self._algorithm(where, algorithm)
+        if op not in _REDUCE_OPS:
+            raise CommError(f"{where}: unknown op {op!r} (known: {', '.join(_REDUCE_OPS)})")
+        flat, count, isz = self._buffers(where, group, buffers, nbytes)
+        n = len(group)
+        if flat is not None and count % n:
+            raise CommError(f"{where}: {count} elements do not split evenly over {n} ranks")
+        seg_of = dict(zip(group, even_ranges((0, count), n), strict=True))
+        order = self._order(group)
+        sched = Schedule(isz)
+        sched.ring_reduce_scatter(order, [seg_of[r] for r in order], {}, 0)
+        state = None if flat is None else {r: {"buf": f} for r, f in zip(group, flat,
+                                                                          strict=True)}
+
+        def finalize() -> list[np.ndarray] | None:
+            if state is None:
+                return None
+            return [state[r]["buf"][slice(*seg_of[r])].copy() for r in group]
+
+        return self._run(where, algo, count * isz, group, sched, state, _REDUCE_OPS[op],
+                         finalize, async_op=async_op)
+
+    def all_gather(self, buffers: Sequence[Any] | None = None, *, nbytes: int | None = None,
+                   algorithm: str | None = None, ranks: Sequence[int] | None = None,
+                   async_op: bool = False) -> Any:
+        """Every rank gets every rank's buffer: outputs of shape ``(len(ranks),) +
+        shape``, in group order. Ring algorithm. In timing mode ``nbytes`` is the
+        gathered size (nccl-tests' convention)."""
+        where = "all_gather"
+        group = self._group(ranks, where)
+        algo = self._algorithm(where, algorithm)
+        flat, count, isz = self._buffers(where, group, buffers, nbytes)
+        n = len(group)
+        total = count if flat is None else count * n
+        seg_of = dict(zip(group, even_ranges((0, total), n), strict=True))
+        order = self._order(group)
+        sched = Schedule(isz)
+        sched.ring_all_gather(order, [seg_of[r] for r in order], {}, 0)
+        state = None
+        if flat is not None:
+            state = {}
+            for r, f in zip(group, flat, strict=True):
+                out = np.zeros(total, dtype=f.dtype)
+                out[slice(*seg_of[r])] = f
+                state[r] = {"buf": out}
+        shape = None if buffers is None else (n, *np.asarray(buffers[0]).shape)
+
+        def finalize() -> list[np.ndarray] | None:
+            if state is None:
+                return None
+            return [state[r]["buf"].reshape(shape) for r in group]
+
+        return self._run(where, algo, total * isz, group, sched, state, None, finalize,
+                         async_op=async_op)
+
+    def broadcast(self, buffers: Sequence[Any] | None = None, *, nbytes: int | None = None,
+                  root: int = 0, algorithm: str | None = None,
+                  ranks: Sequence[int] | None = None, async_op: bool = False) -> Any:
+        """Every rank gets ``root``'s buffer (the others' buffers give only the shape).
+        Ring algorithm: a chain from the root in ring order, pipelined in chunks."""
+        where = "broadcast"
+        group = self._group(ranks, where)
+        algo = self._algorithm(where, algorithm)
+        root = self._rank(root, "root", where)
+        if root not in group:
+            raise CommError(f"{where}: root {root} is not in the group {group}")
+        flat, count, isz = self._buffers(where, group, buffers, nbytes)
+        order = self._order(group)
+        i = order.index(root)
+        order = order[i:] + order[:i]
+        sched = Schedule(isz)
+        sched.chain_broadcast(order, (0, count), self._pieces(count, isz))
+        state = None if flat is None else {r: {"buf": f} for r, f in zip(group, flat,
+                                                                          strict=True)}
+        shape = None if buffers is None else np.asarray(buffers[0]).shape
+
+        def finalize() -> list[np.ndarray] | None:
+            if state is None:
+                return None
+            return [state[r]["buf"].reshape(shape) for r in group]
+
+        return self._run(where, algo, count * isz, group, sched, state, None, finalize,
+                         async_op=async_op)
+
+    def all_to_all(self, buffers: Sequence[Any] | None = None, *, nbytes: int | None = None,
+                   algorithm: str | None = None, ranks: Sequence[int] | None = None,
+                   async_op: bool = False) -> Any:
+        """Block ``j`` of the ``k``-th rank's (flat) buffer goes to the ``j``-th rank, as
+        its block ``k``. All blocks move at once over their shortest paths (``direct``).
+        Functional buffers must split evenly over the ranks."""
+        where = "all_to_all"
+        group = self._group(ranks, where)
+        algo = self._algorithm(where, algorithm)
+        flat, count, isz = self._buffers(where, group, buffers, nbytes)
+        n = len(group)
+        if flat is not None and count % n:
+            raise CommError(f"{where}: {count} elements do not split evenly over {n} ranks")
+        blocks = even_ranges((0, count), n)
+        sched = Schedule(isz)
+        for s in range(1, n):
+            for k in range(n):
+                j = (k + s) % n
+                t = sched.add(group[k], group[j], blocks[j], "copy", [], "in", "out")
+                sched.transfers[t].dst_start = blocks[k][0]
+                if blocks[j][1] - blocks[j][0] != blocks[k][1] - blocks[k][0]:
+                    # uneven timing-mode sizes: send block j's length into slot k
+                    sched.transfers[t].dst_start = None
+        state = None
+        if flat is not None:
+            state = {}
+            for k, (r, f) in enumerate(zip(group, flat, strict=True)):
+                out = np.zeros_like(f)
+                out[slice(*blocks[k])] = f[slice(*blocks[k])]
+                state[r] = {"in": f, "out": out}
+        shape = None if buffers is None else np.asarray(buffers[0]).shape
+
+        def finalize() -> list[np.ndarray] | None:
+            if state is None:
+                return None
+            return [state[r]["out"].reshape(shape) for r in group]
+
+        return self._run(where, algo, count * isz, group, sched, state, None, finalize,
+                         async_op=async_op)
+
+    # -- point to point -----------------------------------------------------------------
+
+    def send(self, src: int, dst: int, buffer: Any = None, *, nbytes: int | None = None,
+             async_op: bool = False) -> Any:
+        """Move ``buffer`` (or ``nbytes``) from rank ``src`` to rank ``dst`` over the
+        shortest path, chunked; :meth:`recv` on ``dst`` takes it. Returns the record."""
+        where = "send"
+        src, dst = self._rank(src, "src", where), self._rank(dst, "dst", where)
+        if src == dst:
+            raise CommError(f"{where}: src and dst are both rank {src}")
+        bufs = None if buffer is None else [buffer, buffer]
+        flat, count, isz = self._buffers(where, [src, dst], bufs, nbytes)
+        sched = Schedule(isz)
+        sched.add(src, dst, (0, count), "copy", [])
+        state = None
+        if flat is not None:
+            state = {src: {"buf": flat[0]}, dst: {"buf": np.zeros_like(flat[0])}}
+        shape = None if buffer is None else np.asarray(buffer).shape
+
+        def finalize() -> list[np.ndarray] | None:
+            return None if state is None else [state[dst]["buf"].reshape(shape)]
+
+        work = self._run(where, "p2p", count * isz, [src, dst], sched, state, None,
+                         finalize, kind="p2p", async_op=True)
+        self._mailbox.setdefault((src, dst), []).append(work)
+        return work if async_op else work.wait()
+
+    def recv(self, dst: int, src: int) -> Any:
+        """The oldest message ``src`` sent to ``dst`` not yet received: its array in
+        functional mode, else its record; waits for it to arrive."""
+        where = "recv"
+        dst, src = self._rank(dst, "dst", where), self._rank(src, "src", where)
+        box = self._mailbox.get((src, dst))
+        if not box:
+            raise CommError(f"{where}: rank {src} has sent nothing (left) to rank {dst}")
+        rec = box.pop(0).wait()
+        return rec if rec.outputs is None else rec.outputs[0]
+
+    # -- compute ------------------------------------------------------------------------
+
+    def compute(self, rank: int | Sequence[int] | None, cycles: int, *,
+                label: str = "compute", async_op: bool = False) -> Any:
+        """Book ``cycles`` of device compute on ``rank`` (a rank, a list, or ``None`` for
+        all): each device runs its compute in order, from the later of now and its
+        previous compute's end. Communication runs on the links meanwhile, so compute
+        issued with ``async_op=True`` overlaps collectives. Returns the records."""
+        where = "compute"
+        if isinstance(cycles, bool) or not isinstance(cycles, (int, np.integer)) or cycles < 0:
+            raise CommError(f"{where}: cycles must be a non-negative integer, got {cycles!r}")
+        ranks = list(range(self.size)) if rank is None else (
+            [rank] if not isinstance(rank, Sequence) else list(rank))
+        ranks = [self._rank(r, "rank", where) for r in ranks]
+        now = self.now_cycles
+        recs = []
+        for r in ranks:
+            start = max(now, self._free_at[r])
+            rec = ComputeRecord(r, start, start + int(cycles), label)
+            self._free_at[r] = rec.end_cycle
+            self.compute_records.append(rec)
+            for lst in self.listeners:
+                lst.on_compute(rec)
+            recs.append(rec)
+        end = max(rec.end_cycle for rec in recs)
+        work = Work(self, self.env.timeout(end - now, value=recs))
+        return work if async_op else work.wait()
+
+    def run(self, rank: int | Sequence[int] | None, workload: Any, *,
+            async_op: bool = False, **kwargs: Any) -> Any:
+        """Emulate ``workload`` (as :func:`wia_hw.run`, on the cluster's device spec) and
+        book its cycles as compute on ``rank``."""
+        from ..runtime import run
+
+        res = run(workload, device=self.device, **kwargs)
+        name = workload if isinstance(workload, str) else getattr(workload, "name", "workload")
+        return self.compute(rank, res.cycles, label=str(name), async_op=async_op)
+
+    def synchronize(self) -> None:
+        """Run the simulation until everything issued has finished."""
+        self.env.run()
+
+
+def open_cluster(spec: Any = "wia-cluster-8", *, overrides: Any = None,
+                 chunk_bytes: int = 1 << 20, env: simpy.Environment | None = None
+                 ) -> Communicator:
+    """A :class:`Communicator` over a cluster spec (built-in name, path, mapping or
+    :class:`ClusterSpec`; ``overrides`` as for :func:`wia_hw.load_spec`)."""
+    from ..spec import load_spec
+
+    s = load_spec(spec, overrides)
+    if not isinstance(s, ClusterSpec):
+        raise CommError(f"{s.name!r} is a device spec; open_cluster needs a cluster spec "
+                        "(e.g. wia-cluster-8)")
+    return Communicator(s, chunk_bytes=chunk_bytes, env=env)
