@@ -20,7 +20,8 @@ in place):
   but whose values are never computed (the work happens once, when weights load, not
   per inference). Weight values are never needed: only dims.
 * Folded values that remaining nodes read become initializers; folded nodes go away.
-  Random ops (``RandomNormal``...) and nodes with subgraphs are never folded.
+  Random ops (``RandomNormal``...), ops of other domains than ONNX's and nodes with
+  subgraphs are never folded.
 
 Values of initializers stored in an external data file are read only when a folded
 node needs them (small tensors); a missing data file is fine for everything else,
@@ -183,8 +184,9 @@ class _Folder:
         for i in ins:
             if not self.is_const(i):
                 return False
-        if node.op_type in _NEVER or any(a.type in (5, 10) for a in node.attribute):
-            return False    # random, or has a subgraph (GRAPH / GRAPHS attributes)
+        if node.op_type in _NEVER or node.domain not in ("", "ai.onnx") or \
+                any(a.type in (5, 10) for a in node.attribute):
+            return False    # random, a custom op, or has a subgraph (GRAPH(S) attribute)
         vals = [self.value(i) if i else None for i in node.input]
         small = all(v is not None for v, i in zip(vals, node.input, strict=True) if i)
         outs_small = all(self.shapes.get(o) is not None
