@@ -13,7 +13,6 @@ The seed's C names map to these by dropping the ``wia_`` prefix (see API.md).
 from __future__ import annotations
 
 from ._version import __version__
-from .comm import CollectiveRecord, CommError, Communicator, open_cluster
 from .bench import (
     BenchmarkConfig,
     BenchmarkError,
@@ -29,6 +28,7 @@ from .bench import (
     load_baseline_results,
     save_baseline,
 )
+from .comm import CollectiveRecord, CommError, Communicator, open_cluster
 from .emulator.config import ClusterSpec, DeviceSpec
 from .emulator.counters import Counter, Counters
 from .emulator.errors import SpecError, WiaError, WorkloadError
@@ -63,6 +63,10 @@ from .graph import Graph, GraphBuilder, Op, Tensor
 from .profiling import (
     AllocationSite,
     AnalysisConfig,
+    CollectiveStats,
+    CommProfileReport,
+    CommProfilingConfig,
+    CommProfilingSession,
     FragmentationAnalysis,
     KernelProfile,
     MemoryLeak,
@@ -85,13 +89,16 @@ from .profiling import (
     analyze_roofline,
     create_roofline,
     load_profile_report,
+    plot_comm_timeline,
     plot_memory_timeline,
     profile_kernel,
     roofline_add_point,
     roofline_plot,
     save_profile_report,
+    start_comm_profiling,
     start_memory_profiling,
     start_profiling,
+    stop_comm_profiling,
     stop_memory_profiling,
     stop_profiling,
 )
@@ -136,6 +143,13 @@ __all__ = [
     "CommError",
     "Communicator",
     "open_cluster",
+    "CollectiveStats",
+    "CommProfileReport",
+    "CommProfilingConfig",
+    "CommProfilingSession",
+    "plot_comm_timeline",
+    "start_comm_profiling",
+    "stop_comm_profiling",
     # extensions (seed 8.9)
     "AttentionConfig",
     "AttentionPattern",

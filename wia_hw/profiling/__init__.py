@@ -12,6 +12,16 @@ build on it. Plots need matplotlib (``pip install 'wia-hw[plot]'``).
 from __future__ import annotations
 
 from ._callsite import Frame
+from ._comm import (
+    CollectiveStats,
+    CommProfileReport,
+    CommProfilingConfig,
+    CommProfilingSession,
+    comm_trace_events,
+    plot_comm_timeline,
+    start_comm_profiling,
+    stop_comm_profiling,
+)
 from ._config import SEED_COUNTERS, OutputFormat, ProfileMode, ProfilingConfig
 from ._flamegraph import parse_collapsed, render_svg
 from ._kernel import Assessment, KernelProfile, format_kernel_profile, profile_kernel
@@ -59,6 +69,14 @@ from ._timeline import check_trace_events
 
 __all__ = [
     "SCHEMA",
+    "CollectiveStats",
+    "CommProfileReport",
+    "CommProfilingConfig",
+    "CommProfilingSession",
+    "comm_trace_events",
+    "plot_comm_timeline",
+    "start_comm_profiling",
+    "stop_comm_profiling",
     "AnalysisConfig",
     "PerformanceRecommendations",
     "Priority",
