@@ -1,0 +1,249 @@
+"""wia_hw.bench on the emulator and in wall time: thermal carry-over, determinism with
+every variation source off, environmental data, SQLite baselines, ``wia-hw bench``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+
+import pytest
+from click.testing import CliRunner
+
+import wia_hw
+from wia_hw.bench import (
+    BenchmarkConfig,
+    BenchmarkError,
+    benchmark_model,
+    benchmark_operation,
+    compare_benchmarks,
+    load_baseline_results,
+    save_baseline,
+    spec_hash,
+)
+from wia_hw.cli import cli
+
+GEMM = {"M": 256, "N": 256, "K": 256}
+# a die that throttles after a few iterations: the hot case's spec with a small heat
+# capacity, starting 0.03 C below its throttle point
+HOT = {"thermal.capacitance_j_per_c": 0.1, "thermal.initial_c": 94.97}
+
+
+def _cfg(**kw):
+    base = {"warmup_iterations": 1, "measurement_iterations": 8, "cooldown_iterations": 1,
+            "outlier_detection": "none"}
+    return BenchmarkConfig(**(base | kw))
+
+
+def test_with_every_source_off_repeated_runs_are_identical():
+    ctx = wia_hw.open_device("wia-npu-passive", overrides=HOT)
+    r = benchmark_operation(ctx, "gemm", _cfg(variation_sources=()), M=1024, N=1024, K=1024)
+    assert len(set(r.raw_samples_ms)) == 1
+    assert (r.std_dev_ms, r.cv_percent, r.num_outliers) == (0.0, 0.0, 0)
+    run = r.last_run
+    assert r.mean_ms == run.latency_ms == ctx.spec.cycles_to_ms(run.cycles)
+    # every iteration starts at the temperature the device had: no throttling
+    env = r.environmental_data
+    assert env.temperature_start_c == 94.97 and env.throttled_iterations == 0
+    assert env.frequency_min_ghz == env.frequency_mean_ghz == ctx.spec.clock_ghz
+
+
+def test_thermal_carry_over_heats_the_die_into_throttling():
+    spec = wia_hw.load_spec("wia-npu-passive", HOT)
+    ctx = wia_hw.Context(spec)
+    r = benchmark_operation(ctx, "gemm", _cfg(), M=1024, N=1024, K=1024)
+    env = r.environmental_data
+    cool, hot = min(r.raw_samples_ms), max(r.raw_samples_ms)
+    assert cool < hot                          # throttled iterations take longer
+    # the cool iterations equal the runs of a die held at its start temperature
+    ref = benchmark_operation(wia_hw.Context(spec), "gemm", _cfg(variation_sources=()),
+                              M=1024, N=1024, K=1024)
+    assert cool == ref.mean_ms
+    assert r.raw_samples_ms == tuple(sorted(r.raw_samples_ms))   # the die only heats
+    assert 0 < env.throttled_iterations < 8
+    assert env.throttled_iterations == sum(1 for x in r.raw_samples_ms if x > cool)
+    assert env.frequency_min_ghz == spec.clock_ghz * spec.thermal.throttle_factor
+    assert env.frequency_min_ghz < env.frequency_mean_ghz < spec.clock_ghz
+    assert env.temperature_max_c > spec.thermal.throttle_c > env.temperature_start_c
+    assert env.temperature_variation == env.temperature_max_c - env.temperature_min_c
+    assert env.temperature_varied == env.temperature_variation
+    assert env.power_max_w >= env.power_mean_w > 0
+    # the seed's warning, at a threshold this small run crosses
+    warned = benchmark_operation(wia_hw.Context(spec), "gemm", _cfg(temperature_warning_c=0.05),
+                                 M=1024, N=1024, K=1024)
+    tv = warned.environmental_data.temperature_variation
+    assert tv > 0.05
+    assert f"  WARNING: Temperature varied by {tv:.1f}°C during measurement" in \
+        warned.format_text().splitlines()
+    # same inputs, same result
+    again = benchmark_operation(wia_hw.Context(spec), "gemm", _cfg(), M=1024, N=1024, K=1024)
+    assert again.raw_samples_ms == r.raw_samples_ms and again.environmental_data == env
+
+
+def test_power_and_samples_agree_with_the_runs():
+    ctx = wia_hw.open_device("wia-npu")
+    r = benchmark_operation(ctx, "gemm", _cfg(), **GEMM)
+    run = r.last_run
+    assert r.environmental_data.power_mean_w == pytest.approx(run.avg_power_w, rel=1e-12)
+    assert r.name == "gemm(K=256, M=256, N=256, batch=1, precision=fp16)"
+    assert r.params["M"] == 256 and r.kind == "emulator" and r.device == "wia-npu"
+    assert r.spec_hash == spec_hash(ctx.spec)
+    # a callable taking the context measures the same device time
+    ctx2 = wia_hw.open_device("wia-npu")
+    c = benchmark_operation(ctx2, lambda c: c.run("gemm", **GEMM), _cfg())
+    assert c.raw_samples_ms == r.raw_samples_ms and c.last_run is not None
+    assert ctx.device.now == ctx2.device.now       # warm-up, measured and cool-down runs
+
+
+def test_emulator_bad_input():
+    ctx = wia_hw.open_device("wia-npu")
+    with pytest.raises(BenchmarkError, match=r"took no device time \(0 cycles\)"):
+        benchmark_operation(ctx, lambda c: None, _cfg())
+    with pytest.raises(BenchmarkError, match=r"workload arguments \(M\) apply to a workload"):
+        benchmark_operation(ctx, lambda c: c.run("gemm", **GEMM), _cfg(), M=3)
+    with pytest.raises(TypeError, match=r"operation must be a workload name"):
+        benchmark_operation(ctx, 42, _cfg())
+    with pytest.raises(TypeError, match=r"cfg must be a BenchmarkConfig, got dict"):
+        benchmark_operation(ctx, "gemm", {"measurement_iterations": 3})
+    with pytest.raises(BenchmarkError, match=r"measurement_iterations must be at least 1"):
+        benchmark_operation(ctx, "gemm", _cfg(measurement_iterations=0), **GEMM)
+    assert ctx.observers == []
+
+
+def test_wall_time_calibrates_its_inner_loop():
+    calls = [0]
+
+    def op():
+        calls[0] += 1
+
+    cfg = _cfg(warmup_iterations=2, measurement_iterations=5, cooldown_iterations=1,
+               min_sample_time_ms=0.2)
+    r = benchmark_operation(None, op, cfg)
+    assert r.kind == "wall" and r.device == "host" and r.num_measurements == 5
+    assert r.inner_loops > 1                   # one call of op lasts far under 0.2 ms
+    # calibration calls, then 8 samples of inner_loops calls
+    assert calls[0] > 8 * r.inner_loops
+    assert all(x > 0 for x in r.raw_samples_ms)
+    assert r.environmental_data.temperature_variation is None
+    with pytest.raises(BenchmarkError, match=r"workload arguments \(batch\) need a context"):
+        benchmark_operation(None, op, cfg, batch=2)
+    with pytest.raises(TypeError, match=r"without a context, operation must be a callable"):
+        benchmark_operation(None, "gemm", cfg)
+
+
+def test_benchmark_model_is_the_seeds_thin_wrapper():
+    m = benchmark_model("bert-base", 2, seq=64, layers=1)
+    run = m.run
+    assert m.latency_ms == run.latency_ms
+    assert m.throughput == pytest.approx(2 / (run.latency_ms * 1e-3), rel=1e-12)
+    assert m.ops == run.ops and m.num_operations == len(run.ops)
+    assert {o.name for o in m.ops} >= {"multi_head_attention", "feed_forward"}
+
+
+# -- baselines -----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def gemm_result():
+    return benchmark_operation(wia_hw.open_device("wia-npu"), "gemm", _cfg(), **GEMM)
+
+
+def test_baseline_round_trip_and_keys(tmp_path, gemm_result):
+    db = tmp_path / "b.sqlite"
+    key = save_baseline(gemm_result, db)
+    back = load_baseline_results(db, device="wia-npu")
+    assert back.to_dict() == gemm_result.to_dict()
+    assert back.format_text() == gemm_result.format_text()
+    assert load_baseline_results(db).to_dict() == gemm_result.to_dict()   # the only one
+    # a newer baseline of the same key wins; another workload is kept apart
+    newer = dataclasses.replace(gemm_result, samples_ms=(1.0, 2.0))
+    save_baseline(newer, db)
+    other = benchmark_operation(wia_hw.open_device("wia-npu"), "gemm", _cfg(),
+                                M=128, N=128, K=128)
+    save_baseline(other, db)
+    assert load_baseline_results(db, key).samples_ms == (1.0, 2.0)
+    assert load_baseline_results(db, other.name).to_dict() == other.to_dict()
+    with pytest.raises(BenchmarkError, match=r"holds baselines of 2 workloads .*; name one"):
+        load_baseline_results(db)
+    with pytest.raises(BenchmarkError, match=r"no baseline for workload 'resnet' \(it holds"):
+        load_baseline_results(db, "resnet")
+    with pytest.raises(BenchmarkError, match=r"no baseline of .* from wia-hw 0.0.0 \(it holds "):
+        load_baseline_results(db, key, tool_version="0.0.0")
+    rows = sqlite3.connect(db).execute(
+        "SELECT workload, device, spec_hash, tool_version FROM baselines").fetchall()
+    assert rows[0] == (key, "wia-npu", spec_hash(wia_hw.load_spec("wia-npu")),
+                       wia_hw.__version__)
+
+
+def test_a_baseline_of_another_device_is_an_error_naming_both(tmp_path, gemm_result):
+    db = tmp_path / "b.sqlite"
+    save_baseline(gemm_result, db)
+    edge = wia_hw.load_spec("wia-edge")
+    with pytest.raises(BenchmarkError, match=(
+            rf"measured on device 'wia-npu' \(spec {gemm_result.spec_hash}\), not on "
+            rf"'wia-edge' \(spec {spec_hash(edge)}\)")) as e:
+        load_baseline_results(db, device=edge)
+    assert "\n" not in str(e.value)
+    wrong = dataclasses.replace(gemm_result, device="wia-edge", spec_hash=spec_hash(edge))
+    with pytest.raises(BenchmarkError, match=r"the baseline was measured on 'wia-edge'"):
+        compare_benchmarks(wrong, gemm_result)
+
+
+def test_baseline_file_errors(tmp_path, gemm_result):
+    with pytest.raises(BenchmarkError, match=r"no baseline file .*missing.sqlite"):
+        load_baseline_results(tmp_path / "missing.sqlite")
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"this is not sqlite, just some bytes" * 10)
+    with pytest.raises(BenchmarkError, match=r"junk.sqlite: not a baseline database"):
+        load_baseline_results(junk)
+    with pytest.raises(TypeError, match=r"save_baseline takes a BenchmarkResult, got list"):
+        save_baseline([1.0], tmp_path / "x.sqlite")
+
+
+def test_spec_hash_is_stable_and_ignores_metadata():
+    a, b = wia_hw.load_spec("wia-npu"), wia_hw.load_spec("wia-npu")
+    assert spec_hash(a) == spec_hash(b) == spec_hash(dataclasses.replace(a, name="other"))
+    assert spec_hash(a) != spec_hash(wia_hw.load_spec("wia-npu",
+                                                      {"memory.hbm.bandwidth_gbs": 300}))
+    assert len(spec_hash(a)) == 16
+
+
+# -- CLI -----------------------------------------------------------------------------
+ARGS = ["bench", "gemm", "-a", "M=256", "-a", "N=256", "-a", "K=256", "-n", "6",
+        "--warmup", "1", "--cooldown", "0"]
+
+
+def test_cli_prints_the_seeds_block_and_gates_on_regressions(tmp_path):
+    runner = CliRunner()
+    db = tmp_path / "base.sqlite"
+    out = runner.invoke(cli, [*ARGS, "--save", str(db)])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert "Benchmark Results (6 measurements):" in lines
+    assert any(s.startswith("  P99.9: ") for s in lines)
+    assert "  Outliers removed: 0" in lines
+    same = runner.invoke(cli, [*ARGS, "--compare", str(db)])
+    assert same.exit_code == 0, same.output
+    assert "  Statistical significance: NO (p=1.0000)" in same.output.splitlines()
+    # a baseline 10 % faster than today: a significant regression, exit status 1
+    base = load_baseline_results(db)
+    fast = tuple(0.9 * x for x in base.samples_ms)
+    save_baseline(dataclasses.replace(base, samples_ms=fast, raw_samples_ms=fast), db)
+    worse = runner.invoke(cli, [*ARGS, "--compare", str(db)])
+    assert worse.exit_code == 1, worse.output
+    assert "  Statistical significance: YES (p=0.0000)" in worse.output.splitlines()
+    assert "  Speedup: 0.90x (95% CI 0.90x-0.90x)" in worse.output.splitlines()
+    js = runner.invoke(cli, [*ARGS, "--compare", str(db), "--json"])
+    assert js.exit_code == 1
+    doc = json.loads(js.output)
+    assert doc["comparison"]["is_regression"] is True
+    assert doc["result"]["num_measurements"] == 6
+
+
+@pytest.mark.parametrize(("extra", "match"), [
+    (["-n", "0"], "BenchmarkConfig.measurement_iterations must be at least 1, got 0"),
+    (["--compare", "nowhere.sqlite"], "no baseline file nowhere.sqlite"),
+])
+def test_cli_bad_input_is_one_line(extra, match, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = CliRunner().invoke(cli, [*ARGS, *extra])
+    assert out.exit_code == 2
+    assert out.output.strip() == f"wia-hw: error: {match}"
