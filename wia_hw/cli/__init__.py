@@ -17,6 +17,7 @@ import click
 
 from ..emulator.errors import WiaError
 from ._bench import bench_cmd
+from ._collectives import collectives
 from ._ext import ext
 from ._profile import profile
 from ._rtl import rtl
@@ -43,7 +44,7 @@ def cli() -> None:
     """wia-hw: an open, verifiable AI-accelerator stack (WIA-AI-011 chapter 8)."""
 
 
-for _command in (run_cmd, specs, rtl, ext, profile, bench_cmd):
+for _command in (run_cmd, specs, rtl, ext, profile, bench_cmd, collectives):
     cli.add_command(_command)
 
 
