@@ -80,6 +80,19 @@ class LastHidden(torch.nn.Module):
                           use_cache=False).last_hidden_state
 
 
+class WithMask(torch.nn.Module):
+    """``model(input_ids, attention_mask).last_hidden_state``: a padding mask as a
+    second run-time input (its mask arithmetic cannot fold)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, attention_mask=attention_mask,
+                          use_cache=False).last_hidden_state
+
+
 def transformers_models() -> dict[str, torch.nn.Module]:
     from transformers import BertConfig, BertModel, GPT2Config, GPT2Model
 
@@ -99,10 +112,19 @@ def transformers_models() -> dict[str, torch.nn.Module]:
     return {"bert_large_2l": LastHidden(bert), "gpt2_2l": LastHidden(gpt2, ones_mask=True),
             "bert_sdpa_2l": LastHidden(bert_sdpa),
             "gpt2_sdpa_2l": LastHidden(gpt2_sdpa, ones_mask=True),
+            # an attention_mask input (H 128, 1 layer, FFN 256 / 512)
+            "bert_mask_1l": WithMask(BertModel(BertConfig(
+                hidden_size=128, num_hidden_layers=1, num_attention_heads=2,
+                intermediate_size=256))),
+            "gpt2_mask_1l": WithMask(GPT2Model(GPT2Config(n_layer=1, n_embd=128,
+                                                          n_head=2))),
             "bert_large_24l": LastHidden(bert24)}
 
 
 def example(name: str) -> tuple[tuple[torch.Tensor, ...], list[str]]:
+    if "_mask_" in name:
+        ids = torch.ones(BATCH, SEQ, dtype=torch.long)
+        return (ids, torch.ones_like(ids)), ["input_ids", "attention_mask"]
     if name.startswith(("bert", "gpt2")):
         return (torch.ones(BATCH, SEQ, dtype=torch.long),), ["input_ids"]
     return (torch.randn(BATCH, 3, IMAGE, IMAGE),), ["x"]
@@ -112,14 +134,14 @@ def export(model: torch.nn.Module, name: str, exporter: str, path: Path) -> None
     args, names = example(name)
     seq_model = name.startswith(("bert", "gpt2"))
     if exporter == "legacy":
-        axes = {names[0]: ({0: "batch", 1: "seq"} if seq_model else {0: "batch"})}
+        axes = {n: ({0: "batch", 1: "seq"} if seq_model else {0: "batch"}) for n in names}
         torch.onnx.export(model, args, str(path), dynamo=False, input_names=names,
                           dynamic_axes=axes, opset_version=17)
     else:
         batch = torch.export.Dim("batch", min=1, max=1024)
         shapes = {0: batch, 1: torch.export.Dim("seq", min=2, max=512)} if seq_model \
             else {0: batch}
-        kw = {"input_ids": shapes} if seq_model else {"x": shapes}
+        kw = {n: shapes for n in names}
         prog = torch.onnx.export(model, args, dynamo=True, dynamic_shapes=kw,
                                  input_names=names)
         prog.save(str(path), external_data=True)

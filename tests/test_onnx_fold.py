@@ -408,3 +408,18 @@ def test_maxpool_ceil_mode_sizes(hw, k, stride):
     out = -(-(hw - k) // stride) + 1
     assert g.tensors["y"].shape == (1, 8, out, out)
     assert g.flops() == 8 * out * out * k * k
+
+
+def test_gather_nd_is_a_row_gather():
+    m = model([node("GatherND", ["x", "idx"], ["y"])],
+              [vi("x", [4, 5, 6]), vi("idx", [3, 2], I64)], [vi("y", None)])
+    g = from_onnx(m)
+    assert g.tensors["y"].shape == (3, 6) and "embedding" in kinds(g)
+    assert g.flops() == 0
+    emb = next(o for o in g.ops if o.kind == "embedding")
+    assert g.tensors[emb.inputs[1]].shape == (4 * 5, 6)      # one row per index row
+    m = model([node("GatherND", ["x", "idx"], ["y"], batch_dims=1)],
+              [vi("x", [4, 5, 6]), vi("idx", [4, 2, 1], I64)], [vi("y", None)])
+    with pytest.raises(WorkloadError, match=r"^ONNX node 'y' \(GatherND\): batch_dims=1 "
+                                            r"is not modelled \(only 0\)$"):
+        from_onnx(m)

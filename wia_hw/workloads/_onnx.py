@@ -53,6 +53,8 @@ Gather                                 ``embedding`` (a 2-D constant table, or a
                                        constant run of indices is a ``slice``
 GatherElements                         ``embedding`` of the flattened data (one row
                                        per output element)
+GatherND (batch_dims 0)                ``embedding`` of ``data`` as rows (one row per
+                                       index row)
 Where, Expand, Trilu                   one binary op per element of the output
                                        (``add``/``mul`` with the constant operands
                                        merged into one weight)
@@ -101,7 +103,7 @@ _RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 _REDUCES = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin")
 _OTHER = ("MatMul", "Gemm", "Softmax", "LayerNormalization", "Conv", "BatchNormalization",
           "MaxPool", "AveragePool", "GlobalAveragePool", "Transpose", "Concat", "Slice",
-          "Split", "Gather", "GatherElements", "Where", "Expand", "Trilu", "Pad", "Resize",
+          "Split", "Gather", "GatherElements", "GatherND", "Where", "Expand", "Trilu", "Pad", "Resize",
           "Constant")
 #: ONNX op types the importer maps.
 SUPPORTED_OPS = tuple(_BINARY) + tuple(_UNARY) + _RESHAPES + _REDUCES + _OTHER
@@ -393,6 +395,8 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
         return
     elif t == "GatherElements":
         _gather_elements(imp, node, name, out, grp, dt)
+    elif t == "GatherND":
+        _gather_nd(imp, node, name, a, out, grp, dt, fail)
     elif t in ("Where", "Expand", "Trilu"):
         _select(imp, node, name, out, grp, dt)
     elif t == "Pad":
@@ -612,6 +616,30 @@ def _gather_elements(imp: _Importer, node: Any, name: str, out: str, grp: str,
                   None, shape=(math.prod(idx),))
     got = imp.add("embedding", name, [ids, table], f"{out}.gather", grp, dt)
     imp.add("reshape", f"{name}.reshape", [got], out, grp, dt, shape=idx)
+
+
+def _gather_nd(imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str,
+               grp: str, dt: str | None, fail: Any) -> None:
+    """GatherND (``batch_dims`` 0): each index row ``[k]`` picks a slice
+    ``data[i0, .., ik-1]``: an ``embedding`` of ``data`` viewed as
+    ``[prod(data[:k]), prod(data[k:])]`` rows, read by the first index column (a
+    ``slice``, standing for the linearised row index, whose k-1 multiply-adds per row
+    are not counted)."""
+    if a.get("batch_dims", 0):
+        raise fail(f"batch_dims={a['batch_dims']} is not modelled (only 0)")
+    ins = list(node.input)
+    data, idx = imp.shape(ins[0]), imp.shape(ins[1])
+    k = idx[-1]
+    rows, rest = math.prod(data[:k]), math.prod(data[k:])
+    oshape = _out_shape(imp, out, fail)
+    table = imp.add("reshape", f"{name}.rows", [imp.value(ins[0], name)], f"{out}.rows",
+                    grp, None, shape=(rows, rest))
+    ids = imp.add("slice", f"{name}.row_index", [imp.value(ins[1], name)], f"{out}.index",
+                  grp, None, axis=len(idx) - 1, start=0, stop=1)
+    ids = imp.add("reshape", f"{name}.ids", [ids], f"{out}.ids", grp, None,
+                  shape=(math.prod(idx[:-1]),))
+    got = imp.add("embedding", name, [ids, table], f"{out}.gather", grp, dt)
+    imp.add("reshape", f"{name}.reshape", [got], out, grp, dt, shape=oshape)
 
 
 def _broadcast_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
