@@ -247,3 +247,66 @@ def test_cli_bad_input_is_one_line(extra, match, tmp_path, monkeypatch):
     out = CliRunner().invoke(cli, [*ARGS, *extra])
     assert out.exit_code == 2
     assert out.output.strip() == f"wia-hw: error: {match}"
+
+
+# -- HBM-channel variation sources ---------------------------------------------------
+@pytest.mark.parametrize("seed", range(6))
+def test_refresh_windows_match_a_cycle_by_cycle_walk(seed):
+    import random
+
+    from wia_hw.emulator.memory import BandwidthPort
+
+    from wia_hw.bench._variation import VariedPort
+
+    rng = random.Random(seed)
+    t = rng.randint(5, 40)
+    r = rng.randint(1, t - 1)
+    port = VariedPort(BandwidthPort("x", 1), refresh_interval_cycles=t, refresh_cycles=r,
+                      phase_cycles=rng.randrange(t), jitter_cycles=0, seed=0)
+    for _ in range(50):
+        start, dur = rng.randint(-100, 300), rng.randint(1, 120)
+        cyc, left = start, dur              # serve one cycle at a time outside windows
+        while left:
+            if (cyc - port.phase) % t >= r:
+                left -= 1
+            cyc += 1
+        assert port.serve(start, dur) == cyc
+
+
+# a GEMV whose 64 MiB of weights stream from HBM every iteration
+GEMV = {"M": 16, "N": 8192, "K": 4096}
+
+
+def _varied(sources, seed=0):
+    ctx = wia_hw.open_device("wia-npu")
+    orig = list(ctx.device.memory.channels)
+    r = benchmark_operation(ctx, "gemm", _cfg(measurement_iterations=6, variation_sources=sources,
+                                              variation_seed=seed), **GEMV)
+    assert ctx.device.memory.channels == orig       # the ports are handed back
+    return r
+
+
+def test_refresh_and_jitter_vary_runs_reproducibly_under_a_seed():
+    base = _varied(())
+    assert len(set(base.raw_samples_ms)) == 1 and base.variation_cycles == {}
+    cfg = BenchmarkConfig()
+    both = _varied(("dram_refresh", "arbitration_jitter"), seed=3)
+    again = _varied(("dram_refresh", "arbitration_jitter"), seed=3)
+    other = _varied(("dram_refresh", "arbitration_jitter"), seed=4)
+    assert both.raw_samples_ms == again.raw_samples_ms
+    assert both.variation_cycles == again.variation_cycles
+    assert both.raw_samples_ms != other.raw_samples_ms
+    assert len(set(both.raw_samples_ms)) > 1 and both.cv_percent > 0
+    # refresh takes tRFC of every tREFI from a channel: a memory-bound run slows by at
+    # most about tREFI / (tREFI - tRFC), never speeds up
+    refresh = _varied(("dram_refresh",))
+    bound = cfg.refresh_interval_ns / (cfg.refresh_interval_ns - cfg.refresh_cycle_ns)
+    assert base.mean_ms < refresh.min_ms
+    assert refresh.max_ms <= base.mean_ms * bound * 1.01
+    assert refresh.variation_cycles["refresh_stall_cycles"] > 0
+    jitter = _varied(("arbitration_jitter",))
+    assert base.mean_ms <= jitter.min_ms < jitter.max_ms
+    assert jitter.variation_cycles == {"refresh_stall_cycles": 0,
+                                       "jitter_stall_cycles": jitter.variation_cycles[
+                                           "jitter_stall_cycles"]}
+    assert jitter.variation_cycles["jitter_stall_cycles"] > 0

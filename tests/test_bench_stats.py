@@ -40,8 +40,10 @@ def _summary(samples, cfg=None, env=None):
     ({"outlier_detection": "grubbs"}, r"outlier_detection must be one of none, iqr, mad"),
     ({"outlier_threshold": 0}, r"outlier_threshold must be a positive number, got 0"),
     ({"min_sample_time_ms": float("nan")}, r"min_sample_time_ms must be a positive number"),
-    ({"variation_sources": ("dram_refresh",)}, r"'dram_refresh' .* is not modelled yet"),
-    ({"variation_sources": ("cosmic",)}, r"unknown source 'cosmic'; modelled: thermal"),
+    ({"variation_sources": ("cosmic",)},
+     r"unknown source 'cosmic'; modelled: thermal, dram_refresh, arbitration_jitter"),
+    ({"refresh_cycle_ns": 4000}, r"refresh_cycle_ns must be below refresh_interval_ns \(3900\)"),
+    ({"arbitration_jitter_cycles": -2}, r"arbitration_jitter_cycles must be at least 0, got -2"),
     ({"environmental_monitoring": {"track_power": True}},
      r"environmental_monitoring must be an EnvironmentalMonitoring, got dict"),
 ])

@@ -18,7 +18,6 @@ from __future__ import annotations
 from ._baseline import load_baseline_results, save_baseline, spec_hash
 from ._compare import SignificanceTest, cohens_d, compare_benchmarks, effect_label
 from ._config import (
-    PLANNED_VARIATION_SOURCES,
     VARIATION_SOURCES,
     BenchmarkConfig,
     BenchmarkError,
@@ -37,7 +36,6 @@ __all__ = [
     "EnvironmentalMonitoring",
     "ModelBenchmark",
     "OutlierMethod",
-    "PLANNED_VARIATION_SOURCES",
     "SignificanceTest",
     "VARIATION_SOURCES",
     "benchmark_model",

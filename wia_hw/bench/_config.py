@@ -10,7 +10,7 @@ from typing import Any
 from ..emulator.errors import WiaError
 
 __all__ = ["BenchmarkConfig", "BenchmarkError", "EnvironmentalMonitoring", "OutlierMethod",
-           "VARIATION_SOURCES", "PLANNED_VARIATION_SOURCES"]
+           "VARIATION_SOURCES"]
 
 
 class BenchmarkError(WiaError, ValueError):
@@ -36,13 +36,13 @@ class OutlierMethod(enum.Enum):
 #: The modelled sources of run-to-run variation on the emulator, by config name.
 VARIATION_SOURCES: dict[str, str] = {
     "thermal": "the die temperature carries over from one iteration to the next (the "
-               "emulator's RC model); when off, every measured iteration starts at the "
-               "temperature the device had when the measurement began",
-}
-#: Sources the issue names that are not modelled yet (they need the memory model).
-PLANNED_VARIATION_SOURCES: dict[str, str] = {
-    "dram_refresh": "HBM refresh windows blocking a channel (tREFI/tRFC)",
-    "arbitration_jitter": "seeded grant delays at shared-port arbiters",
+               "emulator's RC model); when off, every iteration starts at the temperature "
+               "the device had when the benchmark began",
+    "dram_refresh": "every refresh_interval_ns (tREFI) an HBM channel is blocked for "
+                    "refresh_cycle_ns (tRFC); each channel's phase drawn from "
+                    "variation_seed",
+    "arbitration_jitter": "each HBM transfer is granted 0 to arbitration_jitter_cycles "
+                          "cycles late, uniformly, drawn from variation_seed",
 }
 
 
@@ -77,9 +77,14 @@ class BenchmarkConfig:
     :class:`OutlierMethod`.
 
     ``variation_sources``: modelled run-to-run variation on the emulator, names from
-    :data:`VARIATION_SOURCES`; empty turns every source off and repeated runs are then
-    identical. ``variation_seed`` seeds the random sources (none of the modelled ones is
-    random yet: thermal carry-over is deterministic).
+    :data:`VARIATION_SOURCES` (default: ``thermal`` only, the one a plain ``ctx.run``
+    sequence has too); empty turns every source off and repeated runs are then
+    identical. ``variation_seed`` seeds the random ones (refresh phases, grant delays):
+    the same seed gives the same samples. ``refresh_interval_ns`` (tREFI, 3.9 us) and
+    ``refresh_cycle_ns`` (tRFC, 350 ns): HBM2-class all-bank refresh of an 8 Gb die
+    (JEDEC JESD235A; DDR3/DDR4 8 Gb parts list the same tRFC), used by ``dram_refresh``;
+    ``arbitration_jitter_cycles`` (8, a model assumption, not a cited figure) bounds the
+    grant delay of ``arbitration_jitter``. See :mod:`wia_hw.bench._variation`.
 
     Wall-time benchmarks (a plain callable): each sample calls it in a calibrated inner
     loop lasting at least ``min_sample_time_ms`` (pyperf and criterion calibrate the same
@@ -102,6 +107,9 @@ class BenchmarkConfig:
         default_factory=EnvironmentalMonitoring)
     variation_sources: tuple[str, ...] = ("thermal",)
     variation_seed: int = 0
+    refresh_interval_ns: float = 3900.0
+    refresh_cycle_ns: float = 350.0
+    arbitration_jitter_cycles: int = 8
     min_sample_time_ms: float = 10.0
     unstable_cv_percent: float = 10.0
     temperature_warning_c: float = 5.0
@@ -111,6 +119,7 @@ class BenchmarkConfig:
         _count("measurement_iterations", self.measurement_iterations, 1)
         _count("cooldown_iterations", self.cooldown_iterations, 0)
         _count("variation_seed", self.variation_seed, 0)
+        _count("arbitration_jitter_cycles", self.arbitration_jitter_cycles, 0)
         try:
             pcts = tuple(float(p) for p in self.report_percentiles)
         except (TypeError, ValueError):
@@ -133,20 +142,19 @@ class BenchmarkConfig:
                                  f"{self.outlier_detection!r}")
         object.__setattr__(self, "outlier_detection", method)
         for name in ("outlier_threshold", "min_sample_time_ms", "unstable_cv_percent",
-                     "temperature_warning_c"):
+                     "temperature_warning_c", "refresh_interval_ns", "refresh_cycle_ns"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
                     or v <= 0:
                 raise BenchmarkError(f"BenchmarkConfig.{name} must be a positive number, "
                                      f"got {v!r}")
+        if self.refresh_cycle_ns >= self.refresh_interval_ns:
+            raise BenchmarkError("BenchmarkConfig.refresh_cycle_ns must be below "
+                                 f"refresh_interval_ns ({self.refresh_interval_ns:g}), got "
+                                 f"{self.refresh_cycle_ns:g}")
         sources = (self.variation_sources,) if isinstance(self.variation_sources, str) \
             else tuple(self.variation_sources)
         for s in sources:
-            if s in PLANNED_VARIATION_SOURCES:
-                raise BenchmarkError(f"BenchmarkConfig.variation_sources: {s!r} "
-                                     f"({PLANNED_VARIATION_SOURCES[s]}) is not modelled yet "
-                                     "(issue #13); modelled: "
-                                     + ", ".join(VARIATION_SOURCES))
             if s not in VARIATION_SOURCES:
                 raise BenchmarkError(f"BenchmarkConfig.variation_sources: unknown source "
                                      f"{s!r}; modelled: {', '.join(VARIATION_SOURCES)}")
@@ -167,5 +175,8 @@ class BenchmarkConfig:
             "outlier_threshold": self.outlier_threshold,
             "variation_sources": list(self.variation_sources),
             "variation_seed": self.variation_seed,
+            "refresh_interval_ns": self.refresh_interval_ns,
+            "refresh_cycle_ns": self.refresh_cycle_ns,
+            "arbitration_jitter_cycles": self.arbitration_jitter_cycles,
             "min_sample_time_ms": self.min_sample_time_ms,
         }

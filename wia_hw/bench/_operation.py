@@ -32,6 +32,7 @@ from ..runtime import Context, OpTime, RunResult, open_device, resolve_workload
 from ._baseline import spec_hash
 from ._config import BenchmarkConfig, BenchmarkError
 from ._result import BenchmarkResult, EnvironmentalData, summarize
+from ._variation import install, uninstall
 
 __all__ = ["benchmark_operation", "benchmark_model", "ModelBenchmark", "workload_key",
            "host_identity"]
@@ -155,9 +156,10 @@ def _bench_emulator(ctx: Context, operation: Any, cfg: BenchmarkConfig,
         raise TypeError("operation must be a workload name, an .onnx path, a Graph or a "
                         f"callable, got {type(operation).__name__}")
     watcher = _Watcher()
-    ctx.observers.append(watcher)
     reset = None if "thermal" in cfg.variation_sources else ctx.device.thermal.temperature_c
     last = None
+    ports = install(ctx.device.memory, cfg, ctx.spec.clock_ghz)
+    ctx.observers.append(watcher)
     try:
         for _ in range(cfg.warmup_iterations):
             _emulator_iteration(ctx, fn, watcher, reset)
@@ -169,10 +171,14 @@ def _bench_emulator(ctx: Context, operation: Any, cfg: BenchmarkConfig,
             _emulator_iteration(ctx, fn, watcher, reset)
     finally:
         ctx.observers.remove(watcher)
+        refresh_cycles, jitter_cycles = uninstall(ctx.device.memory, ports)
+    variation = {"refresh_stall_cycles": refresh_cycles,
+                 "jitter_stall_cycles": jitter_cycles} if ports else {}
     return summarize([i.ms for i in its], cfg, name=name, kind="emulator",
                      device=ctx.spec.name, spec_hash=spec_hash(ctx.spec),
                      tool_version=__version__,
                      env=_environment(its, cfg, ctx.spec.clock_ghz), params=params,
+                     variation_cycles=variation,
                      last_run=last if isinstance(last, RunResult) else None)
 
 

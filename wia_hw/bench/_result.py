@@ -102,6 +102,9 @@ class BenchmarkResult:
     inner_loops: int = 1
     params: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: Cycles the HBM-channel variation sources added over the whole benchmark, summed
+    #: over channels (``refresh_stall_cycles``, ``jitter_stall_cycles``), when enabled.
+    variation_cycles: dict[str, int] = field(default_factory=dict)
     #: The last measured run (emulator workloads run through ``ctx.run``), else None.
     last_run: Any = field(default=None, repr=False, compare=False)
 
@@ -166,7 +169,8 @@ class BenchmarkResult:
 def summarize(raw_ms: list[float], cfg: BenchmarkConfig, *, name: str, kind: str,
               device: str, spec_hash: str, tool_version: str, env: EnvironmentalData,
               inner_loops: int = 1, params: dict[str, Any] | None = None,
-              last_run: Any = None) -> BenchmarkResult:
+              last_run: Any = None,
+              variation_cycles: dict[str, int] | None = None) -> BenchmarkResult:
     """The statistics of ``raw_ms`` under ``cfg``, with the seed's warnings."""
     raw = as_samples(raw_ms, f"benchmark {name!r}: the measured samples")
     mask = outlier_mask(raw, cfg.outlier_detection, cfg.outlier_threshold)
@@ -198,4 +202,5 @@ def summarize(raw_ms: list[float], cfg: BenchmarkConfig, *, name: str, kind: str
         max_ms=float(kept.max()), **seed_p, cv_percent=cv,
         throughput=1000.0 / mean if mean else 0.0, percentiles_ms=pcts,
         environmental_data=env, config=cfg, inner_loops=inner_loops,
-        params=dict(params or {}), warnings=warnings, last_run=last_run)
+        params=dict(params or {}), warnings=warnings, last_run=last_run,
+        variation_cycles=dict(variation_cycles or {}))
