@@ -124,10 +124,10 @@ class Work:
         self.event = event
 
     def done(self) -> bool:
-        return self.event.processed
+        return self.event.triggered
 
     def wait(self) -> Any:
-        if not self.event.processed:
+        if not self.event.triggered:
             self.comm.env.run(until=self.event)
         return self.event.value
 
