@@ -40,7 +40,7 @@ def fixture(name: str, exporter: str) -> Path:
 
 def fixtures_present() -> list[tuple[str, str]]:
     names = list(PUBLISHED_GMAC) + ["bert_large_2l", "gpt2_2l", "bert_sdpa_2l",
-                                    "gpt2_sdpa_2l"]
+                                    "gpt2_sdpa_2l", "bert_mask_1l", "gpt2_mask_1l"]
     return [(n, e) for n in names for e in EXPORTERS if fixture(n, e).exists()]
 
 
@@ -51,7 +51,7 @@ def transformer_macs(layers: int, b: int, s: int, h: int) -> int:
 
 
 def test_every_fixture_is_there():
-    assert len(fixtures_present()) == 18
+    assert len(fixtures_present()) == 22
     assert sum(p.stat().st_size for p in DATA.glob("*.onnx")) < 4 << 20
 
 
@@ -121,6 +121,24 @@ def test_sdpa_attention_is_recognised(name, exporter, causal):
     assert not any(o.kind == "isnan" for o in g.ops)
 
 
+@pytest.mark.parametrize("name,ffn", [("bert_mask_1l", 256), ("gpt2_mask_1l", 512)])
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_attention_mask_input(name, exporter, ffn):
+    """An attention_mask input (H 128, 1 layer): the padding-mask arithmetic is
+    run-time work; attention is still recognised, its softmax marked ``masked``."""
+    b, s, h = 2, 16, 128
+    g = from_onnx(fixture(name, exporter), dims={"batch": b, "seq": s})
+    # per token: Q, K, V, output projections 4 h^2, the FFN 2 h ffn; attention 2 s h
+    assert g.macs() == b * s * (4 * h * h + 2 * h * ffn + 2 * s * h)
+    assert {g.tensors[t].shape for t in g.tensors if g.tensors[t].kind == "input"} == \
+        {(b, s)}
+    soft = [o for o in g.ops if o.kind == "softmax"]
+    assert len(soft) == 1 and soft[0].attrs.get("masked")
+    raw = from_onnx(fixture(name, exporter), dims={"batch": b, "seq": s},
+                    recognise=False)
+    assert g.flops() == raw.flops()
+
+
 @pytest.mark.parametrize("name", ["bert_large_2l", "gpt2_2l", "bert_sdpa_2l",
                                   "gpt2_sdpa_2l"])
 @pytest.mark.parametrize("exporter", EXPORTERS)
@@ -140,6 +158,8 @@ def test_no_shape_op_survives_folding():
     from wia_hw.workloads._onnx import _prepare
 
     for name, exporter in fixtures_present():
+        if "_mask_" in name:
+            continue        # a run-time attention_mask: its Expand and Equal stay
         dims = {"batch": 1, "seq": 128}
         proto, *_ = _prepare(onnx, fixture(name, exporter), None, dims)
         left = {n.op_type for n in proto.graph.node} & FOLDED
