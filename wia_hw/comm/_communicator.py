@@ -124,12 +124,14 @@ class Work:
         self.event = event
 
     def done(self) -> bool:
-        return self.event.triggered
+        """Whether the simulation has reached the end of this work."""
+        return self.event.processed
 
     def wait(self) -> Any:
-        if not self.event.triggered:
-            self.comm.env.run(until=self.event)
-        return self.event.value
+        ev, env = self.event, self.comm.env
+        while not ev.processed:
+            env.step()
+        return ev.value
 
 
 class Communicator:
