@@ -54,10 +54,10 @@ class EnvironmentalData:
 
 
 def fmt_ms(v: float) -> str:
-    """The seed's ``%.3f``, with more decimals below 0.1 ms (three significant digits)."""
-    if v == 0 or not math.isfinite(v) or abs(v) >= 0.1:
+    """The seed's ``%.3f``, with more decimals below 1 ms (four significant digits)."""
+    if v == 0 or not math.isfinite(v) or abs(v) >= 1:
         return f"{v:.3f}"
-    return f"{v:.{max(3, 2 - math.floor(math.log10(abs(v))))}f}"
+    return f"{v:.{max(3, 3 - math.floor(math.log10(abs(v))))}f}"
 
 
 @dataclass

@@ -37,8 +37,9 @@ __all__ = ["bench_cmd"]
               default="iqr", show_default=True, help="Outlier removal.")
 @click.option("--threshold", type=float, default=1.5, show_default=True,
               help="Outlier threshold (IQR multiple, or MAD z-score).")
-@click.option("--no-thermal", is_flag=True,
-              help="Start every iteration at the same die temperature (no carry-over).")
+@click.option("--vary", default="thermal", show_default=True, metavar="SOURCES",
+              help="Variation sources, comma-separated: thermal, dram_refresh, "
+              "arbitration_jitter; 'none' turns all off (identical runs).")
 @click.option("--variation-seed", type=int, default=0, show_default=True)
 @click.option("--save", "save", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Append the result to this baseline SQLite file.")
@@ -51,13 +52,14 @@ __all__ = ["bench_cmd"]
 def bench_cmd(workload: str, device: str, batch: int | None, seq: int | None,
               precision: str | None, args: tuple[str, ...], sets: tuple[str, ...],
               iterations: int, warmup: int, cooldown: int, outliers: str, threshold: float,
-              no_thermal: bool, variation_seed: int, save: Path | None,
+              vary: str, variation_seed: int, save: Path | None,
               compare: Path | None, alpha: float, as_json: bool) -> None:
     """Benchmark WORKLOAD (gemm, bert-base, ..., or an .onnx file) on a device."""
     cfg = BenchmarkConfig(warmup_iterations=warmup, measurement_iterations=iterations,
                           cooldown_iterations=cooldown, outlier_detection=outliers,
                           outlier_threshold=threshold,
-                          variation_sources=() if no_thermal else ("thermal",),
+                          variation_sources=() if vary.strip() == "none" else
+                          tuple(v.strip() for v in vary.split(",") if v.strip()),
                           variation_seed=variation_seed)
     if compare is not None and not compare.is_file():     # fail before measuring
         raise BenchmarkError(f"no baseline file {compare}")
