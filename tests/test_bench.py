@@ -241,6 +241,8 @@ def test_cli_prints_the_seeds_block_and_gates_on_regressions(tmp_path):
 @pytest.mark.parametrize(("extra", "match"), [
     (["-n", "0"], "BenchmarkConfig.measurement_iterations must be at least 1, got 0"),
     (["--compare", "nowhere.sqlite"], "no baseline file nowhere.sqlite"),
+    (["--vary", "thermal,cosmic"], "BenchmarkConfig.variation_sources: unknown source "
+     "'cosmic'; modelled: thermal, dram_refresh, arbitration_jitter"),
 ])
 def test_cli_bad_input_is_one_line(extra, match, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -310,3 +312,18 @@ def test_refresh_and_jitter_vary_runs_reproducibly_under_a_seed():
                                        "jitter_stall_cycles": jitter.variation_cycles[
                                            "jitter_stall_cycles"]}
     assert jitter.variation_cycles["jitter_stall_cycles"] > 0
+
+
+def test_cli_vary_turns_sources_on_and_off():
+    gemv = ["bench", "gemm", "-a", "M=16", "-a", "N=8192", "-a", "K=4096", "-n", "5",
+            "--warmup", "1", "--cooldown", "0", "--outliers", "none", "--json"]
+    runs = {}
+    for vary in ("none", "dram_refresh,arbitration_jitter"):
+        out = CliRunner().invoke(cli, [*gemv, "--vary", vary, "--variation-seed", "3"])
+        assert out.exit_code == 0, out.output
+        runs[vary] = json.loads(out.output)["result"]
+    assert len(set(runs["none"]["raw_samples_ms"])) == 1
+    varied = runs["dram_refresh,arbitration_jitter"]
+    assert varied["config"]["variation_sources"] == ["dram_refresh", "arbitration_jitter"]
+    assert min(varied["raw_samples_ms"]) > runs["none"]["mean_ms"]
+    assert varied["variation_cycles"]["jitter_stall_cycles"] > 0
