@@ -423,3 +423,9 @@ def test_gather_nd_is_a_row_gather():
     with pytest.raises(WorkloadError, match=r"^ONNX node 'y' \(GatherND\): batch_dims=1 "
                                             r"is not modelled \(only 0\)$"):
         from_onnx(m)
+
+
+def test_expand_to_the_same_shape_is_free():
+    g = one_op("Expand", (2, 5, 8), inits=[init("s", [2, 5, 8], np.int64)],
+               extra_ins=["s"])
+    assert kinds(g) == ["identity"] and g.flops() == 0

@@ -669,6 +669,9 @@ def _select(imp: _Importer, node: Any, name: str, out: str, grp: str,
         xd = imp.b.tensor(imp.value(dyn[0], name)).dtype
     elif t == "Expand":
         x = imp.shape(ins[0])
+        if x == oshape:         # nothing to broadcast
+            imp.add("identity", name, [imp.value(ins[0], name)], out, grp, dt)
+            return
         xr = (1,) * (len(oshape) - len(x)) + x
         dyn = [ins[0]]
         consts = [tuple(1 if a == b else b for a, b in zip(xr, oshape, strict=True))]
