@@ -429,3 +429,13 @@ def test_expand_to_the_same_shape_is_free():
     g = one_op("Expand", (2, 5, 8), inits=[init("s", [2, 5, 8], np.int64)],
                extra_ins=["s"])
     assert kinds(g) == ["identity"] and g.flops() == 0
+
+
+def test_a_run_time_shape_op_is_unsupported_with_a_hint():
+    m = model([node("Range", ["zero_i", "n", "one_i"], ["y"])],
+              [vi("n", [], I64)], [vi("y", None, I64)],
+              [init("zero_i", 0, np.int64), init("one_i", 1, np.int64)])
+    with pytest.raises(WorkloadError, match=r"^<ModelProto>: 1 unsupported ONNX op type: "
+                                            r"Range x1 \(Range only when its inputs are "
+                                            r"constants or static shapes\)$"):
+        from_onnx(m)

@@ -907,7 +907,10 @@ def unsupported_message(source: str, counts: Mapping[str, int]) -> str:
     """The one-line error naming every unsupported op type and its count."""
     kinds = "op type" if len(counts) == 1 else "op types"
     listed = ", ".join(f"{k} x{v}" for k, v in counts.items())
-    return f"{source}: {len(counts)} unsupported ONNX {kinds}: {listed}"
+    folded = [k for k in counts if k in FOLDED_OPS]
+    hint = (f" ({', '.join(folded)} only when {'its' if len(folded) == 1 else 'their'} "
+            "inputs are constants or static shapes)") if folded else ""
+    return f"{source}: {len(counts)} unsupported ONNX {kinds}: {listed}{hint}"
 
 
 def _import_prepared(onnx: Any, proto: Any, gname: str, source: str, batch: int | None,
