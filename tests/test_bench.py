@@ -327,3 +327,27 @@ def test_cli_vary_turns_sources_on_and_off():
     assert varied["config"]["variation_sources"] == ["dram_refresh", "arbitration_jitter"]
     assert min(varied["raw_samples_ms"]) > runs["none"]["mean_ms"]
     assert varied["variation_cycles"]["jitter_stall_cycles"] > 0
+
+
+def test_remaining_bad_input_messages(tmp_path, gemm_result, monkeypatch):
+    with pytest.raises(TypeError, match=r"ctx must be a wia_hw.Context or None, got str"):
+        benchmark_operation("wia-npu", "gemm", _cfg())
+    with pytest.raises(BenchmarkError, match=r"not a benchmark result record: KeyError"):
+        type(gemm_result).from_dict({"name": "x"})
+    db = tmp_path / "b.sqlite"
+    save_baseline(gemm_result, db)
+    with pytest.raises(BenchmarkError, match=r"not to the cluster spec 'wia-cluster-8'"):
+        load_baseline_results(db, device="wia-cluster-8")
+    with pytest.raises(TypeError, match=r"device must be a spec name or path, a DeviceSpec"):
+        load_baseline_results(db, device=3.5)
+    ctx = wia_hw.open_device("wia-npu")
+    assert load_baseline_results(db, device=ctx).to_dict() == gemm_result.to_dict()
+    empty = tmp_path / "empty.sqlite"
+    sqlite3.connect(empty).execute("CREATE TABLE t (x)").connection.commit()
+    with pytest.raises(BenchmarkError, match=r"empty.sqlite: holds no baseline"):
+        load_baseline_results(empty)
+    import sys
+
+    monkeypatch.setitem(sys.modules, "scipy", None)       # import scipy raises ImportError
+    with pytest.raises(BenchmarkError, match=r"compare_benchmarks needs scipy: pip install"):
+        compare_benchmarks([1.0, 2.0], [1.0, 2.0])
