@@ -256,3 +256,8 @@ def test_from_torch_without_torch_is_one_clear_error(monkeypatch):
     with pytest.raises(wia_hw.WorkloadError, match=r"^from_torch needs PyTorch: pip "
                                                    r"install 'wia-hw\[torch\]'$"):
         wia_hw.from_torch(object(), ())
+
+
+def test_sequences_follow_the_batch_dim():
+    assert from_onnx(fixture("resnet18", "legacy"), dims={"batch": 3}).sequences == 3
+    assert from_onnx(fixture("resnet18", "legacy"), batch=2).sequences == 2

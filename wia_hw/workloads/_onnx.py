@@ -946,13 +946,14 @@ def _import_prepared(onnx: Any, proto: Any, gname: str, source: str, batch: int 
                                 f"({type(e).__name__}: {e})") from None
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
                  None)
+    sequences = batch or dims.get("batch") or 1
     params = {"model": gname, "source": source, "opset": opset, "batch": batch,
               "dims": dims, "folded_nodes": folded}
     if recognise:   # the builder checked every op; the rewrite validates the result
         graph = Graph(imp.b.name, imp.b._tensors.values(), imp.b._ops,
-                      sequences=batch or 1, params=params, validate=False)
+                      sequences=sequences, params=params, validate=False)
     else:
-        graph = imp.b.graph(sequences=batch or 1, params=params)
+        graph = imp.b.graph(sequences=sequences, params=params)
     if recognise:
         from ._onnx_patterns import recognise as _recognise
         graph = _recognise(graph, imp)
@@ -969,8 +970,8 @@ def from_onnx(model: str | os.PathLike[str] | Any, *, batch: int | None = None,
     takes ``batch``. Constant and static-shape subgraphs are folded away. With
     ``recognise`` (default) attention, decomposed layer norms and Erf-written GELUs
     become ``bmm``/``softmax``/``bmm``, ``layer_norm`` and ``gelu`` ops carrying the
-    FLOPs of the ops they replace. The graph's ``sequences`` is ``batch`` (1 when not
-    given); ``params`` records the source, opset, dims and the number of folded nodes.
+    FLOPs of the ops they replace. The graph's ``sequences`` is ``batch``, else
+    ``dims["batch"]``, else 1; ``params`` records the source, opset, dims and the number of folded nodes.
 
     Raises :class:`~wia_hw.WorkloadError` when ``onnx`` is not installed, the file is
     missing or unreadable, an input dim stays unresolved (naming the input and dim),
