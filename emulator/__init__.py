@@ -20,6 +20,7 @@ Modules, lowest layer first (each imports only modules above it in this list):
   core (instructions, branch prediction) and energy/temperature;
 * :mod:`.functional`, :mod:`.tiled_exec`: the numbers functional mode computes;
 * :mod:`.device`: the SimPy model of one NPU (cores, DMA, memory, counters);
+* :mod:`.cluster`: several devices on links (topologies, SimPy FIFO link servers);
 * :mod:`.extension_kernels`, :mod:`.pim_model`, :mod:`.frontend_model`: the machinery
   device extensions run on (costed kernels, PIM banks, photonic/analog front-ends).
 

@@ -492,8 +492,9 @@ class LinkConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ClusterSpec:
-    """Several identical devices joined by links; the topology is checked by
-    :func:`emulator.cluster.build_topology` (devices exist, graph connected)."""
+    """Several identical devices joined by links. The topology itself (devices exist,
+    graph connected) is checked by :func:`emulator.cluster.build_topology`, which
+    :func:`wia_hw.load_spec` and the communicator call."""
 
     schema_version: int
     name: str
@@ -510,9 +511,6 @@ class ClusterSpec:
         if self.devices < 2:
             raise SpecError(f"a cluster needs at least 2 devices, got {self.devices}",
                             field="devices")
-        from .cluster import build_topology
-
-        build_topology(self)
 
 
 # -- generic mapping <-> dataclass ---------------------------------------------------

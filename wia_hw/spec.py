@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ._yaml import line_for, load_yaml_text, read_yaml_mapping
+from .emulator.cluster import build_topology
 from .emulator.config import ClusterSpec, DeviceSpec, from_mapping
 from .emulator.errors import SpecError
 
@@ -122,7 +123,10 @@ def load_spec(spec: str | Path | DeviceSpec | ClusterSpec | Mapping[str, Any] = 
         _apply_override(data, str(path), value)
         lines.pop(str(path), None)
     try:
-        return from_mapping(ClusterSpec if is_cluster else DeviceSpec, data)
+        out = from_mapping(ClusterSpec if is_cluster else DeviceSpec, data)
+        if is_cluster:
+            build_topology(out)     # links name existing devices, graph connected
+        return out
     except SpecError as e:
         overridden = e.field is not None and any(
             e.field == p or e.field.startswith(f"{p}.") for p in (overrides or {}))
