@@ -31,7 +31,12 @@ import simpy
 from .errors import SpecError
 from .memory import BandwidthPort
 
-__all__ = ["Topology", "LinkModel", "build_topology", "link_name"]
+__all__ = ["Topology", "LinkModel", "build_topology", "link_name", "MAX_DEVICES",
+           "MAX_FULLY_CONNECTED"]
+
+#: Bounds that keep a mistyped spec from building a graph that never finishes.
+MAX_DEVICES = 65536
+MAX_FULLY_CONNECTED = 1024
 
 
 def link_name(u: int, v: int, devices: int) -> str:
@@ -118,11 +123,18 @@ def _squarest(n: int) -> tuple[int, int]:
 def build_topology(spec: Any) -> Topology:
     """The :class:`Topology` of a cluster spec (see :class:`~emulator.config.LinkConfig`).
 
-    Raises :class:`SpecError` (field ``links.<name>``) for a torus whose dims do not
+    Raises :class:`SpecError` (field ``devices`` or ``links.<name>``) for more than
+    :data:`MAX_DEVICES` devices (:data:`MAX_FULLY_CONNECTED` fully connected), a torus whose dims do not
     multiply to the device count, a node size that does not divide it, a custom edge
     naming a device outside ``0 .. devices-1`` or joining a device to itself, and a
     graph in which some device cannot reach the others."""
     n, lk = spec.devices, spec.links
+    if n > MAX_DEVICES:
+        raise SpecError(f"at most {MAX_DEVICES} devices are modelled, got {n}", field="devices")
+    if lk.topology == "fully_connected" and n > MAX_FULLY_CONNECTED:
+        raise SpecError(f"a fully connected cluster of {n} devices would have {n * (n - 1)} "
+                        f"links; at most {MAX_FULLY_CONNECTED} devices (use switch or "
+                        "hierarchical)", field="links.topology")
     bw, lat = float(lk.bandwidth_gbs), float(lk.latency_us)
     links: dict[tuple[int, int], tuple[float, float]] = {}
     fabric: dict[int, float] = {}

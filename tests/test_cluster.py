@@ -92,6 +92,14 @@ def test_bad_topology_is_one_line_spec_error(links, match):
     assert "\n" not in str(e.value)
 
 
+def test_size_bounds():
+    with pytest.raises(SpecError, match=r"devices: at most 65536 devices are modelled"):
+        cluster(70000)
+    with pytest.raises(SpecError, match=r"links\.topology: a fully connected cluster of "
+                                        r"2000 devices would have 3998000 links"):
+        cluster(2000, topology="fully_connected")
+
+
 def test_disconnected_error_names_the_file(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("schema_version: 1\nname: c\ndevices: 4\ndevice: wia-npu\nlinks:\n"
