@@ -363,7 +363,7 @@ def plot_comm_timeline(report: CommProfileReport, path: str | os.PathLike[str]) 
     from matplotlib.patches import Patch
 
     handles = [Patch(color=c, label=n) for n, c in colors.items()]
-    ax.legend(handles=handles, loc="upper right", fontsize=8)
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     ax.set_yticks(range(report.ranks), [f"rank {r}" for r in range(report.ranks)])
     ax.invert_yaxis()
     ax.set_xlabel("device time (ms)")
