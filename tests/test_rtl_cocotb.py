@@ -66,7 +66,8 @@ def test_pe(dataflow: str) -> None:
     run_cocotb("pe", {"dataflow": dataflow}, "tb_pe")
 
 
-SHAPES = [(2, 2), (4, 4), (8, 8), (16, 16), (4, 8)]
+#: Unpipelined int8 arrays (the pipelined cases below cover other shapes).
+SHAPES = [(2, 2), (4, 8), (16, 16)]
 
 
 @pytest.mark.parametrize("dataflow", ["os", "ws"])
@@ -78,7 +79,7 @@ def test_systolic_array(rows: int, cols: int, dataflow: str) -> None:
 
 
 #: Pipelined (double-buffered) arrays, incl. non-square and rows > typical depths.
-PIPELINED_SHAPES = [(3, 5), (8, 4), (16, 16)]
+PIPELINED_SHAPES = [(3, 5), (8, 4)]
 
 
 @pytest.mark.parametrize("dataflow", ["os", "ws"])
@@ -94,7 +95,7 @@ def test_systolic_array_pipelined(rows: int, cols: int, dataflow: str) -> None:
 #: (precision, rows, cols, dataflow, pipelined): two int8 MACs per PE per cycle, and the
 #: fp16 / bf16 MAC (fp32 accumulation) on small arrays.
 MODES = [("int8x2", 4, 4, "os", True), ("int8x2", 3, 2, "ws", True),
-         ("int8x2", 2, 3, "os", False), ("int8x2", 4, 4, "ws", False),
+         ("int8x2", 2, 3, "os", False),
          ("fp16", 2, 2, "os", True), ("fp16", 4, 4, "ws", True),
          ("bf16", 4, 4, "os", False), ("bf16", 2, 2, "ws", True)]
 
@@ -111,8 +112,8 @@ def test_systolic_array_modes(precision: str, rows: int, cols: int, dataflow: st
 
 
 def test_systolic_array_32x32() -> None:
-    """The largest shape the issue names (32x32, output-stationary, pipelined), with the
-    testbench's reduced transaction set."""
+    """A larger shape (32x32, output-stationary, pipelined; most of its time is Icarus),
+    with the testbench's reduced transaction set."""
     run_cocotb("systolic_array", {"rows": 32, "cols": 32, "dataflow": "os", "max_depth": 64,
                                   "pipelined": True},
                "tb_systolic_array", seed=3232, quick=True)
