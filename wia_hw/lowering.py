@@ -266,7 +266,13 @@ def lower_op(op: Op, graph: Graph, spec: DeviceSpec, storage: Storage,
     The op's name is looked up first, then its kind. A lowering function may return
     ``None`` to decline the op (the next lookup, then the built-in lowering, runs).
     Kernels are stamped with the extension id unless the function stamped them already.
+    An op that :func:`wia_hw.optimize.apply_fusion` marked (``attrs["fusion"]``) lowers
+    with its chain (:func:`wia_hw.optimize._fusion.lower_fused`) before any provider.
     """
+    if "fusion" in op.attrs:
+        from .optimize._fusion import lower_fused
+
+        return lower_fused(op, graph, spec, storage)
     if providers:
         for key in (op.name, op.kind):
             hit = providers.get(key)

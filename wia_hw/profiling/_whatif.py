@@ -28,14 +28,17 @@ Changes the emulator can apply exactly:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..emulator.allocator import AllocatorConfig, CachingAllocator
 from ..emulator.device import Device
-from ..emulator.kernels import GemmKernel, GemmTiling, TensorRef, VectorKernel
+from ..emulator.kernels import GemmKernel, GemmTiling, VectorKernel
+
+# fusion has one implementation, shared with wia_hw.apply_fusion
+from ..optimize._kernels import fuse_gemm_epilogue, fuse_vector_pair, reads
+from ..optimize._kernels import rows_per_tile as _rows_per_tile
 
 __all__ = ["replay", "reads", "fuse_vector_pair", "fuse_gemm_epilogue", "gemm_tilings",
            "time_kernel", "replay_allocations", "substitute", "vector_tilings", "FLUSH"]
@@ -76,82 +79,6 @@ def time_kernel(spec: Any, kernel: Any) -> int:
     dev = Device(spec)
     _execute(dev, [kernel])
     return dev.now
-
-
-def reads(k: Any) -> set[str]:
-    """Storage names a kernel reads (``None`` members for a kernel type not known)."""
-    if isinstance(k, GemmKernel):
-        return {r.name for r in (k.a, k.b, k.bias) if r is not None}
-    if isinstance(k, VectorKernel):
-        return {r.name for r in k.inputs}
-    return {"\0unknown"}
-
-
-def _read_later(program: Sequence[Any], start: int, name: str) -> bool:
-    for k in program[start:]:
-        if isinstance(k, str):
-            continue
-        r = reads(k)
-        if name in r or "\0unknown" in r:
-            return True
-    return False
-
-
-def _rows_per_tile(spec: Any, rows: int, outputs: Sequence[TensorRef],
-                   inputs: Sequence[TensorRef]) -> int:
-    """The lowering's vector chunking: at most L1/4 bytes of rows, one chunk per core."""
-    row_bytes = sum(o.cols * o.elem_bytes for o in outputs) + sum(
-        r.cols * r.elem_bytes * max(1, r.rows // rows) for r in inputs if r.rows >= rows)
-    budget = spec.memory.l1.size_bytes // 4
-    return max(1, min(-(-rows // spec.compute.cores), budget // max(1, row_bytes)))
-
-
-def fuse_vector_pair(spec: Any, program: Sequence[Any], i: int) -> VectorKernel | None:
-    """Kernel ``i`` and ``i + 1`` fused into one vector pass, or ``None`` when the pair
-    is not two vector kernels over the same rows where the second reads the first's
-    only output and no later kernel reads that intermediate."""
-    a, b = program[i], program[i + 1] if i + 1 < len(program) else None
-    if not (isinstance(a, VectorKernel) and isinstance(b, VectorKernel)):
-        return None
-    if len(a.outputs) != 1 or a.rows != b.rows or a.vclass == "gather":
-        return None
-    mid = a.outputs[0].name
-    if mid not in {r.name for r in b.inputs} or _read_later(program, i + 2, mid):
-        return None
-    cpe = spec.compute.vector.cycles_per_element
-    work = a.elements * cpe[a.vclass] + b.elements * cpe[b.vclass]
-    base = min(cpe, key=lambda c: (cpe[c], c))
-    inputs = tuple(a.inputs) + tuple(r for r in b.inputs if r.name != mid)
-    return VectorKernel(
-        name=f"{a.name}+{b.name}", op=b.op, group=b.group, op_kind=b.op_kind,
-        io=(a.io[0] + tuple(x for x in b.io[0] if x not in a.io[1]), b.io[1]),
-        attrs=dict(b.attrs), provider=b.provider, vclass=base, rows=b.rows,
-        elements=-(-work // int(cpe[base])), flops=a.flops + b.flops, inputs=inputs,
-        outputs=b.outputs, rows_per_tile=_rows_per_tile(spec, b.rows, b.outputs, inputs))
-
-
-def fuse_gemm_epilogue(spec: Any, program: Sequence[Any], i: int) -> GemmKernel | None:
-    """GEMM ``i`` writing the result of the one-input vector kernel ``i + 1`` on its
-    output, or ``None`` when that does not apply or the vector work would not hide
-    behind the array's (see the module docstring)."""
-    g, v = program[i], program[i + 1] if i + 1 < len(program) else None
-    if not (isinstance(g, GemmKernel) and isinstance(v, VectorKernel)) or g.c is None:
-        return None
-    if len(v.inputs) != 1 or len(v.outputs) != 1 or v.inputs[0].name != g.c.name:
-        return None
-    if v.vclass not in ("elementwise", "activation") or _read_later(program, i + 2, g.c.name):
-        return None
-    out = v.outputs[0]
-    if out.rows * out.cols != g.c.rows * g.c.cols:
-        return None
-    vec = spec.compute.vector
-    v_cycles = v.elements * vec.cycles_per_element[v.vclass] / (vec.lanes * spec.compute.cores)
-    a_cycles = g.macs / float(spec.peak_macs_per_cycle(g.precision))
-    if v_cycles > 0.5 * a_cycles:
-        return None
-    c = TensorRef(out.name, g.c.rows, g.c.cols, out.elem_bytes, out.offset)
-    return dataclasses.replace(g, name=f"{g.name}+{v.name}", c=c,
-                               io=(g.io[0], v.io[1]))
 
 
 def _fits(spec: Any, tm: int, tn: int, tk: int, tb: int, e: int, eo: int) -> bool:

@@ -1,0 +1,15 @@
+"""Optimisations that run on the emulator: operator fusion and post-training
+quantisation (the seed's section 8.7 steps 1 and 2).
+
+* :func:`apply_fusion` with a :class:`FusionConfig` marks fusable chains of a graph;
+  lowering gives each chain one fused kernel (:mod:`._fusion`, :mod:`._kernels`).
+* :func:`quantize_model` with a :class:`QuantizationConfig` (:class:`QuantMode`,
+  :class:`Precision`, :class:`CalibrationMethod`) turns the linear/matmul ops of a
+  float graph into int8 ones with scales calibrated on data (:mod:`._quant`).
+"""
+
+from __future__ import annotations
+
+from ._fusion import FUSION_PATTERNS, FusionConfig, apply_fusion
+
+__all__ = ["FUSION_PATTERNS", "FusionConfig", "apply_fusion"]

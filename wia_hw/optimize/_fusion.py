@@ -1,0 +1,233 @@
+"""Operator fusion of a workload graph (the seed's ``wia_apply_fusion``, section 8.7).
+
+:func:`apply_fusion` returns a new :class:`~wia_hw.graph.Graph` with the same ops and
+tensors, in which every fused chain of ops is marked: each member's ``attrs["fusion"]``
+holds ``{"name", "pattern", "ops", "position"}``. Lowering
+(:func:`wia_hw.lowering.lower_op`) gives the chain's first op the fused kernel(s) and
+the others none, so the chain's intermediates never cross memory. Patterns, each
+claimed only when every intermediate is read by the next op of the chain alone:
+
+=====================  ============================================  ==================
+config field           chain                                         fused kernel
+=====================  ============================================  ==================
+``fuse_attention``     ``bmm`` (``transpose_b``) -> ``softmax``      flash attention of
+                       -> ``bmm``                                    the transformer
+                                                                     engine (one kernel)
+``fuse_gelu``          ``linear``/``matmul`` -> ``gelu``             GEMM epilogue
+``fuse_residual_``     residual ``add`` (two activations)            one vector pass
+``connections``        -> ``layer_norm``
+``fuse_layer_norm``    any elementwise op -> ``layer_norm``          one vector pass
+=====================  ============================================  ==================
+
+The kernel-level fusion is :mod:`wia_hw.optimize._kernels`, the same code the
+recommendation engine's what-ifs replay, so a fusion recommendation measures what
+``apply_fusion`` gives.
+
+Device-dependent choices, made when the graph is lowered on a device (documented,
+never silent: the kernels' names and providers show them):
+
+* a GEMM epilogue is fused only when the activation's vector work hides behind the
+  array (:func:`~wia_hw.optimize._kernels.fuse_gemm_epilogue`); otherwise the chain
+  lowers to its two unfused kernels;
+* an attention chain lowers to flash attention only when that is not slower than the
+  three unfused kernels on this device (both timed on a cold device of the same spec,
+  write-back included, cached per shape): at short sequences the unfused GEMMs can
+  use the array better than the flash tiles do.
+
+Functional mode computes a fused chain op by op, each intermediate rounded to its
+declared dtype (an epilogue that converts the accumulator before applying the
+activation); flash attention's values are the extension-lowered path's (untiled
+GEMMs), so fused and unfused results agree within the precision's rounding.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from ..emulator.config import DeviceSpec
+from ..emulator.errors import WorkloadError
+from ..emulator.kernels import Kernel
+from ..graph import BINARY_KINDS, UNARY_KINDS, Graph, Op
+from ._kernels import fuse_gemm_epilogue, fuse_vector_pair
+
+__all__ = ["FusionConfig", "apply_fusion", "lower_fused", "FUSION_PATTERNS"]
+
+#: Fusion patterns and the config field that enables each.
+FUSION_PATTERNS = {"attention": "fuse_attention", "gemm_epilogue": "fuse_gelu",
+                   "residual_layer_norm": "fuse_residual_connections",
+                   "layer_norm": "fuse_layer_norm"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FusionConfig:
+    """The seed's ``wia_fusion_config_t`` (every pattern on by default)."""
+
+    fuse_attention: bool = True
+    fuse_layer_norm: bool = True
+    fuse_residual_connections: bool = True
+    fuse_gelu: bool = True
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, bool):
+                raise TypeError(f"FusionConfig.{f.name} must be a bool, got {v!r}")
+
+
+def _consumers(graph: Graph) -> dict[str, list[Op]]:
+    out: dict[str, list[Op]] = {}
+    for o in graph.ops:
+        for i in dict.fromkeys(o.inputs):
+            out.setdefault(i, []).append(o)
+    return out
+
+
+def _only_reader(cons: dict[str, list[Op]], op: Op) -> Op | None:
+    r = cons.get(op.outputs[0], [])
+    return r[0] if len(r) == 1 else None
+
+
+def _attention_ok(graph: Graph, chain: Sequence[Op]) -> bool:
+    scores, soft, ctx = chain
+    t = graph.tensors
+    if not scores.attrs.get("transpose_b") or ctx.attrs.get("transpose_b"):
+        return False
+    if soft.attrs.get("axis", -1) not in (-1, len(t[soft.inputs[0]].shape) - 1):
+        return False
+    if ctx.inputs[0] != soft.outputs[0] or t[scores.inputs[0]].dtype not in (
+            "fp16", "bf16", "fp32"):
+        return False
+    qs, vs = t[scores.inputs[0]].shape, t[ctx.inputs[1]].shape
+    return len(qs) >= 3 and len(vs) == len(qs) and qs[:-2] == vs[:-2]
+
+
+def _match(graph: Graph, cons: dict[str, list[Op]], op: Op,
+           cfg: FusionConfig) -> tuple[str, list[Op]] | None:
+    nxt = _only_reader(cons, op) if op.outputs else None
+    t = graph.tensors
+    if cfg.fuse_attention and op.kind == "bmm" and nxt is not None and nxt.kind == "softmax":
+        last = _only_reader(cons, nxt)
+        if last is not None and last.kind == "bmm" and _attention_ok(graph, [op, nxt, last]):
+            return "attention", [op, nxt, last]
+    if nxt is None:
+        return None
+    if cfg.fuse_gelu and op.kind in ("linear", "matmul") and nxt.kind == "gelu":
+        return "gemm_epilogue", [op, nxt]
+    if nxt.kind == "layer_norm" and nxt.inputs[0] == op.outputs[0] and (
+            op.kind in BINARY_KINDS or op.kind in UNARY_KINDS):
+        residual = op.kind == "add" and all(t[i].kind == "activation" for i in op.inputs)
+        if residual and cfg.fuse_residual_connections:
+            return "residual_layer_norm", [op, nxt]
+        if cfg.fuse_layer_norm:
+            return "layer_norm", [op, nxt]
+    return None
+
+
+def apply_fusion(graph: Graph, config: FusionConfig | None = None) -> Graph:
+    """A copy of ``graph`` with the chains ``config`` enables marked as fused (see the
+    module docstring). Ops already fused are left as they are, so applying it twice
+    changes nothing. ``graph.params["fusion"]`` counts the chains by pattern.
+
+    Raises ``TypeError`` when ``graph`` is not a Graph or ``config`` not a FusionConfig.
+    """
+    if not isinstance(graph, Graph):
+        raise TypeError(f"apply_fusion takes a Graph, got {type(graph).__name__}")
+    cfg = FusionConfig() if config is None else config
+    if not isinstance(cfg, FusionConfig):
+        raise TypeError(f"config must be a FusionConfig, got {type(cfg).__name__}")
+    cons = _consumers(graph)
+    claimed: dict[str, dict[str, Any]] = {}
+    counts: dict[str, int] = dict(graph.params.get("fusion", {}))
+    for op in graph.ops:
+        if op.name in claimed or "fusion" in op.attrs:
+            continue
+        hit = _match(graph, cons, op, cfg)
+        if hit is None or any(o.name in claimed or "fusion" in o.attrs for o in hit[1]):
+            continue
+        pattern, chain = hit
+        names = tuple(o.name for o in chain)
+        for pos, o in enumerate(chain):
+            claimed[o.name] = {"name": "+".join(names), "pattern": pattern, "ops": names,
+                               "position": pos}
+        counts[pattern] = counts.get(pattern, 0) + 1
+    ops = [replace(o, attrs={**o.attrs, "fusion": claimed[o.name]}) if o.name in claimed
+           else o for o in graph.ops]
+    return Graph(graph.name, graph.tensors.values(), ops, sequences=graph.sequences,
+                 params={**graph.params, "fusion": counts}, validate=False)
+
+
+# -- lowering ---------------------------------------------------------------------------
+
+_BY_NAME: weakref.WeakKeyDictionary[Graph, dict[str, Op]] = weakref.WeakKeyDictionary()
+_ATTENTION_CHOICE: dict[tuple[Any, ...], bool] = {}
+
+
+def _ops_by_name(graph: Graph) -> dict[str, Op]:
+    got = _BY_NAME.get(graph)
+    if got is None:
+        got = _BY_NAME[graph] = {o.name: o for o in graph.ops}
+    return got
+
+
+def _cold_cycles(spec: DeviceSpec, kernels: Sequence[Kernel]) -> int:
+    """Cycles of ``kernels`` on a fresh device of ``spec``, results written back."""
+    from ..emulator.device import Device
+    from ..emulator.extension_kernels import execute_kernels
+
+    dev = Device(spec)
+    execute_kernels(dev, list(kernels))
+    dev.flush()
+    return dev.now
+
+
+def _attention_kernels(chain: list[Op], graph: Graph, spec: DeviceSpec, storage: Any,
+                       plain: list[Kernel]) -> list[Kernel]:
+    from ..extensions.transformer_engine import _graph_attention
+    from ..registry import load_extension
+
+    t = graph.tensors
+    q, k = t[chain[0].inputs[0]], t[chain[0].inputs[1]]
+    ext = load_extension("transformer_engine")
+    cross = q.shape[-2] != k.shape[-2]
+    flash = _graph_attention(chain, graph, spec, storage, ext,
+                             "cross_attention_optimized" if cross
+                             else "multi_head_attention_fused", cross=cross)
+    if not flash:
+        return plain
+    key = (id(spec), spec.name, q.shape, k.shape, t[chain[2].inputs[1]].shape, q.dtype,
+           bool(chain[1].attrs.get("causal")))
+    better = _ATTENTION_CHOICE.get(key)
+    if better is None:
+        better = _ATTENTION_CHOICE[key] = _cold_cycles(spec, flash) <= _cold_cycles(spec, plain)
+    return list(flash) if better else plain
+
+
+def lower_fused(op: Op, graph: Graph, spec: DeviceSpec, storage: Any) -> list[Kernel]:
+    """Kernels of an op marked by :func:`apply_fusion`: the chain's fused kernel(s) on
+    its first op, none on the others (see the module docstring for when a chain lowers
+    unfused on a device). Raises WorkloadError when a marked chain is broken (an op it
+    names is missing or no longer reads the previous one's output)."""
+    from ..lowering import _builtin
+
+    info = op.attrs["fusion"]
+    if info["position"] > 0:
+        return []
+    by = _ops_by_name(graph)
+    chain = [by.get(n) for n in info["ops"]]
+    if any(c is None for c in chain) or any(
+            b.outputs[0] not in c.inputs for b, c in zip(chain[:-1], chain[1:], strict=True)):
+        raise WorkloadError(f"op {op.name!r}: fused chain {info['name']!r} is broken (an "
+                            "op is missing or no longer reads the previous one's output)")
+    ops: list[Op] = [c for c in chain if c is not None]
+    plain = [k for o in ops for k in _builtin(o, graph, spec, storage)]
+    pattern = info["pattern"]
+    if pattern == "attention":
+        return _attention_kernels(ops, graph, spec, storage, plain)
+    if len(plain) != 2:
+        return plain
+    fused = fuse_gemm_epilogue(spec, plain, 0) if pattern == "gemm_epilogue" else \
+        fuse_vector_pair(spec, plain, 0)
+    return plain if fused is None else [fused]
