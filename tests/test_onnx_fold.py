@@ -439,3 +439,11 @@ def test_a_run_time_shape_op_is_unsupported_with_a_hint():
                                             r"Range x1 \(Range only when its inputs are "
                                             r"constants or static shapes\)$"):
         from_onnx(m)
+
+
+def test_upsample_of_older_opsets_is_resize():
+    m = model([node("Upsample", ["x", "scales"], ["y"], mode="nearest")],
+              [vi("x", [1, 3, 4, 5])], [vi("y", None)], [init("scales", [1, 1, 2, 2])],
+              opset=9)
+    g = from_onnx(m)
+    assert g.tensors["y"].shape == (1, 3, 8, 10) and g.flops() == 0

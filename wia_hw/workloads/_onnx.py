@@ -59,7 +59,8 @@ Where, Expand, Trilu                   one binary op per element of the output
                                        (``add``/``mul`` with the constant operands
                                        merged into one weight)
 Pad (constant mode)                    ``concat`` with zero weights per padded axis
-Resize (nearest, integer scales)       ``concat`` copies between ``reshape`` views
+Resize, Upsample (nearest, integer     ``concat`` copies between ``reshape`` views
+scales)
 Constant                               a weight tensor (when not folded)
 =====================================  ================================================
 
@@ -104,6 +105,7 @@ _REDUCES = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin")
 _OTHER = ("MatMul", "Gemm", "Softmax", "LayerNormalization", "Conv", "BatchNormalization",
           "MaxPool", "AveragePool", "GlobalAveragePool", "Transpose", "Concat", "Slice",
           "Split", "Gather", "GatherElements", "GatherND", "Where", "Expand", "Trilu", "Pad", "Resize",
+          "Upsample",
           "Constant")
 #: ONNX op types the importer maps.
 SUPPORTED_OPS = tuple(_BINARY) + tuple(_UNARY) + _RESHAPES + _REDUCES + _OTHER
@@ -401,7 +403,7 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
         _select(imp, node, name, out, grp, dt)
     elif t == "Pad":
         _pad(imp, node, name, a, out, grp, dt, fail)
-    elif t == "Resize":
+    elif t in ("Resize", "Upsample"):
         _resize(imp, node, name, a, out, grp, dt, fail)
     elif t in _RESHAPES:
         theirs = imp.types.get(out, (None, 0))[0]
