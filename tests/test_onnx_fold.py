@@ -447,3 +447,10 @@ def test_upsample_of_older_opsets_is_resize():
               opset=9)
     g = from_onnx(m)
     assert g.tensors["y"].shape == (1, 3, 8, 10) and g.flops() == 0
+
+
+def test_variadic_sum_max_min():
+    m = model([node("Sum", ["a", "b", "c"], ["s"]), node("Max", ["s", "a", "b"], ["y"])],
+              [vi(n, [2, 8]) for n in "abc"], [vi("y", [2, 8])])
+    g = from_onnx(m)
+    assert kinds(g) == ["add", "add", "max", "max"] and g.flops() == 4 * 2 * 8

@@ -28,7 +28,8 @@ Gemm                                   ``linear`` (B constant) or ``matmul``; a
                                        ``transpose`` op; C of shape [N] is the bias,
                                        any other C an ``add``; alpha/beta fold into
                                        constants, else a ``scale`` op
-Add Sub Mul Div Pow Max Min            the binary op (constants become weights)
+Add Sub Mul Div Pow Max Min Sum        the binary op (constants become weights); n
+                                       inputs of Sum, Max, Min: n - 1 ops
 Equal Less Greater LessOrEqual         ``compare``; And Or Xor: ``logical``
 GreaterOrEqual And Or Xor
 Relu Gelu Tanh Sigmoid Erf Sqrt Exp    the unary op (Dropout is ``identity``; IsNaN
@@ -108,7 +109,7 @@ _OTHER = ("MatMul", "Gemm", "Softmax", "LayerNormalization", "Conv", "BatchNorma
           "Upsample",
           "Constant")
 #: ONNX op types the importer maps.
-SUPPORTED_OPS = tuple(_BINARY) + tuple(_UNARY) + _RESHAPES + _REDUCES + _OTHER
+SUPPORTED_OPS = ("Sum",) + tuple(_BINARY) + tuple(_UNARY) + _RESHAPES + _REDUCES + _OTHER
 #: Op types that only compute shapes, indices or masks: supported when their inputs
 #: are constants or static shapes (they are folded away), never as run-time ops.
 FOLDED_OPS = ("Shape", "Size", "ConstantOfShape", "Range", "NonZero", "ScatterND",
@@ -386,8 +387,17 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
     def fail(why: str) -> WorkloadError:
         return WorkloadError(f"ONNX node {name!r} ({t}): {why}")
 
-    if t in _BINARY:
-        imp.add(_BINARY[t], name, [v(0), v(1)], out, grp, dt)
+    if t in _BINARY or t == "Sum":
+        # Sum, Max and Min take 1..n inputs: one binary op per extra input
+        kind = _BINARY.get(t, "add")
+        args = [v(i) for i in range(len(ins)) if has(i)]
+        if len(args) == 1:
+            imp.add("identity", name, args, out, grp, dt)
+        y = args[0]
+        for j, other in enumerate(args[1:]):
+            last = j == len(args) - 2
+            y = imp.add(kind, name if last else f"{name}.{j}", [y, other],
+                        out if last else f"{out}.{j}", grp, dt)
     elif t in _UNARY:
         imp.add(_UNARY[t], name, [v(0)], out, grp, dt)
     elif t in _REDUCES:
