@@ -163,7 +163,8 @@ def one_op(op, x_shape, y_shape=None, inits=(), extra_ins=(), **attrs):
 @pytest.mark.parametrize("op,kind", [("HardSwish", "hardswish"), ("HardSigmoid",
                                                                      "hardsigmoid"),
                                       ("Clip", "clip"), ("LRN", "lrn"),
-                                      ("Dropout", "identity")])
+                                      ("Dropout", "identity"), ("LeakyRelu", "leakyrelu"),
+                                      ("Elu", "elu"), ("Softplus", "softplus")])
 def test_cnn_activations(op, kind):
     attrs = {"size": 5} if op == "LRN" else {}
     g = one_op(op, (1, 16, 7, 7), **attrs)
@@ -454,3 +455,10 @@ def test_variadic_sum_max_min():
               [vi(n, [2, 8]) for n in "abc"], [vi("y", [2, 8])])
     g = from_onnx(m)
     assert kinds(g) == ["add", "add", "max", "max"] and g.flops() == 4 * 2 * 8
+
+
+def test_prelu_reads_its_slope():
+    g = one_op("PRelu", (1, 16, 7, 7), inits=[init("slope", np.ones((16, 1, 1)))],
+               extra_ins=["slope"])
+    assert kinds(g) == ["prelu"] and g.flops() == 2 * 16 * 7 * 7
+    assert g.weight_bytes == 16 * 4

@@ -78,10 +78,13 @@ UNARY_KINDS: dict[str, int] = {
     "clip": 2, "hardsigmoid": 3, "hardswish": 4, "lrn": 9,
     # ONNX tests on values (IsNaN, IsInf, Not): one compare per element
     "isnan": 1, "not": 1,
+    # leakyrelu = compare, mul; elu = compare, exp, sub; softplus = exp, add, log
+    "leakyrelu": 2, "elu": 3, "softplus": 3,
 }
 #: Elementwise binary ops, with their FLOPs per output element.
 BINARY_KINDS: dict[str, int] = {"add": 1, "sub": 1, "mul": 1, "div": 1, "max": 1, "min": 1,
-                                "pow": 1, "compare": 1, "logical": 1}
+                                "pow": 1, "compare": 1, "logical": 1,
+                                "prelu": 2}  # prelu: compare, mul by the slope
 OTHER_KINDS = ("softmax", "layer_norm", "embedding", "maxpool", "avgpool",
                "global_avgpool", "reshape", "transpose", "concat", "slice")
 OP_KINDS = GEMM_KINDS + tuple(UNARY_KINDS) + tuple(BINARY_KINDS) + OTHER_KINDS

@@ -35,6 +35,8 @@ GreaterOrEqual And Or Xor
 Relu Gelu Tanh Sigmoid Erf Sqrt Exp    the unary op (Dropout is ``identity``; IsNaN
 Neg Identity Cast Clip HardSigmoid     and IsInf are ``isnan``)
 HardSwish LRN Dropout IsNaN IsInf Not
+LeakyRelu Elu Softplus; PRelu          ``leakyrelu``, ``elu``, ``softplus``; ``prelu``
+                                       (binary, the slope a weight)
 Softmax, LayerNormalization            ``softmax``, ``layer_norm`` (last axis only)
 Conv                                   ``conv2d`` (2-D, square kernel, symmetric pads;
                                        grouped and depthwise through ``groups``)
@@ -95,12 +97,13 @@ _MISSING = "ONNX import needs the 'onnx' package: pip install 'wia-hw[onnx]'"
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow",
            "Max": "max", "Min": "min", "Equal": "compare", "Less": "compare",
            "Greater": "compare", "LessOrEqual": "compare", "GreaterOrEqual": "compare",
-           "And": "logical", "Or": "logical", "Xor": "logical"}
+           "And": "logical", "Or": "logical", "Xor": "logical", "PRelu": "prelu"}
 _UNARY = {"Relu": "relu", "Gelu": "gelu", "Tanh": "tanh", "Sigmoid": "sigmoid",
           "Erf": "erf", "Sqrt": "sqrt", "Exp": "exp", "Neg": "neg", "Identity": "identity",
           "Cast": "cast", "Clip": "clip", "HardSigmoid": "hardsigmoid",
           "HardSwish": "hardswish", "LRN": "lrn", "Dropout": "identity",
-          "IsNaN": "isnan", "IsInf": "isnan", "Not": "not"}
+          "IsNaN": "isnan", "IsInf": "isnan", "Not": "not", "LeakyRelu": "leakyrelu",
+          "Elu": "elu", "Softplus": "softplus"}
 _RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 _REDUCES = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin")
 _OTHER = ("MatMul", "Gemm", "Softmax", "LayerNormalization", "Conv", "BatchNormalization",
