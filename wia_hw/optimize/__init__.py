@@ -11,5 +11,17 @@ quantisation (the seed's section 8.7 steps 1 and 2).
 from __future__ import annotations
 
 from ._fusion import FUSION_PATTERNS, FusionConfig, apply_fusion
+from ._quant import (
+    CalibrationMethod,
+    Precision,
+    QuantExecutor,
+    QuantizationConfig,
+    QuantizedGraph,
+    QuantMode,
+    calibrate_threshold,
+    quantize_model,
+)
 
-__all__ = ["FUSION_PATTERNS", "FusionConfig", "apply_fusion"]
+__all__ = ["FUSION_PATTERNS", "CalibrationMethod", "FusionConfig", "Precision",
+           "QuantExecutor", "QuantMode", "QuantizationConfig", "QuantizedGraph",
+           "apply_fusion", "calibrate_threshold", "quantize_model"]
