@@ -60,6 +60,15 @@ from .extensions.transformer_engine import (
     multi_head_attention,
 )
 from .graph import Graph, GraphBuilder, Op, Tensor
+from .optimize import (
+    CalibrationMethod,
+    FusionConfig,
+    Precision,
+    QuantizationConfig,
+    QuantMode,
+    apply_fusion,
+    quantize_model,
+)
 from .profiling import (
     AllocationSite,
     AnalysisConfig,
@@ -229,4 +238,12 @@ __all__ = [
     "compare_benchmarks",
     "load_baseline_results",
     "save_baseline",
+    # optimisation (seed 8.7): fusion and post-training quantisation
+    "CalibrationMethod",
+    "FusionConfig",
+    "Precision",
+    "QuantMode",
+    "QuantizationConfig",
+    "apply_fusion",
+    "quantize_model",
 ]
