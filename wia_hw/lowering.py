@@ -48,7 +48,8 @@ from .graph import (
     is_view,
 )
 
-__all__ = ["lower", "lower_op", "choose_gemm_tiling", "VIEW_KINDS", "Provider", "Storage"]
+__all__ = ["lower", "lower_op", "choose_gemm_tiling", "VIEW_KINDS", "Provider", "Storage",
+           "ATTR_LOWERINGS"]
 
 #: Op kinds that are views: no data moves, no kernel.
 VIEW_KINDS = ("reshape", "identity")
@@ -61,6 +62,10 @@ _VCLASS = {
 
 #: A provider lowers one op to kernels (the extension registry adds more).
 Provider = Callable[[Op, Graph, DeviceSpec, "Storage"], list[Kernel]]
+
+#: Lowerings keyed by an op attribute, registered by the graph transformations that set
+#: it (``wia_hw.optimize`` registers ``"fusion"``), so lowering imports nothing above it.
+ATTR_LOWERINGS: dict[str, Provider] = {}
 
 
 def _precision_of(dtype: str) -> str:
@@ -266,13 +271,12 @@ def lower_op(op: Op, graph: Graph, spec: DeviceSpec, storage: Storage,
     The op's name is looked up first, then its kind. A lowering function may return
     ``None`` to decline the op (the next lookup, then the built-in lowering, runs).
     Kernels are stamped with the extension id unless the function stamped them already.
-    An op that :func:`wia_hw.optimize.apply_fusion` marked (``attrs["fusion"]``) lowers
-    with its chain (:func:`wia_hw.optimize._fusion.lower_fused`) before any provider.
+    An op carrying an attribute of :data:`ATTR_LOWERINGS` lowers through it before any
+    provider (``"fusion"``: the chains :func:`wia_hw.optimize.apply_fusion` marks).
     """
-    if "fusion" in op.attrs:
-        from .optimize._fusion import lower_fused
-
-        return lower_fused(op, graph, spec, storage)
+    for key, fn in ATTR_LOWERINGS.items():
+        if key in op.attrs:
+            return fn(op, graph, spec, storage)
     if providers:
         for key in (op.name, op.kind):
             hit = providers.get(key)

@@ -51,6 +51,7 @@ from ..emulator.config import DeviceSpec
 from ..emulator.errors import WorkloadError
 from ..emulator.kernels import Kernel
 from ..graph import BINARY_KINDS, UNARY_KINDS, Graph, Op
+from ..lowering import ATTR_LOWERINGS, _builtin
 from ._kernels import fuse_gemm_epilogue, fuse_vector_pair
 
 __all__ = ["FusionConfig", "apply_fusion", "lower_fused", "FUSION_PATTERNS"]
@@ -210,8 +211,6 @@ def lower_fused(op: Op, graph: Graph, spec: DeviceSpec, storage: Any) -> list[Ke
     its first op, none on the others (see the module docstring for when a chain lowers
     unfused on a device). Raises WorkloadError when a marked chain is broken (an op it
     names is missing or no longer reads the previous one's output)."""
-    from ..lowering import _builtin
-
     info = op.attrs["fusion"]
     if info["position"] > 0:
         return []
@@ -231,3 +230,6 @@ def lower_fused(op: Op, graph: Graph, spec: DeviceSpec, storage: Any) -> list[Ke
     fused = fuse_gemm_epilogue(spec, plain, 0) if pattern == "gemm_epilogue" else \
         fuse_vector_pair(spec, plain, 0)
     return plain if fused is None else [fused]
+
+
+ATTR_LOWERINGS["fusion"] = lower_fused
