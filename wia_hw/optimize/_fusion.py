@@ -14,8 +14,8 @@ config field           chain                                         fused kerne
                        -> ``bmm``                                    the transformer
                                                                      engine (one kernel)
 ``fuse_gelu``          ``linear``/``matmul`` -> ``gelu``             GEMM epilogue
-``fuse_residual_``     residual ``add`` (two activations)            one vector pass
-``connections``        -> ``layer_norm``
+``fuse_residual_``     residual ``add`` (same-shape operands, no     one vector pass
+``connections``        weight) -> ``layer_norm``
 ``fuse_layer_norm``    any elementwise op -> ``layer_norm``          one vector pass
 =====================  ============================================  ==================
 
@@ -119,7 +119,8 @@ def _match(graph: Graph, cons: dict[str, list[Op]], op: Op,
         return "gemm_epilogue", [op, nxt]
     if nxt.kind == "layer_norm" and nxt.inputs[0] == op.outputs[0] and (
             op.kind in BINARY_KINDS or op.kind in UNARY_KINDS):
-        residual = op.kind == "add" and all(t[i].kind == "activation" for i in op.inputs)
+        residual = op.kind == "add" and t[op.inputs[0]].shape == t[op.inputs[1]].shape \
+            and all(t[i].kind != "weight" for i in op.inputs)
         if residual and cfg.fuse_residual_connections:
             return "residual_layer_norm", [op, nxt]
         if cfg.fuse_layer_norm:
@@ -216,10 +217,12 @@ def lower_fused(op: Op, graph: Graph, spec: DeviceSpec, storage: Any) -> list[Ke
         return []
     by = _ops_by_name(graph)
     chain = [by.get(n) for n in info["ops"]]
-    if any(c is None for c in chain) or any(
+    if any(c is None or c.attrs.get("fusion", {}).get("name") != info["name"]
+           for c in chain) or any(
             b.outputs[0] not in c.inputs for b, c in zip(chain[:-1], chain[1:], strict=True)):
         raise WorkloadError(f"op {op.name!r}: fused chain {info['name']!r} is broken (an "
-                            "op is missing or no longer reads the previous one's output)")
+                            "op is missing, not marked as its member, or no longer reads "
+                            "the previous one's output)")
     ops: list[Op] = [c for c in chain if c is not None]
     plain = [k for o in ops for k in _builtin(o, graph, spec, storage)]
     pattern = info["pattern"]
