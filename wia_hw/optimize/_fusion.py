@@ -42,6 +42,7 @@ GEMMs), so fused and unfused results agree within the precision's rounding.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
@@ -164,7 +165,16 @@ def apply_fusion(graph: Graph, config: FusionConfig | None = None) -> Graph:
 # -- lowering ---------------------------------------------------------------------------
 
 _BY_NAME: weakref.WeakKeyDictionary[Graph, dict[str, Op]] = weakref.WeakKeyDictionary()
-_ATTENTION_CHOICE: dict[tuple[Any, ...], bool] = {}
+#: (spec id, shapes) -> (the spec, flash is not slower): the spec is held so that its
+#: id cannot be reused by another spec while the entry exists.
+_ATTENTION_CHOICE: dict[tuple[Any, ...], tuple[DeviceSpec, bool]] = {}
+
+
+@functools.lru_cache(maxsize=1)
+def _transformer_engine() -> Any:
+    from ..registry import load_extension
+
+    return load_extension("transformer_engine")
 
 
 def _ops_by_name(graph: Graph) -> dict[str, Op]:
@@ -188,11 +198,10 @@ def _cold_cycles(spec: DeviceSpec, kernels: Sequence[Kernel]) -> int:
 def _attention_kernels(chain: list[Op], graph: Graph, spec: DeviceSpec, storage: Any,
                        plain: list[Kernel]) -> list[Kernel]:
     from ..extensions.transformer_engine import _graph_attention
-    from ..registry import load_extension
 
     t = graph.tensors
     q, k = t[chain[0].inputs[0]], t[chain[0].inputs[1]]
-    ext = load_extension("transformer_engine")
+    ext = _transformer_engine()
     cross = q.shape[-2] != k.shape[-2]
     flash = _graph_attention(chain, graph, spec, storage, ext,
                              "cross_attention_optimized" if cross
@@ -201,10 +210,11 @@ def _attention_kernels(chain: list[Op], graph: Graph, spec: DeviceSpec, storage:
         return plain
     key = (id(spec), spec.name, q.shape, k.shape, t[chain[2].inputs[1]].shape, q.dtype,
            bool(chain[1].attrs.get("causal")))
-    better = _ATTENTION_CHOICE.get(key)
-    if better is None:
-        better = _ATTENTION_CHOICE[key] = _cold_cycles(spec, flash) <= _cold_cycles(spec, plain)
-    return list(flash) if better else plain
+    hit = _ATTENTION_CHOICE.get(key)
+    if hit is None or hit[0] is not spec:
+        hit = _ATTENTION_CHOICE[key] = (spec, _cold_cycles(spec, flash)
+                                        <= _cold_cycles(spec, plain))
+    return list(flash) if hit[1] else plain
 
 
 def lower_fused(op: Op, graph: Graph, spec: DeviceSpec, storage: Any) -> list[Kernel]:
