@@ -200,3 +200,30 @@ def test_bert_large_int8_lowers_latency_and_stays_above_its_floor():
     r2, r3 = wia_hw.run(fused), wia_hw.run(fq)
     assert r3.latency_ms < r2.latency_ms < r0.latency_ms
     assert r3.latency_ms >= r3.roofline_floor_ms
+
+
+def test_a_fused_graph_stays_fused_and_the_int8_cast_joins_the_gelu_epilogue():
+    # K = 2048: GELU (4 cycles/element) and the cast (1) hide behind an int8 GEMM when
+    # 5 * M * N / (256 lanes * 4 cores) <= 0.5 * M * N * K / 131072, i.e. K >= 1280
+    b = GraphBuilder("ffn", "fp16")
+    x = b.input("x", (256, 2048))
+    b.linear("fc2", b.op("gelu", "gelu", [b.linear("fc1", x, 1024)]), 64)
+    g = b.graph()
+    rng = np.random.default_rng(5)
+    data = [{"x": rng.standard_normal((256, 2048)).astype(np.float32)}]
+    fused = apply_fusion(g)
+    q = quantize_model(fused, QuantizationConfig(calibration_batches=1), data)
+    assert q.params["fusion"] == {"gemm_epilogue": 1}
+    chain = next(o for o in q.ops if o.name == "fc1").attrs["fusion"]["ops"]
+    assert chain == ("fc1", "gelu", "gelu.quantize")
+    r = wia_hw.run(q)
+    assert [k.name for k in r.kernels] == ["x.quantize", "fc1+gelu+gelu.quantize", "fc2"]
+    unfused = wia_hw.run(quantize_model(g, QuantizationConfig(calibration_batches=1), data))
+    # neither the fp16 GELU output nor its int8 copy's input crosses HBM: at least the
+    # GELU's fp16 output (256 x 1024 x 2 bytes) is saved
+    assert unfused.counters.bytes["hbm"] - r.counters.bytes["hbm"] >= 256 * 1024 * 2
+    assert r.latency_ms < unfused.latency_ms
+    # and the values are the unfused graph's: same scales, the chain computed op by op
+    ev_f, ev_u = GraphEvaluator(q), GraphEvaluator(quantize_model(
+        g, QuantizationConfig(calibration_batches=1), data))
+    np.testing.assert_array_equal(ev_f.run(data[0])["fc2"], ev_u.run(data[0])["fc2"])

@@ -13,7 +13,9 @@ config field           chain                                         fused kerne
 ``fuse_attention``     ``bmm`` (``transpose_b``) -> ``softmax``      flash attention of
                        -> ``bmm``                                    the transformer
                                                                      engine (one kernel)
-``fuse_gelu``          ``linear``/``matmul`` -> ``gelu``             GEMM epilogue
+``fuse_gelu``          ``linear``/``matmul`` -> ``gelu`` (->         GEMM epilogue (the
+                       the int8 ``cast`` of PTQ, when it is the      cast too when its
+                       GELU's only reader)                           work hides)
 ``fuse_residual_``     residual ``add`` (same-shape operands, no     one vector pass
 ``connections``        weight) -> ``layer_norm``
 ``fuse_layer_norm``    any elementwise op -> ``layer_norm``          one vector pass
@@ -55,7 +57,7 @@ from ..graph import BINARY_KINDS, UNARY_KINDS, Graph, Op
 from ..lowering import ATTR_LOWERINGS, _builtin
 from ._kernels import fuse_gemm_epilogue, fuse_vector_pair
 
-__all__ = ["FusionConfig", "apply_fusion", "lower_fused", "FUSION_PATTERNS"]
+__all__ = ["FusionConfig", "apply_fusion", "lower_fused", "refuse", "FUSION_PATTERNS"]
 
 #: Fusion patterns and the config field that enables each.
 FUSION_PATTERNS = {"attention": "fuse_attention", "gemm_epilogue": "fuse_gelu",
@@ -117,6 +119,9 @@ def _match(graph: Graph, cons: dict[str, list[Op]], op: Op,
     if nxt is None:
         return None
     if cfg.fuse_gelu and op.kind in ("linear", "matmul") and nxt.kind == "gelu":
+        after = _only_reader(cons, nxt)
+        if after is not None and after.kind == "cast" and "quant" in after.attrs:
+            return "gemm_epilogue", [op, nxt, after]     # GELU, then int8 quantisation
         return "gemm_epilogue", [op, nxt]
     if nxt.kind == "layer_norm" and nxt.inputs[0] == op.outputs[0] and (
             op.kind in BINARY_KINDS or op.kind in UNARY_KINDS):
@@ -132,7 +137,8 @@ def _match(graph: Graph, cons: dict[str, list[Op]], op: Op,
 def apply_fusion(graph: Graph, config: FusionConfig | None = None) -> Graph:
     """A copy of ``graph`` with the chains ``config`` enables marked as fused (see the
     module docstring). Ops already fused are left as they are, so applying it twice
-    changes nothing. ``graph.params["fusion"]`` counts the chains by pattern.
+    changes nothing. ``graph.params["fusion"]`` counts the chains by pattern and
+    ``graph.params["fusion_config"]`` records the config (:func:`refuse` reuses it).
 
     Raises ``TypeError`` when ``graph`` is not a Graph or ``config`` not a FusionConfig.
     """
@@ -158,8 +164,28 @@ def apply_fusion(graph: Graph, config: FusionConfig | None = None) -> Graph:
         counts[pattern] = counts.get(pattern, 0) + 1
     ops = [replace(o, attrs={**o.attrs, "fusion": claimed[o.name]}) if o.name in claimed
            else o for o in graph.ops]
+    before = graph.params.get("fusion_config", {})
+    config_used = {f.name: bool(before.get(f.name)) or getattr(cfg, f.name)
+                   for f in fields(cfg)}
     return Graph(graph.name, graph.tensors.values(), ops, sequences=graph.sequences,
-                 params={**graph.params, "fusion": counts}, validate=False)
+                 params={**graph.params, "fusion": counts, "fusion_config": config_used},
+                 validate=False)
+
+
+def refuse(graph: Graph) -> Graph:
+    """``graph`` with its fusion marks derived again (after a transformation such as
+    :func:`wia_hw.quantize_model` changed the ops between them): the marks are removed
+    and :func:`apply_fusion` runs with the config recorded in
+    ``graph.params["fusion_config"]``. A graph never fused is returned as it is."""
+    cfg = graph.params.get("fusion_config")
+    if cfg is None:
+        return graph
+    ops = [replace(o, attrs={k: v for k, v in o.attrs.items() if k != "fusion"})
+           for o in graph.ops]
+    params = {k: v for k, v in graph.params.items() if k not in ("fusion", "fusion_config")}
+    bare = Graph(graph.name, graph.tensors.values(), ops, sequences=graph.sequences,
+                 params=params, validate=False)
+    return apply_fusion(bare, FusionConfig(**cfg))
 
 
 # -- lowering ---------------------------------------------------------------------------
@@ -238,6 +264,18 @@ def lower_fused(op: Op, graph: Graph, spec: DeviceSpec, storage: Any) -> list[Ke
     pattern = info["pattern"]
     if pattern == "attention":
         return _attention_kernels(ops, graph, spec, storage, plain)
+    if pattern == "gemm_epilogue" and len(plain) == 3:
+        # GELU and the quantising cast: the GEMM's epilogue when both hide behind the
+        # array; else the GELU alone in the epilogue and the cast after it; else both
+        # in one vector pass after the GEMM
+        pair = fuse_vector_pair(spec, plain, 1)
+        whole = None if pair is None else fuse_gemm_epilogue(spec, [plain[0], pair], 0)
+        if whole is not None:
+            return [whole]
+        head = fuse_gemm_epilogue(spec, plain, 0)
+        if head is not None:
+            return [head, plain[2]]
+        return plain if pair is None else [plain[0], pair]
     if len(plain) != 2:
         return plain
     fused = fuse_gemm_epilogue(spec, plain, 0) if pattern == "gemm_epilogue" else \

@@ -9,7 +9,8 @@ session's kernels with them, so a recommendation measures exactly what
 * :func:`fuse_vector_pair`: a vector kernel that reads the previous vector kernel's
   only output (plus other operands) over the same rows becomes one pass; the
   intermediate never goes to memory; the fused pass issues the sum of both parts'
-  vector work (in the cheapest op class's cycles per element, rounded up).
+  vector work (in elementwise cycles per element, rounded up; its class is
+  ``elementwise``, so a GEMM epilogue can take the fused pass in turn).
 * :func:`fuse_gemm_epilogue`: a one-input elementwise/activation vector kernel on a
   GEMM's output becomes the GEMM writing the activation's result. The activation runs
   on the core's vector unit while the array computes the next tile, so it is hidden;
@@ -72,7 +73,7 @@ def fuse_vector_pair(spec: Any, program: Sequence[Any], i: int) -> VectorKernel 
         return None
     cpe = spec.compute.vector.cycles_per_element
     work = a.elements * cpe[a.vclass] + b.elements * cpe[b.vclass]
-    base = min(cpe, key=lambda c: (cpe[c], c))
+    base = "elementwise"        # the issue class of the fused pass (an epilogue can take it)
     inputs = tuple(a.inputs) + tuple(r for r in b.inputs if r.name != mid)
     return VectorKernel(
         name=f"{a.name}+{b.name}", op=b.op, group=b.group, op_kind=b.op_kind,

@@ -25,6 +25,9 @@ Per quantised op ``y = x @ W (+ b)`` (``W`` is ``[K, N]``):
   model, over the device's tiles) and its epilogue writes
   ``acc * s_x * s_w[n]`` in the op's original output dtype.
 
+A graph made by :func:`~wia_hw.apply_fusion` is fused again after the rewrite, with
+the same config, so a GELU and the int8 cast after it join their GEMM's epilogue.
+
 Scales are in each op's ``attrs["quant"]`` (``input_scale``, ``weight_scale``: a float
 or one per output channel). Timing mode needs only the graph; functional values of a
 quantised graph come from :class:`QuantExecutor` (what :mod:`wia_hw.accuracy` runs),
@@ -49,6 +52,7 @@ from ..emulator.enums import StrNamedEnum
 from ..emulator.errors import WorkloadError
 from ..emulator.functional import cast_to
 from ..graph import FLOAT_DTYPES, Graph, Op, Tensor
+from ._fusion import refuse
 
 __all__ = ["QuantMode", "Precision", "CalibrationMethod", "QuantizationConfig",
            "QuantizedGraph", "QuantExecutor", "quantize_model", "calibrate_threshold",
@@ -388,8 +392,11 @@ def _rewrite(graph: Graph, cfg: QuantizationConfig, targets: list[Op],
     params = {**graph.params, "quantization": {
         "method": cfg.method.value, "per_channel": cfg.per_channel, "ops": len(targets)},
         "precision": "int8"}
-    qg = QuantizedGraph(graph.name, tensors.values(), ops, sequences=graph.sequences,
-                        params=params)
+    # a fused graph's marks are derived again over the new ops (GELU -> int8 cast fuses)
+    plain = refuse(Graph(graph.name, tensors.values(), ops, sequences=graph.sequences,
+                         params=params))
+    qg = QuantizedGraph(plain.name, plain.tensors.values(), plain.ops,
+                        sequences=plain.sequences, params=plain.params)
     qg.weights = {n: v for n, v in values.items() if n in tensors}
     qg.float_weights = dict(ws)
     qg.thresholds = thresholds
