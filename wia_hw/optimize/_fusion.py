@@ -13,9 +13,7 @@ config field           chain                                         fused kerne
 ``fuse_attention``     ``bmm`` (``transpose_b``) -> ``softmax``      flash attention of
                        -> ``bmm``                                    the transformer
                                                                      engine (one kernel)
-``fuse_gelu``          ``linear``/``matmul`` -> ``gelu`` (->         GEMM epilogue (the
-                       the int8 ``cast`` of PTQ, when it is the      cast too when its
-                       GELU's only reader)                           work hides)
+``fuse_gelu``          ``linear``/``matmul`` -> ``gelu``             GEMM epilogue
 ``fuse_residual_``     residual ``add`` (same-shape operands, no     one vector pass
 ``connections``        weight) -> ``layer_norm``
 ``fuse_layer_norm``    any elementwise op -> ``layer_norm``          one vector pass
@@ -119,9 +117,6 @@ def _match(graph: Graph, cons: dict[str, list[Op]], op: Op,
     if nxt is None:
         return None
     if cfg.fuse_gelu and op.kind in ("linear", "matmul") and nxt.kind == "gelu":
-        after = _only_reader(cons, nxt)
-        if after is not None and after.kind == "cast" and "quant" in after.attrs:
-            return "gemm_epilogue", [op, nxt, after]     # GELU, then int8 quantisation
         return "gemm_epilogue", [op, nxt]
     if nxt.kind == "layer_norm" and nxt.inputs[0] == op.outputs[0] and (
             op.kind in BINARY_KINDS or op.kind in UNARY_KINDS):
@@ -264,18 +259,6 @@ def lower_fused(op: Op, graph: Graph, spec: DeviceSpec, storage: Any) -> list[Ke
     pattern = info["pattern"]
     if pattern == "attention":
         return _attention_kernels(ops, graph, spec, storage, plain)
-    if pattern == "gemm_epilogue" and len(plain) == 3:
-        # GELU and the quantising cast: the GEMM's epilogue when both hide behind the
-        # array; else the GELU alone in the epilogue and the cast after it; else both
-        # in one vector pass after the GEMM
-        pair = fuse_vector_pair(spec, plain, 1)
-        whole = None if pair is None else fuse_gemm_epilogue(spec, [plain[0], pair], 0)
-        if whole is not None:
-            return [whole]
-        head = fuse_gemm_epilogue(spec, plain, 0)
-        if head is not None:
-            return [head, plain[2]]
-        return plain if pair is None else [plain[0], pair]
     if len(plain) != 2:
         return plain
     fused = fuse_gemm_epilogue(spec, plain, 0) if pattern == "gemm_epilogue" else \

@@ -18,15 +18,18 @@ Per quantised op ``y = x @ W (+ b)`` (``W`` is ``[K, N]``):
   histogram, the threshold whose 128-level quantised distribution is nearest in KL).
   Histograms have ``HIST_BINS`` bins over ``[0, max |x|]``; stats use at most
   ``calibration_batches`` batches.
-* The graph gets one ``cast`` op per quantised activation, ``{x}.quantize`` (fp -> int8:
-  ``x_q = clip(rint(x / s_x), -127, 127)``), read by every quantised op on ``x``; the
+* Each quantised activation is quantised once, ``x_q = clip(rint(x / s_x), -127,
+  127)``: by its producer, which then writes int8 itself (``attrs["quant"]
+  ["output_scale"]``), when that is an elementwise, softmax or layer-norm op whose
+  output only quantised ops read (the output conversion of a pass, no extra pass);
+  else by a ``cast`` op ``{x}.quantize`` read by every quantised op on ``x``. The
   op reads ``x_q``, ``{op}.weight_q`` (int8) and ``{op}.bias_q`` (int32,
   ``rint(b / (s_x s_w))``), accumulates in int32 (bit-exact with the RTL's int8 golden
   model, over the device's tiles) and its epilogue writes
   ``acc * s_x * s_w[n]`` in the op's original output dtype.
 
 A graph made by :func:`~wia_hw.apply_fusion` is fused again after the rewrite, with
-the same config, so a GELU and the int8 cast after it join their GEMM's epilogue.
+the same config (a GEMM -> GELU epilogue then writes int8).
 
 Scales are in each op's ``attrs["quant"]`` (``input_scale``, ``weight_scale``: a float
 or one per output channel). Timing mode needs only the graph; functional values of a
@@ -50,7 +53,7 @@ import numpy as np
 from .._functional import FunctionalExecutor
 from ..emulator.enums import StrNamedEnum
 from ..emulator.errors import WorkloadError
-from ..emulator.functional import cast_to
+from ..emulator.functional import cast_to, evaluate
 from ..graph import FLOAT_DTYPES, Graph, Op, Tensor
 from ._fusion import refuse
 
@@ -62,6 +65,9 @@ __all__ = ["QuantMode", "Precision", "CalibrationMethod", "QuantizationConfig",
 HIST_BINS = 2048
 #: Largest int8 code of the symmetric quantiser (-127..127; -128 is not used).
 QMAX = 127
+#: Producers that quantise their own output instead of a separate cast (their output
+#: conversion writes int8; no extra pass).
+_FOLDABLE = ("gelu", "relu", "tanh", "sigmoid", "softmax", "layer_norm", "add", "sub", "mul")
 
 
 class QuantMode(StrNamedEnum):
@@ -160,6 +166,14 @@ class QuantExecutor(FunctionalExecutor):
             super().step(op, kernels, device)
             return
         out = op.outputs[0]
+        if "output_scale" in q:      # a vector op that writes int8 with a static scale
+            t = self.graph.tensors[out]
+            ins = [self._dequantised(i) for i in op.inputs]
+            y = evaluate(op.kind, op.attrs, ins, t.shape, "fp32", None, op.name)
+            s = np.float32(q["output_scale"])
+            self.values[out] = np.clip(np.rint(y / s), -QMAX, QMAX).astype(np.int8)
+            self.scales[out] = float(s)
+            return
         if op.kind == "cast":
             s = np.float32(q["scale"])
             x = self._dequantised(op.inputs[0]).astype(np.float32)
@@ -353,9 +367,29 @@ def _rewrite(graph: Graph, cfg: QuantizationConfig, targets: list[Op],
     tensors = dict(graph.tensors)
     values = dict(ws)
     tset = {op.name for op in targets}
-    cast_for: dict[str, str] = {}
+    # activations whose producer writes int8 itself: a vector op (not a view, GEMM or
+    # cast) whose output only quantised ops read, as their input x
+    readers: dict[str, list[Op]] = {}
+    for op in graph.ops:
+        for i in dict.fromkeys(op.inputs):
+            readers.setdefault(i, []).append(op)
+    folded: dict[str, Op] = {}
+    for op in graph.ops:
+        x = op.outputs[0] if op.outputs else None
+        rs = readers.get(x, [])
+        if x in thresholds and rs and op.kind in _FOLDABLE and all(
+                r.name in tset and r.inputs[0] == x and x not in r.inputs[1:] for r in rs):
+            folded[x] = op
+    cast_for: dict[str, str] = {x: x for x in folded}
     ops: list[Op] = []
     for op in graph.ops:
+        x = op.outputs[0] if op.outputs else None
+        if x in folded:          # the producer quantises its own output
+            tensors[x] = Tensor(x, graph.tensors[x].shape, "int8", "activation")
+            ops.append(Op(op.name, op.kind, op.inputs, op.outputs, op.group,
+                          {**op.attrs, "quant": {"output_scale": thresholds[x] / QMAX,
+                                                 "threshold": thresholds[x]}}))
+            continue
         if op.name not in tset:
             ops.append(op)
             continue
@@ -392,7 +426,7 @@ def _rewrite(graph: Graph, cfg: QuantizationConfig, targets: list[Op],
     params = {**graph.params, "quantization": {
         "method": cfg.method.value, "per_channel": cfg.per_channel, "ops": len(targets)},
         "precision": "int8"}
-    # a fused graph's marks are derived again over the new ops (GELU -> int8 cast fuses)
+    # a fused graph's marks are derived again over the new ops
     plain = refuse(Graph(graph.name, tensors.values(), ops, sequences=graph.sequences,
                          params=params))
     qg = QuantizedGraph(plain.name, plain.tensors.values(), plain.ops,
