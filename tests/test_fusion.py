@@ -185,3 +185,17 @@ def test_flash_attention_functional_values_equal_within_rounding(dt, rtol):
     assert [k.provider for k in r1.kernels] == ["transformer_engine"]
     a, b = r0.outputs["ctx"], r1.outputs["ctx"]
     assert np.max(np.abs(a - b)) <= rtol * np.max(np.abs(a))
+
+
+def test_the_recommended_fusion_is_what_apply_fusion_does():
+    from wia_hw import AnalysisConfig, ProfilingConfig, analyze_performance
+
+    g = build("bert-base", batch=8, seq=128, layers=1)
+
+    def fusion_recs(graph):
+        r = wia_hw.run(graph, profile=ProfilingConfig())
+        return [x for x in analyze_performance(r.profile, AnalysisConfig()).recommendations
+                if x.category == "fusion"]
+    before = fusion_recs(g)
+    assert before and all(x.estimated_improvement > 0.05 for x in before)
+    assert fusion_recs(apply_fusion(g)) == []      # nothing left for the what-ifs to fuse
