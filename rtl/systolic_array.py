@@ -109,14 +109,47 @@ class _Gated(wiring.Component):
         return m
 
 
+#: Columns per row-port group (see :class:`_Bus`).
+_GROUP = 8
+
+
+class _Bus:
+    """A per-column row port split into groups of :data:`_GROUP` columns, each group one
+    packed signal: few signals for Amaranth to elaborate (rows * cols / 8 per port, not
+    rows * cols), and narrow enough that Icarus does not re-evaluate every column's
+    slice each time one column changes (one packed bus per row makes simulation and
+    compilation grow with cols**2 per row)."""
+
+    def __init__(self, groups: list[Signal], per_col: int) -> None:
+        self.groups, self.per_col = groups, per_col
+
+    def word_select(self, idx: int, width: int) -> Value:
+        j, rest = divmod(idx, self.per_col)
+        g, jj = divmod(j, _GROUP)
+        return self.groups[g].word_select(jj * self.per_col + rest, width)
+
+    def __getitem__(self, j: int) -> Value:
+        return self.word_select(j, 1)
+
+    def eq(self, other: object) -> list:
+        if isinstance(other, _Bus):
+            return [g.eq(o) for g, o in zip(self.groups, other.groups, strict=True)]
+        if isinstance(other, int):
+            return [g.eq(other) for g in self.groups]
+        out, pos = [], 0
+        for g in self.groups:
+            out.append(g.eq(other[pos:pos + len(g)]))
+            pos += len(g)
+        return out
+
+
 class _Row(wiring.Component):
     """One row of ``cols`` PEs and the wiring between them (internal to the array).
 
     Rows are identical, so the emitted Verilog has one row module instantiated ``rows``
-    times (and one PE module instantiated ``cols`` times in it). Vector ports are packed
-    (one signal each, element ``column * lanes + lane`` in word ``column * lanes +
-    lane``), so wiring rows together is one assignment per port, not one per column;
-    ``macs`` is the number of MACs of the row in the cycle."""
+    times (and one PE module instantiated ``cols`` times in it). Per-column ports are
+    :class:`_Bus` groups (element ``column * lanes + lane``); ``macs`` is the number of
+    MACs of the row in the cycle."""
 
     def __init__(self, cols: int, dataflow: str, precision: str, pipelined: bool,
                  pe_module: str | None = None) -> None:
@@ -127,24 +160,36 @@ class _Row(wiring.Component):
         C = cols
         members: dict[str, object] = {"en": In(1), "valid_in": In(n),
                                       "macs": Out(range(C * n + 1))}
+        buses: dict[str, tuple[type, int, int]] = {}  # name -> (flow, width, per column)
         if dataflow == "os":
-            members.update({"a_in": In(op * n), "first_in": In(1),
-                            "b_in": In(C * n * op), "b_out": Out(C * n * op)})
+            members.update({"a_in": In(op * n), "first_in": In(1)})
+            buses.update({"b_in": (In, op, n), "b_out": (Out, op, n)})
             if pipelined:
-                members.update({"last_in": In(1), "start": In(C), "q_in": In(C),
-                                "q_out": Out(C), "res_in": In(C * acc), "res": Out(C * acc)})
+                members["last_in"] = In(1)
+                buses.update({"start": (In, 1, 1), "q_in": (In, 1, 1), "q_out": (Out, 1, 1),
+                              "res_in": (In, acc, 1), "res": (Out, acc, 1)})
             else:
-                members.update({"shift": In(1), "acc_in": In(C * acc), "acc": Out(C * acc)})
+                members["shift"] = In(1)
+                buses.update({"acc_in": (In, acc, 1), "acc": (Out, acc, 1)})
         else:
-            members.update({"x_in": In(op * n), "w_in": In(C * op), "w": Out(C * op),
-                            "psum_in": In(C * n * acc), "psum_out": Out(C * n * acc),
-                            "valid_out": Out(1)})
+            members.update({"x_in": In(op * n), "valid_out": Out(1)})
+            buses.update({"w_in": (In, op, 1), "w": (Out, op, 1), "psum_in": (In, acc, n),
+                          "psum_out": (Out, acc, n)})
             if pipelined:
-                members.update({"first_in": In(1), "load_end": In(C), "ldf_in": In(C),
-                                "ldf_out": Out(C)})
+                members["first_in"] = In(1)
+                buses.update({"load_end": (In, 1, 1), "ldf_in": (In, 1, 1),
+                              "ldf_out": (Out, 1, 1)})
             else:
                 members["load"] = In(1)
+        n_groups = -(-C // _GROUP)
+        for name, (flow, width, per) in buses.items():
+            for g in range(n_groups):
+                cols_g = min(_GROUP, C - g * _GROUP)
+                members[f"{name}_g{g}"] = flow(cols_g * per * width)
         super().__init__(members)
+        for name, (_, _, per) in buses.items():
+            setattr(self, name, _Bus([getattr(self, f"{name}_g{g}") for g in range(n_groups)],
+                                     per))
 
     def elaborate(self, platform: object) -> Module:
         m = Module()

@@ -537,7 +537,7 @@ def check_sequence(dut: SystolicArray, tiles: list[Tile], counters: dict,
             stall_cycles=len(stalls), elements=[t.depth for t in tiles])
 
 
-CONFIGS = [(r, c, df) for r, c in ((1, 1), (2, 3), (3, 2), (4, 4), (1, 4), (4, 1))
+CONFIGS = [(r, c, df) for r, c in ((1, 1), (2, 3), (3, 2), (4, 4), (1, 4), (4, 1), (2, 11))
            for df in ("os", "ws")]
 
 
