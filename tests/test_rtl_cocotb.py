@@ -66,12 +66,13 @@ def test_pe(dataflow: str) -> None:
     run_cocotb("pe", {"dataflow": dataflow}, "tb_pe")
 
 
-#: Unpipelined int8 arrays (the pipelined cases below cover other shapes).
-SHAPES = [(2, 2), (4, 8), (16, 16)]
+#: Unpipelined int8 arrays (the pipelined cases below cover other shapes; 16x16 os is
+#: left out to keep the suite's time: 32x32 os pipelined covers the large os array).
+SHAPES = [(2, 2, "os"), (2, 2, "ws"), (4, 8, "os"), (4, 8, "ws"), (16, 16, "ws")]
 
 
-@pytest.mark.parametrize("dataflow", ["os", "ws"])
-@pytest.mark.parametrize(("rows", "cols"), SHAPES, ids=[f"{r}x{c}" for r, c in SHAPES])
+@pytest.mark.parametrize(("rows", "cols", "dataflow"), SHAPES,
+                         ids=[f"{r}x{c}-{d}" for r, c, d in SHAPES])
 def test_systolic_array(rows: int, cols: int, dataflow: str) -> None:
     run_cocotb("systolic_array",
                {"rows": rows, "cols": cols, "dataflow": dataflow, "max_depth": 64},
