@@ -4,7 +4,8 @@
 section 8.7 breakdown (:mod:`._run`); ``specs`` lists, shows and validates device specs
 (:mod:`._specs`); ``ext`` lists, shows, validates and registers device extensions
 (:mod:`._ext`); ``profile`` profiles a workload (:mod:`._profile`); ``rtl`` lists the RTL
-blocks and emits their Verilog (:mod:`._rtl`). Options shared by several commands live
+blocks and emits their Verilog (:mod:`._rtl`); ``import`` shows what an ONNX model
+becomes and lists every unsupported op (:mod:`._import`). Options shared by several commands live
 in :mod:`._common`. Bad input exits with status 2 and one line on stderr naming what is
 wrong (every :class:`~wia_hw.WiaError` becomes that line).
 """
@@ -19,6 +20,7 @@ from ..emulator.errors import WiaError
 from ._bench import bench_cmd
 from ._collectives import collectives
 from ._ext import ext
+from ._import import import_cmd
 from ._profile import profile
 from ._rtl import rtl
 from ._run import print_run, run_cmd
@@ -44,7 +46,8 @@ def cli() -> None:
     """wia-hw: an open, verifiable AI-accelerator stack (WIA-AI-011 chapter 8)."""
 
 
-for _command in (run_cmd, specs, rtl, ext, profile, bench_cmd, collectives):
+for _command in (run_cmd, specs, rtl, ext, profile, bench_cmd, collectives,
+                 import_cmd):
     cli.add_command(_command)
 
 
