@@ -123,7 +123,7 @@ def format_report(r: ImportReport) -> str:
     lines = [head, "", f"  {'op kind':<16} {'ops':>6} {'GFLOP':>10} {'GMAC':>10}"]
     for kind, (n, f, m) in r.ops_by_kind.items():
         mac = f"{m / 1e9:>10.3f}" if kind in GEMM_KINDS else f"{'':>10}"
-        lines.append(f"  {kind:<16} {n:>6} {f / 1e9:>10.3f} {mac}")
+        lines.append(f"  {kind:<16} {n:>6} {f / 1e9:>10.3f} {mac}".rstrip())
     total_ops = sum(n for n, _, _ in r.ops_by_kind.values())
     lines.append(f"  {'total':<16} {total_ops:>6} {r.flops / 1e9:>10.3f} "
                  f"{r.macs / 1e9:>10.3f}")
