@@ -396,3 +396,47 @@ def test_first_sample_reads_the_device_mid_interval():
     assert first.cycle == s.report.start_cycle
     assert any(k is not None for k in first.kernels)
     assert sum(x.weight_cycles for x in s.report.samples) == s.report.cycles
+
+
+def test_run_table_aggregates_a_kernel_over_its_layers():
+    import io
+    import re
+
+    from rich.console import Console
+
+    from wia_hw.cli import print_run
+
+    r = wia_hw.run("bert-base", batch=1, seq=32)
+    buf = io.StringIO()
+    print_run(r, Console(file=buf, width=200), top_kernels=10)
+    rows = [ln for ln in buf.getvalue().splitlines() if "feed_forward_intermediate" in ln]
+    assert len(rows) == 1                        # one row, not one per layer
+    ks = [k for k in r.kernels if k.name.endswith(".feed_forward_intermediate")]
+    cells = [c.strip() for c in rows[0].split("│") if c.strip()]
+    assert cells[0] == "feed_forward_intermediate" and cells[2] == str(len(ks)) == "12"
+    total = sum(k.time_ms for k in ks)
+    assert cells[3] == f"{total:.3f}" and cells[4] == f"{total / len(ks):.3f}"
+    table = buf.getvalue().split("Top 10 kernels")[1]
+    names = [ln.split("│")[1].strip() for ln in table.splitlines() if ln.startswith("│")]
+    assert len(names) == len(set(names)) == 10    # ten different kernels
+    assert all(not re.match(r"layer\d+\.", n) for n in names)
+
+
+def test_cli_profile_skips_library_frames_unless_asked(tmp_path):
+    from click.testing import CliRunner
+
+    from wia_hw.cli import cli
+
+    def stacks(*extra):
+        out = tmp_path / f"f{len(extra)}.folded"
+        res = CliRunner().invoke(cli, ["profile", "bert-base", "-b", "1", "-s", "32",
+                                       "--mode", "instrumentation", "--kernels", "0",
+                                       "--flamegraph", str(out), *extra])
+        assert res.exit_code == 0, res.output
+        return out.read_text(), res.output
+
+    text, output = stacks()
+    assert "core.py" not in text and "invoke (" not in text
+    assert "click/core.py" not in output          # allocation sites
+    kept, _ = stacks("--keep-library-frames")
+    assert "invoke (core.py:" in kept

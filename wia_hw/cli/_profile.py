@@ -62,19 +62,23 @@ __all__ = ["profile"]
               help="Lowest confidence of recommendations to print.")
 @click.option("--kernels", "top_kernels", type=int, default=3, show_default=True,
               help="Print the seed's kernel profile for this many hottest kernels.")
+@click.option("--keep-library-frames", is_flag=True,
+              help="Keep frames of wia-hw, the standard library and installed packages "
+                   "(click, ...) in call stacks, the flamegraph and allocation sites.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report to stdout.")
 def profile(workload: str, device: str, batch: int | None, seq: int | None,
             precision: str | None, args: tuple[str, ...], sets: tuple[str, ...], mode: str,
             counters: str | None, interval_us: float, output: Path | None,
             timeline: Path | None, flamegraph: Path | None, roofline: Path | None,
             memory_timeline: Path | None, recommend: bool, priority: str, confidence: float,
-            top_kernels: int, as_json: bool) -> None:
+            top_kernels: int, keep_library_frames: bool, as_json: bool) -> None:
     """Profile WORKLOAD (bert-large, bert-base, gpt2, resnet50, gemm, or an .onnx file)."""
     kw: dict[str, Any] = {}
     if counters:
         kw["hardware_counters"] = [c.strip() for c in counters.split(",") if c.strip()]
     try:
-        cfg = ProfilingConfig(mode=mode, sampling_interval_us=interval_us, **kw)
+        cfg = ProfilingConfig(mode=mode, sampling_interval_us=interval_us,
+                              keep_library_frames=keep_library_frames, **kw)
     except (TypeError, ValueError) as e:
         raise click.BadParameter(str(e)) from None
     if workload.lower().endswith(".onnx") and not Path(workload).is_file():

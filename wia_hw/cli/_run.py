@@ -4,6 +4,7 @@ section 8.7 breakdown, totals, utilisation and hardware counters (:func:`print_r
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -101,13 +102,22 @@ def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
         ct.add_row(name, val)
     console.print(ct)
     if top_kernels and r.kernels:
-        kt = Table(title=f"Top {top_kernels} kernels", title_justify="left")
-        for col in ("kernel", "provider", "ms", "util %", "tiles"):
+        # the same kernel of every layer is one row: count, total and mean time
+        alike: dict[str, list[Any]] = {}
+        for k in r.kernels:
+            alike.setdefault(re.sub(r"^layer\d+\.", "", k.name), []).append(k)
+        kt = Table(title=f"Top {top_kernels} kernels (n: launches of it over the layers; ms: "
+                   "their total)", title_justify="left")
+        for col in ("kernel", "provider", "n", "ms", "mean", "util %", "tiles"):
             kt.add_column(col, justify="left" if col in ("kernel", "provider") else "right",
                           no_wrap=True)
-        for k in sorted(r.kernels, key=lambda k: -k.cycles)[:top_kernels]:
-            kt.add_row(k.name, k.provider, f"{k.time_ms:.3f}", f"{k.compute_utilization:.1f}",
-                       str(k.tiles))
+        for name, ks in sorted(alike.items(),
+                               key=lambda kv: -sum(k.cycles for k in kv[1]))[:top_kernels]:
+            total = sum(k.time_ms for k in ks)
+            cyc = sum(k.cycles for k in ks)
+            util = sum(k.compute_utilization * k.cycles for k in ks) / cyc if cyc else 0.0
+            kt.add_row(name, ks[0].provider, str(len(ks)), f"{total:.3f}",
+                       f"{total / len(ks):.3f}", f"{util:.1f}", str(ks[0].tiles))
         console.print(kt)
 
 
