@@ -25,13 +25,16 @@ HEADS, HEAD_DIM = 12, 64
 
 
 def measure(device: str, n: int, flash: bool, causal: bool) -> wia_hw.AttentionResult:
-    cfg = AttentionConfig(num_heads=HEADS, head_dim=HEAD_DIM, sequence_length=n,
-                          use_flash_attention=flash, precision="fp16",
-                          attention_pattern=AttentionPattern.CAUSAL if causal
-                          else AttentionPattern.FULL)
+    cfg = AttentionConfig(
+        num_heads=HEADS,
+        head_dim=HEAD_DIM,
+        sequence_length=n,
+        use_flash_attention=flash,
+        precision="fp16",
+        attention_pattern=AttentionPattern.CAUSAL if causal else AttentionPattern.FULL,
+    )
     x = np.zeros((1, HEADS, n, HEAD_DIM), np.float16)
-    return multi_head_attention(wia_hw.open_device(device), x, x, x, cfg=cfg,
-                                functional=False)
+    return multi_head_attention(wia_hw.open_device(device), x, x, x, cfg=cfg, functional=False)
 
 
 def main() -> None:
@@ -41,23 +44,41 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="128..1024 only")
     args = ap.parse_args()
     sizes = [128, 256, 512, 1024] if args.quick else [128, 256, 512, 1024, 2048, 4096, 8192]
-    t = Table(title=f"attention {HEADS}x{HEAD_DIM}, fp16, {args.device}"
-              f"{', causal' if args.causal else ''}")
-    for col in ("S", "flash HBM MB", "naive HBM MB", "naive/flash bytes",
-                "flash ms", "naive ms", "speedup", "flash bytes / (S d)", "naive bytes / S^2",
-                "wall s"):
+    t = Table(
+        title=f"attention {HEADS}x{HEAD_DIM}, fp16, {args.device}"
+        f"{', causal' if args.causal else ''}"
+    )
+    for col in (
+        "S",
+        "flash HBM MB",
+        "naive HBM MB",
+        "naive/flash bytes",
+        "flash ms",
+        "naive ms",
+        "speedup",
+        "flash bytes / (S d)",
+        "naive bytes / S^2",
+        "wall s",
+    ):
         t.add_column(col, justify="right")
-    qkvo = 4 * HEADS * HEAD_DIM * 2          # bytes of Q, K, V, O per token
+    qkvo = 4 * HEADS * HEAD_DIM * 2  # bytes of Q, K, V, O per token
     for n in sizes:
         t0 = time.perf_counter()
         f = measure(args.device, n, True, args.causal)
         v = measure(args.device, n, False, args.causal)
         wall = time.perf_counter() - t0
-        t.add_row(str(n), f"{f.hbm_bytes / 1e6:.2f}", f"{v.hbm_bytes / 1e6:.2f}",
-                  f"{v.hbm_bytes / f.hbm_bytes:.1f}", f"{f.latency_ms:.3f}",
-                  f"{v.latency_ms:.3f}", f"{v.latency_ms / f.latency_ms:.2f}x",
-                  f"{f.hbm_bytes / (n * qkvo):.2f}",
-                  f"{v.hbm_bytes / (HEADS * n * n):.2f}", f"{wall:.2f}")
+        t.add_row(
+            str(n),
+            f"{f.hbm_bytes / 1e6:.2f}",
+            f"{v.hbm_bytes / 1e6:.2f}",
+            f"{v.hbm_bytes / f.hbm_bytes:.1f}",
+            f"{f.latency_ms:.3f}",
+            f"{v.latency_ms:.3f}",
+            f"{v.latency_ms / f.latency_ms:.2f}x",
+            f"{f.hbm_bytes / (n * qkvo):.2f}",
+            f"{v.hbm_bytes / (HEADS * n * n):.2f}",
+            f"{wall:.2f}",
+        )
     Console(width=160).print(t)
 
 

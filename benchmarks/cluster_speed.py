@@ -22,10 +22,15 @@ from wia_hw.cli._collectives import parse_size, sweep_sizes
 
 
 def cluster(n: int, topology: str) -> wia_hw.ClusterSpec:
-    return wia_hw.load_spec({"schema_version": 1, "name": f"{topology}-{n}", "devices": n,
-                             "device": "wia-npu", "links": {
-                                 "bandwidth_gbs": 100, "latency_us": 2.0,
-                                 "topology": topology}})
+    return wia_hw.load_spec(
+        {
+            "schema_version": 1,
+            "name": f"{topology}-{n}",
+            "devices": n,
+            "device": "wia-npu",
+            "links": {"bandwidth_gbs": 100, "latency_us": 2.0, "topology": topology},
+        }
+    )
 
 
 def main() -> None:
@@ -34,10 +39,11 @@ def main() -> None:
     ap.add_argument("--max-size", default="1G")
     args = ap.parse_args()
     sizes = sweep_sizes(1024, parse_size(args.max_size))
-    print(f"all-reduce sweep, ring algorithm, {len(sizes)} sizes from 1 KB to "
-          f"{sizes[-1] >> 20} MB")
-    print(f"{'topology':>9} {'devices':>7} {'transfers':>10} {'wall s':>8} {'cpu s':>8} "
-          f"{'us/transfer':>11} {'largest ms':>10} {'busbw GB/s':>10}")
+    print(f"all-reduce sweep, ring algorithm, {len(sizes)} sizes from 1 KB to {sizes[-1] >> 20} MB")
+    print(
+        f"{'topology':>9} {'devices':>7} {'transfers':>10} {'wall s':>8} {'cpu s':>8} "
+        f"{'us/transfer':>11} {'largest ms':>10} {'busbw GB/s':>10}"
+    )
     n = 8
     while n <= args.max_devices:
         for topology in ("ring", "torus2d"):
@@ -50,9 +56,12 @@ def main() -> None:
                 transfers += rec.transfers
             wall, cpu = time.perf_counter() - w0, time.process_time() - c0
             assert rec is not None
-            print(f"{topology:>9} {n:>7} {transfers:>10} {wall:>8.2f} {cpu:>8.2f} "
-                  f"{cpu / transfers * 1e6:>11.2f} {rec.time_ms:>10.2f} "
-                  f"{rec.busbw_gbs:>10.1f}", flush=True)
+            print(
+                f"{topology:>9} {n:>7} {transfers:>10} {wall:>8.2f} {cpu:>8.2f} "
+                f"{cpu / transfers * 1e6:>11.2f} {rec.time_ms:>10.2f} "
+                f"{rec.busbw_gbs:>10.1f}",
+                flush=True,
+            )
         n *= 2
 
 

@@ -62,26 +62,34 @@ def measure(layers: int, repeat: int, pipelined: bool | None = None) -> dict[str
     assert result is not None
     wall = statistics.median(walls)
     tiles = sum(k.tiles for k in result.kernels)
-    return {"layers": layers, "wall_s": wall, "cpu_s": statistics.median(cpus),
-            "events": events, "tiles": tiles,
-            "events_per_s": events / wall, "us_per_tile": wall / tiles * 1e6,
-            "latency_ms": result.latency_ms, "result": result, "graph": graph,
-            "spec": ctx.spec}
+    return {
+        "layers": layers,
+        "wall_s": wall,
+        "cpu_s": statistics.median(cpus),
+        "events": events,
+        "tiles": tiles,
+        "events_per_s": events / wall,
+        "us_per_tile": wall / tiles * 1e6,
+        "latency_ms": result.latency_ms,
+        "result": result,
+        "graph": graph,
+        "spec": ctx.spec,
+    }
 
 
 #: The causes of the breakdown, with why each one costs time on this device.
 WHY = {
     "ideal": "the op's MACs at the array's peak (vector ops: none); the floor of compute",
     "mapping": "partial passes: a pass always occupies all R x C PEs, so dims that are "
-               "not multiples of 128 waste the rest (MAC slots - MACs)",
+    "not multiples of 128 waste the rest (MAC slots - MACs)",
     "fill_drain": "each pass's issue interval beyond its own steps (short-K passes, e.g. "
-                  "attention K=64, cannot hide the skew) plus each core's last drain",
+    "attention K=64, cannot hide the skew) plus each core's last drain",
     "vector": "vector-unit work (softmax, layer norm, GELU, residual adds): "
-              "elements / lanes x cycles per element",
+    "elements / lanes x cycles per element",
     "memory": "the array or vector unit waited for operands in L1 (first tile of every "
-              "kernel, HBM/L2 bandwidth, DMA behind the compute)",
+    "kernel, HBM/L2 bandwidth, DMA behind the compute)",
     "dependency": "cores idle at the kernel barrier: uneven tile shares, cores without a "
-                  "tile, a core waiting for its result stores",
+    "tile, a core waiting for its result stores",
     "thermal": "the clock throttled above throttle_c",
     "other": "the rest: result stores and DMA set-up not overlapped, the L1 port",
 }
@@ -103,8 +111,11 @@ def breakdown(spec: Any, graph: Any, result: Any) -> dict[str, dict[str, float]]
         row = out.setdefault(kt.group, dict.fromkeys(WHY, 0.0))
         total = cores * kt.cycles
         stalls = kt.counters.stall_cycles
-        parts = {"memory": stalls["memory"], "thermal": stalls["thermal"],
-                 "dependency": stalls["dependency"] + (cores - rec.cores_used) * kt.cycles}
+        parts = {
+            "memory": stalls["memory"],
+            "thermal": stalls["thermal"],
+            "dependency": stalls["dependency"] + (cores - rec.cores_used) * kt.cycles,
+        }
         if isinstance(kern, GemmKernel):
             rate = a.rate(kern.precision)
             pe_rate = R * C * rate
@@ -118,9 +129,10 @@ def breakdown(spec: Any, graph: Any, result: Any) -> dict[str, dict[str, float]]
                 fill += t.passes * (step - d)
             if pipelined and tiles:
                 d = tiles[-1].pass_steps
-                fill += rec.cores_used * (systolic_tile_cycles(df, R, C, d)
-                                          - systolic_issue_interval(df, R, C, d, d,
-                                                                    pipelined=True))
+                fill += rec.cores_used * (
+                    systolic_tile_cycles(df, R, C, d)
+                    - systolic_issue_interval(df, R, C, d, d, pipelined=True)
+                )
             parts["fill_drain"] = fill
         elif isinstance(kern, VectorKernel):
             tiles, _ = dev.tiles_of(kern)
@@ -133,8 +145,7 @@ def breakdown(spec: Any, graph: Any, result: Any) -> dict[str, dict[str, float]]
 
 def _attention_scores_util(result: Any) -> float:
     ks = [k for k in result.kernels if k.name.endswith("attention_scores")]
-    return sum(k.flops for k in ks) / sum(k.flops / max(k.compute_utilization, 1e-12)
-                                          for k in ks)
+    return sum(k.flops for k in ks) / sum(k.flops / max(k.compute_utilization, 1e-12) for k in ks)
 
 
 def main() -> None:
@@ -147,23 +158,42 @@ def main() -> None:
     repeat = 1 if args.quick else args.repeat
     rows = [measure(n, repeat) for n in sizes]
     t = Table(title="wia-hw emulator speed: BERT-Large b32 s128, timing mode, wia-npu")
-    for col in ("layers", "tiles", "SimPy events", "wall (s)", "cpu (s)", "events/s",
-                "us/tile", "emulated latency (ms)"):
+    for col in (
+        "layers",
+        "tiles",
+        "SimPy events",
+        "wall (s)",
+        "cpu (s)",
+        "events/s",
+        "us/tile",
+        "emulated latency (ms)",
+    ):
         t.add_column(col, justify="right")
     for r in rows:
-        t.add_row(str(r["layers"]), f"{r['tiles']:,}", f"{r['events']:,}",
-                  f"{r['wall_s']:.3f}", f"{r['cpu_s']:.3f}", f"{r['events_per_s']:,.0f}",
-                  f"{r['us_per_tile']:.1f}", f"{r['latency_ms']:.2f}")
+        t.add_row(
+            str(r["layers"]),
+            f"{r['tiles']:,}",
+            f"{r['events']:,}",
+            f"{r['wall_s']:.3f}",
+            f"{r['cpu_s']:.3f}",
+            f"{r['events_per_s']:,.0f}",
+            f"{r['us_per_tile']:.1f}",
+            f"{r['latency_ms']:.2f}",
+        )
     con.print(t)
     first, last = rows[0], rows[-1]
-    con.print(f"scaling {first['layers']}->{last['layers']} layers: tiles x"
-              f"{last['tiles'] / first['tiles']:.1f}, wall x"
-              f"{last['wall_s'] / first['wall_s']:.1f}")
+    con.print(
+        f"scaling {first['layers']}->{last['layers']} layers: tiles x"
+        f"{last['tiles'] / first['tiles']:.1f}, wall x"
+        f"{last['wall_s'] / first['wall_s']:.1f}"
+    )
     if not args.quick:
         verdict = "meets" if last["wall_s"] <= 1.0 else "misses"
-        con.print(f"full model: {last['wall_s']:.3f} s wall, {last['cpu_s']:.3f} s of CPU "
-                  f"({verdict} the 1 s target; on a shared machine the CPU time is the "
-                  "figure that does not depend on the load)")
+        con.print(
+            f"full model: {last['wall_s']:.3f} s wall, {last['cpu_s']:.3f} s of CPU "
+            f"({verdict} the 1 s target; on a shared machine the CPU time is the "
+            "figure that does not depend on the load)"
+        )
 
     # -- the pipelined array, on and off -------------------------------------------
     layers = last["layers"]
@@ -171,21 +201,33 @@ def main() -> None:
     off = measure(layers, 1, pipelined=False)
     g_on = wia_hw.run(gemm(4096, 4096, 4096), overrides={"compute.array.pipelined": True})
     g_off = wia_hw.run(gemm(4096, 4096, 4096), overrides={"compute.array.pipelined": False})
-    p = Table(title=f"compute.array.pipelined on wia-npu (BERT-Large {layers} layers, "
-                    "b32 s128, FP16)")
-    for col in ("pipelined", "BERT latency (ms)", "roofline floor (ms)",
-                "attention scores K=64 util (%)", "GEMM 4096^3 util (%)"):
+    p = Table(
+        title=f"compute.array.pipelined on wia-npu (BERT-Large {layers} layers, b32 s128, FP16)"
+    )
+    for col in (
+        "pipelined",
+        "BERT latency (ms)",
+        "roofline floor (ms)",
+        "attention scores K=64 util (%)",
+        "GEMM 4096^3 util (%)",
+    ):
         p.add_column(col, justify="right")
     for name, b, g in (("off", off, g_off), ("on", on, g_on)):
-        p.add_row(name, f"{b['latency_ms']:.2f}", f"{b['result'].roofline_floor_ms:.2f}",
-                  f"{_attention_scores_util(b['result']):.1f}",
-                  f"{g.compute_utilization:.1f}")
+        p.add_row(
+            name,
+            f"{b['latency_ms']:.2f}",
+            f"{b['result'].roofline_floor_ms:.2f}",
+            f"{_attention_scores_util(b['result']):.1f}",
+            f"{g.compute_utilization:.1f}",
+        )
     con.print(p)
-    con.print(f"pipelining: BERT-Large x{off['latency_ms'] / on['latency_ms']:.3f} faster; "
-              f"GEMM 4096^3 {g_on.compute_utilization:.1f}% of peak "
-              f"({'meets' if g_on.compute_utilization >= 95 else 'misses'} >= 95%); "
-              f"BERT-Large {on['latency_ms']:.2f} ms "
-              f"({'meets' if on['latency_ms'] <= 32 else 'misses'} <= 32 ms)")
+    con.print(
+        f"pipelining: BERT-Large x{off['latency_ms'] / on['latency_ms']:.3f} faster; "
+        f"GEMM 4096^3 {g_on.compute_utilization:.1f}% of peak "
+        f"({'meets' if g_on.compute_utilization >= 95 else 'misses'} >= 95%); "
+        f"BERT-Large {on['latency_ms']:.2f} ms "
+        f"({'meets' if on['latency_ms'] <= 32 else 'misses'} <= 32 ms)"
+    )
 
     # -- where the pipelined run's time goes ---------------------------------------
     bd = breakdown(on["spec"], on["graph"], on["result"])
@@ -202,8 +244,10 @@ def main() -> None:
     b.add_row("all", *(f"{totals[c]:.2f}" for c in causes), f"{sum(totals.values()):.2f}")
     con.print(b)
     tail = on["latency_ms"] - sum(totals.values())
-    con.print(f"(kernels sum to {sum(totals.values()):.2f} ms; the final write-back of "
-              f"results adds {tail:.2f} ms)")
+    con.print(
+        f"(kernels sum to {sum(totals.values()):.2f} ms; the final write-back of "
+        f"results adds {tail:.2f} ms)"
+    )
     for c in causes:
         con.print(f"  {c:<11} {totals[c]:6.2f} ms  {WHY[c]}")
 

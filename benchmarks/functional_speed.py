@@ -40,8 +40,7 @@ from wia_hw.workloads import build, gemm
 DEVICES = {
     "default 128x128 os": None,
     "8x8 os": {"compute.array.rows": 8, "compute.array.cols": 8},
-    "8x8 ws": {"compute.array.rows": 8, "compute.array.cols": 8,
-               "compute.array.dataflow": "ws"},
+    "8x8 ws": {"compute.array.rows": 8, "compute.array.cols": 8, "compute.array.dataflow": "ws"},
 }
 
 
@@ -54,8 +53,7 @@ def best_s(fn: Callable[[], object], repeat: int) -> float:
     return best
 
 
-def gemm_row(size: int, precision: str, overrides: dict | None, repeat: int
-             ) -> tuple[float, ...]:
+def gemm_row(size: int, precision: str, overrides: dict | None, repeat: int) -> tuple[float, ...]:
     rng = np.random.default_rng(0)
     g = gemm(size, size, size, precision=precision)
     if precision == "int8":
@@ -72,15 +70,20 @@ def gemm_row(size: int, precision: str, overrides: dict | None, repeat: int
     kw = dict(dataflow=arr.dataflow, rows=arr.rows, cols=arr.cols)
     out_dtype = "int32" if precision == "int8" else precision
     return (
-        best_s(lambda: wia_hw.run(g, overrides=overrides, mode="functional",
-                                  inputs=inputs), repeat),
+        best_s(
+            lambda: wia_hw.run(g, overrides=overrides, mode="functional", inputs=inputs), repeat
+        ),
         best_s(lambda: wia_hw.run(g, overrides=overrides), repeat),
         best_s(lambda: execute_gemm(kern, tiles, a[None], b[None], **kw), repeat),
-        best_s(lambda: execute_gemm(kern, tiles, a[None], b[None], group_passes=False,
-                                    **kw), 1),
-        best_s(lambda: evaluate(op.kind, op.attrs, [a, b], (size, size), out_dtype,
-                                kern.tiling.tk, op.name), repeat),
-        len(tiles), sum(t.passes for t in tiles),
+        best_s(lambda: execute_gemm(kern, tiles, a[None], b[None], group_passes=False, **kw), 1),
+        best_s(
+            lambda: evaluate(
+                op.kind, op.attrs, [a, b], (size, size), out_dtype, kern.tiling.tk, op.name
+            ),
+            repeat,
+        ),
+        len(tiles),
+        sum(t.passes for t in tiles),
     )
 
 
@@ -92,23 +95,44 @@ def main() -> None:
     args = ap.parse_args()
     con = Console(width=150)
     t = Table(title=f"functional mode, {args.size}^3 GEMM (best of {args.repeat}, seconds)")
-    for col in ("precision", "device", "tiles", "passes", "run functional", "run timing",
-                "tiled", "pass by pass", "untiled numpy", "tiled / untiled"):
+    for col in (
+        "precision",
+        "device",
+        "tiles",
+        "passes",
+        "run functional",
+        "run timing",
+        "tiled",
+        "pass by pass",
+        "untiled numpy",
+        "tiled / untiled",
+    ):
         t.add_column(col, justify="right")
     for prec in ("fp16", "bf16", "int8"):
         for name, ov in DEVICES.items():
-            fn, tm, tiled, each, old, ntiles, npasses = gemm_row(args.size, prec, ov,
-                                                                 args.repeat)
-            t.add_row(prec, name, str(ntiles), str(npasses), f"{fn:.3f}", f"{tm:.3f}",
-                      f"{tiled:.3f}", f"{each:.3f}", f"{old:.4f}", f"{tiled / old:.1f}x")
+            fn, tm, tiled, each, old, ntiles, npasses = gemm_row(args.size, prec, ov, args.repeat)
+            t.add_row(
+                prec,
+                name,
+                str(ntiles),
+                str(npasses),
+                f"{fn:.3f}",
+                f"{tm:.3f}",
+                f"{tiled:.3f}",
+                f"{each:.3f}",
+                f"{old:.4f}",
+                f"{tiled / old:.1f}x",
+            )
     con.print(t)
     if args.models:
         m = Table(title="small models (seconds, best of 1)")
         for col in ("workload", "functional", "timing"):
             m.add_column(col, justify="right")
-        for w, kw in [("bert-base", dict(batch=1, seq=8, layers=2)),
-                      ("gpt2", dict(batch=1, seq=6, layers=1)),
-                      ("resnet50", dict(batch=1, image=32))]:
+        for w, kw in [
+            ("bert-base", dict(batch=1, seq=8, layers=2)),
+            ("gpt2", dict(batch=1, seq=6, layers=1)),
+            ("resnet50", dict(batch=1, image=32)),
+        ]:
             g = build(w, **kw)
             fn = best_s(lambda g=g: wia_hw.run(g, mode="functional"), 1)
             m.add_row(f"{w} {kw}", f"{fn:.2f}", f"{best_s(lambda g=g: wia_hw.run(g), 1):.2f}")

@@ -41,7 +41,7 @@ def main() -> None:
             print(f"{path.name}: missing (run scripts/make_onnx_fixtures.py)")
             continue
         t0 = time.perf_counter()
-        from_onnx(path, dims=dims)       # the first import also loads onnx.reference
+        from_onnx(path, dims=dims)  # the first import also loads onnx.reference
         first = time.perf_counter() - t0
         times = []
         for _ in range(a.repeat):
@@ -49,12 +49,14 @@ def main() -> None:
             g = from_onnx(path, dims=dims)
             times.append(time.perf_counter() - t0)
         best, med = min(times), statistics.median(times)
-        print(f"{path.name}: first {first:.3f} s, then best {best:.3f} s, median "
-              f"{med:.3f} s over {a.repeat} "
-              f"({'within' if med <= TARGET_S else 'OVER'} the {TARGET_S:.0f} s target); "
-              f"{g.params['folded_nodes']} nodes folded, {len(g.ops)} ops; "
-              f"{g.macs() / 1e9:.3f} GMAC (derived {want / 1e9:.3f}, "
-              f"{'equal' if g.macs() == want else 'DIFFERENT'})")
+        print(
+            f"{path.name}: first {first:.3f} s, then best {best:.3f} s, median "
+            f"{med:.3f} s over {a.repeat} "
+            f"({'within' if med <= TARGET_S else 'OVER'} the {TARGET_S:.0f} s target); "
+            f"{g.params['folded_nodes']} nodes folded, {len(g.ops)} ops; "
+            f"{g.macs() / 1e9:.3f} GMAC (derived {want / 1e9:.3f}, "
+            f"{'equal' if g.macs() == want else 'DIFFERENT'})"
+        )
 
 
 if __name__ == "__main__":

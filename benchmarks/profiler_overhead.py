@@ -32,8 +32,14 @@ from pathlib import Path
 import wia_hw
 from wia_hw.profiling import ProfilingConfig, start_profiling, stop_profiling
 
-TARGETS = {"none (control)": None, "sampling": 2.0, "instrumentation": 15.0, "counters": 1.0, "trace": 30.0,
-           "detailed": None}
+TARGETS = {
+    "none (control)": None,
+    "sampling": 2.0,
+    "instrumentation": 15.0,
+    "counters": 1.0,
+    "trace": 30.0,
+    "detailed": None,
+}
 
 
 def _once(workload: str, kw: dict, mode: str | None) -> tuple[float, float, object]:
@@ -66,6 +72,7 @@ def _own_time(workload: str, kw: dict, mode: str) -> tuple[float, float]:
                 return fn(*a, **k)
             finally:
                 spent[0] += time.perf_counter() - t
+
         return wrapper
 
     gc.collect()
@@ -89,19 +96,22 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small workload (smoke test)")
     ap.add_argument("--reps", type=int, default=None, help="pairs per mode (default 9, quick 3)")
     a = ap.parse_args()
-    workload, kw = ("bert-base", {"batch": 2, "seq": 64}) if a.quick else \
-        ("bert-large", {"batch": 32, "seq": 128})
+    workload, kw = (
+        ("bert-base", {"batch": 2, "seq": 64})
+        if a.quick
+        else ("bert-large", {"batch": 32, "seq": 128})
+    )
     reps = a.reps or (3 if a.quick else 9)
     wall: dict[str, list[float]] = {m: [] for m in TARGETS}
     cpu: dict[str, list[float]] = {m: [] for m in TARGETS}
     plain: list[float] = []
     best: dict[str, list[float]] = {m: [] for m in TARGETS}
     reports: dict[str, object] = {}
-    _once(workload, kw, None)                                   # warm imports and caches
+    _once(workload, kw, None)  # warm imports and caches
     for r in range(reps):
-        for m in TARGETS:                                       # back-to-back pairs
+        for m in TARGETS:  # back-to-back pairs
             mode = None if m.startswith("none") else m
-            if r % 2:                                           # alternate the order
+            if r % 2:  # alternate the order
                 t1, c1, reports[m] = _once(workload, kw, mode)
                 t0, c0, _r = _once(workload, kw, None)
             else:
@@ -111,10 +121,14 @@ def main() -> None:
             best[m].append(t1)
             wall[m].append(t1 / t0 - 1.0)
             cpu[m].append(c1 / c0 - 1.0)
-    print(f"{workload} {kw}: {reps} pairs per mode; unprofiled run best "
-          f"{min(plain) * 1e3:.1f} ms, median {statistics.median(plain) * 1e3:.1f} ms")
-    print(f"{'mode':<16}{'overhead':>9}{'(cpu)':>8}{'spread':>16}{'best/best':>10}"
-          f"{'target':>9}{'own code':>15}     outputs (ms): json / timeline / flamegraph")
+    print(
+        f"{workload} {kw}: {reps} pairs per mode; unprofiled run best "
+        f"{min(plain) * 1e3:.1f} ms, median {statistics.median(plain) * 1e3:.1f} ms"
+    )
+    print(
+        f"{'mode':<16}{'overhead':>9}{'(cpu)':>8}{'spread':>16}{'best/best':>10}"
+        f"{'target':>9}{'own code':>15}     outputs (ms): json / timeline / flamegraph"
+    )
     own = {m: _own_time(workload, kw, m) for m in TARGETS if not m.startswith("none")}
     with tempfile.TemporaryDirectory() as tmp:
         for m in TARGETS:
@@ -124,9 +138,15 @@ def main() -> None:
             tgt = TARGETS[m]
             rep = reports[m]
             out = []
-            for fn in () if rep is None else (lambda p: rep.to_json(),                              # noqa: B023
-                       lambda p: rep.save_timeline(p),                       # noqa: B023
-                       lambda p: rep.save_flamegraph(p)):                    # noqa: B023
+            for fn in (
+                ()
+                if rep is None
+                else (
+                    lambda p: rep.to_json(),  # noqa: B023
+                    lambda p: rep.save_timeline(p),  # noqa: B023
+                    lambda p: rep.save_flamegraph(p),  # noqa: B023
+                )
+            ):
                 t0 = time.perf_counter()
                 fn(Path(tmp) / f"{m}.out")
                 out.append((time.perf_counter() - t0) * 1e3)
@@ -134,9 +154,11 @@ def main() -> None:
             o = own.get(m)
             own_txt = "" if o is None else f"{100 * o[0] / max(1e-9, o[1] - o[0]):.2f}%"
             bb = 100 * (min(best[m]) / min(plain) - 1.0)
-            print(f"{m:<16}{ovh:>8.1f}%{covh:>7.1f}%{f'[{q1:.1f}, {q3:.1f}]%':>16}{bb:>9.1f}%"
-                  f"{'' if tgt is None else f'< {tgt:g}%':>9} {verdict:<4}{own_txt:>10}"
-                  + (f"  {out[0]:.0f} / {out[1]:.0f} / {out[2]:.0f}" if out else ""))
+            print(
+                f"{m:<16}{ovh:>8.1f}%{covh:>7.1f}%{f'[{q1:.1f}, {q3:.1f}]%':>16}{bb:>9.1f}%"
+                f"{'' if tgt is None else f'< {tgt:g}%':>9} {verdict:<4}{own_txt:>10}"
+                + (f"  {out[0]:.0f} / {out[1]:.0f} / {out[2]:.0f}" if out else "")
+            )
 
 
 if __name__ == "__main__":

@@ -45,9 +45,14 @@ METHODS = ("minmax", "percentile", "mse", "entropy")
 
 def _bert_batches(n: int, batch: int, seq: int, seed: int = 0) -> list[dict]:
     rng = np.random.default_rng(seed)
-    return [{"input_ids": rng.integers(0, 30522, (batch, seq)),
-             "position_ids": np.arange(seq),
-             "token_type_ids": rng.integers(0, 2, (batch, seq))} for _ in range(n)]
+    return [
+        {
+            "input_ids": rng.integers(0, 30522, (batch, seq)),
+            "position_ids": np.arange(seq),
+            "token_type_ids": rng.integers(0, 2, (batch, seq)),
+        }
+        for _ in range(n)
+    ]
 
 
 def bert_latency(console: Console, device: str, layers: int) -> None:
@@ -63,13 +68,22 @@ def bert_latency(console: Console, device: str, layers: int) -> None:
     for c in ("variant", "latency_ms", "speedup", "floor_ms", "HBM GB"):
         tab.add_column(c, justify="right" if c != "variant" else "left")
     base = None
-    for name, graph in (("baseline fp16", g), ("fused", fused), ("int8 PTQ", q),
-                        ("fused + int8 PTQ", fq)):
+    for name, graph in (
+        ("baseline fp16", g),
+        ("fused", fused),
+        ("int8 PTQ", q),
+        ("fused + int8 PTQ", fq),
+    ):
         r = wia_hw.run(graph, device=device)
         base = base or r.latency_ms
         assert r.latency_ms >= r.roofline_floor_ms
-        tab.add_row(name, f"{r.latency_ms:.2f}", f"{base / r.latency_ms:.2f}x",
-                    f"{r.roofline_floor_ms:.2f}", f"{r.counters.bytes['hbm'] / 1e9:.2f}")
+        tab.add_row(
+            name,
+            f"{r.latency_ms:.2f}",
+            f"{base / r.latency_ms:.2f}x",
+            f"{r.roofline_floor_ms:.2f}",
+            f"{r.counters.bytes['hbm'] / 1e9:.2f}",
+        )
     console.print(tab)
     console.print(f"(calibration of both int8 graphs: {cal_s:.1f} s wall)")
 
@@ -79,23 +93,29 @@ def digits(console: Console, device: str) -> None:
     batch = 64
     g, w = mlp_to_graph(clf, batch)
     ref = GraphEvaluator(g, w, device=device).predict(x_test)
-    tab = Table(title=f"Digits MLP 64-64-32-10 (trained here), held-out split "
-                      f"({len(y_test)} samples), on {device} (functional)")
-    for c in ("variant", "weights", "accuracy %", "delta pts", "agree %", "cosine",
-              "max abs err"):
+    tab = Table(
+        title=f"Digits MLP 64-64-32-10 (trained here), held-out split "
+        f"({len(y_test)} samples), on {device} (functional)"
+    )
+    for c in ("variant", "weights", "accuracy %", "delta pts", "agree %", "cosine", "max abs err"):
         tab.add_column(c, justify="right" if c not in ("variant", "weights") else "left")
     r = compare("fp32", ref, ref, y_test)
     tab.add_row("fp32", "fp32", f"{r.accuracy:.2f}", "", "", "", "")
     for method in METHODS:
         for per_channel in (True, False):
-            cfg = QuantizationConfig(method=method, per_channel=per_channel,
-                                     calibration_batches=8)
+            cfg = QuantizationConfig(method=method, per_channel=per_channel, calibration_batches=8)
             q = quantize_model(g, cfg, calibration_batches(x_train, batch, 8), weights=w)
             out = GraphEvaluator(q, device=device).predict(x_test)
             r = compare(method, out, ref, y_test)
-            tab.add_row(f"int8 {method}", "per-channel" if per_channel else "per-tensor",
-                        f"{r.accuracy:.2f}", f"{r.accuracy_delta:+.2f}",
-                        f"{r.agreement:.2f}", f"{r.cosine:.6f}", f"{r.max_abs_error:.4f}")
+            tab.add_row(
+                f"int8 {method}",
+                "per-channel" if per_channel else "per-tensor",
+                f"{r.accuracy:.2f}",
+                f"{r.accuracy_delta:+.2f}",
+                f"{r.agreement:.2f}",
+                f"{r.cosine:.6f}",
+                f"{r.max_abs_error:.4f}",
+            )
     console.print(tab)
 
 
@@ -103,13 +123,16 @@ def bert_agreement(console: Console, device: str, layers: int) -> None:
     g = build("bert-large", batch=2, seq=16, layers=layers)
     hidden = f"layer{layers - 1}.ffn_layer_norm"
     test = _bert_batches(1, 2, 16, seed=99)[0]
-    tab = Table(title=f"BERT-Large REDUCED ({layers} of 24 layers, b2 s16): final hidden "
-                      f"states, int8 PTQ vs fp16, on {device} (functional)")
+    tab = Table(
+        title=f"BERT-Large REDUCED ({layers} of 24 layers, b2 s16): final hidden "
+        f"states, int8 PTQ vs fp16, on {device} (functional)"
+    )
     for c in ("method", "cosine", "max abs err", "max |fp16|"):
         tab.add_column(c, justify="right" if c != "method" else "left")
     for method in METHODS:
-        q = quantize_model(g, QuantizationConfig(method=method, calibration_batches=4),
-                           _bert_batches(4, 2, 16))
+        q = quantize_model(
+            g, QuantizationConfig(method=method, calibration_batches=4), _bert_batches(4, 2, 16)
+        )
         ref = GraphEvaluator(g, q.float_weights, device=device).execute(test).values[hidden]
         out = GraphEvaluator(q, device=device).execute(test).values[hidden]
         cos, err = agreement_stats(out, ref)
@@ -121,8 +144,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="wia-npu")
     ap.add_argument("--layers", type=int, default=24, help="BERT-Large layers (timing)")
-    ap.add_argument("--bert-layers", type=int, default=2,
-                    help="layers of the reduced BERT-Large (functional agreement)")
+    ap.add_argument(
+        "--bert-layers",
+        type=int,
+        default=2,
+        help="layers of the reduced BERT-Large (functional agreement)",
+    )
     ap.add_argument("--quick", action="store_true", help="2 timing layers, 1 reduced layer")
     a = ap.parse_args()
     if a.quick:

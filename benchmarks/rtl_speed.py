@@ -91,15 +91,22 @@ if os.environ.get(BENCH_ENV):  # imported by cocotb inside the simulator
             assert dones[k] - accepts[k] == systolic_tile_cycles(df, rows, cols, depths[k])
         for k in range(1, len(tiles)):
             assert accepts[k] - accepts[k - 1] == systolic_issue_interval(
-                df, rows, cols, depths[k - 1], depths[k], pipelined=pipelined)
+                df, rows, cols, depths[k - 1], depths[k], pipelined=pipelined
+            )
         return wall_s, dones[-1] - accepts[0]
 
     @cocotb.test()
     async def tiles(dut: object) -> None:
         cfg = json.loads(os.environ[BENCH_ENV])
         rows, cols, depth, df = cfg["rows"], cfg["cols"], cfg["depth"], cfg["dataflow"]
-        for name, v in (("start", 0), ("depth", depth), ("stall", 0), ("ctr_addr", 0),
-                        ("ctr_clear", 0), ("rst", 1)):
+        for name, v in (
+            ("start", 0),
+            ("depth", depth),
+            ("stall", 0),
+            ("ctr_addr", 0),
+            ("ctr_clear", 0),
+            ("rst", 1),
+        ):
             getattr(dut, name).value = v
         for i in range(rows):
             getattr(dut, f"a__{i}").value = 0
@@ -111,41 +118,73 @@ if os.environ.get(BENCH_ENV):  # imported by cocotb inside the simulator
         report = {}
         report["one"] = await _run(dut, rows, cols, [depth], df, cfg["pipelined"])
         if cfg["sequence"] > 1:
-            report["seq"] = await _run(dut, rows, cols, [depth] * cfg["sequence"], df,
-                                       cfg["pipelined"])
+            report["seq"] = await _run(
+                dut, rows, cols, [depth] * cfg["sequence"], df, cfg["pipelined"]
+            )
         Path(cfg["report"]).write_text(json.dumps(report))
 
 
-def run_tiles(rows: int, cols: int, depth: int, dataflow: str, pipelined: bool,
-              sequence: int, workdir: Path) -> dict:
+def run_tiles(
+    rows: int, cols: int, depth: int, dataflow: str, pipelined: bool, sequence: int, workdir: Path
+) -> dict:
     from cocotb_tools.runner import get_runner
     from wia_hw.rtl import emit
 
     build = workdir / f"systolic_{rows}x{cols}_{dataflow}_{'pipe' if pipelined else 'single'}"
     t0 = time.perf_counter()
-    sources = emit("systolic_array", {"rows": rows, "cols": cols, "dataflow": dataflow,
-                                      "max_depth": max(depth, 1), "pipelined": pipelined},
-                   build)
+    sources = emit(
+        "systolic_array",
+        {
+            "rows": rows,
+            "cols": cols,
+            "dataflow": dataflow,
+            "max_depth": max(depth, 1),
+            "pipelined": pipelined,
+        },
+        build,
+    )
     t_emit = time.perf_counter() - t0
     runner = get_runner("icarus")
     t0 = time.perf_counter()
-    runner.build(sources=sources, hdl_toplevel="systolic_array", build_dir=build,
-                 always=True, timescale=("1ns", "1ps"))
+    runner.build(
+        sources=sources,
+        hdl_toplevel="systolic_array",
+        build_dir=build,
+        always=True,
+        timescale=("1ns", "1ps"),
+    )
     t_compile = time.perf_counter() - t0
     report = build / "speed.json"
-    cfg = {"rows": rows, "cols": cols, "depth": depth, "dataflow": dataflow,
-           "pipelined": pipelined, "sequence": sequence, "report": str(report)}
+    cfg = {
+        "rows": rows,
+        "cols": cols,
+        "depth": depth,
+        "dataflow": dataflow,
+        "pipelined": pipelined,
+        "sequence": sequence,
+        "report": str(report),
+    }
     here = str(Path(__file__).resolve().parent)
     if here not in sys.path:
         sys.path.insert(0, here)
     t0 = time.perf_counter()
-    runner.test(hdl_toplevel="systolic_array", test_module="rtl_speed", build_dir=build,
-                test_dir=build, extra_env={BENCH_ENV: json.dumps(cfg)})
+    runner.test(
+        hdl_toplevel="systolic_array",
+        test_module="rtl_speed",
+        build_dir=build,
+        test_dir=build,
+        extra_env={BENCH_ENV: json.dumps(cfg)},
+    )
     t_run = time.perf_counter() - t0
     result = json.loads(report.read_text())
-    return {"emit_s": t_emit, "compile_s": t_compile, "vvp_s": t_run,
-            "verilog_bytes": sources[0].stat().st_size,
-            "verilog_lines": sources[0].read_text().count("\n"), **result}
+    return {
+        "emit_s": t_emit,
+        "compile_s": t_compile,
+        "vvp_s": t_run,
+        "verilog_bytes": sources[0].stat().st_size,
+        "verilog_lines": sources[0].read_text().count("\n"),
+        **result,
+    }
 
 
 def main() -> None:
@@ -154,10 +193,12 @@ def main() -> None:
     parser.add_argument("--cols", type=int, default=16)
     parser.add_argument("--depth", type=int, default=64)
     parser.add_argument("--dataflows", default="os,ws", help="comma-separated")
-    parser.add_argument("--sequence", type=int, default=4,
-                        help="tiles in the back-to-back pipelined run (1: none)")
-    parser.add_argument("--sizes", action="store_true",
-                        help="also print every block's Verilog size at its defaults")
+    parser.add_argument(
+        "--sequence", type=int, default=4, help="tiles in the back-to-back pipelined run (1: none)"
+    )
+    parser.add_argument(
+        "--sizes", action="store_true", help="also print every block's Verilog size at its defaults"
+    )
     args = parser.parse_args()
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
     os.environ.setdefault("COCOTB_LOG_LEVEL", "WARNING")
@@ -176,24 +217,29 @@ def main() -> None:
                 r = run_tiles(R, C, D, df, pipelined, seq, Path(tmp))
                 wall, cyc = r["one"]
                 n = systolic_tile_cycles(df, R, C, D)
-                print(f"  {df} {'pipelined' if pipelined else 'single   '}: Verilog "
-                      f"{r['verilog_bytes']:,d} bytes / {r['verilog_lines']:,d} lines; emit "
-                      f"{r['emit_s']:.1f} s, iverilog {r['compile_s']:.1f} s, vvp process "
-                      f"{r['vvp_s']:.1f} s")
-                print(f"      one tile: {wall * 1e3:9.1f} ms for {cyc} cycles (= "
-                      f"systolic_tile_cycles {n}; {cyc / wall:,.0f} cycles/s)")
+                print(
+                    f"  {df} {'pipelined' if pipelined else 'single   '}: Verilog "
+                    f"{r['verilog_bytes']:,d} bytes / {r['verilog_lines']:,d} lines; emit "
+                    f"{r['emit_s']:.1f} s, iverilog {r['compile_s']:.1f} s, vvp process "
+                    f"{r['vvp_s']:.1f} s"
+                )
+                print(
+                    f"      one tile: {wall * 1e3:9.1f} ms for {cyc} cycles (= "
+                    f"systolic_tile_cycles {n}; {cyc / wall:,.0f} cycles/s)"
+                )
                 if "seq" in r:
                     wall, cyc = r["seq"]
                     want = systolic_sequence_cycles(df, R, C, [D] * seq, pipelined=True)
-                    print(f"      {seq} tiles back to back: {wall * 1e3:9.1f} ms for {cyc} "
-                          f"cycles (= systolic_sequence_cycles {want}; unpipelined "
-                          f"{systolic_sequence_cycles(df, R, C, [D] * seq, pipelined=False)})")
+                    print(
+                        f"      {seq} tiles back to back: {wall * 1e3:9.1f} ms for {cyc} "
+                        f"cycles (= systolic_sequence_cycles {want}; unpipelined "
+                        f"{systolic_sequence_cycles(df, R, C, [D] * seq, pipelined=False)})"
+                    )
     if args.sizes:
         print("Emitted Verilog size per block (default parameters):")
         for name in BLOCKS:
             text = verilog_text(name)
-            print(f"  {name:28s} {len(text.encode()):>10,d} bytes "
-                  f"{text.count(chr(10)):>8,d} lines")
+            print(f"  {name:28s} {len(text.encode()):>10,d} bytes {text.count(chr(10)):>8,d} lines")
 
 
 if __name__ == "__main__":

@@ -96,8 +96,8 @@ def size_class(n: int, round_bytes: int = 512) -> int:
     ``round_bytes``, a multiple of it."""
     if n <= round_bytes:
         return round_bytes
-    top = 1 << (n - 1).bit_length()            # next power of two >= n
-    step = max(round_bytes, top // 8)           # quarter steps of the octave below top
+    top = 1 << (n - 1).bit_length()  # next power of two >= n
+    step = max(round_bytes, top // 8)  # quarter steps of the octave below top
     return min(top, _round_up(n, step))
 
 
@@ -127,7 +127,8 @@ class AllocatorConfig:
         if not self.round_bytes <= self.pool_max_bytes <= self.segment_bytes:
             raise ValueError(
                 "need round_bytes <= pool_max_bytes <= segment_bytes, got "
-                f"{self.round_bytes}, {self.pool_max_bytes}, {self.segment_bytes}")
+                f"{self.round_bytes}, {self.pool_max_bytes}, {self.segment_bytes}"
+            )
         for n in ("pooling", "caching"):
             if not isinstance(getattr(self, n), bool):
                 raise TypeError(f"{n} must be a bool, got {getattr(self, n)!r}")
@@ -142,9 +143,9 @@ class Segment:
     address: int
     size: int
     size_class: int | None
-    blocks: list[Block] = field(default_factory=list, repr=False)   # slabs only
-    head: Block | None = field(default=None, repr=False)            # general pool only
-    used: int = 0                                                   # allocated blocks
+    blocks: list[Block] = field(default_factory=list, repr=False)  # slabs only
+    head: Block | None = field(default=None, repr=False)  # general pool only
+    used: int = 0  # allocated blocks
 
 
 @dataclass(eq=False)
@@ -222,18 +223,19 @@ class CachingAllocator:
         self.stats = AllocatorStats()
         self.listeners: list[Callable[[AllocEvent], None]] = []
         self.segments: dict[int, Segment] = {}
-        self._space: list[tuple[int, int]] = [(0, capacity_bytes)]   # free address ranges
-        self._free: list[tuple[int, int, int]] = []                  # (size, address, id)
+        self._space: list[tuple[int, int]] = [(0, capacity_bytes)]  # free address ranges
+        self._free: list[tuple[int, int, int]] = []  # (size, address, id)
         self._free_blocks: dict[int, Block] = {}
-        self._slots: dict[int, list[tuple[int, int]]] = {}           # class -> (address, id)
+        self._slots: dict[int, list[tuple[int, int]]] = {}  # class -> (address, id)
         self._slot_blocks: dict[int, Block] = {}
         self._live: dict[int, Block] = {}
         self._ids = itertools.count(1)
         self._seg_ids = itertools.count(1)
 
     # -- public ------------------------------------------------------------------------
-    def malloc(self, nbytes: int, *, now: int = 0, tag: str = "",
-               info: Any = None) -> tuple[Block, int]:
+    def malloc(
+        self, nbytes: int, *, now: int = 0, tag: str = "", info: Any = None
+    ) -> tuple[Block, int]:
         """Allocate ``nbytes``; returns the block and the device cycles the call cost."""
         _pos_int("nbytes", nbytes)
         cfg = self.config
@@ -270,8 +272,10 @@ class CachingAllocator:
         if not isinstance(block, Block):
             raise TypeError(f"free() takes a Block, got {type(block).__name__}")
         if self._live.get(block.id) is not block:
-            raise ValueError(f"block {block.id} at {block.address:#x} is not allocated here "
-                             "(double free, or a block of another allocator)")
+            raise ValueError(
+                f"block {block.id} at {block.address:#x} is not allocated here "
+                "(double free, or a block of another allocator)"
+            )
         del self._live[block.id]
         st = self.stats
         st.allocated_bytes -= block.size
@@ -280,8 +284,15 @@ class CachingAllocator:
         seg = block.segment
         seg.used -= 1
         block.free = True
-        freed = Block(block.address, block.size, seg, requested=block.requested, id=block.id,
-                      tag=block.tag, info=block.info)
+        freed = Block(
+            block.address,
+            block.size,
+            seg,
+            requested=block.requested,
+            id=block.id,
+            tag=block.tag,
+            info=block.info,
+        )
         if seg.size_class is not None:
             bisect.insort(self._slots[seg.size_class], (block.address, block.id))
             self._slot_blocks[block.id] = block
@@ -383,7 +394,7 @@ class CachingAllocator:
             _, _, bid = self._free.pop(i)
             blk = self._free_blocks.pop(bid)
         rest = blk.size - size
-        if rest >= self.config.round_bytes:        # split off the tail as a free block
+        if rest >= self.config.round_bytes:  # split off the tail as a free block
             tail = Block(blk.address + size, rest, blk.segment, prev=blk, next=blk.next)
             if blk.next is not None:
                 blk.next.prev = tail
@@ -393,7 +404,7 @@ class CachingAllocator:
         return blk, cycles
 
     def _insert_free(self, blk: Block) -> None:
-        blk.id = -next(self._ids)           # free blocks get fresh negative ids
+        blk.id = -next(self._ids)  # free blocks get fresh negative ids
         self._free_blocks[blk.id] = blk
         bisect.insort(self._free, (blk.size, blk.address, blk.id))
 
@@ -454,12 +465,13 @@ class CachingAllocator:
                 return sum(self._release(seg, now) for seg in run)
         return 0
 
-    def _reserve(self, seg_size: int, cls: int | None, nbytes: int,
-                 now: int) -> tuple[Segment, int]:
+    def _reserve(
+        self, seg_size: int, cls: int | None, nbytes: int, now: int
+    ) -> tuple[Segment, int]:
         addr = self._take_space(seg_size, top=cls is not None)
         cycles = 0
         if addr is None and self.config.caching:
-            cycles += self._release_unused(now)        # give the cache back, then retry
+            cycles += self._release_unused(now)  # give the cache back, then retry
             addr = self._take_space(seg_size, top=cls is not None)
         if addr is None:
             st = self.stats
@@ -468,7 +480,8 @@ class CachingAllocator:
                 f"cannot allocate {nbytes} bytes ({nbytes / MIB:.2f} MiB): device memory "
                 f"{self.capacity_bytes / MIB:.0f} MiB, {st.allocated_bytes / MIB:.2f} MiB "
                 f"allocated, {st.reserved_bytes / MIB:.2f} MiB reserved, largest free "
-                f"range {largest / MIB:.2f} MiB")
+                f"range {largest / MIB:.2f} MiB"
+            )
         seg = Segment(next(self._seg_ids), addr, seg_size, cls)
         self.segments[seg.id] = seg
         st = self.stats
@@ -497,8 +510,9 @@ class CachingAllocator:
     def _release(self, seg: Segment, now: int) -> int:
         if seg.size_class is not None:
             ids = {b.id for b in seg.blocks}
-            self._slots[seg.size_class] = [e for e in self._slots[seg.size_class]
-                                           if e[1] not in ids]
+            self._slots[seg.size_class] = [
+                e for e in self._slots[seg.size_class] if e[1] not in ids
+            ]
             for bid in ids:
                 self._slot_blocks.pop(bid, None)
         else:
@@ -524,15 +538,37 @@ class CachingAllocator:
     def _emit(self, kind: str, now: int, blk: Block, cycles: int) -> None:
         if self.listeners:
             st = self.stats
-            ev = AllocEvent(kind, now, blk.id, blk.address, blk.size, blk.requested, blk.tag,
-                            blk.info, cycles, st.allocated_bytes, st.reserved_bytes)
+            ev = AllocEvent(
+                kind,
+                now,
+                blk.id,
+                blk.address,
+                blk.size,
+                blk.requested,
+                blk.tag,
+                blk.info,
+                cycles,
+                st.allocated_bytes,
+                st.reserved_bytes,
+            )
             for fn in self.listeners:
                 fn(ev)
 
     def _emit_seg(self, kind: str, now: int, seg: Segment, cycles: int) -> None:
         if self.listeners:
             st = self.stats
-            ev = AllocEvent(kind, now, -seg.id, seg.address, seg.size, 0, "", None, cycles,
-                            st.allocated_bytes, st.reserved_bytes)
+            ev = AllocEvent(
+                kind,
+                now,
+                -seg.id,
+                seg.address,
+                seg.size,
+                0,
+                "",
+                None,
+                cycles,
+                st.allocated_bytes,
+                st.reserved_bytes,
+            )
             for fn in self.listeners:
                 fn(ev)

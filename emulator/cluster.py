@@ -31,8 +31,14 @@ import simpy
 from .errors import SpecError
 from .memory import BandwidthPort
 
-__all__ = ["Topology", "LinkModel", "build_topology", "link_name", "MAX_DEVICES",
-           "MAX_FULLY_CONNECTED"]
+__all__ = [
+    "Topology",
+    "LinkModel",
+    "build_topology",
+    "link_name",
+    "MAX_DEVICES",
+    "MAX_FULLY_CONNECTED",
+]
 
 #: Bounds that keep a mistyped spec from building a graph that never finishes.
 MAX_DEVICES = 65536
@@ -132,9 +138,12 @@ def build_topology(spec: Any) -> Topology:
     if n > MAX_DEVICES:
         raise SpecError(f"at most {MAX_DEVICES} devices are modelled, got {n}", field="devices")
     if lk.topology == "fully_connected" and n > MAX_FULLY_CONNECTED:
-        raise SpecError(f"a fully connected cluster of {n} devices would have {n * (n - 1)} "
-                        f"links; at most {MAX_FULLY_CONNECTED} devices (use switch or "
-                        "hierarchical)", field="links.topology")
+        raise SpecError(
+            f"a fully connected cluster of {n} devices would have {n * (n - 1)} "
+            f"links; at most {MAX_FULLY_CONNECTED} devices (use switch or "
+            "hierarchical)",
+            field="links.topology",
+        )
     bw, lat = float(lk.bandwidth_gbs), float(lk.latency_us)
     links: dict[tuple[int, int], tuple[float, float]] = {}
     fabric: dict[int, float] = {}
@@ -159,8 +168,10 @@ def build_topology(spec: Any) -> Topology:
     elif lk.topology == "torus2d":
         rows, cols = lk.torus_dims or _squarest(n)
         if rows * cols != n:
-            raise SpecError(f"{rows} x {cols} is {rows * cols} devices, the cluster has {n}",
-                            field="links.torus_dims")
+            raise SpecError(
+                f"{rows} x {cols} is {rows * cols} devices, the cluster has {n}",
+                field="links.torus_dims",
+            )
         for r in range(rows):
             for c in range(cols):
                 i = r * cols + c
@@ -174,8 +185,10 @@ def build_topology(spec: Any) -> Topology:
     elif lk.topology == "hierarchical":
         k = lk.devices_per_node
         if n % k:
-            raise SpecError(f"{k} devices per node does not divide the {n} devices",
-                            field="links.devices_per_node")
+            raise SpecError(
+                f"{k} devices per node does not divide the {n} devices",
+                field="links.devices_per_node",
+            )
         per_node, m = k, n // k
         ib = float(lk.inter_node_bandwidth_gbs)
         il = float(lat if lk.inter_node_latency_us is None else lk.inter_node_latency_us)
@@ -192,18 +205,29 @@ def build_topology(spec: Any) -> Topology:
         for i, (a, b) in enumerate(lk.edges):
             for x in (a, b):
                 if not 0 <= x < n:
-                    raise SpecError(f"device {x} does not exist (the cluster has devices "
-                                    f"0..{n - 1})", field=f"links.edges[{i}]")
+                    raise SpecError(
+                        f"device {x} does not exist (the cluster has devices 0..{n - 1})",
+                        field=f"links.edges[{i}]",
+                    )
             if a == b:
                 raise SpecError(f"links device {a} to itself", field=f"links.edges[{i}]")
             both(a, b)
-    topo = Topology(devices=n, kind=lk.topology, links=links, fabric=fabric,
-                    devices_per_node=per_node, ring=ring)
+    topo = Topology(
+        devices=n,
+        kind=lk.topology,
+        links=links,
+        fabric=fabric,
+        devices_per_node=per_node,
+        ring=ring,
+    )
     lost = topo.connected()
     if lost:
-        raise SpecError(f"the topology is disconnected: device{'s' if len(lost) > 1 else ''} "
-                        f"{', '.join(map(str, lost[:8]))}{' ...' if len(lost) > 8 else ''} "
-                        "cannot reach device 0", field=f"links.{'edges' if lk.edges else 'topology'}")
+        raise SpecError(
+            f"the topology is disconnected: device{'s' if len(lost) > 1 else ''} "
+            f"{', '.join(map(str, lost[:8]))}{' ...' if len(lost) > 8 else ''} "
+            "cannot reach device 0",
+            field=f"links.{'edges' if lk.edges else 'topology'}",
+        )
     return topo
 
 
@@ -217,8 +241,13 @@ class LinkModel:
     ``(link, start_cycle, end_cycle, nbytes)`` for every chunk a link served.
     """
 
-    def __init__(self, topology: Topology, clock_ghz: float, env: simpy.Environment,
-                 chunk_bytes: int = 1 << 20) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        clock_ghz: float,
+        env: simpy.Environment,
+        chunk_bytes: int = 1 << 20,
+    ) -> None:
         if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
             raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
         self.topology = topology
@@ -232,15 +261,20 @@ class LinkModel:
         for (u, v), (b, la) in topology.links.items():
             self.ports[(u, v)] = BandwidthPort(link_name(u, v, n), Fraction(str(b)) / clk)
             self.latency_cycles[(u, v)] = round(la * 1e3 * clock_ghz)
-        self.fabric_ports = {s: BandwidthPort(link_name(s, s, n).split("->")[0] + " fabric",
-                                              Fraction(str(b)) / clk)
-                             for s, b in topology.fabric.items()}
+        self.fabric_ports = {
+            s: BandwidthPort(link_name(s, s, n).split("->")[0] + " fabric", Fraction(str(b)) / clk)
+            for s, b in topology.fabric.items()
+        }
         self.link_bytes: dict[tuple[int, int], int] = dict.fromkeys(self.ports, 0)
         self.record = False
         self.events: list[tuple[str, int, int, int]] = []
-        self._servers: dict[tuple[int, int], list[tuple[BandwidthPort, int, tuple[int, int] | None]]] = {}
+        self._servers: dict[
+            tuple[int, int], list[tuple[BandwidthPort, int, tuple[int, int] | None]]
+        ] = {}
 
-    def servers(self, src: int, dst: int) -> list[tuple[BandwidthPort, int, tuple[int, int] | None]]:
+    def servers(
+        self, src: int, dst: int
+    ) -> list[tuple[BandwidthPort, int, tuple[int, int] | None]]:
         """The FIFO servers a chunk from ``src`` to ``dst`` passes, in order:
         ``(port, latency_cycles, link or None for a switch fabric)``."""
         key = (src, dst)
@@ -258,8 +292,14 @@ class LinkModel:
     def hops(self, src: int, dst: int) -> int:
         return len(self.topology.route(src, dst)) - 1
 
-    def send(self, src: int, dst: int, nbytes: int, done: Callable[[], None],
-             tally: dict[tuple[int, int], int] | None = None) -> None:
+    def send(
+        self,
+        src: int,
+        dst: int,
+        nbytes: int,
+        done: Callable[[], None],
+        tally: dict[tuple[int, int], int] | None = None,
+    ) -> None:
         """Start moving ``nbytes`` from device ``src`` to ``dst`` now; call ``done()`` at
         the cycle the last chunk arrives. ``tally`` (per link) gets the bytes booked."""
         env = self.env
@@ -271,7 +311,7 @@ class LinkModel:
                 self.link_bytes[ln] += nbytes
                 if tally is not None:
                     tally[ln] = tally.get(ln, 0) + nbytes
-        if not sizes:   # an empty message still pays the path's latency
+        if not sizes:  # an empty message still pays the path's latency
             lat = sum(la for _, la, _ in servers)
             env.timeout(lat).callbacks.append(lambda _e: done())
             return

@@ -90,8 +90,9 @@ def _per_key(obj: Any, name: str, keys: tuple[str, ...], check: str) -> None:
             raise SpecError(f"unknown key {k!r} (known: {', '.join(keys)})", field=f"{name}.{k}")
         if check == "rate":
             if isinstance(v, bool) or v not in _RATES:
-                raise SpecError(f"must be one of {', '.join(map(str, _RATES))}, got {v!r}",
-                                field=f"{name}.{k}")
+                raise SpecError(
+                    f"must be one of {', '.join(map(str, _RATES))}, got {v!r}", field=f"{name}.{k}"
+                )
         elif isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
             raise SpecError(f"must be a non-negative number, got {v!r}", field=f"{name}.{k}")
     missing = [k for k in keys if k not in m]
@@ -121,7 +122,8 @@ class ArrayConfig:
     cols: int
     dataflow: str = "os"
     macs_per_pe_cycle: Mapping[str, float] = field(
-        default_factory=lambda: {"fp32": 0.25, "fp16": 1, "bf16": 1, "int8": 2})
+        default_factory=lambda: {"fp32": 0.25, "fp16": 1, "bf16": 1, "int8": 2}
+    )
     pipelined: bool = False
 
     def __post_init__(self) -> None:
@@ -130,23 +132,32 @@ class ArrayConfig:
         if not isinstance(self.pipelined, bool):
             raise SpecError(f"must be true or false, got {self.pipelined!r}", field="pipelined")
         if self.dataflow not in DATAFLOWS:
-            raise SpecError(f"must be one of {', '.join(DATAFLOWS)}, got {self.dataflow!r}",
-                            field="dataflow")
+            raise SpecError(
+                f"must be one of {', '.join(DATAFLOWS)}, got {self.dataflow!r}", field="dataflow"
+            )
         _per_key(self, "macs_per_pe_cycle", PRECISIONS, "rate")
         if not self.macs_per_pe_cycle:
             raise SpecError("must list at least one precision", field="macs_per_pe_cycle")
 
     def rate(self, precision: str) -> Fraction:
         if precision not in self.macs_per_pe_cycle:
-            raise SpecError(f"the array does not support {precision!r} (supported: "
-                            f"{', '.join(self.macs_per_pe_cycle)})", field="macs_per_pe_cycle")
+            raise SpecError(
+                f"the array does not support {precision!r} (supported: "
+                f"{', '.join(self.macs_per_pe_cycle)})",
+                field="macs_per_pe_cycle",
+            )
         return Fraction(self.macs_per_pe_cycle[precision]).limit_denominator(64)
 
 
 #: Vector-unit cycles per element issue for each op class (defaults).
 DEFAULT_VECTOR_CYCLES = {
-    "elementwise": 1, "activation": 4, "softmax": 6, "layer_norm": 5, "pool": 2,
-    "copy": 1, "gather": 1,
+    "elementwise": 1,
+    "activation": 4,
+    "softmax": 6,
+    "layer_norm": 5,
+    "pool": 2,
+    "copy": 1,
+    "gather": 1,
 }
 
 
@@ -157,7 +168,8 @@ class VectorConfig:
     lanes: int
     pipeline_depth: int = 8
     cycles_per_element: Mapping[str, float] = field(
-        default_factory=lambda: dict(DEFAULT_VECTOR_CYCLES))
+        default_factory=lambda: dict(DEFAULT_VECTOR_CYCLES)
+    )
 
     def __post_init__(self) -> None:
         _pos_int(self, "lanes")
@@ -168,8 +180,9 @@ class VectorConfig:
         _per_key(self, "cycles_per_element", tuple(DEFAULT_VECTOR_CYCLES), "num")
         for k, v in self.cycles_per_element.items():
             if isinstance(v, float) and not v.is_integer() or v < 1:
-                raise SpecError(f"must be a positive integer, got {v!r}",
-                                field=f"cycles_per_element.{k}")
+                raise SpecError(
+                    f"must be a positive integer, got {v!r}", field=f"cycles_per_element.{k}"
+                )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,8 +204,9 @@ class ControlConfig:
         for n in ("instructions_per_kernel", "instructions_per_tile", "instructions_per_pass"):
             _nonneg_int(self, n)
         if self.predictor not in ("2bit", "static_taken"):
-            raise SpecError(f"must be 2bit or static_taken, got {self.predictor!r}",
-                            field="predictor")
+            raise SpecError(
+                f"must be 2bit or static_taken, got {self.predictor!r}", field="predictor"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -284,8 +298,11 @@ class MemoryConfig:
         _pos_int(self, "block_bytes")
         _pow2(self, "block_bytes")
         if self.block_bytes > self.l1.size_bytes // 4:
-            raise SpecError(f"must be at most a quarter of l1 ({self.l1.size_bytes // 4} "
-                            f"bytes), got {self.block_bytes}", field="block_bytes")
+            raise SpecError(
+                f"must be at most a quarter of l1 ({self.l1.size_bytes // 4} "
+                f"bytes), got {self.block_bytes}",
+                field="block_bytes",
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -348,11 +365,14 @@ class ThermalConfig:
         _pos_num(self, "resistance_c_per_w")
         _pos_num(self, "capacitance_j_per_c")
         if not 0 < self.throttle_factor <= 1:
-            raise SpecError(f"must be in (0, 1], got {self.throttle_factor!r}",
-                            field="throttle_factor")
+            raise SpecError(
+                f"must be in (0, 1], got {self.throttle_factor!r}", field="throttle_factor"
+            )
         if self.throttle_c <= self.ambient_c:
-            raise SpecError(f"must be above ambient_c ({self.ambient_c}), got "
-                            f"{self.throttle_c}", field="throttle_c")
+            raise SpecError(
+                f"must be above ambient_c ({self.ambient_c}), got {self.throttle_c}",
+                field="throttle_c",
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -371,22 +391,29 @@ class DeviceSpec:
 
     def __post_init__(self) -> None:
         if self.schema_version != SCHEMA_VERSION:
-            raise SpecError(f"unsupported schema_version {self.schema_version!r} "
-                            f"(this wia-hw reads {SCHEMA_VERSION})", field="schema_version")
+            raise SpecError(
+                f"unsupported schema_version {self.schema_version!r} "
+                f"(this wia-hw reads {SCHEMA_VERSION})",
+                field="schema_version",
+            )
         if not isinstance(self.name, str) or not self.name:
             raise SpecError(f"must be a non-empty string, got {self.name!r}", field="name")
         _pos_num(self, "clock_ghz")
         supported, mac_pj = self.compute.array.macs_per_pe_cycle, self.energy.pj_per_mac
         missing = [p for p in supported if p not in mac_pj]
         if missing:
-            raise SpecError(f"missing {', '.join(missing)} (the array supports "
-                            f"{'it' if len(missing) == 1 else 'them'})",
-                            field="energy.pj_per_mac")
+            raise SpecError(
+                f"missing {', '.join(missing)} (the array supports "
+                f"{'it' if len(missing) == 1 else 'them'})",
+                field="energy.pj_per_mac",
+            )
         for p in mac_pj:
             if p not in supported:
-                raise SpecError(f"the array does not support {p} (supported: "
-                                f"{', '.join(supported)}): its energy would never be used",
-                                field=f"energy.pj_per_mac.{p}")
+                raise SpecError(
+                    f"the array does not support {p} (supported: "
+                    f"{', '.join(supported)}): its energy would never be used",
+                    field=f"energy.pj_per_mac.{p}",
+                )
 
     @property
     def clock_hz(self) -> float:
@@ -446,19 +473,24 @@ class LinkConfig:
     def __post_init__(self) -> None:
         _pos_num(self, "bandwidth_gbs")
         _nonneg_num(self, "latency_us")
-        topologies = ("ring", "fully_connected", "switch", "torus2d", "hierarchical",
-                      "custom")
+        topologies = ("ring", "fully_connected", "switch", "torus2d", "hierarchical", "custom")
         if self.topology not in topologies:
-            raise SpecError(f"must be one of {', '.join(topologies)}, got "
-                            f"{self.topology!r}", field="topology")
-        owner = {"switch_bandwidth_gbs": "switch", "torus_dims": "torus2d",
-                 "devices_per_node": "hierarchical", "inter_node_bandwidth_gbs":
-                 "hierarchical", "inter_node_latency_us": "hierarchical",
-                 "edges": "custom"}
+            raise SpecError(
+                f"must be one of {', '.join(topologies)}, got {self.topology!r}", field="topology"
+            )
+        owner = {
+            "switch_bandwidth_gbs": "switch",
+            "torus_dims": "torus2d",
+            "devices_per_node": "hierarchical",
+            "inter_node_bandwidth_gbs": "hierarchical",
+            "inter_node_latency_us": "hierarchical",
+            "edges": "custom",
+        }
         for name, topo in owner.items():
             if getattr(self, name) is not None and self.topology != topo:
-                raise SpecError(f"only a {topo} topology takes it (topology is "
-                                f"{self.topology})", field=name)
+                raise SpecError(
+                    f"only a {topo} topology takes it (topology is {self.topology})", field=name
+                )
         if self.switch_bandwidth_gbs is not None:
             _pos_num(self, "switch_bandwidth_gbs")
         if self.inter_node_latency_us is not None:
@@ -470,24 +502,29 @@ class LinkConfig:
             _pos_int(self, "devices_per_node")
             _pos_num(self, "inter_node_bandwidth_gbs")
         if self.topology == "custom" and self.edges is None:
-            raise SpecError("a custom topology needs its edges ([[a, b], ...])",
-                            field="edges")
+            raise SpecError("a custom topology needs its edges ([[a, b], ...])", field="edges")
         for name, n in (("torus_dims", 2), ("edges", None)):
             v = getattr(self, name)
             items = v if name == "torus_dims" else None
             if v is None:
                 continue
             if not isinstance(v, list) or (n is not None and len(v) != n):
-                raise SpecError(f"must be a list{f' of {n} integers' if n else ''}, got "
-                                f"{v!r}", field=name)
+                raise SpecError(
+                    f"must be a list{f' of {n} integers' if n else ''}, got {v!r}", field=name
+                )
             if items is not None and not all(
-                    isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in items):
+                isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in items
+            ):
                 raise SpecError(f"must be positive integers, got {v!r}", field=name)
         for i, e in enumerate(self.edges or ()):
-            if not (isinstance(e, list) and len(e) == 2 and all(
-                    isinstance(x, int) and not isinstance(x, bool) for x in e)):
-                raise SpecError(f"must be a pair of device indices [a, b], got {e!r}",
-                                field=f"edges[{i}]")
+            if not (
+                isinstance(e, list)
+                and len(e) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in e)
+            ):
+                raise SpecError(
+                    f"must be a pair of device indices [a, b], got {e!r}", field=f"edges[{i}]"
+                )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -505,15 +542,20 @@ class ClusterSpec:
 
     def __post_init__(self) -> None:
         if self.schema_version != SCHEMA_VERSION:
-            raise SpecError(f"unsupported schema_version {self.schema_version!r} "
-                            f"(this wia-hw reads {SCHEMA_VERSION})", field="schema_version")
+            raise SpecError(
+                f"unsupported schema_version {self.schema_version!r} "
+                f"(this wia-hw reads {SCHEMA_VERSION})",
+                field="schema_version",
+            )
         _pos_int(self, "devices")
         if self.devices < 2:
-            raise SpecError(f"a cluster needs at least 2 devices, got {self.devices}",
-                            field="devices")
+            raise SpecError(
+                f"a cluster needs at least 2 devices, got {self.devices}", field="devices"
+            )
 
 
 # -- generic mapping <-> dataclass ---------------------------------------------------
+
 
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
@@ -558,8 +600,10 @@ def from_mapping(cls: type, data: Any, path: str = "") -> Any:
     known = {f.name: f for f in dataclasses.fields(cls)}
     for key in data:
         if key not in known:
-            raise SpecError(f"unknown field (known: {', '.join(known)})",
-                            field=f"{path}.{key}" if path else str(key))
+            raise SpecError(
+                f"unknown field (known: {', '.join(known)})",
+                field=f"{path}.{key}" if path else str(key),
+            )
     kwargs: dict[str, Any] = {}
     for name, f in known.items():
         sub = f"{path}.{name}" if path else name

@@ -24,9 +24,9 @@ def loop_run(state: int, trips: int, predictor: str = "2bit") -> tuple[int, int]
     if predictor == "static_taken":
         return state, 1
     taken = trips - 1
-    miss = min(taken, max(0, 2 - state))       # taken while the counter says not-taken
+    miss = min(taken, max(0, 2 - state))  # taken while the counter says not-taken
     state = min(3, state + taken)
-    if state >= 2:                             # the exit is predicted taken: a miss
+    if state >= 2:  # the exit is predicted taken: a miss
         miss += 1
     return max(0, state - 1), miss
 
@@ -36,7 +36,7 @@ class BranchPredictor:
 
     def __init__(self, predictor: str = "2bit") -> None:
         self.predictor = predictor
-        self.state = {"tiles": 1, "passes": 1}   # weakly not-taken at reset
+        self.state = {"tiles": 1, "passes": 1}  # weakly not-taken at reset
 
     def run(self, level: str, trips: int, times: int = 1) -> tuple[int, int]:
         """Run loop ``level`` ``times`` times with ``trips`` iterations each.
@@ -54,7 +54,7 @@ class BranchPredictor:
             s2, m = loop_run(s, trips, self.predictor)
             misses += m
             done += 1
-            if s2 == s:                          # fixed point: the rest repeat exactly
+            if s2 == s:  # fixed point: the rest repeat exactly
                 misses += m * (times - done)
                 done = times
             s = s2

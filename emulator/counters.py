@@ -33,11 +33,11 @@ class Counter(NamedEnum):
     INSTRUCTIONS = "instructions"
     CACHE_MISSES = "cache_misses"
     CACHE_HITS = "cache_hits"
-    BANDWIDTH = "bandwidth"            # bytes moved at each memory level
+    BANDWIDTH = "bandwidth"  # bytes moved at each memory level
     FLOPS = "flops"
     MACS = "macs"
     BRANCH_MISPREDICTS = "branch_mispredicts"
-    BUSY_CYCLES = "busy_cycles"        # cycles in which the array performs MACs
+    BUSY_CYCLES = "busy_cycles"  # cycles in which the array performs MACs
     STALL_CYCLES = "stall_cycles"
     ENERGY = "energy"
 
@@ -111,8 +111,12 @@ class Counters:
         }[c]
 
     def copy(self) -> Counters:
-        return Counters(**{f.name: (dict(v) if isinstance(v := getattr(self, f.name), dict)
-                                    else v) for f in fields(self)})
+        return Counters(
+            **{
+                f.name: (dict(v) if isinstance(v := getattr(self, f.name), dict) else v)
+                for f in fields(self)
+            }
+        )
 
     def add(self, other: Counters) -> None:
         """Add ``other`` into this record, field by field."""
@@ -148,5 +152,6 @@ class Counters:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Counters:
         names = {f.name for f in fields(cls)}
-        return cls(**{k: (dict(v) if isinstance(v, dict) else v) for k, v in d.items()
-                      if k in names})
+        return cls(
+            **{k: (dict(v) if isinstance(v, dict) else v) for k, v in d.items() if k in names}
+        )

@@ -95,8 +95,9 @@ def systolic_tile_cycles(dataflow: str, rows: int, cols: int, depth: int) -> int
     return depth + 2 * rows + cols - 2
 
 
-def vector_op_cycles(elements: int, lanes: int, cycles_per_element: int,
-                     pipeline_depth: int) -> int:
+def vector_op_cycles(
+    elements: int, lanes: int, cycles_per_element: int, pipeline_depth: int
+) -> int:
     """Cycles of the vector unit applying one op to ``elements`` values.
 
     ``lanes`` values enter per issue; each issue occupies the unit for
@@ -143,14 +144,22 @@ def _check_elements(elements: int | None, depth: int) -> int:
         return depth
     _positive_int("elements", elements)
     if elements < depth:
-        raise ValueError(f"elements ({elements}) must be at least depth ({depth}): "
-                         "a step streams at least one element")
+        raise ValueError(
+            f"elements ({elements}) must be at least depth ({depth}): "
+            "a step streams at least one element"
+        )
     return elements
 
 
-def systolic_tile_counters(dataflow: str, rows: int, cols: int, depth: int,
-                           stall_cycles: int = 0, *, elements: int | None = None
-                           ) -> dict[Counter, int]:
+def systolic_tile_counters(
+    dataflow: str,
+    rows: int,
+    cols: int,
+    depth: int,
+    stall_cycles: int = 0,
+    *,
+    elements: int | None = None,
+) -> dict[Counter, int]:
     """Hardware counters of one systolic-array tile, as the RTL counter block reads them.
 
     Keys are the counter identities of the RTL's register map
@@ -185,8 +194,9 @@ def systolic_tile_counters(dataflow: str, rows: int, cols: int, depth: int,
     }
 
 
-def systolic_issue_interval(dataflow: str, rows: int, cols: int, depth: int,
-                            next_depth: int, *, pipelined: bool) -> int:
+def systolic_issue_interval(
+    dataflow: str, rows: int, cols: int, depth: int, next_depth: int, *, pipelined: bool
+) -> int:
     """Fewest cycles from the acceptance of a tile of ``depth`` steps to the acceptance
     of the next tile, of ``next_depth`` steps, on the same array (the RTL's ``idle``
     rule, ``wia_hw.rtl.SystolicArray``).
@@ -227,18 +237,27 @@ def systolic_issue_interval(dataflow: str, rows: int, cols: int, depth: int,
     return max(depth, rows)
 
 
-def _issue_times(dataflow: str, rows: int, cols: int, depths: list[int],
-                 pipelined: bool) -> list[int]:
+def _issue_times(
+    dataflow: str, rows: int, cols: int, depths: list[int], pipelined: bool
+) -> list[int]:
     """Acceptance edge of each tile of a back-to-back sequence, the first at 0."""
     times = [0]
     for d, nd in zip(depths, depths[1:], strict=False):
-        times.append(times[-1] + systolic_issue_interval(dataflow, rows, cols, d, nd,
-                                                         pipelined=pipelined))
+        times.append(
+            times[-1] + systolic_issue_interval(dataflow, rows, cols, d, nd, pipelined=pipelined)
+        )
     return times
 
 
-def systolic_sequence_cycles(dataflow: str, rows: int, cols: int, depths: list[int], *,
-                             pipelined: bool, stall_cycles: int = 0) -> int:
+def systolic_sequence_cycles(
+    dataflow: str,
+    rows: int,
+    cols: int,
+    depths: list[int],
+    *,
+    pipelined: bool,
+    stall_cycles: int = 0,
+) -> int:
     """Cycles from the first ``start`` sampled high to the last ``done`` of a sequence
     of tiles issued back to back (each accepted at the first cycle the array takes it),
     plus one cycle per ``stall`` cycle while any tile is in flight (a stall freezes the
@@ -254,9 +273,16 @@ def systolic_sequence_cycles(dataflow: str, rows: int, cols: int, depths: list[i
     return times[-1] + systolic_tile_cycles(dataflow, rows, cols, depths[-1]) + stall_cycles
 
 
-def systolic_sequence_counters(dataflow: str, rows: int, cols: int, depths: list[int], *,
-                               pipelined: bool, stall_cycles: int = 0,
-                               elements: list[int] | None = None) -> dict[Counter, int]:
+def systolic_sequence_counters(
+    dataflow: str,
+    rows: int,
+    cols: int,
+    depths: list[int],
+    *,
+    pipelined: bool,
+    stall_cycles: int = 0,
+    elements: list[int] | None = None,
+) -> dict[Counter, int]:
     """Hardware counters of a back-to-back sequence of tiles (as
     :func:`systolic_sequence_cycles` issues them), as the RTL counter block reads them.
 
@@ -272,8 +298,7 @@ def systolic_sequence_counters(dataflow: str, rows: int, cols: int, depths: list
     _check_stalls(stall_cycles)
     depths = list(depths)
     if not depths:
-        return {Counter.CYCLES: 0, Counter.BUSY_CYCLES: 0, Counter.MACS: 0,
-                Counter.STALL_CYCLES: 0}
+        return {Counter.CYCLES: 0, Counter.BUSY_CYCLES: 0, Counter.MACS: 0, Counter.STALL_CYCLES: 0}
     elements = list(depths) if elements is None else list(elements)
     if len(elements) != len(depths):
         raise ValueError(f"elements has {len(elements)} entries, depths {len(depths)}")
@@ -288,8 +313,8 @@ def systolic_sequence_counters(dataflow: str, rows: int, cols: int, depths: list
         busy += max(0, hi - lo)
         end = hi if end is None else max(end, hi)
     return {
-        Counter.CYCLES: systolic_sequence_cycles(dataflow, rows, cols, depths,
-                                                 pipelined=pipelined) + stall_cycles,
+        Counter.CYCLES: systolic_sequence_cycles(dataflow, rows, cols, depths, pipelined=pipelined)
+        + stall_cycles,
         Counter.BUSY_CYCLES: busy,
         Counter.MACS: macs,
         Counter.STALL_CYCLES: stall_cycles,

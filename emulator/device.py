@@ -80,8 +80,16 @@ class CoreState:
     the last operand load interval; ``pending_stores``: result stores waiting to drain.
     """
 
-    __slots__ = ("kernel", "end", "tile", "tiles", "compute", "prev_compute", "load",
-                 "pending_stores")
+    __slots__ = (
+        "kernel",
+        "end",
+        "tile",
+        "tiles",
+        "compute",
+        "prev_compute",
+        "load",
+        "pending_stores",
+    )
 
     def __init__(self) -> None:
         self.kernel: str | None = None
@@ -101,7 +109,7 @@ class KernelRecord:
     name: str
     op: str
     group: str
-    kind: str                  # "gemm", "vector", or an extension unit ("pim", ...)
+    kind: str  # "gemm", "vector", or an extension unit ("pim", ...)
     provider: str
     precision: str
     start_cycle: int
@@ -117,7 +125,7 @@ class KernelRecord:
     temperature_c: float
     power_w: float
     core_busy_cycles: list[int] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)   # figures an extension reports
+    extra: dict[str, Any] = field(default_factory=dict)  # figures an extension reports
     #: L2 bytes this kernel made dirty (written back to HBM later, once) and the bytes
     #: written back during it (of any kernel's dirty blocks; part of counters.bytes.hbm).
     dirtied_bytes: int = 0
@@ -142,8 +150,9 @@ class Device:
         self.counters = Counters()
         self.memory = MemorySystem(spec, self.counters)
         self.thermal = ThermalModel(spec.thermal)
-        self.predictors = [BranchPredictor(spec.compute.control.predictor)
-                           for _ in range(spec.compute.cores)]
+        self.predictors = [
+            BranchPredictor(spec.compute.control.predictor) for _ in range(spec.compute.cores)
+        ]
         self.trace = trace
         self.records: list[KernelRecord] = []
         #: One CoreState per core while a sampling profiler watches, else None.
@@ -155,23 +164,24 @@ class Device:
         # the RC model advances on the device timeline, at least every 1e-4 of its time
         # constant, with the energy booked since its last step (see _heat)
         th = spec.thermal
-        self._heat_step = max(1, int(th.resistance_c_per_w * th.capacitance_j_per_c
-                                     * self.spec.clock_hz * 1e-4))
-        self._heat_cycle = 0          # cycle up to which the RC model has advanced
-        self._heat_pj = 0.0           # energy booked (MACs) and not yet given to it
-        self._heat_given_pj = 0.0     # dynamic energy given to it in this accounting interval
-        self._heat_bytes = dict.fromkeys(LEVELS, 0)   # byte counters at its last step
-        self._clock_cycles = [0, 0]   # this kernel's array/vector work: nominal, throttled
-        self._array_busy = 0          # this kernel's busy cycles (union over passes)
+        self._heat_step = max(
+            1, int(th.resistance_c_per_w * th.capacitance_j_per_c * self.spec.clock_hz * 1e-4)
+        )
+        self._heat_cycle = 0  # cycle up to which the RC model has advanced
+        self._heat_pj = 0.0  # energy booked (MACs) and not yet given to it
+        self._heat_given_pj = 0.0  # dynamic energy given to it in this accounting interval
+        self._heat_bytes = dict.fromkeys(LEVELS, 0)  # byte counters at its last step
+        self._clock_cycles = [0, 0]  # this kernel's array/vector work: nominal, throttled
+        self._array_busy = 0  # this kernel's busy cycles (union over passes)
 
     # -- public ----------------------------------------------------------------------
     @property
     def now(self) -> int:
         return int(self.env.now)
 
-    def execute(self, kernels: Sequence[Kernel],
-                on_kernel: Callable[[KernelRecord], None] | None = None
-                ) -> list[KernelRecord]:
+    def execute(
+        self, kernels: Sequence[Kernel], on_kernel: Callable[[KernelRecord], None] | None = None
+    ) -> list[KernelRecord]:
         """Run ``kernels`` in order; returns one record per kernel.
 
         Built-in GEMM and vector kernels are tiled by the device; a
@@ -181,8 +191,7 @@ class Device:
         """
         out: list[KernelRecord] = []
         for k in kernels:
-            gen = self._in_memory(k, out) if isinstance(k, MemoryKernel) \
-                else self._kernel(k, out)
+            gen = self._in_memory(k, out) if isinstance(k, MemoryKernel) else self._kernel(k, out)
             proc = self.env.process(gen)
             self.env.run(until=proc)
             if on_kernel is not None:
@@ -233,9 +242,9 @@ class Device:
                         key = (nb, mi, ni, ki)
                         geo = cache.get(key)
                         if geo is None:
-                            geo = self._gemm_geometry(df, R, C, rate, nb, mi, ni, ki, e, e_c,
-                                                      last=False) + (
-                                systolic_steps(ki if df == "os" else mi, rate),)
+                            geo = self._gemm_geometry(
+                                df, R, C, rate, nb, mi, ni, ki, e, e_c, last=False
+                            ) + (systolic_steps(ki if df == "os" else mi, rate),)
                             cache[key] = geo
                         passes, pass_cycles, l1_bytes, slot, busy, steps = geo
                         last = kk == kt - 1
@@ -247,8 +256,7 @@ class Device:
                         if k.b_shared:
                             loads.append((k.b, k0, k1, n0, n1))
                         elif k.b_transposed:
-                            br_ = (b0 * k.n, b1 * k.n) if nb > 1 else (b0 * k.n + n0,
-                                                                       b0 * k.n + n1)
+                            br_ = (b0 * k.n, b1 * k.n) if nb > 1 else (b0 * k.n + n0, b0 * k.n + n1)
                             loads.append((k.b, br_[0], br_[1], k0, k1))
                         else:
                             loads.append((k.b, b0 * k.k + k0, (b1 - 1) * k.k + k1, n0, n1))
@@ -260,11 +268,22 @@ class Device:
                                 loads.append((k.bias, 0, 1, n0, n1))
                         # partial sums of a K-chunked tile are read-modified-written in L1
                         extra = 0 if kt == 1 else (out_bytes * (2 if kk else 1))
-                        tiles.append(Tile(loads, stores, passes * pass_cycles, 0,
-                                          l1_bytes + extra + (out_bytes if last else 0),
-                                          passes, nb * mi * ni * ki, slot, passes * busy,
-                                          (nb, mi, ni, ki), origin=(b0, m0, n0, k0),
-                                          pass_steps=steps))
+                        tiles.append(
+                            Tile(
+                                loads,
+                                stores,
+                                passes * pass_cycles,
+                                0,
+                                l1_bytes + extra + (out_bytes if last else 0),
+                                passes,
+                                nb * mi * ni * ki,
+                                slot,
+                                passes * busy,
+                                (nb, mi, ni, ki),
+                                origin=(b0, m0, n0, k0),
+                                pass_steps=steps,
+                            )
+                        )
         return tiles
 
     @staticmethod
@@ -282,8 +301,19 @@ class Device:
         return (a, r0, min(r1, a.rows), c0, min(c1, a.cols))
 
     @staticmethod
-    def _gemm_geometry(df: str, R: int, C: int, rate: Fraction, nb: int, mi: int, ni: int,
-                       ki: int, e: int, e_c: int, last: bool) -> tuple[int, int, int, int, int]:
+    def _gemm_geometry(
+        df: str,
+        R: int,
+        C: int,
+        rate: Fraction,
+        nb: int,
+        mi: int,
+        ni: int,
+        ki: int,
+        e: int,
+        e_c: int,
+        last: bool,
+    ) -> tuple[int, int, int, int, int]:
         """(passes, cycles per pass, L1 bytes the array reads, MAC slots, busy per pass).
 
         Cycles and busy cycles of a pass come from :func:`systolic_tile_cycles` and
@@ -327,18 +357,38 @@ class Device:
                     loads.append((ref, r0, r1, 0, ref.cols))
                 else:
                     loads.append((ref, 0, ref.rows, 0, ref.cols))
-            stores: list[Region] = [(ref, r0 * ref.rows // k.rows,
-                                     max(r0 * ref.rows // k.rows + 1, r1 * ref.rows // k.rows),
-                                     0, ref.cols) for ref in k.outputs]
+            stores: list[Region] = [
+                (
+                    ref,
+                    r0 * ref.rows // k.rows,
+                    max(r0 * ref.rows // k.rows + 1, r1 * ref.rows // k.rows),
+                    0,
+                    ref.cols,
+                )
+                for ref in k.outputs
+            ]
             elems = k.elements * frac_rows // k.rows
             cyc = vector_op_cycles(elems, v.lanes, cpe, v.pipeline_depth)
             nbytes = sum((r[2] - r[1]) * (r[4] - r[3]) * r[0].elem_bytes for r in loads + stores)
-            tiles.append(Tile(loads, stores, 0, cyc, nbytes, 0, 0, 0, 0,
-                              (frac_rows, k.outputs[0].cols if k.outputs else 1, elems)))
+            tiles.append(
+                Tile(
+                    loads,
+                    stores,
+                    0,
+                    cyc,
+                    nbytes,
+                    0,
+                    0,
+                    0,
+                    0,
+                    (frac_rows, k.outputs[0].cols if k.outputs else 1, elems),
+                )
+            )
         return tiles
 
-    def tiles_of(self, k: GemmKernel | VectorKernel | TiledKernel
-                 ) -> tuple[list[Tile], tuple[int, ...]]:
+    def tiles_of(
+        self, k: GemmKernel | VectorKernel | TiledKernel
+    ) -> tuple[list[Tile], tuple[int, ...]]:
         """The tiles of a kernel and the start index of each group of tiles that one
         core runs in order (empty: every tile is its own group)."""
         if isinstance(k, GemmKernel):
@@ -348,8 +398,7 @@ class Device:
         return list(k.tiles), tuple(k.groups)
 
     @staticmethod
-    def partition(tiles: Sequence[Tile], groups: Sequence[int], cores: int
-                  ) -> list[list[Tile]]:
+    def partition(tiles: Sequence[Tile], groups: Sequence[int], cores: int) -> list[list[Tile]]:
         """Contiguous runs of whole groups of tiles, one run per core, balanced by tile
         count. Core ``c``'s fair share ends at ``B_c`` (the shares differ by at most one
         tile, the larger ones first); a group goes to the first core whose share ends
@@ -365,14 +414,15 @@ class Device:
         out: list[list[Tile]] = [[] for _ in range(cores)]
         core = 0
         for a, b in zip(starts, bounds, strict=True):
-            while core < cores - 1 and a + b >= 2 * ends[core]:   # midpoint past the share
+            while core < cores - 1 and a + b >= 2 * ends[core]:  # midpoint past the share
                 core += 1
             out[core].extend(tiles[a:b])
         return out
 
     # -- processes -------------------------------------------------------------------
-    def _kernel(self, k: GemmKernel | VectorKernel | TiledKernel,
-                out: list[KernelRecord]) -> Iterator[simpy.Event]:
+    def _kernel(
+        self, k: GemmKernel | VectorKernel | TiledKernel, out: list[KernelRecord]
+    ) -> Iterator[simpy.Event]:
         env = self.env
         start = self.now
         before = self.counters.copy()
@@ -394,7 +444,7 @@ class Device:
         end = self.now
         elapsed = end - start
         c_ = self.counters
-        for c, s in enumerate(shares):        # cores idle at the barrier: dependency stall
+        for c, s in enumerate(shares):  # cores idle at the barrier: dependency stall
             c_.stall_cycles["dependency"] += elapsed - busy[c] if s else 0
         c_.cycles += elapsed
         # the work, counted once per kernel by the unit that did it
@@ -413,39 +463,65 @@ class Device:
         c_.flops += k.flops
         c_.busy_cycles += self._array_busy
         nominal, throttled = self._clock_cycles
-        if throttled > nominal:        # the clock the kernel's work ran at, on average
+        if throttled > nominal:  # the clock the kernel's work ran at, on average
             factor = nominal / throttled
         on_units = isinstance(k, TiledKernel) and not k.array
-        power = self._account_energy(elapsed, c_.delta(before), array=not on_units,
-                                     extra_pj=k.energy_pj if isinstance(k, TiledKernel) else 0.0)
-        kind = k.record_kind if isinstance(k, TiledKernel) else \
-            "gemm" if isinstance(k, GemmKernel) else "vector"
-        out.append(KernelRecord(
-            name=k.name, op=k.op, group=k.group, kind=kind, provider=k.provider,
-            precision=precision, start_cycle=start, end_cycle=end,
-            counters=c_.delta(before), flops=k.flops, macs=k.macs,
-            slot_macs=sum(t.slot_macs for t in tiles), tiles=len(tiles),
-            cores_used=sum(1 for s in shares if s), compulsory_bytes=k.compulsory_bytes,
-            frequency_factor=factor, temperature_c=self.thermal.temperature_c,
-            power_w=power, core_busy_cycles=busy,
-            extra=dict(getattr(k, "extra", {})),
-            dirtied_bytes=self.memory.dirtied_bytes - wb0[0],
-            writeback_bytes=self.memory.writeback_bytes - wb0[1]))
+        power = self._account_energy(
+            elapsed,
+            c_.delta(before),
+            array=not on_units,
+            extra_pj=k.energy_pj if isinstance(k, TiledKernel) else 0.0,
+        )
+        kind = (
+            k.record_kind
+            if isinstance(k, TiledKernel)
+            else "gemm"
+            if isinstance(k, GemmKernel)
+            else "vector"
+        )
+        out.append(
+            KernelRecord(
+                name=k.name,
+                op=k.op,
+                group=k.group,
+                kind=kind,
+                provider=k.provider,
+                precision=precision,
+                start_cycle=start,
+                end_cycle=end,
+                counters=c_.delta(before),
+                flops=k.flops,
+                macs=k.macs,
+                slot_macs=sum(t.slot_macs for t in tiles),
+                tiles=len(tiles),
+                cores_used=sum(1 for s in shares if s),
+                compulsory_bytes=k.compulsory_bytes,
+                frequency_factor=factor,
+                temperature_c=self.thermal.temperature_c,
+                power_w=power,
+                core_busy_cycles=busy,
+                extra=dict(getattr(k, "extra", {})),
+                dirtied_bytes=self.memory.dirtied_bytes - wb0[0],
+                writeback_bytes=self.memory.writeback_bytes - wb0[1],
+            )
+        )
 
     def _tile_program(self, core: int, share: list[Tile]) -> None:
         """The control core's tile program for one core's share: a loop over tiles, a
         loop over array passes; counts its instructions, branches and mispredicts."""
         ctl = self.spec.compute.control
         passes = [t.passes for t in share]
-        self.counters.instructions += (ctl.instructions_per_kernel
-                                       + ctl.instructions_per_tile * len(share)
-                                       + ctl.instructions_per_pass * sum(passes))
+        self.counters.instructions += (
+            ctl.instructions_per_kernel
+            + ctl.instructions_per_tile * len(share)
+            + ctl.instructions_per_pass * sum(passes)
+        )
         pred = self.predictors[core]
         br, mp = pred.run("tiles", len(share))
         self.counters.branches += br
         self.counters.branch_mispredicts += mp
         run_start = 0
-        for idx in range(1, len(passes) + 1):        # runs of equal pass counts
+        for idx in range(1, len(passes) + 1):  # runs of equal pass counts
             if idx == len(passes) or passes[idx] != passes[run_start]:
                 if passes[run_start]:
                     br, mp = pred.run("passes", passes[run_start], idx - run_start)
@@ -464,7 +540,7 @@ class Device:
         factor = self.thermal.frequency_factor
         wb0 = self.memory.writeback_bytes
         ready = self.memory.pim_coherence(k.reads, k.writes, start)
-        end = ready + k.cycles      # the PIM units run at the memory's clock: no throttling
+        end = ready + k.cycles  # the PIM units run at the memory's clock: no throttling
         self.memory.hold_channels(end)
         if end > env.now:
             yield env.timeout(end - env.now)
@@ -475,33 +551,51 @@ class Device:
         c_.flops += k.flops
         c_.vector_flops += k.flops
         cores = self.spec.compute.cores
-        c_.stall_cycles["dependency"] += cores * elapsed     # the cores wait for the memory
+        c_.stall_cycles["dependency"] += cores * elapsed  # the cores wait for the memory
         delta = c_.delta(before)
         power = self._account_energy(elapsed, delta, array=False, extra_pj=k.energy_pj)
         extra = dict(k.extra)
-        if "npu_cycles_estimate" in extra:          # what running it on the cores would take
+        if "npu_cycles_estimate" in extra:  # what running it on the cores would take
             extra["saved_cycles"] = extra["npu_cycles_estimate"] - elapsed
         if "npu_hbm_bytes_estimate" in extra:
             extra["saved_hbm_bytes"] = extra["npu_hbm_bytes_estimate"] - delta.bytes["hbm"]
         if self.trace is not None:
             self.trace.append(TraceEvent("compute", "pim", ready, end, k.name))
-        out.append(KernelRecord(
-            name=k.name, op=k.op, group=k.group, kind=k.record_kind, provider=k.provider,
-            precision=k.precision, start_cycle=start, end_cycle=end,
-            counters=c_.delta(before), flops=k.flops, macs=0, slot_macs=0, tiles=1,
-            cores_used=0, compulsory_bytes=k.compulsory_bytes, frequency_factor=factor,
-            temperature_c=self.thermal.temperature_c, power_w=power,
-            core_busy_cycles=[0] * cores, extra=extra,
-            writeback_bytes=self.memory.writeback_bytes - wb0))
+        out.append(
+            KernelRecord(
+                name=k.name,
+                op=k.op,
+                group=k.group,
+                kind=k.record_kind,
+                provider=k.provider,
+                precision=k.precision,
+                start_cycle=start,
+                end_cycle=end,
+                counters=c_.delta(before),
+                flops=k.flops,
+                macs=0,
+                slot_macs=0,
+                tiles=1,
+                cores_used=0,
+                compulsory_bytes=k.compulsory_bytes,
+                frequency_factor=factor,
+                temperature_c=self.thermal.temperature_c,
+                power_w=power,
+                core_busy_cycles=[0] * cores,
+                extra=extra,
+                writeback_bytes=self.memory.writeback_bytes - wb0,
+            )
+        )
 
-    def _core(self, core: int, tiles: list[Tile], k: Kernel, factor: float,
-              busy: list[int]) -> Iterator[simpy.Event]:
+    def _core(
+        self, core: int, tiles: list[Tile], k: Kernel, factor: float, busy: list[int]
+    ) -> Iterator[simpy.Event]:
         env = self.env
         mem = self.memory
         setup = self.spec.dma.setup_cycles
         t0 = self.now
-        engines = [t0] * self.spec.dma.engines_per_core   # the cycle each DMA engine is free
-        ld = t0                                  # the cycle the last operand load completes
+        engines = [t0] * self.spec.dma.engines_per_core  # the cycle each DMA engine is free
+        ld = t0  # the cycle the last operand load completes
         slot_free = [t0, t0]
         comp_done = t0
         store_done = t0
@@ -515,19 +609,23 @@ class Device:
         if st is not None:
             st.kernel, st.end, st.tiles = k.name, None, len(tiles)
         # the array (see _charge_array): the last pass it accepted, when, and its steps
-        arr = [0, t0, t0, t0, 0, 0]    # steps, accepted, port free, busy end, lost, tail
-        held: tuple[int, int] | None = None     # the last array tile's trace interval
+        arr = [0, t0, t0, t0, 0, 0]  # steps, accepted, port free, busy end, lost, tail
+        held: tuple[int, int] | None = None  # the last array tile's trace interval
         on_array = not isinstance(k, TiledKernel) or k.array
-        mac_pj = self.spec.energy.pj_per_mac.get(getattr(k, "precision", "fp16"), 0.0) \
-            if on_array else 0.0
+        mac_pj = (
+            self.spec.energy.pj_per_mac.get(getattr(k, "precision", "fp16"), 0.0)
+            if on_array
+            else 0.0
+        )
         clock = self._clock_cycles
         for idx, tile in enumerate(tiles):
-            ready = slot_free[idx & 1]              # the tile's operand buffer is free
+            ready = slot_free[idx & 1]  # the tile's operand buffer is free
             if pending and pending[0][0] <= ready:  # results ready no later go first
-                store_done = yield from self._drain(core, engines, pending, ready, k.name,
-                                                    store_done)
+                store_done = yield from self._drain(
+                    core, engines, pending, ready, k.name, store_done
+                )
             eng = engines.index(min(engines))
-            ls = max(ready, engines[eng], ld)      # loads go one at a time, in order
+            ls = max(ready, engines[eng], ld)  # loads go one at a time, in order
             if ls > env.now:
                 yield env.timeout(ls - env.now)
             now = int(env.now)
@@ -537,9 +635,18 @@ class Device:
             ld = mem.load(core, blocks, now) + setup
             engines[eng] = ld
             if trace is not None:
-                trace.append(TraceEvent("dma", f"dma{core}.{eng}" if eng else f"dma{core}",
-                                        now, ld, k.name, sum(b for _, b in blocks),
-                                        misses["l1"] - m1, misses["l2"] - m2))
+                trace.append(
+                    TraceEvent(
+                        "dma",
+                        f"dma{core}.{eng}" if eng else f"dma{core}",
+                        now,
+                        ld,
+                        k.name,
+                        sum(b for _, b in blocks),
+                        misses["l1"] - m1,
+                        misses["l2"] - m2,
+                    )
+                )
             factor = self._heat(now)
             self._heat_pj += tile.macs * mac_pj
             port_cycles = l1_port.cycles(tile.l1_bytes)
@@ -548,8 +655,9 @@ class Device:
                 comp_done = max(comp_done, done)
                 if trace is not None:
                     if held is not None:
-                        trace.append(TraceEvent("compute", track, held[0],
-                                                min(held[1], cs), k.name))
+                        trace.append(
+                            TraceEvent("compute", track, held[0], min(held[1], cs), k.name)
+                        )
                     held = (cs, done)
             else:
                 cs = max(ld, comp_done)
@@ -561,11 +669,11 @@ class Device:
                 clock[1] += eff
                 self._array_busy += tile.busy_cycles
                 comp_done = done = cs + eff
-                arr[0] = 0                      # the array is idle again when it is done
+                arr[0] = 0  # the array is idle again when it is done
                 if trace is not None:
                     trace.append(TraceEvent("compute", track, cs, comp_done, k.name))
             self.counters.bytes["l1"] += tile.l1_bytes
-            slot_free[idx & 1] = done          # its operand buffer is free once it is done
+            slot_free[idx & 1] = done  # its operand buffer is free once it is done
             if tile.stores:
                 pending.append((done, tile.stores))
             if st is not None:
@@ -573,10 +681,11 @@ class Device:
                 st.load, st.pending_stores = (now, ld), len(pending)
         if held is not None and trace is not None:
             trace.append(TraceEvent("compute", track, held[0], held[1], k.name))
-        stalls["thermal"] += arr[4] + arr[5]    # pipelined: lost issue slots + last drain
+        stalls["thermal"] += arr[4] + arr[5]  # pipelined: lost issue slots + last drain
         if pending:
-            store_done = yield from self._drain(core, engines, pending, math.inf, k.name,
-                                                store_done)
+            store_done = yield from self._drain(
+                core, engines, pending, math.inf, k.name, store_done
+            )
         end = max(comp_done, store_done)
         busy[core] = end - t0
         if st is not None:
@@ -584,8 +693,15 @@ class Device:
         if end > env.now:
             yield env.timeout(end - env.now)
 
-    def _drain(self, core: int, engines: list[int], pending: list[tuple[int, list[Region]]],
-               until: float, kernel: str, done: int) -> Generator[simpy.Event, Any, int]:
+    def _drain(
+        self,
+        core: int,
+        engines: list[int],
+        pending: list[tuple[int, list[Region]]],
+        until: float,
+        kernel: str,
+        done: int,
+    ) -> Generator[simpy.Event, Any, int]:
         """Issue, in order and one at a time, the pending result stores that are ready at
         or before ``until``: each on the DMA engine that frees first, at the latest of its
         ready cycle, that engine's free cycle and the end of the previous store ``done``,
@@ -614,8 +730,9 @@ class Device:
         blocks = self.memory.region_blocks(regions)
         done = self.memory.store(core, blocks, now) + self.spec.dma.setup_cycles
         if self.trace is not None:
-            self.trace.append(TraceEvent("store", f"dma{core}", now, done, kernel,
-                                         sum(b for _, b in blocks)))
+            self.trace.append(
+                TraceEvent("store", f"dma{core}", now, done, kernel, sum(b for _, b in blocks))
+            )
         return done
 
     # -- the array -------------------------------------------------------------------
@@ -628,16 +745,26 @@ class Device:
         got = self._timing.get(key)
         if got is None:
             df, R, C = self._df, self._rows, self._cols
-            cross = systolic_issue_interval(df, R, C, prev_steps, steps, pipelined=True) \
-                if prev_steps else 0
+            cross = (
+                systolic_issue_interval(df, R, C, prev_steps, steps, pipelined=True)
+                if prev_steps
+                else 0
+            )
             inner = systolic_issue_interval(df, R, C, steps, steps, pipelined=True)
             lat = systolic_tile_cycles(df, R, C, steps, **_LATENCY_KW)
             busy = systolic_tile_counters(df, R, C, steps, **_COUNTERS_KW)[Counter.BUSY_CYCLES]
             got = self._timing[key] = (cross, inner, lat, busy)
         return got
 
-    def _charge_array(self, tile: Tile, ready: int, comp_done: int, port_cycles: int,
-                      factor: float, arr: list[int]) -> tuple[int, int]:
+    def _charge_array(
+        self,
+        tile: Tile,
+        ready: int,
+        comp_done: int,
+        port_cycles: int,
+        factor: float,
+        arr: list[int],
+    ) -> tuple[int, int]:
         """Book one tile's ``passes`` equal passes on a pipelined array; returns the cycle
         its first pass is accepted and the cycle its last pass is done.
 
@@ -717,8 +844,9 @@ class Device:
         self.thermal.advance(seconds, pj * 1e-12 / seconds + en.static_power_w)
         self._heat_cycle = now
 
-    def _account_energy(self, cycles: int, delta: Counters | dict, *, array: bool = True,
-                        extra_pj: float = 0.0) -> float:
+    def _account_energy(
+        self, cycles: int, delta: Counters | dict, *, array: bool = True, extra_pj: float = 0.0
+    ) -> float:
         """Add the interval's energy to the counters, bring the thermal model to now;
         returns the interval's average power in W.
 
@@ -760,7 +888,7 @@ def _pipelined_kw(fn: Callable[..., Any]) -> dict[str, bool]:
     array may have its own pass latency), else ``{}``."""
     try:
         takes = "pipelined" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):     # pragma: no cover - a builtin without signature
+    except (TypeError, ValueError):  # pragma: no cover - a builtin without signature
         takes = False
     return {"pipelined": True} if takes else {}
 

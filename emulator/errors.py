@@ -17,8 +17,14 @@ class SpecError(WiaError, ValueError):
     ``str()`` reads ``file:line: field: message``.
     """
 
-    def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
-                 field: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
+        field: str | None = None,
+    ) -> None:
         self.message = message
         self.file = file
         self.line = line
@@ -32,14 +38,19 @@ class SpecError(WiaError, ValueError):
         field = f"{self.field}: " if self.field else ""
         return f"{where}{field}{self.message}"
 
-    def located(self, *, file: str | None = None, line: int | None = None,
-                field_prefix: str | None = None) -> SpecError:
+    def located(
+        self, *, file: str | None = None, line: int | None = None, field_prefix: str | None = None
+    ) -> SpecError:
         """A copy with location filled in where this one has none."""
         field = self.field
         if field_prefix:
             field = f"{field_prefix}.{field}" if field else field_prefix
-        return SpecError(self.message, file=self.file or file,
-                         line=self.line if self.line is not None else line, field=field)
+        return SpecError(
+            self.message,
+            file=self.file or file,
+            line=self.line if self.line is not None else line,
+            field=field,
+        )
 
 
 class WorkloadError(WiaError, ValueError):

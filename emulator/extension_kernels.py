@@ -33,8 +33,16 @@ from .kernels import (
     _KernelBase,
 )
 
-__all__ = ["TiledKernel", "MemoryKernel", "CostedKernel", "execute_kernels", "gemm_passes",
-           "tile_dims", "extension_summary", "Tile"]
+__all__ = [
+    "TiledKernel",
+    "MemoryKernel",
+    "CostedKernel",
+    "execute_kernels",
+    "gemm_passes",
+    "tile_dims",
+    "extension_summary",
+    "Tile",
+]
 
 
 #: A tile's cost: ``dims -> (cycles, macs or None, energy_pj or None)``. ``dims`` holds
@@ -61,7 +69,7 @@ class CostedKernel(_KernelBase):
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
-    def macs(self) -> int:     # the dense MACs of the op (executed MACs: the record)
+    def macs(self) -> int:  # the dense MACs of the op (executed MACs: the record)
         return self.inner.macs if self.inner is not None else 0
 
     @property
@@ -99,23 +107,53 @@ class CostedKernel(_KernelBase):
                 for ref in self.extra_inputs:
                     out_ref = tile.stores[0][0]
                     if ref.rows * ref.cols == out_ref.rows * out_ref.cols:
-                        loads.append((TensorRef(ref.name, out_ref.rows, out_ref.cols,
-                                                ref.elem_bytes, ref.offset), r0, r1, c0, c1))
+                        loads.append(
+                            (
+                                TensorRef(
+                                    ref.name, out_ref.rows, out_ref.cols, ref.elem_bytes, ref.offset
+                                ),
+                                r0,
+                                r1,
+                                c0,
+                                c1,
+                            )
+                        )
                     else:
                         loads.append((ref, 0, ref.rows, 0, ref.cols))
-            out.append(Tile(loads, list(tile.stores), cyc if gemm else 0,
-                            0 if gemm else cyc, tile.l1_bytes, tile.passes, tmacs,
-                            tmacs if gemm else 0, cyc if gemm else 0, tile.dims))
+            out.append(
+                Tile(
+                    loads,
+                    list(tile.stores),
+                    cyc if gemm else 0,
+                    0 if gemm else cyc,
+                    tile.l1_bytes,
+                    tile.passes,
+                    tmacs,
+                    tmacs if gemm else 0,
+                    cyc if gemm else 0,
+                    tile.dims,
+                )
+            )
         vec = self.extra_flops + (0 if gemm else inner.flops)
         return TiledKernel(
-            name=self.name, op=self.op, group=self.group, op_kind=self.op_kind, io=self.io,
-            attrs=self.attrs, provider=self.provider,
+            name=self.name,
+            op=self.op,
+            group=self.group,
+            op_kind=self.op_kind,
+            io=self.io,
+            attrs=self.attrs,
+            provider=self.provider,
             record_kind="gemm" if gemm else "vector",
-            precision=inner.precision if gemm else "fp16", tiles=tuple(out),
-            macs=macs, flops=2 * macs + vec, vector_flops=vec,
+            precision=inner.precision if gemm else "fp16",
+            tiles=tuple(out),
+            macs=macs,
+            flops=2 * macs + vec,
+            vector_flops=vec,
             compulsory_bytes=inner.compulsory_bytes + sum(r.nbytes for r in self.extra_inputs),
-            array=not own_energy, energy_pj=energy if own_energy else 0.0,
-            extra={**self.extra, "dense_macs": self.macs, "executed_macs": macs})
+            array=not own_energy,
+            energy_pj=energy if own_energy else 0.0,
+            extra={**self.extra, "dense_macs": self.macs, "executed_macs": macs},
+        )
 
 
 def tile_dims(k: GemmKernel | VectorKernel, tiles: Sequence[Tile]) -> list[dict[str, int]]:
@@ -129,22 +167,42 @@ def tile_dims(k: GemmKernel | VectorKernel, tiles: Sequence[Tile]) -> list[dict[
     return [dict(zip(("ROWS", "COLS", "ELEMENTS"), t.dims, strict=True), E=e) for t in tiles]
 
 
-def gemm_passes(device_or_spec: Any, precision: str, batch: int, m: int, n: int, k: int,
-                elem_bytes: int, out_bytes: int) -> tuple[int, int, int, int, int]:
+def gemm_passes(
+    device_or_spec: Any,
+    precision: str,
+    batch: int,
+    m: int,
+    n: int,
+    k: int,
+    elem_bytes: int,
+    out_bytes: int,
+) -> tuple[int, int, int, int, int]:
     """(passes, cycles per pass, L1 bytes read by the array, MAC slots, busy cycles per
     pass) of one GEMM tile ``batch x [m, k] @ [k, n]`` on the device's array: the
     device's own geometry rule (built on :mod:`~wia_hw.emulator.cycles`)."""
     spec = getattr(device_or_spec, "spec", device_or_spec)
     a = spec.compute.array
-    return Device._gemm_geometry(a.dataflow, a.rows, a.cols, a.rate(precision), batch, m, n,
-                                 k, elem_bytes, out_bytes, last=False)
+    return Device._gemm_geometry(
+        a.dataflow,
+        a.rows,
+        a.cols,
+        a.rate(precision),
+        batch,
+        m,
+        n,
+        k,
+        elem_bytes,
+        out_bytes,
+        last=False,
+    )
 
 
 def execute_kernels(device: Device, kernels: Sequence[Any]) -> list[KernelRecord]:
     """Run kernels in order on ``device`` (a :class:`CostedKernel` is first tiled and
     costed into a ``TiledKernel``); one record per kernel."""
-    return device.execute([k.to_tiled(device) if isinstance(k, CostedKernel) else k
-                           for k in kernels])
+    return device.execute(
+        [k.to_tiled(device) if isinstance(k, CostedKernel) else k for k in kernels]
+    )
 
 
 def extension_summary(records: Sequence[KernelRecord]) -> dict[str, dict[str, float]]:

@@ -43,11 +43,24 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = [
-    "DAC_LATENCY_CYCLES", "ADC_LATENCY_CYCLES",
-    "dac_range", "adc_range", "round_shift", "dac_quantize", "balanced_subtract",
-    "adc_quantize", "accumulate_tiles", "quantize_weights",
-    "frontend_tiles", "frontend_cycles", "frontend_matvec_cycles",
-    "PhotonicParams", "PhotonicCore", "FrontendConfig", "FrontendTrace", "frontend_matvec",
+    "DAC_LATENCY_CYCLES",
+    "ADC_LATENCY_CYCLES",
+    "dac_range",
+    "adc_range",
+    "round_shift",
+    "dac_quantize",
+    "balanced_subtract",
+    "adc_quantize",
+    "accumulate_tiles",
+    "quantize_weights",
+    "frontend_tiles",
+    "frontend_cycles",
+    "frontend_matvec_cycles",
+    "PhotonicParams",
+    "PhotonicCore",
+    "FrontendConfig",
+    "FrontendTrace",
+    "frontend_matvec",
 ]
 
 #: Cycles from sampling a DAC input to its code on ``dac_out``.
@@ -56,8 +69,8 @@ DAC_LATENCY_CYCLES = 1
 #: accumulator.
 ADC_LATENCY_CYCLES = 3
 
-_Q = 1.602176634e-19      # electron charge, C
-_KB = 1.380649e-23        # Boltzmann constant, J/K
+_Q = 1.602176634e-19  # electron charge, C
+_KB = 1.380649e-23  # Boltzmann constant, J/K
 
 
 def _int(name: str, value: object, low: int, high: int) -> int:
@@ -87,21 +100,22 @@ def round_shift(v: np.ndarray | int, shift: int) -> np.ndarray:
     return (v + ((1 << s) >> 1)) >> s
 
 
-def dac_quantize(x: np.ndarray | int, precision_bits: int, shift: int,
-                 in_bits: int = 16) -> np.ndarray:
+def dac_quantize(
+    x: np.ndarray | int, precision_bits: int, shift: int, in_bits: int = 16
+) -> np.ndarray:
     """DAC codes of signed ``in_bits`` samples ``x`` (see the module docstring)."""
     ib = _int("in_bits", in_bits, 2, 32)
     _int("shift", shift, 0, ib)
     x = np.asarray(x, dtype=np.int64)
     if x.size and (x.min() < -(1 << (ib - 1)) or x.max() >= 1 << (ib - 1)):
-        raise ValueError(f"DAC input outside signed {ib}-bit range: "
-                         f"[{x.min()}, {x.max()}]")
+        raise ValueError(f"DAC input outside signed {ib}-bit range: [{x.min()}, {x.max()}]")
     lo, hi = dac_range(precision_bits)
     return np.clip(round_shift(x, shift), lo, hi)
 
 
-def balanced_subtract(det_p: np.ndarray | int, det_n: np.ndarray | int,
-                      det_bits: int = 16) -> np.ndarray:
+def balanced_subtract(
+    det_p: np.ndarray | int, det_n: np.ndarray | int, det_bits: int = 16
+) -> np.ndarray:
     """``det_p - det_n`` of two unsigned ``det_bits`` detector samples."""
     db = _int("det_bits", det_bits, 2, 32)
     p = np.asarray(det_p, dtype=np.int64)
@@ -154,8 +168,9 @@ def frontend_cycles(tiles: int) -> int:
     return t + ADC_LATENCY_CYCLES - 1
 
 
-def frontend_matvec_cycles(rows: int, k: int, matrix_size_limit: int,
-                           core_latency_cycles: int = 1) -> int:
+def frontend_matvec_cycles(
+    rows: int, k: int, matrix_size_limit: int, core_latency_cycles: int = 1
+) -> int:
     """Cycles of a ``rows x k`` matrix times a vector through DAC, core and ADC path.
 
     ``ceil(rows/N) * ceil(k/N)`` tiles stream one per cycle; tile ``t``'s DAC inputs are
@@ -205,8 +220,13 @@ class PhotonicParams:
         _int("matrix_size_limit", self.matrix_size_limit, 1, 4096)
         _int("precision_bits", self.precision_bits, 2, 16)
         _int("det_bits", self.det_bits, 2, 32)
-        for name in ("laser_power_mw", "responsivity_a_per_w", "bandwidth_ghz",
-                     "temperature_k", "load_ohm"):
+        for name in (
+            "laser_power_mw",
+            "responsivity_a_per_w",
+            "bandwidth_ghz",
+            "temperature_k",
+            "load_ohm",
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise ValueError(f"{name} must be a positive number, got {v!r}")
@@ -219,6 +239,7 @@ class PhotonicParams:
     def ideal(self) -> PhotonicParams:
         """The same core without noise or phase error."""
         from dataclasses import replace
+
         return replace(self, mzi_phase_sigma_rad=0.0, shot_noise=False, thermal_noise=False)
 
 
@@ -291,8 +312,9 @@ class PhotonicCore:
             if p.shot_noise:
                 noisy += self._rng.normal(0.0, 1.0, n) * np.sqrt(2 * _Q * current * bw_hz)
             if p.thermal_noise:
-                noisy += self._rng.normal(0.0, math.sqrt(4 * _KB * p.temperature_k * bw_hz
-                                                         / p.load_ohm), n)
+                noisy += self._rng.normal(
+                    0.0, math.sqrt(4 * _KB * p.temperature_k * bw_hz / p.load_ohm), n
+                )
             out.append(np.clip(np.round(noisy / full_scale_a * top), 0, top).astype(np.int64))
         return out[0], out[1]
 
@@ -321,8 +343,9 @@ class FrontendConfig:
         _int("dac_shift", self.dac_shift, 0, self.in_bits)
         _int("adc_shift", self.adc_shift, 0, self.det_bits)
         if self.precision_bits > self.in_bits:
-            raise ValueError(f"precision_bits ({self.precision_bits}) must not exceed "
-                             f"in_bits ({self.in_bits})")
+            raise ValueError(
+                f"precision_bits ({self.precision_bits}) must not exceed in_bits ({self.in_bits})"
+            )
 
 
 @dataclass
@@ -330,16 +353,17 @@ class FrontendTrace:
     """Every intermediate of :func:`frontend_matvec`, tile by tile (tile order: for each
     block of ``N`` output rows, the ``K`` tiles in order; ``last[t]`` ends a group)."""
 
-    dac_codes: np.ndarray       # (k_tiles, N) DAC codes of the input vector
-    det_p: np.ndarray           # (tiles, N)
-    det_n: np.ndarray           # (tiles, N)
-    adc_codes: np.ndarray       # (tiles, N)
-    last: np.ndarray            # (tiles,) bool
-    result: np.ndarray          # (rows,) accumulated ADC codes
+    dac_codes: np.ndarray  # (k_tiles, N) DAC codes of the input vector
+    det_p: np.ndarray  # (tiles, N)
+    det_n: np.ndarray  # (tiles, N)
+    adc_codes: np.ndarray  # (tiles, N)
+    last: np.ndarray  # (tiles,) bool
+    result: np.ndarray  # (rows,) accumulated ADC codes
 
 
-def frontend_matvec(w: np.ndarray, x: np.ndarray, config: FrontendConfig,
-                    core: PhotonicCore) -> FrontendTrace:
+def frontend_matvec(
+    w: np.ndarray, x: np.ndarray, config: FrontendConfig, core: PhotonicCore
+) -> FrontendTrace:
     """Run ``w @ x`` through DAC, the photonic core and the ADC path (functional model).
 
     ``w`` is ``rows x k`` with values in [-1, 1] (rounded by :func:`quantize_weights`),
@@ -366,15 +390,22 @@ def frontend_matvec(w: np.ndarray, x: np.ndarray, config: FrontendConfig,
     for mb in range(mt):
         group = []
         for kb in range(kt):
-            core.program(wq[mb * n:(mb + 1) * n, kb * n:(kb + 1) * n])
+            core.program(wq[mb * n : (mb + 1) * n, kb * n : (kb + 1) * n])
             p, q = core.detect(codes[kb] / hi)
-            a = adc_quantize(balanced_subtract(p, q, config.det_bits),
-                             config.precision_bits, config.adc_shift)
+            a = adc_quantize(
+                balanced_subtract(p, q, config.det_bits), config.precision_bits, config.adc_shift
+            )
             dp.append(p)
             dn.append(q)
             adc.append(a)
             last.append(kb == kt - 1)
             group.append(a)
-        result[mb * n:(mb + 1) * n] = accumulate_tiles(group, config.acc_bits)
-    return FrontendTrace(dac_codes=codes, det_p=np.array(dp), det_n=np.array(dn),
-                         adc_codes=np.array(adc), last=np.array(last), result=result[:rows])
+        result[mb * n : (mb + 1) * n] = accumulate_tiles(group, config.acc_bits)
+    return FrontendTrace(
+        dac_codes=codes,
+        det_p=np.array(dp),
+        det_n=np.array(dn),
+        adc_codes=np.array(adc),
+        last=np.array(last),
+        result=result[:rows],
+    )

@@ -27,8 +27,14 @@ from .golden import float_matmul, int8_matmul, round_to_precision, wrap_int32
 
 __all__ = ["evaluate", "cast_to", "random_input", "GemmOperands", "gemm_operands"]
 
-_NP = {"fp32": np.float32, "fp16": np.float16, "int8": np.int8, "int32": np.int32,
-       "int64": np.int64, "bool": np.bool_}
+_NP = {
+    "fp32": np.float32,
+    "fp16": np.float16,
+    "int8": np.int8,
+    "int32": np.int32,
+    "int64": np.int64,
+    "bool": np.bool_,
+}
 
 
 def cast_to(x: np.ndarray, dtype: str) -> np.ndarray:
@@ -39,13 +45,17 @@ def cast_to(x: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "int8":
         return np.clip(np.rint(x), -128, 127).astype(np.int8)
     if dtype == "int32":
-        return wrap_int32(np.rint(np.asarray(x, dtype=np.float64)).astype(np.int64)) \
-            if np.asarray(x).dtype.kind == "f" else wrap_int32(x)
+        return (
+            wrap_int32(np.rint(np.asarray(x, dtype=np.float64)).astype(np.int64))
+            if np.asarray(x).dtype.kind == "f"
+            else wrap_int32(x)
+        )
     return np.asarray(x).astype(_NP.get(dtype, np.float32))
 
 
-def random_input(rng: np.random.Generator, shape: Sequence[int], dtype: str,
-                 high: int | None = None) -> np.ndarray:
+def random_input(
+    rng: np.random.Generator, shape: Sequence[int], dtype: str, high: int | None = None
+) -> np.ndarray:
     """A random tensor for functional runs: ids in [0, high), int8 over its full range,
     floats ~ N(0, 1) rounded to the dtype."""
     if dtype in ("int64", "int32") and high is not None:
@@ -61,8 +71,9 @@ def _erf(x: np.ndarray) -> np.ndarray:
     """erf to about 1.5e-7 absolute (Abramowitz and Stegun 7.1.26), vectorised."""
     x = np.asarray(x, dtype=np.float64)
     t = 1.0 / (1.0 + 0.3275911 * np.abs(x))
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (
-        -1.453152027 + t * 1.061405429))))
+    poly = t * (
+        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+    )
     return (np.sign(x) * (1.0 - poly * np.exp(-x * x))).astype(np.float32)
 
 
@@ -75,9 +86,10 @@ def _gemm2d(a: np.ndarray, b: np.ndarray, tk: int | None) -> np.ndarray:
     k = a.shape[1]
     tk = k if not tk or tk >= k else tk
     acc = np.zeros((a.shape[0], b.shape[1]), dtype=np.float32)
-    for k0 in range(0, k, tk):   # one slice of K per tile pass, accumulated in float32
-        acc += float_matmul(a[:, k0:k0 + tk].astype(np.float32),
-                            b[k0:k0 + tk].astype(np.float32), "fp32")
+    for k0 in range(0, k, tk):  # one slice of K per tile pass, accumulated in float32
+        acc += float_matmul(
+            a[:, k0 : k0 + tk].astype(np.float32), b[k0 : k0 + tk].astype(np.float32), "fp32"
+        )
     return acc
 
 
@@ -98,8 +110,9 @@ def _pool(x: np.ndarray, attrs: Mapping[str, Any], kind: str) -> np.ndarray:
     st = int(attrs.get("stride", kk))
     pad = int(attrs.get("pad", 0))
     fill = -np.inf if kind == "maxpool" else 0.0
-    xp = np.pad(x.astype(np.float32), ((0, 0), (0, 0), (pad, pad), (pad, pad)),
-                constant_values=fill)
+    xp = np.pad(
+        x.astype(np.float32), ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=fill
+    )
     n, c, h, w = xp.shape
     ho, wo = (h - kk) // st + 1, (w - kk) // st + 1
     win = np.lib.stride_tricks.sliding_window_view(xp, (kk, kk), axis=(2, 3))
@@ -107,8 +120,9 @@ def _pool(x: np.ndarray, attrs: Mapping[str, Any], kind: str) -> np.ndarray:
     return win.max(axis=(-1, -2)) if kind == "maxpool" else win.mean(axis=(-1, -2))
 
 
-def _im2col(x: np.ndarray, w: np.ndarray, attrs: Mapping[str, Any]
-            ) -> tuple[np.ndarray, np.ndarray, int, int]:
+def _im2col(
+    x: np.ndarray, w: np.ndarray, attrs: Mapping[str, Any]
+) -> tuple[np.ndarray, np.ndarray, int, int]:
     """Patch matrices ``[groups, n*ho*wo, cg*kh*kw]`` and weights ``[groups, cg*kh*kw,
     o/groups]`` of a convolution, with its output height and width."""
     st, pad = int(attrs.get("stride", 1)), int(attrs.get("pad", 0))
@@ -119,15 +133,16 @@ def _im2col(x: np.ndarray, w: np.ndarray, attrs: Mapping[str, Any]
     ho = (h + 2 * pad - dil * (kh - 1) - 1) // st + 1
     wo = (wd + 2 * pad - dil * (kw - 1) - 1) // st + 1
     a3, b3 = [], []
-    for gi in range(g):   # im2col per group
-        xs = xp[:, gi * cg:(gi + 1) * cg]
+    for gi in range(g):  # im2col per group
+        xs = xp[:, gi * cg : (gi + 1) * cg]
         cols = np.empty((n, ho, wo, cg, kh, kw), dtype=x.dtype)
         for i in range(kh):
             for j in range(kw):
-                cols[..., i, j] = xs[:, :, i * dil:i * dil + st * ho:st,
-                                     j * dil:j * dil + st * wo:st].transpose(0, 2, 3, 1)
+                cols[..., i, j] = xs[
+                    :, :, i * dil : i * dil + st * ho : st, j * dil : j * dil + st * wo : st
+                ].transpose(0, 2, 3, 1)
         a3.append(cols.reshape(n * ho * wo, cg * kh * kw))
-        b3.append(w[gi * (o // g):(gi + 1) * (o // g)].reshape(o // g, -1).T)
+        b3.append(w[gi * (o // g) : (gi + 1) * (o // g)].reshape(o // g, -1).T)
     return np.stack(a3), np.stack(b3), ho, wo
 
 
@@ -146,8 +161,9 @@ class GemmOperands:
     finish: Callable[[np.ndarray], np.ndarray]
 
 
-def gemm_operands(kind: str, attrs: Mapping[str, Any], inputs: Sequence[np.ndarray],
-                  out_shape: Sequence[int]) -> GemmOperands:
+def gemm_operands(
+    kind: str, attrs: Mapping[str, Any], inputs: Sequence[np.ndarray], out_shape: Sequence[int]
+) -> GemmOperands:
     """The operands of a ``linear``/``matmul``/``bmm``/``conv2d`` op in the layout its
     :class:`~wia_hw.emulator.kernels.GemmKernel` has (batch, m, n, k as
     :func:`wia_hw.graph.gemm_dims` gives them). Raises ``ValueError`` for other kinds."""
@@ -156,8 +172,12 @@ def gemm_operands(kind: str, attrs: Mapping[str, Any], inputs: Sequence[np.ndarr
     bias = inputs[2] if len(inputs) == 3 else None
     if kind in ("linear", "matmul"):
         a = x.reshape(1, -1, x.shape[-1])
-        return GemmOperands(a, inputs[1][None], None if bias is None else bias.reshape(1, -1),
-                            lambda c: c.reshape(shape))
+        return GemmOperands(
+            a,
+            inputs[1][None],
+            None if bias is None else bias.reshape(1, -1),
+            lambda c: c.reshape(shape),
+        )
     if kind == "bmm":
         b = np.swapaxes(inputs[1], -1, -2) if attrs.get("transpose_b") else inputs[1]
         a3 = x.reshape(-1, x.shape[-2], x.shape[-1])
@@ -167,13 +187,15 @@ def gemm_operands(kind: str, attrs: Mapping[str, Any], inputs: Sequence[np.ndarr
         def finish(c: np.ndarray) -> np.ndarray:
             c = c.reshape(shape)
             return c * np.float32(scale) if scale is not None and c.dtype.kind == "f" else c
+
         return GemmOperands(a3, b3, None, finish)
     if kind == "conv2d":
         a3, b3, ho, wo = _im2col(x, inputs[1], attrs)
         g, n = a3.shape[0], x.shape[0]
 
-        def finish(c: np.ndarray) -> np.ndarray:   # [g, n*ho*wo, o/g] -> [n, o, ho, wo]
+        def finish(c: np.ndarray) -> np.ndarray:  # [g, n*ho*wo, o/g] -> [n, o, ho, wo]
             return c.reshape(g, n, ho, wo, -1).transpose(1, 0, 4, 2, 3).reshape(shape)
+
         return GemmOperands(a3, b3, None if bias is None else bias.reshape(g, -1), finish)
     raise ValueError(f"op kind {kind!r} is not a GEMM")
 
@@ -182,8 +204,12 @@ def _gemm_untiled(ops: GemmOperands, tk: int | None) -> np.ndarray:
     """The device-free GEMM of :func:`evaluate`: per batch entry, :func:`_gemm2d`; then
     the bias (int32 wrapping, or float32)."""
     shared = ops.b.shape[0] == 1
-    c = np.stack([_gemm2d(ops.a[i], np.ascontiguousarray(ops.b[0 if shared else i]), tk)
-                  for i in range(ops.a.shape[0])])
+    c = np.stack(
+        [
+            _gemm2d(ops.a[i], np.ascontiguousarray(ops.b[0 if shared else i]), tk)
+            for i in range(ops.a.shape[0])
+        ]
+    )
     if ops.bias is not None:
         if c.dtype.kind == "f":
             c = c + ops.bias.astype(np.float32)[:, None, :]
@@ -192,9 +218,15 @@ def _gemm_untiled(ops: GemmOperands, tk: int | None) -> np.ndarray:
     return c
 
 
-def evaluate(kind: str, attrs: Mapping[str, Any], inputs: Sequence[np.ndarray],
-             out_shape: Sequence[int], out_dtype: str, tk: int | None = None,
-             op_name: str = "?") -> np.ndarray:
+def evaluate(
+    kind: str,
+    attrs: Mapping[str, Any],
+    inputs: Sequence[np.ndarray],
+    out_shape: Sequence[int],
+    out_dtype: str,
+    tk: int | None = None,
+    op_name: str = "?",
+) -> np.ndarray:
     """Compute one op's output without a device. ``tk`` is the K slice of the GEMM
     tiling (floats); functional runs execute built-in GEMM kernels tile by tile instead
     (:func:`~wia_hw.emulator.tiled_exec.execute_gemm`)."""
@@ -213,8 +245,19 @@ def evaluate(kind: str, attrs: Mapping[str, Any], inputs: Sequence[np.ndarray],
             out = out * inputs[1].astype(np.float32)
         if len(inputs) > 2:
             out = out + inputs[2].astype(np.float32)
-    elif kind in ("gelu", "relu", "tanh", "sigmoid", "erf", "exp", "sqrt", "neg", "scale",
-                  "identity", "cast"):
+    elif kind in (
+        "gelu",
+        "relu",
+        "tanh",
+        "sigmoid",
+        "erf",
+        "exp",
+        "sqrt",
+        "neg",
+        "scale",
+        "identity",
+        "cast",
+    ):
         xf = x.astype(np.float32) if kind not in ("identity", "cast") else x
         out = {
             "gelu": lambda v: 0.5 * v * (1 + _erf(v / np.float32(math.sqrt(2)))),
@@ -222,20 +265,33 @@ def evaluate(kind: str, attrs: Mapping[str, Any], inputs: Sequence[np.ndarray],
             "tanh": np.tanh,
             "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
             "erf": _erf,
-            "exp": np.exp, "sqrt": np.sqrt, "neg": np.negative,
+            "exp": np.exp,
+            "sqrt": np.sqrt,
+            "neg": np.negative,
             "scale": lambda v: v * np.float32(attrs.get("factor", 1.0)),
-            "identity": lambda v: v, "cast": lambda v: v,
+            "identity": lambda v: v,
+            "cast": lambda v: v,
         }[kind](xf)
     elif kind in ("add", "sub", "mul", "div", "max", "min", "pow"):
-        a, b = (v.astype(np.float32) if v.dtype.kind == "f" or out_dtype in
-                ("fp32", "fp16", "bf16") else v.astype(np.int64) for v in inputs)
-        out = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-               "max": np.maximum, "min": np.minimum, "pow": np.power}[kind](a, b)
+        a, b = (
+            v.astype(np.float32)
+            if v.dtype.kind == "f" or out_dtype in ("fp32", "fp16", "bf16")
+            else v.astype(np.int64)
+            for v in inputs
+        )
+        out = {
+            "add": np.add,
+            "sub": np.subtract,
+            "mul": np.multiply,
+            "div": np.divide,
+            "max": np.maximum,
+            "min": np.minimum,
+            "pow": np.power,
+        }[kind](a, b)
     elif kind == "embedding":
         ids, table = inputs
         if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
-            raise WorkloadError(f"op {op_name!r} (embedding): ids outside [0, "
-                                f"{table.shape[0]})")
+            raise WorkloadError(f"op {op_name!r} (embedding): ids outside [0, {table.shape[0]})")
         out = table[ids.astype(np.int64)]
     elif kind in ("maxpool", "avgpool"):
         out = _pool(x, attrs, kind)
@@ -256,6 +312,8 @@ def evaluate(kind: str, attrs: Mapping[str, Any], inputs: Sequence[np.ndarray],
         raise WorkloadError(f"op {op_name!r}: no functional model for op kind {kind!r}")
     out = np.asarray(out)
     if tuple(out.shape) != tuple(out_shape):
-        raise WorkloadError(f"op {op_name!r} ({kind}): computed shape {list(out.shape)} "
-                            f"but the graph declares {list(out_shape)}")
+        raise WorkloadError(
+            f"op {op_name!r} ({kind}): computed shape {list(out.shape)} "
+            f"but the graph declares {list(out_shape)}"
+        )
     return cast_to(out, out_dtype)

@@ -93,8 +93,9 @@ FP_FORMATS = ("fp16", "bf16")
 _CANONICAL_NAN = np.uint32(0x7FC00000)
 
 
-def fp_mac_matmul(a: np.ndarray, b: np.ndarray, fmt: str,
-                  acc: np.ndarray | None = None) -> np.ndarray:
+def fp_mac_matmul(
+    a: np.ndarray, b: np.ndarray, fmt: str, acc: np.ndarray | None = None
+) -> np.ndarray:
     """The floating-point PE's arithmetic over a whole tile: ``fmt`` inputs, fp32
     accumulation, bit-exact with the RTL.
 
@@ -115,19 +116,25 @@ def fp_mac_matmul(a: np.ndarray, b: np.ndarray, fmt: str,
     a = np.asarray(a, dtype=np.float32)
     b = np.asarray(b, dtype=np.float32)
     _check_matmul_shapes(a, b)
-    bad = [n for n, m in (("A", a), ("B", b))
-           # rounding keeps NaN as NaN: array_equal(equal_nan=True), without its slow masking
-           if not np.all((round_to_precision(m, fmt) == m) | np.isnan(m))]
+    bad = [
+        n
+        for n, m in (("A", a), ("B", b))
+        # rounding keeps NaN as NaN: array_equal(equal_nan=True), without its slow masking
+        if not np.all((round_to_precision(m, fmt) == m) | np.isnan(m))
+    ]
     if bad:
         raise ValueError(f"{' and '.join(bad)} has values not representable in {fmt}")
     m_, n_ = a.shape[0], b.shape[1]
-    out = np.zeros((m_, n_), np.float32) if acc is None else \
-        np.array(acc, dtype=np.float32, copy=True)
+    out = (
+        np.zeros((m_, n_), np.float32)
+        if acc is None
+        else np.array(acc, dtype=np.float32, copy=True)
+    )
     if out.shape != (m_, n_):
         raise ValueError(f"acc shape {out.shape} does not match the product {(m_, n_)}")
     with np.errstate(all="ignore"):
         for k in range(a.shape[1]):
-            out = out + np.multiply.outer(a[:, k], b[k, :])   # float32 ops, RNE
+            out = out + np.multiply.outer(a[:, k], b[k, :])  # float32 ops, RNE
     bits = out.view(np.uint32)
     bits[np.isnan(out)] = _CANONICAL_NAN
     return out

@@ -12,12 +12,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["TensorRef", "Region", "Tile", "GemmTiling", "GemmKernel", "VectorKernel",
-           "TiledKernel", "MemoryKernel", "Kernel", "VECTOR_CLASSES"]
+__all__ = [
+    "TensorRef",
+    "Region",
+    "Tile",
+    "GemmTiling",
+    "GemmKernel",
+    "VectorKernel",
+    "TiledKernel",
+    "MemoryKernel",
+    "Kernel",
+    "VECTOR_CLASSES",
+]
 
 #: Vector-unit op classes; their issue cost is ``VectorConfig.cycles_per_element``.
-VECTOR_CLASSES = ("elementwise", "activation", "softmax", "layer_norm", "pool", "copy",
-                  "gather")
+VECTOR_CLASSES = ("elementwise", "activation", "softmax", "layer_norm", "pool", "copy", "gather")
 
 
 @dataclass(frozen=True)
@@ -39,7 +48,7 @@ class TensorRef:
         return self.rows * self.cols * self.elem_bytes
 
 
-Region = tuple[TensorRef, int, int, int, int]   # tensor, row0, row1, col0, col1
+Region = tuple[TensorRef, int, int, int, int]  # tensor, row0, row1, col0, col1
 
 
 @dataclass
@@ -48,13 +57,13 @@ class Tile:
 
     loads: list[Region]
     stores: list[Region]
-    array_cycles: int          # cycles of the array passes (0 for vector tiles)
-    vector_cycles: int         # cycles of the vector unit
-    l1_bytes: int              # bytes the array / vector unit reads and writes in L1
+    array_cycles: int  # cycles of the array passes (0 for vector tiles)
+    vector_cycles: int  # cycles of the vector unit
+    l1_bytes: int  # bytes the array / vector unit reads and writes in L1
     passes: int
     macs: int
-    slot_macs: int             # MAC slots the passes occupy (macs / slot_macs = PE mapping)
-    busy_cycles: int = 0       # cycles in which the array performs MACs (RTL counter)
+    slot_macs: int  # MAC slots the passes occupy (macs / slot_macs = PE mapping)
+    busy_cycles: int = 0  # cycles in which the array performs MACs (RTL counter)
     dims: tuple[int, ...] = ()  # (batch, m, n, k) of a GEMM tile; (rows, cols, elements)
     #: Steps (``depth`` of :func:`~wia_hw.emulator.cycles.systolic_tile_cycles`) of each
     #: of the tile's ``passes`` equal array passes; 0: not a built-in array tile (its
@@ -63,7 +72,6 @@ class Tile:
     #: (b0, m0, n0, k0) of a GEMM tile: where its ``dims`` start in the kernel's batch,
     #: M, N and K (functional mode executes exactly these tiles); () for other tiles.
     origin: tuple[int, ...] = ()
-
 
 
 @dataclass(frozen=True)
@@ -94,10 +102,10 @@ class GemmTiling:
 @dataclass(frozen=True)
 class _KernelBase:
     name: str
-    op: str                 # the graph op this kernel implements
-    group: str              # breakdown category of the op
-    op_kind: str            # graph op kind (functional semantics)
-    io: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())   # graph tensor names
+    op: str  # the graph op this kernel implements
+    group: str  # breakdown category of the op
+    op_kind: str  # graph op kind (functional semantics)
+    io: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())  # graph tensor names
     attrs: Mapping[str, Any] = field(default_factory=dict)
     provider: str = "builtin"
 
@@ -158,8 +166,9 @@ class VectorKernel(_KernelBase):
 
     def __post_init__(self) -> None:
         if self.vclass not in VECTOR_CLASSES:
-            raise ValueError(f"VectorKernel.vclass must be one of {VECTOR_CLASSES}, "
-                             f"got {self.vclass!r}")
+            raise ValueError(
+                f"VectorKernel.vclass must be one of {VECTOR_CLASSES}, got {self.vclass!r}"
+            )
 
     @property
     def macs(self) -> int:
@@ -211,11 +220,15 @@ class TiledKernel(_KernelBase):
         if not self.tiles:
             raise ValueError(f"TiledKernel {self.name!r} has no tiles")
         g = self.groups
-        if g and (g[0] != 0 or any(b <= a for a, b in zip(g, g[1:], strict=False))
-                  or g[-1] >= len(self.tiles)):
-            raise ValueError(f"TiledKernel.groups must start at 0 and increase within the "
-                             f"{len(self.tiles)} tiles, got {g[:8]}")
-
+        if g and (
+            g[0] != 0
+            or any(b <= a for a, b in zip(g, g[1:], strict=False))
+            or g[-1] >= len(self.tiles)
+        ):
+            raise ValueError(
+                f"TiledKernel.groups must start at 0 and increase within the "
+                f"{len(self.tiles)} tiles, got {g[:8]}"
+            )
 
 
 @dataclass(frozen=True)

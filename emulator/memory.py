@@ -42,8 +42,7 @@ from .config import DeviceSpec
 from .counters import Counters
 from .kernels import Region, TensorRef
 
-__all__ = ["BandwidthPort", "BlockLayout", "MemorySystem", "Region", "channel_of",
-           "hbm_spread"]
+__all__ = ["BandwidthPort", "BlockLayout", "MemorySystem", "Region", "channel_of", "hbm_spread"]
 
 Key = tuple[int, int, int]
 
@@ -61,8 +60,15 @@ class BandwidthPort:
     after the later arrival would break the FIFO order.
     """
 
-    __slots__ = ("bytes_per_cycle", "free_at", "busy_cycles", "name", "_num", "_den",
-                 "last_arrival")
+    __slots__ = (
+        "bytes_per_cycle",
+        "free_at",
+        "busy_cycles",
+        "name",
+        "_num",
+        "_den",
+        "last_arrival",
+    )
 
     def __init__(self, name: str, bytes_per_cycle: Fraction) -> None:
         if bytes_per_cycle <= 0:
@@ -83,9 +89,11 @@ class BandwidthPort:
         if nbytes <= 0:
             return now
         if now < self.last_arrival:
-            raise RuntimeError(f"port {self.name}: a request arriving at cycle {now} was "
-                               f"booked after one arriving at {self.last_arrival} "
-                               "(requests must be booked in arrival order)")
+            raise RuntimeError(
+                f"port {self.name}: a request arriving at cycle {now} was "
+                f"booked after one arriving at {self.last_arrival} "
+                "(requests must be booked in arrival order)"
+            )
         self.last_arrival = now
         start = now if now > self.free_at else self.free_at
         dur = -(-nbytes * self._den // self._num)
@@ -134,18 +142,18 @@ def hbm_spread(addr: int, nbytes: int, channels: int, interleave_bytes: int) -> 
         return out
     g, c = interleave_bytes, channels
     stripe = g * c
-    if addr % stripe == 0 and nbytes % stripe == 0:     # whole stripes: even spread
+    if addr % stripe == 0 and nbytes % stripe == 0:  # whole stripes: even spread
         return [nbytes // c] * c
     end = addr + nbytes
     u0, u1 = addr // g, (end - 1) // g
     s0, s1 = u0 // c, u1 // c
 
-    def units(ua: int, ub: int) -> None:       # units ua..ub of one stripe, g bytes each
-        first = (ua + _fold(ua // c, c)) % c    # a cyclic run of channels from here
+    def units(ua: int, ub: int) -> None:  # units ua..ub of one stripe, g bytes each
+        first = (ua + _fold(ua // c, c)) % c  # a cyclic run of channels from here
         last = first + ub - ua + 1
-        out[first:min(last, c)] = [x + g for x in out[first:min(last, c)]]
+        out[first : min(last, c)] = [x + g for x in out[first : min(last, c)]]
         if last > c:
-            out[:last - c] = [x + g for x in out[:last - c]]
+            out[: last - c] = [x + g for x in out[: last - c]]
 
     if s0 == s1:
         units(u0, u1)
@@ -156,8 +164,8 @@ def hbm_spread(addr: int, nbytes: int, channels: int, interleave_bytes: int) -> 
         if mid:
             for i in range(c):
                 out[i] += mid
-    out[channel_of(addr, c, g)] -= addr - u0 * g            # the first unit's head
-    out[channel_of(end - 1, c, g)] -= (u1 + 1) * g - end    # the last unit's tail
+    out[channel_of(addr, c, g)] -= addr - u0 * g  # the first unit's head
+    out[channel_of(end - 1, c, g)] -= (u1 + 1) * g - end  # the last unit's tail
     return out
 
 
@@ -222,10 +230,11 @@ class MemorySystem:
         cores = spec.compute.cores
         self.l1: list[OrderedDict[Key, int]] = [OrderedDict() for _ in range(cores)]
         self.l1_used = [0] * cores
-        self.l2: OrderedDict[Key, list[int]] = OrderedDict()   # key -> [bytes, dirty]
+        self.l2: OrderedDict[Key, list[int]] = OrderedDict()  # key -> [bytes, dirty]
         self.l2_used = 0
-        self.l1_ports = [BandwidthPort(f"l1.{c}", spec.bytes_per_cycle(m.l1.bandwidth_gbs))
-                         for c in range(cores)]
+        self.l1_ports = [
+            BandwidthPort(f"l1.{c}", spec.bytes_per_cycle(m.l1.bandwidth_gbs)) for c in range(cores)
+        ]
         self.l2_port = BandwidthPort("l2", spec.bytes_per_cycle(m.l2.bandwidth_gbs))
         per_ch = spec.bytes_per_cycle(m.hbm.bandwidth_gbs) / m.hbm.channels
         self.channels = [BandwidthPort(f"hbm.{i}", per_ch) for i in range(m.hbm.channels)]
@@ -238,9 +247,9 @@ class MemorySystem:
         self.l2_latency = m.l2.latency_cycles
         self.l1_latency = m.l1.latency_cycles
         self._layouts: dict[str, BlockLayout] = {}
-        self._first_slot: list[int] = []        # per tid: its first block slot
-        self._block_cols: list[int] = []        # per tid: blocks along its columns
-        self._slots = 0                         # block slots handed out so far
+        self._first_slot: list[int] = []  # per tid: its first block slot
+        self._block_cols: list[int] = []  # per tid: blocks along its columns
+        self._slots = 0  # block slots handed out so far
         # per block: its bytes per channel, an int when every channel holds the same
         self._spread: dict[Key, int | tuple[int, ...]] = {}
         self.hbm_written_tensors: set[str] = set()
@@ -314,11 +323,11 @@ class MemorySystem:
                         done = end
         elif uniform:
             chans = self.channels
-            if chans[0].__class__ is BandwidthPort:     # not traced: inline the booking
-                dur = chans[0].cycles(uniform)          # every channel has the same rate
+            if chans[0].__class__ is BandwidthPort:  # not traced: inline the booking
+                dur = chans[0].cycles(uniform)  # every channel has the same rate
                 for ch in chans:
                     if now < ch.last_arrival:
-                        ch.reserve(now, uniform)        # raises
+                        ch.reserve(now, uniform)  # raises
                     ch.last_arrival = now
                     fa = ch.free_at
                     end = ch.free_at = (now if now > fa else fa) + dur
@@ -343,7 +352,7 @@ class MemorySystem:
         while self.l2_used > cap and len(l2) > 1:
             old, (nb, d) = l2.popitem(last=False)
             self.l2_used -= nb
-            if d:                       # write-back of a dirty block
+            if d:  # write-back of a dirty block
                 self.writeback_bytes += nb
                 if self._aligned and not nb % self._stripe:
                     acc[0] += nb // len(self.channels)
@@ -373,13 +382,13 @@ class MemorySystem:
         l1 = self.l1[core]
         l2 = self.l2
         spread = self._spread
-        odd: list[tuple[int, ...]] = []     # HBM bytes per channel: vectors of odd blocks
-        uni = 0                             # ... and bytes on every channel
+        odd: list[tuple[int, ...]] = []  # HBM bytes per channel: vectors of odd blocks
+        uni = 0  # ... and bytes on every channel
         aligned, stripe, nch = self._aligned, self._stripe, len(self.channels)
         l2_bytes = hbm_bytes = 0
         used1, cap1 = self.l1_used[core], self.l1_capacity
         used2, cap2 = self.l2_used, self.l2_capacity
-        wb = 0                          # bytes of dirty victims written back
+        wb = 0  # bytes of dirty victims written back
         for key, nb in blocks:
             if key in l1:
                 l1.move_to_end(key)
@@ -403,12 +412,12 @@ class MemorySystem:
                     else:
                         odd.append(sp)
                 hbm_bytes += nb
-                l2[key] = [nb, 0]           # fill L2 (clean)
+                l2[key] = [nb, 0]  # fill L2 (clean)
                 used2 += nb
-                while used2 > cap2 and len(l2) > 1:      # evict LRU blocks (inline)
+                while used2 > cap2 and len(l2) > 1:  # evict LRU blocks (inline)
                     old, (onb, dirty) = l2.popitem(last=False)
                     used2 -= onb
-                    if dirty:                            # written back first
+                    if dirty:  # written back first
                         self.writeback_bytes += onb
                         wb += onb
                         if aligned and not onb % stripe:
@@ -422,15 +431,15 @@ class MemorySystem:
                             else:
                                 odd.append(sp)
             l2_bytes += nb
-            l1[key] = nb                    # fill L1 (the key was not there)
+            l1[key] = nb  # fill L1 (the key was not there)
             used1 += nb
             while used1 > cap1 and len(l1) > 1:
                 used1 -= l1.popitem(last=False)[1]
         self.l1_used[core] = used1
         self.l2_used = used2
         byts["hbm"] += hbm_bytes + wb
-        byts["l2"] += l2_bytes + hbm_bytes + wb     # out towards L1, fills in, victims out
-        byts["l1"] += l2_bytes                      # written into L1
+        byts["l2"] += l2_bytes + hbm_bytes + wb  # out towards L1, fills in, victims out
+        byts["l1"] += l2_bytes  # written into L1
         if not l2_bytes:
             return now + self.l1_latency
         done = self.l2_port.reserve(now, l2_bytes) + self.l2_latency
@@ -450,14 +459,14 @@ class MemorySystem:
         used1, cap1 = self.l1_used[core], self.l1_capacity
         for key, nb in blocks:
             total += nb
-            if key in l1:                   # into L1
+            if key in l1:  # into L1
                 l1.move_to_end(key)
             else:
                 l1[key] = nb
                 used1 += nb
                 while used1 > cap1 and len(l1) > 1:
                     used1 -= l1.popitem(last=False)[1]
-            ent = l2.get(key)               # through to L2, dirty there
+            ent = l2.get(key)  # through to L2, dirty there
             if ent is not None:
                 l2.move_to_end(key)
                 if not ent[1]:
@@ -473,7 +482,7 @@ class MemorySystem:
         byts["l1"] += total
         byts["l2"] += total
         done = self.l2_port.reserve(now, total) + self.l2_latency
-        if acc[0] or acc[1]:            # the victims it evicts are written back first
+        if acc[0] or acc[1]:  # the victims it evicts are written back first
             done = max(done, self._hbm_transfer(now, acc[0], acc[1]))
         return done
 
@@ -503,17 +512,24 @@ class MemorySystem:
         """Write every dirty L2 block back to HBM (end of a run); returns the end cycle."""
         return self._writeback(list(self.l2), now)
 
-    def pim_coherence(self, reads: Sequence[TensorRef], writes: Sequence[TensorRef],
-                      now: int) -> int:
+    def pim_coherence(
+        self, reads: Sequence[TensorRef], writes: Sequence[TensorRef], now: int
+    ) -> int:
         """Make memory coherent for processing in memory: write back the dirty cached
         blocks of the tensors the PIM units read or write, then drop the cached copies of
         those they write (the units change them behind the caches). Returns the cycle
         the write-backs end."""
-        keys = [key for ref in list(reads) + list(writes)
-                for key, _ in self.region_blocks([(ref, 0, ref.rows, 0, ref.cols)])]
+        keys = [
+            key
+            for ref in list(reads) + list(writes)
+            for key, _ in self.region_blocks([(ref, 0, ref.rows, 0, ref.cols)])
+        ]
         done = self._writeback(keys, now)
-        drop = {key for ref in writes
-                for key, _ in self.region_blocks([(ref, 0, ref.rows, 0, ref.cols)])}
+        drop = {
+            key
+            for ref in writes
+            for key, _ in self.region_blocks([(ref, 0, ref.rows, 0, ref.cols)])
+        }
         for key in drop:
             ent = self.l2.pop(key, None)
             if ent is not None:

@@ -71,13 +71,40 @@ import numpy as np
 from .errors import WiaError
 
 __all__ = [
-    "LANES", "LANE_BITS", "WORD_BITS", "GRF_ENTRIES", "SRF_ENTRIES", "INSTR_FIELDS",
-    "PimOp", "OperandKind", "Operand", "PimInstr", "OP_INFO", "OpInfo",
-    "PimCommand", "PimRequest", "PimTiming", "PimError", "PimBank",
-    "encode_instr", "decode_instr", "validate_program", "pim_alu", "wrap_int16",
-    "activate_cycles", "precharge_cycles", "read_cycles", "write_cycles",
-    "srf_write_cycles", "op_cycles", "error_cycles", "command_cycles", "program_cycles",
-    "COLUMN_COMMANDS", "issue_interval", "request_timing",
+    "LANES",
+    "LANE_BITS",
+    "WORD_BITS",
+    "GRF_ENTRIES",
+    "SRF_ENTRIES",
+    "INSTR_FIELDS",
+    "PimOp",
+    "OperandKind",
+    "Operand",
+    "PimInstr",
+    "OP_INFO",
+    "OpInfo",
+    "PimCommand",
+    "PimRequest",
+    "PimTiming",
+    "PimError",
+    "PimBank",
+    "encode_instr",
+    "decode_instr",
+    "validate_program",
+    "pim_alu",
+    "wrap_int16",
+    "activate_cycles",
+    "precharge_cycles",
+    "read_cycles",
+    "write_cycles",
+    "srf_write_cycles",
+    "op_cycles",
+    "error_cycles",
+    "command_cycles",
+    "program_cycles",
+    "COLUMN_COMMANDS",
+    "issue_interval",
+    "request_timing",
 ]
 
 #: Lanes per 256-bit access and bits per lane.
@@ -90,9 +117,15 @@ SRF_ENTRIES = 8
 
 #: Instruction word layout: (field, lsb, width).
 INSTR_FIELDS: tuple[tuple[str, int, int], ...] = (
-    ("op", 0, 4), ("dst_kind", 4, 2), ("dst_idx", 6, 3),
-    ("s0_kind", 9, 2), ("s0_idx", 11, 3), ("s1_kind", 14, 2), ("s1_idx", 16, 3),
-    ("s2_kind", 19, 2), ("s2_idx", 21, 3),
+    ("op", 0, 4),
+    ("dst_kind", 4, 2),
+    ("dst_idx", 6, 3),
+    ("s0_kind", 9, 2),
+    ("s0_idx", 11, 3),
+    ("s1_kind", 14, 2),
+    ("s1_idx", 16, 3),
+    ("s2_kind", 19, 2),
+    ("s2_idx", 21, 3),
 )
 
 
@@ -103,20 +136,20 @@ class PimError(WiaError, ValueError):
 class PimOp(enum.IntEnum):
     """Opcodes of the SIMD unit (the value is the 4-bit encoding)."""
 
-    ADD = 1   # dst = s0 + s1
-    MUL = 2   # dst = s0 * s1
-    MAC = 3   # dst = dst + s0 * s1   (dst must be a GRF)
-    MAD = 4   # dst = s0 * s1 + s2
+    ADD = 1  # dst = s0 + s1
+    MUL = 2  # dst = s0 * s1
+    MAC = 3  # dst = dst + s0 * s1   (dst must be a GRF)
+    MAD = 4  # dst = s0 * s1 + s2
     RELU = 5  # dst = max(s0, 0)
-    MOV = 6   # dst = s0
+    MOV = 6  # dst = s0
     FILL = 7  # dst(GRF) = s0(BANK): load a row-buffer column into a register
 
 
 class OperandKind(enum.IntEnum):
     """Where an operand lives (the value is the 2-bit encoding)."""
 
-    GRF = 0   # vector register, index 0..7
-    SRF = 1   # scalar register, index 0..7, broadcast to 16 lanes (source only)
+    GRF = 0  # vector register, index 0..7
+    SRF = 1  # scalar register, index 0..7, broadcast to 16 lanes (source only)
     BANK = 2  # row-buffer column selected by the command's ``col`` (index must be 0)
 
 
@@ -156,8 +189,9 @@ class Operand:
         object.__setattr__(self, "kind", kind)
         if isinstance(self.index, bool) or not isinstance(self.index, int):
             raise PimError(f"operand index must be an integer, got {self.index!r}")
-        limit = {OperandKind.GRF: GRF_ENTRIES, OperandKind.SRF: SRF_ENTRIES,
-                 OperandKind.BANK: 1}[kind]
+        limit = {OperandKind.GRF: GRF_ENTRIES, OperandKind.SRF: SRF_ENTRIES, OperandKind.BANK: 1}[
+            kind
+        ]
         if not 0 <= self.index < limit:
             raise PimError(f"{kind.name} index must be in [0, {limit - 1}], got {self.index}")
 
@@ -211,8 +245,9 @@ class PimInstr:
                 raise PimError(f"{op.name} needs {n} source operands, src{i} is missing")
             if i >= n and s is not None:
                 raise PimError(f"{op.name} takes {n} source operand(s), got src{i}={s}")
-        if op is PimOp.FILL and (self.src0.kind is not OperandKind.BANK
-                                 or self.dst.kind is not OperandKind.GRF):
+        if op is PimOp.FILL and (
+            self.src0.kind is not OperandKind.BANK or self.dst.kind is not OperandKind.GRF
+        ):
             raise PimError(f"FILL moves BANK into a GRF, got dst={self.dst} src0={self.src0}")
         if op is PimOp.MAC and self.dst.kind is not OperandKind.GRF:
             raise PimError(f"MAC accumulates into a GRF, got dst={self.dst}")
@@ -268,8 +303,9 @@ def decode_instr(word: int) -> PimInstr:
         try:
             kind = OperandKind(code)
         except ValueError:
-            raise PimError(f"{op.name}: invalid operand kind {code} in {prefix} "
-                           f"of word {word:#010x}") from None
+            raise PimError(
+                f"{op.name}: invalid operand kind {code} in {prefix} of word {word:#010x}"
+            ) from None
         return Operand(kind, 0 if kind is OperandKind.BANK else _field(word, f"{prefix}_idx"))
 
     srcs = [operand(f"s{i}") for i in range(OP_INFO[op].sources)]
@@ -303,8 +339,13 @@ def wrap_int16(x: np.ndarray | int) -> np.ndarray:
     return ((x + (1 << 15)) % (1 << 16) - (1 << 15)).astype(np.int16)
 
 
-def pim_alu(op: PimOp, s0: np.ndarray, s1: np.ndarray | None = None,
-            s2: np.ndarray | None = None, dst: np.ndarray | None = None) -> np.ndarray:
+def pim_alu(
+    op: PimOp,
+    s0: np.ndarray,
+    s1: np.ndarray | None = None,
+    s2: np.ndarray | None = None,
+    dst: np.ndarray | None = None,
+) -> np.ndarray:
     """The 16-lane result of ``op`` (golden model of the SIMD unit), as int16.
 
     ``s0..s2`` are the source lanes (an SRF operand already broadcast), ``dst`` the old
@@ -450,8 +491,7 @@ def command_cycles(req: PimRequest, timing: PimTiming) -> int:
 COLUMN_COMMANDS = frozenset({PimCommand.RD, PimCommand.WR, PimCommand.OP})
 
 
-def request_timing(req: PimRequest, timing: PimTiming, *, legal: bool = True
-                   ) -> tuple[int, bool]:
+def request_timing(req: PimRequest, timing: PimTiming, *, legal: bool = True) -> tuple[int, bool]:
     """``(latency, is_column)`` of a command: what :func:`issue_interval` needs.
 
     An illegal command takes :func:`error_cycles` and is never a column command.
@@ -536,8 +576,9 @@ class PimBank:
             if self.open_row is None:
                 raise PimError(f"{req.cmd.name}: no open row")
             if not 0 <= req.col < self.cols:
-                raise PimError(f"{req.cmd.name}: column {req.col} out of range "
-                               f"[0, {self.cols - 1}]")
+                raise PimError(
+                    f"{req.cmd.name}: column {req.col} out of range [0, {self.cols - 1}]"
+                )
 
     def latency(self, req: PimRequest) -> int:
         """Cycles from acceptance to ``done`` for ``req`` in the current state."""

@@ -94,8 +94,10 @@ def tile_passes(tile: Tile, dataflow: str, rows: int, cols: int) -> list[ArrayPa
     if dataflow not in ("os", "ws"):
         raise ValueError(f"dataflow must be 'os' or 'ws', got {dataflow!r}")
     if len(tile.dims) != 4 or len(tile.origin) != 4:
-        raise ValueError(f"not a GEMM tile: dims {tile.dims}, origin {tile.origin} (both "
-                         "must be 4-tuples: (batch, m, n, k) and (b0, m0, n0, k0))")
+        raise ValueError(
+            f"not a GEMM tile: dims {tile.dims}, origin {tile.origin} (both "
+            "must be 4-tuples: (batch, m, n, k) and (b0, m0, n0, k0))"
+        )
     nb, mi, ni, ki = tile.dims
     b0, m0, n0, k0 = tile.origin
     m_end, n_end, k_end = m0 + mi, n0 + ni, k0 + ki
@@ -104,13 +106,15 @@ def tile_passes(tile: Tile, dataflow: str, rows: int, cols: int) -> list[ArrayPa
         if dataflow == "os":
             for r in range(m0, m_end, rows):
                 for c in range(n0, n_end, cols):
-                    out.append(ArrayPass(b, r, min(r + rows, m_end), c, min(c + cols, n_end),
-                                         k0, k_end))
+                    out.append(
+                        ArrayPass(b, r, min(r + rows, m_end), c, min(c + cols, n_end), k0, k_end)
+                    )
         else:
             for c in range(n0, n_end, cols):
                 for kk in range(k0, k_end, rows):
-                    out.append(ArrayPass(b, m0, m_end, c, min(c + cols, n_end), kk,
-                                         min(kk + rows, k_end)))
+                    out.append(
+                        ArrayPass(b, m0, m_end, c, min(c + cols, n_end), kk, min(kk + rows, k_end))
+                    )
     return out
 
 
@@ -129,32 +133,48 @@ def _canonical_nan(x: np.ndarray) -> np.ndarray:
     return x
 
 
-def _check_order(name: str, tiles: Sequence[Tile], passes: list[list[ArrayPass]],
-                 batch: int, m: int, n: int, k: int) -> None:
+def _check_order(
+    name: str,
+    tiles: Sequence[Tile],
+    passes: list[list[ArrayPass]],
+    batch: int,
+    m: int,
+    n: int,
+    k: int,
+) -> None:
     """Replay the passes: every output gets contiguous K ranges, in order, up to K."""
     reached = np.zeros((batch, m, n), np.int64)
     for t, tile_p in enumerate(passes):
         for p in tile_p:
-            if not (0 <= p.b < batch and 0 <= p.m0 < p.m1 <= m and 0 <= p.n0 < p.n1 <= n
-                    and 0 <= p.k0 < p.k1 <= k):
-                raise ValueError(f"kernel {name!r}: tile {t} (dims {tiles[t].dims}, origin "
-                                 f"{tiles[t].origin}) has a pass outside the GEMM "
-                                 f"(batch {batch}, m {m}, n {n}, k {k}): {p}")
-            blk = reached[p.b, p.m0:p.m1, p.n0:p.n1]
+            if not (
+                0 <= p.b < batch
+                and 0 <= p.m0 < p.m1 <= m
+                and 0 <= p.n0 < p.n1 <= n
+                and 0 <= p.k0 < p.k1 <= k
+            ):
+                raise ValueError(
+                    f"kernel {name!r}: tile {t} (dims {tiles[t].dims}, origin "
+                    f"{tiles[t].origin}) has a pass outside the GEMM "
+                    f"(batch {batch}, m {m}, n {n}, k {k}): {p}"
+                )
+            blk = reached[p.b, p.m0 : p.m1, p.n0 : p.n1]
             if not np.all(blk == p.k0):
                 got = sorted({int(v) for v in np.unique(blk)})[:4]
                 raise ValueError(
                     f"kernel {name!r}: tile {t} (dims {tiles[t].dims}, origin "
                     f"{tiles[t].origin}) accumulates K [{p.k0}, {p.k1}) into batch {p.b}, "
                     f"rows [{p.m0}, {p.m1}), cols [{p.n0}, {p.n1}), whose K so far "
-                    f"reaches {got}: the tiles do not cover K in order")
+                    f"reaches {got}: the tiles do not cover K in order"
+                )
             blk[...] = p.k1
     short = reached != k
     if short.any():
         b, i, j = (int(v) for v in np.argwhere(short)[0])
-        raise ValueError(f"kernel {name!r}: the tiles leave {int(short.sum())} of "
-                         f"{short.size} outputs short of K={k} (first: batch {b}, row {i}, "
-                         f"col {j} reaches k={int(reached[b, i, j])})")
+        raise ValueError(
+            f"kernel {name!r}: the tiles leave {int(short.sum())} of "
+            f"{short.size} outputs short of K={k} (first: batch {b}, row {i}, "
+            f"col {j} reaches k={int(reached[b, i, j])})"
+        )
 
 
 def _groups(passes: list[list[ArrayPass]], group: bool) -> list[list[ArrayPass]]:
@@ -180,10 +200,20 @@ def _blocks(group: list[ArrayPass]) -> list[tuple[int, int, int, int]]:
     return [(p.m0, p.m1, p.n0, p.n1) for p in group]
 
 
-def execute_gemm(kernel: GemmKernel, tiles: Sequence[Tile], a: np.ndarray, b: np.ndarray,
-                 bias: np.ndarray | None = None, *, dataflow: str, rows: int, cols: int,
-                 arithmetic: str | None = None, group_passes: bool = True,
-                 round_operands: bool = True) -> np.ndarray:
+def execute_gemm(
+    kernel: GemmKernel,
+    tiles: Sequence[Tile],
+    a: np.ndarray,
+    b: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    dataflow: str,
+    rows: int,
+    cols: int,
+    arithmetic: str | None = None,
+    group_passes: bool = True,
+    round_operands: bool = True,
+) -> np.ndarray:
     """``C[b] = A[b] @ B[b]`` (+ bias) executed over ``tiles`` as the module docstring
     describes; returns ``[batch, m, n]`` int32 (``arithmetic="int8"``) or float32.
 
@@ -203,38 +233,54 @@ def execute_gemm(kernel: GemmKernel, tiles: Sequence[Tile], a: np.ndarray, b: np
     name = kernel.name
     arith = kernel.precision if arithmetic is None else arithmetic
     if arith not in ARITHMETICS:
-        raise ValueError(f"kernel {name!r}: arithmetic must be one of {ARITHMETICS}, "
-                         f"got {arith!r}")
-    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1 or \
-            isinstance(cols, bool) or not isinstance(cols, int) or cols < 1:
-        raise ValueError(f"kernel {name!r}: array rows and cols must be positive integers, "
-                         f"got {rows!r} x {cols!r}")
+        raise ValueError(f"kernel {name!r}: arithmetic must be one of {ARITHMETICS}, got {arith!r}")
+    if (
+        isinstance(rows, bool)
+        or not isinstance(rows, int)
+        or rows < 1
+        or isinstance(cols, bool)
+        or not isinstance(cols, int)
+        or cols < 1
+    ):
+        raise ValueError(
+            f"kernel {name!r}: array rows and cols must be positive integers, "
+            f"got {rows!r} x {cols!r}"
+        )
     batch, m, n, k = kernel.batch, kernel.m, kernel.n, kernel.k
     a = np.asarray(a)
     b = np.asarray(b)
     if a.shape != (batch, m, k) or b.shape not in ((1, k, n), (batch, k, n)):
-        raise ValueError(f"kernel {name!r} (batch {batch}, m {m}, n {n}, k {k}): operands A "
-                         f"{list(a.shape)} and B {list(b.shape)} do not match; A must be "
-                         f"[{batch}, {m}, {k}] and B [1 or {batch}, {k}, {n}]")
+        raise ValueError(
+            f"kernel {name!r} (batch {batch}, m {m}, n {n}, k {k}): operands A "
+            f"{list(a.shape)} and B {list(b.shape)} do not match; A must be "
+            f"[{batch}, {m}, {k}] and B [1 or {batch}, {k}, {n}]"
+        )
     if bias is not None:
         bias = np.asarray(bias)
         if bias.shape not in ((1, n), (batch, n)):
-            raise ValueError(f"kernel {name!r}: bias {list(bias.shape)} must be [1 or "
-                             f"{batch}, {n}]")
+            raise ValueError(
+                f"kernel {name!r}: bias {list(bias.shape)} must be [1 or {batch}, {n}]"
+            )
     passes = [tile_passes(t, dataflow, rows, cols) for t in tiles]
     for idx, (t, p) in enumerate(zip(tiles, passes, strict=True)):
         if len(p) != t.passes:
-            raise ValueError(f"kernel {name!r}: tile {idx} (dims {t.dims}) makes {len(p)} "
-                             f"passes on a {rows}x{cols} {dataflow} array, but the timing "
-                             f"model charged {t.passes}")
+            raise ValueError(
+                f"kernel {name!r}: tile {idx} (dims {t.dims}) makes {len(p)} "
+                f"passes on a {rows}x{cols} {dataflow} array, but the timing "
+                f"model charged {t.passes}"
+            )
     _check_order(name, tiles, passes, batch, m, n, k)
 
     if arith == "int8":
         a_op, b_op = a, b
         acc = np.zeros((batch, m, n), np.int32)
     else:
-        a_op, b_op = (round_to_precision(np.asarray(v, np.float32), arith) if round_operands
-                      else np.asarray(v, np.float32) for v in (a, b))
+        a_op, b_op = (
+            round_to_precision(np.asarray(v, np.float32), arith)
+            if round_operands
+            else np.asarray(v, np.float32)
+            for v in (a, b)
+        )
         acc = np.zeros((batch, m, n), np.float32)
     shared = b_op.shape[0] == 1
     for group in _groups(passes, group_passes):
@@ -244,8 +290,7 @@ def execute_gemm(kernel: GemmKernel, tiles: Sequence[Tile], a: np.ndarray, b: np
             x, y = a_op[bi, m0:m1, k0:k1], bm[k0:k1, n0:n1]
             if arith == "int8":
                 part = int8_matmul(x, y)
-                acc[bi, m0:m1, n0:n1] = wrap_int32(
-                    acc[bi, m0:m1, n0:n1].astype(np.int64) + part)
+                acc[bi, m0:m1, n0:n1] = wrap_int32(acc[bi, m0:m1, n0:n1].astype(np.int64) + part)
             else:
                 part = _fp32_mac(x, y) if arith == "fp32" else fp_mac_matmul(x, y, arith)
                 with np.errstate(all="ignore"):

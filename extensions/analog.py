@@ -85,9 +85,17 @@ from ..registry import (
 )
 from ._offchip import product_operands, run_offchip_unit, write_product
 
-__all__ = ["AnalogConfig", "AnalogResult", "PCMModel", "hybrid_matmul",
-           "analog_timing_ns", "analog_read_ns", "PROG_COEFF_US", "G_MAX_REF_US",
-           "CURRENT_RESOLUTION"]
+__all__ = [
+    "AnalogConfig",
+    "AnalogResult",
+    "PCMModel",
+    "hybrid_matmul",
+    "analog_timing_ns",
+    "analog_read_ns",
+    "PROG_COEFF_US",
+    "G_MAX_REF_US",
+    "CURRENT_RESOLUTION",
+]
 
 #: Column currents are integers in units of ``1 / CURRENT_RESOLUTION`` of a full-scale
 #: (all inputs and weights 1) single-row current before the ADC.
@@ -139,12 +147,14 @@ class AnalogConfig:
         def ints(name: str, lo: int, hi: int) -> None:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                raise ValueError(f"AnalogConfig.{name} must be an integer in {lo}..{hi}, "
-                                 f"got {v!r}")
+                raise ValueError(f"AnalogConfig.{name} must be an integer in {lo}..{hi}, got {v!r}")
 
         ints("analog_precision_bits", 2, 16)
-        ints("digital_precision_bits", self.analog_precision_bits
-             if isinstance(self.analog_precision_bits, int) else 2, 16)
+        ints(
+            "digital_precision_bits",
+            self.analog_precision_bits if isinstance(self.analog_precision_bits, int) else 2,
+            16,
+        )
         ints("tile_size", 1, 4096)
         ints("repeated_reads", 1, 1024)
         ints("crossbars", 1, 1 << 20)
@@ -152,20 +162,37 @@ class AnalogConfig:
         ints("acc_bits", 16, 64)
         for name in ("g_max_us", "t0_s", "t_read_s", "dac_lsb_ns", "adc_lsb_ns"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 \
-                    or not math.isfinite(v):
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or not v > 0
+                or not math.isfinite(v)
+            ):
                 raise ValueError(f"AnalogConfig.{name} must be a positive number, got {v!r}")
-        for name in ("prog_noise_scale", "read_noise_scale", "drift_scale", "t_inference_s",
-                     "program_time_us", "settle_ns", "dac_energy_pj", "adc_energy_pj", "cell_energy_fj",
-                     "digital_energy_pj", "program_energy_pj"):
+        for name in (
+            "prog_noise_scale",
+            "read_noise_scale",
+            "drift_scale",
+            "t_inference_s",
+            "program_time_us",
+            "settle_ns",
+            "dac_energy_pj",
+            "adc_energy_pj",
+            "cell_energy_fj",
+            "digital_energy_pj",
+            "program_energy_pj",
+        ):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 \
-                    or not math.isfinite(v):
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or not v >= 0
+                or not math.isfinite(v)
+            ):
                 raise ValueError(f"AnalogConfig.{name} must be a number >= 0, got {v!r}")
         for name in ("noise_compensation", "programming_noise", "read_noise", "drift"):
             if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"AnalogConfig.{name} must be a bool, got "
-                                f"{getattr(self, name)!r}")
+                raise TypeError(f"AnalogConfig.{name} must be a bool, got {getattr(self, name)!r}")
 
     @property
     def reads(self) -> int:
@@ -191,7 +218,7 @@ class PCMModel:
         if not c.programming_noise or c.prog_noise_scale == 0:
             return g_target.copy()
         rel = g_target / c.g_max_us
-        sig = PROG_COEFF_US[0] + PROG_COEFF_US[1] * rel + PROG_COEFF_US[2] * rel ** 2
+        sig = PROG_COEFF_US[0] + PROG_COEFF_US[1] * rel + PROG_COEFF_US[2] * rel**2
         sig = sig * c.g_max_us / G_MAX_REF_US
         g = g_target + c.prog_noise_scale * sig * self.rng.standard_normal(g_target.shape)
         return np.maximum(g, 0.0)
@@ -220,8 +247,9 @@ class PCMModel:
         t = t_inference_s + c.t0_s
         qs = np.minimum(0.0088 / np.maximum(np.abs(g_prog) / c.g_max_us, 1e-3) ** 0.65, 0.2)
         sig = qs * math.sqrt(math.log((t + c.t_read_s) / (2 * c.t_read_s)))
-        return np.maximum(g + np.abs(g) * c.read_noise_scale * sig
-                          * self.rng.standard_normal(g.shape), 0.0)
+        return np.maximum(
+            g + np.abs(g) * c.read_noise_scale * sig * self.rng.standard_normal(g.shape), 0.0
+        )
 
 
 @dataclass
@@ -270,8 +298,9 @@ def analog_timing_ns(cfg: AnalogConfig, m: int, k: int, n: int) -> tuple[float, 
     return rounds * stream + program, tiles
 
 
-def _product(cfg: AnalogConfig, a: np.ndarray, b: np.ndarray, seed: int
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _product(
+    cfg: AnalogConfig, a: np.ndarray, b: np.ndarray, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     pcm = PCMModel(cfg, rng)
     ab, db, ts = cfg.analog_precision_bits, cfg.digital_precision_bits, cfg.tile_size
@@ -283,9 +312,9 @@ def _product(cfg: AnalogConfig, a: np.ndarray, b: np.ndarray, seed: int
     apeak = np.abs(a).max(axis=1, keepdims=True)
     apeak[apeak == 0] = 1.0
     xq = np.rint(a / apeak * (dhi << shift_in)).astype(np.int64)
-    codes = dac_quantize(xq, ab, shift_in, db)               # analog-resolution inputs
-    x = codes / dhi                                           # in [-1, 1]
-    wq, wscale = _quantize_sym(b, db, axis=0)                 # [k, n] digital weights
+    codes = dac_quantize(xq, ab, shift_in, db)  # analog-resolution inputs
+    x = codes / dhi  # in [-1, 1]
+    wq, wscale = _quantize_sym(b, db, axis=0)  # [k, n] digital weights
     whi = (1 << (db - 1)) - 1
     w = wq / whi
     _, ahi = adc_range(ab)
@@ -318,26 +347,42 @@ def _product(cfg: AnalogConfig, a: np.ndarray, b: np.ndarray, seed: int
             if cfg.noise_compensation and cfg.drift:
                 cal = calib[: wt.shape[0]]
                 ref = np.abs(cal @ (pcm.read(gp_t0, gp, 0.0) - pcm.read(gn_t0, gn, 0.0))).sum()
-                now = np.abs(cal @ (pcm.read(gp_t1, gp, cfg.t_inference_s)
-                                    - pcm.read(gn_t1, gn, cfg.t_inference_s))).sum()
+                now = np.abs(
+                    cal
+                    @ (
+                        pcm.read(gp_t1, gp, cfg.t_inference_s)
+                        - pcm.read(gn_t1, gn, cfg.t_inference_s)
+                    )
+                ).sum()
                 alpha = ref / now if now > 0 else 1.0
             alphas.append(alpha)
             acc = np.zeros((m, wt.shape[1]))
             for _ in range(cfg.reads):
-                g = (pcm.read(gp_t1, gp, cfg.t_inference_s)
-                     - pcm.read(gn_t1, gn, cfg.t_inference_s)) / cfg.g_max_us
+                g = (
+                    pcm.read(gp_t1, gp, cfg.t_inference_s) - pcm.read(gn_t1, gn, cfg.t_inference_s)
+                ) / cfg.g_max_us
                 current = np.rint(xt @ g * fine).astype(np.int64)
                 acc += adc_quantize(current, ab, shift) * alpha
-            partial.append((acc / cfg.reads * (1 << shift)).round().astype(np.int64)
-                           if cfg.reads > 1 else acc.astype(np.int64) * (1 << shift))
+            partial.append(
+                (acc / cfg.reads * (1 << shift)).round().astype(np.int64)
+                if cfg.reads > 1
+                else acc.astype(np.int64) * (1 << shift)
+            )
         summed = accumulate_tiles(partial, cfg.acc_bits)
         out[:, cols] = summed / fine
     return out * apeak * (wscale * whi), np.asarray(alphas), shifts
 
 
-def hybrid_matmul(ctx: Any, cfg: AnalogConfig, A: np.ndarray, B: np.ndarray,  # noqa: N803
-                  C: np.ndarray | None = None, stream: Any = None, *,
-                  seed: int = 0) -> AnalogResult:
+def hybrid_matmul(
+    ctx: Any,
+    cfg: AnalogConfig,
+    A: np.ndarray,
+    B: np.ndarray,  # noqa: N803
+    C: np.ndarray | None = None,
+    stream: Any = None,
+    *,
+    seed: int = 0,
+) -> AnalogResult:
     """``C = A @ B`` on PCM crossbars with digital periphery (the seed's
     ``wia_hybrid_matmul``). ``A``: ``M x K`` inputs, ``B``: ``K x N`` weights. ``C``, if
     given, receives the result. Noise is drawn from ``seed``. On a context the product
@@ -356,15 +401,38 @@ def hybrid_matmul(ctx: Any, cfg: AnalogConfig, A: np.ndarray, B: np.ndarray,  # 
     macs = m * k * n
     ts = cfg.tile_size
     reads = m * cfg.reads * tiles
-    energy = (reads * ts * cfg.dac_energy_pj + reads * ts * cfg.adc_energy_pj
-              + macs * cfg.reads * cfg.cell_energy_fj * 1e-3
-              + reads * ts * cfg.digital_energy_pj + k * n * 2 * cfg.program_energy_pj)
-    res = AnalogResult(output=out, time_ns=time_ns, latency_ms=time_ns * 1e-6,
-                       energy_pj=energy, energy_per_mac_pj=energy / macs, macs=macs,
-                       tiles=tiles, reads=cfg.reads, drift_alpha=alphas, adc_shifts=shifts)
+    energy = (
+        reads * ts * cfg.dac_energy_pj
+        + reads * ts * cfg.adc_energy_pj
+        + macs * cfg.reads * cfg.cell_energy_fj * 1e-3
+        + reads * ts * cfg.digital_energy_pj
+        + k * n * 2 * cfg.program_energy_pj
+    )
+    res = AnalogResult(
+        output=out,
+        time_ns=time_ns,
+        latency_ms=time_ns * 1e-6,
+        energy_pj=energy,
+        energy_per_mac_pj=energy / macs,
+        macs=macs,
+        tiles=tiles,
+        reads=cfg.reads,
+        drift_alpha=alphas,
+        adc_shifts=shifts,
+    )
     if ctx is not None:
         ensure_extension(ctx, ExtensionId.ANALOG)
         res.device_cycles = run_offchip_unit(
-            ctx, "analog", "hybrid_matmul", m, k, n, 1, time_ns, macs, energy,
-            {"analog_time_ns": time_ns, "energy_per_mac_pj": energy / macs, "tiles": tiles})
+            ctx,
+            "analog",
+            "hybrid_matmul",
+            m,
+            k,
+            n,
+            1,
+            time_ns,
+            macs,
+            energy,
+            {"analog_time_ns": time_ns, "energy_per_mac_pj": energy / macs, "tiles": tiles},
+        )
     return res

@@ -84,9 +84,17 @@ from ..registry import (
 )
 from ._offchip import product_operands, run_offchip_unit, write_product
 
-__all__ = ["PhotonicEncoding", "PhotonicMode", "PhotonicDetection", "PhotonicConfig",
-           "PhotonicMatmul", "PhotonicResult", "photonic_matmul", "photonic_timing_ns",
-           "run_offchip_unit"]
+__all__ = [
+    "PhotonicEncoding",
+    "PhotonicMode",
+    "PhotonicDetection",
+    "PhotonicConfig",
+    "PhotonicMatmul",
+    "PhotonicResult",
+    "photonic_matmul",
+    "photonic_timing_ns",
+    "run_offchip_unit",
+]
 
 
 _Enum = StrNamedEnum
@@ -116,12 +124,17 @@ class PhotonicDetection(_Enum):
 def _pos(obj: Any, name: str, integer: bool = False, zero_ok: bool = False) -> None:
     v = getattr(obj, name)
     kind = int if integer else (int, float)
-    ok = not isinstance(v, bool) and isinstance(v, kind) and math.isfinite(v) \
+    ok = (
+        not isinstance(v, bool)
+        and isinstance(v, kind)
+        and math.isfinite(v)
         and (v >= 0 if zero_ok else v > 0)
+    )
     if not ok:
         what = "an integer" if integer else "a number"
-        raise ValueError(f"{type(obj).__name__}.{name} must be {what} "
-                         f"{'>= 0' if zero_ok else '> 0'}, got {v!r}")
+        raise ValueError(
+            f"{type(obj).__name__}.{name} must be {what} {'>= 0' if zero_ok else '> 0'}, got {v!r}"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,29 +171,50 @@ class PhotonicConfig:
     def __post_init__(self) -> None:
         for n in ("wavelength_channels", "matrix_size_limit", "core_latency_cycles"):
             _pos(self, n, integer=True)
-        for n in ("modulation_bandwidth_ghz", "laser_power_mw",
-                  "detector_responsivity_a_per_w", "temperature_k", "load_ohm",
-                  "laser_wall_plug_efficiency"):
+        for n in (
+            "modulation_bandwidth_ghz",
+            "laser_power_mw",
+            "detector_responsivity_a_per_w",
+            "temperature_k",
+            "load_ohm",
+            "laser_wall_plug_efficiency",
+        ):
             _pos(self, n)
-        for n in ("insertion_loss_db_per_component", "mzi_phase_sigma_rad", "reprogram_ns",
-                  "tuning_power_mw_per_mzi", "program_energy_pj_per_mzi", "dac_energy_pj",
-                  "adc_energy_pj"):
+        for n in (
+            "insertion_loss_db_per_component",
+            "mzi_phase_sigma_rad",
+            "reprogram_ns",
+            "tuning_power_mw_per_mzi",
+            "program_energy_pj_per_mzi",
+            "dac_energy_pj",
+            "adc_energy_pj",
+        ):
             _pos(self, n, zero_ok=True)
-        if isinstance(self.precision_bits, bool) or not isinstance(self.precision_bits, int) \
-                or not 2 <= self.precision_bits <= 16:
-            raise ValueError(f"PhotonicConfig.precision_bits must be an integer in 2..16, "
-                             f"got {self.precision_bits!r}")
+        if (
+            isinstance(self.precision_bits, bool)
+            or not isinstance(self.precision_bits, int)
+            or not 2 <= self.precision_bits <= 16
+        ):
+            raise ValueError(
+                f"PhotonicConfig.precision_bits must be an integer in 2..16, "
+                f"got {self.precision_bits!r}"
+            )
         if not 2 <= self.in_bits <= 32 or self.precision_bits > self.in_bits:
-            raise ValueError(f"PhotonicConfig.in_bits must be in precision_bits..32, got "
-                             f"{self.in_bits!r}")
+            raise ValueError(
+                f"PhotonicConfig.in_bits must be in precision_bits..32, got {self.in_bits!r}"
+            )
         if not 2 <= self.det_bits <= 32:
             raise ValueError(f"PhotonicConfig.det_bits must be in 2..32, got {self.det_bits!r}")
         if self.matrix_size_limit > 4096:
-            raise ValueError(f"PhotonicConfig.matrix_size_limit must be at most 4096, got "
-                             f"{self.matrix_size_limit}")
+            raise ValueError(
+                f"PhotonicConfig.matrix_size_limit must be at most 4096, got "
+                f"{self.matrix_size_limit}"
+            )
         if self.laser_wall_plug_efficiency > 1:
-            raise ValueError(f"PhotonicConfig.laser_wall_plug_efficiency must be in (0, 1], "
-                             f"got {self.laser_wall_plug_efficiency}")
+            raise ValueError(
+                f"PhotonicConfig.laser_wall_plug_efficiency must be in (0, 1], "
+                f"got {self.laser_wall_plug_efficiency}"
+            )
 
     @property
     def insertion_loss_db(self) -> float:
@@ -194,13 +228,19 @@ class PhotonicConfig:
     def core_params(self) -> PhotonicParams:
         """The front-end model's parameters of this core."""
         return PhotonicParams(
-            matrix_size_limit=self.matrix_size_limit, precision_bits=self.precision_bits,
-            laser_power_mw=self.laser_power_mw, insertion_loss_db=self.insertion_loss_db,
+            matrix_size_limit=self.matrix_size_limit,
+            precision_bits=self.precision_bits,
+            laser_power_mw=self.laser_power_mw,
+            insertion_loss_db=self.insertion_loss_db,
             responsivity_a_per_w=self.detector_responsivity_a_per_w,
             mzi_phase_sigma_rad=self.mzi_phase_sigma_rad,
-            bandwidth_ghz=self.modulation_bandwidth_ghz, temperature_k=self.temperature_k,
-            load_ohm=self.load_ohm, shot_noise=self.shot_noise,
-            thermal_noise=self.thermal_noise, det_bits=self.det_bits)
+            bandwidth_ghz=self.modulation_bandwidth_ghz,
+            temperature_k=self.temperature_k,
+            load_ohm=self.load_ohm,
+            shot_noise=self.shot_noise,
+            thermal_noise=self.thermal_noise,
+            det_bits=self.det_bits,
+        )
 
     @classmethod
     def from_extension(cls, ext: DeviceExtension) -> PhotonicConfig:
@@ -218,19 +258,27 @@ class PhotonicMatmul:
     output_detection: PhotonicDetection = PhotonicDetection.BALANCED
 
     def __post_init__(self) -> None:
-        for name, enum_ in (("input_encoding", PhotonicEncoding),
-                            ("computation_mode", PhotonicMode),
-                            ("output_detection", PhotonicDetection)):
+        for name, enum_ in (
+            ("input_encoding", PhotonicEncoding),
+            ("computation_mode", PhotonicMode),
+            ("output_detection", PhotonicDetection),
+        ):
             try:
                 object.__setattr__(self, name, enum_(getattr(self, name)))
             except ValueError:
-                raise ValueError(f"PhotonicMatmul.{name} must be one of "
-                                 f"{', '.join(m.value for m in enum_)}, got "
-                                 f"{getattr(self, name)!r}") from None
-        if self.input_encoding is PhotonicEncoding.PHASE \
-                and self.computation_mode is PhotonicMode.INCOHERENT:
-            raise ValueError("PhotonicMatmul: phase encoding needs coherent computation "
-                             "(an incoherent mesh adds intensities and loses the phase)")
+                raise ValueError(
+                    f"PhotonicMatmul.{name} must be one of "
+                    f"{', '.join(m.value for m in enum_)}, got "
+                    f"{getattr(self, name)!r}"
+                ) from None
+        if (
+            self.input_encoding is PhotonicEncoding.PHASE
+            and self.computation_mode is PhotonicMode.INCOHERENT
+        ):
+            raise ValueError(
+                "PhotonicMatmul: phase encoding needs coherent computation "
+                "(an incoherent mesh adds intensities and loses the phase)"
+            )
 
     @property
     def input_passes(self) -> int:
@@ -258,8 +306,9 @@ class PhotonicResult:
     device_cycles: int = 0
 
 
-def photonic_timing_ns(cfg: PhotonicConfig, mm: PhotonicMatmul, m: int, k: int, n: int
-                       ) -> tuple[float, int, int]:
+def photonic_timing_ns(
+    cfg: PhotonicConfig, mm: PhotonicMatmul, m: int, k: int, n: int
+) -> tuple[float, int, int]:
     """(time in ns, weight tiles, passes per tile) of an ``m x k`` by ``k x n`` product."""
     s = cfg.matrix_size_limit
     tiles = -(-m // s) * -(-k // s)
@@ -270,24 +319,35 @@ def photonic_timing_ns(cfg: PhotonicConfig, mm: PhotonicMatmul, m: int, k: int, 
     return tiles * mm.weight_passes * per_program, tiles, passes
 
 
-def _energy_pj(cfg: PhotonicConfig, mm: PhotonicMatmul, time_ns: float, tiles: int,
-               m: int, k: int, n: int) -> float:
+def _energy_pj(
+    cfg: PhotonicConfig, mm: PhotonicMatmul, time_ns: float, tiles: int, m: int, k: int, n: int
+) -> float:
     s = cfg.matrix_size_limit
     busy_s = time_ns * 1e-9
     # P0 reaches each of the s outputs on each channel (the core model's normalisation)
-    laser_w = cfg.laser_power_mw * 1e-3 * s * cfg.wavelength_channels \
+    laser_w = (
+        cfg.laser_power_mw
+        * 1e-3
+        * s
+        * cfg.wavelength_channels
         / (cfg.laser_wall_plug_efficiency * cfg.transmission)
+    )
     tuning_w = cfg.tuning_power_mw_per_mzi * 1e-3 * s * s
     programs = tiles * mm.weight_passes
     samples_in = programs * s * n * mm.input_passes
     detectors = 2 if mm.output_detection is PhotonicDetection.BALANCED else 1
     samples_out = programs * s * n * mm.input_passes * detectors
-    return ((laser_w + tuning_w) * busy_s * 1e12 + samples_in * cfg.dac_energy_pj
-            + samples_out * cfg.adc_energy_pj + programs * s * s * cfg.program_energy_pj_per_mzi)
+    return (
+        (laser_w + tuning_w) * busy_s * 1e12
+        + samples_in * cfg.dac_energy_pj
+        + samples_out * cfg.adc_energy_pj
+        + programs * s * s * cfg.program_energy_pj_per_mzi
+    )
 
 
-def _photonic_product(cfg: PhotonicConfig, mm: PhotonicMatmul, a: np.ndarray, b: np.ndarray,
-                      seed: int) -> tuple[np.ndarray, int]:
+def _photonic_product(
+    cfg: PhotonicConfig, mm: PhotonicMatmul, a: np.ndarray, b: np.ndarray, seed: int
+) -> tuple[np.ndarray, int]:
     """The computed ``a @ b`` (float64) through quantisers, optics and noise; adc shift."""
     s = cfg.matrix_size_limit
     p = cfg.precision_bits
@@ -302,7 +362,7 @@ def _photonic_product(cfg: PhotonicConfig, mm: PhotonicMatmul, a: np.ndarray, b:
     _, hi = dac_range(p)
     dshift = cfg.in_bits - p
     x_int = np.rint(b / bmax * hi * (1 << dshift)).astype(np.int64)
-    codes = dac_quantize(x_int, p, dshift, cfg.in_bits)                  # [k, n]
+    codes = dac_quantize(x_int, p, dshift, cfg.in_bits)  # [k, n]
     _, hi_adc = adc_range(p)
     loss = cfg.transmission
     top = (1 << cfg.det_bits) - 1
@@ -318,8 +378,8 @@ def _photonic_product(cfg: PhotonicConfig, mm: PhotonicMatmul, a: np.ndarray, b:
     peak = 0.0
     for mb in range(mt):
         for kb in range(kt):
-            w = wq[mb * s:(mb + 1) * s, kb * s:(kb + 1) * s]
-            xs = x_norm[kb * s:(kb + 1) * s]
+            w = wq[mb * s : (mb + 1) * s, kb * s : (kb + 1) * s]
+            xs = x_norm[kb * s : (kb + 1) * s]
             for ws in wsigns:
                 for xsign in signs:
                     y = part(w, ws) @ part(xs, xsign) / s
@@ -329,6 +389,7 @@ def _photonic_product(cfg: PhotonicConfig, mm: PhotonicMatmul, a: np.ndarray, b:
     core = PhotonicCore(params=cfg.core_params(), seed=seed)
     bias = round(loss * top)
     result = np.zeros((mt * s, n), dtype=np.int64)
+
     def detect(xv: np.ndarray) -> np.ndarray:
         dp, dn = core.detect(xv)
         if mm.output_detection is PhotonicDetection.BALANCED:
@@ -340,8 +401,8 @@ def _photonic_product(cfg: PhotonicConfig, mm: PhotonicMatmul, a: np.ndarray, b:
     for mb in range(mt):
         partial: list[np.ndarray] = []
         for kb in range(kt):
-            w = wq[mb * s:(mb + 1) * s, kb * s:(kb + 1) * s]
-            xs = codes[kb * s:(kb + 1) * s]
+            w = wq[mb * s : (mb + 1) * s, kb * s : (kb + 1) * s]
+            xs = codes[kb * s : (kb + 1) * s]
             tile = np.zeros((s, n), dtype=np.int64)
             for ws in wsigns:
                 core.program(part(w, ws))
@@ -351,17 +412,25 @@ def _photonic_product(cfg: PhotonicConfig, mm: PhotonicMatmul, a: np.ndarray, b:
                         code = detect(xin[:, j] / hi)
                         tile[:, j] += (1 if ws >= 0 else -1) * (1 if xsign >= 0 else -1) * code
             partial.append(tile)
-        result[mb * s:(mb + 1) * s] = np.stack(
-            [accumulate_tiles([t[:, j] for t in partial]) for j in range(n)], axis=1)
+        result[mb * s : (mb + 1) * s] = np.stack(
+            [accumulate_tiles([t[:, j] for t in partial]) for j in range(n)], axis=1
+        )
     scale = (1 << shift) * s / (loss * top)
     return result[:m].astype(np.float64) * scale * amax * bmax, shift
 
 
-
-
-def photonic_matmul(ctx: Any, cfg: PhotonicConfig, mm: PhotonicMatmul, A: np.ndarray,  # noqa: N803
-                    B: np.ndarray, C: np.ndarray | None = None, stream: Any = None, *,  # noqa: N803
-                    seed: int = 0, functional: bool = True) -> PhotonicResult:
+def photonic_matmul(
+    ctx: Any,
+    cfg: PhotonicConfig,
+    mm: PhotonicMatmul,
+    A: np.ndarray,  # noqa: N803
+    B: np.ndarray,
+    C: np.ndarray | None = None,
+    stream: Any = None,
+    *,  # noqa: N803
+    seed: int = 0,
+    functional: bool = True,
+) -> PhotonicResult:
     """``C = A @ B`` on the photonic core (the seed's ``wia_photonic_matmul``).
 
     ``A`` (``M x K``) and ``B`` (``K x N``) are real matrices; matrices larger than the
@@ -389,13 +458,30 @@ def photonic_matmul(ctx: Any, cfg: PhotonicConfig, mm: PhotonicMatmul, A: np.nda
     time_ns, tiles, passes = photonic_timing_ns(cfg, mm, m, k, n)
     energy = _energy_pj(cfg, mm, time_ns, tiles, m, k, n)
     macs = m * k * n
-    res = PhotonicResult(output=out, time_ns=time_ns, latency_ms=time_ns * 1e-6,
-                         energy_pj=energy, energy_per_mac_pj=energy / macs, macs=macs,
-                         tiles=tiles, passes=passes, adc_shift=shift)
+    res = PhotonicResult(
+        output=out,
+        time_ns=time_ns,
+        latency_ms=time_ns * 1e-6,
+        energy_pj=energy,
+        energy_per_mac_pj=energy / macs,
+        macs=macs,
+        tiles=tiles,
+        passes=passes,
+        adc_shift=shift,
+    )
     if ctx is not None:
         ensure_extension(ctx, ExtensionId.PHOTONIC)
         res.device_cycles = run_offchip_unit(
-            ctx, "photonic", "photonic_matmul", m, k, n, 2, time_ns, macs, energy,
-            {"photonic_time_ns": time_ns, "energy_per_mac_pj": energy / macs,
-             "tiles": tiles})
+            ctx,
+            "photonic",
+            "photonic_matmul",
+            m,
+            k,
+            n,
+            2,
+            time_ns,
+            macs,
+            energy,
+            {"photonic_time_ns": time_ns, "energy_per_mac_pj": energy / macs, "tiles": tiles},
+        )
     return res

@@ -109,9 +109,21 @@ from ..registry import (
     ensure_extension,
 )
 
-__all__ = ["PIMType", "PIMOpType", "ElementwiseOp", "Op", "PIMOperation", "PIMKernelType",
-           "PIMKernel", "PIMConfig", "PIMResult", "pim_execute", "unit_commands",
-           "pim_relu_impl", "PimError"]
+__all__ = [
+    "PIMType",
+    "PIMOpType",
+    "ElementwiseOp",
+    "Op",
+    "PIMOperation",
+    "PIMKernelType",
+    "PIMKernel",
+    "PIMConfig",
+    "PIMResult",
+    "pim_execute",
+    "unit_commands",
+    "pim_relu_impl",
+    "PimError",
+]
 
 _COLUMN_BYTES = LANES * 2
 
@@ -149,8 +161,13 @@ class ElementwiseOp(_Enum):
 #: ``wia_hw.extensions.pim.Op`` or ``wia_hw.ElementwiseOp``).
 Op = ElementwiseOp
 
-_NEEDS_OPERAND = (ElementwiseOp.ADD, ElementwiseOp.SUB, ElementwiseOp.MUL,
-                  ElementwiseOp.AXPY, ElementwiseOp.COPY)
+_NEEDS_OPERAND = (
+    ElementwiseOp.ADD,
+    ElementwiseOp.SUB,
+    ElementwiseOp.MUL,
+    ElementwiseOp.AXPY,
+    ElementwiseOp.COPY,
+)
 _NEEDS_SCALAR = (ElementwiseOp.SCALE, ElementwiseOp.AXPY, ElementwiseOp.FILL)
 _FLOAT_OK = (ElementwiseOp.RELU, ElementwiseOp.COPY, ElementwiseOp.FILL)
 
@@ -179,14 +196,18 @@ class PIMOperation:
         try:
             object.__setattr__(self, "type", PIMOpType(self.type))
         except ValueError:
-            raise ValueError(f"PIMOperation.type must be one of "
-                             f"{', '.join(t.value for t in PIMOpType)}, got {self.type!r}") from None
+            raise ValueError(
+                f"PIMOperation.type must be one of "
+                f"{', '.join(t.value for t in PIMOpType)}, got {self.type!r}"
+            ) from None
         try:
             object.__setattr__(self, "operation", ElementwiseOp(self.operation))
         except ValueError:
-            raise ValueError(f"PIMOperation.operation must be one of "
-                             f"{', '.join(o.value for o in ElementwiseOp)}, got "
-                             f"{self.operation!r}") from None
+            raise ValueError(
+                f"PIMOperation.operation must be one of "
+                f"{', '.join(o.value for o in ElementwiseOp)}, got "
+                f"{self.operation!r}"
+            ) from None
         if not isinstance(self.in_place, bool):
             raise TypeError(f"PIMOperation.in_place must be a bool, got {self.in_place!r}")
         op = self.operation
@@ -221,8 +242,9 @@ class PIMKernel:
         try:
             object.__setattr__(self, "kernel_type", PIMKernelType(self.kernel_type))
         except ValueError:
-            raise PimError(f"PIMKernel.kernel_type must be custom, got "
-                           f"{self.kernel_type!r}") from None
+            raise PimError(
+                f"PIMKernel.kernel_type must be custom, got {self.kernel_type!r}"
+            ) from None
         try:
             body = validate_program(self.body)
         except PimError as e:
@@ -235,17 +257,25 @@ class PIMKernel:
             raise PimError(f"PIMKernel {self.name!r}: the body is empty")
         for i, ins in enumerate(pro):
             if ins.uses_bank:
-                raise PimError(f"PIMKernel {self.name!r} prologue: instruction {i} ({ins}) "
-                               "reads or writes BANK, but no row is open before the rows")
+                raise PimError(
+                    f"PIMKernel {self.name!r} prologue: instruction {i} ({ins}) "
+                    "reads or writes BANK, but no row is open before the rows"
+                )
         if not any(ins.dst.kind is OperandKind.BANK for ins in body):
-            raise PimError(f"PIMKernel {self.name!r}: no body instruction writes BANK, so "
-                           "the kernel's results would never reach memory")
+            raise PimError(
+                f"PIMKernel {self.name!r}: no body instruction writes BANK, so "
+                "the kernel's results would never reach memory"
+            )
         if len(self.scalars) > SRF_ENTRIES:
-            raise PimError(f"PIMKernel {self.name!r}: at most {SRF_ENTRIES} scalars, got "
-                           f"{len(self.scalars)}")
+            raise PimError(
+                f"PIMKernel {self.name!r}: at most {SRF_ENTRIES} scalars, got {len(self.scalars)}"
+            )
         for s in self.scalars:
-            if isinstance(s, bool) or not isinstance(s, (int, np.integer)) \
-                    or not -(1 << 15) <= s < (1 << 15):
+            if (
+                isinstance(s, bool)
+                or not isinstance(s, (int, np.integer))
+                or not -(1 << 15) <= s < (1 << 15)
+            ):
                 raise PimError(f"PIMKernel {self.name!r}: scalars must be int16, got {s!r}")
         object.__setattr__(self, "body", tuple(body))
         object.__setattr__(self, "prologue", tuple(pro))
@@ -280,29 +310,34 @@ class PIMConfig:
         try:
             object.__setattr__(self, "pim_type", PIMType(self.pim_type))
         except ValueError:
-            raise ValueError(f"PIMConfig.pim_type must be one of "
-                             f"{', '.join(t.value for t in PIMType)}, got "
-                             f"{self.pim_type!r}") from None
+            raise ValueError(
+                f"PIMConfig.pim_type must be one of "
+                f"{', '.join(t.value for t in PIMType)}, got "
+                f"{self.pim_type!r}"
+            ) from None
         for n in ("compute_units_per_bank", "banks", "bank_columns"):
             v = getattr(self, n)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"PIMConfig.{n} must be a positive integer, got {v!r}")
         for n in ("memory_capacity_gb", "bandwidth_gb_s", "pim_clock_ghz"):
             v = getattr(self, n)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 \
-                    or math.isinf(v):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or math.isinf(v):
                 raise ValueError(f"PIMConfig.{n} must be a positive number, got {v!r}")
         for n in ("act_energy_pj", "column_energy_pj", "op_energy_pj"):
             v = getattr(self, n)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                 raise ValueError(f"PIMConfig.{n} must be a number >= 0, got {v!r}")
         if self.bank_columns % self.compute_units_per_bank:
-            raise ValueError(f"PIMConfig.bank_columns ({self.bank_columns}) must be a "
-                             f"multiple of compute_units_per_bank "
-                             f"({self.compute_units_per_bank})")
+            raise ValueError(
+                f"PIMConfig.bank_columns ({self.bank_columns}) must be a "
+                f"multiple of compute_units_per_bank "
+                f"({self.compute_units_per_bank})"
+            )
         if self.columns_per_unit > 64:
-            raise ValueError(f"PIMConfig: a unit would serve {self.columns_per_unit} "
-                             "columns; the bank model's row buffer has at most 64")
+            raise ValueError(
+                f"PIMConfig: a unit would serve {self.columns_per_unit} "
+                "columns; the bank model's row buffer has at most 64"
+            )
         if not isinstance(self.timing, PimTiming):
             raise TypeError(f"PIMConfig.timing must be a PimTiming, got {self.timing!r}")
 
@@ -328,17 +363,25 @@ class PIMConfig:
     def from_extension(cls, ext: DeviceExtension) -> PIMConfig:
         """The stack described by the PIM extension's parameters."""
         v = ext.values
-        return cls(pim_type=v["pim_type"], memory_capacity_gb=v["memory_capacity_gb"],
-                   bandwidth_gb_s=v["bandwidth_gb_s"],
-                   compute_units_per_bank=v["compute_units_per_bank"], banks=v["banks"],
-                   bank_columns=v["bank_columns"], pim_clock_ghz=v["pim_clock_ghz"],
-                   timing=PimTiming(t_rcd=v["t_rcd"], t_rp=v["t_rp"], t_cl=v["t_cl"],
-                                    t_wr=v["t_wr"], t_ccd=v["t_ccd"]),
-                   act_energy_pj=v["act_energy_pj"], column_energy_pj=v["column_energy_pj"],
-                   op_energy_pj=v["op_energy_pj"])
+        return cls(
+            pim_type=v["pim_type"],
+            memory_capacity_gb=v["memory_capacity_gb"],
+            bandwidth_gb_s=v["bandwidth_gb_s"],
+            compute_units_per_bank=v["compute_units_per_bank"],
+            banks=v["banks"],
+            bank_columns=v["bank_columns"],
+            pim_clock_ghz=v["pim_clock_ghz"],
+            timing=PimTiming(
+                t_rcd=v["t_rcd"], t_rp=v["t_rp"], t_cl=v["t_cl"], t_wr=v["t_wr"], t_ccd=v["t_ccd"]
+            ),
+            act_energy_pj=v["act_energy_pj"],
+            column_energy_pj=v["column_energy_pj"],
+            op_energy_pj=v["op_energy_pj"],
+        )
 
 
 # -- command streams ----------------------------------------------------------------------
+
 
 def _req_op(col: int, ins: PimInstr) -> PimRequest:
     return PimRequest(cmd=PimCommand.OP, col=col, instr=ins)
@@ -365,27 +408,28 @@ def _elementwise_body(op: ElementwiseOp) -> tuple[list[PimInstr], list[PimInstr]
     if op is ElementwiseOp.ADD:
         return [PimInstr(op=PimOp.ADD, dst=_BANK, src0=_BANK, src1=_grf(0))], fill
     if op in (ElementwiseOp.SUB, ElementwiseOp.AXPY):
-        return [PimInstr(op=PimOp.MAD, dst=_BANK, src0=_grf(0), src1=_srf(0),
-                         src2=_BANK)], fill
+        return [PimInstr(op=PimOp.MAD, dst=_BANK, src0=_grf(0), src1=_srf(0), src2=_BANK)], fill
     if op is ElementwiseOp.MUL:
         return [PimInstr(op=PimOp.MUL, dst=_BANK, src0=_BANK, src1=_grf(0))], fill
     if op is ElementwiseOp.SCALE:
         return [PimInstr(op=PimOp.MUL, dst=_BANK, src0=_BANK, src1=_srf(0))], None
     if op is ElementwiseOp.FILL:
         return [PimInstr(op=PimOp.MOV, dst=_BANK, src0=_srf(0))], None
-    return [PimInstr(op=PimOp.MOV, dst=_BANK, src0=_grf(0))], fill       # COPY
+    return [PimInstr(op=PimOp.MOV, dst=_BANK, src0=_grf(0))], fill  # COPY
 
 
 def _with_grf(ins: PimInstr, j: int) -> PimInstr:
     def fix(o: Operand | None) -> Operand | None:
         return Operand.grf(j) if o is not None and o.kind is OperandKind.GRF else o
 
-    return PimInstr(op=ins.op, dst=fix(ins.dst), src0=fix(ins.src0), src1=fix(ins.src1),
-                    src2=fix(ins.src2))
+    return PimInstr(
+        op=ins.op, dst=fix(ins.dst), src0=fix(ins.src0), src1=fix(ins.src1), src2=fix(ins.src2)
+    )
 
 
-def unit_commands(what: PIMOperation | PIMKernel, rows: int, cols: int, *,
-                  row_base: int = 0) -> list[PimRequest]:
+def unit_commands(
+    what: PIMOperation | PIMKernel, rows: int, cols: int, *, row_base: int = 0
+) -> list[PimRequest]:
     """The command stream one unit executes for ``rows`` data rows of ``cols`` columns.
 
     Bank rows: data at ``row_base + r``; the operand (if any) at ``row_base + rows + r``;
@@ -395,8 +439,12 @@ def unit_commands(what: PIMOperation | PIMKernel, rows: int, cols: int, *,
     reqs: list[PimRequest] = []
     if isinstance(what, PIMKernel):
         if what.scalars:
-            reqs.append(PimRequest(cmd=PimCommand.WRSRF,
-                                   data=tuple(what.scalars) + (0,) * (LANES - len(what.scalars))))
+            reqs.append(
+                PimRequest(
+                    cmd=PimCommand.WRSRF,
+                    data=tuple(what.scalars) + (0,) * (LANES - len(what.scalars)),
+                )
+            )
         reqs.extend(_req_op(0, ins) for ins in what.prologue)
         for r in range(rows):
             reqs.append(PimRequest(cmd=PimCommand.ACT, row=row_base + r))
@@ -420,10 +468,11 @@ def unit_commands(what: PIMOperation | PIMKernel, rows: int, cols: int, *,
         dst_row = src_row if what.in_place else out_base + r
         for c0 in range(0, cols, width):
             chunk = list(enumerate(range(c0, min(cols, c0 + width))))
-            if has_operand:                      # stage the operand's columns in GRF
+            if has_operand:  # stage the operand's columns in GRF
                 reqs.append(PimRequest(cmd=PimCommand.ACT, row=row_base + rows + r))
-                reqs.extend(_req_op(c, PimInstr(op=PimOp.FILL, dst=_grf(j), src0=_BANK))
-                            for j, c in chunk)
+                reqs.extend(
+                    _req_op(c, PimInstr(op=PimOp.FILL, dst=_grf(j), src0=_BANK)) for j, c in chunk
+                )
                 reqs.append(PimRequest(cmd=PimCommand.PRE))
             if what.in_place:
                 reqs.append(PimRequest(cmd=PimCommand.ACT, row=dst_row))
@@ -431,9 +480,11 @@ def unit_commands(what: PIMOperation | PIMKernel, rows: int, cols: int, *,
                     reqs.extend(_req_op(c, _with_grf(ins, j)) for ins in body)
                 reqs.append(PimRequest(cmd=PimCommand.PRE))
                 continue
-            reqs.append(PimRequest(cmd=PimCommand.ACT, row=src_row))     # stage the input
-            reqs.extend(_req_op(c, PimInstr(op=PimOp.FILL, dst=_grf(in_base + j),
-                                            src0=_BANK)) for j, c in chunk)
+            reqs.append(PimRequest(cmd=PimCommand.ACT, row=src_row))  # stage the input
+            reqs.extend(
+                _req_op(c, PimInstr(op=PimOp.FILL, dst=_grf(in_base + j), src0=_BANK))
+                for j, c in chunk
+            )
             reqs.append(PimRequest(cmd=PimCommand.PRE))
             reqs.append(PimRequest(cmd=PimCommand.ACT, row=dst_row))
             for j, c in chunk:
@@ -445,6 +496,7 @@ def unit_commands(what: PIMOperation | PIMKernel, rows: int, cols: int, *,
 def _not_in_place(ins: PimInstr, in_reg: int, operand_reg: int) -> PimInstr:
     """``ins`` with its BANK sources read from GRF[in_reg] (the staged input) and its
     GRF sources from GRF[operand_reg] (the staged operand); the result goes to BANK."""
+
     def fix(o: Operand | None) -> Operand | None:
         if o is None:
             return None
@@ -454,19 +506,23 @@ def _not_in_place(ins: PimInstr, in_reg: int, operand_reg: int) -> PimInstr:
             return Operand.grf(operand_reg)
         return o
 
-    return PimInstr(op=ins.op, dst=_BANK, src0=fix(ins.src0), src1=fix(ins.src1),
-                    src2=fix(ins.src2))
+    return PimInstr(
+        op=ins.op, dst=_BANK, src0=fix(ins.src0), src1=fix(ins.src1), src2=fix(ins.src2)
+    )
 
 
 def _scalar_bits(what: PIMOperation) -> int:
     s = what.scalar
     if isinstance(s, float) and not float(s).is_integer():
-        raise PimError(f"{what.operation.name}: the scalar must be an int16 (or a float16 "
-                       f"bit pattern for FILL), got {s!r}")
+        raise PimError(
+            f"{what.operation.name}: the scalar must be an int16 (or a float16 "
+            f"bit pattern for FILL), got {s!r}"
+        )
     return int(s)  # type: ignore[arg-type]
 
 
 # -- execution ----------------------------------------------------------------------------
+
 
 @dataclass
 class PIMResult:
@@ -499,9 +555,11 @@ def _as_lanes(name: str, arr: np.ndarray, op: ElementwiseOp | None) -> np.ndarra
         return a
     if a.dtype == np.float16 or a.dtype.name == "bfloat16":
         if op is not None and op not in _FLOAT_OK:
-            raise PimError(f"{op.name} on {a.dtype} data: the bank's lanes are int16, so "
-                           f"float arithmetic would not be exact (float16 supports "
-                           f"{', '.join(o.name for o in _FLOAT_OK)}); quantise to int16 first")
+            raise PimError(
+                f"{op.name} on {a.dtype} data: the bank's lanes are int16, so "
+                f"float arithmetic would not be exact (float16 supports "
+                f"{', '.join(o.name for o in _FLOAT_OK)}); quantise to int16 first"
+            )
         if op is None:
             raise PimError(f"a PIM kernel computes on int16 lanes; {name} is {a.dtype}")
         return a.view(np.int16)
@@ -509,8 +567,9 @@ def _as_lanes(name: str, arr: np.ndarray, op: ElementwiseOp | None) -> np.ndarra
         if a.size and (a.min() < -(1 << 15) or a.max() >= 1 << 15):
             raise PimError(f"{name} has values outside int16 [-32768, 32767]")
         return a.astype(np.int16)
-    raise PimError(f"{name} must be int16 (or float16 bit patterns for RELU, COPY, FILL), "
-                   f"got {a.dtype}")
+    raise PimError(
+        f"{name} must be int16 (or float16 bit patterns for RELU, COPY, FILL), got {a.dtype}"
+    )
 
 
 def _layout(n: int, cfg: PIMConfig) -> tuple[int, int]:
@@ -525,8 +584,9 @@ def _energy(reqs: Sequence[PimRequest], units: int, cfg: PIMConfig) -> float:
     return units * (acts * cfg.act_energy_pj + ops * (cfg.column_energy_pj + cfg.op_energy_pj))
 
 
-def pim_timing(cfg: PIMConfig, what: PIMOperation | PIMKernel, elements: int
-               ) -> tuple[int, list[PimRequest], int]:
+def pim_timing(
+    cfg: PIMConfig, what: PIMOperation | PIMKernel, elements: int
+) -> tuple[int, list[PimRequest], int]:
     """(cycles, the busiest unit's command stream, units holding data) for ``elements``."""
     rows, per_bank = _layout(elements, cfg)
     reqs = unit_commands(what, per_bank, cfg.columns_per_unit)
@@ -534,8 +594,9 @@ def pim_timing(cfg: PIMConfig, what: PIMOperation | PIMKernel, elements: int
     return program_cycles(reqs, cfg.timing), reqs, units
 
 
-def _simulate(cfg: PIMConfig, what: PIMOperation | PIMKernel, x: np.ndarray,
-              y: np.ndarray | None) -> np.ndarray:
+def _simulate(
+    cfg: PIMConfig, what: PIMOperation | PIMKernel, x: np.ndarray, y: np.ndarray | None
+) -> np.ndarray:
     """Run the command streams on the golden bank model, unit by unit; the result."""
     n = x.size
     re = cfg.row_elements
@@ -550,8 +611,9 @@ def _simulate(cfg: PIMConfig, what: PIMOperation | PIMKernel, x: np.ndarray,
         yp[:n] = y
     out = xp.copy()
     has_operand = yp is not None
-    extra = (1 if has_operand else 0) + (1 if isinstance(what, PIMOperation)
-                                         and not what.in_place else 0)
+    extra = (1 if has_operand else 0) + (
+        1 if isinstance(what, PIMOperation) and not what.in_place else 0
+    )
     for bank in range(min(rows, cfg.banks)):
         my_rows = list(range(bank, rows, cfg.banks))
         local = len(my_rows)
@@ -560,23 +622,34 @@ def _simulate(cfg: PIMConfig, what: PIMOperation | PIMKernel, x: np.ndarray,
             pb = PimBank(rows=local * (1 + extra), cols=cpu, timing=cfg.timing)
             c0 = u * cpu
             for i, r in enumerate(my_rows):
-                seg = xp[r * re:(r + 1) * re].reshape(cfg.bank_columns, LANES)
-                pb.array[i] = seg[c0:c0 + cpu]
+                seg = xp[r * re : (r + 1) * re].reshape(cfg.bank_columns, LANES)
+                pb.array[i] = seg[c0 : c0 + cpu]
                 if yp is not None:
-                    pb.array[local + i] = yp[r * re:(r + 1) * re].reshape(
-                        cfg.bank_columns, LANES)[c0:c0 + cpu]
+                    pb.array[local + i] = yp[r * re : (r + 1) * re].reshape(
+                        cfg.bank_columns, LANES
+                    )[c0 : c0 + cpu]
             for req in reqs:
                 pb.execute(req)
-            res_base = 0 if not isinstance(what, PIMOperation) or what.in_place \
+            res_base = (
+                0
+                if not isinstance(what, PIMOperation) or what.in_place
                 else local * (2 if has_operand else 1)
+            )
             for i, r in enumerate(my_rows):
-                seg = out[r * re:(r + 1) * re].reshape(cfg.bank_columns, LANES)
-                seg[c0:c0 + cpu] = pb.array[res_base + i]
+                seg = out[r * re : (r + 1) * re].reshape(cfg.bank_columns, LANES)
+                seg[c0 : c0 + cpu] = pb.array[res_base + i]
     return out[:n]
 
 
-def pim_execute(ctx: Any, pim_cfg: PIMConfig, op: PIMOperation | PIMKernel, data: np.ndarray,
-                size: int | None = None, *, functional: bool = True) -> PIMResult:
+def pim_execute(
+    ctx: Any,
+    pim_cfg: PIMConfig,
+    op: PIMOperation | PIMKernel,
+    data: np.ndarray,
+    size: int | None = None,
+    *,
+    functional: bool = True,
+) -> PIMResult:
     """Run an elementwise operation or a kernel inside the memory (the seed's
     ``wia_pim_execute``).
 
@@ -595,14 +668,19 @@ def pim_execute(ctx: Any, pim_cfg: PIMConfig, op: PIMOperation | PIMKernel, data
     arr = np.asarray(data)
     n = arr.size if size is None else size
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 < n <= arr.size:
-        raise WorkloadError(f"pim_execute: size must be in 1..{arr.size} (the data's "
-                            f"elements), got {size!r}")
+        raise WorkloadError(
+            f"pim_execute: size must be in 1..{arr.size} (the data's elements), got {size!r}"
+        )
     n = int(n)
     nbytes = n * arr.dtype.itemsize
-    if nbytes * (2 if isinstance(op, PIMOperation) and op.operand is not None else 1) \
-            > pim_cfg.memory_capacity_gb * 1e9:
-        raise WorkloadError(f"pim_execute: {nbytes} bytes do not fit the PIM memory "
-                            f"({pim_cfg.memory_capacity_gb} GB)")
+    if (
+        nbytes * (2 if isinstance(op, PIMOperation) and op.operand is not None else 1)
+        > pim_cfg.memory_capacity_gb * 1e9
+    ):
+        raise WorkloadError(
+            f"pim_execute: {nbytes} bytes do not fit the PIM memory "
+            f"({pim_cfg.memory_capacity_gb} GB)"
+        )
     eop = op.operation if isinstance(op, PIMOperation) else None
     flat = arr.reshape(-1)
     lanes = _as_lanes("data", flat[:n], eop)
@@ -610,13 +688,20 @@ def pim_execute(ctx: Any, pim_cfg: PIMConfig, op: PIMOperation | PIMKernel, data
     if isinstance(op, PIMOperation) and op.operand is not None:
         o = np.asarray(op.operand).reshape(-1)
         if o.size < n:
-            raise WorkloadError(f"pim_execute: the operand has {o.size} elements, the data "
-                                f"{n}")
+            raise WorkloadError(f"pim_execute: the operand has {o.size} elements, the data {n}")
         operand = _as_lanes("operand", o[:n], eop)
-    if isinstance(op, PIMOperation) and op.operation is ElementwiseOp.FILL \
-            and arr.dtype == np.float16 and isinstance(op.scalar, float):
-        op = PIMOperation(type=op.type, operation=op.operation, in_place=op.in_place,
-                          scalar=int(np.float16(op.scalar).view(np.int16)))
+    if (
+        isinstance(op, PIMOperation)
+        and op.operation is ElementwiseOp.FILL
+        and arr.dtype == np.float16
+        and isinstance(op.scalar, float)
+    ):
+        op = PIMOperation(
+            type=op.type,
+            operation=op.operation,
+            in_place=op.in_place,
+            scalar=int(np.float16(op.scalar).view(np.int16)),
+        )
     if isinstance(op, PIMOperation) and op.scalar is not None:
         s = _scalar_bits(op)
         if not -(1 << 15) <= s < (1 << 15):
@@ -642,22 +727,41 @@ def pim_execute(ctx: Any, pim_cfg: PIMConfig, op: PIMOperation | PIMKernel, data
     if ctx is not None:
         ensure_extension(ctx, ExtensionId.PIM)
         name = "pim." + (op.name if isinstance(op, PIMKernel) else op.operation.value)
-        k = MemoryKernel(name=name, op=name, group="pim", op_kind="pim",
-                         provider=ExtensionId.PIM.value, cycles=dev_cycles,
-                         commands=len(reqs), flops=n,
-                         energy_pj=energy, compulsory_bytes=0,
-                         extra={"pim_cycles": cycles, "elements": n, "bytes_saved": moved})
+        k = MemoryKernel(
+            name=name,
+            op=name,
+            group="pim",
+            op_kind="pim",
+            provider=ExtensionId.PIM.value,
+            cycles=dev_cycles,
+            commands=len(reqs),
+            flops=n,
+            energy_pj=energy,
+            compulsory_bytes=0,
+            extra={"pim_cycles": cycles, "elements": n, "bytes_saved": moved},
+        )
         execute_kernels(ctx.device, [k])
-    return PIMResult(data=result, cycles=cycles, device_cycles=dev_cycles, time_ns=time_ns,
-                     latency_ms=time_ns * 1e-6, commands=len(reqs), energy_pj=energy,
-                     elements=n, units_used=units, bytes_saved=moved,
-                     transfer_time_ns=moved / pim_cfg.bandwidth_gb_s)
+    return PIMResult(
+        data=result,
+        cycles=cycles,
+        device_cycles=dev_cycles,
+        time_ns=time_ns,
+        latency_ms=time_ns * 1e-6,
+        commands=len(reqs),
+        energy_pj=energy,
+        elements=n,
+        units_used=units,
+        bytes_saved=moved,
+        transfer_time_ns=moved / pim_cfg.bandwidth_gb_s,
+    )
 
 
 # -- lowering: offload memory-bound ReLU ------------------------------------------------
 
-def pim_relu_impl(op: GraphOp, graph: Graph, spec: DeviceSpec, storage: Any,
-                  ext: DeviceExtension) -> list[Any] | None:
+
+def pim_relu_impl(
+    op: GraphOp, graph: Graph, spec: DeviceSpec, storage: Any, ext: DeviceExtension
+) -> list[Any] | None:
     """Lowering of ``pim_relu``: a graph ``relu`` on a 16-bit float tensor of at least
     ``offload_min_bytes`` (0: the device's L2 size) runs in the memory, when the PIM
     stream is faster than the vector unit's roofline estimate; in place (the output
@@ -681,8 +785,12 @@ def pim_relu_impl(op: GraphOp, graph: Graph, spec: DeviceSpec, storage: Any,
     moved = x.nbytes + y.nbytes
     hbm = float(spec.bytes_per_cycle(spec.peak_bandwidth_gbs))
     v = spec.compute.vector
-    vec = vector_op_cycles(-(-n // spec.compute.cores), v.lanes,
-                           int(v.cycles_per_element["activation"]), v.pipeline_depth)
+    vec = vector_op_cycles(
+        -(-n // spec.compute.cores),
+        v.lanes,
+        int(v.cycles_per_element["activation"]),
+        v.pipeline_depth,
+    )
     npu = max(math.ceil(moved / hbm), vec)
     if dev_cycles >= npu:
         return None
@@ -692,10 +800,29 @@ def pim_relu_impl(op: GraphOp, graph: Graph, spec: DeviceSpec, storage: Any,
         writes = (xref,)
     else:
         writes = (storage.ref(op.outputs[0]),)
-    return [MemoryKernel(
-        name=op.name, op=op.name, group=op.group, op_kind=op.kind, io=(op.inputs, op.outputs),
-        attrs=dict(op.attrs), provider=ext.id, cycles=dev_cycles, reads=(xref,),
-        writes=writes, commands=len(reqs), flops=n, energy_pj=_energy(reqs, units, cfg),
-        compulsory_bytes=0, precision=x.dtype,
-        extra={"operation": "pim_relu", "pim_cycles": cycles, "in_place": int(in_place),
-               "npu_cycles_estimate": npu, "npu_hbm_bytes_estimate": moved})]
+    return [
+        MemoryKernel(
+            name=op.name,
+            op=op.name,
+            group=op.group,
+            op_kind=op.kind,
+            io=(op.inputs, op.outputs),
+            attrs=dict(op.attrs),
+            provider=ext.id,
+            cycles=dev_cycles,
+            reads=(xref,),
+            writes=writes,
+            commands=len(reqs),
+            flops=n,
+            energy_pj=_energy(reqs, units, cfg),
+            compulsory_bytes=0,
+            precision=x.dtype,
+            extra={
+                "operation": "pim_relu",
+                "pim_cycles": cycles,
+                "in_place": int(in_place),
+                "npu_cycles_estimate": npu,
+                "npu_hbm_bytes_estimate": moved,
+            },
+        )
+    ]

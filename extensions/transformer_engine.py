@@ -76,10 +76,19 @@ from ..registry import (
     match_chain,
 )
 
-__all__ = ["AttentionPattern", "AttentionConfig", "AttentionResult", "multi_head_attention",
-           "attention_reference", "attention_mask", "multi_head_attention_impl",
-           "self_attention_sparse_impl", "cross_attention_impl", "FP16_REL_ERR",
-           "BF16_REL_ERR"]
+__all__ = [
+    "AttentionPattern",
+    "AttentionConfig",
+    "AttentionResult",
+    "multi_head_attention",
+    "attention_reference",
+    "attention_mask",
+    "multi_head_attention_impl",
+    "self_attention_sparse_impl",
+    "cross_attention_impl",
+    "FP16_REL_ERR",
+    "BF16_REL_ERR",
+]
 
 #: Documented max-norm relative error bound against float64 for fp16 inputs (input
 #: rounding, 2**-11, amplified by the logits' spread) and for bf16 (2**-8).
@@ -95,7 +104,6 @@ class AttentionPattern(StrNamedEnum):
     CAUSAL = "causal"
     LOCAL = "local"
     BLOCK_SPARSE = "block_sparse"
-
 
 
 _PRECISIONS = ("fp32", "fp16", "bf16")
@@ -133,40 +141,54 @@ class AttentionConfig:
                 raise ValueError(f"AttentionConfig.{name} must be a positive integer, got {v!r}")
         kv = self.kv_sequence_length
         if kv is not None and (isinstance(kv, bool) or not isinstance(kv, int) or kv < 1):
-            raise ValueError(f"AttentionConfig.kv_sequence_length must be a positive "
-                             f"integer, got {kv!r}")
-        if isinstance(self.num_global_blocks, bool) or not isinstance(
-                self.num_global_blocks, int) or self.num_global_blocks < 0:
-            raise ValueError(f"AttentionConfig.num_global_blocks must be an integer >= 0, "
-                             f"got {self.num_global_blocks!r}")
+            raise ValueError(
+                f"AttentionConfig.kv_sequence_length must be a positive integer, got {kv!r}"
+            )
+        if (
+            isinstance(self.num_global_blocks, bool)
+            or not isinstance(self.num_global_blocks, int)
+            or self.num_global_blocks < 0
+        ):
+            raise ValueError(
+                f"AttentionConfig.num_global_blocks must be an integer >= 0, "
+                f"got {self.num_global_blocks!r}"
+            )
         if not isinstance(self.block_density, (int, float)) or not 0 <= self.block_density <= 1:
-            raise ValueError(f"AttentionConfig.block_density must be in [0, 1], got "
-                             f"{self.block_density!r}")
+            raise ValueError(
+                f"AttentionConfig.block_density must be in [0, 1], got {self.block_density!r}"
+            )
         try:
-            object.__setattr__(self, "attention_pattern",
-                               AttentionPattern(self.attention_pattern))
+            object.__setattr__(self, "attention_pattern", AttentionPattern(self.attention_pattern))
         except ValueError:
-            raise ValueError(f"AttentionConfig.attention_pattern must be one of "
-                             f"{', '.join(p.value for p in AttentionPattern)}, got "
-                             f"{self.attention_pattern!r}") from None
+            raise ValueError(
+                f"AttentionConfig.attention_pattern must be one of "
+                f"{', '.join(p.value for p in AttentionPattern)}, got "
+                f"{self.attention_pattern!r}"
+            ) from None
         if self.precision is not None and self.precision not in _PRECISIONS:
-            raise ValueError(f"AttentionConfig.precision must be one of "
-                             f"{', '.join(_PRECISIONS)}, got {self.precision!r}")
-        if self.scale is not None and (not isinstance(self.scale, (int, float))
-                                       or not math.isfinite(self.scale)):
+            raise ValueError(
+                f"AttentionConfig.precision must be one of "
+                f"{', '.join(_PRECISIONS)}, got {self.precision!r}"
+            )
+        if self.scale is not None and (
+            not isinstance(self.scale, (int, float)) or not math.isfinite(self.scale)
+        ):
             raise ValueError(f"AttentionConfig.scale must be a finite number, got {self.scale!r}")
         if self.block_layout is not None:
             lay = np.asarray(self.block_layout, dtype=bool)
             nq = -(-self.sequence_length // self.block_size)
             nk = -(-self.kv_len // self.block_size)
             if lay.shape != (nq, nk):
-                raise ValueError(f"AttentionConfig.block_layout must be {nq} x {nk} blocks "
-                                 f"(sequence {self.sequence_length}, kv {self.kv_len}, "
-                                 f"block_size {self.block_size}), got shape {lay.shape}")
+                raise ValueError(
+                    f"AttentionConfig.block_layout must be {nq} x {nk} blocks "
+                    f"(sequence {self.sequence_length}, kv {self.kv_len}, "
+                    f"block_size {self.block_size}), got shape {lay.shape}"
+                )
             if not lay.any(axis=1).all():
                 row = int(np.flatnonzero(~lay.any(axis=1))[0])
-                raise ValueError(f"AttentionConfig.block_layout: query block {row} attends "
-                                 "to no key block")
+                raise ValueError(
+                    f"AttentionConfig.block_layout: query block {row} attends to no key block"
+                )
             object.__setattr__(self, "block_layout", lay)
 
     @property
@@ -187,15 +209,16 @@ class AttentionConfig:
         lay = rng.random((nq, nk)) < self.block_density
         off = (self.kv_len - self.sequence_length) // bs
         for i in range(nq):
-            lay[i, min(nk - 1, max(0, i + off))] = True        # the diagonal
+            lay[i, min(nk - 1, max(0, i + off))] = True  # the diagonal
         g = min(self.num_global_blocks, nk)
         lay[:, :g] = True
-        lay[:min(self.num_global_blocks, nq), :] = True
+        lay[: min(self.num_global_blocks, nq), :] = True
         return lay
 
 
-def attention_mask(cfg: AttentionConfig, sq: int | None = None, skv: int | None = None
-                   ) -> np.ndarray | None:
+def attention_mask(
+    cfg: AttentionConfig, sq: int | None = None, skv: int | None = None
+) -> np.ndarray | None:
     """The ``sq x skv`` boolean mask of ``cfg``'s pattern (``None`` for FULL)."""
     sq = cfg.sequence_length if sq is None else sq
     skv = cfg.kv_len if skv is None else skv
@@ -219,8 +242,10 @@ def _block_allowed(mask: np.ndarray | None, q0: int, q1: int, k0: int, k1: int) 
 
 # -- numerics ---------------------------------------------------------------------------
 
-def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float,
-                        mask: np.ndarray | None = None) -> np.ndarray:
+
+def attention_reference(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, mask: np.ndarray | None = None
+) -> np.ndarray:
     """Naive attention in float64: ``softmax(q k^T * scale, masked) v``."""
     q64, k64, v64 = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
     s = (q64 @ np.swapaxes(k64, -1, -2)) * scale
@@ -235,8 +260,15 @@ def _exp(x: np.ndarray, fast: bool) -> np.ndarray:
     return np.exp2(x * np.float32(_LOG2E)) if fast else np.exp(x)
 
 
-def _naive(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float,
-           mask: np.ndarray | None, prec: str, fast: bool) -> np.ndarray:
+def _naive(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    scale: float,
+    mask: np.ndarray | None,
+    prec: str,
+    fast: bool,
+) -> np.ndarray:
     s = np.matmul(q, np.swapaxes(k, -1, -2)) * np.float32(scale)
     if mask is not None:
         s = np.where(mask, s, np.float32(-np.inf))
@@ -246,8 +278,17 @@ def _naive(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float,
     return np.matmul(round_to_precision(p, prec), v)
 
 
-def _flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float,
-           mask: np.ndarray | None, prec: str, fast: bool, br: int, bc: int) -> np.ndarray:
+def _flash(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    scale: float,
+    mask: np.ndarray | None,
+    prec: str,
+    fast: bool,
+    br: int,
+    bc: int,
+) -> np.ndarray:
     sq, skv = q.shape[-2], k.shape[-2]
     out = np.empty(q.shape[:-1] + (v.shape[-1],), dtype=np.float32)
     sc = np.float32(scale)
@@ -260,7 +301,7 @@ def _flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float,
         for k0 in range(0, skv, bc):
             k1 = min(skv, k0 + bc)
             if not _block_allowed(mask, q0, q1, k0, k1):
-                continue                     # a masked tile is never computed
+                continue  # a masked tile is never computed
             s = np.matmul(qb, np.swapaxes(k[..., k0:k1, :], -1, -2)) * sc
             if mask is not None:
                 s = np.where(mask[q0:q1, k0:k1], s, np.float32(-np.inf))
@@ -277,6 +318,7 @@ def _flash(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float,
 
 # -- timing: kernels ----------------------------------------------------------------------
 
+
 def _softmax_cpe(spec: DeviceSpec, ext: DeviceExtension | None, fast: bool) -> int:
     if fast and ext is not None and ext.param("fast_softmax"):
         return int(ext.param("fast_softmax_cycles_per_element"))
@@ -290,17 +332,31 @@ class _Shape:
     skv: int
     d: int
     dv: int
-    e: int            # bytes per element of Q, K, V and P
-    e_out: int        # bytes per element of O
+    e: int  # bytes per element of Q, K, V and P
+    e_out: int  # bytes per element of O
     precision: str
 
 
-def flash_attention_kernels(spec: DeviceSpec, ext: DeviceExtension | None, *, name: str,
-                            op: str, group: str, shape: _Shape, q: TensorRef, k: TensorRef,
-                            v: TensorRef, o: TensorRef, mask: np.ndarray | None,
-                            br: int, bc: int, fast: bool, io: Any = ((), ()),
-                            operation: str = "multi_head_attention_fused",
-                            split_kv: bool = False) -> list[Any]:
+def flash_attention_kernels(
+    spec: DeviceSpec,
+    ext: DeviceExtension | None,
+    *,
+    name: str,
+    op: str,
+    group: str,
+    shape: _Shape,
+    q: TensorRef,
+    k: TensorRef,
+    v: TensorRef,
+    o: TensorRef,
+    mask: np.ndarray | None,
+    br: int,
+    bc: int,
+    fast: bool,
+    io: Any = ((), ()),
+    operation: str = "multi_head_attention_fused",
+    split_kv: bool = False,
+) -> list[Any]:
     """The flash-attention kernel(s) of ``bh`` heads (see the module docstring).
 
     ``mask`` (``sq x skv`` booleans, or None) decides which tiles exist. With
@@ -323,8 +379,11 @@ def flash_attention_kernels(spec: DeviceSpec, ext: DeviceExtension | None, *, na
         for q0 in range(0, s.sq, br):
             q1 = min(s.sq, q0 + br)
             rq = q1 - q0
-            kvs = [(k0, min(s.skv, k0 + bc)) for k0 in range(0, s.skv, bc)
-                   if _block_allowed(mask, q0, q1, k0, min(s.skv, k0 + bc))]
+            kvs = [
+                (k0, min(s.skv, k0 + bc))
+                for k0 in range(0, s.skv, bc)
+                if _block_allowed(mask, q0, q1, k0, min(s.skv, k0 + bc))
+            ]
             possible += -(-s.skv // bc)
             if not split_kv:
                 groups.append(len(tiles))
@@ -336,13 +395,18 @@ def flash_attention_kernels(spec: DeviceSpec, ext: DeviceExtension | None, *, na
                 if g is None:
                     p1 = gemm_passes(spec, s.precision, 1, rq, ck, s.d, s.e, 4)
                     p2 = gemm_passes(spec, s.precision, 1, rq, s.dv, ck, s.e, 4)
-                    g = geo[key] = (p1[0] + p2[0], p1[0] * p1[1] + p2[0] * p2[1],
-                                    p1[2] + p2[2], p1[3] + p2[3],
-                                    p1[0] * p1[4] + p2[0] * p2[4])
+                    g = geo[key] = (
+                        p1[0] + p2[0],
+                        p1[0] * p1[1] + p2[0] * p2[1],
+                        p1[2] + p2[2],
+                        p1[3] + p2[3],
+                        p1[0] * p1[4] + p2[0] * p2[4],
+                    )
                 passes, arr, l1_arr, slot, busy = g
                 last = n == len(kvs) - 1
-                vec = vector_op_cycles(rq * ck, lanes, cpe, depth) \
-                    + vector_op_cycles(rq * s.dv, lanes, 1, depth)
+                vec = vector_op_cycles(rq * ck, lanes, cpe, depth) + vector_op_cycles(
+                    rq * s.dv, lanes, 1, depth
+                )
                 vflops += 5 * rq * ck + 2 * rq * s.dv
                 stores = []
                 if split_kv:
@@ -350,11 +414,14 @@ def flash_attention_kernels(spec: DeviceSpec, ext: DeviceExtension | None, *, na
                     stores.append((part, part_rows, part_rows + rq, 0, s.dv + 2))
                     part_rows += rq
                 elif last:
-                    vec += vector_op_cycles(rq * s.dv, lanes, 1, depth)   # O / l
+                    vec += vector_op_cycles(rq * s.dv, lanes, 1, depth)  # O / l
                     vflops += rq * s.dv
                     stores.append((o, b * s.sq + q0, b * s.sq + q1, 0, s.dv))
-                loads = [qreg, (k, b * s.skv + k0, b * s.skv + k1, 0, s.d),
-                         (v, b * s.skv + k0, b * s.skv + k1, 0, s.dv)]
+                loads = [
+                    qreg,
+                    (k, b * s.skv + k0, b * s.skv + k1, 0, s.d),
+                    (v, b * s.skv + k0, b * s.skv + k1, 0, s.dv),
+                ]
                 # L1 traffic: the array reads Q, K, V and P; S (fp32) and P go through L1
                 # once each way; the fp32 accumulator of O is read-modified-written
                 l1 = l1_arr + rq * ck * (4 * 2 + s.e) + rq * s.dv * 4 * 2
@@ -365,28 +432,62 @@ def flash_attention_kernels(spec: DeviceSpec, ext: DeviceExtension | None, *, na
         raise WorkloadError(f"op {op!r}: the attention mask leaves no tile to compute")
     kernels: list[Any] = []
     compulsory = q.nbytes + k.nbytes + v.nbytes + o.nbytes
-    extra = {"operation": operation, "flash": True, "tiles": len(tiles),
-             "skipped_tiles": possible - len(tiles)}
+    extra = {
+        "operation": operation,
+        "flash": True,
+        "tiles": len(tiles),
+        "skipped_tiles": possible - len(tiles),
+    }
     if split_kv and part is not None:
         part = replace(part, rows=part_rows)
-        tiles = [replace(t, stores=[(part,) + tuple(st[1:]) for st in t.stores])
-                 for t in tiles]
-    kernels.append(TiledKernel(
-        name=name, op=op, group=group, op_kind="bmm", io=io, provider="transformer_engine",
-        record_kind="gemm", precision=s.precision, tiles=tuple(tiles), groups=tuple(groups),
-        macs=macs, flops=2 * macs + vflops, vector_flops=vflops, compulsory_bytes=compulsory,
-        extra=extra))
+        tiles = [replace(t, stores=[(part,) + tuple(st[1:]) for st in t.stores]) for t in tiles]
+    kernels.append(
+        TiledKernel(
+            name=name,
+            op=op,
+            group=group,
+            op_kind="bmm",
+            io=io,
+            provider="transformer_engine",
+            record_kind="gemm",
+            precision=s.precision,
+            tiles=tuple(tiles),
+            groups=tuple(groups),
+            macs=macs,
+            flops=2 * macs + vflops,
+            vector_flops=vflops,
+            compulsory_bytes=compulsory,
+            extra=extra,
+        )
+    )
     if split_kv and part is not None:
         rows = s.bh * s.sq
         elements = part_rows * (s.dv + 2)
         budget = spec.memory.l1.size_bytes // 4
-        rpt = max(1, min(-(-rows // spec.compute.cores),
-                         budget // max(1, (s.dv + 2) * 4 * max(1, part_rows // rows))))
-        kernels.append(VectorKernel(
-            name=f"{name}.combine", op=op, group=group, op_kind="bmm", io=io,
-            provider="transformer_engine", vclass="elementwise", rows=rows,
-            elements=elements, flops=3 * elements,
-            inputs=(part,), outputs=(o,), rows_per_tile=rpt))
+        rpt = max(
+            1,
+            min(
+                -(-rows // spec.compute.cores),
+                budget // max(1, (s.dv + 2) * 4 * max(1, part_rows // rows)),
+            ),
+        )
+        kernels.append(
+            VectorKernel(
+                name=f"{name}.combine",
+                op=op,
+                group=group,
+                op_kind="bmm",
+                io=io,
+                provider="transformer_engine",
+                vclass="elementwise",
+                rows=rows,
+                elements=elements,
+                flops=3 * elements,
+                inputs=(part,),
+                outputs=(o,),
+                rows_per_tile=rpt,
+            )
+        )
     return kernels
 
 
@@ -407,6 +508,7 @@ def _attention_chain_ok(graph: Graph) -> Any:
         qs = graph.tensors[scores.inputs[0]].shape
         vs = graph.tensors[ctx.inputs[1]].shape
         return len(qs) >= 3 and len(vs) == len(qs) and qs[:-2] == vs[:-2]
+
     return accept
 
 
@@ -421,20 +523,27 @@ def _attention_role(op: Op, graph: Graph) -> tuple[str, list[Op]] | None:
     return None
 
 
-def _graph_attention(chain: list[Op], graph: Graph, spec: DeviceSpec, storage: Any,
-                     ext: DeviceExtension, operation: str, cross: bool) -> list[Any]:
+def _graph_attention(
+    chain: list[Op],
+    graph: Graph,
+    spec: DeviceSpec,
+    storage: Any,
+    ext: DeviceExtension,
+    operation: str,
+    cross: bool,
+) -> list[Any]:
     scores, soft, ctx = chain
     t = graph.tensors
-    qs, ks, vs = (t[scores.inputs[0]].shape, t[scores.inputs[1]].shape,
-                  t[ctx.inputs[1]].shape)
+    qs, ks, vs = (t[scores.inputs[0]].shape, t[scores.inputs[1]].shape, t[ctx.inputs[1]].shape)
     bh = math.prod(qs[:-2])
     sq, d, skv, dv = qs[-2], qs[-1], ks[-2], vs[-1]
     dtype = t[scores.inputs[0]].dtype
     prec = {"int8": "int8", "fp16": "fp16", "bf16": "bf16"}.get(dtype, "fp32")
     if not spec.supports(prec):
         return []  # pragma: no cover - the builder would have failed first
-    shape = _Shape(bh, sq, skv, d, dv, DTYPE_BYTES[dtype], DTYPE_BYTES[t[ctx.outputs[0]].dtype],
-                   prec)
+    shape = _Shape(
+        bh, sq, skv, d, dv, DTYPE_BYTES[dtype], DTYPE_BYTES[t[ctx.outputs[0]].dtype], prec
+    )
     mask = None
     if soft.attrs.get("causal"):
         mask = np.arange(skv)[None, :] <= np.arange(sq)[:, None] + (skv - sq)
@@ -456,13 +565,30 @@ def _graph_attention(chain: list[Op], graph: Graph, spec: DeviceSpec, storage: A
         split = qblocks < 2 * spec.compute.cores and skv > chunk
         if sq <= br:
             bc = chunk
-    return flash_attention_kernels(spec, ext, name=name, op=scores.name, group=scores.group,
-                                   shape=shape, q=q, k=k, v=v, o=o, mask=mask, br=br, bc=bc,
-                                   fast=True, io=io, operation=operation, split_kv=split)
+    return flash_attention_kernels(
+        spec,
+        ext,
+        name=name,
+        op=scores.name,
+        group=scores.group,
+        shape=shape,
+        q=q,
+        k=k,
+        v=v,
+        o=o,
+        mask=mask,
+        br=br,
+        bc=bc,
+        fast=True,
+        io=io,
+        operation=operation,
+        split_kv=split,
+    )
 
 
-def _naive_graph_kernels(chain: list[Op], graph: Graph, spec: DeviceSpec, storage: Any,
-                         ext: DeviceExtension) -> list[Any]:
+def _naive_graph_kernels(
+    chain: list[Op], graph: Graph, spec: DeviceSpec, storage: Any, ext: DeviceExtension
+) -> list[Any]:
     """Fused (not flash) attention: the three kernels of the chain back to back, the
     softmax on the fast-softmax unit; the scores and probabilities go through memory."""
     out: list[Any] = []
@@ -474,21 +600,30 @@ def _naive_graph_kernels(chain: list[Op], graph: Graph, spec: DeviceSpec, storag
     return out
 
 
-def _fast_softmax_kernel(kern: VectorKernel, spec: DeviceSpec,
-                         ext: DeviceExtension | None) -> Any:
+def _fast_softmax_kernel(kern: VectorKernel, spec: DeviceSpec, ext: DeviceExtension | None) -> Any:
     cpe = _softmax_cpe(spec, ext, True)
     lanes, depth = spec.compute.vector.lanes, spec.compute.vector.pipeline_depth
 
     def cost(d: Any) -> tuple[int, int | None, float | None]:
         return vector_op_cycles(d["ELEMENTS"], lanes, cpe, depth), None, None
 
-    return CostedKernel(name=kern.name, op=kern.op, group=kern.group, op_kind=kern.op_kind,
-                        io=kern.io, attrs=kern.attrs, provider="transformer_engine",
-                        inner=kern, tile_cost=cost, extra={"operation": "fast_softmax"})
+    return CostedKernel(
+        name=kern.name,
+        op=kern.op,
+        group=kern.group,
+        op_kind=kern.op_kind,
+        io=kern.io,
+        attrs=kern.attrs,
+        provider="transformer_engine",
+        inner=kern,
+        tile_cost=cost,
+        extra={"operation": "fast_softmax"},
+    )
 
 
-def multi_head_attention_impl(op: Op, graph: Graph, spec: DeviceSpec, storage: Any,
-                              ext: DeviceExtension) -> list[Any] | None:
+def multi_head_attention_impl(
+    op: Op, graph: Graph, spec: DeviceSpec, storage: Any, ext: DeviceExtension
+) -> list[Any] | None:
     """Lowering of ``multi_head_attention_fused``: a self-attention chain (``bmm``
     with ``transpose_b`` -> ``softmax`` -> ``bmm``, equal query and key lengths) becomes
     one flash-attention kernel on its first op; the other two ops lower to nothing."""
@@ -501,13 +636,15 @@ def multi_head_attention_impl(op: Op, graph: Graph, spec: DeviceSpec, storage: A
     qs = graph.tensors[chain[0].inputs[0]].shape
     ks = graph.tensors[chain[0].inputs[1]].shape
     if qs[-2] != ks[-2]:
-        return None                          # cross-attention / decoding: not ours
-    return _graph_attention(chain, graph, spec, storage, ext, "multi_head_attention_fused",
-                            cross=False)
+        return None  # cross-attention / decoding: not ours
+    return _graph_attention(
+        chain, graph, spec, storage, ext, "multi_head_attention_fused", cross=False
+    )
 
 
-def cross_attention_impl(op: Op, graph: Graph, spec: DeviceSpec, storage: Any,
-                         ext: DeviceExtension) -> list[Any] | None:
+def cross_attention_impl(
+    op: Op, graph: Graph, spec: DeviceSpec, storage: Any, ext: DeviceExtension
+) -> list[Any] | None:
     """Lowering of ``cross_attention_optimized``: an attention chain whose query length
     differs from its key length (cross-attention, decoding with a KV cache); short query
     blocks split the keys over the cores (flash-decoding)."""
@@ -517,18 +654,21 @@ def cross_attention_impl(op: Op, graph: Graph, spec: DeviceSpec, storage: Any,
     kind, chain = role
     if kind == "tail":
         return []
-    return _graph_attention(chain, graph, spec, storage, ext, "cross_attention_optimized",
-                            cross=True)
+    return _graph_attention(
+        chain, graph, spec, storage, ext, "cross_attention_optimized", cross=True
+    )
 
 
-def self_attention_sparse_impl(op: Op, graph: Graph, spec: DeviceSpec, storage: Any,
-                               ext: DeviceExtension) -> list[Any] | None:
+def self_attention_sparse_impl(
+    op: Op, graph: Graph, spec: DeviceSpec, storage: Any, ext: DeviceExtension
+) -> list[Any] | None:
     """``self_attention_sparse``: graphs carry no sparse pattern, so it claims no graph
     op; :func:`multi_head_attention` runs it for ``LOCAL`` and ``BLOCK_SPARSE``."""
     return None
 
 
 # -- the user API -------------------------------------------------------------------------
+
 
 @dataclass
 class AttentionResult:
@@ -559,18 +699,27 @@ def _as_heads(name: str, x: np.ndarray, cfg: AttentionConfig, seq: int) -> np.nd
         arr = arr[None]
     want = (cfg.num_heads, seq, cfg.head_dim)
     if arr.ndim != 4 or arr.shape[1:] != want:
-        raise WorkloadError(f"multi_head_attention: {name} has shape {list(np.shape(x))}, the "
-                            f"config needs [batch, {want[0]}, {want[1]}, {want[2]}] (num_heads, "
-                            f"sequence length, head_dim)")
+        raise WorkloadError(
+            f"multi_head_attention: {name} has shape {list(np.shape(x))}, the "
+            f"config needs [batch, {want[0]}, {want[1]}, {want[2]}] (num_heads, "
+            f"sequence length, head_dim)"
+        )
     if arr.dtype.kind != "f":
-        raise WorkloadError(f"multi_head_attention: {name} must be a float array, got "
-                            f"{arr.dtype}")
+        raise WorkloadError(f"multi_head_attention: {name} must be a float array, got {arr.dtype}")
     return arr
 
 
-def multi_head_attention(ctx: Any, queries: np.ndarray, keys: np.ndarray, values: np.ndarray,
-                         output: np.ndarray | None = None, cfg: AttentionConfig | None = None,
-                         stream: Any = None, *, functional: bool = True) -> AttentionResult:
+def multi_head_attention(
+    ctx: Any,
+    queries: np.ndarray,
+    keys: np.ndarray,
+    values: np.ndarray,
+    output: np.ndarray | None = None,
+    cfg: AttentionConfig | None = None,
+    stream: Any = None,
+    *,
+    functional: bool = True,
+) -> AttentionResult:
     """Attention of ``queries`` over ``keys``/``values`` on ``ctx``'s device (the seed's
     ``wia_multi_head_attention``).
 
@@ -592,8 +741,10 @@ def multi_head_attention(ctx: Any, queries: np.ndarray, keys: np.ndarray, values
     k = _as_heads("keys", keys, cfg, cfg.kv_len)
     v = _as_heads("values", values, cfg, cfg.kv_len)
     if not (q.shape[0] == k.shape[0] == v.shape[0]):
-        raise WorkloadError(f"multi_head_attention: batch sizes differ: queries "
-                            f"{q.shape[0]}, keys {k.shape[0]}, values {v.shape[0]}")
+        raise WorkloadError(
+            f"multi_head_attention: batch sizes differ: queries "
+            f"{q.shape[0]}, keys {k.shape[0]}, values {v.shape[0]}"
+        )
     ext = ensure_extension(ctx, ExtensionId.TRANSFORMER_ENGINE)
     prec = cfg.precision or ("fp16" if q.dtype == np.float16 else "fp32")
     mask = attention_mask(cfg)
@@ -612,20 +763,24 @@ def multi_head_attention(ctx: Any, queries: np.ndarray, keys: np.ndarray, values
             out = _naive(qr, kr, vr, cfg.softmax_scale, mask, prec, fast)
         out = round_to_precision(out, prec)
         result_arr = out.reshape(np.shape(queries)).astype(
-            np.float16 if prec == "fp16" and np.asarray(queries).dtype == np.float16
-            else np.float32)
+            np.float16 if prec == "fp16" and np.asarray(queries).dtype == np.float16 else np.float32
+        )
         if output is not None:
             if np.shape(output) != np.shape(queries):
-                raise WorkloadError(f"multi_head_attention: output has shape "
-                                    f"{list(np.shape(output))}, it must match the queries "
-                                    f"{list(np.shape(queries))}")
+                raise WorkloadError(
+                    f"multi_head_attention: output has shape "
+                    f"{list(np.shape(output))}, it must match the queries "
+                    f"{list(np.shape(queries))}"
+                )
             output[...] = result_arr
 
     # -- timing on the emulated device
     spec = ctx.spec
     if not spec.supports(prec):
-        raise WorkloadError(f"multi_head_attention: device {spec.name!r} has no {prec} "
-                            f"support (supported: {', '.join(spec.compute.array.macs_per_pe_cycle)})")
+        raise WorkloadError(
+            f"multi_head_attention: device {spec.name!r} has no {prec} "
+            f"support (supported: {', '.join(spec.compute.array.macs_per_pe_cycle)})"
+        )
     batch = q.shape[0]
     bh, sq, skv, d = batch * cfg.num_heads, cfg.sequence_length, cfg.kv_len, cfg.head_dim
     dtype = {"fp32": "fp32", "fp16": "fp16", "bf16": "bf16"}[prec]
@@ -642,8 +797,11 @@ def multi_head_attention(ctx: Any, queries: np.ndarray, keys: np.ndarray, values
     st = Storage(graph)
     e = DTYPE_BYTES[dtype]
     shape = _Shape(bh, sq, skv, d, d, e, e, prec)
-    operation = "self_attention_sparse" if sparse else (
-        "multi_head_attention_fused" if sq == skv else "cross_attention_optimized")
+    operation = (
+        "self_attention_sparse"
+        if sparse
+        else ("multi_head_attention_fused" if sq == skv else "cross_attention_optimized")
+    )
     if cfg.use_flash_attention:
         chunk = int(ext.param("decode_kv_chunk"))
         split = False
@@ -652,26 +810,48 @@ def multi_head_attention(ctx: Any, queries: np.ndarray, keys: np.ndarray, values
             if sq <= br:
                 bc = chunk
         kernels = flash_attention_kernels(
-            spec, ext, name="multi_head_attention", op="multi_head_attention",
-            group="multi_head_attention", shape=shape, q=st.ref(tq, bh * sq, d),
-            k=st.ref(tk, bh * skv, d), v=st.ref(tv, bh * skv, d), o=st.ref(o_, bh * sq, d),
-            mask=mask, br=br, bc=bc, fast=fast, io=((tq, tk, tv), (o_,)),
-            operation=operation, split_kv=split)
+            spec,
+            ext,
+            name="multi_head_attention",
+            op="multi_head_attention",
+            group="multi_head_attention",
+            shape=shape,
+            q=st.ref(tq, bh * sq, d),
+            k=st.ref(tk, bh * skv, d),
+            v=st.ref(tv, bh * skv, d),
+            o=st.ref(o_, bh * sq, d),
+            mask=mask,
+            br=br,
+            bc=bc,
+            fast=fast,
+            io=((tq, tk, tv), (o_,)),
+            operation=operation,
+            split_kv=split,
+        )
     elif fast:
         kernels = _naive_graph_kernels(graph.ops, graph, spec, st, ext)
     else:
-        kernels = [replace(kk, provider="transformer_engine") for o in graph.ops
-                   for kk in lower_op(o, graph, spec, st)]
+        kernels = [
+            replace(kk, provider="transformer_engine")
+            for o in graph.ops
+            for kk in lower_op(o, graph, spec, st)
+        ]
     dev = ctx.device
     start = dev.now
     before = dev.counters.copy()
     records = execute_kernels(dev, kernels)
-    dev.flush()                       # results (and naive S, P) reach HBM
+    dev.flush()  # results (and naive S, P) reach HBM
     delta = dev.counters.delta(before)
     cycles = dev.now - start
-    return AttentionResult(output=result_arr, operation=operation,
-                           flash=cfg.use_flash_attention, cycles=cycles,
-                           latency_ms=spec.cycles_to_ms(cycles), hbm_bytes=delta.bytes["hbm"],
-                           macs=delta.macs, flops=delta.flops, counters=delta,
-                           kernels=list(records))
-
+    return AttentionResult(
+        output=result_arr,
+        operation=operation,
+        flash=cfg.use_flash_attention,
+        cycles=cycles,
+        latency_ms=spec.cycles_to_ms(cycles),
+        hbm_bytes=delta.bytes["hbm"],
+        macs=delta.macs,
+        flops=delta.flops,
+        counters=delta,
+        kernels=list(records),
+    )

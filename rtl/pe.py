@@ -9,8 +9,16 @@ from amaranth.lib.wiring import In, Out
 
 from ._checks import check_choice
 
-__all__ = ["DATAFLOWS", "DATA_BITS", "ACC_BITS", "PRECISIONS", "LANES", "ProcessingElement",
-           "operand_shape", "acc_shape"]
+__all__ = [
+    "DATAFLOWS",
+    "DATA_BITS",
+    "ACC_BITS",
+    "PRECISIONS",
+    "LANES",
+    "ProcessingElement",
+    "operand_shape",
+    "acc_shape",
+]
 
 #: The two dataflows a PE (and the array built from it) supports.
 DATAFLOWS = ("os", "ws")
@@ -110,8 +118,9 @@ class ProcessingElement(wiring.Component):
         Double-buffered (default ``False``); ``TypeError`` if not a bool.
     """
 
-    def __init__(self, dataflow: str = "os", precision: str = "int8",
-                 pipelined: bool = False) -> None:
+    def __init__(
+        self, dataflow: str = "os", precision: str = "int8", pipelined: bool = False
+    ) -> None:
         self._dataflow = check_choice("dataflow", dataflow, DATAFLOWS)
         self._precision = check_choice("precision", precision, PRECISIONS)
         if not isinstance(pipelined, bool):
@@ -126,27 +135,48 @@ class ProcessingElement(wiring.Component):
         mac_shape = 1 if n == 1 else range(n + 1)
         if dataflow == "os":
             members = {
-                "a_in": port(In, op), "b_in": port(In, op), "valid_in": In(n),
-                "first_in": In(1), "shift": In(1),
-                "a_out": port(Out, op), "b_out": port(Out, op), "valid_out": Out(n),
-                "first_out": Out(1), "acc": Out(acc), "mac": Out(mac_shape),
+                "a_in": port(In, op),
+                "b_in": port(In, op),
+                "valid_in": In(n),
+                "first_in": In(1),
+                "shift": In(1),
+                "a_out": port(Out, op),
+                "b_out": port(Out, op),
+                "valid_out": Out(n),
+                "first_out": Out(1),
+                "acc": Out(acc),
+                "mac": Out(mac_shape),
             }
             if pipelined:
-                members.update({"last_in": In(1), "last_out": Out(1), "res_in": In(acc),
-                                "res": Out(acc)})
+                members.update(
+                    {"last_in": In(1), "last_out": Out(1), "res_in": In(acc), "res": Out(acc)}
+                )
             else:
                 members["acc_in"] = In(acc)
         else:
             members = {
-                "x_in": port(In, op), "valid_in": In(n), "w_in": In(op), "load": In(1),
+                "x_in": port(In, op),
+                "valid_in": In(n),
+                "w_in": In(op),
+                "load": In(1),
                 "psum_in": port(In, acc),
-                "x_out": port(Out, op), "valid_out": Out(n), "w": Out(op),
-                "psum_out": port(Out, acc), "mac": Out(mac_shape),
+                "x_out": port(Out, op),
+                "valid_out": Out(n),
+                "w": Out(op),
+                "psum_out": port(Out, acc),
+                "mac": Out(mac_shape),
             }
             if pipelined:
                 del members["load"]
-                members.update({"first_in": In(1), "first_out": Out(1), "ldf_in": In(1),
-                                "ldf_out": Out(1), "load_end": In(1)})
+                members.update(
+                    {
+                        "first_in": In(1),
+                        "first_out": Out(1),
+                        "ldf_in": In(1),
+                        "ldf_out": Out(1),
+                        "load_end": In(1),
+                    }
+                )
         super().__init__(members)
 
     @property
@@ -169,8 +199,14 @@ class ProcessingElement(wiring.Component):
         """MACs per cycle (streamed elements per step)."""
         return self._n
 
-    def _mac_expr(self, m: Module, c: object, pairs: list[tuple[object, object]],
-                  valid: list[object], name: str) -> object:
+    def _mac_expr(
+        self,
+        m: Module,
+        c: object,
+        pairs: list[tuple[object, object]],
+        valid: list[object],
+        name: str,
+    ) -> object:
         """``c`` plus the products of ``pairs`` (an invalid lane adds 0)."""
         if self._precision.startswith("int8"):
             total = c
@@ -181,7 +217,7 @@ class ProcessingElement(wiring.Component):
 
         unit = FpMac(self._precision)
         m.submodules[name] = unit
-        (x, y), = pairs
+        ((x, y),) = pairs
         m.d.comb += [unit.a.eq(x), unit.b.eq(y), unit.c.eq(c)]
         return unit.y
 
@@ -220,8 +256,11 @@ class ProcessingElement(wiring.Component):
                 weight = Mux(self.first_in, self.w, active)
                 armed = Signal(name="load_armed")
                 shift = self.ldf_in | armed
-                m.d.sync += [self.first_out.eq(self.first_in), self.ldf_out.eq(self.ldf_in),
-                             armed.eq(shift & ~self.load_end)]
+                m.d.sync += [
+                    self.first_out.eq(self.first_in),
+                    self.ldf_out.eq(self.ldf_in),
+                    armed.eq(shift & ~self.load_end),
+                ]
                 with m.If(self.valid_in[0] & self.first_in):
                     m.d.sync += active.eq(self.w)
                 with m.If(shift):
@@ -232,7 +271,8 @@ class ProcessingElement(wiring.Component):
                     m.d.sync += self.w.eq(self.w_in)
             with m.If(self.valid_in[0]):
                 for lane in range(n):
-                    new = self._mac_expr(m, ps_in[lane], [(xs[lane], weight)], [valid[lane]],
-                                         f"mac_unit{lane}")
+                    new = self._mac_expr(
+                        m, ps_in[lane], [(xs[lane], weight)], [valid[lane]], f"mac_unit{lane}"
+                    )
                     m.d.sync += ps_out[lane].eq(new)
         return m

@@ -52,14 +52,16 @@ class PerfCounters(wiring.Component):
     def __init__(self, max_macs_per_cycle: int = 1, width: int = 48) -> None:
         self._max_macs = check_int("max_macs_per_cycle", max_macs_per_cycle, 1, 1 << 20)
         self._width = check_int("width", width, 8, 64)
-        super().__init__({
-            "enable": In(1),
-            "macs": In(range(self._max_macs + 1)),
-            "stall": In(1),
-            "clear": In(1),
-            "addr": In(range(len(REGISTER_MAP))),
-            "rdata": Out(self._width),
-        })
+        super().__init__(
+            {
+                "enable": In(1),
+                "macs": In(range(self._max_macs + 1)),
+                "stall": In(1),
+                "clear": In(1),
+                "addr": In(range(len(REGISTER_MAP))),
+                "rdata": Out(self._width),
+            }
+        )
 
     @property
     def width(self) -> int:

@@ -9,8 +9,17 @@ from amaranth.lib.wiring import In, Out
 
 from ._checks import check_int
 
-__all__ = ["PimBank", "PIM_COMMANDS", "PIM_OPCODES", "OPERAND_KINDS", "INSTR_LAYOUT",
-           "LANES", "LANE_BITS", "GRF_ENTRIES", "SRF_ENTRIES"]
+__all__ = [
+    "PimBank",
+    "PIM_COMMANDS",
+    "PIM_OPCODES",
+    "OPERAND_KINDS",
+    "INSTR_LAYOUT",
+    "LANES",
+    "LANE_BITS",
+    "GRF_ENTRIES",
+    "SRF_ENTRIES",
+]
 
 LANES = 16
 LANE_BITS = 16
@@ -25,11 +34,20 @@ PIM_OPCODES = {"ADD": 1, "MUL": 2, "MAC": 3, "MAD": 4, "RELU": 5, "MOV": 6, "FIL
 #: Operand kinds (equal to ``emulator.pim_model.OperandKind``); 3 is invalid.
 OPERAND_KINDS = {"GRF": 0, "SRF": 1, "BANK": 2}
 #: The 32-bit instruction word, LSB first (``emulator.pim_model.INSTR_FIELDS``).
-INSTR_LAYOUT = data.StructLayout({
-    "op": 4, "dst_kind": 2, "dst_idx": 3,
-    "s0_kind": 2, "s0_idx": 3, "s1_kind": 2, "s1_idx": 3, "s2_kind": 2, "s2_idx": 3,
-    "reserved": 8,
-})
+INSTR_LAYOUT = data.StructLayout(
+    {
+        "op": 4,
+        "dst_kind": 2,
+        "dst_idx": 3,
+        "s0_kind": 2,
+        "s0_idx": 3,
+        "s1_kind": 2,
+        "s1_idx": 3,
+        "s2_kind": 2,
+        "s2_idx": 3,
+        "reserved": 8,
+    }
+)
 
 _C = PIM_COMMANDS
 _O = PIM_OPCODES
@@ -84,21 +102,43 @@ class PimBank(wiring.Component):
     of ``pim_model.PimTiming``).
     """
 
-    def __init__(self, rows: int = 16, cols: int = 8, t_rcd: int = 14, t_rp: int = 14,
-                 t_cl: int = 14, t_wr: int = 16, t_ccd: int = 4) -> None:
+    def __init__(
+        self,
+        rows: int = 16,
+        cols: int = 8,
+        t_rcd: int = 14,
+        t_rp: int = 14,
+        t_cl: int = 14,
+        t_wr: int = 16,
+        t_ccd: int = 4,
+    ) -> None:
         self._rows = check_int("rows", rows, 1, 4096)
         self._cols = check_int("cols", cols, 1, 64)
-        self._timing = {name: check_int(name, v, 1, 255) for name, v in
-                        (("t_rcd", t_rcd), ("t_rp", t_rp), ("t_cl", t_cl), ("t_wr", t_wr),
-                         ("t_ccd", t_ccd))}
-        super().__init__({
-            "cmd_valid": In(1), "cmd_ready": Out(1), "cmd": In(3),
-            "row": In(16), "col": In(8), "instr": In(32),
-            "wdata": In(signed(LANE_BITS)).array(LANES),
-            "done": Out(1), "error": Out(1),
-            "rdata": Out(signed(LANE_BITS)).array(LANES),
-            "row_open": Out(1),
-        })
+        self._timing = {
+            name: check_int(name, v, 1, 255)
+            for name, v in (
+                ("t_rcd", t_rcd),
+                ("t_rp", t_rp),
+                ("t_cl", t_cl),
+                ("t_wr", t_wr),
+                ("t_ccd", t_ccd),
+            )
+        }
+        super().__init__(
+            {
+                "cmd_valid": In(1),
+                "cmd_ready": Out(1),
+                "cmd": In(3),
+                "row": In(16),
+                "col": In(8),
+                "instr": In(32),
+                "wdata": In(signed(LANE_BITS)).array(LANES),
+                "done": Out(1),
+                "error": Out(1),
+                "rdata": Out(signed(LANE_BITS)).array(LANES),
+                "row_open": Out(1),
+            }
+        )
 
     @property
     def rows(self) -> int:
@@ -116,8 +156,13 @@ class PimBank(wiring.Component):
     def elaborate(self, platform: object) -> Module:
         m = Module()
         rows, cols, tm = self._rows, self._cols, self._timing
-        latencies = {_C["ACT"]: tm["t_rcd"], _C["PRE"]: tm["t_rp"], _C["RD"]: tm["t_cl"],
-                     _C["WR"]: tm["t_wr"], _C["WRSRF"]: 1}
+        latencies = {
+            _C["ACT"]: tm["t_rcd"],
+            _C["PRE"]: tm["t_rp"],
+            _C["RD"]: tm["t_cl"],
+            _C["WR"]: tm["t_wr"],
+            _C["WRSRF"]: 1,
+        }
         max_lat = max(*latencies.values(), 4)
 
         mem = Memory(shape=cols * WORD_BITS, depth=rows, init=[])
@@ -132,7 +177,7 @@ class PimBank(wiring.Component):
         srf = Array(Signal(signed(LANE_BITS), name=f"srf{i}") for i in range(SRF_ENTRIES))
 
         def lanes(v) -> list:
-            return [v[LANE_BITS * i:LANE_BITS * (i + 1)].as_signed() for i in range(LANES)]
+            return [v[LANE_BITS * i : LANE_BITS * (i + 1)].as_signed() for i in range(LANES)]
 
         def decode(ins) -> dict:
             op = ins.op
@@ -140,19 +185,28 @@ class PimBank(wiring.Component):
             uses_s2 = op == _O["MAD"]
             return {
                 "uses_mul": (op == _O["MUL"]) | (op == _O["MAC"]) | (op == _O["MAD"]),
-                "uses_alu": ((op == _O["ADD"]) | (op == _O["MAC"]) | (op == _O["MAD"])
-                             | (op == _O["RELU"])),
-                "uses_bank": ((ins.dst_kind == _K["BANK"]) | (ins.s0_kind == _K["BANK"])
-                              | (uses_s1 & (ins.s1_kind == _K["BANK"]))
-                              | (uses_s2 & (ins.s2_kind == _K["BANK"]))),
-                "invalid": ((op == 0) | (op > 7)
-                            | ((ins.dst_kind != _K["GRF"]) & (ins.dst_kind != _K["BANK"]))
-                            | (ins.s0_kind == 3)
-                            | (uses_s1 & (ins.s1_kind == 3))
-                            | (uses_s2 & (ins.s2_kind == 3))
-                            | ((op == _O["FILL"]) & ((ins.s0_kind != _K["BANK"])
-                                                      | (ins.dst_kind != _K["GRF"])))
-                            | ((op == _O["MAC"]) & (ins.dst_kind != _K["GRF"]))),
+                "uses_alu": (
+                    (op == _O["ADD"]) | (op == _O["MAC"]) | (op == _O["MAD"]) | (op == _O["RELU"])
+                ),
+                "uses_bank": (
+                    (ins.dst_kind == _K["BANK"])
+                    | (ins.s0_kind == _K["BANK"])
+                    | (uses_s1 & (ins.s1_kind == _K["BANK"]))
+                    | (uses_s2 & (ins.s2_kind == _K["BANK"]))
+                ),
+                "invalid": (
+                    (op == 0)
+                    | (op > 7)
+                    | ((ins.dst_kind != _K["GRF"]) & (ins.dst_kind != _K["BANK"]))
+                    | (ins.s0_kind == 3)
+                    | (uses_s1 & (ins.s1_kind == 3))
+                    | (uses_s2 & (ins.s2_kind == 3))
+                    | (
+                        (op == _O["FILL"])
+                        & ((ins.s0_kind != _K["BANK"]) | (ins.dst_kind != _K["GRF"]))
+                    )
+                    | ((op == _O["MAC"]) & (ins.dst_kind != _K["GRF"]))
+                ),
             }
 
         # ---- the command executing this cycle (accepted at the last edge) -------------
@@ -168,8 +222,9 @@ class PimBank(wiring.Component):
 
         # ---- acceptance: legality (open-row state forwarded from the executing command)
         open_next = Signal()
-        m.d.comb += open_next.eq(Mux(ok & (cmd_r == _C["ACT"]), 1,
-                                     Mux(ok & (cmd_r == _C["PRE"]), 0, open_reg)))
+        m.d.comb += open_next.eq(
+            Mux(ok & (cmd_r == _C["ACT"]), 1, Mux(ok & (cmd_r == _C["PRE"]), 0, open_reg))
+        )
         in_ins = data.View(INSTR_LAYOUT, self.instr)
         in_dec = decode(in_ins)
         col_bad = ~open_next | (self.col >= cols)
@@ -199,14 +254,15 @@ class PimBank(wiring.Component):
                         m.d.comb += lat_in.eq(n)
                 with m.Case(_C["OP"]):
                     m.d.comb += lat_in.eq(op_lat)
-            m.d.comb += col_in.eq((self.cmd == _C["RD"]) | (self.cmd == _C["WR"])
-                                  | (self.cmd == _C["OP"]))
+            m.d.comb += col_in.eq(
+                (self.cmd == _C["RD"]) | (self.cmd == _C["WR"]) | (self.cmd == _C["OP"])
+            )
 
         # the issue rule: cycles since the last acceptance against the required interval
         have_prev = Signal()
         prev_lat = Signal(range(max_lat + 1))
         prev_col = Signal()
-        elapsed = Signal(range(2 * max_lat + 2))   # (this cycle + 1) - last acceptance edge
+        elapsed = Signal(range(2 * max_lat + 2))  # (this cycle + 1) - last acceptance edge
         gap = Signal(signed(prev_lat.shape().width + 2))
         need = Signal(range(max(max_lat, tm["t_ccd"]) + 1))
         m.d.comb += gap.eq(prev_lat - lat_in + 1)
@@ -221,9 +277,16 @@ class PimBank(wiring.Component):
         m.d.sync += exec_v.eq(accept)
         with m.If(accept):
             m.d.sync += [
-                cmd_r.eq(self.cmd), row_r.eq(self.row), col_r.eq(self.col),
-                instr_r.eq(self.instr), wdata_r.eq(Cat(*self.wdata)), err_r.eq(illegal),
-                have_prev.eq(1), prev_lat.eq(lat_in), prev_col.eq(col_in), elapsed.eq(1),
+                cmd_r.eq(self.cmd),
+                row_r.eq(self.row),
+                col_r.eq(self.col),
+                instr_r.eq(self.instr),
+                wdata_r.eq(Cat(*self.wdata)),
+                err_r.eq(illegal),
+                have_prev.eq(1),
+                prev_lat.eq(lat_in),
+                prev_col.eq(col_in),
+                elapsed.eq(1),
             ]
         with m.Elif(elapsed < 2 * max_lat + 1):
             m.d.sync += elapsed.eq(elapsed + 1)
@@ -232,7 +295,7 @@ class PimBank(wiring.Component):
         pend = Signal(max_lat)
         pend_err = Signal(max_lat)
         pend_rd = Signal(max_lat)
-        slot = Signal(max_lat)   # bit lat_in - 1: the done rises lat_in edges from now
+        slot = Signal(max_lat)  # bit lat_in - 1: the done rises lat_in edges from now
         m.d.comb += slot.eq(Mux(accept, ((Const(1, max_lat + 1) << lat_in) >> 1)[:max_lat], 0))
         m.d.sync += [
             pend.eq((pend >> 1) | slot),
@@ -246,7 +309,7 @@ class PimBank(wiring.Component):
 
         # ---- execution, in program order ------------------------------------------------
         col_word = row_buf.word_select(col_r, WORD_BITS)
-        cur_col = Signal(WORD_BITS)         # the addressed column, read once
+        cur_col = Signal(WORD_BITS)  # the addressed column, read once
         m.d.comb += cur_col.eq(col_word)
         m.d.comb += rd_port.addr.eq(row_r)
         m.d.comb += [wr_port.addr.eq(open_row), wr_port.data.eq(row_buf)]
@@ -261,17 +324,16 @@ class PimBank(wiring.Component):
             wp = Signal(range(depth))
             rp = Signal(range(depth))
             with m.If(ok & (cmd_r == _C["RD"])):
-                m.d.sync += [queue[wp].eq(cur_col),
-                             wp.eq(Mux(wp == depth - 1, 0, wp + 1))]
+                m.d.sync += [queue[wp].eq(cur_col), wp.eq(Mux(wp == depth - 1, 0, wp + 1))]
             with m.If(pend[0] & pend_rd[0]):
-                m.d.sync += [rdata_r.eq(queue[rp]),
-                             rp.eq(Mux(rp == depth - 1, 0, rp + 1))]
+                m.d.sync += [rdata_r.eq(queue[rp]), rp.eq(Mux(rp == depth - 1, 0, rp + 1))]
 
         dec = decode(instr_r)
         # the SIMD unit's one-cycle datapath, each stage a named wire (so the emitted
         # Verilog computes it once)
         op_a, op_b, op_c, prod, value = (
-            Signal(WORD_BITS, name=n) for n in ("op_a", "op_b", "op_c", "prod", "value"))
+            Signal(WORD_BITS, name=n) for n in ("op_a", "op_b", "op_c", "prod", "value")
+        )
 
         def operand(kind, idx):
             broadcast = Cat(*([srf[idx]] * LANES))
@@ -280,15 +342,26 @@ class PimBank(wiring.Component):
         m.d.comb += [
             op_a.eq(operand(instr_r.s0_kind, instr_r.s0_idx)),
             op_b.eq(operand(instr_r.s1_kind, instr_r.s1_idx)),
-            op_c.eq(Mux(instr_r.op == _O["MAC"], grf[instr_r.dst_idx],
-                        operand(instr_r.s2_kind, instr_r.s2_idx))),
-            prod.eq(Cat(*[(a * b)[:LANE_BITS]
-                          for a, b in zip(lanes(op_a), lanes(op_b), strict=True)])),
+            op_c.eq(
+                Mux(
+                    instr_r.op == _O["MAC"],
+                    grf[instr_r.dst_idx],
+                    operand(instr_r.s2_kind, instr_r.s2_idx),
+                )
+            ),
+            prod.eq(
+                Cat(*[(a * b)[:LANE_BITS] for a, b in zip(lanes(op_a), lanes(op_b), strict=True)])
+            ),
         ]
         alu = []
         for a, b, c, p in zip(lanes(op_a), lanes(op_b), lanes(op_c), lanes(prod), strict=True):
-            alu.append(Mux(instr_r.op == _O["ADD"], a + b,
-                           Mux(instr_r.op == _O["RELU"], Mux(a < 0, 0, a), p + c))[:LANE_BITS])
+            alu.append(
+                Mux(
+                    instr_r.op == _O["ADD"],
+                    a + b,
+                    Mux(instr_r.op == _O["RELU"], Mux(a < 0, 0, a), p + c),
+                )[:LANE_BITS]
+            )
         m.d.comb += value.eq(Mux(dec["uses_alu"], Cat(*alu), Mux(dec["uses_mul"], prod, op_a)))
 
         with m.If(ok):
@@ -301,8 +374,10 @@ class PimBank(wiring.Component):
                 with m.Case(_C["WR"]):
                     m.d.sync += col_word.eq(wdata_r)
                 with m.Case(_C["WRSRF"]):
-                    m.d.sync += [srf[i].eq(wdata_r[LANE_BITS * i:LANE_BITS * (i + 1)])
-                                 for i in range(SRF_ENTRIES)]
+                    m.d.sync += [
+                        srf[i].eq(wdata_r[LANE_BITS * i : LANE_BITS * (i + 1)])
+                        for i in range(SRF_ENTRIES)
+                    ]
                 with m.Case(_C["OP"]):
                     with m.If(instr_r.dst_kind == _K["GRF"]):
                         m.d.sync += grf[instr_r.dst_idx].eq(value)
@@ -314,6 +389,7 @@ class PimBank(wiring.Component):
             self.error.eq(error_r),
             self.row_open.eq(open_reg),
         ]
-        m.d.comb += [self.rdata[i].eq(rdata_r[LANE_BITS * i:LANE_BITS * (i + 1)])
-                     for i in range(LANES)]
+        m.d.comb += [
+            self.rdata[i].eq(rdata_r[LANE_BITS * i : LANE_BITS * (i + 1)]) for i in range(LANES)
+        ]
         return m

@@ -43,8 +43,10 @@ def _adder_tree(values: list) -> Value:
     """Sum of ``values`` as a balanced tree of adders (depth ``log2(n)``)."""
     values = list(values)
     while len(values) > 1:
-        values = [values[i] + values[i + 1] if i + 1 < len(values) else values[i]
-                  for i in range(0, len(values), 2)]
+        values = [
+            values[i] + values[i + 1] if i + 1 < len(values) else values[i]
+            for i in range(0, len(values), 2)
+        ]
     return Value.cast(values[0])
 
 
@@ -67,15 +69,16 @@ def _delay_lines(dom: Module, values: list, delays: list[int], name: str) -> lis
         dom.d.sync += reg.eq(Cat(*[cur[i] for i in lanes]))
         pos = 0
         for i in lanes:
-            cur[i] = reg[pos:pos + widths[i]]
+            cur[i] = reg[pos : pos + widths[i]]
             pos += widths[i]
             if delays[i] == k:
                 out[i] = cur[i]
     return out  # type: ignore[return-value]
 
 
-def _place(m: Module, name: str, comp: wiring.Component, module_name: str | None,
-           **extra: object) -> None:
+def _place(
+    m: Module, name: str, comp: wiring.Component, module_name: str | None, **extra: object
+) -> None:
     """Add ``comp`` as a submodule, or (``module_name`` given) as an ``Instance`` of a
     separately emitted Verilog module of that name with the same ports (plus ``extra``
     instance ports)."""
@@ -138,7 +141,7 @@ class _Bus:
             return [g.eq(other) for g in self.groups]
         out, pos = [], 0
         for g in self.groups:
-            out.append(g.eq(other[pos:pos + len(g)]))
+            out.append(g.eq(other[pos : pos + len(g)]))
             pos += len(g)
         return out
 
@@ -151,34 +154,51 @@ class _Row(wiring.Component):
     :class:`_Bus` groups (element ``column * lanes + lane``); ``macs`` is the number of
     MACs of the row in the cycle."""
 
-    def __init__(self, cols: int, dataflow: str, precision: str, pipelined: bool,
-                 pe_module: str | None = None) -> None:
+    def __init__(
+        self,
+        cols: int,
+        dataflow: str,
+        precision: str,
+        pipelined: bool,
+        pe_module: str | None = None,
+    ) -> None:
         self._cols, self._df, self._prec, self._pipe = cols, dataflow, precision, pipelined
         self._pe_module = pe_module
         n = LANES[precision]
         op, acc = operand_shape(precision).width, ACC_BITS
         C = cols
-        members: dict[str, object] = {"en": In(1), "valid_in": In(n),
-                                      "macs": Out(range(C * n + 1))}
+        members: dict[str, object] = {"en": In(1), "valid_in": In(n), "macs": Out(range(C * n + 1))}
         buses: dict[str, tuple[type, int, int]] = {}  # name -> (flow, width, per column)
         if dataflow == "os":
             members.update({"a_in": In(op * n), "first_in": In(1)})
             buses.update({"b_in": (In, op, n), "b_out": (Out, op, n)})
             if pipelined:
                 members["last_in"] = In(1)
-                buses.update({"start": (In, 1, 1), "q_in": (In, 1, 1), "q_out": (Out, 1, 1),
-                              "res_in": (In, acc, 1), "res": (Out, acc, 1)})
+                buses.update(
+                    {
+                        "start": (In, 1, 1),
+                        "q_in": (In, 1, 1),
+                        "q_out": (Out, 1, 1),
+                        "res_in": (In, acc, 1),
+                        "res": (Out, acc, 1),
+                    }
+                )
             else:
                 members["shift"] = In(1)
                 buses.update({"acc_in": (In, acc, 1), "acc": (Out, acc, 1)})
         else:
             members.update({"x_in": In(op * n), "valid_out": Out(1)})
-            buses.update({"w_in": (In, op, 1), "w": (Out, op, 1), "psum_in": (In, acc, n),
-                          "psum_out": (Out, acc, n)})
+            buses.update(
+                {
+                    "w_in": (In, op, 1),
+                    "w": (Out, op, 1),
+                    "psum_in": (In, acc, n),
+                    "psum_out": (Out, acc, n),
+                }
+            )
             if pipelined:
                 members["first_in"] = In(1)
-                buses.update({"load_end": (In, 1, 1), "ldf_in": (In, 1, 1),
-                              "ldf_out": (Out, 1, 1)})
+                buses.update({"load_end": (In, 1, 1), "ldf_in": (In, 1, 1), "ldf_out": (Out, 1, 1)})
             else:
                 members["load"] = In(1)
         n_groups = -(-C // _GROUP)
@@ -188,8 +208,7 @@ class _Row(wiring.Component):
                 members[f"{name}_g{g}"] = flow(cols_g * per * width)
         super().__init__(members)
         for name, (_, _, per) in buses.items():
-            setattr(self, name, _Bus([getattr(self, f"{name}_g{g}") for g in range(n_groups)],
-                                     per))
+            setattr(self, name, _Bus([getattr(self, f"{name}_g{g}") for g in range(n_groups)], per))
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
@@ -206,11 +225,11 @@ class _Row(wiring.Component):
             left = pes[j - 1] if j else None
             m.d.comb += pe.valid_in.eq(left.valid_out if left else self.valid_in)
             if self._df == "os":
-                for lane, (ai, bi, bo) in enumerate(zip(lanes(pe.a_in), lanes(pe.b_in),
-                                                        lanes(pe.b_out), strict=True)):
+                for lane, (ai, bi, bo) in enumerate(
+                    zip(lanes(pe.a_in), lanes(pe.b_in), lanes(pe.b_out), strict=True)
+                ):
                     m.d.comb += [
-                        ai.eq(lanes(left.a_out)[lane] if left
-                              else self.a_in.word_select(lane, op)),
+                        ai.eq(lanes(left.a_out)[lane] if left else self.a_in.word_select(lane, op)),
                         bi.eq(self.b_in.word_select(j * n + lane, op)),
                         self.b_out.word_select(j * n + lane, op).eq(bo),
                     ]
@@ -226,19 +245,27 @@ class _Row(wiring.Component):
                     ]
                     m.d.sync += self.q_out[j].eq(en)
                 else:
-                    m.d.comb += [pe.shift.eq(self.shift),
-                                 pe.acc_in.eq(self.acc_in.word_select(j, acc)),
-                                 self.acc.word_select(j, acc).eq(pe.acc)]
+                    m.d.comb += [
+                        pe.shift.eq(self.shift),
+                        pe.acc_in.eq(self.acc_in.word_select(j, acc)),
+                        self.acc.word_select(j, acc).eq(pe.acc),
+                    ]
             else:
                 for lane, xi in enumerate(lanes(pe.x_in)):
-                    m.d.comb += xi.eq(lanes(left.x_out)[lane] if left
-                                      else self.x_in.word_select(lane, op))
-                for lane, (pi, po) in enumerate(zip(lanes(pe.psum_in), lanes(pe.psum_out),
-                                                    strict=True)):
-                    m.d.comb += [pi.eq(self.psum_in.word_select(j * n + lane, acc)),
-                                 self.psum_out.word_select(j * n + lane, acc).eq(po)]
-                m.d.comb += [pe.w_in.eq(self.w_in.word_select(j, op)),
-                             self.w.word_select(j, op).eq(pe.w)]
+                    m.d.comb += xi.eq(
+                        lanes(left.x_out)[lane] if left else self.x_in.word_select(lane, op)
+                    )
+                for lane, (pi, po) in enumerate(
+                    zip(lanes(pe.psum_in), lanes(pe.psum_out), strict=True)
+                ):
+                    m.d.comb += [
+                        pi.eq(self.psum_in.word_select(j * n + lane, acc)),
+                        self.psum_out.word_select(j * n + lane, acc).eq(po),
+                    ]
+                m.d.comb += [
+                    pe.w_in.eq(self.w_in.word_select(j, op)),
+                    self.w.word_select(j, op).eq(pe.w),
+                ]
                 if self._pipe:
                     m.d.comb += [
                         pe.first_in.eq(left.first_out if left else self.first_in),
@@ -357,9 +384,16 @@ class SystolicArray(wiring.Component):
     out of range; the message names the parameter and shows the value.
     """
 
-    def __init__(self, rows: int = 4, cols: int = 4, dataflow: str = "os",
-                 max_depth: int = 1024, counter_width: int = 48, pipelined: bool = False,
-                 precision: str = "int8") -> None:
+    def __init__(
+        self,
+        rows: int = 4,
+        cols: int = 4,
+        dataflow: str = "os",
+        max_depth: int = 1024,
+        counter_width: int = 48,
+        pipelined: bool = False,
+        precision: str = "int8",
+    ) -> None:
         self._rows = check_int("rows", rows, 1, MAX_DIM)
         self._cols = check_int("cols", cols, 1, MAX_DIM)
         self._dataflow = check_choice("dataflow", dataflow, DATAFLOWS)
@@ -374,22 +408,24 @@ class SystolicArray(wiring.Component):
         op, acc = operand_shape(precision), acc_shape(precision)
         n_b = n if dataflow == "os" else 1
         n_out = 1 if dataflow == "os" else n
-        super().__init__({
-            "start": In(1),
-            "depth": In(range(self._max_depth + 1)),
-            "stall": In(1),
-            "a": In(op).array(self._rows * n),
-            "b": In(op).array(self._cols * n_b),
-            "idle": Out(1),
-            "a_ready": Out(1),
-            "b_ready": Out(1),
-            "out": Out(acc).array(self._cols * n_out),
-            "out_valid": Out(1),
-            "done": Out(1),
-            "ctr_addr": In(range(len(REGISTER_MAP))),
-            "ctr_clear": In(1),
-            "ctr_rdata": Out(self._counter_width),
-        })
+        super().__init__(
+            {
+                "start": In(1),
+                "depth": In(range(self._max_depth + 1)),
+                "stall": In(1),
+                "a": In(op).array(self._rows * n),
+                "b": In(op).array(self._cols * n_b),
+                "idle": Out(1),
+                "a_ready": Out(1),
+                "b_ready": Out(1),
+                "out": Out(acc).array(self._cols * n_out),
+                "out_valid": Out(1),
+                "done": Out(1),
+                "ctr_addr": In(range(len(REGISTER_MAP))),
+                "ctr_clear": In(1),
+                "ctr_rdata": Out(self._counter_width),
+            }
+        )
 
     @property
     def rows(self) -> int:
@@ -426,15 +462,25 @@ class SystolicArray(wiring.Component):
         from amaranth.back import rtlil, verilog
 
         os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
-        top = SystolicArray(self._rows, self._cols, self._dataflow, self._max_depth,
-                            self._counter_width, self._pipelined, self._precision)
+        top = SystolicArray(
+            self._rows,
+            self._cols,
+            self._dataflow,
+            self._max_depth,
+            self._counter_width,
+            self._pipelined,
+            self._precision,
+        )
         top._module_prefix = name
-        row = _Row(self._cols, self._dataflow, self._precision, self._pipelined,
-                   pe_module=f"{name}_pe")
+        row = _Row(
+            self._cols, self._dataflow, self._precision, self._pipelined, pe_module=f"{name}_pe"
+        )
         pe = _Gated(ProcessingElement(self._dataflow, self._precision, self._pipelined))
         # one yosys run (the bundled yosys is WebAssembly: each start costs seconds)
-        text = "\n".join(rtlil.convert(c, name=n, emit_src=False) for c, n in (
-            (top, name), (row, f"{name}_row"), (pe, f"{name}_pe")))
+        text = "\n".join(
+            rtlil.convert(c, name=n, emit_src=False)
+            for c, n in ((top, name), (row, f"{name}_row"), (pe, f"{name}_pe"))
+        )
         return verilog._convert_rtlil_text(text)
 
     # ---- elaboration ---------------------------------------------------------------
@@ -445,8 +491,9 @@ class SystolicArray(wiring.Component):
         R = self._rows
         advance = Signal()
         m.d.comb += advance.eq(~self.stall)
-        rows = [_Row(self._cols, self._dataflow, self._precision, self._pipelined)
-                for _ in range(R)]
+        rows = [
+            _Row(self._cols, self._dataflow, self._precision, self._pipelined) for _ in range(R)
+        ]
         row_module = None if self._module_prefix is None else f"{self._module_prefix}_row"
         for i, row in enumerate(rows):
             _place(core, f"row{i}", row, row_module)
@@ -476,8 +523,7 @@ class SystolicArray(wiring.Component):
         # ---- performance counters (never stalled: they count the stalls) -------------
         macs = Signal(range(R * self._cols * n + 1))
         m.d.comb += macs.eq(_adder_tree([row.macs for row in rows]))
-        counters = PerfCounters(max_macs_per_cycle=R * self._cols * n,
-                                width=self._counter_width)
+        counters = PerfCounters(max_macs_per_cycle=R * self._cols * n, width=self._counter_width)
         m.submodules.counters = counters
         in_flight = Signal()
         m.d.comb += [
@@ -499,13 +545,15 @@ class SystolicArray(wiring.Component):
 
     def _count_tiles(self, core: Module, accepted: Value, done_pre: Value) -> Signal:
         """Tiles accepted and not yet done (a tile leaves at the edge that raises done)."""
-        cnt = Signal(range(self._max_depth + 2 * self._rows + self._cols + 2),
-                     name="tiles_in_flight")
+        cnt = Signal(
+            range(self._max_depth + 2 * self._rows + self._cols + 2), name="tiles_in_flight"
+        )
         core.d.sync += cnt.eq(cnt + accepted - done_pre)
         return cnt
 
-    def _left_edge(self, core: Module, rows: list, pe_row_of: list[int],
-                   flags: dict[str, Value]) -> None:
+    def _left_edge(
+        self, core: Module, rows: list, pe_row_of: list[int], flags: dict[str, Value]
+    ) -> None:
         """Skew the ``a`` port (and the step flags) onto the rows: port row ``i`` drives
         PE row ``pe_row_of[i]`` with ``pe_row_of[i] + 1`` cycles of delay."""
         R, n = self._rows, self._lanes
@@ -530,7 +578,7 @@ class SystolicArray(wiring.Component):
         R, C = self._rows, self._cols
         running = Signal()
         t = Signal(range(self._max_depth + 2 * R + C))  # index of the current cycle
-        k = Signal(range(self._max_depth + 1))           # steps of the tile in flight
+        k = Signal(range(self._max_depth + 1))  # steps of the tile in flight
         odd = Signal()
         done_reg = Signal()
         last = Signal()
@@ -557,20 +605,25 @@ class SystolicArray(wiring.Component):
                 self.a_ready.eq(feed & advance),
                 self.b_ready.eq(feed & advance),
             ]
-            self._left_edge(core, rows, list(range(R)),
-                            {"valid_in": self._lane_valid(feed, laststep, oddnow),
-                             "first_in": accepted})
+            self._left_edge(
+                core,
+                rows,
+                list(range(R)),
+                {"valid_in": self._lane_valid(feed, laststep, oddnow), "first_in": accepted},
+            )
             self._top_edge(core, rows, list(range(C)), [1 + j for j in range(C)])
             out_valid = Signal()
-            out_regs = [Signal(acc_shape(self._precision), name=f"out_reg{j}")
-                        for j in range(C)]
+            out_regs = [Signal(acc_shape(self._precision), name=f"out_reg{j}") for j in range(C)]
             for i, row in enumerate(rows):
-                core.d.comb += [row.shift.eq(drain),
-                                row.acc_in.eq(rows[i + 1].acc if i + 1 < R else 0)]
+                core.d.comb += [
+                    row.shift.eq(drain),
+                    row.acc_in.eq(rows[i + 1].acc if i + 1 < R else 0),
+                ]
             core.d.sync += out_valid.eq(drain)
             with core.If(drain):
-                core.d.sync += [out_regs[j].eq(rows[0].acc.word_select(j, ACC_BITS))
-                                for j in range(C)]
+                core.d.sync += [
+                    out_regs[j].eq(rows[0].acc.word_select(j, ACC_BITS)) for j in range(C)
+                ]
             m.d.comb += [self.out[j].eq(out_regs[j]) for j in range(C)]
             m.d.comb += self.out_valid.eq(out_valid & advance)
         else:
@@ -582,11 +635,14 @@ class SystolicArray(wiring.Component):
                 self.a_ready.eq(feed & advance),
                 self.b_ready.eq(load & advance),
             ]
-            self._left_edge(core, rows, list(range(R)),
-                            {"valid_in": self._lane_valid(feed, laststep, odd)})
+            self._left_edge(
+                core, rows, list(range(R)), {"valid_in": self._lane_valid(feed, laststep, odd)}
+            )
             for i, row in enumerate(rows):
-                core.d.comb += [row.load.eq(load),
-                                row.w_in.eq(rows[i - 1].w if i else Cat(*self.b))]
+                core.d.comb += [
+                    row.load.eq(load),
+                    row.w_in.eq(rows[i - 1].w if i else Cat(*self.b)),
+                ]
             self._ws_bottom(m, core, rows)
         return running, done_reg, last
 
@@ -609,8 +665,11 @@ class SystolicArray(wiring.Component):
         R, C, n = self._rows, self._cols, self._lanes
         for i, row in enumerate(rows):
             core.d.comb += row.psum_in.eq(rows[i - 1].psum_out if i else 0)
-        values = [rows[R - 1].psum_out.word_select(j * n + lane, ACC_BITS)
-                  for j in range(C) for lane in range(n)]
+        values = [
+            rows[R - 1].psum_out.word_select(j * n + lane, ACC_BITS)
+            for j in range(C)
+            for lane in range(n)
+        ]
         delays = [C - 1 - j for j in range(C) for _ in range(n)]
         for idx, v in enumerate(_delay_lines(core, values, delays, "deskew")):
             m.d.comb += self.out[idx].eq(v)
@@ -627,7 +686,7 @@ class SystolicArray(wiring.Component):
         drain), so the rows above, already free, can take the next tile's results. Port
         row ``i`` drives PE row ``rows - 1 - i``, so result rows leave in order."""
         R, C = self._rows, self._cols
-        rem = Signal(range(self._max_depth + 1))        # steps still to sample
+        rem = Signal(range(self._max_depth + 1))  # steps still to sample
         slack = Signal(range(self._max_depth + R + 1))  # drain slack (see below)
         odd = Signal()
         accepted, feed = Signal(), Signal()
@@ -650,9 +709,16 @@ class SystolicArray(wiring.Component):
             with core.If(slack != 0):
                 core.d.sync += slack.eq(slack - 1)
         oddnow = Mux(accepted, odd_in, odd)
-        self._left_edge(core, rows, [R - 1 - i for i in range(R)],
-                        {"valid_in": self._lane_valid(feed, laststep, oddnow),
-                         "first_in": accepted, "last_in": feed & laststep})
+        self._left_edge(
+            core,
+            rows,
+            [R - 1 - i for i in range(R)],
+            {
+                "valid_in": self._lane_valid(feed, laststep, oddnow),
+                "first_in": accepted,
+                "last_in": feed & laststep,
+            },
+        )
         self._top_edge(core, rows, list(range(C)), [1 + j for j in range(C)])
         # Column j's drain starts in cycle D_j = T + S + R - 1 + j; the last step is
         # sampled in cycle T + S - 2, so start_j is that pulse delayed R + 1 + j.
@@ -668,7 +734,7 @@ class SystolicArray(wiring.Component):
         bottom = rows[R - 1]
         col_out = []
         for j in range(C):
-            en = start[j] | bottom.q_out[j]          # drain step s < rows for column j
+            en = start[j] | bottom.q_out[j]  # drain step s < rows for column j
             reg = Signal(acc_shape(self._precision), name=f"col_out{j}")
             with core.If(en):
                 core.d.sync += reg.eq(bottom.res.word_select(j, ACC_BITS))
@@ -676,7 +742,7 @@ class SystolicArray(wiring.Component):
         en_last = start[C - 1] | bottom.q_out[C - 1]
         en_prev = (start[C - 1] if R > 1 else 0) | bottom.q_in[C - 1]
         out_valid, done_reg, done_pre = Signal(), Signal(), Signal()
-        m.d.comb += done_pre.eq(en_last & ~en_prev)    # drain step s == rows - 1
+        m.d.comb += done_pre.eq(en_last & ~en_prev)  # drain step s == rows - 1
         core.d.sync += [out_valid.eq(en_last), done_reg.eq(done_pre)]
         deskew = _delay_lines(core, col_out, [C - 1 - j for j in range(C)], "deskew")
         m.d.comb += [self.out[j].eq(deskew[j]) for j in range(C)]
@@ -691,11 +757,11 @@ class SystolicArray(wiring.Component):
         first activation. Accept rule: ``T' >= T + max(S, rows)``."""
         R, C = self._rows, self._cols
         hold = Signal(range(max(self._max_depth, R) + 1))  # cycles until idle
-        lrem = Signal(range(R + 1))                          # weight rows still to load
-        xpend = Signal()                                     # a stream waits for its load
-        kp = Signal(range(self._max_depth + 1))              # ... its steps
+        lrem = Signal(range(R + 1))  # weight rows still to load
+        xpend = Signal()  # a stream waits for its load
+        kp = Signal(range(self._max_depth + 1))  # ... its steps
         oddp = Signal()
-        xrem = Signal(range(self._max_depth + 1))            # steps still to stream
+        xrem = Signal(range(self._max_depth + 1))  # steps still to stream
         oddx = Signal()
         accepted, load, xstart, feed = Signal(), Signal(), Signal(), Signal()
         m.d.comb += [
@@ -711,7 +777,10 @@ class SystolicArray(wiring.Component):
         oddnow = Mux(xstart, oddp, oddx)
         with core.If(accepted):
             core.d.sync += [
-                lrem.eq(R - 1), xpend.eq(1), kp.eq(steps_in), oddp.eq(odd_in),
+                lrem.eq(R - 1),
+                xpend.eq(1),
+                kp.eq(steps_in),
+                oddp.eq(odd_in),
                 hold.eq(Mux(steps_in > R, steps_in, R) - 1),
             ]
         with core.Else():
@@ -725,14 +794,21 @@ class SystolicArray(wiring.Component):
             core.d.sync += [xrem.eq(kp - 1), oddx.eq(oddp)]
         with core.Elif(xrem != 0):
             core.d.sync += xrem.eq(xrem - 1)
-        self._left_edge(core, rows, list(range(R)),
-                        {"valid_in": self._lane_valid(feed, laststep, oddnow),
-                         "first_in": xstart})
+        self._left_edge(
+            core,
+            rows,
+            list(range(R)),
+            {"valid_in": self._lane_valid(feed, laststep, oddnow), "first_in": xstart},
+        )
         # column j: the weights, the load's first cycle (the front) and its last cycle,
         # delayed j + 1 cycles
         load_end = load & Mux(accepted, R == 1, lrem == 1)
-        skewed = _delay_lines(core, [Cat(self.b[j], accepted, load_end) for j in range(C)],
-                              [j + 1 for j in range(C)], "wload")
+        skewed = _delay_lines(
+            core,
+            [Cat(self.b[j], accepted, load_end) for j in range(C)],
+            [j + 1 for j in range(C)],
+            "wload",
+        )
         opw = len(self.b[0])
         load_ends = Cat(*[skewed[j][opw + 1] for j in range(C)])
         for p, row in enumerate(rows):
@@ -748,4 +824,3 @@ class SystolicArray(wiring.Component):
         done_reg, done_pre = chain[R + C - 1], chain[R + C - 2]
         cnt = self._count_tiles(core, accepted, done_pre)
         return cnt != 0, done_reg, done_pre
-

@@ -56,10 +56,13 @@ def say(text: str) -> None:
 def cnns() -> dict[str, torch.nn.Module]:
     import torchvision.models as tvm
 
-    return {"resnet18": tvm.resnet18(weights=None), "resnet50": tvm.resnet50(weights=None),
-            "mobilenet_v2": tvm.mobilenet_v2(weights=None),
-            "mobilenet_v3_large": tvm.mobilenet_v3_large(weights=None),
-            "efficientnet_b0": tvm.efficientnet_b0(weights=None)}
+    return {
+        "resnet18": tvm.resnet18(weights=None),
+        "resnet50": tvm.resnet50(weights=None),
+        "mobilenet_v2": tvm.mobilenet_v2(weights=None),
+        "mobilenet_v3_large": tvm.mobilenet_v3_large(weights=None),
+        "efficientnet_b0": tvm.efficientnet_b0(weights=None),
+    }
 
 
 class LastHidden(torch.nn.Module):
@@ -76,8 +79,9 @@ class LastHidden(torch.nn.Module):
         # constant) keeps transformers from its packed-sequence check (aten::diff,
         # which the legacy exporter cannot write)
         mask = torch.ones_like(input_ids) if self.ones_mask else None
-        return self.model(input_ids=input_ids, attention_mask=mask,
-                          use_cache=False).last_hidden_state
+        return self.model(
+            input_ids=input_ids, attention_mask=mask, use_cache=False
+        ).last_hidden_state
 
 
 class WithMask(torch.nn.Module):
@@ -89,36 +93,61 @@ class WithMask(torch.nn.Module):
         self.model = model
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.model(input_ids=input_ids, attention_mask=attention_mask,
-                          use_cache=False).last_hidden_state
+        return self.model(
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+        ).last_hidden_state
 
 
 def transformers_models() -> dict[str, torch.nn.Module]:
     from transformers import BertConfig, BertModel, GPT2Config, GPT2Model
 
     torch.manual_seed(0)
-    bert = BertModel(BertConfig(hidden_size=1024, num_hidden_layers=BERT_LAYERS,
-                                num_attention_heads=16, intermediate_size=4096,
-                                attn_implementation="eager"))
+    bert = BertModel(
+        BertConfig(
+            hidden_size=1024,
+            num_hidden_layers=BERT_LAYERS,
+            num_attention_heads=16,
+            intermediate_size=4096,
+            attn_implementation="eager",
+        )
+    )
     gpt2 = GPT2Model(GPT2Config(n_layer=GPT2_LAYERS, attn_implementation="eager"))
     # all 24 layers of BERT-Large, for benchmarks/onnx_import.py (the 2 s target)
-    bert24 = BertModel(BertConfig(hidden_size=1024, num_hidden_layers=24,
-                                  num_attention_heads=16, intermediate_size=4096,
-                                  attn_implementation="eager"))
+    bert24 = BertModel(
+        BertConfig(
+            hidden_size=1024,
+            num_hidden_layers=24,
+            num_attention_heads=16,
+            intermediate_size=4096,
+            attn_implementation="eager",
+        )
+    )
     # transformers' default attention (torch's scaled_dot_product_attention), small
-    bert_sdpa = BertModel(BertConfig(hidden_size=256, num_hidden_layers=2,
-                                     num_attention_heads=4, intermediate_size=1024))
+    bert_sdpa = BertModel(
+        BertConfig(
+            hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024
+        )
+    )
     gpt2_sdpa = GPT2Model(GPT2Config(n_layer=2, n_embd=256, n_head=4))
-    return {"bert_large_2l": LastHidden(bert), "gpt2_2l": LastHidden(gpt2, ones_mask=True),
-            "bert_sdpa_2l": LastHidden(bert_sdpa),
-            "gpt2_sdpa_2l": LastHidden(gpt2_sdpa, ones_mask=True),
-            # an attention_mask input (H 128, 1 layer, FFN 256 / 512)
-            "bert_mask_1l": WithMask(BertModel(BertConfig(
-                hidden_size=128, num_hidden_layers=1, num_attention_heads=2,
-                intermediate_size=256))),
-            "gpt2_mask_1l": WithMask(GPT2Model(GPT2Config(n_layer=1, n_embd=128,
-                                                          n_head=2))),
-            "bert_large_24l": LastHidden(bert24)}
+    return {
+        "bert_large_2l": LastHidden(bert),
+        "gpt2_2l": LastHidden(gpt2, ones_mask=True),
+        "bert_sdpa_2l": LastHidden(bert_sdpa),
+        "gpt2_sdpa_2l": LastHidden(gpt2_sdpa, ones_mask=True),
+        # an attention_mask input (H 128, 1 layer, FFN 256 / 512)
+        "bert_mask_1l": WithMask(
+            BertModel(
+                BertConfig(
+                    hidden_size=128,
+                    num_hidden_layers=1,
+                    num_attention_heads=2,
+                    intermediate_size=256,
+                )
+            )
+        ),
+        "gpt2_mask_1l": WithMask(GPT2Model(GPT2Config(n_layer=1, n_embd=128, n_head=2))),
+        "bert_large_24l": LastHidden(bert24),
+    }
 
 
 def example(name: str) -> tuple[tuple[torch.Tensor, ...], list[str]]:
@@ -135,29 +164,40 @@ def export(model: torch.nn.Module, name: str, exporter: str, path: Path) -> None
     seq_model = name.startswith(("bert", "gpt2"))
     if exporter == "legacy":
         axes = {n: ({0: "batch", 1: "seq"} if seq_model else {0: "batch"}) for n in names}
-        torch.onnx.export(model, args, str(path), dynamo=False, input_names=names,
-                          dynamic_axes=axes, opset_version=17)
+        torch.onnx.export(
+            model,
+            args,
+            str(path),
+            dynamo=False,
+            input_names=names,
+            dynamic_axes=axes,
+            opset_version=17,
+        )
     else:
         batch = torch.export.Dim("batch", min=1, max=1024)
-        shapes = {0: batch, 1: torch.export.Dim("seq", min=2, max=512)} if seq_model \
-            else {0: batch}
+        shapes = {0: batch, 1: torch.export.Dim("seq", min=2, max=512)} if seq_model else {0: batch}
         kw = {n: shapes for n in names}
-        prog = torch.onnx.export(model, args, dynamo=True, dynamic_shapes=kw,
-                                 input_names=names)
+        prog = torch.onnx.export(model, args, dynamo=True, dynamic_shapes=kw, input_names=names)
         prog.save(str(path), external_data=True)
 
 
 def strip(src: Path, dst: Path) -> None:
     """Save ``src`` as ``dst`` with tensors above 1 KiB external, then drop the data."""
     proto = onnx.load(str(src))
-    for n in proto.graph.node:          # the dynamo exporter's stack traces: not needed
+    for n in proto.graph.node:  # the dynamo exporter's stack traces: not needed
         del n.metadata_props[:]
         n.doc_string = ""
     for vi in proto.graph.value_info:
         del vi.metadata_props[:]
     data = f"{dst.name}.data"
-    onnx.save_model(proto, str(dst), save_as_external_data=True,
-                    all_tensors_to_one_file=True, location=data, size_threshold=1024)
+    onnx.save_model(
+        proto,
+        str(dst),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=data,
+        size_threshold=1024,
+    )
     (dst.parent / data).unlink(missing_ok=True)
 
 
@@ -165,8 +205,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "tests" / "data" / "onnx"))
     ap.add_argument("--only", default="", help="comma-separated model names")
-    ap.add_argument("--no-export", action="store_true",
-                    help="keep the .onnx files; only record torch_macs.json")
+    ap.add_argument(
+        "--no-export", action="store_true", help="keep the .onnx files; only record torch_macs.json"
+    )
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -190,21 +231,26 @@ def main() -> None:
                     with torch.no_grad():
                         export(model, name, exporter, raw)
                 except Exception as e:  # noqa: BLE001 - report and go on
-                    say(f"{name} {exporter}: export failed: {type(e).__name__}: "
-                          f"{str(e).splitlines()[0] if str(e) else ''}")
+                    say(
+                        f"{name} {exporter}: export failed: {type(e).__name__}: "
+                        f"{str(e).splitlines()[0] if str(e) else ''}"
+                    )
                     continue
                 strip(raw, dst)
             say(f"{dst.name}: {os.path.getsize(dst) / 1024:.0f} KiB")
         if name == "bert_large_24l":
-            continue        # the benchmark's model: its 2-layer cut is recorded
+            continue  # the benchmark's model: its 2-layer cut is recorded
         ex, _ = example(name)
         g_torch = from_torch(model, ex)
         seq_model = name.startswith(("bert", "gpt2"))
         dims = {"batch": BATCH, "seq": SEQ} if seq_model else {"batch": BATCH}
         g_onnx = from_onnx(out / f"{name}.legacy.onnx", dims=dims)
-        record[name] = {"shape": [list(t.shape) for t in ex], "torch_export_macs":
-                        g_torch.macs(), "onnx_legacy_macs": g_onnx.macs(),
-                        "torch_version": torch.__version__}
+        record[name] = {
+            "shape": [list(t.shape) for t in ex],
+            "torch_export_macs": g_torch.macs(),
+            "onnx_legacy_macs": g_onnx.macs(),
+            "torch_version": torch.__version__,
+        }
         say(f"{name}: torch.export {g_torch.macs():,} MACs, ONNX {g_onnx.macs():,}")
         macs_file.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
 

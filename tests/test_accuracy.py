@@ -48,33 +48,37 @@ def test_the_imported_fp32_graph_is_the_trained_model(digits):
     assert np.max(np.abs(ref - logits)) <= 1e-4 * np.max(np.abs(logits))
     np.testing.assert_array_equal(ref.argmax(1), clf.predict(x_test))
     assert compare("fp32", ref, ref, y_test).accuracy == pytest.approx(
-        100 * clf.score(x_test, y_test))
+        100 * clf.score(x_test, y_test)
+    )
 
 
 @pytest.mark.parametrize("method", ["minmax", "percentile", "mse", "entropy"])
 @pytest.mark.parametrize("per_channel", [True, False])
-def test_int8_ptq_is_within_one_point_of_fp32_on_the_held_out_split(digits, method,
-                                                                     per_channel):
+def test_int8_ptq_is_within_one_point_of_fp32_on_the_held_out_split(digits, method, per_channel):
     _, (x_train, x_test, _, y_test), g, w, ref = digits
     cfg = QuantizationConfig(method=method, per_channel=per_channel, calibration_batches=8)
     q = quantize_model(g, cfg, calibration_batches(x_train, BATCH, 8), weights=w)
     out = GraphEvaluator(q).predict(x_test)
     rep = compare(f"int8 {method}", out, ref, y_test)
     assert rep.samples == len(y_test) == 540
-    assert rep.reference_accuracy > 95.0            # a real, trained model
+    assert rep.reference_accuracy > 95.0  # a real, trained model
     assert abs(rep.accuracy_delta) <= 1.0
     assert rep.agreement >= 98.0
     assert rep.cosine > 0.999
 
 
 def test_bert_final_hidden_states_fp16_vs_int8_on_a_reduced_model():
-    layers = 1                                       # reduced: 1 of 24 layers, b2 s16
+    layers = 1  # reduced: 1 of 24 layers, b2 s16
     g = build("bert-large", batch=2, seq=16, layers=layers)
     rng = np.random.default_rng(0)
 
     def batch():
-        return {"input_ids": rng.integers(0, 30522, (2, 16)), "position_ids": np.arange(16),
-                "token_type_ids": rng.integers(0, 2, (2, 16))}
+        return {
+            "input_ids": rng.integers(0, 30522, (2, 16)),
+            "position_ids": np.arange(16),
+            "token_type_ids": rng.integers(0, 2, (2, 16)),
+        }
+
     q = quantize_model(g, QuantizationConfig(calibration_batches=2), [batch(), batch()])
     test = batch()
     hidden = f"layer{layers - 1}.ffn_layer_norm"
@@ -82,7 +86,7 @@ def test_bert_final_hidden_states_fp16_vs_int8_on_a_reduced_model():
     out = GraphEvaluator(q).execute(test).values[hidden]
     cos, err = agreement_stats(out, ref)
     assert cos > 0.9995
-    assert err < 0.5                                  # layer-normed states are O(1)
+    assert err < 0.5  # layer-normed states are O(1)
 
 
 def test_agreement_stats_and_compare():
@@ -90,22 +94,35 @@ def test_agreement_stats_and_compare():
     assert agreement_stats(a, a) == (pytest.approx(1.0, abs=1e-15), 0.0)
     cos, err = agreement_stats(np.array([1.0, 0.0]), np.array([0.0, 1.0]))
     assert cos == 0.0 and err == 1.0
-    rep = compare("x", np.array([[0.1, 0.9], [0.8, 0.2]]), np.array([[0.2, 0.8], [0.3, 0.7]]),
-                  np.array([1, 0]))
+    rep = compare(
+        "x",
+        np.array([[0.1, 0.9], [0.8, 0.2]]),
+        np.array([[0.2, 0.8], [0.3, 0.7]]),
+        np.array([1, 0]),
+    )
     assert (rep.accuracy, rep.reference_accuracy, rep.agreement) == (100.0, 50.0, 50.0)
     assert rep.accuracy_delta == 50.0
-    with pytest.raises(WorkloadError, match=r"compare 'x': outputs \[2\] and reference "
-                                            r"\[3\] differ in shape"):
+    with pytest.raises(
+        WorkloadError,
+        match=r"compare 'x': outputs \[2\] and reference "
+        r"\[3\] differ in shape",
+    ):
         compare("x", np.zeros(2), np.zeros(3))
 
 
 def test_bad_input_is_one_line(digits, monkeypatch):
     clf, (_, x_test, _, _), g, w, _ = digits
-    with pytest.raises(WorkloadError, match=r"predict: samples of shape \[63\], input 'x' "
-                                            r"needs \[64\]"):
+    with pytest.raises(
+        WorkloadError,
+        match=r"predict: samples of shape \[63\], input 'x' "
+        r"needs \[64\]",
+    ):
         GraphEvaluator(g, w).predict(x_test[:, :63])
-    with pytest.raises(WorkloadError, match=r"mlp_to_graph: layer 1: weight \[5, 3\] and "
-                                            r"bias \[3\] do not follow \[64, 4\]"):
+    with pytest.raises(
+        WorkloadError,
+        match=r"mlp_to_graph: layer 1: weight \[5, 3\] and "
+        r"bias \[3\] do not follow \[64, 4\]",
+    ):
         mlp_to_graph([(np.zeros((8, 4)), np.zeros(4)), (np.zeros((5, 3)), np.zeros(3))], 64)
     with pytest.raises(WorkloadError, match=r"mlp_to_graph: the model has no layer"):
         mlp_to_graph([], 4)

@@ -36,29 +36,29 @@ def test_first_request_reserves_a_segment_and_costs_device_cycles():
     a = CachingAllocator(1 << 30, cfg)
     _, c1 = a.malloc(3 * MIB)
     assert c1 == cfg.segment_alloc_cycles
-    assert a.stats.reserved_bytes == 4 * MIB          # round_up(3 MiB, 2 MiB)
-    _, c2 = a.malloc(512 * KIB)                       # the 1 MiB split-off tail serves it
+    assert a.stats.reserved_bytes == 4 * MIB  # round_up(3 MiB, 2 MiB)
+    _, c2 = a.malloc(512 * KIB)  # the 1 MiB split-off tail serves it
     assert c2 == 0 and a.stats.num_segment_allocs == 1
     a.check()
 
 
 def test_best_fit_picks_the_smallest_block_that_fits():
     a = _alloc()
-    blocks = [a.malloc(s * MIB)[0] for s in (8, 2, 4, 2)]   # four 2-MiB-multiple segments
+    blocks = [a.malloc(s * MIB)[0] for s in (8, 2, 4, 2)]  # four 2-MiB-multiple segments
     a.free(blocks[0])
     a.free(blocks[2])
     b, c = a.malloc(3 * MIB)
-    assert c == 0 and b.address == blocks[2].address      # the 4 MiB hole, not the 8 MiB one
+    assert c == 0 and b.address == blocks[2].address  # the 4 MiB hole, not the 8 MiB one
     a.check()
 
 
 def test_free_merges_neighbours_back_into_one_block():
     a = _alloc()
-    xs = [a.malloc(256 * KIB)[0] for _ in range(8)]          # one 2 MiB segment, split 8 ways
+    xs = [a.malloc(256 * KIB)[0] for _ in range(8)]  # one 2 MiB segment, split 8 ways
     assert a.stats.num_segment_allocs == 1
     for i in (1, 3, 5, 7, 0, 2, 4, 6):
         a.free(xs[i])
-        a.check()                                            # no two free neighbours
+        a.check()  # no two free neighbours
     assert a.free_ranges() == [2 * MIB]
 
 
@@ -75,24 +75,30 @@ def test_double_free_and_foreign_block_raise():
         a.free(123)
 
 
-@pytest.mark.parametrize("bad, exc, msg", [
-    (0, ValueError, "nbytes must be a positive integer, got 0"),
-    (-5, ValueError, "nbytes must be a positive integer, got -5"),
-    (1.5, TypeError, "nbytes must be an integer, got 1.5"),
-    (True, TypeError, "nbytes must be an integer, got True"),
-])
+@pytest.mark.parametrize(
+    "bad, exc, msg",
+    [
+        (0, ValueError, "nbytes must be a positive integer, got 0"),
+        (-5, ValueError, "nbytes must be a positive integer, got -5"),
+        (1.5, TypeError, "nbytes must be an integer, got 1.5"),
+        (True, TypeError, "nbytes must be an integer, got True"),
+    ],
+)
 def test_bad_sizes_raise(bad, exc, msg):
     with pytest.raises(exc, match=msg):
         _alloc().malloc(bad)
 
 
-@pytest.mark.parametrize("kw, msg", [
-    ({"round_bytes": 500}, "round_bytes must be a power of two, got 500"),
-    ({"segment_bytes": 0}, "segment_bytes must be a positive integer, got 0"),
-    ({"pool_max_bytes": 4 * MIB}, "need round_bytes <= pool_max_bytes <= segment_bytes"),
-    ({"segment_alloc_cycles": -1}, "segment_alloc_cycles must be a non-negative integer"),
-    ({"pooling": 1}, "pooling must be a bool, got 1"),
-])
+@pytest.mark.parametrize(
+    "kw, msg",
+    [
+        ({"round_bytes": 500}, "round_bytes must be a power of two, got 500"),
+        ({"segment_bytes": 0}, "segment_bytes must be a positive integer, got 0"),
+        ({"pool_max_bytes": 4 * MIB}, "need round_bytes <= pool_max_bytes <= segment_bytes"),
+        ({"segment_alloc_cycles": -1}, "segment_alloc_cycles must be a non-negative integer"),
+        ({"pooling": 1}, "pooling must be a bool, got 1"),
+    ],
+)
 def test_config_errors(kw, msg):
     with pytest.raises((TypeError, ValueError), match=msg):
         AllocatorConfig(**kw)
@@ -108,9 +114,9 @@ def test_out_of_memory_names_the_figures():
 def test_cache_is_given_back_before_running_out():
     a = CachingAllocator(8 * MIB)
     x, _ = a.malloc(6 * MIB)
-    a.free(x)                                  # stays reserved (cached)
+    a.free(x)  # stays reserved (cached)
     assert a.stats.reserved_bytes == 6 * MIB
-    y, c = a.malloc(8 * MIB)                   # needs the cached segment released first
+    y, c = a.malloc(8 * MIB)  # needs the cached segment released first
     cfg = a.config
     assert c == cfg.segment_free_cycles + cfg.segment_alloc_cycles
     assert y.size == 8 * MIB and a.stats.reserved_bytes == 8 * MIB
@@ -131,8 +137,15 @@ def test_caching_off_releases_segments_at_once():
 
 
 def test_size_classes_four_per_doubling():
-    assert [size_class(n) for n in (1, 512, 513, 1025, 2048, 65537, 100_000)] == \
-        [512, 512, 1024, 1536, 2048, 81920, 114688]
+    assert [size_class(n) for n in (1, 512, 513, 1025, 2048, 65537, 100_000)] == [
+        512,
+        512,
+        1024,
+        1536,
+        2048,
+        81920,
+        114688,
+    ]
     for n in range(1, 1 << 20, 997):
         c = size_class(n)
         assert c >= n and c % 512 == 0 and (c <= 512 or c < 1.25 * n + 512)
@@ -142,11 +155,11 @@ def test_pooled_requests_reuse_slots_of_their_class():
     a = _alloc(pooling=True)
     xs = [a.malloc(3000)[0] for _ in range(10)]
     assert {b.size for b in xs} == {size_class(3000)}
-    assert a.stats.num_segment_allocs == 1                 # one slab
+    assert a.stats.num_segment_allocs == 1  # one slab
     addr = xs[4].address
     a.free(xs[4])
-    assert a.malloc(2900)[0].address == addr               # same class, same slot
-    big, _ = a.malloc(3 * MIB)                              # above pool_max: general pool
+    assert a.malloc(2900)[0].address == addr  # same class, same slot
+    big, _ = a.malloc(3 * MIB)  # above pool_max: general pool
     assert big.segment.size_class is None and big.address < xs[0].address  # slabs on top
     a.check()
 
@@ -205,7 +218,7 @@ def test_context_allocations_cost_device_time_only_for_segments():
     assert ctx.device.counters.cycles - c0 == cfg.segment_alloc_cycles
     ctx.free(buf)
     t1 = ctx.device.now
-    buf2 = ctx.allocate(3 * MIB)                 # served from the cache: no device time
+    buf2 = ctx.allocate(3 * MIB)  # served from the cache: no device time
     assert ctx.device.now == t1 and buf2.address == buf.address
     with pytest.raises(ValueError, match="not allocated here"):
         ctx.free(buf)

@@ -30,8 +30,12 @@ HOT = {"thermal.capacitance_j_per_c": 0.1, "thermal.initial_c": 94.97}
 
 
 def _cfg(**kw):
-    base = {"warmup_iterations": 1, "measurement_iterations": 8, "cooldown_iterations": 1,
-            "outlier_detection": "none"}
+    base = {
+        "warmup_iterations": 1,
+        "measurement_iterations": 8,
+        "cooldown_iterations": 1,
+        "outlier_detection": "none",
+    }
     return BenchmarkConfig(**(base | kw))
 
 
@@ -54,12 +58,13 @@ def test_thermal_carry_over_heats_the_die_into_throttling():
     r = benchmark_operation(ctx, "gemm", _cfg(), M=1024, N=1024, K=1024)
     env = r.environmental_data
     cool, hot = min(r.raw_samples_ms), max(r.raw_samples_ms)
-    assert cool < hot                          # throttled iterations take longer
+    assert cool < hot  # throttled iterations take longer
     # the cool iterations equal the runs of a die held at its start temperature
-    ref = benchmark_operation(wia_hw.Context(spec), "gemm", _cfg(variation_sources=()),
-                              M=1024, N=1024, K=1024)
+    ref = benchmark_operation(
+        wia_hw.Context(spec), "gemm", _cfg(variation_sources=()), M=1024, N=1024, K=1024
+    )
     assert cool == ref.mean_ms
-    assert r.raw_samples_ms == tuple(sorted(r.raw_samples_ms))   # the die only heats
+    assert r.raw_samples_ms == tuple(sorted(r.raw_samples_ms))  # the die only heats
     assert 0 < env.throttled_iterations < 8
     assert env.throttled_iterations == sum(1 for x in r.raw_samples_ms if x > cool)
     assert env.frequency_min_ghz == spec.clock_ghz * spec.thermal.throttle_factor
@@ -69,12 +74,15 @@ def test_thermal_carry_over_heats_the_die_into_throttling():
     assert env.temperature_varied == env.temperature_variation
     assert env.power_max_w >= env.power_mean_w > 0
     # the seed's warning, at a threshold this small run crosses
-    warned = benchmark_operation(wia_hw.Context(spec), "gemm", _cfg(temperature_warning_c=0.05),
-                                 M=1024, N=1024, K=1024)
+    warned = benchmark_operation(
+        wia_hw.Context(spec), "gemm", _cfg(temperature_warning_c=0.05), M=1024, N=1024, K=1024
+    )
     tv = warned.environmental_data.temperature_variation
     assert tv > 0.05
-    assert f"  WARNING: Temperature varied by {tv:.1f}°C during measurement" in \
-        warned.format_text().splitlines()
+    assert (
+        f"  WARNING: Temperature varied by {tv:.1f}°C during measurement"
+        in warned.format_text().splitlines()
+    )
     # same inputs, same result
     again = benchmark_operation(wia_hw.Context(spec), "gemm", _cfg(), M=1024, N=1024, K=1024)
     assert again.raw_samples_ms == r.raw_samples_ms and again.environmental_data == env
@@ -92,7 +100,7 @@ def test_power_and_samples_agree_with_the_runs():
     ctx2 = wia_hw.open_device("wia-npu")
     c = benchmark_operation(ctx2, lambda c: c.run("gemm", **GEMM), _cfg())
     assert c.raw_samples_ms == r.raw_samples_ms and c.last_run is not None
-    assert ctx.device.now == ctx2.device.now       # warm-up, measured and cool-down runs
+    assert ctx.device.now == ctx2.device.now  # warm-up, measured and cool-down runs
 
 
 def test_emulator_bad_input():
@@ -116,11 +124,12 @@ def test_wall_time_calibrates_its_inner_loop():
     def op():
         calls[0] += 1
 
-    cfg = _cfg(warmup_iterations=2, measurement_iterations=5, cooldown_iterations=1,
-               min_sample_time_ms=0.2)
+    cfg = _cfg(
+        warmup_iterations=2, measurement_iterations=5, cooldown_iterations=1, min_sample_time_ms=0.2
+    )
     r = benchmark_operation(None, op, cfg)
     assert r.kind == "wall" and r.device == "host" and r.num_measurements == 5
-    assert r.inner_loops > 1                   # one call of op lasts far under 0.2 ms
+    assert r.inner_loops > 1  # one call of op lasts far under 0.2 ms
     # calibration calls, then 8 samples of inner_loops calls
     assert calls[0] > 8 * r.inner_loops
     assert all(x > 0 for x in r.raw_samples_ms)
@@ -152,12 +161,11 @@ def test_baseline_round_trip_and_keys(tmp_path, gemm_result):
     back = load_baseline_results(db, device="wia-npu")
     assert back.to_dict() == gemm_result.to_dict()
     assert back.format_text() == gemm_result.format_text()
-    assert load_baseline_results(db).to_dict() == gemm_result.to_dict()   # the only one
+    assert load_baseline_results(db).to_dict() == gemm_result.to_dict()  # the only one
     # a newer baseline of the same key wins; another workload is kept apart
     newer = dataclasses.replace(gemm_result, samples_ms=(1.0, 2.0))
     save_baseline(newer, db)
-    other = benchmark_operation(wia_hw.open_device("wia-npu"), "gemm", _cfg(),
-                                M=128, N=128, K=128)
+    other = benchmark_operation(wia_hw.open_device("wia-npu"), "gemm", _cfg(), M=128, N=128, K=128)
     save_baseline(other, db)
     assert load_baseline_results(db, key).samples_ms == (1.0, 2.0)
     assert load_baseline_results(db, other.name).to_dict() == other.to_dict()
@@ -167,19 +175,25 @@ def test_baseline_round_trip_and_keys(tmp_path, gemm_result):
         load_baseline_results(db, "resnet")
     with pytest.raises(BenchmarkError, match=r"no baseline of .* from wia-hw 0.0.0 \(it holds "):
         load_baseline_results(db, key, tool_version="0.0.0")
-    rows = sqlite3.connect(db).execute(
-        "SELECT workload, device, spec_hash, tool_version FROM baselines").fetchall()
-    assert rows[0] == (key, "wia-npu", spec_hash(wia_hw.load_spec("wia-npu")),
-                       wia_hw.__version__)
+    rows = (
+        sqlite3.connect(db)
+        .execute("SELECT workload, device, spec_hash, tool_version FROM baselines")
+        .fetchall()
+    )
+    assert rows[0] == (key, "wia-npu", spec_hash(wia_hw.load_spec("wia-npu")), wia_hw.__version__)
 
 
 def test_a_baseline_of_another_device_is_an_error_naming_both(tmp_path, gemm_result):
     db = tmp_path / "b.sqlite"
     save_baseline(gemm_result, db)
     edge = wia_hw.load_spec("wia-edge")
-    with pytest.raises(BenchmarkError, match=(
+    with pytest.raises(
+        BenchmarkError,
+        match=(
             rf"measured on device 'wia-npu' \(spec {gemm_result.spec_hash}\), not on "
-            rf"'wia-edge' \(spec {spec_hash(edge)}\)")) as e:
+            rf"'wia-edge' \(spec {spec_hash(edge)}\)"
+        ),
+    ) as e:
         load_baseline_results(db, device=edge)
     assert "\n" not in str(e.value)
     wrong = dataclasses.replace(gemm_result, device="wia-edge", spec_hash=spec_hash(edge))
@@ -201,14 +215,27 @@ def test_baseline_file_errors(tmp_path, gemm_result):
 def test_spec_hash_is_stable_and_ignores_metadata():
     a, b = wia_hw.load_spec("wia-npu"), wia_hw.load_spec("wia-npu")
     assert spec_hash(a) == spec_hash(b) == spec_hash(dataclasses.replace(a, name="other"))
-    assert spec_hash(a) != spec_hash(wia_hw.load_spec("wia-npu",
-                                                      {"memory.hbm.bandwidth_gbs": 300}))
+    assert spec_hash(a) != spec_hash(wia_hw.load_spec("wia-npu", {"memory.hbm.bandwidth_gbs": 300}))
     assert len(spec_hash(a)) == 16
 
 
 # -- CLI -----------------------------------------------------------------------------
-ARGS = ["bench", "gemm", "-a", "M=256", "-a", "N=256", "-a", "K=256", "-n", "6",
-        "--warmup", "1", "--cooldown", "0"]
+ARGS = [
+    "bench",
+    "gemm",
+    "-a",
+    "M=256",
+    "-a",
+    "N=256",
+    "-a",
+    "K=256",
+    "-n",
+    "6",
+    "--warmup",
+    "1",
+    "--cooldown",
+    "0",
+]
 
 
 def test_cli_prints_the_seeds_block_and_gates_on_regressions(tmp_path):
@@ -238,12 +265,18 @@ def test_cli_prints_the_seeds_block_and_gates_on_regressions(tmp_path):
     assert doc["result"]["num_measurements"] == 6
 
 
-@pytest.mark.parametrize(("extra", "match"), [
-    (["-n", "0"], "BenchmarkConfig.measurement_iterations must be at least 1, got 0"),
-    (["--compare", "nowhere.sqlite"], "no baseline file nowhere.sqlite"),
-    (["--vary", "thermal,cosmic"], "BenchmarkConfig.variation_sources: unknown source "
-     "'cosmic'; modelled: thermal, dram_refresh, arbitration_jitter"),
-])
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        (["-n", "0"], "BenchmarkConfig.measurement_iterations must be at least 1, got 0"),
+        (["--compare", "nowhere.sqlite"], "no baseline file nowhere.sqlite"),
+        (
+            ["--vary", "thermal,cosmic"],
+            "BenchmarkConfig.variation_sources: unknown source "
+            "'cosmic'; modelled: thermal, dram_refresh, arbitration_jitter",
+        ),
+    ],
+)
 def test_cli_bad_input_is_one_line(extra, match, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = CliRunner().invoke(cli, [*ARGS, *extra])
@@ -263,11 +296,17 @@ def test_refresh_windows_match_a_cycle_by_cycle_walk(seed):
     rng = random.Random(seed)
     t = rng.randint(5, 40)
     r = rng.randint(1, t - 1)
-    port = VariedPort(BandwidthPort("x", 1), refresh_interval_cycles=t, refresh_cycles=r,
-                      phase_cycles=rng.randrange(t), jitter_cycles=0, seed=0)
+    port = VariedPort(
+        BandwidthPort("x", 1),
+        refresh_interval_cycles=t,
+        refresh_cycles=r,
+        phase_cycles=rng.randrange(t),
+        jitter_cycles=0,
+        seed=0,
+    )
     for _ in range(50):
         start, dur = rng.randint(-100, 300), rng.randint(1, 120)
-        cyc, left = start, dur              # serve one cycle at a time outside windows
+        cyc, left = start, dur  # serve one cycle at a time outside windows
         while left:
             if (cyc - port.phase) % t >= r:
                 left -= 1
@@ -282,9 +321,13 @@ GEMV = {"M": 16, "N": 8192, "K": 4096}
 def _varied(sources, seed=0):
     ctx = wia_hw.open_device("wia-npu")
     orig = list(ctx.device.memory.channels)
-    r = benchmark_operation(ctx, "gemm", _cfg(measurement_iterations=6, variation_sources=sources,
-                                              variation_seed=seed), **GEMV)
-    assert ctx.device.memory.channels == orig       # the ports are handed back
+    r = benchmark_operation(
+        ctx,
+        "gemm",
+        _cfg(measurement_iterations=6, variation_sources=sources, variation_seed=seed),
+        **GEMV,
+    )
+    assert ctx.device.memory.channels == orig  # the ports are handed back
     return r
 
 
@@ -308,15 +351,33 @@ def test_refresh_and_jitter_vary_runs_reproducibly_under_a_seed():
     assert refresh.variation_cycles["refresh_stall_cycles"] > 0
     jitter = _varied(("arbitration_jitter",))
     assert base.mean_ms <= jitter.min_ms < jitter.max_ms
-    assert jitter.variation_cycles == {"refresh_stall_cycles": 0,
-                                       "jitter_stall_cycles": jitter.variation_cycles[
-                                           "jitter_stall_cycles"]}
+    assert jitter.variation_cycles == {
+        "refresh_stall_cycles": 0,
+        "jitter_stall_cycles": jitter.variation_cycles["jitter_stall_cycles"],
+    }
     assert jitter.variation_cycles["jitter_stall_cycles"] > 0
 
 
 def test_cli_vary_turns_sources_on_and_off():
-    gemv = ["bench", "gemm", "-a", "M=16", "-a", "N=8192", "-a", "K=4096", "-n", "5",
-            "--warmup", "1", "--cooldown", "0", "--outliers", "none", "--json"]
+    gemv = [
+        "bench",
+        "gemm",
+        "-a",
+        "M=16",
+        "-a",
+        "N=8192",
+        "-a",
+        "K=4096",
+        "-n",
+        "5",
+        "--warmup",
+        "1",
+        "--cooldown",
+        "0",
+        "--outliers",
+        "none",
+        "--json",
+    ]
     runs = {}
     for vary in ("none", "dram_refresh,arbitration_jitter"):
         out = CliRunner().invoke(cli, [*gemv, "--vary", vary, "--variation-seed", "3"])
@@ -348,6 +409,6 @@ def test_remaining_bad_input_messages(tmp_path, gemm_result, monkeypatch):
         load_baseline_results(empty)
     import sys
 
-    monkeypatch.setitem(sys.modules, "scipy", None)       # import scipy raises ImportError
+    monkeypatch.setitem(sys.modules, "scipy", None)  # import scipy raises ImportError
     with pytest.raises(BenchmarkError, match=r"compare_benchmarks needs scipy: pip install"):
         compare_benchmarks([1.0, 2.0], [1.0, 2.0])

@@ -24,29 +24,52 @@ from wia_hw.bench._result import EnvironmentalData, summarize
 
 
 def _summary(samples, cfg=None, env=None):
-    return summarize(list(samples), cfg or BenchmarkConfig(), name="x", kind="wall",
-                     device="host", spec_hash="0", tool_version="0",
-                     env=env or EnvironmentalData())
+    return summarize(
+        list(samples),
+        cfg or BenchmarkConfig(),
+        name="x",
+        kind="wall",
+        device="host",
+        spec_hash="0",
+        tool_version="0",
+        env=env or EnvironmentalData(),
+    )
 
 
 # -- config --------------------------------------------------------------------------
-@pytest.mark.parametrize(("kw", "match"), [
-    ({"measurement_iterations": 0}, r"measurement_iterations must be at least 1, got 0"),
-    ({"warmup_iterations": -1}, r"warmup_iterations must be at least 0, got -1"),
-    ({"cooldown_iterations": 1.5}, r"cooldown_iterations must be an integer, got 1.5"),
-    ({"measurement_iterations": True}, r"measurement_iterations must be an integer"),
-    ({"report_percentiles": (50, 100.5)}, r"report_percentiles must be in \[0, 100\], got 100.5"),
-    ({"report_percentiles": ("a",)}, r"report_percentiles must be numbers"),
-    ({"outlier_detection": "grubbs"}, r"outlier_detection must be one of none, iqr, mad"),
-    ({"outlier_threshold": 0}, r"outlier_threshold must be a positive number, got 0"),
-    ({"min_sample_time_ms": float("nan")}, r"min_sample_time_ms must be a positive number"),
-    ({"variation_sources": ("cosmic",)},
-     r"unknown source 'cosmic'; modelled: thermal, dram_refresh, arbitration_jitter"),
-    ({"refresh_cycle_ns": 4000}, r"refresh_cycle_ns must be below refresh_interval_ns \(3900\)"),
-    ({"arbitration_jitter_cycles": -2}, r"arbitration_jitter_cycles must be at least 0, got -2"),
-    ({"environmental_monitoring": {"track_power": True}},
-     r"environmental_monitoring must be an EnvironmentalMonitoring, got dict"),
-])
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"measurement_iterations": 0}, r"measurement_iterations must be at least 1, got 0"),
+        ({"warmup_iterations": -1}, r"warmup_iterations must be at least 0, got -1"),
+        ({"cooldown_iterations": 1.5}, r"cooldown_iterations must be an integer, got 1.5"),
+        ({"measurement_iterations": True}, r"measurement_iterations must be an integer"),
+        (
+            {"report_percentiles": (50, 100.5)},
+            r"report_percentiles must be in \[0, 100\], got 100.5",
+        ),
+        ({"report_percentiles": ("a",)}, r"report_percentiles must be numbers"),
+        ({"outlier_detection": "grubbs"}, r"outlier_detection must be one of none, iqr, mad"),
+        ({"outlier_threshold": 0}, r"outlier_threshold must be a positive number, got 0"),
+        ({"min_sample_time_ms": float("nan")}, r"min_sample_time_ms must be a positive number"),
+        (
+            {"variation_sources": ("cosmic",)},
+            r"unknown source 'cosmic'; modelled: thermal, dram_refresh, arbitration_jitter",
+        ),
+        (
+            {"refresh_cycle_ns": 4000},
+            r"refresh_cycle_ns must be below refresh_interval_ns \(3900\)",
+        ),
+        (
+            {"arbitration_jitter_cycles": -2},
+            r"arbitration_jitter_cycles must be at least 0, got -2",
+        ),
+        (
+            {"environmental_monitoring": {"track_power": True}},
+            r"environmental_monitoring must be an EnvironmentalMonitoring, got dict",
+        ),
+    ],
+)
 def test_config_errors_are_one_line(kw, match):
     with pytest.raises(BenchmarkError, match=match) as e:
         BenchmarkConfig(**kw)
@@ -60,7 +83,8 @@ def test_config_has_the_seeds_defaults():
     assert c.report_percentiles == (50, 90, 95, 99, 99.9)
     assert c.outlier_detection is OutlierMethod.IQR and c.outlier_threshold == 1.5
     assert c.environmental_monitoring == EnvironmentalMonitoring(
-        track_temperature=True, track_power=True, track_frequency=True)
+        track_temperature=True, track_power=True, track_frequency=True
+    )
     assert BenchmarkConfig(outlier_detection="MAD").outlier_detection is OutlierMethod.MAD
 
 
@@ -107,8 +131,13 @@ def test_summary_fields_follow_their_definitions():
     assert r.num_measurements == 200 and r.num_outliers == 0
     assert r.median_ms == statistics.median(xs)
     assert (r.min_ms, r.max_ms) == (min(xs), max(xs))
-    for p, name in ((50, "p50_ms"), (90, "p90_ms"), (95, "p95_ms"), (99, "p99_ms"),
-                    (99.9, "p999_ms")):
+    for p, name in (
+        (50, "p50_ms"),
+        (90, "p90_ms"),
+        (95, "p95_ms"),
+        (99, "p99_ms"),
+        (99.9, "p999_ms"),
+    ):
         assert getattr(r, name) == pytest.approx(_quantile_by_hand(xs, p / 100), rel=1e-12)
     assert list(r.percentiles_ms) == [10.0, 99.9]
     assert r.percentiles_ms[10.0] == pytest.approx(_quantile_by_hand(xs, 0.1), rel=1e-12)
@@ -126,11 +155,19 @@ def test_format_text_prints_the_seeds_lines_and_temperature_warning():
     lines = r.format_text().splitlines()
     assert lines[0] == "Benchmark Results (3 measurements):"
     assert "  Mean: 2.000 ms (±1.000 ms)" in lines
-    for text in ("  Median: 2.000 ms", "  Min: 1.000 ms", "  Max: 3.000 ms", "  P50: 2.000 ms",
-                 "  P90: 2.800 ms", "  P99.9: 2.998 ms", "  Coefficient of variation: 50.0%",
-                 "  Throughput: 500.0 ops/sec", "  Outliers removed: 0",
-                 "  WARNING: Temperature varied by 6.2°C during measurement",
-                 "  Results may not be representative"):
+    for text in (
+        "  Median: 2.000 ms",
+        "  Min: 1.000 ms",
+        "  Max: 3.000 ms",
+        "  P50: 2.000 ms",
+        "  P90: 2.800 ms",
+        "  P99.9: 2.998 ms",
+        "  Coefficient of variation: 50.0%",
+        "  Throughput: 500.0 ops/sec",
+        "  Outliers removed: 0",
+        "  WARNING: Temperature varied by 6.2°C during measurement",
+        "  Results may not be representative",
+    ):
         assert text in lines
     assert r.environmental_data.temperature_varied == 6.25
     calm = _summary([1.0, 1.0, 1.0], env=EnvironmentalData(temperature_variation=5.0))
@@ -144,10 +181,13 @@ def test_unstable_results_carry_a_warning():
     assert not _summary([1.0, 1.01, 1.0]).warnings
 
 
-@pytest.mark.parametrize(("values", "match"), [
-    ([], r"the measured samples is empty"),
-    ([1.0, float("inf")], r"non-finite value"),
-])
+@pytest.mark.parametrize(
+    ("values", "match"),
+    [
+        ([], r"the measured samples is empty"),
+        ([1.0, float("inf")], r"non-finite value"),
+    ],
+)
 def test_bad_samples_are_one_line_errors(values, match):
     with pytest.raises(BenchmarkError, match=match):
         _summary(values)
@@ -174,8 +214,9 @@ def test_welch_and_cohens_d_equal_scipy_and_the_textbook(seed):
     t, p = _welch_by_hand(list(a), list(b))
     assert test.t_statistic == pytest.approx(t, rel=1e-9)
     assert test.p_value == pytest.approx(p, rel=1e-9)
-    s_pooled = math.sqrt(((n1 - 1) * statistics.variance(a) + (n2 - 1) * statistics.variance(b))
-                         / (n1 + n2 - 2))
+    s_pooled = math.sqrt(
+        ((n1 - 1) * statistics.variance(a) + (n2 - 1) * statistics.variance(b)) / (n1 + n2 - 2)
+    )
     d = (statistics.fmean(a) - statistics.fmean(b)) / s_pooled
     assert test.effect_size == pytest.approx(d, rel=1e-9)
     assert test.effect_label == effect_label(d)
@@ -187,7 +228,7 @@ def test_welch_and_cohens_d_equal_scipy_and_the_textbook(seed):
 def test_a_known_difference_is_significant_and_its_interval_covers_it():
     rng = np.random.default_rng(5)
     base = rng.normal(10.0, 0.5, 100)
-    faster = rng.normal(8.0, 0.5, 100)          # true speedup 1.25
+    faster = rng.normal(8.0, 0.5, 100)  # true speedup 1.25
     t = compare_benchmarks(base, faster)
     assert t.is_significant and t.p_value < 1e-10 and not t.is_regression
     assert t.effect_label == "large" and t.effect_size > 3
@@ -204,8 +245,9 @@ def test_bootstrap_interval_covers_the_true_speedup_about_95_percent_of_the_time
     rng = np.random.default_rng(11)
     hits = 0
     for rep in range(300):
-        t = compare_benchmarks(rng.normal(10.0, 1.0, 40), rng.normal(8.0, 1.0, 40),
-                               bootstrap_samples=1000, seed=rep)
+        t = compare_benchmarks(
+            rng.normal(10.0, 1.0, 40), rng.normal(8.0, 1.0, 40), bootstrap_samples=1000, seed=rep
+        )
         hits += t.speedup_ci_low <= 1.25 <= t.speedup_ci_high
     assert 0.89 <= hits / 300 <= 0.985
 
@@ -216,33 +258,49 @@ def test_bootstrap_is_seeded():
     one, two = compare_benchmarks(a, b, seed=3), compare_benchmarks(a, b, seed=3)
     other = compare_benchmarks(a, b, seed=4)
     assert (one.speedup_ci_low, one.speedup_ci_high) == (two.speedup_ci_low, two.speedup_ci_high)
-    assert (one.speedup_ci_low, one.speedup_ci_high) != (other.speedup_ci_low,
-                                                         other.speedup_ci_high)
+    assert (one.speedup_ci_low, one.speedup_ci_high) != (
+        other.speedup_ci_low,
+        other.speedup_ci_high,
+    )
 
 
 def test_seed_labels():
-    assert [effect_label(d) for d in (0.81, 0.8, 0.51, 0.5, 0.0, -0.9, -0.6)] == \
-        ["large", "medium", "medium", "small", "small", "large", "medium"]
+    assert [effect_label(d) for d in (0.81, 0.8, 0.51, 0.5, 0.0, -0.9, -0.6)] == [
+        "large",
+        "medium",
+        "medium",
+        "small",
+        "small",
+        "large",
+        "medium",
+    ]
 
 
 def test_deterministic_samples_compare_exactly():
     same = compare_benchmarks([2.0] * 5, [2.0] * 7)
-    assert (same.p_value, same.is_significant, same.effect_size, same.speedup) == \
-        (1.0, False, 0.0, 1.0)
+    assert (same.p_value, same.is_significant, same.effect_size, same.speedup) == (
+        1.0,
+        False,
+        0.0,
+        1.0,
+    )
     worse = compare_benchmarks([2.0] * 5, [2.5] * 5)
     assert worse.p_value == 0.0 and worse.is_regression and worse.effect_size == -math.inf
     assert worse.speedup == 0.8 and worse.speedup_ci_low == worse.speedup_ci_high == 0.8
     assert cohens_d(np.array([1.0, 1.0]), np.array([1.0, 1.0])) == 0.0
 
 
-@pytest.mark.parametrize(("a", "b", "kw", "match"), [
-    ([], [1.0, 2.0], {}, r"the baseline sample is empty"),
-    ([1.0, 2.0], [], {}, r"the result sample is empty"),
-    ([1.0], [1.0, 2.0], {}, r"the baseline sample has 1 sample; a t-test needs at least 2"),
-    ([1.0, 2.0], [1.0, 2.0], {"alpha": 1.5}, r"alpha must be in \(0, 1\), got 1.5"),
-    ([1.0, 2.0], [1.0, 2.0], {"confidence": 0}, r"confidence must be in \(0, 1\), got 0"),
-    ([1.0, 2.0], [1.0, 2.0], {"bootstrap_samples": 0}, r"bootstrap_samples must be a positive"),
-])
+@pytest.mark.parametrize(
+    ("a", "b", "kw", "match"),
+    [
+        ([], [1.0, 2.0], {}, r"the baseline sample is empty"),
+        ([1.0, 2.0], [], {}, r"the result sample is empty"),
+        ([1.0], [1.0, 2.0], {}, r"the baseline sample has 1 sample; a t-test needs at least 2"),
+        ([1.0, 2.0], [1.0, 2.0], {"alpha": 1.5}, r"alpha must be in \(0, 1\), got 1.5"),
+        ([1.0, 2.0], [1.0, 2.0], {"confidence": 0}, r"confidence must be in \(0, 1\), got 0"),
+        ([1.0, 2.0], [1.0, 2.0], {"bootstrap_samples": 0}, r"bootstrap_samples must be a positive"),
+    ],
+)
 def test_compare_errors_are_one_line(a, b, kw, match):
     with pytest.raises(BenchmarkError, match=match):
         compare_benchmarks(a, b, **kw)

@@ -15,9 +15,15 @@ from wia_hw.profiling import ProfilingConfig, create_roofline, profile_kernel, s
 from wia_hw.profiling._bounds import CEILINGS, LATENCY_BOUND_PCT, MEMORY_CEILINGS
 
 #: The first assessment of each bound opens with these words.
-OPENING = {"compute": "Compute-bound", "pipeline": "Pipeline-bound",
-           "parallelism": "Parallelism-bound", "latency": "Latency-bound",
-           "l1": "Memory-bound (L1", "l2": "Memory-bound (L2", "hbm": "Memory-bound (HBM"}
+OPENING = {
+    "compute": "Compute-bound",
+    "pipeline": "Pipeline-bound",
+    "parallelism": "Parallelism-bound",
+    "latency": "Latency-bound",
+    "l1": "Memory-bound (L1",
+    "l2": "Memory-bound (L2",
+    "hbm": "Memory-bound (HBM",
+}
 
 
 def check_bound(p):
@@ -25,9 +31,9 @@ def check_bound(p):
     f = p.floor_cycles
     largest = max(f.values())
     assert f[p.ceiling] == largest, (p.name, p.ceiling, f)
-    earlier = CEILINGS[:CEILINGS.index(p.ceiling)]
-    assert all(f[c] < largest for c in earlier if c in f), (p.name, f)   # ties: earlier wins
-    for c, v in f.items():                       # floors are lower bounds of the time
+    earlier = CEILINGS[: CEILINGS.index(p.ceiling)]
+    assert all(f[c] < largest for c in earlier if c in f), (p.name, f)  # ties: earlier wins
+    for c, v in f.items():  # floors are lower bounds of the time
         assert v <= p.cycles * (1 + 1e-9), (p.name, c, v, p.cycles)
     eff = 100.0 * largest / p.cycles
     assert p.roofline_efficiency == pytest.approx(eff)
@@ -35,7 +41,7 @@ def check_bound(p):
         assert p.bound == p.ceiling
     else:
         assert p.bound == "latency" and p.latency_cause
-    if p.bound in MEMORY_CEILINGS:               # never memory-bound below half the roof
+    if p.bound in MEMORY_CEILINGS:  # never memory-bound below half the roof
         assert 100.0 * f[p.bound] / p.cycles >= 50.0
     first = p.assessments[0]
     assert first.message.startswith(OPENING[p.bound]), (p.bound, first.message)
@@ -92,8 +98,9 @@ def test_occupancy_counts_fill_and_drain():
     cores = ctx.spec.compute.cores
     p = profile_kernel(ctx, "matmul", [(128 * cores, 64), (64, 128)])
     steps = systolic_steps(64, a.rate("fp16"))
-    interval = systolic_issue_interval(a.dataflow, a.rows, a.cols, steps, steps,
-                                       pipelined=a.pipelined)
+    interval = systolic_issue_interval(
+        a.dataflow, a.rows, a.cols, steps, steps, pipelined=a.pipelined
+    )
     assert p.pe_mapping == pytest.approx(100.0 * steps / interval)
     assert p.fill_drain_pct == pytest.approx(100.0 * (1 - steps / interval))
     assert p.occupancy == pytest.approx(p.pe_mapping * p.core_balance / 100)
@@ -108,10 +115,11 @@ def test_occupancy_counts_fill_and_drain():
 
 def test_too_few_tiles_is_parallelism_bound():
     ctx = wia_hw.open_device()
-    p = profile_kernel(ctx, "matmul", [(128, 4096), (4096, 128)])   # one tile, four cores
+    p = profile_kernel(ctx, "matmul", [(128, 4096), (4096, 128)])  # one tile, four cores
     assert p.tiles == 1 and p.ceiling == "parallelism"
     assert p.floor_cycles["parallelism"] == pytest.approx(
-        ctx.spec.compute.cores * p.floor_cycles["pipeline"])
+        ctx.spec.compute.cores * p.floor_cycles["pipeline"]
+    )
     check_bound(p)
 
 
@@ -124,8 +132,7 @@ def test_writebacks_are_attributed_to_the_kernel_that_dirtied_them():
     r = ctx.run("bert-base", batch=1, seq=64)
     total = ctx.device.counters.bytes["hbm"] - before
     recs = [k.record for k in r.kernels]
-    attributed = sum(k.counters.bytes["hbm"] - k.writeback_bytes + k.dirtied_bytes
-                     for k in recs)
+    attributed = sum(k.counters.bytes["hbm"] - k.writeback_bytes + k.dirtied_bytes for k in recs)
     assert attributed == total
     assert sum(k.dirtied_bytes for k in recs) > 0 and sum(k.writeback_bytes for k in recs) > 0
 
@@ -145,7 +152,7 @@ def test_bert_large_bounds_hold_their_properties(bert_large):
         check_bound(p)
     scores = [p for p in profiles if p.name.endswith("attention_scores")]
     assert len(scores) == 24
-    for p in scores:     # K = 64 passes on a 128-row array: the fill/drain ceiling is close
+    for p in scores:  # K = 64 passes on a 128-row array: the fill/drain ceiling is close
         f = p.floor_cycles
         assert f["pipeline"] >= 0.9 * max(f.values())
         assert p.ceiling == "pipeline" or "pipeline" in p.near_ceilings
@@ -162,14 +169,16 @@ def test_bert_large_roofline_points_sit_under_their_own_roofs(bert_large, tmp_pa
     drawn = [float(v) for xy in scatter.get_offsets() for v in xy]
     data = rf.plot_data()
     assert drawn == pytest.approx([v for p in data["points"] for v in (p["x"], p["y"] / 1e12)])
-    lines = {ln.get_gid(): ln for ln in ax.get_lines() if (ln.get_gid() or "").startswith(
-        "ceiling:")}
+    lines = {
+        ln.get_gid(): ln for ln in ax.get_lines() if (ln.get_gid() or "").startswith("ceiling:")
+    }
     for p, pt in zip(data["points"], pts, strict=True):
         assert p["y"] <= p["roof"] * (1 + 1e-9), p
         # the point is drawn at the intensity it is judged at: its binding level's
         assert p["x"] == pt.intensities[pt.level]
-        assert pt.roof(rf.config) == min([pt.peak] + [ai * rf.config.bandwidth(lvl)
-                                                      for lvl, ai in pt.intensities.items()])
+        assert pt.roof(rf.config) == min(
+            [pt.peak] + [ai * rf.config.bandwidth(lvl) for lvl, ai in pt.intensities.items()]
+        )
         # its own compute-side ceiling is drawn: a line at that height
         heights = [ln.get_ydata()[-1] * 1e12 for ln in lines.values()]
         assert any(h == pytest.approx(pt.peak, rel=1e-2) for h in heights), pt.name

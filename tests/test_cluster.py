@@ -16,8 +16,9 @@ import wia_hw
 
 def cluster(n: int = 8, **links) -> wia_hw.ClusterSpec:
     links.setdefault("bandwidth_gbs", 100)
-    return wia_hw.load_spec({"schema_version": 1, "name": "t", "devices": n,
-                             "device": "wia-npu", "links": links})
+    return wia_hw.load_spec(
+        {"schema_version": 1, "name": "t", "devices": n, "device": "wia-npu", "links": links}
+    )
 
 
 def test_shipped_cluster_specs_load():
@@ -64,28 +65,45 @@ def test_hierarchical_links():
     assert t.devices_per_node == k
 
 
-@pytest.mark.parametrize("links, match", [
-    ({"topology": "mesh"}, r"links\.topology: must be one of ring, fully_connected"),
-    ({"topology": "ring", "torus_dims": [2, 4]}, r"links\.torus_dims: only a torus2d"),
-    ({"topology": "torus2d", "torus_dims": [3, 3]},
-     r"links\.torus_dims: 3 x 3 is 9 devices, the cluster has 8"),
-    ({"topology": "torus2d", "torus_dims": [8]}, r"links\.torus_dims: must be a list of 2"),
-    ({"topology": "hierarchical", "inter_node_bandwidth_gbs": 10},
-     r"links\.devices_per_node: a hierarchical topology needs it"),
-    ({"topology": "hierarchical", "devices_per_node": 3, "inter_node_bandwidth_gbs": 10},
-     r"links\.devices_per_node: 3 devices per node does not divide the 8 devices"),
-    ({"topology": "custom"}, r"links\.edges: a custom topology needs its edges"),
-    ({"topology": "custom", "edges": [[0, 1], [1, 9]]},
-     r"links\.edges\[1\]: device 9 does not exist \(the cluster has devices 0\.\.7\)"),
-    ({"topology": "custom", "edges": [[0, 1], [2, 2]]},
-     r"links\.edges\[1\]: links device 2 to itself"),
-    ({"topology": "custom", "edges": [[0, 1], [1]]},
-     r"links\.edges\[1\]: must be a pair of device indices"),
-    ({"topology": "custom", "edges": [[0, 1], [1, 2], [2, 3], [4, 5], [5, 6], [6, 7]]},
-     r"links\.edges: the topology is disconnected: devices 4, 5, 6, 7 cannot reach device 0"),
-    ({"latency_ns": 2000}, r"links\.latency_ns: unknown field"),
-    ({"bandwidth_gbs": 0}, r"links\.bandwidth_gbs: must be a positive number"),
-])
+@pytest.mark.parametrize(
+    "links, match",
+    [
+        ({"topology": "mesh"}, r"links\.topology: must be one of ring, fully_connected"),
+        ({"topology": "ring", "torus_dims": [2, 4]}, r"links\.torus_dims: only a torus2d"),
+        (
+            {"topology": "torus2d", "torus_dims": [3, 3]},
+            r"links\.torus_dims: 3 x 3 is 9 devices, the cluster has 8",
+        ),
+        ({"topology": "torus2d", "torus_dims": [8]}, r"links\.torus_dims: must be a list of 2"),
+        (
+            {"topology": "hierarchical", "inter_node_bandwidth_gbs": 10},
+            r"links\.devices_per_node: a hierarchical topology needs it",
+        ),
+        (
+            {"topology": "hierarchical", "devices_per_node": 3, "inter_node_bandwidth_gbs": 10},
+            r"links\.devices_per_node: 3 devices per node does not divide the 8 devices",
+        ),
+        ({"topology": "custom"}, r"links\.edges: a custom topology needs its edges"),
+        (
+            {"topology": "custom", "edges": [[0, 1], [1, 9]]},
+            r"links\.edges\[1\]: device 9 does not exist \(the cluster has devices 0\.\.7\)",
+        ),
+        (
+            {"topology": "custom", "edges": [[0, 1], [2, 2]]},
+            r"links\.edges\[1\]: links device 2 to itself",
+        ),
+        (
+            {"topology": "custom", "edges": [[0, 1], [1]]},
+            r"links\.edges\[1\]: must be a pair of device indices",
+        ),
+        (
+            {"topology": "custom", "edges": [[0, 1], [1, 2], [2, 3], [4, 5], [5, 6], [6, 7]]},
+            r"links\.edges: the topology is disconnected: devices 4, 5, 6, 7 cannot reach device 0",
+        ),
+        ({"latency_ns": 2000}, r"links\.latency_ns: unknown field"),
+        ({"bandwidth_gbs": 0}, r"links\.bandwidth_gbs: must be a positive number"),
+    ],
+)
 def test_bad_topology_is_one_line_spec_error(links, match):
     with pytest.raises(SpecError, match=match) as e:
         cluster(8, **links)
@@ -95,21 +113,30 @@ def test_bad_topology_is_one_line_spec_error(links, match):
 def test_size_bounds():
     with pytest.raises(SpecError, match=r"devices: at most 65536 devices are modelled"):
         cluster(70000)
-    with pytest.raises(SpecError, match=r"links\.topology: a fully connected cluster of "
-                                        r"2000 devices would have 3998000 links"):
+    with pytest.raises(
+        SpecError,
+        match=r"links\.topology: a fully connected cluster of "
+        r"2000 devices would have 3998000 links",
+    ):
         cluster(2000, topology="fully_connected")
 
 
 def test_disconnected_error_names_the_file(tmp_path):
     p = tmp_path / "c.yaml"
-    p.write_text("schema_version: 1\nname: c\ndevices: 4\ndevice: wia-npu\nlinks:\n"
-                 "  bandwidth_gbs: 10\n  topology: custom\n  edges: [[0, 1], [2, 3]]\n")
-    with pytest.raises(SpecError, match=r"c\.yaml:8: links\.edges: the topology is "
-                                        r"disconnected: devices 2, 3"):
+    p.write_text(
+        "schema_version: 1\nname: c\ndevices: 4\ndevice: wia-npu\nlinks:\n"
+        "  bandwidth_gbs: 10\n  topology: custom\n  edges: [[0, 1], [2, 3]]\n"
+    )
+    with pytest.raises(
+        SpecError,
+        match=r"c\.yaml:8: links\.edges: the topology is "
+        r"disconnected: devices 2, 3",
+    ):
         wia_hw.load_spec(p)
 
 
 # -- the link model ------------------------------------------------------------------------
+
 
 def _model(spec, chunk_bytes=1 << 20):
     env = simpy.Environment()
@@ -141,7 +168,8 @@ def test_store_and_forward_pipelines_chunks(seed):
     # bytes are conserved: each link of the path carried the whole message
     path = build_topology(spec).route(0, h)
     assert {k: v for k, v in lm.link_bytes.items() if v} == {
-        (u, v): chunk * pieces for u, v in zip(path, path[1:], strict=False)}
+        (u, v): chunk * pieces for u, v in zip(path, path[1:], strict=False)
+    }
 
 
 def test_link_is_a_fifo_server():

@@ -13,8 +13,9 @@ from wia_hw.comm import BUS_FACTORS, CommError
 
 def cluster(n: int = 8, **links) -> wia_hw.ClusterSpec:
     links.setdefault("bandwidth_gbs", 100)
-    return wia_hw.load_spec({"schema_version": 1, "name": "t", "devices": n,
-                             "device": "wia-npu", "links": links})
+    return wia_hw.load_spec(
+        {"schema_version": 1, "name": "t", "devices": n, "device": "wia-npu", "links": links}
+    )
 
 
 CLUSTERS = {
@@ -32,13 +33,15 @@ def _ints(rng, n, size):
 
 # -- functional results --------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, algo", [(c, a) for c in CLUSTERS for a in ("ring", "tree")]
-                         + [("2x8", "hierarchical")])
+
+@pytest.mark.parametrize(
+    "name, algo", [(c, a) for c in CLUSTERS for a in ("ring", "tree")] + [("2x8", "hierarchical")]
+)
 def test_all_reduce_equals_numpy_sum(name, algo):
     comm = CLUSTERS[name]()
     rng = np.random.default_rng(hash((name, algo)) % 2**32)
     n = comm.size
-    for shape in [(3,), (37, 5), (4096,)]:   # fewer elements than ranks, uneven, even
+    for shape in [(3,), (37, 5), (4096,)]:  # fewer elements than ranks, uneven, even
         ints = _ints(rng, n, shape)
         rec = comm.all_reduce(ints, algorithm=algo)
         want = np.sum(np.stack(ints), axis=0)
@@ -72,13 +75,13 @@ def test_all_gather_reduce_scatter_broadcast_all_to_all(name):
     assert all(np.array_equal(o, np.stack(bufs)) for o in rec.outputs)
     total = np.sum(np.stack(bufs), axis=0)
     rec = comm.reduce_scatter(bufs)
-    assert all(np.array_equal(o, total[k * 6:(k + 1) * 6]) for k, o in enumerate(rec.outputs))
+    assert all(np.array_equal(o, total[k * 6 : (k + 1) * 6]) for k, o in enumerate(rec.outputs))
     for root in (0, n - 1):
         rec = comm.broadcast(bufs, root=root)
         assert all(np.array_equal(o, bufs[root]) for o in rec.outputs)
     rec = comm.all_to_all(bufs)
     for j, o in enumerate(rec.outputs):
-        assert np.array_equal(o, np.concatenate([b[j * 6:(j + 1) * 6] for b in bufs]))
+        assert np.array_equal(o, np.concatenate([b[j * 6 : (j + 1) * 6] for b in bufs]))
 
 
 def test_send_recv_moves_the_buffer():
@@ -93,6 +96,7 @@ def test_send_recv_moves_the_buffer():
 
 
 # -- closed forms --------------------------------------------------------------------------
+
 
 def _lat_s(comm, us):
     """A latency as the model holds it: whole device cycles."""
@@ -119,8 +123,8 @@ def test_small_messages_are_latency_bound():
     floor = 2 * (n - 1) * _lat_s(comm, comm.spec.links.latency_us)
     t1 = comm.all_reduce(nbytes=1024).time_s
     t2 = comm.all_reduce(nbytes=2048).time_s
-    assert floor <= t1 <= 1.01 * floor        # latency is 99 % of the time
-    assert t2 / t1 < 1.01                     # doubling the size barely moves it
+    assert floor <= t1 <= 1.01 * floor  # latency is 99 % of the time
+    assert t2 / t1 < 1.01  # doubling the size barely moves it
     assert comm.all_reduce(nbytes=1024).busbw_gbs < 0.01 * comm.peak_link_bandwidth_gbs
 
 
@@ -145,9 +149,9 @@ def test_hierarchical_all_reduce_matches_its_closed_form(mib):
     comm = wia_hw.open_cluster("wia-cluster-2x8")
     lk = comm.spec.links
     k, m, s = lk.devices_per_node, comm.size // lk.devices_per_node, mib << 20
-    want = (2 * (k - 1) * (_lat_s(comm, lk.latency_us) + s / k / (lk.bandwidth_gbs * 1e9))
-            + 2 * (m - 1) * (_lat_s(comm, lk.inter_node_latency_us)
-                             + s / (k * m) / (lk.inter_node_bandwidth_gbs * 1e9)))
+    want = 2 * (k - 1) * (_lat_s(comm, lk.latency_us) + s / k / (lk.bandwidth_gbs * 1e9)) + 2 * (
+        m - 1
+    ) * (_lat_s(comm, lk.inter_node_latency_us) + s / (k * m) / (lk.inter_node_bandwidth_gbs * 1e9))
     rec = comm.all_reduce(nbytes=s, algorithm="hierarchical")
     assert rec.time_s == pytest.approx(want, rel=0.01)
     # on this cluster it beats the flat ring, whose every step crosses the slow network
@@ -160,11 +164,12 @@ def test_broadcast_and_all_gather_closed_forms():
     b, lat = 100e9, _lat_s(comm, 2.0)
     p = s // chunk
     assert comm.broadcast(nbytes=s).time_s == pytest.approx(
-        (n - 1) * (lat + chunk / b) + (p - 1) * chunk / b, rel=0.01)
-    assert comm.all_gather(nbytes=s).time_s == pytest.approx(
-        (n - 1) * (lat + s / n / b), rel=0.01)
+        (n - 1) * (lat + chunk / b) + (p - 1) * chunk / b, rel=0.01
+    )
+    assert comm.all_gather(nbytes=s).time_s == pytest.approx((n - 1) * (lat + s / n / b), rel=0.01)
     assert comm.reduce_scatter(nbytes=s).time_s == pytest.approx(
-        (n - 1) * (lat + s / n / b), rel=0.01)
+        (n - 1) * (lat + s / n / b), rel=0.01
+    )
 
 
 def test_bus_factors_are_nccl_tests():
@@ -180,6 +185,7 @@ def test_bus_factors_are_nccl_tests():
 
 # -- byte conservation ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", CLUSTERS)
 def test_link_bytes_equal_what_the_schedule_sends(name):
     comm = CLUSTERS[name]()
@@ -191,11 +197,11 @@ def test_link_bytes_equal_what_the_schedule_sends(name):
         assert rec.sent_bytes > 0 and rec.transfers > 0
         # every link of a transfer's path carries its bytes, no more, no less
         assert sum(rec.link_bytes.values()) >= rec.sent_bytes
-        if comm.topology.kind == "switch":     # device -> switch -> device: two links
+        if comm.topology.kind == "switch":  # device -> switch -> device: two links
             assert sum(rec.link_bytes.values()) == 2 * rec.sent_bytes
     s = n * 4096
     rec = comm.all_reduce(nbytes=s, algorithm="ring")
-    assert rec.sent_bytes == 2 * (n - 1) * s          # n ranks x 2(n-1) steps x S/n
+    assert rec.sent_bytes == 2 * (n - 1) * s  # n ranks x 2(n-1) steps x S/n
     if comm.topology.kind in ("ring", "torus2d", "fully_connected"):
         # ring neighbours are one hop apart: link bytes are the schedule's bytes
         assert sum(rec.link_bytes.values()) == rec.sent_bytes
@@ -217,6 +223,7 @@ def test_link_bytes_count_every_hop():
 
 # -- async: a scheduler drives collectives and compute together ----------------------------
 
+
 def test_async_collectives_share_links_and_overlap_compute():
     comm = wia_hw.open_cluster("wia-cluster-8")
     alone = comm.all_reduce(nbytes=64 << 20).duration_cycles
@@ -232,28 +239,41 @@ def test_async_collectives_share_links_and_overlap_compute():
 
 # -- errors --------------------------------------------------------------------------------
 
+
 def test_bad_calls_are_one_line_errors():
     comm = wia_hw.open_cluster("wia-cluster-8")
     bufs = [np.zeros(16, np.float32) for _ in range(8)]
     cases = [
-        (lambda: comm.all_reduce(bufs[:7] + [np.zeros(15, np.float32)]),
-         r"all_reduce: rank 7's buffer is \(15,\) float32, rank 0's is \(16,\) float32"),
-        (lambda: comm.all_reduce(bufs[:7] + [np.zeros(16, np.int32)]),
-         r"rank 7's buffer is \(16,\) int32"),
-        (lambda: comm.all_reduce(nbytes=64, ranks=[0, 8]),
-         r"all_reduce: rank 8 is outside the cluster \(ranks 0\.\.7\)"),
+        (
+            lambda: comm.all_reduce(bufs[:7] + [np.zeros(15, np.float32)]),
+            r"all_reduce: rank 7's buffer is \(15,\) float32, rank 0's is \(16,\) float32",
+        ),
+        (
+            lambda: comm.all_reduce(bufs[:7] + [np.zeros(16, np.int32)]),
+            r"rank 7's buffer is \(16,\) int32",
+        ),
+        (
+            lambda: comm.all_reduce(nbytes=64, ranks=[0, 8]),
+            r"all_reduce: rank 8 is outside the cluster \(ranks 0\.\.7\)",
+        ),
         (lambda: comm.send(0, 8, nbytes=4), r"send: dst 8 is outside the cluster"),
         (lambda: comm.send(2, 2, nbytes=4), r"send: src and dst are both rank 2"),
         (lambda: comm.broadcast(nbytes=4, root=-1), r"broadcast: root -1 is outside"),
         (lambda: comm.all_reduce(bufs[:4]), r"all_reduce: 4 buffers for 8 ranks"),
         (lambda: comm.all_reduce(bufs, nbytes=64), r"give either buffers .* or nbytes"),
-        (lambda: comm.all_reduce(nbytes=64, algorithm="bruck"),
-         r"all_reduce: unknown algorithm 'bruck' \(known: ring, tree, hierarchical\)"),
-        (lambda: comm.all_reduce(nbytes=64, algorithm="hierarchical"),
-         r"the hierarchical algorithm needs the whole cluster on a hierarchical topology"),
+        (
+            lambda: comm.all_reduce(nbytes=64, algorithm="bruck"),
+            r"all_reduce: unknown algorithm 'bruck' \(known: ring, tree, hierarchical\)",
+        ),
+        (
+            lambda: comm.all_reduce(nbytes=64, algorithm="hierarchical"),
+            r"the hierarchical algorithm needs the whole cluster on a hierarchical topology",
+        ),
         (lambda: comm.all_reduce(nbytes=64, op="mean"), r"unknown op 'mean'"),
-        (lambda: comm.reduce_scatter([np.zeros(10)] * 8),
-         r"reduce_scatter: 10 elements do not split evenly over 8 ranks"),
+        (
+            lambda: comm.reduce_scatter([np.zeros(10)] * 8),
+            r"reduce_scatter: 10 elements do not split evenly over 8 ranks",
+        ),
         (lambda: comm.all_to_all([np.zeros(10)] * 8), r"all_to_all: 10 elements do not split"),
         (lambda: comm.recv(1, 0), r"recv: rank 0 has sent nothing \(left\) to rank 1"),
         (lambda: comm.all_reduce(nbytes=64, ranks=[1, 1]), r"ranks \[1, 1\] repeat a rank"),

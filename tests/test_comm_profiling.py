@@ -22,7 +22,7 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "COMMUNICATION.md"
 
 def _profile(overlapped: bool, cfg: wia_hw.CommProfilingConfig | None = None):
     comm = wia_hw.open_cluster("wia-cluster-8")
-    t_ar = comm.all_reduce(nbytes=32 << 20).duration_cycles     # before the session
+    t_ar = comm.all_reduce(nbytes=32 << 20).duration_cycles  # before the session
     s = wia_hw.start_comm_profiling(comm, cfg)
     compute = 3 * t_ar // 4
     for _ in range(3):
@@ -55,7 +55,8 @@ def test_report_fields_are_derived_from_the_records():
     assert r.total_comm_time_s == pytest.approx(ar.total_time_s + send.total_time_s)
     assert r.overlap_efficiency == 0.0
     assert r.communication_fraction == pytest.approx(
-        r.total_comm_time_s / (r.total_comm_time_s + r.total_compute_time_s))
+        r.total_comm_time_s / (r.total_comm_time_s + r.total_compute_time_s)
+    )
     assert r.peak_bandwidth_util == pytest.approx(ar.busbw_gbs / 100.0)
     assert r.min_bandwidth_util == pytest.approx(send.busbw_gbs / 100.0)
     assert r.min_bandwidth_util <= r.avg_bandwidth_util <= r.peak_bandwidth_util
@@ -70,7 +71,8 @@ def test_overlap_efficiency_is_compute_during_comm_over_comm():
     # each all-reduce hides `compute` cycles of compute; the send hides none
     hz = comm.clock_ghz * 1e9
     assert r.overlap_efficiency == pytest.approx(
-        3 * compute / hz / (ar.total_time_s + send.total_time_s))
+        3 * compute / hz / (ar.total_time_s + send.total_time_s)
+    )
     assert r.overlap_efficiency > seq.overlap_efficiency
     assert r.duration_s < seq.duration_s
 
@@ -104,8 +106,7 @@ def test_link_tracks_bytes_and_trace():
 
 
 def test_config_switches():
-    cfg = wia_hw.CommProfilingConfig(track_p2p=False, track_bandwidth=False,
-                                     track_overlap=False)
+    cfg = wia_hw.CommProfilingConfig(track_p2p=False, track_bandwidth=False, track_overlap=False)
     _, r, _, _ = _profile(overlapped=True, cfg=cfg)
     assert [s.name for s in r.collective_stats] == ["all_reduce"]
     assert r.link_events == [] and r.link_utilization == {}
@@ -138,9 +139,11 @@ def test_run_books_a_workload_as_compute():
 
 # -- the CLI -------------------------------------------------------------------------------
 
+
 def test_cli_collectives_table():
-    res = CliRunner().invoke(cli, ["collectives", "--op", "all_reduce", "--min", "1K",
-                                   "--max", "64M"])
+    res = CliRunner().invoke(
+        cli, ["collectives", "--op", "all_reduce", "--min", "1K", "--max", "64M"]
+    )
     assert res.exit_code == 0, res.output
     rows = [ln.split() for ln in res.output.splitlines() if not ln.startswith("#")]
     assert [int(r[0]) for r in rows] == [1024 << i for i in range(17)]
@@ -148,17 +151,32 @@ def test_cli_collectives_table():
     last = comm.all_reduce(nbytes=64 << 20)
     assert float(rows[-1][3]) == pytest.approx(last.time_s * 1e6, abs=0.01)
     assert float(rows[-1][5]) == pytest.approx(last.busbw_gbs, abs=0.01)
-    res = CliRunner().invoke(cli, ["collectives", "--min", "1M", "--max", "2M", "-c",
-                                   "wia-cluster-2x8", "--algo", "hierarchical"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "collectives",
+            "--min",
+            "1M",
+            "--max",
+            "2M",
+            "-c",
+            "wia-cluster-2x8",
+            "--algo",
+            "hierarchical",
+        ],
+    )
     assert res.exit_code == 0 and res.output.count("# Avg bus bandwidth") == 5
     assert "all_reduce (algorithm hierarchical)" in res.output
 
 
-@pytest.mark.parametrize("args, match", [
-    (["--min", "1X"], r"'1X' is not a size"),
-    (["--min", "4K", "--max", "1K"], r"need 1 <= min <= max"),
-    (["--op", "all_gather", "--algo", "tree"], r"'tree' is not an algorithm of all_gather"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["--min", "1X"], r"'1X' is not a size"),
+        (["--min", "4K", "--max", "1K"], r"need 1 <= min <= max"),
+        (["--op", "all_gather", "--algo", "tree"], r"'tree' is not an algorithm of all_gather"),
+    ],
+)
 def test_cli_collectives_errors(args, match):
     res = CliRunner().invoke(cli, ["collectives", *args])
     assert res.exit_code == 2 and re.search(match, res.output)
@@ -171,6 +189,7 @@ def test_cli_collectives_spec_error_is_one_line():
 
 
 # -- docs ----------------------------------------------------------------------------------
+
 
 def _examples() -> list[tuple[str, str | None]]:
     text = DOC.read_text()
@@ -193,5 +212,6 @@ def test_doc_example_runs_and_prints_what_the_page_shows(index, tmp_path, monkey
     printed = buf.getvalue().splitlines()
     for line in (shown or "").splitlines():
         if line.strip() and line.strip() != "...":
-            assert line in printed, f"the page shows {line!r}; the example printed:\n" + \
-                "\n".join(printed)
+            assert line in printed, f"the page shows {line!r}; the example printed:\n" + "\n".join(
+                printed
+            )

@@ -35,8 +35,9 @@ def test_readme_spec_example_is_valid(tmp_path):
 
     from wia_hw.spec import load_spec
 
-    block = next(b for b in re.findall(r"```yaml\n(.*?)```", README, flags=re.S)
-                 if "schema_version" in b)
+    block = next(
+        b for b in re.findall(r"```yaml\n(.*?)```", README, flags=re.S) if "schema_version" in b
+    )
     p = tmp_path / "my-npu.yaml"
     p.write_text(block)
     assert yaml.safe_load(block)["name"] == "my-npu"
@@ -54,6 +55,21 @@ def test_lint_is_clean():
     ruff = shutil.which("ruff") or str(Path(__import__("sys").executable).parent / "ruff")
     if not Path(ruff).exists():
         pytest.skip("ruff is not installed (pip install 'wia-hw[test]')")
-    res = subprocess.run([ruff, "check", "--quiet", str(ROOT)], capture_output=True,
-                         text=True, check=False)
+    res = subprocess.run(
+        [ruff, "check", "--quiet", str(ROOT)], capture_output=True, text=True, check=False
+    )
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_formatting_is_clean():
+    """`ruff format` has been applied to the whole tree (CI runs this check)."""
+    ruff = shutil.which("ruff") or str(Path(__import__("sys").executable).parent / "ruff")
+    if not Path(ruff).exists():
+        pytest.skip("ruff is not installed (pip install 'wia-hw[test]')")
+    res = subprocess.run(
+        [ruff, "format", "--check", "--quiet", str(ROOT)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert res.returncode == 0, "run `ruff format .`:\n" + res.stdout + res.stderr

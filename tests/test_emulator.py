@@ -15,19 +15,25 @@ from wia_hw.workloads import build, gemm
 
 def _floor_cycles(spec, rec):
     """Roofline floor of one kernel in cycles: FLOPs at peak, HBM bytes at bandwidth."""
-    compute = rec.flops / float(2 * spec.peak_macs_per_cycle(rec.precision)) \
-        if rec.kind == "gemm" else 0.0
+    compute = (
+        rec.flops / float(2 * spec.peak_macs_per_cycle(rec.precision))
+        if rec.kind == "gemm"
+        else 0.0
+    )
     memory = rec.counters.bytes["hbm"] / float(spec.bytes_per_cycle(spec.peak_bandwidth_gbs))
     return max(compute, memory)
 
 
-@pytest.mark.parametrize("workload,kw", [
-    ("bert-large", dict(batch=32, seq=128)),
-    ("bert-base", dict(batch=4, seq=64, precision="int8")),
-    ("gpt2", dict(batch=2, seq=128)),
-    ("gpt2", dict(batch=2, phase="decode", kv_len=300)),
-    ("resnet50", dict(batch=2)),
-])
+@pytest.mark.parametrize(
+    "workload,kw",
+    [
+        ("bert-large", dict(batch=32, seq=128)),
+        ("bert-base", dict(batch=4, seq=64, precision="int8")),
+        ("gpt2", dict(batch=2, seq=128)),
+        ("gpt2", dict(batch=2, phase="decode", kv_len=300)),
+        ("resnet50", dict(batch=2)),
+    ],
+)
 def test_no_kernel_beats_its_roofline_floor(workload, kw):
     ctx = wia_hw.open_device("wia-npu")
     r = ctx.run(workload, **kw)
@@ -71,45 +77,54 @@ def test_no_run_or_kernel_below_its_floor_on_random_specs(pipelined):
 
     rng = random.Random(41 if pipelined else 42)
     for _ in range(5):
-        over = {"compute.array.pipelined": pipelined,
-                "compute.cores": rng.choice([1, 2, 4]),
-                "compute.array.rows": rng.choice([16, 32, 64, 128]),
-                "compute.array.cols": rng.choice([16, 32, 64, 128]),
-                "compute.array.dataflow": rng.choice(["os", "ws"]),
-                "memory.hbm.bandwidth_gbs": rng.choice([40, 200, 600, 4000]),
-                "memory.hbm.channels": rng.choice([2, 8, 16]),
-                "clock_ghz": rng.choice([0.5, 1.0, 2.0])}
+        over = {
+            "compute.array.pipelined": pipelined,
+            "compute.cores": rng.choice([1, 2, 4]),
+            "compute.array.rows": rng.choice([16, 32, 64, 128]),
+            "compute.array.cols": rng.choice([16, 32, 64, 128]),
+            "compute.array.dataflow": rng.choice(["os", "ws"]),
+            "memory.hbm.bandwidth_gbs": rng.choice([40, 200, 600, 4000]),
+            "memory.hbm.channels": rng.choice([2, 8, 16]),
+            "clock_ghz": rng.choice([0.5, 1.0, 2.0]),
+        }
         kind = rng.choice(["gemm", "bmm", "bert"])
         if kind == "bert":
-            g = build("bert-base", batch=rng.randint(1, 2), seq=rng.choice([16, 48]),
-                      layers=1)
+            g = build("bert-base", batch=rng.randint(1, 2), seq=rng.choice([16, 48]), layers=1)
         else:
-            g = gemm(rng.randint(1, 900), rng.randint(1, 900), rng.randint(1, 900),
-                     batch=1 if kind == "gemm" else rng.randint(2, 6))
+            g = gemm(
+                rng.randint(1, 900),
+                rng.randint(1, 900),
+                rng.randint(1, 900),
+                batch=1 if kind == "gemm" else rng.randint(2, 6),
+            )
         ctx = wia_hw.open_device("wia-npu", overrides=over)
         spec = ctx.spec
         r = ctx.run(g)
         bw_bps = spec.peak_bandwidth_gbs * 1e9
-        floor_ms = 1e3 * max(g.flops() / spec.peak_flops(r.precision),
-                             compulsory_hbm_bytes(g) / bw_bps)
+        floor_ms = 1e3 * max(
+            g.flops() / spec.peak_flops(r.precision), compulsory_hbm_bytes(g) / bw_bps
+        )
         assert r.roofline_floor_ms == pytest.approx(floor_ms, rel=1e-12)
         assert r.latency_ms >= r.roofline_floor_ms
-        assert r.counters.bytes["hbm"] >= compulsory_hbm_bytes(g)   # never fewer bytes
+        assert r.counters.bytes["hbm"] >= compulsory_hbm_bytes(g)  # never fewer bytes
         first = _first_touch_bytes(g)
         bpc = float(spec.bytes_per_cycle(spec.peak_bandwidth_gbs))
         charged = set()
         for k in r.kernels:
             own = 0 if k.op in charged else first.get(k.op, 0)
             charged.add(k.op)
-            compute = k.flops / float(2 * spec.peak_macs_per_cycle(k.precision)) \
-                if k.kind == "gemm" else 0.0
+            compute = (
+                k.flops / float(2 * spec.peak_macs_per_cycle(k.precision))
+                if k.kind == "gemm"
+                else 0.0
+            )
             assert k.cycles >= max(compute, own / bpc), (k.name, over)
 
 
 def test_bert_large_floor_derived_from_graph_flops():
     r = wia_hw.run("bert-large", batch=32, seq=128, device="wia-npu")
     g = build("bert-large", batch=32, seq=128)
-    floor_ms = g.flops() / load_peak("wia-npu") * 1e3      # ~19.7 ms for 2.53 TFLOP
+    floor_ms = g.flops() / load_peak("wia-npu") * 1e3  # ~19.7 ms for 2.53 TFLOP
     assert r.latency_ms >= floor_ms
     assert r.flops == g.flops()
     assert [o.name for o in r.ops][:1] in (["feed_forward"], ["multi_head_attention"])
@@ -137,8 +152,7 @@ def test_mapping_loss_for_dims_not_multiple_of_the_array():
     part = wia_hw.run(gemm(4032, 4032, 4096))
     expected = (4032 / 4096) ** 2
     assert part.cycles == pytest.approx(full.cycles, rel=0.02)
-    assert part.compute_utilization / full.compute_utilization == pytest.approx(expected,
-                                                                               rel=0.02)
+    assert part.compute_utilization / full.compute_utilization == pytest.approx(expected, rel=0.02)
 
 
 @pytest.mark.parametrize("dataflow", ["os", "ws"])
@@ -148,15 +162,21 @@ def test_one_tile_takes_the_cycle_function(dataflow):
         rows, cols = rng.choice([4, 8, 16, 32]), rng.choice([4, 8, 16, 32])
         k = rng.randint(1, rows if dataflow == "ws" else 200)
         m = rows if dataflow == "os" else rng.randint(1, 200)
-        ctx = wia_hw.open_device("wia-npu", overrides={
-            "compute.array.rows": rows, "compute.array.cols": cols,
-            "compute.array.dataflow": dataflow, "compute.cores": 1})
+        ctx = wia_hw.open_device(
+            "wia-npu",
+            overrides={
+                "compute.array.rows": rows,
+                "compute.array.cols": cols,
+                "compute.array.dataflow": dataflow,
+                "compute.cores": 1,
+            },
+        )
         r = ctx.run(gemm(m, cols, k), trace=True)
         (kern,) = r.kernels
         assert kern.tiles == 1
         depth = systolic_steps(k if dataflow == "os" else m, 1)
         expected = systolic_tile_cycles(dataflow, rows, cols, depth)
-        rtl = systolic_tile_counters(dataflow, rows, cols, depth)   # the RTL counter block
+        rtl = systolic_tile_counters(dataflow, rows, cols, depth)  # the RTL counter block
         computes = [e for e in r.trace if e.kind == "compute"]
         assert len(computes) == 1
         assert computes[0].end - computes[0].start == expected == rtl[Counter.CYCLES]
@@ -172,7 +192,7 @@ def test_counter_invariants():
     assert c.flops == 2 * c.macs == 2 * 1000 * 700 * 300
     assert c.array_flops == 2 * c.macs
     assert c.cache_misses == c.misses["l1"] + c.misses["l2"]
-    assert c.accesses("l2") == c.misses["l1"]      # every L1 miss goes to L2
+    assert c.accesses("l2") == c.misses["l1"]  # every L1 miss goes to L2
     # L1 accesses counted against the blocks the tiles' loads touch, derived apart from
     # the counters (accesses() itself is hits + misses, so it cannot check them)
     from wia_hw.emulator.device import Device
@@ -195,13 +215,16 @@ def test_bytes_at_least_compulsory_traffic():
     c = r.counters
     # cold caches: every weight and input crosses HBM at least once, and the final
     # outputs are written back
-    tables = {op.inputs[1]: math.prod(g.tensors[op.inputs[0]].shape) for op in g.ops
-              if op.kind == "embedding"}
+    tables = {
+        op.inputs[1]: math.prod(g.tensors[op.inputs[0]].shape)
+        for op in g.ops
+        if op.kind == "embedding"
+    }
     compulsory = 0
     for name, t in g.tensors.items():
         if t.kind not in ("weight", "input"):
             continue
-        if name in tables:        # a lookup reads only the rows it touches
+        if name in tables:  # a lookup reads only the rows it touches
             compulsory += min(tables[name], t.shape[0]) * t.nbytes // t.shape[0]
         else:
             compulsory += t.nbytes
@@ -227,7 +250,7 @@ def test_context_keeps_state_between_runs():
     ctx = wia_hw.open_device("wia-npu")
     cold = ctx.run(gemm(512, 512, 512))
     warm = ctx.run(gemm(512, 512, 512))
-    assert warm.counters.bytes["hbm"] < cold.counters.bytes["hbm"]   # weights in L2
+    assert warm.counters.bytes["hbm"] < cold.counters.bytes["hbm"]  # weights in L2
     assert ctx.device.now == cold.cycles + warm.cycles
 
 

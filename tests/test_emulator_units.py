@@ -52,15 +52,14 @@ def test_systolic_issue_interval_rules():
         r, c = rng.randint(1, 256), rng.randint(1, 256)
         s, s2 = rng.randint(1, 600), rng.randint(1, 600)
         for df in ("os", "ws"):
-            assert systolic_issue_interval(df, r, c, s, s2, pipelined=False) == \
-                s + 2 * r + c - 2
+            assert systolic_issue_interval(df, r, c, s, s2, pipelined=False) == s + 2 * r + c - 2
             assert systolic_issue_interval(df, r, c, s, s, pipelined=True) == max(s, r)
-        assert systolic_issue_interval("os", r, c, s, s2, pipelined=True) == \
-            max(s, r + s - s2)
+        assert systolic_issue_interval("os", r, c, s, s2, pipelined=True) == max(s, r + s - s2)
         assert systolic_issue_interval("ws", r, c, s, s2, pipelined=True) == max(s, r)
         # pipelining never issues later than the unpipelined array
-        assert systolic_issue_interval("os", r, c, s, s2, pipelined=True) <= \
-            systolic_tile_cycles("os", r, c, s)
+        assert systolic_issue_interval("os", r, c, s, s2, pipelined=True) <= systolic_tile_cycles(
+            "os", r, c, s
+        )
     with pytest.raises(TypeError, match="pipelined must be a bool, got 1"):
         systolic_issue_interval("os", 2, 2, 2, 2, pipelined=1)
     with pytest.raises(ValueError, match="next_depth must be a positive integer, got 0"):
@@ -69,18 +68,26 @@ def test_systolic_issue_interval_rules():
 
 def test_systolic_sequence_cycles_and_counters():
     # os 4x3, depths 2 then 5 then 1: accepts at 0, max(2, 4+2-5)=2, 2+max(5, 4+5-1)=10
-    assert systolic_sequence_cycles("os", 4, 3, [2, 5, 1], pipelined=True) == \
-        10 + (1 + 2 * 4 + 3 - 2)
-    assert systolic_sequence_cycles("ws", 4, 3, [2, 5, 1], pipelined=True,
-                                    stall_cycles=3) == 4 + 5 + (1 + 8 + 3 - 2) + 3
+    assert systolic_sequence_cycles("os", 4, 3, [2, 5, 1], pipelined=True) == 10 + (
+        1 + 2 * 4 + 3 - 2
+    )
+    assert (
+        systolic_sequence_cycles("ws", 4, 3, [2, 5, 1], pipelined=True, stall_cycles=3)
+        == 4 + 5 + (1 + 8 + 3 - 2) + 3
+    )
     assert systolic_sequence_cycles("ws", 4, 3, [], pipelined=True) == 0
     unpiped = systolic_sequence_cycles("os", 4, 3, [2, 5], pipelined=False)
     assert unpiped == (2 + 9) + (5 + 9)
     # busy: union of [T + off, T + off + S + R + C - 2); os windows [0, 7) and [2, 12)
-    got = systolic_sequence_counters("os", 4, 3, [2, 5], pipelined=True, stall_cycles=2,
-                                     elements=[3, 9])
-    assert got == {Counter.CYCLES: 2 + (5 + 9) + 2, Counter.BUSY_CYCLES: 12,
-                   Counter.MACS: 4 * 3 * 12, Counter.STALL_CYCLES: 2}
+    got = systolic_sequence_counters(
+        "os", 4, 3, [2, 5], pipelined=True, stall_cycles=2, elements=[3, 9]
+    )
+    assert got == {
+        Counter.CYCLES: 2 + (5 + 9) + 2,
+        Counter.BUSY_CYCLES: 12,
+        Counter.MACS: 4 * 3 * 12,
+        Counter.STALL_CYCLES: 2,
+    }
     # unpipelined tiles do not overlap: the counters add up tile by tile
     seq = systolic_sequence_counters("ws", 3, 2, [4, 1, 6], pipelined=False)
     tiles = [systolic_tile_counters("ws", 3, 2, d) for d in (4, 1, 6)]
@@ -169,32 +176,32 @@ def _mem(**over):
 
 def test_lru_hits_misses_and_bytes_conserve():
     mem, c, spec = _mem()
-    ref = TensorRef("w", 256, 256, 2)   # 128 KiB, 8 blocks of 16 KiB
+    ref = TensorRef("w", 256, 256, 2)  # 128 KiB, 8 blocks of 16 KiB
     blocks = mem.region_blocks([(ref, 0, 256, 0, 256)])
     total = sum(nb for _, nb in blocks)
     assert total == ref.nbytes
     mem.load(0, blocks, 0)
     assert c.misses["l1"] == len(blocks) and c.misses["l2"] == len(blocks)
     assert c.bytes["hbm"] == total
-    mem.load(0, blocks, 0)                      # all resident now
+    mem.load(0, blocks, 0)  # all resident now
     assert c.hits["l1"] == len(blocks)
-    assert c.bytes["hbm"] == total              # nothing more from HBM
+    assert c.bytes["hbm"] == total  # nothing more from HBM
     # every L1 miss looked in L2
     assert c.accesses("l2") == c.misses["l1"]
 
 
 def test_lru_evicts_least_recent_and_writes_back_dirty():
     mem, c, spec = _mem(**{"memory.l2.size_kib": 64, "memory.l1.size_kib": 64})
-    ref = TensorRef("a", 64, 1024, 2)           # 128 KiB: twice L2
+    ref = TensorRef("a", 64, 1024, 2)  # 128 KiB: twice L2
     blocks = mem.region_blocks([(ref, 0, 64, 0, 1024)])
-    mem.store(0, blocks, 0)                      # dirty in L2; half gets evicted
-    assert c.bytes["hbm"] == ref.nbytes // 2     # the evicted dirty half went to HBM
+    mem.store(0, blocks, 0)  # dirty in L2; half gets evicted
+    assert c.bytes["hbm"] == ref.nbytes // 2  # the evicted dirty half went to HBM
     mem.flush(0)
-    assert c.bytes["hbm"] == ref.nbytes          # the rest at the flush
+    assert c.bytes["hbm"] == ref.nbytes  # the rest at the flush
     # cyclic access larger than the cache: LRU misses every time
     c2 = Counters()
     mem2 = MemorySystem(spec, c2)
-    blocks = mem2.region_blocks([(ref, 0, 64, 0, 1024)])     # laid out by this memory
+    blocks = mem2.region_blocks([(ref, 0, 64, 0, 1024)])  # laid out by this memory
     for _ in range(3):
         mem2.load(0, blocks, 0)
     assert c2.hits["l2"] == 0 and c2.misses["l2"] == 3 * len(blocks)
@@ -203,7 +210,7 @@ def test_lru_evicts_least_recent_and_writes_back_dirty():
 def test_view_regions_map_onto_storage():
     mem, c, _ = _mem()
     base = TensorRef("qkv", 128, 96, 2)
-    view = TensorRef("qkv", 3 * 128, 32, 2, offset=0)   # same bytes, another shape
+    view = TensorRef("qkv", 3 * 128, 32, 2, offset=0)  # same bytes, another shape
     whole = mem.region_blocks([(base, 0, 128, 0, 96)])
     via_view = mem.region_blocks([(view, 0, 3 * 128, 0, 32)])
     assert {k for k, _ in via_view} == {k for k, _ in whole}

@@ -84,13 +84,18 @@ def test_builtin_extensions_load_and_list():
 def test_the_seed_transformer_engine_struct():
     e = load_extension(ExtensionId.TRANSFORMER_ENGINE)
     assert e.version == "1.0"
-    assert list(e.capabilities) == [Capability.FUSED_ATTENTION, Capability.FAST_SOFTMAX,
-                                    Capability.SPARSE_ATTENTION, Capability.FLASH_ATTENTION]
-    assert [o.name for o in e.operations] == ["multi_head_attention_fused",
-                                              "self_attention_sparse",
-                                              "cross_attention_optimized"]
-    assert e.implementation("multi_head_attention_fused").__name__ == \
-        "multi_head_attention_impl"
+    assert list(e.capabilities) == [
+        Capability.FUSED_ATTENTION,
+        Capability.FAST_SOFTMAX,
+        Capability.SPARSE_ATTENTION,
+        Capability.FLASH_ATTENTION,
+    ]
+    assert [o.name for o in e.operations] == [
+        "multi_head_attention_fused",
+        "self_attention_sparse",
+        "cross_attention_optimized",
+    ]
+    assert e.implementation("multi_head_attention_fused").__name__ == "multi_head_attention_impl"
 
 
 def test_enums_accept_their_strings():
@@ -104,9 +109,12 @@ def test_a_python_built_extension_like_the_seed():
     def impl(op, graph, spec, storage, ext):
         return None
 
-    e = DeviceExtension(extension_id="mine", version="0.3",
-                        capabilities=[Capability.FUSED_ATTENTION],
-                        operations=[("fused", impl)])
+    e = DeviceExtension(
+        extension_id="mine",
+        version="0.3",
+        capabilities=[Capability.FUSED_ATTENTION],
+        operations=[("fused", impl)],
+    )
     assert e.operations[0].impl is impl and e.file == "<python>"
     ctx = wia_hw.open_device("wia-edge")
     register_device_extension(ctx, e)
@@ -129,15 +137,23 @@ def expect(path, field, message, line_needle=None, **kw):
 
 
 def test_unknown_capability(tmp_path):
-    p = write(tmp_path, "x.yaml", mutate(SPARSE, "[structured_sparsity]",
-                                         "[structured_sparsity, telepathy]"))
+    p = write(
+        tmp_path,
+        "x.yaml",
+        mutate(SPARSE, "[structured_sparsity]", "[structured_sparsity, telepathy]"),
+    )
     expect(p, "capabilities.1", "unknown capability 'telepathy'", "capabilities:")
 
 
 def test_incompatible_version(tmp_path):
     p = write(tmp_path, "x.yaml", mutate(SPARSE, '">=0.1, <1.0"', '">=2.0"'))
-    expect(p, "requires.wia_hw", "incompatible version: the extension needs wia_hw >=2.0, "
-           f"this is wia_hw {wia_hw.__version__}", "requires:")
+    expect(
+        p,
+        "requires.wia_hw",
+        "incompatible version: the extension needs wia_hw >=2.0, "
+        f"this is wia_hw {wia_hw.__version__}",
+        "requires:",
+    )
     p = write(tmp_path, "y.yaml", mutate(SPARSE, '">=0.1, <1.0"', '"~=0.1"'))
     expect(p, "requires.wia_hw", "bad version clause '~=0.1'")
     p = write(tmp_path, "z.yaml", mutate(SPARSE, 'version: "1.0"', 'version: "one"'))
@@ -148,11 +164,11 @@ def test_parameter_out_of_range(tmp_path):
     p = write(tmp_path, "x.yaml", mutate(SPARSE, "default: 2, min: 1", "default: 9, min: 1"))
     expect(p, "parameters.keep.default", "value 9 is above the maximum 4", "keep:")
     p = write(tmp_path, "y.yaml", SPARSE)
-    expect(p, "parameters.group", "value 0 is below the minimum 1", "group:",
-           parameters={"group": 0})
+    expect(
+        p, "parameters.group", "value 0 is below the minimum 1", "group:", parameters={"group": 0}
+    )
     expect(p, "parameters.group", "must be an integer, got 2.5", parameters={"group": 2.5})
-    expect(p, "parameters.nope", "unknown parameter (known: keep, group)",
-           parameters={"nope": 1})
+    expect(p, "parameters.nope", "unknown parameter (known: keep, group)", parameters={"nope": 1})
     ext = load_extension(p)
     with pytest.raises(SpecError, match=r"y\.yaml:\d+: parameters\.keep: value 5 is above"):
         ext.with_parameters(keep=5)
@@ -160,7 +176,9 @@ def test_parameter_out_of_range(tmp_path):
 
 
 def test_implementation_outside_the_module_is_refused(tmp_path):
-    mod = ("evil_ext.py", """\
+    mod = (
+        "evil_ext.py",
+        """\
         from os import system
         import subprocess
 
@@ -168,7 +186,8 @@ def test_implementation_outside_the_module_is_refused(tmp_path):
             return None
 
         helper = subprocess.run
-    """)
+    """,
+    )
     base = textwrap.dedent("""\
     schema_version: 1
     extension_id: evil
@@ -180,37 +199,53 @@ def test_implementation_outside_the_module_is_refused(tmp_path):
         claims: [gelu]
     """)
     for impl, msg in [
-        ("os.system", "implementation reference 'os.system' points outside the extension's "
-                      "module"),
+        ("os.system", "implementation reference 'os.system' points outside the extension's module"),
         ("evil_ext.good", "points outside the extension's module"),
         ("../x:good", "points outside the extension's module"),
-        ("system", "'system' in evil_ext.py is not a function defined there (it is "
-                   "imported from os)"),
-        ("subprocess", "'subprocess' in evil_ext.py is not a function defined there (it is "
-                       "imported from subprocess)"),
-        ("helper", "'helper' in evil_ext.py is not a function defined there (it is "
-                   "assigned)"),
+        (
+            "system",
+            "'system' in evil_ext.py is not a function defined there (it is imported from os)",
+        ),
+        (
+            "subprocess",
+            "'subprocess' in evil_ext.py is not a function defined there (it is "
+            "imported from subprocess)",
+        ),
+        ("helper", "'helper' in evil_ext.py is not a function defined there (it is assigned)"),
         ("eval", "module evil_ext.py has no function 'eval'"),
     ]:
         p = write(tmp_path, "evil.yaml", base.replace("IMPL", repr(impl)[1:-1]), mod)
         expect(p, "operations.0.impl", msg, "impl:")
     p = write(tmp_path, "evil.yaml", base.replace("IMPL", "good"), mod)
     assert callable(load_extension(p).implementation("op"))
-    p = write(tmp_path, "evil2.yaml", base.replace("IMPL", "good").replace(
-        "module: evil_ext", "module: ../evil_ext"), mod)
+    p = write(
+        tmp_path,
+        "evil2.yaml",
+        base.replace("IMPL", "good").replace("module: evil_ext", "module: ../evil_ext"),
+        mod,
+    )
     expect(p, "module", "must name a Python module beside the manifest", "module:")
-    p = write(tmp_path, "evil3.yaml", base.replace("IMPL", "good").replace(
-        "module: evil_ext", "module: os"))
+    p = write(
+        tmp_path,
+        "evil3.yaml",
+        base.replace("IMPL", "good").replace("module: evil_ext", "module: os"),
+    )
     expect(p, "module", "no module os.py beside the manifest")
-    p = write(tmp_path, "evil4.yaml", base.replace("IMPL", "good").replace(
-        "module: evil_ext\n", ""))
+    p = write(
+        tmp_path, "evil4.yaml", base.replace("IMPL", "good").replace("module: evil_ext\n", "")
+    )
     expect(p, "operations.0.impl", "an impl needs the extension's module")
 
 
 def test_two_extensions_claiming_one_op(tmp_path):
     a = write(tmp_path, "a.yaml", SPARSE)
-    b = write(tmp_path, "b.yaml", mutate(mutate(SPARSE, "sparse_unit", "other_unit"),
-                                         "name: sparse_linear", "name: other_linear"))
+    b = write(
+        tmp_path,
+        "b.yaml",
+        mutate(
+            mutate(SPARSE, "sparse_unit", "other_unit"), "name: sparse_linear", "name: other_linear"
+        ),
+    )
     ctx = wia_hw.open_device("wia-npu")
     register_device_extension(ctx, a)
     with pytest.raises(SpecError) as ei:
@@ -218,18 +253,29 @@ def test_two_extensions_claiming_one_op(tmp_path):
     err = ei.value
     assert err.file == str(b) and err.field == "operations.0.claims.0"
     assert err.line == line_of(b, "claims:")
-    assert "op kind 'linear' is already claimed by extension 'sparse_unit' (operation " \
+    assert (
+        "op kind 'linear' is already claimed by extension 'sparse_unit' (operation "
         "'sparse_linear')" in err.message
-    assert "other_unit" not in ctx.extensions          # nothing half-registered
+    )
+    assert "other_unit" not in ctx.extensions  # nothing half-registered
     # the same operation name twice
-    c = write(tmp_path, "c.yaml", mutate(mutate(SPARSE, "sparse_unit", "third_unit"),
-                                         "[linear, matmul]", "[conv2d]"))
-    with pytest.raises(SpecError, match=r"c\.yaml:\d+: operations\.0\.name: operation "
-                                        r"'sparse_linear' is already registered by extension "
-                                        r"'sparse_unit'"):
+    c = write(
+        tmp_path,
+        "c.yaml",
+        mutate(mutate(SPARSE, "sparse_unit", "third_unit"), "[linear, matmul]", "[conv2d]"),
+    )
+    with pytest.raises(
+        SpecError,
+        match=r"c\.yaml:\d+: operations\.0\.name: operation "
+        r"'sparse_linear' is already registered by extension "
+        r"'sparse_unit'",
+    ):
         register_device_extension(ctx, c)
-    with pytest.raises(SpecError, match=r"extensions\.0|extension 'sparse_unit' is already "
-                                        r"registered"):
+    with pytest.raises(
+        SpecError,
+        match=r"extensions\.0|extension 'sparse_unit' is already "
+        r"registered",
+    ):
         register_device_extension(ctx, a)
     unregister_device_extension(ctx, "sparse_unit")
     assert "linear" not in ctx.providers and "sparse_unit" not in ctx.extensions
@@ -237,28 +283,58 @@ def test_two_extensions_claiming_one_op(tmp_path):
     assert ctx.providers["linear"][0] == "other_unit"
 
 
-@pytest.mark.parametrize(("old", "new", "field", "message"), [
-    ("schema_version: 1", "schema_version: 7", "schema_version",
-     "unsupported schema_version 7"),
-    ("extension_id: sparse_unit", "extension_id: 'sparse unit'", "extension_id",
-     "must be an identifier"),
-    ("version: \"1.0\"\n", "version: \"1.0\"\ncolour: blue\n", "colour", "unknown field"),
-    ("claims: [linear, matmul]", "claims: [linear, frobnicate]", "operations.0.claims.1",
-     "'frobnicate' is neither a graph op kind"),
-    ("compose: [matmul]", "compose: [teleport]", "operations.0.compose.0",
-     "unknown primitive 'teleport'"),
-    ("compose: [matmul]", "compose: [softmax]", "operations.0.claims.0",
-     "claims 'linear' but compose starts with 'softmax'"),
-    ("macs: \"B", "flops: \"B", "operations.0.cost.flops", "unknown cost key"),
-    ("cycles: \"B", "cycles: \"__import__('os') + B", "operations.0.cost.cycles",
-     "call of '__import__' is not allowed"),
-    ("cycles: \"B", "cycles: \"tile_m + B", "operations.0.cost.cycles",
-     "unknown name 'tile_m'"),
-    ("{type: int, default: 2, min: 1, max: 4}", "{type: complex, default: 2}",
-     "parameters.keep.type", "must be one of int, float, bool, str"),
-    ("keep: {type", "M: {type", "parameters.M", "'M' is reserved"),
-    ("    cost:\n", "    cost_model:\n", "operations.0.cost_model", "unknown key"),
-])
+@pytest.mark.parametrize(
+    ("old", "new", "field", "message"),
+    [
+        (
+            "schema_version: 1",
+            "schema_version: 7",
+            "schema_version",
+            "unsupported schema_version 7",
+        ),
+        (
+            "extension_id: sparse_unit",
+            "extension_id: 'sparse unit'",
+            "extension_id",
+            "must be an identifier",
+        ),
+        ('version: "1.0"\n', 'version: "1.0"\ncolour: blue\n', "colour", "unknown field"),
+        (
+            "claims: [linear, matmul]",
+            "claims: [linear, frobnicate]",
+            "operations.0.claims.1",
+            "'frobnicate' is neither a graph op kind",
+        ),
+        (
+            "compose: [matmul]",
+            "compose: [teleport]",
+            "operations.0.compose.0",
+            "unknown primitive 'teleport'",
+        ),
+        (
+            "compose: [matmul]",
+            "compose: [softmax]",
+            "operations.0.claims.0",
+            "claims 'linear' but compose starts with 'softmax'",
+        ),
+        ('macs: "B', 'flops: "B', "operations.0.cost.flops", "unknown cost key"),
+        (
+            'cycles: "B',
+            "cycles: \"__import__('os') + B",
+            "operations.0.cost.cycles",
+            "call of '__import__' is not allowed",
+        ),
+        ('cycles: "B', 'cycles: "tile_m + B', "operations.0.cost.cycles", "unknown name 'tile_m'"),
+        (
+            "{type: int, default: 2, min: 1, max: 4}",
+            "{type: complex, default: 2}",
+            "parameters.keep.type",
+            "must be one of int, float, bool, str",
+        ),
+        ("keep: {type", "M: {type", "parameters.M", "'M' is reserved"),
+        ("    cost:\n", "    cost_model:\n", "operations.0.cost_model", "unknown key"),
+    ],
+)
 def test_manifest_errors(tmp_path, old, new, field, message):
     p = write(tmp_path, "bad.yaml", mutate(SPARSE, old, new))
     err = expect(p, field, message)
@@ -290,10 +366,10 @@ def test_yaml_only_operation_runs_a_workload(tmp_path):
     r = ctx.run(g)
     (k,) = r.kernels
     assert k.provider == "sparse_unit" and k.kind == "gemm"
-    assert r.counters.macs == 2048 * 2048 * 1024          # half the MACs are skipped
-    assert k.record.extra["dense_macs"] == 2048 ** 3
+    assert r.counters.macs == 2048 * 2048 * 1024  # half the MACs are skipped
+    assert k.record.extra["dense_macs"] == 2048**3
     assert r.latency_ms < 0.75 * base.latency_ms
-    assert r.latency_ms >= r.roofline_floor_ms / 2      # no faster than its own roofline
+    assert r.latency_ms >= r.roofline_floor_ms / 2  # no faster than its own roofline
     # the same bytes move: the cost model changes compute, not data
     assert r.counters.bytes["hbm"] == base.counters.bytes["hbm"]
 
@@ -329,14 +405,15 @@ def test_composed_chain_fuses_ops(tmp_path):
     r = ctx.run("bert-base", batch=1, seq=64, layers=1, mode="functional", seed=3)
     names = {k.name: k.provider for k in r.kernels}
     assert names["layer0.feed_forward_intermediate+gelu"] == "fused_ffn"
-    assert "layer0.feed_forward_gelu" not in names               # fused away
+    assert "layer0.feed_forward_gelu" not in names  # fused away
     assert names["layer0.attention_qkv_projection"] == "builtin"  # no gelu after it
     base = wia_hw.run("bert-base", batch=1, seq=64, layers=1, mode="functional", seed=3)
     for name, val in base.outputs.items():
         np.testing.assert_array_equal(r.outputs[name], val)
     fused = next(k for k in r.kernels if k.provider == "fused_ffn")
-    assert fused.record.io[1] == ("layer0.feed_forward_gelu",) if hasattr(
-        fused.record, "io") else True
+    assert (
+        fused.record.io[1] == ("layer0.feed_forward_gelu",) if hasattr(fused.record, "io") else True
+    )
 
 
 def test_provider_declining_falls_back_to_builtin():
@@ -346,9 +423,11 @@ def test_provider_declining_falls_back_to_builtin():
         calls.append(op.name)
         return None
 
-    e = DeviceExtension(extension_id="picky", version="1.0",
-                        operations=[registry.Operation(name="p", impl=picky,
-                                                       claims=("gelu",))])
+    e = DeviceExtension(
+        extension_id="picky",
+        version="1.0",
+        operations=[registry.Operation(name="p", impl=picky, claims=("gelu",))],
+    )
     ctx = wia_hw.open_device("wia-npu")
     register_device_extension(ctx, e)
     r = ctx.run("bert-base", batch=1, seq=32, layers=1)
@@ -360,13 +439,16 @@ def test_provider_declining_falls_back_to_builtin():
 def test_entry_point_extension(tmp_path, monkeypatch):
     pkg = tmp_path / "thirdparty_npu"
     pkg.mkdir()
-    (pkg / "__init__.py").write_text(textwrap.dedent("""\
+    (pkg / "__init__.py").write_text(
+        textwrap.dedent("""\
         WIA_HW_MANIFEST = "manifest.yaml"
 
         def gelu_impl(op, graph, spec, storage, ext):
             return None
-    """))
-    (pkg / "manifest.yaml").write_text(textwrap.dedent("""\
+    """)
+    )
+    (pkg / "manifest.yaml").write_text(
+        textwrap.dedent("""\
         schema_version: 1
         extension_id: thirdparty
         version: "2.1"
@@ -375,13 +457,16 @@ def test_entry_point_extension(tmp_path, monkeypatch):
           - name: tp_gelu
             impl: gelu_impl
             claims: [gelu]
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     ep = metadata.EntryPoint("thirdparty", "thirdparty_npu", registry.ENTRY_POINT_GROUP)
     real = _modules.entry_points
-    monkeypatch.setattr(_modules, "entry_points",
-                        lambda group: [ep] if group == registry.ENTRY_POINT_GROUP
-                        else real(group))
+    monkeypatch.setattr(
+        _modules,
+        "entry_points",
+        lambda group: [ep] if group == registry.ENTRY_POINT_GROUP else real(group),
+    )
     assert "thirdparty" in list_extensions()
     e = load_extension("thirdparty")
     assert e.version == "2.1" and e.module_obj is sys.modules["thirdparty_npu"]
@@ -392,20 +477,26 @@ def test_entry_point_extension(tmp_path, monkeypatch):
 
 
 def test_impl_from_an_operation_entry_point(tmp_path, monkeypatch):
-    (tmp_path / "opsmod.py").write_text("def fn(op, graph, spec, storage, ext):\n"
-                                        "    return None\n")
+    (tmp_path / "opsmod.py").write_text("def fn(op, graph, spec, storage, ext):\n    return None\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     ep = metadata.EntryPoint("my_fn", "opsmod:fn", registry.OPERATION_ENTRY_POINT_GROUP)
-    monkeypatch.setattr(_modules, "entry_points", lambda group: [ep] if group ==
-                        registry.OPERATION_ENTRY_POINT_GROUP else [])
-    p = write(tmp_path, "e.yaml", """\
+    monkeypatch.setattr(
+        _modules,
+        "entry_points",
+        lambda group: [ep] if group == registry.OPERATION_ENTRY_POINT_GROUP else [],
+    )
+    p = write(
+        tmp_path,
+        "e.yaml",
+        """\
         schema_version: 1
         extension_id: epop
         version: "1.0"
         operations:
           - {name: o, impl: "entry-point:my_fn", claims: [relu]}
           - {name: o2, impl: "entry-point:absent", claims: [tanh]}
-    """)
+    """,
+    )
     expect(p, "operations.1.impl", "no installed entry point 'absent'")
 
 
@@ -423,8 +514,10 @@ def test_cli_list_show_validate(tmp_path):
     bad = write(tmp_path, "bad.yaml", mutate(SPARSE, "[structured_sparsity]", "[nope]"))
     res = runner.invoke(cli, ["ext", "validate", str(bad)])
     assert res.exit_code == 2
-    assert f"wia-hw: error: {bad}:" in res.output and "capabilities.0: unknown capability" \
-        in res.output
+    assert (
+        f"wia-hw: error: {bad}:" in res.output
+        and "capabilities.0: unknown capability" in res.output
+    )
 
 
 def test_cli_register_installs_and_runs(tmp_path, monkeypatch):
@@ -432,11 +525,13 @@ def test_cli_register_installs_and_runs(tmp_path, monkeypatch):
     monkeypatch.setenv(registry.PATH_ENV, str(home))
     src = write(tmp_path, "sparse.yaml", SPARSE)
     runner = CliRunner()
-    res = runner.invoke(cli, ["ext", "register", str(src), "--run", "bert-base", "-b", "1",
-                              "-s", "32"])
+    res = runner.invoke(
+        cli, ["ext", "register", str(src), "--run", "bert-base", "-b", "1", "-s", "32"]
+    )
     assert res.exit_code == 0, res.output
-    assert "extension 'sparse_unit' 1.0 registers on 'wia-npu' (claims linear, matmul)" \
-        in res.output
+    assert (
+        "extension 'sparse_unit' 1.0 registers on 'wia-npu' (claims linear, matmul)" in res.output
+    )
     assert (home / "sparse_unit.yaml").is_file()
     assert "sparse_unit" in res.output and "Kernels by provider" in res.output
     assert "sparse_unit" in list_extensions()
@@ -445,10 +540,12 @@ def test_cli_register_installs_and_runs(tmp_path, monkeypatch):
     assert res.exit_code == 2 and "exists" in res.output
     res = runner.invoke(cli, ["ext", "register", str(src), "--force"])
     assert res.exit_code == 0
-    clash = write(tmp_path, "clash.yaml", mutate(mutate(SPARSE, "sparse_unit", "clash"),
-                                                 "name: sparse_linear", "name: c2"))
-    res = runner.invoke(cli, ["ext", "register", str(clash), "--with", "sparse_unit",
-                              "--dry-run"])
+    clash = write(
+        tmp_path,
+        "clash.yaml",
+        mutate(mutate(SPARSE, "sparse_unit", "clash"), "name: sparse_linear", "name: c2"),
+    )
+    res = runner.invoke(cli, ["ext", "register", str(clash), "--with", "sparse_unit", "--dry-run"])
     assert res.exit_code == 2 and "already claimed by extension 'sparse_unit'" in res.output
 
 
@@ -464,7 +561,8 @@ def test_graph_builder_attention_with_engine_reports_provider():
     b.op("bmm", "ctx", [p, v])
     r = ctx.run(b.graph())
     assert [(k.name, k.provider) for k in r.kernels] == [
-        ("scores+softmax+context", "transformer_engine")]
+        ("scores+softmax+context", "transformer_engine")
+    ]
     d = r.to_dict()
     assert d["kernels"][0]["provider"] == "transformer_engine"
 
@@ -501,14 +599,16 @@ def test_tile_groups_stay_on_one_core():
     tiles = [T([], [], i, 0, 0, 1, 0, 0) for i in range(10)]
     shares = _partition(tiles, (0, 3, 4, 8), 4)
     assert [len(s) for s in shares] == [3, 1, 4, 2]
-    assert [t for s in shares for t in s] == tiles          # contiguous, in order
-    shares = _partition(tiles, (0, 5), 4)                     # fewer groups than cores
+    assert [t for s in shares for t in s] == tiles  # contiguous, in order
+    shares = _partition(tiles, (0, 5), 4)  # fewer groups than cores
     assert sorted(len(s) for s in shares) == [0, 0, 5, 5]
 
 
 # -- validation runs nothing -------------------------------------------------------------
 
-_LOUD_MODULE = ("loud.py", """\
+_LOUD_MODULE = (
+    "loud.py",
+    """\
     import pathlib
 
     pathlib.Path(__file__).with_name("ran.txt").write_text("module code ran")
@@ -516,7 +616,8 @@ _LOUD_MODULE = ("loud.py", """\
 
     def good(op, graph, spec, storage, ext):
         return None
-""")
+""",
+)
 _LOUD_MANIFEST = """\
     schema_version: 1
     extension_id: loud
@@ -538,20 +639,26 @@ def test_validate_show_and_load_do_not_run_the_module(tmp_path):
     for args in (["ext", "validate", str(p)], ["ext", "show", str(p)]):
         res = runner.invoke(cli, args)
         assert res.exit_code == 0, res.output
-    assert "ok (extension 'loud' 1.0, 1 operation)" in \
-        runner.invoke(cli, ["ext", "validate", str(p)]).output
+    assert (
+        "ok (extension 'loud' 1.0, 1 operation)"
+        in runner.invoke(cli, ["ext", "validate", str(p)]).output
+    )
     e = load_extension(p)
     assert e.operation("loud_gelu").impl == "good"
     assert not ran.exists()
     res = runner.invoke(cli, ["ext", "register", str(p), "--dry-run"])
     assert res.exit_code == 2
-    assert res.output.strip() == (f"wia-hw: error: {p}:4: module: importing loud.py failed: "
-                                  "RuntimeError: import-time side effect")
+    assert res.output.strip() == (
+        f"wia-hw: error: {p}:4: module: importing loud.py failed: "
+        "RuntimeError: import-time side effect"
+    )
     assert ran.read_text() == "module code ran"
 
 
 def test_static_check_of_the_module(tmp_path):
-    mod = ("m.py", """\
+    mod = (
+        "m.py",
+        """\
         import functools
 
         def deco(f):
@@ -575,7 +682,8 @@ def test_static_check_of_the_module(tmp_path):
         if True:
             def conditional(op, graph, spec, storage, ext):
                 return None
-    """)
+    """,
+    )
     base = textwrap.dedent("""\
     schema_version: 1
     extension_id: st
@@ -589,11 +697,12 @@ def test_static_check_of_the_module(tmp_path):
     for impl in ("decorated", "later"):
         p = write(tmp_path, "st.yaml", base.replace("IMPL", impl), mod)
         assert load_extension(p).operation("op").impl == impl
-    for impl, msg in [("Impl", "(it is a class)"), ("rebound", "(it is assigned)"),
-                      ("conditional", "module m.py has no function 'conditional'")]:
+    for impl, msg in [
+        ("Impl", "(it is a class)"),
+        ("rebound", "(it is assigned)"),
+        ("conditional", "module m.py has no function 'conditional'"),
+    ]:
         p = write(tmp_path, "st.yaml", base.replace("IMPL", impl), mod)
         expect(p, "operations.0.impl", msg, "impl:")
-    p = write(tmp_path, "st.yaml", base.replace("IMPL", "good"),
-              ("m.py", "def good(:\n    pass\n"))
+    p = write(tmp_path, "st.yaml", base.replace("IMPL", "good"), ("m.py", "def good(:\n    pass\n"))
     expect(p, "module", "m.py:1: does not parse: ")
-

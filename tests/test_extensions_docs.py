@@ -36,18 +36,29 @@ def test_seed_mapping_names_exist():
     import wia_hw
 
     table = DOC.split("## Built-in extensions")[0]
-    rows = [line.split("|")[2] for line in table.splitlines() if line.startswith("| `wia")
-            or line.startswith("| `WIA")]
+    rows = [
+        line.split("|")[2]
+        for line in table.splitlines()
+        if line.startswith("| `wia") or line.startswith("| `WIA")
+    ]
     assert len(rows) >= 10
     checked = 0
     for cell in rows:
         cell = re.sub(r"\([^)]*\)", "", cell)
         for token in re.findall(r"`([\w.]+)`", cell):
             parts = token.split(".")
-            obj = importlib.import_module(".".join(parts[:3])) if parts[0] == "wia_hw" \
-                and len(parts) > 3 else wia_hw
-            for attr in (parts[3:] if parts[0] == "wia_hw" and len(parts) > 3 else
-                         parts[1:] if parts[0] == "wia_hw" else parts):
+            obj = (
+                importlib.import_module(".".join(parts[:3]))
+                if parts[0] == "wia_hw" and len(parts) > 3
+                else wia_hw
+            )
+            for attr in (
+                parts[3:]
+                if parts[0] == "wia_hw" and len(parts) > 3
+                else parts[1:]
+                if parts[0] == "wia_hw"
+                else parts
+            ):
                 obj = getattr(obj, attr)
             checked += 1
     assert checked >= 20

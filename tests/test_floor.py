@@ -22,11 +22,10 @@ def _add(rows: int, cols: int):
 def test_floor_counts_each_input_and_output_once():
     g = _add(1024, 2048)
     nbytes = 1024 * 2048 * 2
-    assert compulsory_hbm_bytes(g) == 3 * nbytes          # x, y read; sum written
+    assert compulsory_hbm_bytes(g) == 3 * nbytes  # x, y read; sum written
     r = wia_hw.run(g)
     spec = wia_hw.load_spec("wia-npu")
-    assert r.roofline_floor_ms == pytest.approx(3 * nbytes / (spec.peak_bandwidth_gbs * 1e9)
-                                                * 1e3)
+    assert r.roofline_floor_ms == pytest.approx(3 * nbytes / (spec.peak_bandwidth_gbs * 1e9) * 1e3)
     assert r.latency_ms >= r.roofline_floor_ms
     assert r.counters.bytes["hbm"] >= 3 * nbytes
 

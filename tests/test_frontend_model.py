@@ -66,7 +66,8 @@ def test_cycle_functions() -> None:
     assert fm.frontend_cycles(5) == 5 + fm.ADC_LATENCY_CYCLES - 1
     # 2 x 3 tiles: DAC latency + core settle + ADC path for 6 tiles
     assert fm.frontend_matvec_cycles(100, 130, 64) == (
-        fm.DAC_LATENCY_CYCLES + 1 + fm.frontend_cycles(2 * 3))
+        fm.DAC_LATENCY_CYCLES + 1 + fm.frontend_cycles(2 * 3)
+    )
     assert fm.frontend_matvec_cycles(8, 8, 8, core_latency_cycles=4) == 1 + 4 + 3
     with pytest.raises(ValueError, match=r"tiles must be between 1 and"):
         fm.frontend_cycles(0)
@@ -134,8 +135,7 @@ def test_frontend_matvec_tracks_the_exact_product() -> None:
     """With an ideal core the accumulated ADC codes equal the scaled exact product to
     within half an ADC step per partial tile (rounding) plus the DAC/weight rounding."""
     n, rows, k = 8, 10, 20
-    config = fm.FrontendConfig(precision_bits=8, matrix_size_limit=n, dac_shift=8,
-                               adc_shift=6)
+    config = fm.FrontendConfig(precision_bits=8, matrix_size_limit=n, dac_shift=8, adc_shift=6)
     core = fm.PhotonicCore(fm.PhotonicParams(matrix_size_limit=n).ideal, seed=0)
     rng = np.random.default_rng(4)
     w = rng.uniform(-1, 1, (rows, k))
@@ -151,19 +151,28 @@ def test_frontend_matvec_tracks_the_exact_product() -> None:
     # Default noise: per arm sigma <= sqrt(2 q I_max B + 4 k T B / R_L) (I_max = R P0 L),
     # in detector LSBs; a code is the difference of two arms over 2**adc_shift; three
     # tiles add. Bound: 5 sigma, plus 2 codes for the phase error and rounding.
-    noisy = fm.frontend_matvec(w, x, config, fm.PhotonicCore(
-        fm.PhotonicParams(matrix_size_limit=n), seed=0))
-    sigma_arm = math.sqrt(2 * 1.602176634e-19 * 1e-3 * 10 ** (-0.3) * 10e9
-                          + 4 * 1.380649e-23 * 300 * 10e9 / 50) / 1e-3 * (2**16 - 1)
+    noisy = fm.frontend_matvec(
+        w, x, config, fm.PhotonicCore(fm.PhotonicParams(matrix_size_limit=n), seed=0)
+    )
+    sigma_arm = (
+        math.sqrt(
+            2 * 1.602176634e-19 * 1e-3 * 10 ** (-0.3) * 10e9 + 4 * 1.380649e-23 * 300 * 10e9 / 50
+        )
+        / 1e-3
+        * (2**16 - 1)
+    )
     sigma_result = math.sqrt(3) * math.sqrt(2) * sigma_arm / 2**6
     assert 0 < np.abs(noisy.result - trace.result).max() <= 5 * sigma_result + 2
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"laser_power_mw": 0}, r"laser_power_mw must be a positive number, got 0"),
-    ({"insertion_loss_db": -1}, r"insertion_loss_db must be a number >= 0, got -1"),
-    ({"matrix_size_limit": 0}, r"matrix_size_limit must be between 1 and 4096, got 0"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"laser_power_mw": 0}, r"laser_power_mw must be a positive number, got 0"),
+        ({"insertion_loss_db": -1}, r"insertion_loss_db must be a number >= 0, got -1"),
+        ({"matrix_size_limit": 0}, r"matrix_size_limit must be between 1 and 4096, got 0"),
+    ],
+)
 def test_photonic_params_validation(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         fm.PhotonicParams(**kwargs)
@@ -180,8 +189,10 @@ def test_core_and_config_validation() -> None:
     with pytest.raises(ValueError, match=r"precision_bits \(8\) must not exceed in_bits \(6\)"):
         fm.FrontendConfig(precision_bits=8, in_bits=6, dac_shift=0)
     with pytest.raises(ValueError, match=r"core matrix_size_limit 4 != front-end 8"):
-        fm.frontend_matvec(np.zeros((2, 2)), np.zeros(2, dtype=int),
-                           fm.FrontendConfig(matrix_size_limit=8), core)
+        fm.frontend_matvec(
+            np.zeros((2, 2)), np.zeros(2, dtype=int), fm.FrontendConfig(matrix_size_limit=8), core
+        )
     with pytest.raises(ValueError, match=r"matvec shapes do not agree"):
-        fm.frontend_matvec(np.zeros((2, 3)), np.zeros(2, dtype=int),
-                           fm.FrontendConfig(matrix_size_limit=4), core)
+        fm.frontend_matvec(
+            np.zeros((2, 3)), np.zeros(2, dtype=int), fm.FrontendConfig(matrix_size_limit=4), core
+        )

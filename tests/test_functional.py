@@ -32,7 +32,7 @@ def test_int8_gemm_is_bit_exact_with_numpy(m, n, k):
 
 
 def test_int32_accumulator_wraps():
-    a = np.full((1, 1 << 18), 127, dtype=np.int8)     # 127*127*2**18 > 2**31
+    a = np.full((1, 1 << 18), 127, dtype=np.int8)  # 127*127*2**18 > 2**31
     b = np.full(((1 << 18), 1), 127, dtype=np.int8)
     got = int8_matmul(a, b)
     assert got[0, 0] == wrap_int32(np.array([127 * 127 * (1 << 18)]))[0]
@@ -56,8 +56,8 @@ def test_float_gemm_accumulates_in_fp32(precision, tol):
 def test_bf16_rounding_is_round_to_nearest_even():
     x = np.array([1.0, 1.0 + 2**-8, 1.0 + 3 * 2**-8, -2.5, 3.0e38], dtype=np.float32)
     y = round_to_bf16(x)
-    assert y[0] == 1.0 and y[1] == 1.0            # tie -> even
-    assert y[2] == 1.0 + 2**-6                     # tie -> even (up)
+    assert y[0] == 1.0 and y[1] == 1.0  # tie -> even
+    assert y[2] == 1.0 + 2**-6  # tie -> even (up)
     assert y[3] == -2.5
     bits = y.view(np.uint32)
     assert np.all(bits & 0xFFFF == 0)
@@ -65,7 +65,7 @@ def test_bf16_rounding_is_round_to_nearest_even():
 
 def test_reference_ops_against_float64():
     rng = np.random.default_rng(9)
-    x = rng.standard_normal((4, 7, 33)).astype(np.float32) * 30   # large logits
+    x = rng.standard_normal((4, 7, 33)).astype(np.float32) * 30  # large logits
     y = evaluate("softmax", {}, [x], x.shape, "fp32")
     e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
     np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
@@ -92,17 +92,22 @@ def test_conv_via_im2col_matches_direct_convolution():
     for o in range(4):
         for i in range(5):
             for j in range(5):
-                ref[:, o, i, j] = (xp[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3] * w[o]).sum((1, 2, 3))
+                ref[:, o, i, j] = (xp[:, :, 2 * i : 2 * i + 3, 2 * j : 2 * j + 3] * w[o]).sum(
+                    (1, 2, 3)
+                )
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("workload,kw", [
-    ("bert-base", dict(batch=1, seq=8, layers=2)),
-    ("bert-base", dict(batch=1, seq=8, layers=1, precision="int8")),
-    ("gpt2", dict(batch=1, seq=6, layers=1)),
-    ("gpt2", dict(batch=1, phase="decode", kv_len=5, layers=1)),
-    ("resnet50", dict(batch=1, image=32)),
-])
+@pytest.mark.parametrize(
+    "workload,kw",
+    [
+        ("bert-base", dict(batch=1, seq=8, layers=2)),
+        ("bert-base", dict(batch=1, seq=8, layers=1, precision="int8")),
+        ("gpt2", dict(batch=1, seq=6, layers=1)),
+        ("gpt2", dict(batch=1, phase="decode", kv_len=5, layers=1)),
+        ("resnet50", dict(batch=1, image=32)),
+    ],
+)
 def test_small_models_run_functionally_and_deterministically(workload, kw):
     g = build(workload, **kw)
     a = wia_hw.run(g, mode="functional", seed=5)
@@ -112,15 +117,16 @@ def test_small_models_run_functionally_and_deterministically(workload, kw):
         assert np.all(np.isfinite(v)), name
         np.testing.assert_array_equal(v, b.outputs[name])
     assert a.to_json() == b.to_json()
-    timing = wia_hw.run(g, seed=5)          # functional mode does not change timing
+    timing = wia_hw.run(g, seed=5)  # functional mode does not change timing
     assert timing.cycles == a.cycles
 
 
 def test_precisions_agree_on_a_float_model():
     outs = {}
     for p in ("fp32", "fp16", "bf16"):
-        r = wia_hw.run(build("bert-base", batch=1, seq=8, layers=1, precision=p),
-                       mode="functional", seed=1)
+        r = wia_hw.run(
+            build("bert-base", batch=1, seq=8, layers=1, precision=p), mode="functional", seed=1
+        )
         outs[p] = next(iter(r.outputs.values()))
     ref = outs["fp32"]
     assert np.abs(outs["fp16"] - ref).max() <= 0.02 * np.abs(ref).max() + 1e-3
@@ -129,8 +135,11 @@ def test_precisions_agree_on_a_float_model():
 
 def test_functional_input_errors():
     g = gemm(4, 4, 4)
-    with pytest.raises(WorkloadError, match=r"input '.*': shape \[3, 4\] given, the graph "
-                                            r"needs \[4, 4\]"):
+    with pytest.raises(
+        WorkloadError,
+        match=r"input '.*': shape \[3, 4\] given, the graph "
+        r"needs \[4, 4\]",
+    ):
         wia_hw.run(g, mode="functional", inputs={g.ops[0].inputs[0]: np.zeros((3, 4))})
     with pytest.raises(WorkloadError, match=r"not inputs or weights"):
         wia_hw.run(g, mode="functional", inputs={"nope": np.zeros(1)})

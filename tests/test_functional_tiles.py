@@ -31,12 +31,17 @@ F = np.float32
 NAN_BITS = 0x7FC00000
 
 
-def _small(rows: int = 8, cols: int = 8, dataflow: str = "os", l1_kib: int = 1,
-           block: int = 256) -> dict:
+def _small(
+    rows: int = 8, cols: int = 8, dataflow: str = "os", l1_kib: int = 1, block: int = 256
+) -> dict:
     """An array small enough for many passes, an L1 small enough to cut K."""
-    return {"compute.array.rows": rows, "compute.array.cols": cols,
-            "compute.array.dataflow": dataflow, "memory.l1.size_kib": l1_kib,
-            "memory.block_bytes": block}
+    return {
+        "compute.array.rows": rows,
+        "compute.array.cols": cols,
+        "compute.array.dataflow": dataflow,
+        "memory.l1.size_kib": l1_kib,
+        "memory.block_bytes": block,
+    }
 
 
 # -- independent references ---------------------------------------------------------
@@ -66,15 +71,15 @@ def _operand(rng: np.random.Generator, shape: tuple, fmt: str) -> np.ndarray:
     x = rng.standard_normal(shape).astype(np.float32)
     sel = rng.random(shape)
     sign = np.where(rng.random(shape) < 0.5, -1.0, 1.0)
-    if fmt == "fp16":       # fp16 subnormals are multiples of 2**-24 below 2**-14
-        sub = rng.integers(1, 1024, shape) * 2.0 ** -24
-        big = rng.integers(1024, 2048, shape) * 2.0 ** 5      # 32768 .. 65504
-    elif fmt == "fp32":     # binary32 subnormals are multiples of 2**-149
-        sub = rng.integers(1, 2**23, shape) * 2.0 ** -149
-        big = rng.integers(128, 256, shape) * 2.0 ** 120
-    else:                   # bf16 subnormals are multiples of 2**-133 below 2**-126
-        sub = rng.integers(1, 128, shape) * 2.0 ** -133
-        big = rng.integers(128, 256, shape) * 2.0 ** 120      # products overflow fp32
+    if fmt == "fp16":  # fp16 subnormals are multiples of 2**-24 below 2**-14
+        sub = rng.integers(1, 1024, shape) * 2.0**-24
+        big = rng.integers(1024, 2048, shape) * 2.0**5  # 32768 .. 65504
+    elif fmt == "fp32":  # binary32 subnormals are multiples of 2**-149
+        sub = rng.integers(1, 2**23, shape) * 2.0**-149
+        big = rng.integers(128, 256, shape) * 2.0**120
+    else:  # bf16 subnormals are multiples of 2**-133 below 2**-126
+        sub = rng.integers(1, 128, shape) * 2.0**-133
+        big = rng.integers(128, 256, shape) * 2.0**120  # products overflow fp32
     x = np.where(sel < 0.10, sign * sub, x)
     x = np.where(sel > 0.95, sign * big, x)
     return _to(x, fmt)
@@ -92,8 +97,9 @@ def _chunks(kernel: GemmKernel, rows: int, dataflow: str) -> list[tuple[int, int
     return out
 
 
-def _ref_fp(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None,
-            chunks: list[tuple[int, int]]) -> np.ndarray:
+def _ref_fp(
+    a: np.ndarray, b: np.ndarray, bias: np.ndarray | None, chunks: list[tuple[int, int]]
+) -> np.ndarray:
     """a [B, m, k], b [1 or B, k, n], bias [1 or B, n]: scalar fp32 loops."""
     nb, m, _ = a.shape
     n = b.shape[2]
@@ -125,8 +131,9 @@ def _ref_int8(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None) -> n
 
 def _bits_equal(got: np.ndarray, ref: np.ndarray) -> None:
     assert got.shape == ref.shape
-    np.testing.assert_array_equal(np.asarray(got, np.float32).view(np.uint32),
-                                  np.asarray(ref, np.float32).view(np.uint32))
+    np.testing.assert_array_equal(
+        np.asarray(got, np.float32).view(np.uint32), np.asarray(ref, np.float32).view(np.uint32)
+    )
 
 
 def _kernel_and_tiles(graph, overrides: dict) -> tuple[GemmKernel, list[Tile], object]:
@@ -162,11 +169,15 @@ def test_fp_gemm_is_bit_exact_with_the_documented_order(fmt, case):
     chunks = _chunks(kern, rows, df)
     assert len(chunks) >= 2 and any(t.dims[1] % rows or t.dims[2] % cols for t in tiles)
     ref = _ref_fp(a, bw, None, chunks)
-    r = wia_hw.run(g, overrides=ov, mode="functional",
-                   inputs={"A": a.reshape(lead + (m, k)), "B": bw.reshape(lead + (k, n))})
+    r = wia_hw.run(
+        g,
+        overrides=ov,
+        mode="functional",
+        inputs={"A": a.reshape(lead + (m, k)), "B": bw.reshape(lead + (k, n))},
+    )
     got = r.outputs["gemm"].reshape(batch, m, n)
     _bits_equal(got, ref)
-    assert np.isnan(ref).any() or fmt == "fp16"        # the specials reached the output
+    assert np.isnan(ref).any() or fmt == "fp16"  # the specials reached the output
     assert np.isinf(ref).any() or fmt == "fp16"
 
 
@@ -179,8 +190,9 @@ def test_fp16_output_rounding_overflows_to_inf(df):
     a, bw = _operand(rng, (1, m, k), "fp16"), _operand(rng, (1, k, n), "fp16")
     kern, _, _ = _kernel_and_tiles(g, _small(dataflow=df))
     ref = _to(_ref_fp(a, bw, None, _chunks(kern, 8, df)), "fp16")
-    r = wia_hw.run(g, overrides=_small(dataflow=df), mode="functional",
-                   inputs={"A": a[0], "B": bw[0]})
+    r = wia_hw.run(
+        g, overrides=_small(dataflow=df), mode="functional", inputs={"A": a[0], "B": bw[0]}
+    )
     _bits_equal(r.outputs["gemm"], ref[0])
     assert np.isinf(ref).any()
 
@@ -194,8 +206,12 @@ def test_int8_gemm_wraps_like_int64_modulo_2_32(df, shape):
     lead = (batch,) if batch > 1 else ()
     a = rng.integers(-128, 128, (batch, m, k)).astype(np.int8)
     bw = rng.integers(-128, 128, (batch, k, n)).astype(np.int8)
-    r = wia_hw.run(g, overrides=_small(dataflow=df), mode="functional",
-                   inputs={"A": a.reshape(lead + (m, k)), "B": bw.reshape(lead + (k, n))})
+    r = wia_hw.run(
+        g,
+        overrides=_small(dataflow=df),
+        mode="functional",
+        inputs={"A": a.reshape(lead + (m, k)), "B": bw.reshape(lead + (k, n))},
+    )
     np.testing.assert_array_equal(r.outputs["gemm"].reshape(batch, m, n), _ref_int8(a, bw))
 
 
@@ -212,7 +228,7 @@ def test_int8_accumulator_wraps_across_k_chunks():
     assert kern.tiling.tk < k and len(tiles) > 10
     r = wia_hw.run(g, overrides=ov, mode="functional", inputs={"A": a, "B": bw})
     ref = _ref_int8(a[None], bw[None])[0]
-    assert ref[0, 0] == 128 * 128 * k - 2**32          # it did wrap
+    assert ref[0, 0] == 128 * 128 * k - 2**32  # it did wrap
     np.testing.assert_array_equal(r.outputs["gemm"], ref)
 
 
@@ -231,16 +247,16 @@ def test_linear_with_bias_int8_and_fp16():
         if fmt == "int8":
             xv = rng.integers(-128, 128, (2, 7, 37)).astype(np.int8)
             wv = rng.integers(-128, 128, (37, 19)).astype(np.int8)
-            bv = rng.integers(-2**31, 2**31, 19).astype(np.int32)
+            bv = rng.integers(-(2**31), 2**31, 19).astype(np.int32)
             ref = _ref_int8(xv.reshape(1, 14, 37), wv[None], bv[None])
         else:
             xv, wv = _operand(rng, (2, 7, 37), "fp16"), _operand(rng, (37, 19), "fp16")
             bv = _to(rng.standard_normal(19) * 100, "fp16")
             kern, _, _ = _kernel_and_tiles(g, ov)
-            ref = _to(_ref_fp(xv.reshape(1, 14, 37), wv[None], bv[None],
-                              _chunks(kern, 8, "ws")), "fp16")
-        r = wia_hw.run(g, overrides=ov, mode="functional",
-                       inputs={"x": xv, "w": wv, "bias": bv})
+            ref = _to(
+                _ref_fp(xv.reshape(1, 14, 37), wv[None], bv[None], _chunks(kern, 8, "ws")), "fp16"
+            )
+        r = wia_hw.run(g, overrides=ov, mode="functional", inputs={"x": xv, "w": wv, "bias": bv})
         if fmt == "fp16":
             _bits_equal(r.outputs["fc"].reshape(1, 14, 19), ref)
         else:
@@ -260,8 +276,9 @@ def test_bmm_transposed_b_with_scale():
     ov = _small(4, 4, "os", l1_kib=1)
     kern, _, _ = _kernel_and_tiles(g, ov)
     assert kern.b_transposed and kern.batch == 6
-    ref = _ref_fp(q.reshape(6, 7, 20), np.swapaxes(kt.reshape(6, 9, 20), 1, 2), None,
-                  _chunks(kern, 4, "os"))
+    ref = _ref_fp(
+        q.reshape(6, 7, 20), np.swapaxes(kt.reshape(6, 9, 20), 1, 2), None, _chunks(kern, 4, "os")
+    )
     with np.errstate(all="ignore"):
         ref = (ref * F(0.125)).reshape(2, 3, 7, 9)
     r = wia_hw.run(g, overrides=ov, mode="functional", inputs={"q": q, "k": kt})
@@ -309,8 +326,12 @@ def test_grouped_conv_matches_a_direct_loop(df):
             gi = oc // og
             for yy in range(ho):
                 for xx in range(wo):
-                    terms = [(xp[0, gi * cg + ci, 2 * yy + i, 2 * xx + j], w[oc, ci, i, j])
-                             for ci in range(cg) for i in range(kh) for j in range(kh)]
+                    terms = [
+                        (xp[0, gi * cg + ci, 2 * yy + i, 2 * xx + j], w[oc, ci, i, j])
+                        for ci in range(cg)
+                        for i in range(kh)
+                        for j in range(kh)
+                    ]
                     running = F(0)
                     for k0, k1 in chunks:
                         acc = F(0)
@@ -359,8 +380,12 @@ def test_readme_int8_example_is_bit_exact():
     a = np.random.default_rng(0).integers(-128, 128, (64, 100), dtype=np.int8)
     b = np.random.default_rng(1).integers(-128, 128, (100, 32), dtype=np.int8)
     for ov in (None, _small(dataflow="ws")):
-        r = wia_hw.run(g, mode="functional", overrides=ov,
-                       inputs={g.ops[0].inputs[0]: a, g.ops[0].inputs[1]: b})
+        r = wia_hw.run(
+            g,
+            mode="functional",
+            overrides=ov,
+            inputs={g.ops[0].inputs[0]: a, g.ops[0].inputs[1]: b},
+        )
         (c,) = r.outputs.values()
         assert (c == a.astype(np.int32) @ b.astype(np.int32)).all()
 
@@ -373,14 +398,18 @@ def _mutating(monkeypatch, mutate) -> None:
     def tiles_of(self, k):
         tiles, groups = orig(self, k)
         return (mutate(list(tiles)) if isinstance(k, GemmKernel) else tiles), groups
+
     monkeypatch.setattr(Device, "tiles_of", tiles_of)
 
 
 def _k_pair(tiles: list[Tile]) -> tuple[int, int]:
     """Indices of the first tile and of the next K chunk of the same outputs."""
     first = tiles[0]
-    nxt = next(i for i, t in enumerate(tiles)
-               if t.origin[:3] == first.origin[:3] and t.origin[3] == first.dims[3])
+    nxt = next(
+        i
+        for i, t in enumerate(tiles)
+        if t.origin[:3] == first.origin[:3] and t.origin[3] == first.dims[3]
+    )
     return 0, nxt
 
 
@@ -405,9 +434,11 @@ def test_shifted_k_boundary_changes_the_result(monkeypatch):
         i, j = _k_pair(tiles)
         ti, tj = tiles[i], tiles[j]
         tiles[i] = dataclasses.replace(ti, dims=ti.dims[:3] + (ti.dims[3] - 3,))
-        tiles[j] = dataclasses.replace(tj, dims=tj.dims[:3] + (tj.dims[3] + 3,),
-                                       origin=tj.origin[:3] + (tj.origin[3] - 3,))
+        tiles[j] = dataclasses.replace(
+            tj, dims=tj.dims[:3] + (tj.dims[3] + 3,), origin=tj.origin[:3] + (tj.origin[3] - 3,)
+        )
         return tiles
+
     _mutating(monkeypatch, shift)
     bad = wia_hw.run(g, overrides=ov, mode="functional", inputs={"A": a, "B": b})
     assert not np.array_equal(bad.outputs["gemm"].view(np.uint32), ref.view(np.uint32))
@@ -415,9 +446,12 @@ def test_shifted_k_boundary_changes_the_result(monkeypatch):
 
 def test_dropped_k_chunk_is_an_error(monkeypatch):
     g = gemm(13, 11, 45, precision="int8")
-    _mutating(monkeypatch, lambda t: t[:_k_pair(t)[1]] + t[_k_pair(t)[1] + 1:])
-    with pytest.raises(ValueError, match=r"kernel 'gemm': the tiles leave \d+ of 143 "
-                                         r"outputs short of K=45 \(first: batch 0, row 0"):
+    _mutating(monkeypatch, lambda t: t[: _k_pair(t)[1]] + t[_k_pair(t)[1] + 1 :])
+    with pytest.raises(
+        ValueError,
+        match=r"kernel 'gemm': the tiles leave \d+ of 143 "
+        r"outputs short of K=45 \(first: batch 0, row 0",
+    ):
         wia_hw.run(g, overrides=_small(), mode="functional")
 
 
@@ -427,13 +461,16 @@ def test_overlapping_tiles_are_an_error(monkeypatch):
     def overlap(tiles):
         i = next(i for i, t in enumerate(tiles) if t.origin[1] > 0)
         t = tiles[i]
-        tiles[i] = dataclasses.replace(t, origin=(t.origin[0], t.origin[1] - 1)
-                                       + t.origin[2:])
+        tiles[i] = dataclasses.replace(t, origin=(t.origin[0], t.origin[1] - 1) + t.origin[2:])
         return tiles
+
     _mutating(monkeypatch, overlap)
-    with pytest.raises(ValueError, match=r"kernel 'gemm': tile \d+ \(dims .*\) accumulates "
-                                         r"K \[\d+, \d+\) into batch 0, rows .* whose K so "
-                                         r"far reaches .*: the tiles do not cover K in order"):
+    with pytest.raises(
+        ValueError,
+        match=r"kernel 'gemm': tile \d+ \(dims .*\) accumulates "
+        r"K \[\d+, \d+\) into batch 0, rows .* whose K so "
+        r"far reaches .*: the tiles do not cover K in order",
+    ):
         wia_hw.run(g, overrides=_small(), mode="functional")
 
 
@@ -443,23 +480,38 @@ def test_executor_errors():
     kern, tiles, _ = _kernel_and_tiles(g, _small())
     a, b = np.zeros((1, 13, 45), np.float32), np.zeros((1, 45, 11), np.float32)
     kw = dict(dataflow="os", rows=8, cols=8)
-    with pytest.raises(ValueError, match=r"kernel 'gemm': arithmetic must be one of "
-                                         r"\('int8', 'fp16', 'bf16', 'fp32'\), got 'fp8'"):
+    with pytest.raises(
+        ValueError,
+        match=r"kernel 'gemm': arithmetic must be one of "
+        r"\('int8', 'fp16', 'bf16', 'fp32'\), got 'fp8'",
+    ):
         execute_gemm(kern, tiles, a, b, arithmetic="fp8", **kw)
-    with pytest.raises(ValueError, match=r"array rows and cols must be positive integers, "
-                                         r"got 0 x 8"):
+    with pytest.raises(
+        ValueError,
+        match=r"array rows and cols must be positive integers, "
+        r"got 0 x 8",
+    ):
         execute_gemm(kern, tiles, a, b, dataflow="os", rows=0, cols=8)
-    with pytest.raises(ValueError, match=r"operands A \[1, 13, 44\] and B \[1, 45, 11\] do "
-                                         r"not match; A must be \[1, 13, 45\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"operands A \[1, 13, 44\] and B \[1, 45, 11\] do "
+        r"not match; A must be \[1, 13, 45\]",
+    ):
         execute_gemm(kern, tiles, a[:, :, :44], b, **kw)
     with pytest.raises(ValueError, match=r"bias \[11\] must be \[1 or 1, 11\]"):
         execute_gemm(kern, tiles, a, b, np.zeros(11), **kw)
-    with pytest.raises(ValueError, match=r"tile 0 \(dims \(1, 8, 8, 16\)\) makes 4 passes "
-                                         r"on a 4x4 os array, but the timing model charged 1"):
+    with pytest.raises(
+        ValueError,
+        match=r"tile 0 \(dims \(1, 8, 8, 16\)\) makes 4 passes "
+        r"on a 4x4 os array, but the timing model charged 1",
+    ):
         execute_gemm(kern, tiles, a, b, dataflow="os", rows=4, cols=4)
     far = [dataclasses.replace(tiles[0], origin=(0, 10, 0, 0))] + tiles[1:]
-    with pytest.raises(ValueError, match=r"tile 0 .* has a pass outside the GEMM \(batch 1, "
-                                         r"m 13, n 11, k 45\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"tile 0 .* has a pass outside the GEMM \(batch 1, "
+        r"m 13, n 11, k 45\)",
+    ):
         execute_gemm(kern, far, a, b, **kw)
     with pytest.raises(ValueError, match=r"dataflow must be 'os' or 'ws', got 'rs'"):
         tile_passes(tiles[0], "rs", 8, 8)
@@ -482,5 +534,6 @@ def test_given_float_inputs_are_stored_in_their_dtype():
     _bits_equal(raw.outputs["gemm"], held.outputs["gemm"])
     kern, tiles, _ = _kernel_and_tiles(g, None)
     with pytest.raises(ValueError, match=r"A and B has values not representable in fp16"):
-        execute_gemm(kern, tiles, a[None], b[None], dataflow="os", rows=128, cols=128,
-                     round_operands=False)
+        execute_gemm(
+            kern, tiles, a[None], b[None], dataflow="os", rows=128, cols=128, round_operands=False
+        )

@@ -32,7 +32,7 @@ def _add_ln(m: int, n: int, dt: str = "fp16") -> Graph:
 def _attention(bh: int, s: int, d: int, dt: str = "fp16") -> Graph:
     b = GraphBuilder("attn", dt)
     q, k, v = (b.input(n, (bh, s, d)) for n in "qkv")
-    sc = b.op("bmm", "scores", [q, k], transpose_b=True, scale=d ** -0.5)
+    sc = b.op("bmm", "scores", [q, k], transpose_b=True, scale=d**-0.5)
     p = b.op("softmax", "probs", [sc])
     b.op("bmm", "ctx", [p, v])
     return b.graph()
@@ -45,18 +45,25 @@ def _block(dt: str, h: int = 512) -> Graph:
     b = GraphBuilder("block", dt)
     x = b.input("x", (2, 16, h))
     qkv = b.linear("qkv", x, 3 * h)
-    heads = b.op("reshape", "split", [qkv], shape=(3 * 8, 16, h // 4))   # 2 x 4 heads
-    q, k, v = (b.op("slice", f"s{i}", [heads], axis=0, start=8 * i, stop=8 * i + 8)
-               for i in range(3))
+    heads = b.op("reshape", "split", [qkv], shape=(3 * 8, 16, h // 4))  # 2 x 4 heads
+    q, k, v = (
+        b.op("slice", f"s{i}", [heads], axis=0, start=8 * i, stop=8 * i + 8) for i in range(3)
+    )
     sc = b.op("bmm", "scores", [q, k], transpose_b=True, scale=(h // 4) ** -0.5)
     p = b.op("softmax", "probs", [sc])
     ctx = b.op("bmm", "ctx", [p, v])
     a = b.linear("proj", b.op("reshape", "merge", [ctx], shape=(2, 16, h)), h)
-    y = b.op("layer_norm", "ln1", [b.op("add", "res1", [x, a]), b.weight("ln1.g", (h,)),
-                                   b.weight("ln1.b", (h,))])
+    y = b.op(
+        "layer_norm",
+        "ln1",
+        [b.op("add", "res1", [x, a]), b.weight("ln1.g", (h,)), b.weight("ln1.b", (h,))],
+    )
     f = b.linear("ffn2", b.op("gelu", "gelu", [b.linear("ffn1", y, 128)]), h)
-    b.op("layer_norm", "ln2", [b.op("add", "res2", [y, f]), b.weight("ln2.g", (h,)),
-                               b.weight("ln2.b", (h,))])
+    b.op(
+        "layer_norm",
+        "ln2",
+        [b.op("add", "res2", [y, f]), b.weight("ln2.g", (h,)), b.weight("ln2.b", (h,))],
+    )
     return b.graph()
 
 
@@ -74,17 +81,27 @@ def test_patterns_follow_the_config_and_fusing_twice_changes_nothing():
     f = apply_fusion(g)
     # per layer: 1 attention chain, 1 FFN GEMM+GELU, 2 residual add + LN; plus the
     # embeddings' add + LN (an add of two activations)
-    assert f.params["fusion"] == {"attention": 2, "gemm_epilogue": 2,
-                                  "residual_layer_norm": 2 * 2 + 1}
+    assert f.params["fusion"] == {
+        "attention": 2,
+        "gemm_epilogue": 2,
+        "residual_layer_norm": 2 * 2 + 1,
+    }
     assert apply_fusion(f).params["fusion"] == f.params["fusion"]
     assert [o.name for o in f.ops] == [o.name for o in g.ops]
-    none = apply_fusion(g, FusionConfig(fuse_attention=False, fuse_gelu=False,
-                                        fuse_layer_norm=False,
-                                        fuse_residual_connections=False))
+    none = apply_fusion(
+        g,
+        FusionConfig(
+            fuse_attention=False,
+            fuse_gelu=False,
+            fuse_layer_norm=False,
+            fuse_residual_connections=False,
+        ),
+    )
     assert none.params["fusion"] == {}
     # layer norm alone still fuses the add in front of it (an elementwise producer)
-    ln = apply_fusion(g, FusionConfig(fuse_attention=False, fuse_gelu=False,
-                                      fuse_residual_connections=False))
+    ln = apply_fusion(
+        g, FusionConfig(fuse_attention=False, fuse_gelu=False, fuse_residual_connections=False)
+    )
     assert ln.params["fusion"] == {"layer_norm": 5}
 
 
@@ -122,19 +139,19 @@ def test_flash_attention_saves_the_scores_and_probabilities(bh, s, d):
     g = _attention(bh, s, d)
     r0, r1 = wia_hw.run(g), wia_hw.run(apply_fusion(g))
     assert [(k.name, k.provider) for k in r1.kernels] == [
-        ("scores+softmax+context", "transformer_engine")]
+        ("scores+softmax+context", "transformer_engine")
+    ]
     # S and P (bh x s x s fp16 each) are written back unfused and never fused
     saved = g.tensors["scores"].nbytes + g.tensors["probs"].nbytes
     assert r0.counters.bytes["hbm"] - r1.counters.bytes["hbm"] == saved
     assert r1.latency_ms <= r0.latency_ms
 
 
-@pytest.mark.parametrize("dt,rtol", [("fp32", 1e-5), ("fp16", 2 ** -8)])
+@pytest.mark.parametrize("dt,rtol", [("fp32", 1e-5), ("fp16", 2**-8)])
 def test_functional_outputs_equal_within_the_precisions_rounding(dt, rtol):
     g = _block(dt)
     f = apply_fusion(g)
-    assert f.params["fusion"] == {"attention": 1, "gemm_epilogue": 1,
-                                  "residual_layer_norm": 2}
+    assert f.params["fusion"] == {"attention": 1, "gemm_epilogue": 1, "residual_layer_norm": 2}
     x = np.random.default_rng(3).standard_normal((2, 16, 512)).astype(np.float32)
     r0 = wia_hw.run(g, mode="functional", seed=5, inputs={"x": x})
     r1 = wia_hw.run(f, mode="functional", seed=5, inputs={"x": x})
@@ -153,7 +170,7 @@ def test_bert_large_fusion_lowers_latency_and_stays_above_its_floor():
     r0, r1 = wia_hw.run(g), wia_hw.run(apply_fusion(g))
     assert r1.latency_ms < r0.latency_ms
     assert r1.latency_ms >= r1.roofline_floor_ms
-    assert r1.roofline_floor_ms == r0.roofline_floor_ms     # same graph, same floor
+    assert r1.roofline_floor_ms == r0.roofline_floor_ms  # same graph, same floor
     assert r1.counters.bytes["hbm"] < r0.counters.bytes["hbm"]
 
 
@@ -175,7 +192,7 @@ def test_a_broken_fused_chain_is_one_line_error():
         wia_hw.run(broken)
 
 
-@pytest.mark.parametrize("dt,rtol", [("fp32", 1e-5), ("fp16", 2 ** -8)])
+@pytest.mark.parametrize("dt,rtol", [("fp32", 1e-5), ("fp16", 2**-8)])
 def test_flash_attention_functional_values_equal_within_rounding(dt, rtol):
     g = _attention(2, 64, 16, dt)
     rng = np.random.default_rng(11)
@@ -194,8 +211,12 @@ def test_the_recommended_fusion_is_what_apply_fusion_does():
 
     def fusion_recs(graph):
         r = wia_hw.run(graph, profile=ProfilingConfig())
-        return [x for x in analyze_performance(r.profile, AnalysisConfig()).recommendations
-                if x.category == "fusion"]
+        return [
+            x
+            for x in analyze_performance(r.profile, AnalysisConfig()).recommendations
+            if x.category == "fusion"
+        ]
+
     before = fusion_recs(g)
     assert before and all(x.estimated_improvement > 0.05 for x in before)
-    assert fusion_recs(apply_fusion(g)) == []      # nothing left for the what-ifs to fuse
+    assert fusion_recs(apply_fusion(g)) == []  # nothing left for the what-ifs to fuse

@@ -43,8 +43,9 @@ def _type_checking_lines(tree: ast.Module) -> set[int]:
     return lines
 
 
-def _imports(name: str, file: Path, is_pkg: bool, known: set[str]
-             ) -> list[tuple[str, list[str], int]]:
+def _imports(
+    name: str, file: Path, is_pkg: bool, known: set[str]
+) -> list[tuple[str, list[str], int]]:
     """(imported module, names imported from it, line) for each import of ``name``."""
     tree = ast.parse(file.read_text(), str(file))
     skip = _type_checking_lines(tree)
@@ -58,7 +59,7 @@ def _imports(name: str, file: Path, is_pkg: bool, known: set[str]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
-                base = base[:len(base) - node.level + 1]
+                base = base[: len(base) - node.level + 1]
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
@@ -111,12 +112,21 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_layout_has_the_expected_packages():
-    for name in ("wia_hw.cli._run", "wia_hw.cli._specs", "wia_hw.cli._ext",
-                 "wia_hw.cli._profile", "wia_hw.cli._rtl", "wia_hw.registry._manifest",
-                 "wia_hw.registry._expr", "wia_hw.registry._yaml_ops",
-                 "wia_hw.registry._dispatch", "wia_hw.registry._sources",
-                 "wia_hw.registry._modules", "wia_hw.registry._chains",
-                 "wia_hw.registry._peaks"):
+    for name in (
+        "wia_hw.cli._run",
+        "wia_hw.cli._specs",
+        "wia_hw.cli._ext",
+        "wia_hw.cli._profile",
+        "wia_hw.cli._rtl",
+        "wia_hw.registry._manifest",
+        "wia_hw.registry._expr",
+        "wia_hw.registry._yaml_ops",
+        "wia_hw.registry._dispatch",
+        "wia_hw.registry._sources",
+        "wia_hw.registry._modules",
+        "wia_hw.registry._chains",
+        "wia_hw.registry._peaks",
+    ):
         assert name in MODULES
 
 

@@ -20,12 +20,12 @@ GB, MB = 1e9, 1e6
 
 
 def _leaky_helper(ctx, n):
-    return ctx.allocate(n, tag="scratch")          # the allocating line of the leak
+    return ctx.allocate(n, tag="scratch")  # the allocating line of the leak
 
 
 def test_report_fields_recompute_from_its_events():
     ctx = wia_hw.open_device()
-    keep = ctx.allocate(5 * MIB, tag="before")      # allocated before the session
+    keep = ctx.allocate(5 * MIB, tag="before")  # allocated before the session
     session = start_memory_profiling(ctx, MemoryProfilingConfig())
     ctx.run("bert-base", batch=2, seq=64)
     a = ctx.allocate(3 * MIB, tag="kv")
@@ -42,9 +42,11 @@ def test_report_fields_recompute_from_its_events():
     tl = report.timeline()
     assert report.peak_usage_gb == pytest.approx(max(tl["allocated"]) / GB)
     assert tl["allocated"][-1] == current
-    assert all(sum(v[i] for v in tl["by_kind"].values()) == tl["allocated"][i]
-               for i in range(len(tl["cycle"])))
-    assert report.active_buffers == 1 and report.num_leaks == 0    # "before" is not a leak
+    assert all(
+        sum(v[i] for v in tl["by_kind"].values()) == tl["allocated"][i]
+        for i in range(len(tl["cycle"]))
+    )
+    assert report.active_buffers == 1 and report.num_leaks == 0  # "before" is not a leak
     r = report.free_ranges_end
     frag = 100 * (1 - max(r) / sum(r)) if r else 0.0
     assert report.fragmentation_percent == pytest.approx(frag)
@@ -60,7 +62,7 @@ def test_leaks_carry_size_site_and_the_users_call_stack():
     ctx = wia_hw.open_device()
     with start_memory_profiling(ctx) as session:
         kept = _leaky_helper(ctx, 2 * MIB + 1)
-        _leaky_helper(ctx, 1 * MIB)                 # dropped without free: unreachable
+        _leaky_helper(ctx, 1 * MIB)  # dropped without free: unreachable
         done = ctx.allocate(4096)
         ctx.free(done)
     report = session.report
@@ -69,13 +71,13 @@ def test_leaks_carry_size_site_and_the_users_call_stack():
     assert big.size_mb == pytest.approx(kept.size / MB) and big.tag == "scratch"
     src = inspect.getsource(_leaky_helper).splitlines()
     line = inspect.getsourcelines(_leaky_helper)[1] + next(
-        i for i, s in enumerate(src) if "ctx.allocate" in s)
+        i for i, s in enumerate(src) if "ctx.allocate" in s
+    )
     assert (big.allocation_site.file, big.allocation_site.line) == (__file__, line)
     assert big.stack_trace[0] == f"_leaky_helper ({__file__}:{line})"
     assert "test_leaks_carry_size_site_and_the_users_call_stack" in big.stack_trace[1]
     assert big.stack_depth == len(big.stack_trace) >= 2
-    assert [x.unreachable for x in sorted(report.leaks, key=lambda x: x.size_mb)] == \
-        [True, False]
+    assert [x.unreachable for x in sorted(report.leaks, key=lambda x: x.size_mb)] == [True, False]
     text = report.format()
     assert f"Leaked {big.size_mb:.2f} MB at {__file__}:{line}" in text
     assert "    Call stack:" in text
@@ -89,10 +91,11 @@ def test_top_sites_rank_by_bytes_and_name_what_they_hold():
         ctx.run("gpt2", batch=1, seq=32)
     sites = s.report.top_sites
     assert len(sites) == 3 == s.report.num_top_sites
-    assert [x.total_size_gb for x in sites] == sorted((x.total_size_gb for x in sites),
-                                                      reverse=True)
+    assert [x.total_size_gb for x in sites] == sorted(
+        (x.total_size_gb for x in sites), reverse=True
+    )
     assert sites[0].file == __file__ and "of gpt2" in sites[0].description
-    assert all(x.device_cycles == 0 for x in sites)   # the runtime's plan costs no time
+    assert all(x.device_cycles == 0 for x in sites)  # the runtime's plan costs no time
 
 
 def _decode_loop(ctx, steps=24):
@@ -111,8 +114,9 @@ def test_pooling_lowers_fragmentation_of_a_decode_workload():
     frags = {}
     for pooling in (False, True):
         ctx = wia_hw.open_device()
-        ctx.allocator = CachingAllocator(ctx.spec.memory.hbm.size_bytes,
-                                         AllocatorConfig(pooling=pooling))
+        ctx.allocator = CachingAllocator(
+            ctx.spec.memory.hbm.size_bytes, AllocatorConfig(pooling=pooling)
+        )
         with start_memory_profiling(ctx) as s:
             _decode_loop(ctx)
         frags[pooling] = analyze_fragmentation(s.report)
@@ -126,7 +130,7 @@ def test_pooling_lowers_fragmentation_of_a_decode_workload():
 def test_fragmentation_analysis_figures_and_seed_suggestions():
     ctx = wia_hw.open_device()
     with start_memory_profiling(ctx) as s:
-        bufs = [ctx.allocate(MIB) for _ in range(8)]    # 8 MiB split out of 4 segments
+        bufs = [ctx.allocate(MIB) for _ in range(8)]  # 8 MiB split out of 4 segments
         for b in bufs[::2]:
             ctx.free(b)
     f = analyze_fragmentation(s.report)

@@ -47,7 +47,7 @@ def test_each_stripe_is_a_permutation_of_the_channels_and_stripes_rotate():
             got = [channel_of(base + i * g, chans, g) for i in range(chans)]
             assert sorted(got) == list(range(chans))
             firsts.add(got[0])
-        assert len(firsts) > 1          # not every stripe starts on the same channel
+        assert len(firsts) > 1  # not every stripe starts on the same channel
 
 
 def test_a_block_is_striped_over_every_channel():
@@ -57,25 +57,32 @@ def test_a_block_is_striped_over_every_channel():
     assert g == DEFAULT_INTERLEAVE_BYTES
     rng = random.Random(13)
     for _ in range(20):
-        ref = TensorRef(f"t{rng.random()}", rng.randint(1, 3000), rng.randint(1, 3000),
-                        rng.choice([1, 2, 4]))
+        ref = TensorRef(
+            f"t{rng.random()}", rng.randint(1, 3000), rng.randint(1, 3000), rng.choice([1, 2, 4])
+        )
         for key, nb in mem.region_blocks([(ref, 0, ref.rows, 0, ref.cols)]):
             per = hbm_spread(mem.block_address(key), nb, chans, g)
-            assert sum(per) == nb                       # bytes are conserved
-            assert max(per) - min(per) <= g             # even to within one unit
+            assert sum(per) == nb  # bytes are conserved
+            assert max(per) - min(per) <= g  # even to within one unit
             if nb >= chans * g:
-                assert min(per) > 0                     # a big block touches every channel
+                assert min(per) > 0  # a big block touches every channel
     # distinct tensors never share a byte of the address space
     spans = sorted((mem.block_address((t, 0, 0)), t) for t in range(len(mem._layouts)))
     assert len({a for a, _ in spans}) == len(spans)
 
 
 def test_interleave_bytes_is_a_positive_power_of_two():
-    with pytest.raises(SpecError, match=r"memory\.hbm\.interleave_bytes: must be a power of "
-                                        r"two, got 96"):
+    with pytest.raises(
+        SpecError,
+        match=r"memory\.hbm\.interleave_bytes: must be a power of "
+        r"two, got 96",
+    ):
         load_spec("wia-npu", {"memory.hbm.interleave_bytes": 96})
-    with pytest.raises(SpecError, match=r"memory\.hbm\.interleave_bytes: must be a positive "
-                                        r"integer, got 0"):
+    with pytest.raises(
+        SpecError,
+        match=r"memory\.hbm\.interleave_bytes: must be a positive "
+        r"integer, got 0",
+    ):
         load_spec("wia-npu", {"memory.hbm.interleave_bytes": 0})
 
 
@@ -85,7 +92,7 @@ def _lone_transfer(spec: DeviceSpec, rows: int, cols: int, seed: int) -> tuple[i
     fp16 tensor that starts at a random block slot."""
     mem = MemorySystem(spec, Counters())
     pad = TensorRef("pad", 1, random.Random(seed).randint(1, 300) * 32768, 2)
-    mem.region_blocks([(pad, 0, 1, 0, pad.cols)])         # shifts the tensor's slots
+    mem.region_blocks([(pad, 0, 1, 0, pad.cols)])  # shifts the tensor's slots
     ref = TensorRef("t", rows, cols, 2)
     blocks = mem.region_blocks([(ref, 0, rows, 0, cols)])
     l2_only = mem.l2_port.cycles(ref.nbytes) + mem.l2_latency
@@ -112,8 +119,11 @@ def test_more_channels_cost_at_most_one_interleave_unit_per_block():
             done, nbytes, l2_only = _lone_transfer(spec, rows, cols, trial)
             nblocks = -(-rows * cols * 2 // spec.memory.block_bytes) * 4 + 4
             floor = max(lat + transfer_cycles(nbytes, bpc), l2_only)
-            assert floor <= done <= max(l2_only, lat + transfer_cycles(
-                nbytes + nblocks * (g * chans + 2 * g), bpc))
+            assert (
+                floor
+                <= done
+                <= max(l2_only, lat + transfer_cycles(nbytes + nblocks * (g * chans + 2 * g), bpc))
+            )
     # whole stripes: identical on every channel count
     ends = {c: _lone_transfer(spec, 512, 1024, 3)[0] for c, spec in specs.items()}
     assert len(set(ends.values())) == 1, ends
@@ -129,15 +139,24 @@ def test_small_random_reads_are_latency_bound():
     per_ch = bpc / spec.memory.hbm.channels
     now = total = 0
     for i in range(300):
-        mem.region_blocks([(TensorRef(f"gap{i}", 1, rng.randint(1, 9) * 8192, 2),
-                            0, 1, 0, 1)])               # a random hole before it
+        mem.region_blocks(
+            [(TensorRef(f"gap{i}", 1, rng.randint(1, 9) * 8192, 2), 0, 1, 0, 1)]
+        )  # a random hole before it
         ref = TensorRef(f"r{i}", 1, rng.randint(16, 256), 2)
         blocks = mem.region_blocks([(ref, 0, 1, 0, ref.cols)])
         done = mem.load(0, blocks, now)
-        piece = max(hbm_spread(mem.block_address(blocks[0][0]), ref.nbytes,
-                               spec.memory.hbm.channels, spec.memory.hbm.interleave_bytes))
-        assert done - now == max(mem.hbm_latency + transfer_cycles(piece, per_ch),
-                                 mem.l2_port.cycles(ref.nbytes) + mem.l2_latency)
+        piece = max(
+            hbm_spread(
+                mem.block_address(blocks[0][0]),
+                ref.nbytes,
+                spec.memory.hbm.channels,
+                spec.memory.hbm.interleave_bytes,
+            )
+        )
+        assert done - now == max(
+            mem.hbm_latency + transfer_cycles(piece, per_ch),
+            mem.l2_port.cycles(ref.nbytes) + mem.l2_latency,
+        )
         total += ref.nbytes
         now = done
     assert now >= 300 * mem.hbm_latency
@@ -157,7 +176,7 @@ def test_a_long_streaming_read_reaches_90_percent_of_peak_hbm_bandwidth():
     for _ in range(2):
         rows, cols = rng.randint(4096, 8192), rng.choice([2048, 3072, 4096])
         r = wia_hw.run(_stream_graph(rows, cols))
-        assert r.counters.bytes["hbm"] >= 3 * rows * cols * 2       # read twice, written once
+        assert r.counters.bytes["hbm"] >= 3 * rows * cols * 2  # read twice, written once
         assert r.counters.bytes["hbm"] / r.cycles >= 0.9 * peak
 
 
@@ -169,8 +188,10 @@ def test_port_equals_fifo_resource_on_random_request_streams(seed):
     ``simpy.Resource(capacity=1)`` held for the same service time."""
     rng = random.Random(seed)
     bpc = Fraction(rng.randint(1, 200), rng.randint(1, 7))
-    streams = [[(rng.randint(0, 300), rng.randint(1, 20_000)) for _ in range(rng.randint(5, 40))]
-               for _ in range(rng.randint(2, 8))]
+    streams = [
+        [(rng.randint(0, 300), rng.randint(1, 20_000)) for _ in range(rng.randint(5, 40))]
+        for _ in range(rng.randint(2, 8))
+    ]
 
     def run(book) -> dict[tuple[int, int], int]:
         env = simpy.Environment()
@@ -207,8 +228,11 @@ def test_port_equals_fifo_resource_on_random_request_streams(seed):
 def test_port_refuses_a_request_that_arrives_before_a_booked_one():
     port = BandwidthPort("hbm.3", Fraction(16))
     port.reserve(100, 64)
-    with pytest.raises(RuntimeError, match=r"port hbm\.3: a request arriving at cycle 99 was "
-                                           r"booked after one arriving at 100"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"port hbm\.3: a request arriving at cycle 99 was "
+        r"booked after one arriving at 100",
+    ):
         port.reserve(99, 64)
 
 
@@ -226,8 +250,13 @@ def test_every_booking_of_a_run_arrives_in_order(monkeypatch):
     monkeypatch.setattr(BandwidthPort, "reserve", spy)
     for e in (1, 3):
         arrivals.clear()
-        wia_hw.run("bert-base", batch=2, seq=64, layers=1,
-                   overrides={"dma.engines_per_core": e, "memory.l2.size_kib": 4096})
+        wia_hw.run(
+            "bert-base",
+            batch=2,
+            seq=64,
+            layers=1,
+            overrides={"dma.engines_per_core": e, "memory.l2.size_kib": 4096},
+        )
         assert sum(len(v) for v in arrivals.values()) > 300
         for name, seq in arrivals.items():
             assert seq == sorted(seq), name
@@ -257,9 +286,14 @@ def test_dma_engines_bound_the_transfers_in_flight_and_speed_up_stores():
 def _random_workload(rng: random.Random) -> Graph:
     kind = rng.choice(["gemm", "gemm", "bert-base", "gpt2"])
     if kind == "gemm":
-        return build("gemm", M=rng.randint(1, 900), N=rng.randint(1, 900),
-                     K=rng.randint(1, 900), batch=rng.choice([1, 1, 2]),
-                     precision=rng.choice(["fp16", "int8", "fp32"]))
+        return build(
+            "gemm",
+            M=rng.randint(1, 900),
+            N=rng.randint(1, 900),
+            K=rng.randint(1, 900),
+            batch=rng.choice([1, 1, 2]),
+            precision=rng.choice(["fp16", "int8", "fp32"]),
+        )
     if kind == "gpt2":
         return build("gpt2", batch=1, seq=rng.choice([8, 16]), layers=1)
     return build("bert-base", batch=rng.randint(1, 3), seq=rng.choice([16, 32, 64]), layers=1)
@@ -286,8 +320,7 @@ def test_more_memory_resources_are_never_slower(seed):
     caches; the bytes written are no more)."""
     rng = random.Random(seed)
     graph = _random_workload(rng)
-    lowered = lower(graph, load_spec("wia-npu", {"memory.l1.size_kib": 1024,
-                                                 "compute.cores": 1}))
+    lowered = lower(graph, load_spec("wia-npu", {"memory.l1.size_kib": 1024, "compute.cores": 1}))
     for axis, points in AXES.items():
         prev = None
         for path, value in points:

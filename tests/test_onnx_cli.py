@@ -22,7 +22,7 @@ def run(*args: str):
 def test_import_prints_ops_macs_parameters_and_bytes():
     r = run(str(DATA / "resnet50.legacy.onnx"), "--dim", "batch=1")
     assert r.exit_code == 0, r.output
-    assert "conv2d" in r.output and "53" in r.output          # 53 convolutions
+    assert "conv2d" in r.output and "53" in r.output  # 53 convolutions
     assert "MACs:        4,089,184,256 (4.09 GMAC)" in r.output
     assert "Parameters:" in r.output and "Weights:" in r.output
 
@@ -42,25 +42,36 @@ def test_import_of_a_transformer_with_named_dims():
 def test_unsupported_ops_exit_2_with_one_line_naming_all(tmp_path):
     import onnx
 
-    nodes = [helper.make_node("Celu", ["x"], ["a"]), helper.make_node("Celu", ["a"], ["b"]),
-             helper.make_node("Mish", ["b"], ["c"]), helper.make_node("Relu", ["c"], ["y"])]
-    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                     [2, 3])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    nodes = [
+        helper.make_node("Celu", ["x"], ["a"]),
+        helper.make_node("Celu", ["a"], ["b"]),
+        helper.make_node("Mish", ["b"], ["c"]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
     path = tmp_path / "m.onnx"
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), str(path))
     r = CliRunner().invoke(cli, ["import", str(path)])
     assert r.exit_code == 2
     assert r.output.splitlines() == [
-        f"wia-hw: error: {path}: 2 unsupported ONNX op types: Celu x2, Mish x1"]
+        f"wia-hw: error: {path}: 2 unsupported ONNX op types: Celu x2, Mish x1"
+    ]
     assert "Traceback" not in r.output
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--dim", "seq"], r"--dim 'seq': expected NAME=VALUE with a positive integer VALUE"),
-    (["--dim", "seq=0"], r"--dim 'seq=0': expected NAME=VALUE"),
-    ([], r"ONNX input 'input_ids': dimension 1 \('seq'\) is not fixed"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--dim", "seq"], r"--dim 'seq': expected NAME=VALUE with a positive integer VALUE"),
+        (["--dim", "seq=0"], r"--dim 'seq=0': expected NAME=VALUE"),
+        ([], r"ONNX input 'input_ids': dimension 1 \('seq'\) is not fixed"),
+    ],
+)
 def test_bad_input_is_one_line(args, message):
     import re
 

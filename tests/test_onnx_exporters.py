@@ -23,8 +23,13 @@ pytest.importorskip("onnx")
 DATA = Path(__file__).parent / "data" / "onnx"
 EXPORTERS = ("legacy", "dynamo")
 #: torchvision's published GMACs (``weights.meta["_ops"]``) at 224 x 224.
-PUBLISHED_GMAC = {"resnet18": 1.814, "resnet50": 4.089, "mobilenet_v2": 0.301,
-                  "mobilenet_v3_large": 0.217, "efficientnet_b0": 0.386}
+PUBLISHED_GMAC = {
+    "resnet18": 1.814,
+    "resnet50": 4.089,
+    "mobilenet_v2": 0.301,
+    "mobilenet_v3_large": 0.217,
+    "efficientnet_b0": 0.386,
+}
 #: The fixtures' transformer shapes (scripts/make_onnx_fixtures.py).
 BERT_H, BERT_LAYERS = 1024, 2
 GPT2_H, GPT2_LAYERS = 768, 2
@@ -39,8 +44,14 @@ def fixture(name: str, exporter: str) -> Path:
 
 
 def fixtures_present() -> list[tuple[str, str]]:
-    names = list(PUBLISHED_GMAC) + ["bert_large_2l", "gpt2_2l", "bert_sdpa_2l",
-                                    "gpt2_sdpa_2l", "bert_mask_1l", "gpt2_mask_1l"]
+    names = list(PUBLISHED_GMAC) + [
+        "bert_large_2l",
+        "gpt2_2l",
+        "bert_sdpa_2l",
+        "gpt2_sdpa_2l",
+        "bert_mask_1l",
+        "gpt2_mask_1l",
+    ]
     return [(n, e) for n in names for e in EXPORTERS if fixture(n, e).exists()]
 
 
@@ -60,16 +71,19 @@ def test_every_fixture_is_there():
 def test_cnn_macs_match_the_published_counts(name, exporter):
     g = from_onnx(fixture(name, exporter), dims={"batch": 1})
     assert round(g.macs() / 1e9, 3) == PUBLISHED_GMAC[name]
-    assert g.tensors[next(iter(t for t in g.tensors if g.tensors[t].kind == "input"))
-                     ].shape == (1, 3, 224, 224)
+    assert g.tensors[next(iter(t for t in g.tensors if g.tensors[t].kind == "input"))].shape == (
+        1,
+        3,
+        224,
+        224,
+    )
 
 
 @pytest.mark.parametrize("name", list(PUBLISHED_GMAC))
 def test_both_exporters_give_the_same_work(name):
     a = from_onnx(fixture(name, "legacy"), dims={"batch": 2})
     b = from_onnx(fixture(name, "dynamo"), dims={"batch": 2})
-    assert a.macs() == b.macs() == 2 * from_onnx(fixture(name, "legacy"),
-                                                 dims={"batch": 1}).macs()
+    assert a.macs() == b.macs() == 2 * from_onnx(fixture(name, "legacy"), dims={"batch": 1}).macs()
     # the dynamo exporter's optimiser drops the all-zero biases that BN folding gives
     # with random weights (zero mean, zero shift): at most 1 % of the bytes
     assert b.weight_bytes <= a.weight_bytes <= 1.01 * b.weight_bytes
@@ -84,9 +98,11 @@ def test_bert_macs_follow_the_layer_formula(exporter, b, s):
     # recognised: 2 attention chains, 2 GELUs, 2 x 2 + 1 layer norms
     assert kinds.count("softmax") == 2 and kinds.count("gelu") == 2
     assert kinds.count("layer_norm") == 2 * BERT_LAYERS + 1
-    assert all(o.attrs.get("transpose_b") for o in g.ops
-               if o.kind == "bmm" and o.outputs[0] in
-               {p.inputs[0] for p in g.ops if p.kind == "softmax"})
+    assert all(
+        o.attrs.get("transpose_b")
+        for o in g.ops
+        if o.kind == "bmm" and o.outputs[0] in {p.inputs[0] for p in g.ops if p.kind == "softmax"}
+    )
 
 
 @pytest.mark.parametrize("exporter", EXPORTERS)
@@ -108,14 +124,12 @@ def test_sdpa_attention_is_recognised(name, exporter, causal):
     """transformers' default attention (SDPA): q and k^T each scaled by
     sqrt(1/sqrt(dh)), softmax guarded by where(isnan(p), 0, p); H 256, 4 heads."""
     g = from_onnx(fixture(name, exporter), dims={"batch": 2, "seq": 32})
-    raw = from_onnx(fixture(name, exporter), dims={"batch": 2, "seq": 32},
-                    recognise=False)
+    raw = from_onnx(fixture(name, exporter), dims={"batch": 2, "seq": 32}, recognise=False)
     assert g.macs() == raw.macs() == transformer_macs(2, 2, 32, SDPA_H)
     assert g.flops() == raw.flops()
     scores = [o for o in g.ops if o.kind == "bmm" and o.attrs.get("transpose_b")]
     assert len(scores) == 2
-    assert all(o.attrs["scale"] == pytest.approx(1 / math.sqrt(SDPA_H // 4))
-               for o in scores)
+    assert all(o.attrs["scale"] == pytest.approx(1 / math.sqrt(SDPA_H // 4)) for o in scores)
     soft = [o for o in g.ops if o.kind == "softmax"]
     assert [bool(o.attrs.get("causal")) for o in soft] == [causal, causal]
     assert not any(o.kind == "isnan" for o in g.ops)
@@ -130,17 +144,14 @@ def test_attention_mask_input(name, exporter, ffn):
     g = from_onnx(fixture(name, exporter), dims={"batch": b, "seq": s})
     # per token: Q, K, V, output projections 4 h^2, the FFN 2 h ffn; attention 2 s h
     assert g.macs() == b * s * (4 * h * h + 2 * h * ffn + 2 * s * h)
-    assert {g.tensors[t].shape for t in g.tensors if g.tensors[t].kind == "input"} == \
-        {(b, s)}
+    assert {g.tensors[t].shape for t in g.tensors if g.tensors[t].kind == "input"} == {(b, s)}
     soft = [o for o in g.ops if o.kind == "softmax"]
     assert len(soft) == 1 and soft[0].attrs.get("masked")
-    raw = from_onnx(fixture(name, exporter), dims={"batch": b, "seq": s},
-                    recognise=False)
+    raw = from_onnx(fixture(name, exporter), dims={"batch": b, "seq": s}, recognise=False)
     assert g.flops() == raw.flops()
 
 
-@pytest.mark.parametrize("name", ["bert_large_2l", "gpt2_2l", "bert_sdpa_2l",
-                                  "gpt2_sdpa_2l"])
+@pytest.mark.parametrize("name", ["bert_large_2l", "gpt2_2l", "bert_sdpa_2l", "gpt2_sdpa_2l"])
 @pytest.mark.parametrize("exporter", EXPORTERS)
 def test_recognised_graph_has_the_same_flops(name, exporter):
     path = fixture(name, exporter)
@@ -159,7 +170,7 @@ def test_no_shape_op_survives_folding():
 
     for name, exporter in fixtures_present():
         if "_mask_" in name:
-            continue        # a run-time attention_mask: its Expand and Equal stay
+            continue  # a run-time attention_mask: its Expand and Equal stay
         dims = {"batch": 1, "seq": 128}
         proto, *_ = _prepare(onnx, fixture(name, exporter), None, dims)
         left = {n.op_type for n in proto.graph.node} & FOLDED
@@ -214,18 +225,27 @@ def test_from_torch_errors():
 
     class Bad(torch.nn.Module):
         def forward(self, x):
-            if x.sum() > 0:          # data-dependent branch: torch.export refuses it
+            if x.sum() > 0:  # data-dependent branch: torch.export refuses it
                 return x + 1
             return x - 1
 
-    with pytest.raises(wia_hw.WorkloadError, match=r"^from_torch: expected a "
-                                                   r"torch.nn.Module, got str$"):
+    with pytest.raises(
+        wia_hw.WorkloadError,
+        match=r"^from_torch: expected a "
+        r"torch.nn.Module, got str$",
+    ):
         wia_hw.from_torch("resnet", (torch.zeros(1),))
-    with pytest.raises(wia_hw.WorkloadError, match=r"^from_torch: example_args must be "
-                                                   r"a tuple of example inputs, got Tensor$"):
+    with pytest.raises(
+        wia_hw.WorkloadError,
+        match=r"^from_torch: example_args must be "
+        r"a tuple of example inputs, got Tensor$",
+    ):
         wia_hw.from_torch(torch.nn.ReLU(), torch.zeros(1))
-    with pytest.raises(wia_hw.WorkloadError, match=r"^from_torch: torch.export of Bad "
-                                                   r"failed: "):
+    with pytest.raises(
+        wia_hw.WorkloadError,
+        match=r"^from_torch: torch.export of Bad "
+        r"failed: ",
+    ):
         wia_hw.from_torch(Bad(), (torch.zeros(2),))
 
 
@@ -238,23 +258,32 @@ def test_from_torch_translation_and_onnxscript_errors(monkeypatch):
         raise RuntimeError("no translation for aten::foo\nmore lines")
 
     monkeypatch.setattr(torch.onnx, "export", refuse)
-    with pytest.raises(wia_hw.WorkloadError, match=r"^from_torch: translating the "
-                                                   r"torch.export program of ReLU to ONNX "
-                                                   r"failed: no translation for aten::foo$"):
+    with pytest.raises(
+        wia_hw.WorkloadError,
+        match=r"^from_torch: translating the "
+        r"torch.export program of ReLU to ONNX "
+        r"failed: no translation for aten::foo$",
+    ):
         wia_hw.from_torch(torch.nn.ReLU(), (torch.zeros(2),))
     monkeypatch.setitem(sys.modules, "onnxscript", None)
-    with pytest.raises(wia_hw.WorkloadError, match=r"^from_torch needs onnxscript "
-                                                   r"\(torch's ONNX translator\): pip "
-                                                   r"install 'wia-hw\[torch\]'$"):
+    with pytest.raises(
+        wia_hw.WorkloadError,
+        match=r"^from_torch needs onnxscript "
+        r"\(torch's ONNX translator\): pip "
+        r"install 'wia-hw\[torch\]'$",
+    ):
         wia_hw.from_torch(torch.nn.ReLU(), (torch.zeros(2),))
 
 
 def test_from_torch_without_torch_is_one_clear_error(monkeypatch):
     import sys
 
-    monkeypatch.setitem(sys.modules, "torch", None)      # import torch -> ImportError
-    with pytest.raises(wia_hw.WorkloadError, match=r"^from_torch needs PyTorch: pip "
-                                                   r"install 'wia-hw\[torch\]'$"):
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
+    with pytest.raises(
+        wia_hw.WorkloadError,
+        match=r"^from_torch needs PyTorch: pip "
+        r"install 'wia-hw\[torch\]'$",
+    ):
         wia_hw.from_torch(object(), ())
 
 

@@ -45,6 +45,7 @@ def kinds(g):
 
 # -- folding ------------------------------------------------------------------------
 
+
 def shape_chain_model():
     """y = Reshape(x [B, S, 64], Concat(Shape(x)[0], Shape(x)[1], 4, 16)) + a causal
     mask built from the sequence length: ConstantOfShape, Range, Unsqueeze, Expand,
@@ -60,8 +61,7 @@ def shape_chain_model():
         node("Transpose", ["xr"], ["xt"], perm=[0, 2, 1, 3]),
         # a [S, S] causal mask from S
         node("Concat", ["s1", "s1"], ["ss"], axis=0),
-        node("ConstantOfShape", ["ss"], ["ones"],
-             value=helper.make_tensor("v", F32, [1], [1.0])),
+        node("ConstantOfShape", ["ss"], ["ones"], value=helper.make_tensor("v", F32, [1], [1.0])),
         node("Trilu", ["ones"], ["tri"], upper=0),
         node("Equal", ["tri", "zero"], ["masked"]),
         node("Range", ["zero_i", "s", "one_i"], ["pos"]),
@@ -73,12 +73,18 @@ def shape_chain_model():
     ]
     # topological order: the two bmm-feeding nodes go before the Add
     nodes = nodes[:14] + [nodes[14], nodes[17], nodes[16], nodes[15]]
-    inits = [init("i0", 0, np.int64), init("i1", 1, np.int64), init("ax0", [0], np.int64),
-             init("heads", [4], np.int64), init("dh", [16], np.int64),
-             init("zero", 0.0), init("neg", -1e9), init("zero_i", 0, np.int64),
-             init("one_i", 1, np.int64)]
-    return model(nodes, [vi("x", ["B", "S", 64])], [vi("y", None), vi("posf", None)],
-                 inits)
+    inits = [
+        init("i0", 0, np.int64),
+        init("i1", 1, np.int64),
+        init("ax0", [0], np.int64),
+        init("heads", [4], np.int64),
+        init("dh", [16], np.int64),
+        init("zero", 0.0),
+        init("neg", -1e9),
+        init("zero_i", 0, np.int64),
+        init("one_i", 1, np.int64),
+    ]
+    return model(nodes, [vi("x", ["B", "S", 64])], [vi("y", None), vi("posf", None)], inits)
 
 
 def test_shape_and_mask_chains_fold_away():
@@ -89,7 +95,7 @@ def test_shape_and_mask_chains_fold_away():
     assert g.tensors["y"].shape == (2, 4, 8, 8)
     # the mask is a constant [S, S] weight now; posf was folded to a constant output
     assert g.tensors["mask"].kind == "weight" and g.tensors["mask"].shape == (8, 8)
-    assert g.params["folded_nodes"] == 13   # Shape, 2 Gather, 2 Unsqueeze, 2 Concat,
+    assert g.params["folded_nodes"] == 13  # Shape, 2 Gather, 2 Unsqueeze, 2 Concat,
     # ConstantOfShape, Trilu, Equal, Range, Cast, Where
     assert g.macs() == 2 * 4 * 8 * 8 * 16
 
@@ -109,11 +115,21 @@ def test_recognised_causal_attention_from_the_folded_mask():
 
 def mlp_external(tmp_path, keep_data: bool):
     nodes = [node("MatMul", ["x", "w"], ["h"]), node("Add", ["h", "b"], ["y"])]
-    m = model(nodes, [vi("x", [4, 256])], [vi("y", [4, 512])],
-              [init("w", np.ones((256, 512))), init("b", np.ones(512))])
+    m = model(
+        nodes,
+        [vi("x", [4, 256])],
+        [vi("y", [4, 512])],
+        [init("w", np.ones((256, 512))), init("b", np.ones(512))],
+    )
     path = tmp_path / "mlp.onnx"
-    onnx.save_model(m, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location="mlp.onnx.data", size_threshold=0)
+    onnx.save_model(
+        m,
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="mlp.onnx.data",
+        size_threshold=0,
+    )
     assert (tmp_path / "mlp.onnx.data").stat().st_size == (256 * 512 + 512) * 4
     if not keep_data:
         (tmp_path / "mlp.onnx.data").unlink()
@@ -123,7 +139,7 @@ def mlp_external(tmp_path, keep_data: bool):
 @pytest.mark.parametrize("keep_data", [True, False])
 def test_external_data_loads_with_or_without_the_data_file(tmp_path, keep_data):
     g = from_onnx(mlp_external(tmp_path, keep_data))
-    assert kinds(g) == ["linear"]                      # the bias add fused
+    assert kinds(g) == ["linear"]  # the bias add fused
     assert g.macs() == 4 * 256 * 512
     assert g.weight_bytes == (256 * 512 + 512) * 4
     assert g.flops() == 2 * 4 * 256 * 512 + 4 * 512
@@ -131,21 +147,28 @@ def test_external_data_loads_with_or_without_the_data_file(tmp_path, keep_data):
 
 def test_external_shape_constant_is_read_for_folding(tmp_path):
     nodes = [node("Reshape", ["x", "shape"], ["y"])]
-    m = model(nodes, [vi("x", [2, 3, 4])], [vi("y", None)],
-              [init("shape", [6, 4], np.int64)])
+    m = model(nodes, [vi("x", [2, 3, 4])], [vi("y", None)], [init("shape", [6, 4], np.int64)])
     path = tmp_path / "r.onnx"
-    onnx.save_model(m, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location="r.onnx.data", size_threshold=0)
+    onnx.save_model(
+        m,
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="r.onnx.data",
+        size_threshold=0,
+    )
     g = from_onnx(path)
     assert g.tensors["y"].shape == (6, 4)
 
 
 def test_weight_transforms_are_shape_folded():
     """Transpose and Cast of a weight happen once at load: they are no ops."""
-    nodes = [node("Transpose", ["w"], ["wt"], perm=[1, 0]),
-             node("Cast", ["wt"], ["wc"], to=F32),
-             node("MatMul", ["x", "wc"], ["y"])]
-    big = np.zeros((300, 400), np.float32)      # > INIT_MAX_ELEMENTS: dims only
+    nodes = [
+        node("Transpose", ["w"], ["wt"], perm=[1, 0]),
+        node("Cast", ["wt"], ["wc"], to=F32),
+        node("MatMul", ["x", "wc"], ["y"]),
+    ]
+    big = np.zeros((300, 400), np.float32)  # > INIT_MAX_ELEMENTS: dims only
     m = model(nodes, [vi("x", [2, 400])], [vi("y", [2, 300])], [init("w", big)])
     g = from_onnx(m)
     assert kinds(g) == ["linear"] and g.tensors["wc"].shape == (400, 300)
@@ -154,17 +177,30 @@ def test_weight_transforms_are_shape_folded():
 
 # -- the op table ---------------------------------------------------------------------
 
+
 def one_op(op, x_shape, y_shape=None, inits=(), extra_ins=(), **attrs):
-    m = model([node(op, ["x", *extra_ins], ["y"], **attrs)], [vi("x", list(x_shape))],
-              [vi("y", list(y_shape) if y_shape else None)], inits)
+    m = model(
+        [node(op, ["x", *extra_ins], ["y"], **attrs)],
+        [vi("x", list(x_shape))],
+        [vi("y", list(y_shape) if y_shape else None)],
+        inits,
+    )
     return from_onnx(m, recognise=False)
 
 
-@pytest.mark.parametrize("op,kind", [("HardSwish", "hardswish"), ("HardSigmoid",
-                                                                     "hardsigmoid"),
-                                      ("Clip", "clip"), ("LRN", "lrn"),
-                                      ("Dropout", "identity"), ("LeakyRelu", "leakyrelu"),
-                                      ("Elu", "elu"), ("Softplus", "softplus")])
+@pytest.mark.parametrize(
+    "op,kind",
+    [
+        ("HardSwish", "hardswish"),
+        ("HardSigmoid", "hardsigmoid"),
+        ("Clip", "clip"),
+        ("LRN", "lrn"),
+        ("Dropout", "identity"),
+        ("LeakyRelu", "leakyrelu"),
+        ("Elu", "elu"),
+        ("Softplus", "softplus"),
+    ],
+)
 def test_cnn_activations(op, kind):
     attrs = {"size": 5} if op == "LRN" else {}
     g = one_op(op, (1, 16, 7, 7), **attrs)
@@ -172,25 +208,41 @@ def test_cnn_activations(op, kind):
 
 
 def test_reduce_mean_is_a_pool_over_the_trailing_axes():
-    g = one_op("ReduceMean", (2, 8, 32), inits=[init("axes", [-1], np.int64)],
-               extra_ins=["axes"], keepdims=1, )
+    g = one_op(
+        "ReduceMean",
+        (2, 8, 32),
+        inits=[init("axes", [-1], np.int64)],
+        extra_ins=["axes"],
+        keepdims=1,
+    )
     assert g.tensors["y"].shape == (2, 8, 1)
-    assert g.flops() == 2 * 8 * 32                     # one add per input element
-    g = one_op("ReduceMean", (2, 64, 7, 7), axes=[2, 3], keepdims=0, )
+    assert g.flops() == 2 * 8 * 32  # one add per input element
+    g = one_op(
+        "ReduceMean",
+        (2, 64, 7, 7),
+        axes=[2, 3],
+        keepdims=0,
+    )
     assert kinds(g) == ["global_avgpool", "reshape"] and g.tensors["y"].shape == (2, 64)
 
 
 def test_reduce_over_a_leading_axis_is_a_named_error():
-    with pytest.raises(WorkloadError, match=r"^ONNX node 'y' \(ReduceMean\): reduces axes "
-                                            r"\[1\] of \[2, 8, 32\]; wia-hw models "
-                                            r"reductions over trailing axes only$"):
+    with pytest.raises(
+        WorkloadError,
+        match=r"^ONNX node 'y' \(ReduceMean\): reduces axes "
+        r"\[1\] of \[2, 8, 32\]; wia-hw models "
+        r"reductions over trailing axes only$",
+    ):
         one_op("ReduceMean", (2, 8, 32), axes=[1])
 
 
 def test_split_is_one_slice_per_output():
-    m = model([node("Split", ["x", "sizes"], ["a", "b", "c"], name="split", axis=2)],
-              [vi("x", [2, 8, 96])], [vi("a", None), vi("b", None), vi("c", None)],
-              [init("sizes", [32, 32, 32], np.int64)])
+    m = model(
+        [node("Split", ["x", "sizes"], ["a", "b", "c"], name="split", axis=2)],
+        [vi("x", [2, 8, 96])],
+        [vi("a", None), vi("b", None), vi("c", None)],
+        [init("sizes", [32, 32, 32], np.int64)],
+    )
     g = from_onnx(m)
     assert kinds(g) == ["slice"] * 3
     assert [g.tensors[o].shape for o in "abc"] == [(2, 8, 32)] * 3
@@ -198,57 +250,87 @@ def test_split_is_one_slice_per_output():
 
 
 def test_gather_elements_and_general_gather():
-    m = model([node("GatherElements", ["x", "idx"], ["y"], axis=1)],
-              [vi("x", [4, 10]), vi("idx", [4, 3], I64)], [vi("y", None)])
+    m = model(
+        [node("GatherElements", ["x", "idx"], ["y"], axis=1)],
+        [vi("x", [4, 10]), vi("idx", [4, 3], I64)],
+        [vi("y", None)],
+    )
     g = from_onnx(m)
     assert g.tensors["y"].shape == (4, 3) and "embedding" in kinds(g)
-    m = model([node("Gather", ["x", "idx"], ["y"], axis=0)],
-              [vi("x", [10, 4, 6]), vi("idx", [5], I64)], [vi("y", None)])
+    m = model(
+        [node("Gather", ["x", "idx"], ["y"], axis=0)],
+        [vi("x", [10, 4, 6]), vi("idx", [5], I64)],
+        [vi("y", None)],
+    )
     g = from_onnx(m)
     assert g.tensors["y"].shape == (5, 4, 6) and "embedding" in kinds(g)
 
 
 def test_gather_constant_run_is_a_slice_and_scattered_axis1_is_an_error():
-    g = one_op("Gather", (2, 10, 6), inits=[init("i", [3, 4, 5], np.int64)],
-               extra_ins=["i"], axis=1)
+    g = one_op(
+        "Gather", (2, 10, 6), inits=[init("i", [3, 4, 5], np.int64)], extra_ins=["i"], axis=1
+    )
     assert kinds(g) == ["slice"] and g.tensors["y"].shape == (2, 3, 6)
-    with pytest.raises(WorkloadError, match=r"^ONNX node 'y' \(Gather\): gathers "
-                                            r"non-contiguous indices on axis 1"):
-        one_op("Gather", (2, 10, 6), inits=[init("i", [3, 5], np.int64)],
-               extra_ins=["i"], axis=1)
+    with pytest.raises(
+        WorkloadError,
+        match=r"^ONNX node 'y' \(Gather\): gathers "
+        r"non-contiguous indices on axis 1",
+    ):
+        one_op("Gather", (2, 10, 6), inits=[init("i", [3, 5], np.int64)], extra_ins=["i"], axis=1)
 
 
 def test_where_expand_trilu_cost_one_op_per_output_element():
-    m = model([node("Where", ["c", "x", "fill"], ["y"])],
-              [vi("c", [2, 4, 8, 8], TensorProto.BOOL), vi("x", [2, 4, 8, 8])],
-              [vi("y", None)], [init("fill", -1e9)])
+    m = model(
+        [node("Where", ["c", "x", "fill"], ["y"])],
+        [vi("c", [2, 4, 8, 8], TensorProto.BOOL), vi("x", [2, 4, 8, 8])],
+        [vi("y", None)],
+        [init("fill", -1e9)],
+    )
     g = from_onnx(m)
     assert g.flops() == 2 * 4 * 8 * 8 and g.tensors["y"].shape == (2, 4, 8, 8)
-    g = one_op("Expand", (2, 1, 8), inits=[init("s", [2, 5, 8], np.int64)],
-               extra_ins=["s"])
+    g = one_op("Expand", (2, 1, 8), inits=[init("s", [2, 5, 8], np.int64)], extra_ins=["s"])
     assert g.tensors["y"].shape == (2, 5, 8) and g.flops() == 2 * 5 * 8
     g = one_op("Trilu", (3, 8, 8), upper=0)
     assert kinds(g) == ["mul"] and g.flops() == 3 * 8 * 8
 
 
 def test_pad_and_resize():
-    g = one_op("Pad", (1, 3, 8, 8), inits=[init("p", [0, 0, 1, 2, 0, 0, 1, 2], np.int64)],
-               extra_ins=["p"])
+    g = one_op(
+        "Pad", (1, 3, 8, 8), inits=[init("p", [0, 0, 1, 2, 0, 0, 1, 2], np.int64)], extra_ins=["p"]
+    )
     assert g.tensors["y"].shape == (1, 3, 10, 12) and kinds(g) == ["concat", "concat"]
-    with pytest.raises(WorkloadError, match=r"^ONNX node 'y' \(Pad\): mode 'reflect' is "
-                                            r"not modelled \(only 'constant'\)$"):
-        one_op("Pad", (1, 3, 8, 8), inits=[init("p", [0, 0, 1, 1, 0, 0, 1, 1], np.int64)],
-               extra_ins=["p"], mode="reflect")
-    m = model([node("Resize", ["x", "", "scales"], ["y"], mode="nearest")],
-              [vi("x", [1, 3, 4, 5])], [vi("y", None)],
-              [init("scales", [1, 1, 2, 3])])
+    with pytest.raises(
+        WorkloadError,
+        match=r"^ONNX node 'y' \(Pad\): mode 'reflect' is "
+        r"not modelled \(only 'constant'\)$",
+    ):
+        one_op(
+            "Pad",
+            (1, 3, 8, 8),
+            inits=[init("p", [0, 0, 1, 1, 0, 0, 1, 1], np.int64)],
+            extra_ins=["p"],
+            mode="reflect",
+        )
+    m = model(
+        [node("Resize", ["x", "", "scales"], ["y"], mode="nearest")],
+        [vi("x", [1, 3, 4, 5])],
+        [vi("y", None)],
+        [init("scales", [1, 1, 2, 3])],
+    )
     g = from_onnx(m)
     assert g.tensors["y"].shape == (1, 3, 8, 15) and g.flops() == 0
     assert kinds(g) == ["reshape", "concat", "concat", "reshape"]
-    m = model([node("Resize", ["x", "", "scales"], ["y"], mode="linear")],
-              [vi("x", [1, 3, 4, 5])], [vi("y", None)], [init("scales", [1, 1, 2, 2])])
-    with pytest.raises(WorkloadError, match=r"^ONNX node 'y' \(Resize\): mode 'linear' is "
-                                            r"not modelled \(only 'nearest'\)$"):
+    m = model(
+        [node("Resize", ["x", "", "scales"], ["y"], mode="linear")],
+        [vi("x", [1, 3, 4, 5])],
+        [vi("y", None)],
+        [init("scales", [1, 1, 2, 2])],
+    )
+    with pytest.raises(
+        WorkloadError,
+        match=r"^ONNX node 'y' \(Resize\): mode 'linear' is "
+        r"not modelled \(only 'nearest'\)$",
+    ):
         from_onnx(m)
 
 
@@ -261,16 +343,17 @@ H = NH * DH
 def attention_model(mask: str):
     """torch's eager attention as the exporters write it: q, k, v [B, NH, S, DH];
     scores = q @ k^T / sqrt(DH) (+ mask); softmax; @ v."""
-    nodes = [node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
-             node("MatMul", ["q", "kt"], ["s0"]),
-             node("Div", ["s0", "sqrt_dh"], ["s1"])]
+    nodes = [
+        node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        node("MatMul", ["q", "kt"], ["s0"]),
+        node("Div", ["s0", "sqrt_dh"], ["s1"]),
+    ]
     inits = [init("sqrt_dh", math.sqrt(DH))]
     last = "s1"
     if mask == "causal_where":
         tril = np.tril(np.ones((S, S), bool))
         nodes.append(node("Where", ["keep", "s1", "neg"], ["s2"]))
-        inits += [numpy_helper.from_array(tril.reshape(1, 1, S, S), "keep"),
-                  init("neg", -3.4e38)]
+        inits += [numpy_helper.from_array(tril.reshape(1, 1, S, S), "keep"), init("neg", -3.4e38)]
         last = "s2"
     elif mask == "zeros_add":
         nodes.append(node("Add", ["s1", "zmask"], ["s2"]))
@@ -286,21 +369,30 @@ def attention_model(mask: str):
     return model(nodes, ins, [vi("o", [B, NH, S, DH])], inits)
 
 
-@pytest.mark.parametrize("mask,attrs", [("none", {}), ("causal_where", {"causal": True}),
-                                        ("zeros_add", {}), ("input", {"masked": True})])
+@pytest.mark.parametrize(
+    "mask,attrs",
+    [
+        ("none", {}),
+        ("causal_where", {"causal": True}),
+        ("zeros_add", {}),
+        ("input", {"masked": True}),
+    ],
+)
 def test_attention_is_recognised_with_the_same_flops(mask, attrs):
     raw = from_onnx(attention_model(mask), recognise=False)
     g = from_onnx(attention_model(mask))
     assert kinds(g) == ["bmm", "softmax", "bmm"]
-    assert g.ops[0].attrs["transpose_b"] and g.ops[0].attrs["scale"] == \
-        pytest.approx(1 / math.sqrt(DH))
+    assert g.ops[0].attrs["transpose_b"] and g.ops[0].attrs["scale"] == pytest.approx(
+        1 / math.sqrt(DH)
+    )
     soft = g.ops[1]
     assert {k: v for k, v in soft.attrs.items() if k in ("causal", "masked")} == attrs
     assert g.flops() == raw.flops() and g.macs() == raw.macs() == 2 * B * NH * S * S * DH
     scores = B * NH * S * S
-    extra = scores if mask != "none" else 0          # the div, and the mask op
-    assert g.flops() == 4 * B * NH * S * S * DH + scores + extra + \
-        SOFTMAX_FLOPS_PER_ELEMENT * scores
+    extra = scores if mask != "none" else 0  # the div, and the mask op
+    assert (
+        g.flops() == 4 * B * NH * S * S * DH + scores + extra + SOFTMAX_FLOPS_PER_ELEMENT * scores
+    )
 
 
 def test_recognised_attention_is_claimed_by_the_transformer_engine():
@@ -315,23 +407,31 @@ def test_recognised_attention_is_claimed_by_the_transformer_engine():
 def ln_gelu_model():
     """x [B, S, H] -> decomposed layer norm (as the legacy exporter writes
     nn.LayerNorm before opset 17) -> Erf GELU."""
-    nodes = [node("ReduceMean", ["x"], ["mu"], axes=[-1]),
-             node("Sub", ["x", "mu"], ["d"]),
-             node("Pow", ["d", "two"], ["d2"]),
-             node("ReduceMean", ["d2"], ["var"], axes=[-1]),
-             node("Add", ["var", "eps"], ["ve"]),
-             node("Sqrt", ["ve"], ["std"]),
-             node("Div", ["d", "std"], ["n"]),
-             node("Mul", ["n", "gamma"], ["ng"]),
-             node("Add", ["ng", "beta"], ["ln"]),
-             node("Div", ["ln", "sqrt2"], ["g0"]),
-             node("Erf", ["g0"], ["g1"]),
-             node("Add", ["g1", "one"], ["g2"]),
-             node("Mul", ["ln", "g2"], ["g3"]),
-             node("Mul", ["g3", "half"], ["y"])]
-    inits = [init("two", 2.0), init("eps", 1e-12), init("gamma", np.ones(H)),
-             init("beta", np.zeros(H)), init("sqrt2", math.sqrt(2)), init("one", 1.0),
-             init("half", 0.5)]
+    nodes = [
+        node("ReduceMean", ["x"], ["mu"], axes=[-1]),
+        node("Sub", ["x", "mu"], ["d"]),
+        node("Pow", ["d", "two"], ["d2"]),
+        node("ReduceMean", ["d2"], ["var"], axes=[-1]),
+        node("Add", ["var", "eps"], ["ve"]),
+        node("Sqrt", ["ve"], ["std"]),
+        node("Div", ["d", "std"], ["n"]),
+        node("Mul", ["n", "gamma"], ["ng"]),
+        node("Add", ["ng", "beta"], ["ln"]),
+        node("Div", ["ln", "sqrt2"], ["g0"]),
+        node("Erf", ["g0"], ["g1"]),
+        node("Add", ["g1", "one"], ["g2"]),
+        node("Mul", ["ln", "g2"], ["g3"]),
+        node("Mul", ["g3", "half"], ["y"]),
+    ]
+    inits = [
+        init("two", 2.0),
+        init("eps", 1e-12),
+        init("gamma", np.ones(H)),
+        init("beta", np.zeros(H)),
+        init("sqrt2", math.sqrt(2)),
+        init("one", 1.0),
+        init("half", 0.5),
+    ]
     return model(nodes, [vi("x", [B, S, H])], [vi("y", [B, S, H])], inits, opset=13)
 
 
@@ -349,13 +449,19 @@ def test_layer_norm_and_gelu_are_recognised_with_the_same_flops():
 
 # -- errors and the import report -----------------------------------------------------
 
+
 def test_constant_folding_failure_names_the_node():
-    m = model([node("Reshape", ["c", "s"], ["r"], name="bad_reshape"),
-               node("Add", ["x", "r"], ["y"])],
-              [vi("x", [2, 3])], [vi("y", None)],
-              [init("c", np.ones((2, 3))), init("s", [4], np.int64)])
-    with pytest.raises(WorkloadError, match=r"^ONNX node 'bad_reshape' \(Reshape\): "
-                                            r"constant folding failed: "):
+    m = model(
+        [node("Reshape", ["c", "s"], ["r"], name="bad_reshape"), node("Add", ["x", "r"], ["y"])],
+        [vi("x", [2, 3])],
+        [vi("y", None)],
+        [init("c", np.ones((2, 3))), init("s", [4], np.int64)],
+    )
+    with pytest.raises(
+        WorkloadError,
+        match=r"^ONNX node 'bad_reshape' \(Reshape\): "
+        r"constant folding failed: ",
+    ):
         from_onnx(m)
 
 
@@ -367,8 +473,11 @@ def test_import_report_lists_ops_macs_and_bytes():
     assert r.ok and r.macs == 2 * B * NH * S * S * DH and r.parameters == 0
     raw = import_report(attention_model("causal_where"), recognise=False)
     assert raw.parameters == 1 + S * S and raw.weight_bytes == 4 * (1 + S * S)
-    assert r.ops_by_kind["bmm"] == (2, r.graph.flops(r.graph.ops[0]) +
-                                    r.graph.flops(r.graph.ops[2]), r.macs)
+    assert r.ops_by_kind["bmm"] == (
+        2,
+        r.graph.flops(r.graph.ops[0]) + r.graph.flops(r.graph.ops[2]),
+        r.macs,
+    )
     assert r.input_bytes == 3 * B * NH * S * DH * 4
     text = format_report(r)
     assert "bmm" in text and f"MACs:        {r.macs:,}" in text
@@ -377,13 +486,18 @@ def test_import_report_lists_ops_macs_and_bytes():
 def test_import_report_lists_every_unsupported_op():
     from wia_hw.workloads._import_report import format_report, import_report
 
-    m = model([node("Celu", ["x"], ["a"]), node("Celu", ["a"], ["b"]),
-               node("Mish", ["b"], ["y"])], [vi("x", [2, 3])], [vi("y", [2, 3])])
+    m = model(
+        [node("Celu", ["x"], ["a"]), node("Celu", ["a"], ["b"]), node("Mish", ["b"], ["y"])],
+        [vi("x", [2, 3])],
+        [vi("y", [2, 3])],
+    )
     r = import_report(m)
     assert not r.ok and r.unsupported == {"Celu": 2, "Mish": 1} and r.graph is None
     assert format_report(r).splitlines()[1:] == [
-        "unsupported op types (2):", f"  {'Celu':<32} {2:>6} nodes",
-        f"  {'Mish':<32} {1:>6} nodes"]
+        "unsupported op types (2):",
+        f"  {'Celu':<32} {2:>6} nodes",
+        f"  {'Mish':<32} {1:>6} nodes",
+    ]
 
 
 def test_an_unexpected_failure_in_a_mapping_is_one_line(monkeypatch):
@@ -393,72 +507,102 @@ def test_an_unexpected_failure_in_a_mapping_is_one_line(monkeypatch):
         raise KeyError("boom")
 
     monkeypatch.setattr(_onnx, "_split", broken)
-    m = model([node("Split", ["x"], ["a", "b"], name="split", axis=0)],
-              [vi("x", [4, 3])], [vi("a", None), vi("b", None)], opset=18)
+    m = model(
+        [node("Split", ["x"], ["a", "b"], name="split", axis=0)],
+        [vi("x", [4, 3])],
+        [vi("a", None), vi("b", None)],
+        opset=18,
+    )
     m.graph.node[0].attribute.append(helper.make_attribute("num_outputs", 2))
-    with pytest.raises(WorkloadError, match=r"^ONNX node 'split' \(Split\): cannot be "
-                                            r"imported \(KeyError: 'boom'\)$"):
+    with pytest.raises(
+        WorkloadError,
+        match=r"^ONNX node 'split' \(Split\): cannot be "
+        r"imported \(KeyError: 'boom'\)$",
+    ):
         from_onnx(m)
 
 
 @pytest.mark.parametrize("hw,k,stride", [(55, 3, 2), (56, 3, 2), (13, 3, 2), (10, 2, 3)])
 def test_maxpool_ceil_mode_sizes(hw, k, stride):
     """SqueezeNet's pools: ceil_mode=1 gives ceil((H - k) / s) + 1 outputs."""
-    g = one_op("MaxPool", (1, 8, hw, hw), kernel_shape=[k, k], strides=[stride, stride],
-               ceil_mode=1)
+    g = one_op(
+        "MaxPool", (1, 8, hw, hw), kernel_shape=[k, k], strides=[stride, stride], ceil_mode=1
+    )
     out = -(-(hw - k) // stride) + 1
     assert g.tensors["y"].shape == (1, 8, out, out)
     assert g.flops() == 8 * out * out * k * k
 
 
 def test_gather_nd_is_a_row_gather():
-    m = model([node("GatherND", ["x", "idx"], ["y"])],
-              [vi("x", [4, 5, 6]), vi("idx", [3, 2], I64)], [vi("y", None)])
+    m = model(
+        [node("GatherND", ["x", "idx"], ["y"])],
+        [vi("x", [4, 5, 6]), vi("idx", [3, 2], I64)],
+        [vi("y", None)],
+    )
     g = from_onnx(m)
     assert g.tensors["y"].shape == (3, 6) and "embedding" in kinds(g)
     assert g.flops() == 0
     emb = next(o for o in g.ops if o.kind == "embedding")
-    assert g.tensors[emb.inputs[1]].shape == (4 * 5, 6)      # one row per index row
-    m = model([node("GatherND", ["x", "idx"], ["y"], batch_dims=1)],
-              [vi("x", [4, 5, 6]), vi("idx", [4, 2, 1], I64)], [vi("y", None)])
-    with pytest.raises(WorkloadError, match=r"^ONNX node 'y' \(GatherND\): batch_dims=1 "
-                                            r"is not modelled \(only 0\)$"):
+    assert g.tensors[emb.inputs[1]].shape == (4 * 5, 6)  # one row per index row
+    m = model(
+        [node("GatherND", ["x", "idx"], ["y"], batch_dims=1)],
+        [vi("x", [4, 5, 6]), vi("idx", [4, 2, 1], I64)],
+        [vi("y", None)],
+    )
+    with pytest.raises(
+        WorkloadError,
+        match=r"^ONNX node 'y' \(GatherND\): batch_dims=1 "
+        r"is not modelled \(only 0\)$",
+    ):
         from_onnx(m)
 
 
 def test_expand_to_the_same_shape_is_free():
-    g = one_op("Expand", (2, 5, 8), inits=[init("s", [2, 5, 8], np.int64)],
-               extra_ins=["s"])
+    g = one_op("Expand", (2, 5, 8), inits=[init("s", [2, 5, 8], np.int64)], extra_ins=["s"])
     assert kinds(g) == ["identity"] and g.flops() == 0
 
 
 def test_a_run_time_shape_op_is_unsupported_with_a_hint():
-    m = model([node("Range", ["zero_i", "n", "one_i"], ["y"])],
-              [vi("n", [], I64)], [vi("y", None, I64)],
-              [init("zero_i", 0, np.int64), init("one_i", 1, np.int64)])
-    with pytest.raises(WorkloadError, match=r"^<ModelProto>: 1 unsupported ONNX op type: "
-                                            r"Range x1 \(Range only when its inputs are "
-                                            r"constants or static shapes\)$"):
+    m = model(
+        [node("Range", ["zero_i", "n", "one_i"], ["y"])],
+        [vi("n", [], I64)],
+        [vi("y", None, I64)],
+        [init("zero_i", 0, np.int64), init("one_i", 1, np.int64)],
+    )
+    with pytest.raises(
+        WorkloadError,
+        match=r"^<ModelProto>: 1 unsupported ONNX op type: "
+        r"Range x1 \(Range only when its inputs are "
+        r"constants or static shapes\)$",
+    ):
         from_onnx(m)
 
 
 def test_upsample_of_older_opsets_is_resize():
-    m = model([node("Upsample", ["x", "scales"], ["y"], mode="nearest")],
-              [vi("x", [1, 3, 4, 5])], [vi("y", None)], [init("scales", [1, 1, 2, 2])],
-              opset=9)
+    m = model(
+        [node("Upsample", ["x", "scales"], ["y"], mode="nearest")],
+        [vi("x", [1, 3, 4, 5])],
+        [vi("y", None)],
+        [init("scales", [1, 1, 2, 2])],
+        opset=9,
+    )
     g = from_onnx(m)
     assert g.tensors["y"].shape == (1, 3, 8, 10) and g.flops() == 0
 
 
 def test_variadic_sum_max_min():
-    m = model([node("Sum", ["a", "b", "c"], ["s"]), node("Max", ["s", "a", "b"], ["y"])],
-              [vi(n, [2, 8]) for n in "abc"], [vi("y", [2, 8])])
+    m = model(
+        [node("Sum", ["a", "b", "c"], ["s"]), node("Max", ["s", "a", "b"], ["y"])],
+        [vi(n, [2, 8]) for n in "abc"],
+        [vi("y", [2, 8])],
+    )
     g = from_onnx(m)
     assert kinds(g) == ["add", "add", "max", "max"] and g.flops() == 4 * 2 * 8
 
 
 def test_prelu_reads_its_slope():
-    g = one_op("PRelu", (1, 16, 7, 7), inits=[init("slope", np.ones((16, 1, 1)))],
-               extra_ins=["slope"])
+    g = one_op(
+        "PRelu", (1, 16, 7, 7), inits=[init("slope", np.ones((16, 1, 1)))], extra_ins=["slope"]
+    )
     assert kinds(g) == ["prelu"] and g.flops() == 2 * 16 * 7 * 7
     assert g.weight_bytes == 16 * 4

@@ -34,5 +34,6 @@ def test_example_runs_and_prints_what_the_page_shows(index, tmp_path, monkeypatc
     assert shown is not None, "every example shows its output"
     for line in shown.splitlines():
         if line.strip():
-            assert line in printed, f"the page shows {line!r}; the example printed:\n" + \
-                "\n".join(printed)
+            assert line in printed, f"the page shows {line!r}; the example printed:\n" + "\n".join(
+                printed
+            )

@@ -24,8 +24,12 @@ from wia_hw import (
 )
 from wia_hw.graph import GraphBuilder
 
-SMALL = PIMConfig(banks=4, compute_units_per_bank=2, bank_columns=8,
-                  timing=PimTiming(t_rcd=11, t_rp=9, t_cl=7, t_wr=5))
+SMALL = PIMConfig(
+    banks=4,
+    compute_units_per_bank=2,
+    bank_columns=8,
+    timing=PimTiming(t_rcd=11, t_rp=9, t_cl=7, t_wr=5),
+)
 
 EXPECTED = {
     "relu": lambda a, b, s: np.maximum(a, 0),
@@ -42,16 +46,20 @@ WITH_SCALAR = {"scale", "axpy", "fill"}
 
 
 def make_op(name, in_place, y, s=-3):
-    return PIMOperation(type=PIMOpType.ELEMENTWISE, operation=name, in_place=in_place,
-                        operand=y if name in WITH_OPERAND else None,
-                        scalar=s if name in WITH_SCALAR else None)
+    return PIMOperation(
+        type=PIMOpType.ELEMENTWISE,
+        operation=name,
+        in_place=in_place,
+        operand=y if name in WITH_OPERAND else None,
+        scalar=s if name in WITH_SCALAR else None,
+    )
 
 
 @pytest.mark.parametrize("in_place", [True, False], ids=["in_place", "out_of_place"])
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_elementwise_ops_bit_exact(name, in_place):
     rng = np.random.default_rng(hash(name) % 1000)
-    n = 1500                                    # not a multiple of a row: padding works
+    n = 1500  # not a multiple of a row: padding works
     x = rng.integers(-32768, 32768, n).astype(np.int16)
     y = rng.integers(-32768, 32768, n).astype(np.int16)
     x0 = x.copy()
@@ -61,14 +69,24 @@ def test_elementwise_ops_bit_exact(name, in_place):
     if in_place:
         assert res.data is x
     else:
-        np.testing.assert_array_equal(x, x0)     # the input is kept
+        np.testing.assert_array_equal(x, x0)  # the input is kept
 
 
 def test_size_processes_a_prefix_and_seed_names():
     x = np.arange(-50, 50, dtype=np.int16)
     op = PIMOperation(type=PIMOpType.ELEMENTWISE, operation=Op.RELU, in_place=True)
-    pim_execute(None, PIMConfig(pim_type=PIMType.STACKED_3D, memory_capacity_gb=16,
-                                bandwidth_gb_s=2000, compute_units_per_bank=8), op, x, 60)
+    pim_execute(
+        None,
+        PIMConfig(
+            pim_type=PIMType.STACKED_3D,
+            memory_capacity_gb=16,
+            bandwidth_gb_s=2000,
+            compute_units_per_bank=8,
+        ),
+        op,
+        x,
+        60,
+    )
     assert (x[:60] >= 0).all() and (x[60:] == np.arange(10, 50)).all()
     assert Op is ElementwiseOp and ElementwiseOp("RELU") is ElementwiseOp.RELU
     assert PIMType("3d_stacked") is PIMType.STACKED_3D
@@ -97,12 +115,17 @@ def _hand_cycles(name, rows, cols, t, in_place=True):
 @pytest.mark.parametrize("seed", range(6))
 def test_cycle_exact_with_the_bank_command_latencies(seed):
     rng = np.random.default_rng(seed)
-    t = PimTiming(**{k: int(rng.integers(1, 40))
-                     for k in ("t_rcd", "t_rp", "t_cl", "t_wr", "t_ccd")})
+    t = PimTiming(
+        **{k: int(rng.integers(1, 40)) for k in ("t_rcd", "t_rp", "t_cl", "t_wr", "t_ccd")}
+    )
     units = int(rng.choice([1, 2, 4]))
     cols_per_unit = int(rng.integers(1, 20))
-    cfg = PIMConfig(banks=int(rng.integers(1, 9)), compute_units_per_bank=units,
-                    bank_columns=units * cols_per_unit, timing=t)
+    cfg = PIMConfig(
+        banks=int(rng.integers(1, 9)),
+        compute_units_per_bank=units,
+        bank_columns=units * cols_per_unit,
+        timing=t,
+    )
     n = int(rng.integers(1, 6000))
     rows = -(-n // cfg.row_elements)
     per_unit = -(-rows // cfg.banks)
@@ -131,7 +154,7 @@ def test_timing_scales_with_bank_parallelism():
     op = PIMOperation(operation="relu")
     few = pim_execute(None, PIMConfig(banks=16), op, x, functional=False)
     many = pim_execute(None, PIMConfig(banks=128), op, x, functional=False)
-    assert few.cycles == 8 * many.cycles            # 8x the rows per unit
+    assert few.cycles == 8 * many.cycles  # 8x the rows per unit
     assert many.units_used == 128 * 8 and few.data is None
 
 
@@ -145,17 +168,22 @@ def test_float16_relu_is_exact_and_float_arithmetic_refused():
     with pytest.raises(PimError, match=r"ADD on float16 data: the bank's lanes are int16"):
         pim_execute(None, SMALL, PIMOperation(operation="add", operand=x), x)
     with pytest.raises(PimError, match=r"values outside int16"):
-        pim_execute(None, SMALL, PIMOperation(operation="relu"),
-                    np.array([40000, 1], np.int32))
+        pim_execute(None, SMALL, PIMOperation(operation="relu"), np.array([40000, 1], np.int32))
 
 
 def test_custom_kernel_replaces_the_seeds_c_string():
     """The seed's ``for(i...)`` kernel as a validated program: x = relu(3 x - 7)."""
-    body = [PimInstr(op=PimOp.MAD, dst=Operand.grf(0), src0=Operand.bank(),
-                     src1=Operand.srf(0), src2=Operand.srf(1)),
-            PimInstr(op=PimOp.RELU, dst=Operand.bank(), src0=Operand.grf(0))]
-    k = PIMKernel(kernel_type=PIMKernelType.CUSTOM, body=body, scalars=[3, -7],
-                  name="relu_affine")
+    body = [
+        PimInstr(
+            op=PimOp.MAD,
+            dst=Operand.grf(0),
+            src0=Operand.bank(),
+            src1=Operand.srf(0),
+            src2=Operand.srf(1),
+        ),
+        PimInstr(op=PimOp.RELU, dst=Operand.bank(), src0=Operand.grf(0)),
+    ]
+    k = PIMKernel(kernel_type=PIMKernelType.CUSTOM, body=body, scalars=[3, -7], name="relu_affine")
     x = np.arange(-2000, 2000, dtype=np.int16)
     ctx = wia_hw.open_device("wia-npu")
     res = pim_execute(ctx, SMALL, k, x)
@@ -166,8 +194,13 @@ def test_custom_kernel_replaces_the_seeds_c_string():
     mad, relu, cols = pm.op_cycles(PimOp.MAD), pm.op_cycles(PimOp.RELU), SMALL.columns_per_unit
     # per row: ACT, then MAD/RELU pairs pipelined at t_ccd (completions kept in order),
     # PRE after the last RELU is done
-    per_row = (t.t_rcd + cols * max(t.t_ccd, mad - relu + 1)
-               + (cols - 1) * max(t.t_ccd, relu - mad + 1) + relu + t.t_rp)
+    per_row = (
+        t.t_rcd
+        + cols * max(t.t_ccd, mad - relu + 1)
+        + (cols - 1) * max(t.t_ccd, relu - mad + 1)
+        + relu
+        + t.t_rp
+    )
     assert res.cycles == pm.srf_write_cycles() + per_unit * per_row
     # encoded words are accepted too, and the device saw the interval
     k2 = PIMKernel(body=[pm.encode_instr(i) for i in body], scalars=[3, -7])
@@ -176,31 +209,59 @@ def test_custom_kernel_replaces_the_seeds_c_string():
     assert "pim" in ctx.extensions
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"body": []}, r"the body is empty"),
-    ({"body": [PimInstr(op=PimOp.ADD, dst=Operand.grf(0), src0=Operand.bank(),
-                        src1=Operand.srf(0))]}, r"no body instruction writes BANK"),
-    ({"body": [0xFFFFFFFF]}, r"body: instruction 0: unknown PIM opcode 15"),
-    ({"body": [PimInstr(op=PimOp.RELU, dst=Operand.bank(), src0=Operand.bank())],
-      "prologue": [PimInstr(op=PimOp.MOV, dst=Operand.grf(1), src0=Operand.bank())]},
-     r"prologue: instruction 0 .* reads or writes BANK"),
-    ({"body": [PimInstr(op=PimOp.RELU, dst=Operand.bank(), src0=Operand.bank())],
-      "scalars": list(range(9))}, r"at most 8 scalars"),
-    ({"body": [PimInstr(op=PimOp.RELU, dst=Operand.bank(), src0=Operand.bank())],
-      "scalars": [1 << 15]}, r"scalars must be int16"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"body": []}, r"the body is empty"),
+        (
+            {
+                "body": [
+                    PimInstr(
+                        op=PimOp.ADD, dst=Operand.grf(0), src0=Operand.bank(), src1=Operand.srf(0)
+                    )
+                ]
+            },
+            r"no body instruction writes BANK",
+        ),
+        ({"body": [0xFFFFFFFF]}, r"body: instruction 0: unknown PIM opcode 15"),
+        (
+            {
+                "body": [PimInstr(op=PimOp.RELU, dst=Operand.bank(), src0=Operand.bank())],
+                "prologue": [PimInstr(op=PimOp.MOV, dst=Operand.grf(1), src0=Operand.bank())],
+            },
+            r"prologue: instruction 0 .* reads or writes BANK",
+        ),
+        (
+            {
+                "body": [PimInstr(op=PimOp.RELU, dst=Operand.bank(), src0=Operand.bank())],
+                "scalars": list(range(9)),
+            },
+            r"at most 8 scalars",
+        ),
+        (
+            {
+                "body": [PimInstr(op=PimOp.RELU, dst=Operand.bank(), src0=Operand.bank())],
+                "scalars": [1 << 15],
+            },
+            r"scalars must be int16",
+        ),
+    ],
+)
 def test_kernel_validation(kwargs, message):
     with pytest.raises(PimError, match=message):
         PIMKernel(**kwargs)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"banks": 0}, r"PIMConfig.banks must be a positive integer, got 0"),
-    ({"bank_columns": 30}, r"bank_columns \(30\) must be a multiple of compute_units_per_bank"),
-    ({"compute_units_per_bank": 1, "bank_columns": 128}, r"serve 128 columns"),
-    ({"pim_type": "dimm"}, r"pim_type must be one of 3d_stacked, got 'dimm'"),
-    ({"bandwidth_gb_s": -1}, r"bandwidth_gb_s must be a positive number"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"banks": 0}, r"PIMConfig.banks must be a positive integer, got 0"),
+        ({"bank_columns": 30}, r"bank_columns \(30\) must be a multiple of compute_units_per_bank"),
+        ({"compute_units_per_bank": 1, "bank_columns": 128}, r"serve 128 columns"),
+        ({"pim_type": "dimm"}, r"pim_type must be one of 3d_stacked, got 'dimm'"),
+        ({"bandwidth_gb_s": -1}, r"bandwidth_gb_s must be a positive number"),
+    ],
+)
 def test_config_validation(kwargs, message):
     with pytest.raises(ValueError, match=message):
         PIMConfig(**kwargs)
@@ -227,7 +288,7 @@ def _relu_graph(rows, cols, extra_reader=False):
 
 
 def test_runtime_offloads_memory_bound_relu_and_reports_savings():
-    g = _relu_graph(16384, 2048)                # a 64 MiB activation: beyond L2
+    g = _relu_graph(16384, 2048)  # a 64 MiB activation: beyond L2
     base = wia_hw.run(g)
     ctx = wia_hw.open_device("wia-npu")
     wia_hw.register_device_extension(ctx, "pim")
@@ -241,15 +302,22 @@ def test_runtime_offloads_memory_bound_relu_and_reports_savings():
     assert r.to_dict()["extensions"]["pim"]["saved_hbm_bytes"] == s["saved_hbm_bytes"]
     # the PIM kernel's time is the bank stream plus the write-back of dirty cached data
     cfg = PIMConfig.from_extension(ctx.extensions["pim"])
-    assert k.record.extra["pim_cycles"] == pim_execute(
-        None, cfg, PIMOperation(operation="relu"), np.zeros(16384 * 2048, np.float16),
-        functional=False).cycles
+    assert (
+        k.record.extra["pim_cycles"]
+        == pim_execute(
+            None,
+            cfg,
+            PIMOperation(operation="relu"),
+            np.zeros(16384 * 2048, np.float16),
+            functional=False,
+        ).cycles
+    )
 
 
 def test_small_or_shared_relu_stays_on_the_cores_or_goes_out_of_place():
     ctx = wia_hw.open_device("wia-npu")
     wia_hw.register_device_extension(ctx, "pim")
-    r = ctx.run(_relu_graph(256, 256))                          # fits in L2: not offloaded
+    r = ctx.run(_relu_graph(256, 256))  # fits in L2: not offloaded
     assert all(k.provider == "builtin" for k in r.kernels)
     ctx2 = wia_hw.open_device("wia-npu")
     wia_hw.register_device_extension(ctx2, "pim", parameters={"offload_min_bytes": 1})

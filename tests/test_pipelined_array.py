@@ -56,12 +56,15 @@ def _expected_array_timeline(dev, kern, rec, pipelined):
     for core, share in enumerate(shares):
         if not share:
             continue
-        loads = [e for e in dev.trace if e.kind == "dma" and e.kernel == kern.name
-                 and e.track.split(".")[0] == f"dma{core}"]
+        loads = [
+            e
+            for e in dev.trace
+            if e.kind == "dma" and e.kernel == kern.name and e.track.split(".")[0] == f"dma{core}"
+        ]
         assert len(loads) == len(share)
         port = dev.memory.l1_ports[core]
         t0 = rec.start_cycle
-        prev = None          # (steps, last accept, port free)
+        prev = None  # (steps, last accept, port free)
         done_max = t0
         spans = []
         for tile, ld in zip(share, loads, strict=True):
@@ -70,16 +73,16 @@ def _expected_array_timeline(dev, kern, rec, pipelined):
             if not pipelined:
                 cs = max(ready, done_max)
                 stall += max(0, ready - done_max)
-                done = cs + max(p * systolic_tile_cycles(df, R, C, d),
-                                port.cycles(tile.l1_bytes))
+                done = cs + max(p * systolic_tile_cycles(df, R, C, d), port.cycles(tile.l1_bytes))
                 spans.append((cs, done))
                 done_max = done
                 continue
             if prev is None:
                 earliest = t0
             else:
-                earliest = max(prev[1] + systolic_issue_interval(df, R, C, prev[0], d,
-                                                                 pipelined=True), prev[2])
+                earliest = max(
+                    prev[1] + systolic_issue_interval(df, R, C, prev[0], d, pipelined=True), prev[2]
+                )
             cs = max(ready, earliest)
             stall += max(0, ready - earliest)
             if prev is not None:
@@ -89,9 +92,10 @@ def _expected_array_timeline(dev, kern, rec, pipelined):
             done = max(a_last + systolic_tile_cycles(df, R, C, d), port_free)
             spans.append((cs, done))
             prev = (d, a_last, port_free)
-        if pipelined:     # the trace shows a tile until the next one takes the array
-            spans = [(s, min(e, nxt[0]))
-                     for (s, e), nxt in zip(spans, spans[1:], strict=False)] + spans[-1:]
+        if pipelined:  # the trace shows a tile until the next one takes the array
+            spans = [
+                (s, min(e, nxt[0])) for (s, e), nxt in zip(spans, spans[1:], strict=False)
+            ] + spans[-1:]
         out[f"core{core}"] = spans
     return out, stall, seen
 
@@ -111,22 +115,37 @@ def test_one_tile_of_many_passes_takes_the_sequence_cycles(dataflow, pipelined):
         else:
             m, n, k = rng.randint(1, 90), cols * rng.randint(1, 3), rows * rng.randint(1, 3)
             depth, passes = m, (k // rows) * (n // cols)
-        spec = _spec(pipelined, **{"compute.array.rows": rows, "compute.array.cols": cols,
-                                   "compute.array.dataflow": dataflow, "compute.cores": 1})
+        spec = _spec(
+            pipelined,
+            **{
+                "compute.array.rows": rows,
+                "compute.array.cols": cols,
+                "compute.array.dataflow": dataflow,
+                "compute.cores": 1,
+            },
+        )
         dev, [(kern, rec)] = _run(spec, gemm(m, n, k))
         assert rec.tiles == 1
         (comp,) = [e for e in dev.trace if e.kind == "compute"]
         assert comp.end - comp.start == systolic_sequence_cycles(
-            dataflow, rows, cols, [depth] * passes, pipelined=pipelined)
+            dataflow, rows, cols, [depth] * passes, pipelined=pipelined
+        )
         one = systolic_tile_counters(dataflow, rows, cols, depth)
         step = systolic_issue_interval(dataflow, rows, cols, depth, depth, pipelined=True)
-        busy = (passes - 1) * min(step, one[Counter.BUSY_CYCLES]) + one[Counter.BUSY_CYCLES] \
-            if pipelined else passes * one[Counter.BUSY_CYCLES]
+        busy = (
+            (passes - 1) * min(step, one[Counter.BUSY_CYCLES]) + one[Counter.BUSY_CYCLES]
+            if pipelined
+            else passes * one[Counter.BUSY_CYCLES]
+        )
         assert rec.counters.busy_cycles == busy <= rec.cycles
         seq = getattr(cycles_mod, "systolic_sequence_counters", None)
-        if seq is not None:         # the RTL counter block's reading of the same sequence
-            assert busy == seq(dataflow, rows, cols, [depth] * passes,
-                               pipelined=pipelined)[Counter.BUSY_CYCLES]
+        if seq is not None:  # the RTL counter block's reading of the same sequence
+            assert (
+                busy
+                == seq(dataflow, rows, cols, [depth] * passes, pipelined=pipelined)[
+                    Counter.BUSY_CYCLES
+                ]
+            )
         assert rec.slot_macs == passes * one[Counter.MACS]
 
 
@@ -141,15 +160,22 @@ def test_whole_array_timeline_follows_the_cycle_functions(pipelined):
     seen = {"back_to_back": 0, "bubble": 0}
     for _ in range(5):
         rows = rng.choice([16, 32, 64])
-        over = {"compute.array.rows": rows, "compute.array.cols": rng.choice([16, 32, 64]),
-                "compute.array.dataflow": rng.choice(["os", "ws"]),
-                "compute.cores": rng.choice([1, 2, 4]),
-                "memory.l1.size_kib": rng.choice([1024, 2048]),
-                "memory.block_bytes": 65536,
-                "memory.hbm.bandwidth_gbs": rng.choice([600, 25])}   # 25: operands late
+        over = {
+            "compute.array.rows": rows,
+            "compute.array.cols": rng.choice([16, 32, 64]),
+            "compute.array.dataflow": rng.choice(["os", "ws"]),
+            "compute.cores": rng.choice([1, 2, 4]),
+            "memory.l1.size_kib": rng.choice([1024, 2048]),
+            "memory.block_bytes": 65536,
+            "memory.hbm.bandwidth_gbs": rng.choice([600, 25]),
+        }  # 25: operands late
         spec = _spec(pipelined, **over)
-        g = gemm(rng.randint(100, 700), rng.randint(100, 700), rng.randint(30, 900),
-                 batch=rng.choice([1, 1, 3]))
+        g = gemm(
+            rng.randint(100, 700),
+            rng.randint(100, 700),
+            rng.randint(30, 900),
+            batch=rng.choice([1, 1, 3]),
+        )
         dev, runs = _run(spec, g)
         for kern, rec in runs:
             want, stall, how = _expected_array_timeline(dev, kern, rec, pipelined)
@@ -162,7 +188,7 @@ def test_whole_array_timeline_follows_the_cycle_functions(pipelined):
             assert got == want
             assert rec.counters.stall_cycles["memory"] == stall
             assert rec.counters.busy_cycles <= rec.cycles * rec.cores_used
-    if pipelined:     # both cases of a tile boundary were exercised
+    if pipelined:  # both cases of a tile boundary were exercised
         assert seen["back_to_back"] > 0 and seen["bubble"] > 0, seen
 
 
@@ -183,11 +209,11 @@ def test_pipelining_is_one_flag_and_never_slower():
 def test_emulator_charges_the_array_only_through_the_contract(monkeypatch):
     """Replace the issue-interval rule (as the RTL's exact rule may): the emulator's
     compute interval follows it, since it never re-derives the formula."""
-    spec = _spec(True, **{"compute.array.rows": 16, "compute.array.cols": 16,
-                          "compute.cores": 1})
+    spec = _spec(True, **{"compute.array.rows": 16, "compute.array.cols": 16, "compute.cores": 1})
     base, [(_, rec0)] = _run(spec, gemm(16 * 5, 16, 40))
-    monkeypatch.setattr(device_mod, "systolic_issue_interval",
-                        lambda df, r, c, d, nd, *, pipelined: d + r + 7)
+    monkeypatch.setattr(
+        device_mod, "systolic_issue_interval", lambda df, r, c, d, nd, *, pipelined: d + r + 7
+    )
     dev, [(_, rec1)] = _run(spec, gemm(16 * 5, 16, 40))
     (c0,) = [e for e in base.trace if e.kind == "compute"]
     (c1,) = [e for e in dev.trace if e.kind == "compute"]

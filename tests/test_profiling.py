@@ -41,7 +41,7 @@ def test_profiling_does_not_change_simulated_timing(mode):
     assert profiled.cycles == plain.cycles
     assert profiled.counters.to_dict() == plain.counters.to_dict()
     assert [k.cycles for k in profiled.kernels] == [k.cycles for k in plain.kernels]
-    assert report.cycles == plain.cycles                  # the session is the run
+    assert report.cycles == plain.cycles  # the session is the run
     assert report.overhead["simulated_cycles"] == 0
 
 
@@ -51,7 +51,7 @@ def _pct(a, b):
 
 def test_every_number_recomputes_from_the_counters_in_the_report():
     _, _, report = _profile("detailed", hardware_counters=ALL_COUNTERS)
-    d = json.loads(report.to_json())                     # only what the file holds
+    d = json.loads(report.to_json())  # only what the file holds
     dev, c = d["device"], d["counters"]
     clock_hz = dev["clock_ghz"] * 1e9
     peak = {p: 2 * v for p, v in dev["peak_macs_per_cycle"].items()}
@@ -61,10 +61,12 @@ def test_every_number_recomputes_from_the_counters_in_the_report():
     assert s["flops"] == c["flops"]
     assert s["achieved_tflops"] == pytest.approx(c["flops"] / secs / 1e12)
     assert s["compute_utilization"] == pytest.approx(
-        100 * c["flops"] / (d["cycles"] * peak[s["precision"]]))
+        100 * c["flops"] / (d["cycles"] * peak[s["precision"]])
+    )
     assert s["memory_bandwidth_gbs"] == pytest.approx(c["bytes"]["hbm"] / secs / 1e9)
     assert s["l1_cache_hit_rate"] == pytest.approx(
-        _pct(c["hits"]["l1"], c["hits"]["l1"] + c["misses"]["l1"]))
+        _pct(c["hits"]["l1"], c["hits"]["l1"] + c["misses"]["l1"])
+    )
     assert s["energy_j"] == pytest.approx(c["energy_pj"] * 1e-12)
     assert s["avg_power_w"] == pytest.approx(c["energy_pj"] * 1e-12 / secs)
     # the kernels and the write-back account for the whole session, counter by counter
@@ -80,36 +82,38 @@ def test_every_number_recomputes_from_the_counters_in_the_report():
         kc, p = k["counters"], k["profile"]
         assert p["duration_ms"] == pytest.approx(ksecs * 1e3)
         assert p["compute_utilization"] == pytest.approx(
-            100 * k["flop_count"] / (cyc * peak[k["precision"]]))
+            100 * k["flop_count"] / (cyc * peak[k["precision"]])
+        )
         assert p["memory_bandwidth_gbs"] == pytest.approx(kc["bytes"]["hbm"] / ksecs / 1e9)
         assert p["peak_bandwidth_gbs"] == dev["hbm_bandwidth_gbs"]
         for lvl in ("l1", "l2"):
             assert p[f"{lvl}_cache_hit_rate"] == pytest.approx(
-                _pct(kc["hits"][lvl], kc["hits"][lvl] + kc["misses"][lvl]))
+                _pct(kc["hits"][lvl], kc["hits"][lvl] + kc["misses"][lvl])
+            )
         # PE mapping counts fill and drain: the work at full rate over the cycles the
         # units are occupied issuing it (both stored with the kernel)
         uf = k["unit_floors"]
-        mapping = (min(1.0, k["ideal_cycles"] / uf["pipeline_cycles"]) if uf and
-                   uf["pipeline_cycles"] else (k["macs"] / k["slot_macs"] if k["slot_macs"]
-                                               else 1.0))
+        mapping = (
+            min(1.0, k["ideal_cycles"] / uf["pipeline_cycles"])
+            if uf and uf["pipeline_cycles"]
+            else (k["macs"] / k["slot_macs"] if k["slot_macs"] else 1.0)
+        )
         balance = sum(k["core_busy_cycles"]) / (dev["cores"] * cyc)
         assert p["occupancy"] == pytest.approx(100 * mapping * balance)
         assert p["flops"] == pytest.approx(k["flop_count"] / ksecs)
         if kc["bytes"]["hbm"]:
-            assert p["arithmetic_intensity"] == pytest.approx(
-                k["flop_count"] / kc["bytes"]["hbm"])
+            assert p["arithmetic_intensity"] == pytest.approx(k["flop_count"] / kc["bytes"]["hbm"])
         assert k["power_w"] == pytest.approx(kc["energy_pj"] * 1e-12 / ksecs)
         assert kc["cycles"] == cyc
 
 
 def test_counters_mode_reads_only_the_requested_counters():
-    _, _, report = _profile("counters", hardware_counters=["cycles", "flops"],
-                            capture_power=False)
+    _, _, report = _profile("counters", hardware_counters=["cycles", "flops"], capture_power=False)
     k = report.kernels[0]
     assert set(k.counters) == {"cycles", "flops", "array_flops", "vector_flops"}
     p = report.kernel_profiles()[0]
     assert p.memory_bandwidth_gbs is None and p.l1_cache_hit_rate is None
-    assert p.compute_utilization >= 0 and report.ops == []       # no call graph
+    assert p.compute_utilization >= 0 and report.ops == []  # no call graph
 
 
 def test_instrumentation_records_ops_kernels_and_the_users_call_site():
@@ -120,11 +124,13 @@ def test_instrumentation_records_ops_kernels_and_the_users_call_site():
     report = stop_profiling(session)
     (run,) = report.runs
     assert run.callsite.file == __file__ and run.callsite.line == line
-    assert run.callsite.function == "test_instrumentation_records_ops_kernels_and_the_users_call_site"
+    assert (
+        run.callsite.function == "test_instrumentation_records_ops_kernels_and_the_users_call_site"
+    )
     # no hardware counters, only the energy that capture_power needs for power
     assert report.kernels and all(set(k.counters) == {"energy_pj"} for k in report.kernels)
     prev_end = run.start_cycle
-    for op in report.ops:                    # ops tile the run back to back
+    for op in report.ops:  # ops tile the run back to back
         assert op.start_cycle == prev_end
         inner = [report.kernels[i] for i in op.kernels]
         assert sum(k.cycles for k in inner) == op.end_cycle - op.start_cycle
@@ -135,14 +141,16 @@ def test_instrumentation_records_ops_kernels_and_the_users_call_site():
 def test_sampling_weights_cover_the_session_and_find_the_hotspot():
     ctx = wia_hw.open_device()
     interval_us = 2.0
-    with start_profiling(ctx, ProfilingConfig(mode="sampling",
-                                              sampling_interval_us=interval_us)) as s:
+    with start_profiling(
+        ctx, ProfilingConfig(mode="sampling", sampling_interval_us=interval_us)
+    ) as s:
         ctx.run(WL[0], **WL[1])
     rep = s.report
     period = round(interval_us * 1e3 * ctx.spec.clock_ghz)
     assert not rep.kernels and rep.samples
-    assert [x.cycle for x in rep.samples] == [rep.start_cycle + i * period
-                                              for i in range(len(rep.samples))]
+    assert [x.cycle for x in rep.samples] == [
+        rep.start_cycle + i * period for i in range(len(rep.samples))
+    ]
     assert sum(x.weight_cycles for x in rep.samples) == rep.cycles
     exact = {h.name: h.cycles for h in _profile("instrumentation")[2].hotspots("kernel", None)}
     top = rep.hotspots("kernel", 1)[0]
@@ -157,15 +165,23 @@ def test_trace_timeline_passes_the_trace_event_format_check():
     ctx, result, report = _profile("trace")
     tr = json.loads(json.dumps(report.chrome_trace()))
     assert check_trace_events(tr) == []
-    names = {e["args"]["name"] for e in tr["traceEvents"]
-             if e["ph"] == "M" and e["name"] == "thread_name"}
+    names = {
+        e["args"]["name"]
+        for e in tr["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "thread_name"
+    }
     cores = ctx.spec.compute.cores
     assert {f"core {c}" for c in range(cores)} <= names
     assert {f"dma{c} load" for c in range(cores)} <= names
     assert {f"hbm channel {i}" for i in range(ctx.spec.memory.hbm.channels)} <= names
     counters = {e["name"] for e in tr["traceEvents"] if e["ph"] == "C"}
-    assert {"bandwidth (GB/s)", "power (W)", "temperature (C)", "cache misses (blocks)",
-            "device memory (GB)"} <= counters
+    assert {
+        "bandwidth (GB/s)",
+        "power (W)",
+        "temperature (C)",
+        "cache misses (blocks)",
+        "device memory (GB)",
+    } <= counters
     # timestamps are microseconds of device time from the session's start
     last = max(e["ts"] + e.get("dur", 0) for e in tr["traceEvents"] if "ts" in e)
     assert last == pytest.approx(result.cycles / ctx.spec.clock_ghz / 1e3, rel=1e-6)
@@ -177,10 +193,13 @@ def test_trace_check_catches_overlaps_and_missing_keys():
     ok = {"name": "a", "ph": "X", "ts": 0.0, "dur": 2.0, "pid": 1, "tid": 1}
     assert check_trace_events({"traceEvents": [ok]}) == []
     bad = dict(ok, ts=1.0)
-    assert "starts at 1.0 us, before event 0 ends" in check_trace_events(
-        {"traceEvents": [ok, bad]})[0]
-    assert "missing dur" in check_trace_events({"traceEvents": [{k: v for k, v in ok.items()
-                                                                 if k != "dur"}]})[0]
+    assert (
+        "starts at 1.0 us, before event 0 ends" in check_trace_events({"traceEvents": [ok, bad]})[0]
+    )
+    assert (
+        "missing dur"
+        in check_trace_events({"traceEvents": [{k: v for k, v in ok.items() if k != "dur"}]})[0]
+    )
     assert check_trace_events([ok]) == ["not a JSON object with a 'traceEvents' list"]
     assert "non-negative" in check_trace_events({"traceEvents": [dict(ok, ts=-1)]})[0]
 
@@ -189,7 +208,7 @@ def test_trace_check_catches_overlaps_and_missing_keys():
 def test_flamegraph_total_equals_the_profiled_time(mode):
     ctx = wia_hw.open_device()
     with start_profiling(ctx, ProfilingConfig(mode=mode)) as s:
-        buf = ctx.allocate(3 << 20)              # device time outside any run
+        buf = ctx.allocate(3 << 20)  # device time outside any run
         ctx.run(WL[0], **WL[1])
         ctx.free(buf)
     rep = s.report
@@ -208,12 +227,15 @@ def test_flamegraph_total_equals_the_profiled_time(mode):
 
 def test_run_profile_argument_and_output_files(tmp_path):
     out = tmp_path / "profile_report.json"
-    cfg = ProfilingConfig(mode="detailed", output_file=str(out), timeline_enabled=True,
-                          flamegraph_enabled=True)
+    cfg = ProfilingConfig(
+        mode="detailed", output_file=str(out), timeline_enabled=True, flamegraph_enabled=True
+    )
     r = wia_hw.run(WL[0], profile=cfg, **WL[1])
     assert r.profile.cycles == r.cycles
     assert json.loads(out.read_text())["schema"] == "wia-hw.profile/1"
-    assert check_trace_events(json.loads((tmp_path / "profile_report.trace.json").read_text())) == []
+    assert (
+        check_trace_events(json.loads((tmp_path / "profile_report.trace.json").read_text())) == []
+    )
     folded = (tmp_path / "profile_report.folded").read_text().splitlines()
     assert sum(v for _, v in parse_collapsed(folded)) == r.cycles
     assert (tmp_path / "profile_report.svg").read_text().startswith("<?xml")
@@ -224,10 +246,12 @@ def test_save_and_load_round_trip(tmp_path):
     p = save_profile_report(report, tmp_path / "r.json")
     back = load_profile_report(p)
     assert back.to_dict() == report.to_dict()
-    assert back.program is None                         # kernels are not stored
-    for fmt, check in [("chrome_trace", lambda t: check_trace_events(json.loads(t)) == []),
-                       ("collapsed", lambda t: parse_collapsed(t.splitlines())),
-                       ("text", lambda t: t.startswith("Profile of wia-npu"))]:
+    assert back.program is None  # kernels are not stored
+    for fmt, check in [
+        ("chrome_trace", lambda t: check_trace_events(json.loads(t)) == []),
+        ("collapsed", lambda t: parse_collapsed(t.splitlines())),
+        ("text", lambda t: t.startswith("Profile of wia-npu")),
+    ]:
         q = save_profile_report(report, tmp_path / f"r.{fmt}", fmt)
         assert check(q.read_text())
     with pytest.raises(wia_hw.WiaError, match="not a wia-hw.profile/1 report"):
@@ -242,8 +266,11 @@ def test_config_names_and_errors():
     assert ProfilingConfig(mode="TRACE").mode is ProfileMode.TRACE
     assert ProfilingConfig(mode="hardware_counters").mode is ProfileMode.COUNTERS
     assert ProfilingConfig(output_format="perfetto").output_format is OutputFormat.CHROME_TRACE
-    with pytest.raises(ValueError, match="mode must be one of detailed, sampling, "
-                                         "instrumentation, counters, trace, got 'fast'"):
+    with pytest.raises(
+        ValueError,
+        match="mode must be one of detailed, sampling, "
+        "instrumentation, counters, trace, got 'fast'",
+    ):
         ProfilingConfig(mode="fast")
     with pytest.raises(ValueError, match="hardware_counters: unknown counter 'watts'"):
         ProfilingConfig(hardware_counters=["cycles", "watts"])
@@ -275,7 +302,7 @@ def test_trace_mode_restores_the_memory_ports():
         ctx.run(WL[0], **WL[1])
     now = list(ctx.device.memory.channels) + [ctx.device.memory.l2_port]
     assert all(a is b for a, b in zip(ports, now, strict=True))
-    assert max(p.free_at for p in now) > 0              # they kept the traced state
+    assert max(p.free_at for p in now) > 0  # they kept the traced state
     again = ctx.run(WL[0], **WL[1])
     ref = wia_hw.open_device()
     ref.run(WL[0], **WL[1])
@@ -287,8 +314,7 @@ def test_text_summary_lists_hotspots():
     text = report.format_text()
     assert "Hotspots:" in text and "feed_forward" in text
     hs = report.hotspots("group", None)
-    assert sum(h.cycles for h in hs) + sum(r.writeback_cycles for r in report.runs) == \
-        report.cycles
+    assert sum(h.cycles for h in hs) + sum(r.writeback_cycles for r in report.runs) == report.cycles
 
 
 def test_cli_profile_writes_every_output(tmp_path):
@@ -296,11 +322,31 @@ def test_cli_profile_writes_every_output(tmp_path):
 
     from wia_hw.cli import cli
 
-    files = {k: tmp_path / v for k, v in [("o", "r.json"), ("timeline", "t.json"),
-                                          ("flamegraph", "f.svg"), ("roofline", "roof.png"),
-                                          ("memory-timeline", "mem.png")]}
-    args = ["profile", "bert-base", "-b", "2", "-s", "64", "--mode", "trace", "--recommend",
-            "--priority", "low", "--confidence", "0"]
+    files = {
+        k: tmp_path / v
+        for k, v in [
+            ("o", "r.json"),
+            ("timeline", "t.json"),
+            ("flamegraph", "f.svg"),
+            ("roofline", "roof.png"),
+            ("memory-timeline", "mem.png"),
+        ]
+    }
+    args = [
+        "profile",
+        "bert-base",
+        "-b",
+        "2",
+        "-s",
+        "64",
+        "--mode",
+        "trace",
+        "--recommend",
+        "--priority",
+        "low",
+        "--confidence",
+        "0",
+    ]
     for k, p in files.items():
         args += [f"-{k}" if len(k) == 1 else f"--{k}", str(p)]
     res = CliRunner().invoke(cli, args)
@@ -308,8 +354,14 @@ def test_cli_profile_writes_every_output(tmp_path):
     for p in files.values():
         assert p.stat().st_size > 1000, p
     assert check_trace_events(json.loads(files["timeline"].read_text())) == []
-    for heading in ("Hotspots:", "Kernel: ", "Roofline analysis:", "Memory Profile Summary:",
-                    "Performance Recommendations (", "wrote "):
+    for heading in (
+        "Hotspots:",
+        "Kernel: ",
+        "Roofline analysis:",
+        "Memory Profile Summary:",
+        "Performance Recommendations (",
+        "wrote ",
+    ):
         assert heading in res.output
     bad = CliRunner().invoke(cli, ["profile", "gemm", "--counters", "cycles,watts"])
     assert bad.exit_code == 2 and "unknown counter 'watts'" in bad.output
@@ -321,7 +373,7 @@ def test_every_mode_gives_a_valid_timeline_and_strict_json(mode):
     tr = json.loads(json.dumps(report.chrome_trace(), allow_nan=False))
     assert check_trace_events(tr) == []
     assert any(e["ph"] == "X" for e in tr["traceEvents"])
-    json.loads(report.to_json())                 # no NaN or infinity anywhere
+    json.loads(report.to_json())  # no NaN or infinity anywhere
 
 
 def test_call_graph_counts_launches_and_inclusive_time():
@@ -355,8 +407,7 @@ def _click_profiled(keep):
     @click.command()
     def launch():
         ctx = wia_hw.open_device()
-        cfg = ProfilingConfig(mode="instrumentation", capture_memory=True,
-                              keep_library_frames=keep)
+        cfg = ProfilingConfig(mode="instrumentation", capture_memory=True, keep_library_frames=keep)
         with start_profiling(ctx, cfg) as s:
             ctx.run("bert-base", batch=1, seq=32)
         out["report"] = s.report
@@ -381,7 +432,7 @@ def test_call_sites_skip_library_and_wia_hw_frames_unless_kept():
     assert sites and all(site.function == "launch" for site in sites)
     kept = _click_profiled(keep=True)
     files = {f.file for f in kept.runs[0].stack}
-    assert click_file in files                     # click's frames, kept on request
+    assert click_file in files  # click's frames, kept on request
     assert any("invoke (core.py:" in line for line in kept.collapsed_stacks())
 
 
@@ -410,7 +461,7 @@ def test_run_table_aggregates_a_kernel_over_its_layers():
     buf = io.StringIO()
     print_run(r, Console(file=buf, width=200), top_kernels=10)
     rows = [ln for ln in buf.getvalue().splitlines() if "feed_forward_intermediate" in ln]
-    assert len(rows) == 1                        # one row, not one per layer
+    assert len(rows) == 1  # one row, not one per layer
     ks = [k for k in r.kernels if k.name.endswith(".feed_forward_intermediate")]
     cells = [c.strip() for c in rows[0].split("│") if c.strip()]
     assert cells[0] == "feed_forward_intermediate" and cells[2] == str(len(ks)) == "12"
@@ -418,7 +469,7 @@ def test_run_table_aggregates_a_kernel_over_its_layers():
     assert cells[3] == f"{total:.3f}" and cells[4] == f"{total / len(ks):.3f}"
     table = buf.getvalue().split("Top 10 kernels")[1]
     names = [ln.split("│")[1].strip() for ln in table.splitlines() if ln.startswith("│")]
-    assert len(names) == len(set(names)) == 10    # ten different kernels
+    assert len(names) == len(set(names)) == 10  # ten different kernels
     assert all(not re.match(r"layer\d+\.", n) for n in names)
 
 
@@ -429,14 +480,29 @@ def test_cli_profile_skips_library_frames_unless_asked(tmp_path):
 
     def stacks(*extra):
         out = tmp_path / f"f{len(extra)}.folded"
-        res = CliRunner().invoke(cli, ["profile", "bert-base", "-b", "1", "-s", "32",
-                                       "--mode", "instrumentation", "--kernels", "0",
-                                       "--flamegraph", str(out), *extra])
+        res = CliRunner().invoke(
+            cli,
+            [
+                "profile",
+                "bert-base",
+                "-b",
+                "1",
+                "-s",
+                "32",
+                "--mode",
+                "instrumentation",
+                "--kernels",
+                "0",
+                "--flamegraph",
+                str(out),
+                *extra,
+            ],
+        )
         assert res.exit_code == 0, res.output
         return out.read_text(), res.output
 
     text, output = stacks()
     assert "core.py" not in text and "invoke (" not in text
-    assert "click/core.py" not in output          # allocation sites
+    assert "click/core.py" not in output  # allocation sites
     kept, _ = stacks("--keep-library-frames")
     assert "invoke (core.py:" in kept

@@ -38,5 +38,6 @@ def test_example_runs_and_prints_what_the_page_shows(index, tmp_path, monkeypatc
         # lines naming the example's file, and elided ones, depend on where it runs
         if "example.py" in line or line.strip() == "..." or not line.strip():
             continue
-        assert line in printed, f"the page shows {line!r}; the example printed:\n" + \
-            "\n".join(printed)
+        assert line in printed, f"the page shows {line!r}; the example printed:\n" + "\n".join(
+            printed
+        )

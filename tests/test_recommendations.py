@@ -24,8 +24,9 @@ ALL = AnalysisConfig(priority_threshold="low", confidence_threshold=0.0, max_til
 
 def _session(workload, ctx=None, **kw):
     ctx = ctx or wia_hw.open_device(**kw.pop("device_kw", {}))
-    with start_profiling(ctx, ProfilingConfig(mode="counters",
-                                              hardware_counters=list(wia_hw.Counter))) as s:
+    with start_profiling(
+        ctx, ProfilingConfig(mode="counters", hardware_counters=list(wia_hw.Counter))
+    ) as s:
         if isinstance(workload, tuple):
             ctx.run(workload[0], **workload[1])
         else:
@@ -49,12 +50,12 @@ def test_fusion_gain_is_measured_by_replaying_the_session(bert):
     assert gelu.baseline_ms == pytest.approx(report.duration_ms, rel=1e-12)
     assert gelu.modified_ms < gelu.baseline_ms
     assert gelu.estimated_improvement == pytest.approx(
-        (gelu.baseline_ms - gelu.modified_ms) / report.duration_ms)
+        (gelu.baseline_ms - gelu.modified_ms) / report.duration_ms
+    )
     removed = sum(k.cycles for k in report.kernels if k.name in gelu.kernels)
     assert gelu.estimated_improvement * report.cycles >= 0.5 * removed
     assert gelu.priority == priority_for(gelu.estimated_improvement)
-    assert {"ffn_layer_norm", "attention_layer_norm"} <= {
-        r.description.split('"')[1] for r in fuse}
+    assert {"ffn_layer_norm", "attention_layer_norm"} <= {r.description.split('"')[1] for r in fuse}
 
 
 def test_every_finding_is_seed_shaped_and_ranked(bert):
@@ -74,14 +75,15 @@ def test_every_finding_is_seed_shaped_and_ranked(bert):
 def test_thresholds_filter_by_priority_and_confidence(bert):
     report, _ = bert
     strict = analyze_performance(report, AnalysisConfig(max_tilings=6))
-    assert all(r.priority >= Priority.MEDIUM and r.confidence >= 0.7
-               for r in strict.recommendations)
+    assert all(
+        r.priority >= Priority.MEDIUM and r.confidence >= 0.7 for r in strict.recommendations
+    )
     assert set(strict.recommendations) <= set(strict.considered)
     assert any(r.priority < Priority.MEDIUM for r in strict.considered)
-    none = analyze_performance(report, AnalysisConfig(priority_threshold="critical",
-                                                      max_tilings=6))
-    assert none.recommendations == [] or all(r.priority is Priority.CRITICAL
-                                             for r in none.recommendations)
+    none = analyze_performance(report, AnalysisConfig(priority_threshold="critical", max_tilings=6))
+    assert none.recommendations == [] or all(
+        r.priority is Priority.CRITICAL for r in none.recommendations
+    )
 
 
 def test_low_occupancy_names_the_mapping_and_measures_a_retile():
@@ -97,33 +99,38 @@ def test_thermal_throttling_gain_equals_a_run_without_throttling():
     hot = {"overrides": {"thermal.initial_c": 150.0}}
     ctx, report = _session(gemm(2048, 2048, 2048), device_kw=hot)
     assert report.counters.stall_cycles["thermal"] > 0
-    rec = next(r for r in analyze_performance(report, ALL).considered
-               if r.title == "Thermal Throttling")
-    cool = wia_hw.run(gemm(2048, 2048, 2048), overrides={"thermal.initial_c": 150.0,
-                                                         "thermal.throttle_factor": 1.0})
+    rec = next(
+        r for r in analyze_performance(report, ALL).considered if r.title == "Thermal Throttling"
+    )
+    cool = wia_hw.run(
+        gemm(2048, 2048, 2048),
+        overrides={"thermal.initial_c": 150.0, "thermal.throttle_factor": 1.0},
+    )
     assert rec.modified_ms == pytest.approx(cool.latency_ms, rel=1e-12)
     assert rec.baseline_ms == pytest.approx(report.duration_ms, rel=1e-12)
-    assert rec.estimated_improvement == pytest.approx(
-        (report.cycles - cool.cycles) / report.cycles)
+    assert rec.estimated_improvement == pytest.approx((report.cycles - cool.cycles) / report.cycles)
     assert rec.estimated_improvement > 0.15
 
 
 def test_allocation_in_a_hot_path_is_measured_by_replaying_the_allocations():
     ctx = wia_hw.open_device()
-    raw = AllocatorConfig(caching=False)                  # every call reaches the device
+    raw = AllocatorConfig(caching=False)  # every call reaches the device
     ctx.allocator = CachingAllocator(ctx.spec.memory.hbm.size_bytes, raw)
     n = 120
     with start_profiling(ctx, ProfilingConfig(mode="counters")) as s:
         for _ in range(n):
-            buf = ctx.allocate(MIB)                       # the hot line
+            buf = ctx.allocate(MIB)  # the hot line
             ctx.run(gemm(256, 256, 256))
             ctx.free(buf)
     report = s.report
-    rec = next(r for r in analyze_performance(report, ALL).considered
-               if r.title == "Memory Allocation in Hot Path")
+    rec = next(
+        r
+        for r in analyze_performance(report, ALL).considered
+        if r.title == "Memory Allocation in Hot Path"
+    )
     assert f"called {n}x" in rec.description and rec.confidence == MEASURED
     per_call = raw.segment_alloc_cycles + raw.segment_free_cycles
-    pooled = raw.segment_alloc_cycles                     # one slab, kept in the cache
+    pooled = raw.segment_alloc_cycles  # one slab, kept in the cache
     assert rec.estimated_improvement == pytest.approx((n * per_call - pooled) / report.cycles)
     assert rec.priority >= Priority.HIGH
     assert "Pre-allocate buffers outside loop or use memory pooling" == rec.suggestion
@@ -135,16 +142,22 @@ def test_a_loaded_report_gets_modelled_estimates_only(tmp_path, bert):
     recs = analyze_performance(loaded, ALL)
     assert recs.considered and all(r.confidence == MODELLED for r in recs.considered)
     assert all(r.confidence_basis.startswith("modelled") for r in recs.considered)
-    assert analyze_performance(loaded).recommendations == []      # below 0.7 confidence
+    assert analyze_performance(loaded).recommendations == []  # below 0.7 confidence
 
 
 def test_unoverlapped_communication_is_reported_as_modelled():
     _, report = _session(gemm(512, 512, 512))
     end = report.end_cycle
-    report = dataclasses.replace(report, end_cycle=end + 30_000, communication={
-        "events": [{"kind": "all_reduce", "start_cycle": end, "end_cycle": end + 30_000}]})
-    rec = next(r for r in analyze_performance(report, ALL).considered
-               if r.category == "communication")
+    report = dataclasses.replace(
+        report,
+        end_cycle=end + 30_000,
+        communication={
+            "events": [{"kind": "all_reduce", "start_cycle": end, "end_cycle": end + 30_000}]
+        },
+    )
+    rec = next(
+        r for r in analyze_performance(report, ALL).considered if r.category == "communication"
+    )
     assert rec.title == "Inefficient Communication Pattern"
     assert rec.estimated_improvement == pytest.approx(30_000 / report.cycles)
     assert rec.confidence == MODELLED
@@ -152,11 +165,16 @@ def test_unoverlapped_communication_is_reported_as_modelled():
 
 def test_priority_and_config_validation():
     assert [priority_for(x) for x in (0.6, 0.3, 0.1, 0.01)] == [
-        Priority.CRITICAL, Priority.HIGH, Priority.MEDIUM, Priority.LOW]
+        Priority.CRITICAL,
+        Priority.HIGH,
+        Priority.MEDIUM,
+        Priority.LOW,
+    ]
     assert Priority("medium") is Priority.MEDIUM and Priority.LOW < Priority.HIGH
     assert AnalysisConfig(priority_threshold="HIGH").priority_threshold is Priority.HIGH
-    with pytest.raises(ValueError, match="priority_threshold must be low, medium, high or "
-                                         "critical, got 'urgent'"):
+    with pytest.raises(
+        ValueError, match="priority_threshold must be low, medium, high or critical, got 'urgent'"
+    ):
         AnalysisConfig(priority_threshold="urgent")
     with pytest.raises(ValueError, match=r"confidence_threshold must be a number in \[0, 1\]"):
         AnalysisConfig(confidence_threshold=70)
@@ -170,11 +188,14 @@ def test_retiling_code_example_reproduces_the_measured_time():
     dev = {"overrides": {"compute.array.pipelined": False}}
     _, report = _session(wl, device_kw=dev)
     recs = analyze_performance(report, ALL)
-    rec = next(r for r in recs.considered if r.category in ("utilization", "occupancy")
-               and r.modified_ms is not None)
+    rec = next(
+        r
+        for r in recs.considered
+        if r.category in ("utilization", "occupancy") and r.modified_ms is not None
+    )
     assert rec.modified_ms < rec.baseline_ms
     ctx = wia_hw.open_device(**dev)
-    code = rec.code_example.rsplit("\n", 1)[0]            # all but "ctx.run(...)"
+    code = rec.code_example.rsplit("\n", 1)[0]  # all but "ctx.run(...)"
     exec(code, {"ctx": ctx})
     assert set(ctx.providers) == set(rec.kernels)
     result = ctx.run(wl[0], **wl[1])
@@ -187,12 +208,14 @@ def test_cache_thrashing_is_found_and_a_retile_measured():
     _, report = _session(gemm(2048, 2048, 2048), device_kw=small)
     k = report.kernels[0]
     assert k.counters["bytes"]["hbm"] > 2 * k.compulsory_bytes
-    rec = next(r for r in analyze_performance(report, ALL).considered
-               if r.title == "Cache Thrashing")
+    rec = next(
+        r for r in analyze_performance(report, ALL).considered if r.title == "Cache Thrashing"
+    )
     assert "compulsory bytes through HBM with an L2 hit rate" in rec.description
     assert rec.confidence == MEASURED and rec.modified_ms < rec.baseline_ms
     assert rec.estimated_improvement == pytest.approx(
-        (rec.baseline_ms - rec.modified_ms) / report.duration_ms)
+        (rec.baseline_ms - rec.modified_ms) / report.duration_ms
+    )
 
 
 def test_attention_is_measured_with_the_transformer_engine_and_every_class_covered():
@@ -212,11 +235,13 @@ def test_attention_is_measured_with_the_transformer_engine_and_every_class_cover
     assert att.title == "Unfused Attention" and att.confidence == MEASURED
     assert len(att.kernels) == 3 * 12 and all(
         k.split(".")[1] in ("attention_scores", "attention_softmax", "attention_context")
-        for k in att.kernels)
+        for k in att.kernels
+    )
     assert "transformer engine" in att.confidence_basis
     assert att.baseline_ms == pytest.approx(report.duration_ms, rel=1e-12)
     assert att.estimated_improvement == pytest.approx(
-        max(0.0, att.baseline_ms - att.modified_ms) / report.duration_ms)
+        max(0.0, att.baseline_ms - att.modified_ms) / report.duration_ms
+    )
     te = wia_hw.open_device()
     ensure_extension(te, "transformer_engine")
     assert te.run(wl[0], **wl[1]).latency_ms == pytest.approx(att.modified_ms, rel=1e-12)

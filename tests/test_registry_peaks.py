@@ -40,21 +40,27 @@ def line_of(path, needle):
 
 
 def test_cycles_1_on_the_array_is_refused_at_validate_time(tmp_path):
-    p = manifest(tmp_path, """\
+    p = manifest(
+        tmp_path,
+        """\
         - name: instant
           claims: [linear, matmul]
           compose: [matmul]
           cost: {cycles: "1"}
-    """)
+    """,
+    )
     with pytest.raises(SpecError) as info:
         load_extension(p)
     e = info.value
     assert e.field == "operations.0.cost.cycles" and e.line == line_of(p, "cost:")
-    m = re.search(r"unit\.instant: cost model beats the unit's peak on tile \{B=(\d+), "
-                  r"M=(\d+), N=(\d+), K=(\d+), E=(\d)\}: 1 cycles for ([\d,]+) MACs .* above "
-                  r"the peak of ([\d,.]+) MACs/cycle \(array_rows\*array_cols\*rate = "
-                  r"(\d+)\*(\d+)\*([\d.]+)\); the tile needs at least ([\d,]+) cycles, on "
-                  r"the built-in device '([\w-]+)'", e.message)
+    m = re.search(
+        r"unit\.instant: cost model beats the unit's peak on tile \{B=(\d+), "
+        r"M=(\d+), N=(\d+), K=(\d+), E=(\d)\}: 1 cycles for ([\d,]+) MACs .* above "
+        r"the peak of ([\d,.]+) MACs/cycle \(array_rows\*array_cols\*rate = "
+        r"(\d+)\*(\d+)\*([\d.]+)\); the tile needs at least ([\d,]+) cycles, on "
+        r"the built-in device '([\w-]+)'",
+        e.message,
+    )
     assert m, e.message
     b, mm, n, k, _ = map(int, m.groups()[:5])
     macs = int(m.group(6).replace(",", ""))
@@ -68,12 +74,15 @@ def test_cycles_1_on_the_array_is_refused_at_validate_time(tmp_path):
 
 
 def test_cli_validate_refuses_a_cost_above_peak_in_one_line(tmp_path):
-    p = manifest(tmp_path, """\
+    p = manifest(
+        tmp_path,
+        """\
         - name: instant
           claims: [linear]
           compose: [matmul]
           cost: {cycles: "1"}
-    """)
+    """,
+    )
     res = CliRunner().invoke(cli, ["ext", "validate", str(p)])
     assert res.exit_code == 2
     out = res.output.strip().splitlines()
@@ -82,88 +91,125 @@ def test_cli_validate_refuses_a_cost_above_peak_in_one_line(tmp_path):
 
 
 def test_cycles_1_on_the_vector_unit_is_refused_with_bytes_per_cycle(tmp_path):
-    p = manifest(tmp_path, """\
+    p = manifest(
+        tmp_path,
+        """\
         - name: instant_gelu
           claims: [gelu]
           compose: [gelu]
           cost: {cycles: "1"}
-    """)
-    with pytest.raises(SpecError, match=r"unit\.instant_gelu: cost model beats the unit's "
-                       r"peak on tile \{ROWS=\d+, COLS=\d+, ELEMENTS=\d+, E=2\}: 1 cycles "
-                       r"for [\d,]+ bytes .* bytes/cycle \(lanes\*E = \d+\*2\)"):
+    """,
+    )
+    with pytest.raises(
+        SpecError,
+        match=r"unit\.instant_gelu: cost model beats the unit's "
+        r"peak on tile \{ROWS=\d+, COLS=\d+, ELEMENTS=\d+, E=2\}: 1 cycles "
+        r"for [\d,]+ bytes .* bytes/cycle \(lanes\*E = \d+\*2\)",
+    ):
         load_extension(p)
 
 
 def test_a_cost_at_peak_loads_and_a_cost_above_it_is_refused_when_it_runs(tmp_path):
     """``speedup`` is 1 by default (exactly at peak: loads); set to 2 at registration, the
     same expression beats the peak, which only the run-time check can see."""
-    p = manifest(tmp_path, f"""\
+    p = manifest(
+        tmp_path,
+        f"""\
         - name: fast
           claims: [linear, matmul]
           compose: [matmul]
           cost: {{cycles: "{AT_PEAK}"}}
-    """)
+    """,
+    )
     ext = load_extension(p)
     ctx = wia_hw.open_device("wia-npu")
     register_device_extension(ctx, ext.with_parameters(speedup=2.0))
     a = ctx.spec.compute.array
-    with pytest.raises(WorkloadError, match=(
+    with pytest.raises(
+        WorkloadError,
+        match=(
             r"op 'gemm': unit\.fast: cost model beats the unit's peak on tile \{B=\d+, "
             r"M=\d+, N=\d+, K=\d+, E=2\}: .* above the peak of "
             rf"{a.rows * a.cols * int(a.rate('fp16')):,} MACs/cycle "
-            rf"\(array_rows\*array_cols\*rate = {a.rows}\*{a.cols}\*")):
+            rf"\(array_rows\*array_cols\*rate = {a.rows}\*{a.cols}\*"
+        ),
+    ):
         ctx.run("gemm", M=512, N=512, K=512)
 
 
 def test_declared_peaks(tmp_path):
-    half = manifest(tmp_path, f"""\
+    half = manifest(
+        tmp_path,
+        f"""\
         - name: half_array
           claims: [linear]
           compose: [matmul]
           peak: {{macs_per_cycle: "array_rows * array_cols * rate / 2"}}
           cost: {{cycles: "{AT_PEAK}"}}
-    """)
-    with pytest.raises(SpecError, match=r"above the peak of [\d,]+ MACs/cycle \(declared "
-                       r"macs_per_cycle = array_rows \* array_cols \* rate / 2\)"):
+    """,
+    )
+    with pytest.raises(
+        SpecError,
+        match=r"above the peak of [\d,]+ MACs/cycle \(declared "
+        r"macs_per_cycle = array_rows \* array_cols \* rate / 2\)",
+    ):
         load_extension(half)
-    double = manifest(tmp_path, """\
+    double = manifest(
+        tmp_path,
+        """\
         - name: double
           claims: [linear]
           compose: [matmul]
           peak: {macs_per_cycle: "array_rows * array_cols * rate * 2"}
           cost: {cycles: "B * M * N * K"}
-    """)
-    with pytest.raises(SpecError, match=r"operations\.0\.peak: declared peak macs_per_cycle "
-                       r"= array_rows \* array_cols \* rate \* 2 is [\d,]+, above the unit's "
-                       r"own [\d,]+"):
+    """,
+    )
+    with pytest.raises(
+        SpecError,
+        match=r"operations\.0\.peak: declared peak macs_per_cycle "
+        r"= array_rows \* array_cols \* rate \* 2 is [\d,]+, above the unit's "
+        r"own [\d,]+",
+    ):
         load_extension(double)
-    wrong_key = manifest(tmp_path, """\
+    wrong_key = manifest(
+        tmp_path,
+        """\
         - name: wrong
           claims: [linear]
           compose: [matmul]
           peak: {bytes_per_cycle: "64"}
           cost: {cycles: "B * M * N * K"}
-    """)
-    with pytest.raises(SpecError, match=r"operations\.0\.peak: must be a mapping with one "
-                       r"key, macs_per_cycle \(an expression\), for an operation on the "
-                       r"array"):
+    """,
+    )
+    with pytest.raises(
+        SpecError,
+        match=r"operations\.0\.peak: must be a mapping with one "
+        r"key, macs_per_cycle \(an expression\), for an operation on the "
+        r"array",
+    ):
         load_extension(wrong_key)
-    bad_name = manifest(tmp_path, """\
+    bad_name = manifest(
+        tmp_path,
+        """\
         - name: wrong
           claims: [gelu]
           compose: [gelu]
           peak: {bytes_per_cycle: "M * 2"}
           cost: {cycles: "ELEMENTS"}
-    """)
+    """,
+    )
     with pytest.raises(SpecError, match=r"operations\.0\.peak\.bytes_per_cycle: .*'M'"):
         load_extension(bad_name)
-    ok = manifest(tmp_path, """\
+    ok = manifest(
+        tmp_path,
+        """\
         - name: slow_lanes
           claims: [gelu]
           compose: [gelu]
           peak: {bytes_per_cycle: "lanes"}
           cost: {cycles: "ceil(ELEMENTS * E / lanes) + 4"}
-    """)
+    """,
+    )
     e = load_extension(ok)
     assert e.to_dict()["operations"][0]["peak"] == {"bytes_per_cycle": "lanes"}
 
@@ -176,12 +222,16 @@ def test_honest_costs_keep_the_run_above_its_floor(tmp_path):
     factors = [1.0, 0.999, 0.5] + [round(rng.uniform(0.3, 3.0), 3) for _ in range(4)]
     ran, refused = [], []
     for i, f in enumerate(factors):
-        p = manifest(tmp_path, f"""\
+        p = manifest(
+            tmp_path,
+            f"""\
             - name: op{i}
               claims: [linear, matmul]
               compose: [matmul]
               cost: {{cycles: "ceil(B * M * N * K / (array_rows * array_cols * rate) * {f})"}}
-        """, name=f"u{i}.yaml")
+        """,
+            name=f"u{i}.yaml",
+        )
         try:
             ext = load_extension(p)
         except SpecError as e:

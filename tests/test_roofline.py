@@ -19,9 +19,12 @@ from wia_hw.profiling import (
     start_profiling,
 )
 
-SEED_CFG = RooflineConfig(peak_flops=150.0e12, peak_bandwidth=900.0e9,
-                          cache_sizes=(32 * 1024, 256 * 1024, 8 * 1024 * 1024),
-                          cache_bandwidths=(10000.0e9, 3000.0e9, 1500.0e9))
+SEED_CFG = RooflineConfig(
+    peak_flops=150.0e12,
+    peak_bandwidth=900.0e9,
+    cache_sizes=(32 * 1024, 256 * 1024, 8 * 1024 * 1024),
+    cache_bandwidths=(10000.0e9, 3000.0e9, 1500.0e9),
+)
 
 
 def test_seed_example_gives_the_seed_output():
@@ -33,8 +36,7 @@ def test_seed_example_gives_the_seed_output():
     assert a.num_recommendations == 3
     assert a.format().splitlines() == [
         "Kernel matmul_large: Memory-bound (AI=45). Increase tiling to improve cache reuse.",
-        "Kernel elementwise_add: Severely memory-bound (AI=0.25). Fuse with preceding "
-        "operation.",
+        "Kernel elementwise_add: Severely memory-bound (AI=0.25). Fuse with preceding operation.",
         "Kernel matmul_small: Compute-bound. Near-optimal performance (92% of peak).",
     ]
     assert a.ridge_point == pytest.approx(150e12 / 900e9)
@@ -47,8 +49,9 @@ def test_config_errors_name_the_field():
     with pytest.raises(ValueError, match="peak_flops must be a positive number, got 0"):
         RooflineConfig(peak_flops=0, peak_bandwidth=1e9)
     with pytest.raises(ValueError, match=r"cache_sizes \(2\) and cache_bandwidths \(1\)"):
-        RooflineConfig(peak_flops=1e12, peak_bandwidth=1e9, cache_sizes=(1, 2),
-                       cache_bandwidths=(1e9,))
+        RooflineConfig(
+            peak_flops=1e12, peak_bandwidth=1e9, cache_sizes=(1, 2), cache_bandwidths=(1e9,)
+        )
     rf = create_roofline(SEED_CFG)
     with pytest.raises(ValueError, match="arithmetic_intensity must be a positive number"):
         rf.add_point(-1, 1e12)
@@ -65,10 +68,13 @@ def test_defaults_come_from_the_device_spec():
     assert cfg.peak_flops == spec.peak_flops("fp16")
     assert cfg.precision_peaks["int8"] == spec.peak_flops("int8")
     assert cfg.peak_bandwidth == spec.peak_bandwidth_gbs * 1e9
-    assert cfg.cache_bandwidths == (spec.memory.l1.bandwidth_gbs * 1e9 * spec.compute.cores,
-                                    spec.memory.l2.bandwidth_gbs * 1e9)
+    assert cfg.cache_bandwidths == (
+        spec.memory.l1.bandwidth_gbs * 1e9 * spec.compute.cores,
+        spec.memory.l2.bandwidth_gbs * 1e9,
+    )
     assert create_roofline(ctx).ridge_point() == pytest.approx(
-        spec.peak_flops("fp16") / (spec.peak_bandwidth_gbs * 1e9))
+        spec.peak_flops("fp16") / (spec.peak_bandwidth_gbs * 1e9)
+    )
 
 
 def _bert_roofline():
@@ -87,20 +93,21 @@ def test_report_points_aggregate_layers_and_classify_by_position():
     ks = [k for k in report.kernels if k.name.endswith("feed_forward_gelu")]
     flops = sum(k.flop_count for k in ks)
     assert gelu.intensities["HBM"] == pytest.approx(
-        flops / sum(k.counters["bytes"]["hbm"] for k in ks))
+        flops / sum(k.counters["bytes"]["hbm"] for k in ks)
+    )
     # drawn at the intensity of the level that binds it (the lowest AI x bandwidth)
     lvl = min(gelu.intensities, key=lambda n: gelu.intensities[n] * rf.config.bandwidth(n))
     assert gelu.level == lvl and gelu.arithmetic_intensity == gelu.intensities[lvl]
     secs = sum(k.cycles for k in ks) / (report.device.clock_ghz * 1e9)
     assert gelu.performance == pytest.approx(flops / secs)
     a = {r.kernel_name: r for r in analyze_roofline(rf).recommendations}
-    res = a["attention_residual (x12)"]      # an add: data movement only
+    res = a["attention_residual (x12)"]  # an add: data movement only
     assert res.bound == "memory" and res.pct_of_attainable >= 50
     where = "" if res.level == "HBM" else f"{res.level}, "
     assert res.suggestion.startswith(f"Severely memory-bound ({where}AI=")
     ffn = a["feed_forward_intermediate (x12)"]
     assert ffn.bound == "compute"
-    for r in a.values():            # no point above the ceiling that judges it
+    for r in a.values():  # no point above the ceiling that judges it
         assert r.performance <= r.attainable * 1.0000001
         assert r.bound != "memory" or r.pct_of_attainable >= 50
 
@@ -119,7 +126,7 @@ def test_roofline_plot_draws_every_ceiling_and_point(tmp_path):
     assert open(out, "rb").read()[:8] == b"\x89PNG\r\n\x1a\n"
     ax = rf.figure().axes[0]
     gids = [ln.get_gid() for ln in ax.get_lines()]
-    for lvl in ("HBM", "L1", "L2"):           # a diagonal per memory level
+    for lvl in ("HBM", "L1", "L2"):  # a diagonal per memory level
         assert any(g.startswith(f"ceiling:{lvl} ") for g in gids)
     for name in ("int8", "fp16/bf16", "fp32"):  # a roof per precision
         assert any(g.startswith(f"ceiling:{name} peak") for g in gids)
@@ -137,10 +144,11 @@ def test_profile_kernel_fields_follow_the_counters():
     ctx = wia_hw.open_device()
     p = profile_kernel(ctx, "matmul", {"a": (2048, 2048), "b": (2048, 2048)})
     assert isinstance(p, KernelProfile) and p.name == "matmul"
-    assert p.flop_count == 2 * 2048 ** 3
+    assert p.flop_count == 2 * 2048**3
     assert p.duration_ms == pytest.approx(p.cycles / (ctx.spec.clock_ghz * 1e6))
     assert p.compute_utilization == pytest.approx(
-        100 * p.flop_count / (p.cycles * 2 * float(ctx.spec.peak_macs_per_cycle("fp16"))))
+        100 * p.flop_count / (p.cycles * 2 * float(ctx.spec.peak_macs_per_cycle("fp16")))
+    )
     assert p.flops == pytest.approx(p.flop_count / (p.duration_ms * 1e-3))
     assert p.arithmetic_intensity == pytest.approx(p.flop_count / p.bytes["hbm"])
     assert p.occupancy == pytest.approx(p.pe_mapping * p.core_balance / 100)
@@ -148,8 +156,15 @@ def test_profile_kernel_fields_follow_the_counters():
     lines = p.format().splitlines()
     assert lines[0] == "Kernel: matmul" and lines[1].startswith("  Duration: ")
     assert [ln.split(":")[0] for ln in lines[2:10]] == [
-        "  Compute Utilization", "  Memory Bandwidth", "  Cache Hit Rate L1",
-        "  Cache Hit Rate L2", "  Occupancy", "  FLOPS", "  Arithmetic Intensity", "  INFO"]
+        "  Compute Utilization",
+        "  Memory Bandwidth",
+        "  Cache Hit Rate L1",
+        "  Cache Hit Rate L2",
+        "  Occupancy",
+        "  FLOPS",
+        "  Arithmetic Intensity",
+        "  INFO",
+    ]
 
 
 def test_low_utilisation_is_not_called_compute_bound():
@@ -160,10 +175,11 @@ def test_low_utilisation_is_not_called_compute_bound():
     p = profile_kernel(ctx, "add", [x, x])
     assert p.compute_utilization < 50 and p.bound in ("hbm", "l2")
     msgs = [a.message for a in p.assessments]
-    assert not any("compute-bound" in m and "Low compute" in m and "WARNING" in m
-                   for m in msgs)
-    assert any(m.startswith("Low compute utilization") and "is expected: the kernel is "
-               "memory-bound" in m for m in msgs)
+    assert not any("compute-bound" in m and "Low compute" in m and "WARNING" in m for m in msgs)
+    assert any(
+        m.startswith("Low compute utilization") and "is expected: the kernel is memory-bound" in m
+        for m in msgs
+    )
     assert any(m.startswith("Near-peak bandwidth") for m in msgs)
 
 
@@ -173,14 +189,12 @@ def test_small_gemm_warns_about_occupancy_and_says_why():
     p = profile_kernel(ctx, "matmul", [(100, 100), (100, 100)])
     # one pass of 100 steps on the 128x128 array, accepted every issue interval: its
     # useful MACs over the MAC slots of those cycles (fill, drain and unmapped PEs)
-    interval = systolic_issue_interval(a.dataflow, a.rows, a.cols, 100, 100,
-                                       pipelined=a.pipelined)
+    interval = systolic_issue_interval(a.dataflow, a.rows, a.cols, 100, 100, pipelined=a.pipelined)
     mapping = 100 * (100 * 100 * 100) / (a.rows * a.cols * interval)
     assert p.pe_mapping == pytest.approx(mapping)
     assert p.occupancy < 50
     warn = next(a for a in p.assessments if a.message.startswith("Low occupancy"))
-    assert warn.level == "WARNING" and f"{mapping:.0f}% of the array's issue cycles" in \
-        warn.message
+    assert warn.level == "WARNING" and f"{mapping:.0f}% of the array's issue cycles" in warn.message
     assert "multiples of 128x128" in warn.suggestion
 
 
@@ -211,4 +225,4 @@ def test_profile_kernel_runs_an_op_an_extension_lowers():
     prof = profile_kernel(ctx, graph)
     assert prof.flop_count >= 2 * 2 * 16 * 512 * 512 * 64
     with pytest.raises(wia_hw.WorkloadError, match="lowers to 3 kernels"):
-        profile_kernel(wia_hw.open_device(), graph)       # built-in: three kernels
+        profile_kernel(wia_hw.open_device(), graph)  # built-in: three kernels

@@ -25,8 +25,7 @@ def ports_of(verilog: str, module: str) -> dict[str, tuple[str, int]]:
     """``{port: (direction, width)}`` of ``module`` in ``verilog``."""
     body = re.search(rf"^module {module}\(.*?^endmodule", verilog, re.M | re.S)
     assert body, f"module {module} not found"
-    return {name: (d, int(hi) + 1 if hi else 1)
-            for d, hi, name in PORT_RE.findall(body.group(0))}
+    return {name: (d, int(hi) + 1 if hi else 1) for d, hi, name in PORT_RE.findall(body.group(0))}
 
 
 def arr(name: str, n: int, d: str, w: int) -> dict[str, tuple[str, int]]:
@@ -39,45 +38,114 @@ COMBINATIONAL = {"fp_mac"}
 
 EXPECTED = {
     ("pe", (("dataflow", "os"),)): {
-        **CLOCK, "a_in": ("input", 8), "b_in": ("input", 8), "valid_in": ("input", 1),
-        "first_in": ("input", 1), "shift": ("input", 1), "acc_in": ("input", 32),
-        "a_out": ("output", 8), "b_out": ("output", 8), "valid_out": ("output", 1),
-        "first_out": ("output", 1), "acc": ("output", 32), "mac": ("output", 1)},
+        **CLOCK,
+        "a_in": ("input", 8),
+        "b_in": ("input", 8),
+        "valid_in": ("input", 1),
+        "first_in": ("input", 1),
+        "shift": ("input", 1),
+        "acc_in": ("input", 32),
+        "a_out": ("output", 8),
+        "b_out": ("output", 8),
+        "valid_out": ("output", 1),
+        "first_out": ("output", 1),
+        "acc": ("output", 32),
+        "mac": ("output", 1),
+    },
     ("pe", (("dataflow", "ws"),)): {
-        **CLOCK, "x_in": ("input", 8), "valid_in": ("input", 1), "w_in": ("input", 8),
-        "load": ("input", 1), "psum_in": ("input", 32), "x_out": ("output", 8),
-        "valid_out": ("output", 1), "w": ("output", 8), "psum_out": ("output", 32),
-        "mac": ("output", 1)},
+        **CLOCK,
+        "x_in": ("input", 8),
+        "valid_in": ("input", 1),
+        "w_in": ("input", 8),
+        "load": ("input", 1),
+        "psum_in": ("input", 32),
+        "x_out": ("output", 8),
+        "valid_out": ("output", 1),
+        "w": ("output", 8),
+        "psum_out": ("output", 32),
+        "mac": ("output", 1),
+    },
     ("systolic_array", (("rows", 4), ("cols", 8), ("dataflow", "ws"), ("max_depth", 64))): {
-        **CLOCK, "start": ("input", 1), "depth": ("input", 7), "stall": ("input", 1),
-        **arr("a", 4, "input", 8), **arr("b", 8, "input", 8), "idle": ("output", 1),
-        "a_ready": ("output", 1), "b_ready": ("output", 1), **arr("out", 8, "output", 32),
-        "out_valid": ("output", 1), "done": ("output", 1), "ctr_addr": ("input", 2),
-        "ctr_clear": ("input", 1), "ctr_rdata": ("output", 48)},
+        **CLOCK,
+        "start": ("input", 1),
+        "depth": ("input", 7),
+        "stall": ("input", 1),
+        **arr("a", 4, "input", 8),
+        **arr("b", 8, "input", 8),
+        "idle": ("output", 1),
+        "a_ready": ("output", 1),
+        "b_ready": ("output", 1),
+        **arr("out", 8, "output", 32),
+        "out_valid": ("output", 1),
+        "done": ("output", 1),
+        "ctr_addr": ("input", 2),
+        "ctr_clear": ("input", 1),
+        "ctr_rdata": ("output", 48),
+    },
     ("perf_counters", (("max_macs_per_cycle", 64), ("width", 12))): {
-        **CLOCK, "enable": ("input", 1), "macs": ("input", 7), "stall": ("input", 1),
-        "clear": ("input", 1), "addr": ("input", 2), "rdata": ("output", 12)},
+        **CLOCK,
+        "enable": ("input", 1),
+        "macs": ("input", 7),
+        "stall": ("input", 1),
+        "clear": ("input", 1),
+        "addr": ("input", 2),
+        "rdata": ("output", 12),
+    },
     ("pim_bank", (("rows", 8), ("cols", 4))): {
-        **CLOCK, "cmd_valid": ("input", 1), "cmd_ready": ("output", 1), "cmd": ("input", 3),
-        "row": ("input", 16), "col": ("input", 8), "instr": ("input", 32),
-        **arr("wdata", 16, "input", 16), "done": ("output", 1), "error": ("output", 1),
-        **arr("rdata", 16, "output", 16), "row_open": ("output", 1)},
-    ("frontend", (("precision_bits", 6), ("matrix_size_limit", 3), ("in_bits", 10),
-                  ("det_bits", 12), ("acc_bits", 16))): {
-        **CLOCK, "dac_valid": ("input", 1), "dac_shift": ("input", 4),
-        **arr("dac_in", 3, "input", 10), **arr("dac_out", 3, "output", 6),
-        "dac_out_valid": ("output", 1), "det_valid": ("input", 1), "det_last": ("input", 1),
-        "adc_shift": ("input", 4), **arr("det_p", 3, "input", 12),
-        **arr("det_n", 3, "input", 12), **arr("adc_out", 3, "output", 6),
-        "adc_valid": ("output", 1), "adc_last": ("output", 1),
-        **arr("acc_out", 3, "output", 16), "acc_valid": ("output", 1)},
+        **CLOCK,
+        "cmd_valid": ("input", 1),
+        "cmd_ready": ("output", 1),
+        "cmd": ("input", 3),
+        "row": ("input", 16),
+        "col": ("input", 8),
+        "instr": ("input", 32),
+        **arr("wdata", 16, "input", 16),
+        "done": ("output", 1),
+        "error": ("output", 1),
+        **arr("rdata", 16, "output", 16),
+        "row_open": ("output", 1),
+    },
+    (
+        "frontend",
+        (
+            ("precision_bits", 6),
+            ("matrix_size_limit", 3),
+            ("in_bits", 10),
+            ("det_bits", 12),
+            ("acc_bits", 16),
+        ),
+    ): {
+        **CLOCK,
+        "dac_valid": ("input", 1),
+        "dac_shift": ("input", 4),
+        **arr("dac_in", 3, "input", 10),
+        **arr("dac_out", 3, "output", 6),
+        "dac_out_valid": ("output", 1),
+        "det_valid": ("input", 1),
+        "det_last": ("input", 1),
+        "adc_shift": ("input", 4),
+        **arr("det_p", 3, "input", 12),
+        **arr("det_n", 3, "input", 12),
+        **arr("adc_out", 3, "output", 6),
+        "adc_valid": ("output", 1),
+        "adc_last": ("output", 1),
+        **arr("acc_out", 3, "output", 16),
+        "acc_valid": ("output", 1),
+    },
     ("fp_mac", (("fmt", "bf16"),)): {
-        "a": ("input", 16), "b": ("input", 16), "c": ("input", 32), "y": ("output", 32)},
+        "a": ("input", 16),
+        "b": ("input", 16),
+        "c": ("input", 32),
+        "y": ("output", 32),
+    },
 }
 
 
-@pytest.mark.parametrize(("block", "params"), list(EXPECTED),
-                         ids=[f"{b}-{'-'.join(str(v) for _, v in p)}" for b, p in EXPECTED])
+@pytest.mark.parametrize(
+    ("block", "params"),
+    list(EXPECTED),
+    ids=[f"{b}-{'-'.join(str(v) for _, v in p)}" for b, p in EXPECTED],
+)
 def test_emitted_ports(block: str, params: tuple, tmp_path: Path) -> None:
     paths = emit(block, dict(params), tmp_path / "out")
     assert paths == [tmp_path / "out" / f"{block}.v"]
@@ -104,7 +172,8 @@ def test_pim_encodings_match_model() -> None:
     assert OPERAND_KINDS == {k.name: k.value for k in pm.OperandKind}
     offsets = {name: (f.offset, f.width) for name, f in INSTR_LAYOUT}
     assert {n: (lsb, w) for n, lsb, w in pm.INSTR_FIELDS} == {
-        n: v for n, v in offsets.items() if n != "reserved"}
+        n: v for n, v in offsets.items() if n != "reserved"
+    }
     bank = build("pim_bank")
     assert bank.timing == {k: getattr(pm.PimTiming(), k) for k in bank.timing}
 
@@ -126,25 +195,41 @@ def test_cli_list_and_emit(tmp_path: Path) -> None:
     assert out.exit_code == 0
     for block in BLOCKS:
         assert f"{block}:" in out.output
-    res = runner.invoke(rtl, ["emit", "systolic_array", "--param", "rows=2", "-p", "cols=3",
-                              "--param", "dataflow=ws", "-o", str(tmp_path)])
+    res = runner.invoke(
+        rtl,
+        [
+            "emit",
+            "systolic_array",
+            "--param",
+            "rows=2",
+            "-p",
+            "cols=3",
+            "--param",
+            "dataflow=ws",
+            "-o",
+            str(tmp_path),
+        ],
+    )
     assert res.exit_code == 0, res.output
     path = tmp_path / "systolic_array.v"
     assert res.output.strip() == str(path)
     assert set(arr("out", 3, "output", 32)) <= set(ports_of(path.read_text(), "systolic_array"))
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["emit", "alu"], "unknown block 'alu'"),
-    (["emit", "pe", "--param", "dataflow"], "'dataflow' must read NAME=VALUE"),
-    (["emit", "pe", "--param", "rows=2"], "unknown parameter 'rows' for pe"),
-    (["emit", "pe", "--param", "dataflow=xs"], "dataflow must be one of 'os', 'ws', got 'xs'"),
-    (["emit", "systolic_array", "-p", "rows=0"], "rows must be between 1 and 256, got 0"),
-    (["emit", "systolic_array", "--cols", "257"], "cols must be between 1 and 256, got 257"),
-    (["emit", "systolic_array", "-p", "pipelined=2"], "pipelined must be a bool, got 2"),
-    (["emit", "systolic_array", "-p", "rows=two"], "rows must be an integer, got 'two'"),
-    (["emit", "fp_mac", "-p", "fmt=fp32"], "fmt must be one of 'fp16', 'bf16', got 'fp32'"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["emit", "alu"], "unknown block 'alu'"),
+        (["emit", "pe", "--param", "dataflow"], "'dataflow' must read NAME=VALUE"),
+        (["emit", "pe", "--param", "rows=2"], "unknown parameter 'rows' for pe"),
+        (["emit", "pe", "--param", "dataflow=xs"], "dataflow must be one of 'os', 'ws', got 'xs'"),
+        (["emit", "systolic_array", "-p", "rows=0"], "rows must be between 1 and 256, got 0"),
+        (["emit", "systolic_array", "--cols", "257"], "cols must be between 1 and 256, got 257"),
+        (["emit", "systolic_array", "-p", "pipelined=2"], "pipelined must be a bool, got 2"),
+        (["emit", "systolic_array", "-p", "rows=two"], "rows must be an integer, got 'two'"),
+        (["emit", "fp_mac", "-p", "fmt=fp32"], "fmt must be one of 'fp16', 'bf16', got 'fp32'"),
+    ],
+)
 def test_cli_bad_input_is_a_usage_error(args: list[str], message: str, tmp_path: Path) -> None:
     res = CliRunner().invoke(rtl, [*args, "-o", str(tmp_path)])
     assert res.exit_code == 2, res.output
@@ -156,16 +241,36 @@ def test_cli_bad_input_is_a_usage_error(args: list[str], message: str, tmp_path:
 def test_cli_rows_cols_options_and_bool_params(tmp_path: Path) -> None:
     """--rows/--cols are shorthands for --param; true/false become bools; the array is
     emitted as one top module with one row module and one PE module."""
-    res = CliRunner().invoke(rtl, ["emit", "systolic_array", "--rows", "3", "--cols", "5",
-                                   "-p", "pipelined=true", "-p", "precision=int8x2",
-                                   "-o", str(tmp_path)])
+    res = CliRunner().invoke(
+        rtl,
+        [
+            "emit",
+            "systolic_array",
+            "--rows",
+            "3",
+            "--cols",
+            "5",
+            "-p",
+            "pipelined=true",
+            "-p",
+            "precision=int8x2",
+            "-o",
+            str(tmp_path),
+        ],
+    )
     assert res.exit_code == 0, res.output
     text = (tmp_path / "systolic_array.v").read_text()
     ports = ports_of(text, "systolic_array")
     # int8x2 os: two int8 lanes per a/b element, one int32 per output column
-    assert {**arr("a", 6, "input", 8), **arr("b", 10, "input", 8),
-            **arr("out", 5, "output", 32)}.items() <= ports.items()
+    assert {
+        **arr("a", 6, "input", 8),
+        **arr("b", 10, "input", 8),
+        **arr("out", 5, "output", 32),
+    }.items() <= ports.items()
     assert sorted(re.findall(r"^module (\w+)\(", text, re.M)) == [
-        "systolic_array", "systolic_array_pe", "systolic_array_row"]
+        "systolic_array",
+        "systolic_array_pe",
+        "systolic_array_row",
+    ]
     assert len(re.findall(r"^\s*systolic_array_row \S+ \(", text, re.M)) == 3
     assert len(re.findall(r"^\s*systolic_array_pe \S+ \(", text, re.M)) == 5

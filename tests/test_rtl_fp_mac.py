@@ -52,11 +52,14 @@ def simulate(fmt: str, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarra
     return np.array(out, np.uint32)
 
 
-def assert_bit_exact(fmt: str, a: np.ndarray, b: np.ndarray, c: np.ndarray,
-                     got: np.ndarray, want: np.ndarray) -> None:
+def assert_bit_exact(
+    fmt: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, got: np.ndarray, want: np.ndarray
+) -> None:
     bad = np.flatnonzero(got != want)
-    shown = "; ".join(f"a={a[i]:04x} b={b[i]:04x} c={c[i]:08x}: y={got[i]:08x}, "
-                      f"golden {want[i]:08x}" for i in bad[:6])
+    shown = "; ".join(
+        f"a={a[i]:04x} b={b[i]:04x} c={c[i]:08x}: y={got[i]:08x}, golden {want[i]:08x}"
+        for i in bad[:6]
+    )
     assert bad.size == 0, f"{fmt}: {bad.size} of {len(got)} samples differ: {shown}"
 
 
@@ -73,9 +76,10 @@ def test_contract_constants_and_ports() -> None:
     for fmt in FP_FORMATS:
         dut = FpMac(fmt)
         assert dut.fmt == fmt
-        assert {name: (m.flow.name, Shape.cast(m.shape).width)
-                for name, m in dut.signature.members.items()
-                } == {"a": ("In", 16), "b": ("In", 16), "c": ("In", 32), "y": ("Out", 32)}
+        assert {
+            name: (m.flow.name, Shape.cast(m.shape).width)
+            for name, m in dut.signature.members.items()
+        } == {"a": ("In", 16), "b": ("In", 16), "c": ("In", 32), "y": ("Out", 32)}
 
 
 @pytest.mark.parametrize("fmt", FP_FORMATS)
@@ -86,8 +90,10 @@ def test_golden_model_is_exact_ieee(fmt: str) -> None:
     a, b, c = corner_vectors(fmt)
     ra, rb, rc = random_vectors(fmt, 1500, np.random.default_rng(7))
     a, b, c = np.concatenate([a, ra]), np.concatenate([b, rb]), np.concatenate([c, rc])
-    exact = np.array([exact_fp_mac(int(x), int(y), int(z), fmt)
-                      for x, y, z in zip(a, b, c, strict=True)], np.uint32)
+    exact = np.array(
+        [exact_fp_mac(int(x), int(y), int(z), fmt) for x, y, z in zip(a, b, c, strict=True)],
+        np.uint32,
+    )
     assert_bit_exact(fmt, a, b, c, reference(a, b, c, fmt), exact)
 
 
@@ -99,8 +105,13 @@ NAMED = {
         (0x8000, 0x3C00, 0x80000000, 0x80000000, "-0*1 + -0 = -0"),
         (0x8000, 0x3C00, 0x00000000, 0x00000000, "-0*1 + +0 = +0"),
         (0x0001, 0x0001, 0x00000000, (127 - 48) << 23, "2**-24 * 2**-24 = 2**-48, exact"),
-        (0x7BFF, 0x7BFF, 0x00000000, 158 << 23 | (2047**2 << 2) - (1 << 23),
-         "65504**2 = 2047**2 * 2**10 (22-bit significand, exponent 31), exact"),
+        (
+            0x7BFF,
+            0x7BFF,
+            0x00000000,
+            158 << 23 | (2047**2 << 2) - (1 << 23),
+            "65504**2 = 2047**2 * 2**10 (22-bit significand, exponent 31), exact",
+        ),
         (0x0C00, 0x0C00, 0x3F800000, 0x3F800000, "1 + 2**-24: tie, to even (1)"),
         (0x0C00, 0x0C00, 0x3F800001, 0x3F800002, "(1 + 2**-23) + 2**-24: tie, to even"),
         (0x7C00, 0x0000, 0x00000000, 0x7FC00000, "inf * 0 = NaN"),
@@ -138,8 +149,9 @@ def test_named_cases(fmt: str) -> None:
     assert_bit_exact(fmt, a, b, c, got, reference(a, b, c, fmt))
 
 
-def _coverage(fmt: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, y: np.ndarray
-              ) -> dict[str, int]:
+def _coverage(
+    fmt: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, y: np.ndarray
+) -> dict[str, int]:
     """How many samples exercise each path the stimulus is meant to reach."""
     af, bf, cf = to_float32(a, fmt), to_float32(b, fmt), to_float32(c, "fp32")
     yf = y.view(np.float32)
@@ -153,13 +165,16 @@ def _coverage(fmt: str, a: np.ndarray, b: np.ndarray, c: np.ndarray, y: np.ndarr
             "inf": int(((y & 0x7FFFFFFF) == 0x7F800000).sum()),
             "signed zero": int((y == 0x80000000).sum()),
             "subnormal result": int(((((y >> 23) & 0xFF) == 0) & ((y & 0x7FFFFF) != 0)).sum()),
-            "cancellation >= 2**-20": int((finite & (yf != 0)
-                                           & (np.abs(yf) < big * 2.0**-20)).sum()),
+            "cancellation >= 2**-20": int(
+                (finite & (yf != 0) & (np.abs(yf) < big * 2.0**-20)).sum()
+            ),
             "exact cancellation": int((finite & (yf == 0) & (big != 0)).sum()),
-            "product below 2**-126": int((finite & (exact != 0)
-                                          & (np.abs(exact) < tiny32)).sum()),
-            "product overflow": int((np.isfinite(af) & np.isfinite(bf)
-                                     & (np.abs(exact) > np.finfo(np.float32).max)).sum()),
+            "product below 2**-126": int((finite & (exact != 0) & (np.abs(exact) < tiny32)).sum()),
+            "product overflow": int(
+                (
+                    np.isfinite(af) & np.isfinite(bf) & (np.abs(exact) > np.finfo(np.float32).max)
+                ).sum()
+            ),
         }
 
 

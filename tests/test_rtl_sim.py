@@ -54,7 +54,11 @@ def test_acc_bits_match_golden() -> None:
 
 def test_register_map_uses_emulator_counter_names() -> None:
     assert [Counter(n) for n in REGISTER_MAP] == [
-        Counter.CYCLES, Counter.BUSY_CYCLES, Counter.MACS, Counter.STALL_CYCLES]
+        Counter.CYCLES,
+        Counter.BUSY_CYCLES,
+        Counter.MACS,
+        Counter.STALL_CYCLES,
+    ]
     assert set(systolic_tile_counters("os", 2, 2, 3)) == {Counter(n) for n in REGISTER_MAP}
 
 
@@ -160,24 +164,35 @@ class TileRun:
     rows: list[list[int]] = field(default_factory=list)
 
 
-def make_tile(rng: np.random.Generator, rows: int, cols: int, dataflow: str,
-              depth: int) -> TileRun:
+def make_tile(rng: np.random.Generator, rows: int, cols: int, dataflow: str, depth: int) -> TileRun:
     if dataflow == "os":
         a = rng.integers(-128, 128, (rows, depth))
         b = rng.integers(-128, 128, (depth, cols))
         a[0, 0], b[0, 0] = -128, 127
-        return TileRun(depth, [a[:, k] for k in range(depth)], [b[k] for k in range(depth)],
-                       int8_matmul(a, b))
+        return TileRun(
+            depth, [a[:, k] for k in range(depth)], [b[k] for k in range(depth)], int8_matmul(a, b)
+        )
     x = rng.integers(-128, 128, (depth, rows))
     w = rng.integers(-128, 128, (rows, cols))
     x[0, 0], w[0, 0] = -128, -128
-    return TileRun(depth, [x[m] for m in range(depth)], [w[rows - 1 - r] for r in range(rows)],
-                   int8_matmul(x, w))
+    return TileRun(
+        depth,
+        [x[m] for m in range(depth)],
+        [w[rows - 1 - r] for r in range(rows)],
+        int8_matmul(x, w),
+    )
 
 
-def run_array(rows: int, cols: int, dataflow: str, tiles: list[TileRun], *,
-              stall_cycles: frozenset[int] = frozenset(), back_to_back: bool = False,
-              depth_port: dict[int, int] | None = None) -> tuple[dict[Counter, int], int]:
+def run_array(
+    rows: int,
+    cols: int,
+    dataflow: str,
+    tiles: list[TileRun],
+    *,
+    stall_cycles: frozenset[int] = frozenset(),
+    back_to_back: bool = False,
+    depth_port: dict[int, int] | None = None,
+) -> tuple[dict[Counter, int], int]:
     """Run ``tiles`` through an array; fill in each tile's timing; return the counters
     read at the end and the number of stall cycles that fell in a tile's window."""
     dut = SystolicArray(rows, cols, dataflow, max_depth=16)
@@ -189,9 +204,14 @@ def run_array(rows: int, cols: int, dataflow: str, tiles: list[TileRun], *,
         for c in range(400):
             if not pending and not in_flight:
                 break
-            feeding = next((t for t in in_flight + pending
-                            if len(t.a_edges) < len(t.a_steps)
-                            or len(t.b_edges) < len(t.b_steps)), None)
+            feeding = next(
+                (
+                    t
+                    for t in in_flight + pending
+                    if len(t.a_edges) < len(t.a_steps) or len(t.b_edges) < len(t.b_steps)
+                ),
+                None,
+            )
             want = bool(pending) and (gap == 0 or back_to_back)
             stall = c in stall_cycles
             ctx.set(dut.start, want)
@@ -204,8 +224,9 @@ def run_array(rows: int, cols: int, dataflow: str, tiles: list[TileRun], *,
                 for i in range(rows):
                     ctx.set(dut.a[i], int(feeding.a_steps[ai][i]) if ai < feeding.depth else 0)
                 for j in range(cols):
-                    ctx.set(dut.b[j], int(feeding.b_steps[bi][j])
-                            if bi < len(feeding.b_steps) else 0)
+                    ctx.set(
+                        dut.b[j], int(feeding.b_steps[bi][j]) if bi < len(feeding.b_steps) else 0
+                    )
             accepted = want and ctx.get(dut.idle) and not stall
             if ctx.get(dut.a_ready):
                 feeding.a_edges.append(c + 1)
@@ -283,8 +304,9 @@ def test_array_back_to_back_tiles(dataflow: str) -> None:
         assert t.done - t.accept == systolic_tile_cycles(dataflow, 2, 3, t.depth)
         assert np.array_equal(np.array(t.rows), t.expected)
     assert [b.accept - a.done for a, b in zip(tiles, tiles[1:], strict=False)] == [0, 0]
-    total = {k: sum(systolic_tile_counters(dataflow, 2, 3, t.depth)[k] for t in tiles)
-             for k in counters}
+    total = {
+        k: sum(systolic_tile_counters(dataflow, 2, 3, t.depth)[k] for t in tiles) for k in counters
+    }
     assert counters == total
 
 
@@ -374,8 +396,12 @@ def test_frontend_adc_saturates_and_accumulates_groups() -> None:
     p = 4
     dut = FrontEnd(precision_bits=p, matrix_size_limit=2, in_bits=8, det_bits=8, acc_bits=8)
     # (det_p, det_n, adc_shift, last): a group of 3 tiles (saturating high and low), then 1
-    tiles = [((255, 0), (0, 255), 0, 0), ((40, 3), (3, 40), 2, 0), ((9, 1), (1, 9), 1, 1),
-             ((100, 0), (0, 0), 4, 1)]
+    tiles = [
+        ((255, 0), (0, 255), 0, 0),
+        ((40, 3), (3, 40), 2, 0),
+        ((9, 1), (1, 9), 1, 1),
+        ((100, 0), (0, 0), 4, 1),
+    ]
     codes = [fm.adc_quantize(fm.balanced_subtract(pp, nn, 8), p, sh) for pp, nn, sh, _ in tiles]
     assert list(codes[0]) == [7, -8]
     sums = [fm.accumulate_tiles(codes[:3], 8), fm.accumulate_tiles(codes[3:], 8)]
@@ -401,8 +427,10 @@ def test_frontend_adc_saturates_and_accumulates_groups() -> None:
         # tile t is sampled at edge t; its code is visible after edge t + 2
         assert seen_adc == [(t + 2, list(codes[t])) for t in range(4)]
         # a group whose first tile is sampled at edge e ends after e + frontend_cycles(T)
-        assert seen_acc == [(0 + fm.frontend_cycles(3), list(sums[0])),
-                            (3 + fm.frontend_cycles(1), list(sums[1]))]
+        assert seen_acc == [
+            (0 + fm.frontend_cycles(3), list(sums[0])),
+            (3 + fm.frontend_cycles(1), list(sums[1])),
+        ]
 
     simulate(dut, tb)
 
@@ -410,42 +438,77 @@ def test_frontend_adc_saturates_and_accumulates_groups() -> None:
 # ---- constructor errors ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("factory", "kwargs", "exc", "match"), [
-    (ProcessingElement, {"dataflow": 3}, TypeError, r"dataflow must be a string, got 3"),
-    (ProcessingElement, {"dataflow": "xs"}, ValueError,
-     r"dataflow must be one of 'os', 'ws', got 'xs'"),
-    (SystolicArray, {"rows": 0}, ValueError, r"rows must be between 1 and 256, got 0"),
-    (SystolicArray, {"cols": 257}, ValueError, r"cols must be between 1 and 256, got 257"),
-    (SystolicArray, {"pipelined": 1}, TypeError, r"pipelined must be a bool, got 1"),
-    (SystolicArray, {"precision": "fp8"}, ValueError,
-     r"precision must be one of 'int8', 'int8x2', 'fp16', 'bf16', got 'fp8'"),
-    (ProcessingElement, {"precision": 8}, TypeError, r"precision must be a string, got 8"),
-    (ProcessingElement, {"pipelined": "yes"}, TypeError,
-     r"pipelined must be a bool, got 'yes'"),
-    (SystolicArray, {"rows": "4"}, TypeError, r"rows must be an integer, got '4'"),
-    (SystolicArray, {"rows": True}, TypeError, r"rows must be an integer, got True"),
-    (SystolicArray, {"dataflow": "is"}, ValueError, r"dataflow must be one of .*got 'is'"),
-    (SystolicArray, {"max_depth": 0}, ValueError, r"max_depth must be between 1 and 65536"),
-    (SystolicArray, {"counter_width": 7}, ValueError,
-     r"counter_width must be between 8 and 64, got 7"),
-    (PerfCounters, {"max_macs_per_cycle": 0}, ValueError,
-     r"max_macs_per_cycle must be between 1 and 1048576, got 0"),
-    (PerfCounters, {"width": 65}, ValueError, r"width must be between 8 and 64, got 65"),
-    (PerfCounters, {"width": 8.5}, TypeError, r"width must be an integer, got 8.5"),
-    (PimBank, {"rows": 0}, ValueError, r"rows must be between 1 and 4096, got 0"),
-    (PimBank, {"cols": 65}, ValueError, r"cols must be between 1 and 64, got 65"),
-    (PimBank, {"t_rcd": 0}, ValueError, r"t_rcd must be between 1 and 255, got 0"),
-    (PimBank, {"t_wr": 256}, ValueError, r"t_wr must be between 1 and 255, got 256"),
-    (PimBank, {"t_cl": None}, TypeError, r"t_cl must be an integer, got None"),
-    (FrontEnd, {"precision_bits": 1}, ValueError,
-     r"precision_bits must be between 2 and 16, got 1"),
-    (FrontEnd, {"precision_bits": 8, "in_bits": 6}, ValueError,
-     r"precision_bits \(8\) must not exceed in_bits \(6\)"),
-    (FrontEnd, {"matrix_size_limit": 0}, ValueError,
-     r"matrix_size_limit must be between 1 and 256, got 0"),
-    (FrontEnd, {"det_bits": "16"}, TypeError, r"det_bits must be an integer, got '16'"),
-    (FrontEnd, {"acc_bits": 7}, ValueError, r"acc_bits must be between 8 and 64, got 7"),
-])
+@pytest.mark.parametrize(
+    ("factory", "kwargs", "exc", "match"),
+    [
+        (ProcessingElement, {"dataflow": 3}, TypeError, r"dataflow must be a string, got 3"),
+        (
+            ProcessingElement,
+            {"dataflow": "xs"},
+            ValueError,
+            r"dataflow must be one of 'os', 'ws', got 'xs'",
+        ),
+        (SystolicArray, {"rows": 0}, ValueError, r"rows must be between 1 and 256, got 0"),
+        (SystolicArray, {"cols": 257}, ValueError, r"cols must be between 1 and 256, got 257"),
+        (SystolicArray, {"pipelined": 1}, TypeError, r"pipelined must be a bool, got 1"),
+        (
+            SystolicArray,
+            {"precision": "fp8"},
+            ValueError,
+            r"precision must be one of 'int8', 'int8x2', 'fp16', 'bf16', got 'fp8'",
+        ),
+        (ProcessingElement, {"precision": 8}, TypeError, r"precision must be a string, got 8"),
+        (
+            ProcessingElement,
+            {"pipelined": "yes"},
+            TypeError,
+            r"pipelined must be a bool, got 'yes'",
+        ),
+        (SystolicArray, {"rows": "4"}, TypeError, r"rows must be an integer, got '4'"),
+        (SystolicArray, {"rows": True}, TypeError, r"rows must be an integer, got True"),
+        (SystolicArray, {"dataflow": "is"}, ValueError, r"dataflow must be one of .*got 'is'"),
+        (SystolicArray, {"max_depth": 0}, ValueError, r"max_depth must be between 1 and 65536"),
+        (
+            SystolicArray,
+            {"counter_width": 7},
+            ValueError,
+            r"counter_width must be between 8 and 64, got 7",
+        ),
+        (
+            PerfCounters,
+            {"max_macs_per_cycle": 0},
+            ValueError,
+            r"max_macs_per_cycle must be between 1 and 1048576, got 0",
+        ),
+        (PerfCounters, {"width": 65}, ValueError, r"width must be between 8 and 64, got 65"),
+        (PerfCounters, {"width": 8.5}, TypeError, r"width must be an integer, got 8.5"),
+        (PimBank, {"rows": 0}, ValueError, r"rows must be between 1 and 4096, got 0"),
+        (PimBank, {"cols": 65}, ValueError, r"cols must be between 1 and 64, got 65"),
+        (PimBank, {"t_rcd": 0}, ValueError, r"t_rcd must be between 1 and 255, got 0"),
+        (PimBank, {"t_wr": 256}, ValueError, r"t_wr must be between 1 and 255, got 256"),
+        (PimBank, {"t_cl": None}, TypeError, r"t_cl must be an integer, got None"),
+        (
+            FrontEnd,
+            {"precision_bits": 1},
+            ValueError,
+            r"precision_bits must be between 2 and 16, got 1",
+        ),
+        (
+            FrontEnd,
+            {"precision_bits": 8, "in_bits": 6},
+            ValueError,
+            r"precision_bits \(8\) must not exceed in_bits \(6\)",
+        ),
+        (
+            FrontEnd,
+            {"matrix_size_limit": 0},
+            ValueError,
+            r"matrix_size_limit must be between 1 and 256, got 0",
+        ),
+        (FrontEnd, {"det_bits": "16"}, TypeError, r"det_bits must be an integer, got '16'"),
+        (FrontEnd, {"acc_bits": 7}, ValueError, r"acc_bits must be between 8 and 64, got 7"),
+    ],
+)
 def test_constructor_errors(factory: Any, kwargs: dict, exc: type, match: str) -> None:
     with pytest.raises(exc, match=match):
         factory(**kwargs)
@@ -458,8 +521,14 @@ from tiles import Tile  # noqa: E402
 from tiles import make_tile as make_any_tile  # noqa: E402
 
 
-def run_sequence(dut: SystolicArray, tiles: list[Tile], *, stall_cycles: frozenset[int]
-                 = frozenset(), gap: int = 0, limit: int = 3000) -> tuple[dict, set[int]]:
+def run_sequence(
+    dut: SystolicArray,
+    tiles: list[Tile],
+    *,
+    stall_cycles: frozenset[int] = frozenset(),
+    gap: int = 0,
+    limit: int = 3000,
+) -> tuple[dict, set[int]]:
     """Drive ``tiles`` with ``start`` held high (``gap`` idle cycles after each accept),
     the a / b ports from the oldest tile that still has steps to give; record accept,
     done and output rows. Returns the counters read at the end and the stall cycles
@@ -517,8 +586,13 @@ def run_sequence(dut: SystolicArray, tiles: list[Tile], *, stall_cycles: frozens
     return counters, windows & set(stall_cycles)
 
 
-def check_sequence(dut: SystolicArray, tiles: list[Tile], counters: dict,
-                   stalls: set[int], back_to_back: bool = True) -> None:
+def check_sequence(
+    dut: SystolicArray,
+    tiles: list[Tile],
+    counters: dict,
+    stalls: set[int],
+    back_to_back: bool = True,
+) -> None:
     """Bit-exact outputs; every done ``systolic_tile_cycles`` (+ stalls) after its accept;
     accepts ``systolic_issue_interval`` (+ stalls) apart; counters as the emulator's."""
     df, R, C = dut.dataflow, dut.rows, dut.cols
@@ -531,14 +605,24 @@ def check_sequence(dut: SystolicArray, tiles: list[Tile], counters: dict,
         for t, u in zip(tiles, tiles[1:], strict=False):
             between = sum(1 for c in stalls if t.accept <= c < u.accept)
             assert u.accept - t.accept == between + systolic_issue_interval(
-                df, R, C, t.steps, u.steps, pipelined=dut.pipelined)
+                df, R, C, t.steps, u.steps, pipelined=dut.pipelined
+            )
         assert counters == systolic_sequence_counters(
-            df, R, C, [t.steps for t in tiles], pipelined=dut.pipelined,
-            stall_cycles=len(stalls), elements=[t.depth for t in tiles])
+            df,
+            R,
+            C,
+            [t.steps for t in tiles],
+            pipelined=dut.pipelined,
+            stall_cycles=len(stalls),
+            elements=[t.depth for t in tiles],
+        )
 
 
-CONFIGS = [(r, c, df) for r, c in ((1, 1), (2, 3), (3, 2), (4, 4), (1, 4), (4, 1), (2, 11))
-           for df in ("os", "ws")]
+CONFIGS = [
+    (r, c, df)
+    for r, c in ((1, 1), (2, 3), (3, 2), (4, 4), (1, 4), (4, 1), (2, 11))
+    for df in ("os", "ws")
+]
 
 
 @pytest.mark.parametrize(("rows", "cols", "dataflow"), CONFIGS)
@@ -549,8 +633,10 @@ def test_array_sequences_int8(rows: int, cols: int, dataflow: str, pipelined: bo
     rng = np.random.default_rng(rows * 100 + cols * 10 + pipelined + 2 * (dataflow == "ws"))
     for stall_p in (0.0, 0.2):
         dut = SystolicArray(rows, cols, dataflow, max_depth=16, pipelined=pipelined)
-        tiles = [make_any_tile(rng, rows, cols, dataflow, "int8", int(rng.integers(1, 10)))
-                 for _ in range(int(rng.integers(2, 6)))]
+        tiles = [
+            make_any_tile(rng, rows, cols, dataflow, "int8", int(rng.integers(1, 10)))
+            for _ in range(int(rng.integers(2, 6)))
+        ]
         stalls = frozenset(int(c) for c in np.flatnonzero(rng.random(400) < stall_p))
         counters, in_win = run_sequence(dut, tiles, stall_cycles=stalls)
         check_sequence(dut, tiles, counters, in_win)
@@ -567,8 +653,9 @@ def test_pipelined_steady_state_interval() -> None:
                 tiles = [make_any_tile(rng, 3, 2, df, "int8", depth) for _ in range(4)]
                 counters, _ = run_sequence(dut, tiles)
                 check_sequence(dut, tiles, counters, set())
-                assert [u.accept - t.accept for t, u in zip(tiles, tiles[1:], strict=False)
-                        ] == [interval] * 3
+                assert [u.accept - t.accept for t, u in zip(tiles, tiles[1:], strict=False)] == [
+                    interval
+                ] * 3
 
 
 @pytest.mark.parametrize("dataflow", ["os", "ws"])
@@ -577,8 +664,7 @@ def test_array_int8x2_two_macs_per_cycle(dataflow: str, pipelined: bool) -> None
     """int8x2: two K (os) / M (ws) elements per step, odd depths mask the second lane;
     steps = ceil(depth / 2) drive the cycle functions; MACS counts real MACs."""
     rng = np.random.default_rng(5 + pipelined)
-    dut = SystolicArray(3, 2, dataflow, max_depth=16, pipelined=pipelined,
-                        precision="int8x2")
+    dut = SystolicArray(3, 2, dataflow, max_depth=16, pipelined=pipelined, precision="int8x2")
     tiles = [make_any_tile(rng, 3, 2, dataflow, "int8x2", d) for d in (1, 2, 7, 4, 9)]
     stalls = frozenset({5, 6, 17, 30})
     counters, in_win = run_sequence(dut, tiles, stall_cycles=stalls)

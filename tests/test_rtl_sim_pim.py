@@ -28,13 +28,21 @@ def op(o: pm.PimOp, col: int = 0, **kw: Any) -> pm.PimRequest:
     return R(cmd=C.OP, col=col, instr=pm.PimInstr(op=o, **kw))
 
 
-def run_pim(reqs: list[pm.PimRequest], timing: pm.PimTiming, *, gap: bool,
-            rows: int = 2, cols: int = 2) -> list[dict]:
+def run_pim(
+    reqs: list[pm.PimRequest], timing: pm.PimTiming, *, gap: bool, rows: int = 2, cols: int = 2
+) -> list[dict]:
     """Issue ``reqs`` in order (back to back, or with idle cycles when ``gap``); return
     each command's acceptance cycle, latency, error flag and RD data. ``cmd_ready`` is
     checked against ``pim_model.issue_interval`` in every cycle a command is offered."""
-    dut = PimBank(rows=rows, cols=cols, t_rcd=timing.t_rcd, t_rp=timing.t_rp,
-                  t_cl=timing.t_cl, t_wr=timing.t_wr, t_ccd=timing.t_ccd)
+    dut = PimBank(
+        rows=rows,
+        cols=cols,
+        t_rcd=timing.t_rcd,
+        t_rp=timing.t_rp,
+        t_cl=timing.t_cl,
+        t_wr=timing.t_wr,
+        t_ccd=timing.t_ccd,
+    )
     model = pm.PimBank(rows=rows, cols=cols, timing=timing)
     seen: list[dict] = []
     rng = np.random.default_rng(11)
@@ -58,15 +66,18 @@ def run_pim(reqs: list[pm.PimRequest], timing: pm.PimTiming, *, gap: bool,
             ctx.set(dut.cmd_valid, valid)
             if ctx.get(dut.done):
                 obs = in_flight.pop(0)
-                obs.update(latency=c - obs["accept"], error=ctx.get(dut.error),
-                           rdata=[ctx.get(dut.rdata[i]) for i in range(pm.LANES)])
+                obs.update(
+                    latency=c - obs["accept"],
+                    error=ctx.get(dut.error),
+                    rdata=[ctx.get(dut.rdata[i]) for i in range(pm.LANES)],
+                )
                 seen.append(obs)
             if queue:
                 cur = model.request_timing(queue[0])
-                earliest = 0 if prev is None else \
-                    last_accept + pm.issue_interval(prev, cur, timing)
-                assert ctx.get(dut.cmd_ready) == (c + 1 >= earliest), \
+                earliest = 0 if prev is None else last_accept + pm.issue_interval(prev, cur, timing)
+                assert ctx.get(dut.cmd_ready) == (c + 1 >= earliest), (
                     f"cycle {c}: cmd_ready for {queue[0].cmd.name}, earliest edge {earliest}"
+                )
             if valid and ctx.get(dut.cmd_ready):
                 q = queue.pop(0)
                 prev, last_accept = model.request_timing(q), c + 1
@@ -88,28 +99,38 @@ def run_pim(reqs: list[pm.PimRequest], timing: pm.PimTiming, *, gap: bool,
 def directed_program(rng: np.random.Generator) -> list[pm.PimRequest]:
     data = lambda: tuple(int(v) for v in rng.integers(-32768, 32768, pm.LANES))  # noqa: E731
     return [
-        R(cmd=C.RD, col=0),                      # error: no open row
-        R(cmd=C.ACT, row=1), R(cmd=C.RD, col=1),  # RD right after ACT (forwarded state)
-        R(cmd=C.ACT, row=0),                      # error: row 1 still open
-        R(cmd=C.WR, col=0, data=data()), R(cmd=C.WR, col=1, data=data()),
-        R(cmd=C.RD, col=0), R(cmd=C.RD, col=1),   # reads right behind the writes
+        R(cmd=C.RD, col=0),  # error: no open row
+        R(cmd=C.ACT, row=1),
+        R(cmd=C.RD, col=1),  # RD right after ACT (forwarded state)
+        R(cmd=C.ACT, row=0),  # error: row 1 still open
+        R(cmd=C.WR, col=0, data=data()),
+        R(cmd=C.WR, col=1, data=data()),
+        R(cmd=C.RD, col=0),
+        R(cmd=C.RD, col=1),  # reads right behind the writes
         R(cmd=C.WRSRF, data=data()),
-        op(pm.PimOp.FILL, 0, dst=G(0), src0=BANK), op(pm.PimOp.FILL, 1, dst=G(1), src0=BANK),
-        op(pm.PimOp.ADD, dst=G(2), src0=G(0), src1=G(1)),     # reads the FILLs in flight
+        op(pm.PimOp.FILL, 0, dst=G(0), src0=BANK),
+        op(pm.PimOp.FILL, 1, dst=G(1), src0=BANK),
+        op(pm.PimOp.ADD, dst=G(2), src0=G(0), src1=G(1)),  # reads the FILLs in flight
         op(pm.PimOp.MUL, dst=G(3), src0=G(0), src1=S(2)),
         op(pm.PimOp.MAC, 1, dst=G(2), src0=BANK, src1=G(1)),
         op(pm.PimOp.MAC, 0, dst=G(2), src0=BANK, src1=G(3)),  # back-to-back accumulation
         op(pm.PimOp.MAD, 0, dst=BANK, src0=G(2), src1=G(3), src2=S(7)),
-        R(cmd=C.RD, col=0),                                    # reads the MAD's result
+        R(cmd=C.RD, col=0),  # reads the MAD's result
         op(pm.PimOp.RELU, 1, dst=BANK, src0=G(2)),
         op(pm.PimOp.MOV, 0, dst=G(4), src0=S(1)),
-        R(cmd=C.OP, col=0, instr=0),             # error: opcode 0
-        R(cmd=C.RD, col=0), R(cmd=C.RD, col=1), R(cmd=C.RD, col=2),  # last: bad column
-        R(cmd=C.PRE), R(cmd=C.PRE),              # second PRE: no-op
+        R(cmd=C.OP, col=0, instr=0),  # error: opcode 0
+        R(cmd=C.RD, col=0),
+        R(cmd=C.RD, col=1),
+        R(cmd=C.RD, col=2),  # last: bad column
+        R(cmd=C.PRE),
+        R(cmd=C.PRE),  # second PRE: no-op
         op(pm.PimOp.ADD, dst=G(5), src0=G(4), src1=G(4)),  # no bank operand: legal closed
-        op(pm.PimOp.MOV, 0, dst=G(6), src0=BANK),          # error: bank closed
-        R(cmd=C.ACT, row=1), R(cmd=C.RD, col=1), R(cmd=C.RD, col=0), R(cmd=C.PRE),
-        R(cmd=C.ACT, row=2),                     # error: row out of range
+        op(pm.PimOp.MOV, 0, dst=G(6), src0=BANK),  # error: bank closed
+        R(cmd=C.ACT, row=1),
+        R(cmd=C.RD, col=1),
+        R(cmd=C.RD, col=0),
+        R(cmd=C.PRE),
+        R(cmd=C.ACT, row=2),  # error: row out of range
     ]
 
 
@@ -121,10 +142,13 @@ TIMINGS = [
 ]
 
 
-@pytest.mark.parametrize(("timing", "gap"), [(TIMINGS[0], False), (TIMINGS[1], True),
-                                             (TIMINGS[2], False), (TIMINGS[3], True)],
-                         ids=lambda v: f"cl{v.t_cl}-ccd{v.t_ccd}" if hasattr(v, "t_cl")
-                         else ("gaps" if v else "back_to_back"))
+@pytest.mark.parametrize(
+    ("timing", "gap"),
+    [(TIMINGS[0], False), (TIMINGS[1], True), (TIMINGS[2], False), (TIMINGS[3], True)],
+    ids=lambda v: (
+        f"cl{v.t_cl}-ccd{v.t_ccd}" if hasattr(v, "t_cl") else ("gaps" if v else "back_to_back")
+    ),
+)
 def test_pim_bank_against_model(gap: bool, timing: pm.PimTiming) -> None:
     rng = np.random.default_rng(5)
     reqs = directed_program(rng)
@@ -159,8 +183,10 @@ def test_back_to_back_program_takes_program_cycles() -> None:
     timing = pm.PimTiming(t_rcd=4, t_rp=3, t_cl=7, t_wr=2, t_ccd=2)
     rng = np.random.default_rng(8)
     reqs = [R(cmd=C.ACT, row=0)]
-    reqs += [R(cmd=C.WR, col=c % 4, data=tuple(int(v) for v in rng.integers(-9, 9, 16)))
-             for c in range(4)]
+    reqs += [
+        R(cmd=C.WR, col=c % 4, data=tuple(int(v) for v in rng.integers(-9, 9, 16)))
+        for c in range(4)
+    ]
     reqs += [R(cmd=C.RD, col=c % 4) for c in range(6)]
     reqs += [op(pm.PimOp.MAC, c % 4, dst=G(0), src0=BANK, src1=G(1)) for c in range(5)]
     reqs += [R(cmd=C.PRE)]

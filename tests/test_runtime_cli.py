@@ -19,8 +19,13 @@ from wia_hw.workloads import gemm
 def test_issue_python_example():
     r = wia_hw.run("bert-large", batch=32, seq=128, device="wia-npu")
     assert r.latency_ms > 0 and r.throughput > 0
-    assert {o.name for o in r.ops} >= {"multi_head_attention", "layer_norm", "feed_forward",
-                                       "embedding", "output"}
+    assert {o.name for o in r.ops} >= {
+        "multi_head_attention",
+        "layer_norm",
+        "feed_forward",
+        "embedding",
+        "output",
+    }
     c = r.counters
     assert c.cycles == r.cycles and c.instructions > 0 and c.cache_misses > 0 and c.flops > 0
     ctx = wia_hw.open_device("wia-npu", overrides={"compute.array.rows": 64})
@@ -59,10 +64,16 @@ def test_unknown_workload():
 
 
 def test_mismatched_shapes_in_a_user_graph():
-    ts = [Tensor("x", (4, 8), "fp16", "input"), Tensor("w", (9, 16), "fp16", "weight"),
-          Tensor("y", (4, 16), "fp16")]
-    with pytest.raises(WorkloadError, match=r"op 'mm' \(linear\): input \[4, 8\] does not "
-                                            r"match weight \[9, 16\]"):
+    ts = [
+        Tensor("x", (4, 8), "fp16", "input"),
+        Tensor("w", (9, 16), "fp16", "weight"),
+        Tensor("y", (4, 16), "fp16"),
+    ]
+    with pytest.raises(
+        WorkloadError,
+        match=r"op 'mm' \(linear\): input \[4, 8\] does not "
+        r"match weight \[9, 16\]",
+    ):
         Graph("mine", ts, [Op("mm", "linear", ("x", "w"), ("y",))])
 
 
@@ -89,16 +100,35 @@ def _cli(*args):
 def test_cli_run_prints_the_breakdown_and_counters():
     res = _cli("run", "bert-base", "--batch", "2", "--seq", "64")
     assert res.exit_code == 0, res.output
-    for text in ("Operation Breakdown", "multi_head_attention", "feed_forward", "Latency:",
-                 "Throughput:", "TFLOPS", "Hardware counters", "branch_mispredicts",
-                 "cache_misses"):
+    for text in (
+        "Operation Breakdown",
+        "multi_head_attention",
+        "feed_forward",
+        "Latency:",
+        "Throughput:",
+        "TFLOPS",
+        "Hardware counters",
+        "branch_mispredicts",
+        "cache_misses",
+    ):
         assert text in res.output
 
 
 def test_cli_json_output_file(tmp_path):
     out = tmp_path / "run.json"
-    res = _cli("run", "gpt2", "--device", "wia-edge", "--precision", "int8", "--seq", "32",
-               "--json", "-o", str(out))
+    res = _cli(
+        "run",
+        "gpt2",
+        "--device",
+        "wia-edge",
+        "--precision",
+        "int8",
+        "--seq",
+        "32",
+        "--json",
+        "-o",
+        str(out),
+    )
     assert res.exit_code == 0, res.output
     d = json.loads(out.read_text())
     assert d["device"] == "wia-edge" and d["precision"] == "int8"
@@ -107,9 +137,21 @@ def test_cli_json_output_file(tmp_path):
 
 
 def test_cli_overrides_and_specs():
-    res = _cli("run", "gemm", "-a", "M=256", "-a", "N=256", "-a", "K=256",
-               "--set", "compute.array.rows=64", "--set", "memory.hbm.bandwidth_gbs=900",
-               "--json")
+    res = _cli(
+        "run",
+        "gemm",
+        "-a",
+        "M=256",
+        "-a",
+        "N=256",
+        "-a",
+        "K=256",
+        "--set",
+        "compute.array.rows=64",
+        "--set",
+        "memory.hbm.bandwidth_gbs=900",
+        "--json",
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["peak_tflops"] == pytest.approx(64.0)
     res = _cli("specs", "list")
@@ -118,16 +160,45 @@ def test_cli_overrides_and_specs():
     assert res.exit_code == 0 and "peak fp16: 128.00 TFLOPS" in res.output
 
 
-@pytest.mark.parametrize("args,message", [
-    (["run", "bert-huge"], "unknown workload 'bert-huge'"),
-    (["run", "missing.onnx"], "no such ONNX file: missing.onnx"),
-    (["run", "gemm", "-a", "M=64", "-a", "N=64", "-a", "K=64", "--set",
-      "compute.array.rows=-4"], "override: compute.array.rows: must be a positive integer"),
-    (["run", "gemm", "-a", "M=64", "-a", "N=64", "-a", "K=64", "--set",
-      "compute.array.dataflow=zigzag"], "must be one of os, ws, got 'zigzag'"),
-    (["run", "bert-base", "--device", "nope"], "unknown device spec 'nope'"),
-    (["specs", "validate", "nope.yaml"], "nope.yaml: no such spec file"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["run", "bert-huge"], "unknown workload 'bert-huge'"),
+        (["run", "missing.onnx"], "no such ONNX file: missing.onnx"),
+        (
+            [
+                "run",
+                "gemm",
+                "-a",
+                "M=64",
+                "-a",
+                "N=64",
+                "-a",
+                "K=64",
+                "--set",
+                "compute.array.rows=-4",
+            ],
+            "override: compute.array.rows: must be a positive integer",
+        ),
+        (
+            [
+                "run",
+                "gemm",
+                "-a",
+                "M=64",
+                "-a",
+                "N=64",
+                "-a",
+                "K=64",
+                "--set",
+                "compute.array.dataflow=zigzag",
+            ],
+            "must be one of os, ws, got 'zigzag'",
+        ),
+        (["run", "bert-base", "--device", "nope"], "unknown device spec 'nope'"),
+        (["specs", "validate", "nope.yaml"], "nope.yaml: no such spec file"),
+    ],
+)
 def test_cli_bad_input_exits_2_with_one_line(args, message):
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 2, res.output
@@ -144,8 +215,10 @@ def test_cli_validate_reports_file_and_line(tmp_path):
     p.write_text(spec_path("wia-npu").read_text().replace("rows: 128", "rows: -4"))
     res = CliRunner().invoke(cli, ["specs", "validate", str(p)])
     assert res.exit_code == 2
-    assert f"{p}:" in res.stderr and "compute.array.rows: must be a positive integer, got -4" \
-        in res.stderr
+    assert (
+        f"{p}:" in res.stderr
+        and "compute.array.rows: must be a positive integer, got -4" in res.stderr
+    )
     good = tmp_path / "ok.yaml"
     good.write_text(spec_path("wia-edge").read_text())
     res = CliRunner().invoke(cli, ["specs", "validate", str(good)])
@@ -153,8 +226,12 @@ def test_cli_validate_reports_file_and_line(tmp_path):
 
 
 def test_console_script_is_installed():
-    res = subprocess.run([sys.executable, "-m", "wia_hw.cli", "specs", "list"],
-                         capture_output=True, text=True, check=False)
+    res = subprocess.run(
+        [sys.executable, "-m", "wia_hw.cli", "specs", "list"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert res.returncode == 0, res.stderr
     assert "wia-npu" in res.stdout
 
@@ -166,13 +243,18 @@ def test_cli_runs_an_onnx_file_with_overrides(tmp_path):
 
     w1 = numpy_helper.from_array(np.zeros((64, 128), np.float32), "w1")
     w2 = numpy_helper.from_array(np.zeros((128, 10), np.float32), "w2")
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
-             helper.make_node("Relu", ["h"], ["r"], name="relu"),
-             helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2")]
-    graph = helper.make_graph(nodes, "mlp",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [32, 64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 10])],
-                              [w1, w2])
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "w2"], ["y"], name="fc2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [32, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 10])],
+        [w1, w2],
+    )
     path = tmp_path / "model.onnx"
     onnx.save(helper.make_model(graph), str(path))
     res = _cli("run", str(path), "--set", "compute.array.rows=64", "--json")
@@ -184,17 +266,19 @@ def test_cli_runs_an_onnx_file_with_overrides(tmp_path):
 
 def test_out_of_device_memory_names_the_tensor_and_keeps_the_context():
     ctx = wia_hw.open_device("wia-npu", overrides={"memory.hbm.size_gib": 0.5})
-    with pytest.raises(wia_hw.WiaError, match=r"'bert-base': activation "
-                                              r"'layer0\.attention_scores' does not fit: "
-                                              r"cannot allocate 402653184 bytes"):
-        ctx.run("bert-base", batch=64, seq=512)     # scores: 64 x 12 x 512 x 512 x 2 bytes
-    r = ctx.run("bert-base", batch=1, seq=32)        # the context is still usable
+    with pytest.raises(
+        wia_hw.WiaError,
+        match=r"'bert-base': activation "
+        r"'layer0\.attention_scores' does not fit: "
+        r"cannot allocate 402653184 bytes",
+    ):
+        ctx.run("bert-base", batch=64, seq=512)  # scores: 64 x 12 x 512 x 512 x 2 bytes
+    r = ctx.run("bert-base", batch=1, seq=32)  # the context is still usable
     assert r.latency_ms > 0
 
 
 def test_cli_run_registers_extensions():
-    res = _cli("run", "bert-base", "-b", "2", "-s", "64", "--ext", "transformer_engine",
-               "--json")
+    res = _cli("run", "bert-base", "-b", "2", "-s", "64", "--ext", "transformer_engine", "--json")
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)
     providers = {k["provider"] for k in d["kernels"]}
@@ -228,7 +312,8 @@ def test_readme_gpt2_decode_command_runs_at_the_position_limit():
     assert res.output.strip() == (
         f"wia-hw: error: gpt2: kv_len must be in 1..{n_positions - 1}, got {n_positions} "
         f"(GPT-2 has n_positions={n_positions}: the kv_len cached tokens and the seq new "
-        f"ones take positions 0..kv_len+seq-1, so kv_len + seq <= {n_positions})")
+        f"ones take positions 0..kv_len+seq-1, so kv_len + seq <= {n_positions})"
+    )
     res = _cli("run", "gpt2", "--phase", "decode", "--kv-len", "1000", "--seq", "25")
     assert res.exit_code == 2
     assert "gpt2: seq must be in 1..24, got 25 (GPT-2 has n_positions=1024" in res.output

@@ -58,8 +58,11 @@ def test_overrides_apply_and_validate():
     s = load_spec("wia-npu", {"compute.array.rows": 64, "memory.hbm.bandwidth_gbs": 900})
     assert s.compute.array.rows == 64 and s.memory.hbm.bandwidth_gbs == 900
     assert s.peak_flops("fp16") == pytest.approx(64e12)
-    with pytest.raises(SpecError, match=r"^override: compute\.array\.rows: must be a positive "
-                                        r"integer, got -4$"):
+    with pytest.raises(
+        SpecError,
+        match=r"^override: compute\.array\.rows: must be a positive "
+        r"integer, got -4$",
+    ):
         load_spec("wia-npu", {"compute.array.rows": -4})
     with pytest.raises(SpecError, match=r"override path does not exist"):
         load_spec("wia-npu", {"compute.nothing.rows": 1})
@@ -73,23 +76,42 @@ def test_parse_override_reads_yaml_values():
         parse_override("compute.array.rows")
 
 
-@pytest.mark.parametrize("old,new,field,message", [
-    ("rows: 128", "rows: -4", "compute.array.rows", "must be a positive integer, got -4"),
-    ("rows: 128", "rows: 0", "compute.array.rows", "must be a positive integer, got 0"),
-    ("cols: 128", "cols: wide", "compute.array.cols", "must be an integer, got 'wide'"),
-    ("dataflow: os", "dataflow: diagonal", "compute.array.dataflow",
-     "must be one of os, ws, got 'diagonal'"),
-    ("  cores: 4", "  cores: 4\n  turbo: true", "compute.turbo", "unknown field"),
-    ("bandwidth_gbs: 600", "bandwidth_gbs: -1", "memory.hbm.bandwidth_gbs",
-     "must be a positive number, got -1"),
-    ("channels: 16", "channels: 0", "memory.hbm.channels", "must be a positive integer"),
-    ("clock_ghz: 0.9765625", "clock_ghz: 0", "clock_ghz", "must be a positive number"),
-    ("int8: 2}", "int8: 3}", "compute.array.macs_per_pe_cycle.int8", "must be one of"),
-    ("schema_version: 1", "schema_version: 7", "schema_version",
-     "unsupported schema_version 7"),
-    ("throttle_factor: 0.75", "throttle_factor: 1.5", "thermal.throttle_factor",
-     "must be in \\(0, 1\\]"),
-])
+@pytest.mark.parametrize(
+    "old,new,field,message",
+    [
+        ("rows: 128", "rows: -4", "compute.array.rows", "must be a positive integer, got -4"),
+        ("rows: 128", "rows: 0", "compute.array.rows", "must be a positive integer, got 0"),
+        ("cols: 128", "cols: wide", "compute.array.cols", "must be an integer, got 'wide'"),
+        (
+            "dataflow: os",
+            "dataflow: diagonal",
+            "compute.array.dataflow",
+            "must be one of os, ws, got 'diagonal'",
+        ),
+        ("  cores: 4", "  cores: 4\n  turbo: true", "compute.turbo", "unknown field"),
+        (
+            "bandwidth_gbs: 600",
+            "bandwidth_gbs: -1",
+            "memory.hbm.bandwidth_gbs",
+            "must be a positive number, got -1",
+        ),
+        ("channels: 16", "channels: 0", "memory.hbm.channels", "must be a positive integer"),
+        ("clock_ghz: 0.9765625", "clock_ghz: 0", "clock_ghz", "must be a positive number"),
+        ("int8: 2}", "int8: 3}", "compute.array.macs_per_pe_cycle.int8", "must be one of"),
+        (
+            "schema_version: 1",
+            "schema_version: 7",
+            "schema_version",
+            "unsupported schema_version 7",
+        ),
+        (
+            "throttle_factor: 0.75",
+            "throttle_factor: 1.5",
+            "thermal.throttle_factor",
+            "must be in \\(0, 1\\]",
+        ),
+    ],
+)
 def test_spec_errors_name_file_line_and_field(tmp_path, old, new, field, message):
     p = _variant(tmp_path, old, new)
     with pytest.raises(SpecError) as ei:

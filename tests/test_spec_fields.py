@@ -42,12 +42,12 @@ WORKLOADS: list[tuple[str | Callable[[], Graph], dict[str, Any]]] = [
     ("gemm", {"M": 64, "N": 96, "K": 128, "precision": "bf16"}),
     ("gemm", {"M": 64, "N": 96, "K": 128, "precision": "fp32"}),
     ("bert-base", {"batch": 1, "seq": 16, "layers": 1}),
-    (_transpose, {}),                       # copies (transpose, concat, slice)
+    (_transpose, {}),  # copies (transpose, concat, slice)
     ("resnet50", {"batch": 1, "image": 32}),
     ("hot", {"M": 512, "N": 512, "K": 512}),
 ]
 
-_HOT_MARGIN_C = 5.0    # the hot run starts this far above the throttle limit
+_HOT_MARGIN_C = 5.0  # the hot run starts this far above the throttle limit
 
 
 def _device_specs() -> list[str]:
@@ -89,13 +89,20 @@ def _perturbations(path: str, value: Any) -> list[Any]:
         return [d for d in DATAFLOWS if d != value]
     if path.endswith("predictor"):
         return [p for p in ("2bit", "static_taken") if p != value]
-    if value is None:                       # thermal.initial_c: start hot
+    if value is None:  # thermal.initial_c: start hot
         return [90.0, 60.0]
     # a capacity matters only when something does not fit; a bandwidth only when it
     # binds: the tenfold and millionfold cuts reach those regimes on small workloads
     if isinstance(value, int):
-        return [value * 2, value // 2, value + 1, value - 1, value * 10, value // 10,
-                value * 1e-6]               # (the last is for float fields written as ints)
+        return [
+            value * 2,
+            value // 2,
+            value + 1,
+            value - 1,
+            value * 10,
+            value // 10,
+            value * 1e-6,
+        ]  # (the last is for float fields written as ints)
     if isinstance(value, float):
         return [value * 2, value / 2, value + 1.0, value - 1.0, value / 10, value * 1e-6]
     return []
@@ -133,7 +140,7 @@ def test_every_spec_field_changes_an_output_or_is_metadata(spec_name: str) -> No
             try:
                 variant = load_spec(_set(base, path, new))
             except SpecError:
-                continue                    # not a valid value for this field: next one
+                continue  # not a valid value for this field: next one
             for i, got in enumerate(_outputs(variant)):
                 if i == len(reference):
                     reference.append(next(ref_runs))
@@ -148,11 +155,17 @@ def test_every_spec_field_changes_an_output_or_is_metadata(spec_name: str) -> No
 
 
 def test_energy_lists_exactly_the_array_precisions() -> None:
-    with pytest.raises(SpecError, match=r"energy\.pj_per_mac\.fp32: the array does not "
-                                        r"support fp32 \(supported: fp16, bf16, int8\)"):
+    with pytest.raises(
+        SpecError,
+        match=r"energy\.pj_per_mac\.fp32: the array does not "
+        r"support fp32 \(supported: fp16, bf16, int8\)",
+    ):
         load_spec("wia-edge", {"energy.pj_per_mac.fp32": 2.3})
     data = to_mapping(load_spec("wia-npu"))
     del data["energy"]["pj_per_mac"]["int8"]
-    with pytest.raises(SpecError, match=r"energy\.pj_per_mac: missing int8 \(the array "
-                                        r"supports it\)"):
+    with pytest.raises(
+        SpecError,
+        match=r"energy\.pj_per_mac: missing int8 \(the array "
+        r"supports it\)",
+    ):
         load_spec(data)

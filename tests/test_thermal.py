@@ -20,8 +20,10 @@ from wia_hw.workloads import gemm
 @pytest.fixture(scope="module")
 def bert_runs():
     kw = dict(batch=32, seq=128)
-    return (wia_hw.run("bert-large", device="wia-npu-passive", **kw),
-            wia_hw.run("bert-large", device="wia-npu", **kw))
+    return (
+        wia_hw.run("bert-large", device="wia-npu-passive", **kw),
+        wia_hw.run("bert-large", device="wia-npu", **kw),
+    )
 
 
 def test_bert_large_throttles_on_the_passive_spec_only(bert_runs):
@@ -35,7 +37,7 @@ def test_bert_large_throttles_on_the_passive_spec_only(bert_runs):
     # failed cooling: the die starts below throttle_c, crosses it during the run
     assert th.initial_c < th.throttle_c < hot.peak_temperature_c
     first = next(i for i, k in enumerate(hot.kernels) if k.record.frequency_factor < 1.0)
-    assert first > 0                                   # not throttled from the start
+    assert first > 0  # not throttled from the start
     assert hot.kernels[first - 1].record.temperature_c < th.throttle_c + 0.5
     lost = hot.counters.stall_cycles["thermal"]
     assert lost > 0 and lost == sum(k.counters.stall_cycles["thermal"] for k in hot.kernels)
@@ -53,9 +55,14 @@ def test_thermal_stall_cycles_are_the_lost_cycles(pipelined):
     """A die hot from the start runs every cycle at ``throttle_factor``: one tile of p
     passes takes ``ceil(nominal / factor)`` per stretched piece, and the thermal stall
     counter holds exactly the difference."""
-    over = {"compute.array.rows": 16, "compute.array.cols": 16, "compute.cores": 1,
-            "compute.array.pipelined": pipelined, "thermal.initial_c": 150.0,
-            "thermal.throttle_factor": 0.75}
+    over = {
+        "compute.array.rows": 16,
+        "compute.array.cols": 16,
+        "compute.cores": 1,
+        "compute.array.pipelined": pipelined,
+        "thermal.initial_c": 150.0,
+        "thermal.throttle_factor": 0.75,
+    }
     spec = load_spec("wia-npu", over)
     dev = Device(spec, trace=[])
     kernels = [k for _, ks in lower(gemm(16 * 6, 16, 50), spec) for k in ks]
@@ -63,8 +70,9 @@ def test_thermal_stall_cycles_are_the_lost_cycles(pipelined):
     (comp,) = [e for e in dev.trace if e.kind == "compute"]
     f = 0.75
     if pipelined:
-        step = systolic_sequence_cycles("os", 16, 16, [50, 50], pipelined=True) \
-            - systolic_tile_cycles("os", 16, 16, 50)
+        step = systolic_sequence_cycles(
+            "os", 16, 16, [50, 50], pipelined=True
+        ) - systolic_tile_cycles("os", 16, 16, 50)
         lat = systolic_tile_cycles("os", 16, 16, 50)
         nominal = 5 * step + lat
         slowed = math.ceil(5 * step / f) + math.ceil(lat / f)
@@ -94,8 +102,11 @@ def test_temperature_advances_within_a_kernel():
 def test_thermal_model_sees_exactly_the_energy_counted():
     """No cooling to speak of (huge R): the die warms by energy / C, the energy being what
     the counters charge, whether it reached the model tile by tile or at kernel end."""
-    over = {"thermal.resistance_c_per_w": 1e6, "thermal.capacitance_j_per_c": 1000.0,
-            "thermal.throttle_c": 1e6}
+    over = {
+        "thermal.resistance_c_per_w": 1e6,
+        "thermal.capacitance_j_per_c": 1000.0,
+        "thermal.throttle_c": 1e6,
+    }
     r = wia_hw.run("bert-base", batch=2, seq=64, overrides=over)
     spec = load_spec("wia-npu", over)
     rise = r.peak_temperature_c - spec.thermal.ambient_c

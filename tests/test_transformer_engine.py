@@ -32,16 +32,24 @@ def qkv(rng, b, h, s, d, skv=None, scale=1.0):
 
 
 def cfg_for(pattern, flash, s=200, precision="fp32", **kw):
-    return AttentionConfig(num_heads=3, head_dim=32, sequence_length=s,
-                           use_flash_attention=flash, attention_pattern=pattern,
-                           precision=precision, window_size=48, block_size=32, **kw)
+    return AttentionConfig(
+        num_heads=3,
+        head_dim=32,
+        sequence_length=s,
+        use_flash_attention=flash,
+        attention_pattern=pattern,
+        precision=precision,
+        window_size=48,
+        block_size=32,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("flash", [True, False], ids=["flash", "naive"])
 @pytest.mark.parametrize("pattern", PATTERNS, ids=[p.value for p in PATTERNS])
 def test_fp32_matches_float64_reference(pattern, flash):
     rng = np.random.default_rng(1)
-    q, k, v = qkv(rng, 2, 3, 200, 32, scale=2.0)       # logits with std ~ 2
+    q, k, v = qkv(rng, 2, 3, 200, 32, scale=2.0)  # logits with std ~ 2
     cfg = cfg_for(pattern, flash)
     res = multi_head_attention(wia_hw.open_device("wia-npu"), q, k, v, cfg=cfg)
     ref = attention_reference(q, k, v, cfg.softmax_scale, attention_mask(cfg))
@@ -59,9 +67,16 @@ def test_large_magnitude_logits(pattern, flash):
     q = rng.integers(-64, 64, (1, 2, 160, 64)).astype(np.float32)
     k = rng.integers(-64, 64, (1, 2, 160, 64)).astype(np.float32)
     v = rng.standard_normal((1, 2, 160, 64)).astype(np.float32)
-    cfg = AttentionConfig(num_heads=2, head_dim=64, sequence_length=160,
-                          use_flash_attention=flash, attention_pattern=pattern,
-                          precision="fp32", window_size=48, block_size=32)
+    cfg = AttentionConfig(
+        num_heads=2,
+        head_dim=64,
+        sequence_length=160,
+        use_flash_attention=flash,
+        attention_pattern=pattern,
+        precision="fp32",
+        window_size=48,
+        block_size=32,
+    )
     logits = np.abs(q @ np.swapaxes(k, -1, -2)).max() * cfg.softmax_scale
     assert logits > 3000
     res = multi_head_attention(wia_hw.open_device("wia-npu"), q, k, v, cfg=cfg)
@@ -70,8 +85,7 @@ def test_large_magnitude_logits(pattern, flash):
     assert rel_err(res.output, ref) < 1e-5
 
 
-@pytest.mark.parametrize(("precision", "bound"), [("fp16", FP16_REL_ERR),
-                                                  ("bf16", BF16_REL_ERR)])
+@pytest.mark.parametrize(("precision", "bound"), [("fp16", FP16_REL_ERR), ("bf16", BF16_REL_ERR)])
 @pytest.mark.parametrize("pattern", PATTERNS, ids=[p.value for p in PATTERNS])
 def test_half_precision_within_documented_bounds(pattern, precision, bound):
     rng = np.random.default_rng(3)
@@ -80,10 +94,13 @@ def test_half_precision_within_documented_bounds(pattern, precision, bound):
     for flash in (True, False):
         cfg = cfg_for(pattern, flash, precision=precision)
         res = multi_head_attention(wia_hw.open_device("wia-npu"), q, k, v, cfg=cfg)
-        errs.append(rel_err(res.output, attention_reference(
-            q, k, v, cfg.softmax_scale, attention_mask(cfg))))
+        errs.append(
+            rel_err(
+                res.output, attention_reference(q, k, v, cfg.softmax_scale, attention_mask(cfg))
+            )
+        )
     assert max(errs) < bound
-    assert min(errs) > 1e-5          # the bound is about rounding: there is some
+    assert min(errs) > 1e-5  # the bound is about rounding: there is some
 
 
 def test_output_argument_is_filled_and_fast_softmax_is_equivalent():
@@ -93,9 +110,13 @@ def test_output_argument_is_filled_and_fast_softmax_is_equivalent():
     cfg = cfg_for(AttentionPattern.CAUSAL, True, s=64)
     res = multi_head_attention(wia_hw.open_device("wia-npu"), q, k, v, out, cfg)
     np.testing.assert_array_equal(out, res.output)
-    slow = multi_head_attention(wia_hw.open_device("wia-npu"), q, k, v,
-                                cfg=cfg_for(AttentionPattern.CAUSAL, True, s=64,
-                                            fast_softmax=False))
+    slow = multi_head_attention(
+        wia_hw.open_device("wia-npu"),
+        q,
+        k,
+        v,
+        cfg=cfg_for(AttentionPattern.CAUSAL, True, s=64, fast_softmax=False),
+    )
     assert rel_err(res.output, slow.output.astype(np.float64)) < 1e-6
 
 
@@ -112,60 +133,87 @@ def test_cross_attention_shapes():
 
 def test_causal_mask_aligns_queries_with_the_end_of_the_keys():
     cfg = cfg_for(AttentionPattern.CAUSAL, True, s=2, kv_sequence_length=5)
-    assert attention_mask(cfg).tolist() == [[True, True, True, True, False],
-                                            [True, True, True, True, True]]
+    assert attention_mask(cfg).tolist() == [
+        [True, True, True, True, False],
+        [True, True, True, True, True],
+    ]
 
 
 def test_seed_example_and_bad_shapes():
     """The seed's 8.9.1 call: 12 heads of 64, sequence 128, flash, causal."""
-    cfg = AttentionConfig(num_heads=12, head_dim=64, sequence_length=128,
-                          use_flash_attention=True, attention_pattern=AttentionPattern.CAUSAL)
+    cfg = AttentionConfig(
+        num_heads=12,
+        head_dim=64,
+        sequence_length=128,
+        use_flash_attention=True,
+        attention_pattern=AttentionPattern.CAUSAL,
+    )
     rng = np.random.default_rng(6)
     q, k, v = qkv(rng, 1, 12, 128, 64)
     ctx = wia_hw.open_device("wia-npu")
     res = multi_head_attention(ctx, q, k, v, cfg=cfg)
     assert res.output.shape == q.shape and res.cycles > 0 and res.latency_ms > 0
-    assert "transformer_engine" in ctx.extensions          # registered on first use
+    assert "transformer_engine" in ctx.extensions  # registered on first use
     assert {r.provider for r in res.kernels} == {"transformer_engine"}
-    with pytest.raises(WorkloadError, match=r"queries has shape \[1, 12, 100, 64\], the "
-                                            r"config needs \[batch, 12, 128, 64\]"):
+    with pytest.raises(
+        WorkloadError,
+        match=r"queries has shape \[1, 12, 100, 64\], the "
+        r"config needs \[batch, 12, 128, 64\]",
+    ):
         multi_head_attention(ctx, q[:, :, :100], k, v, cfg=cfg)
-    with pytest.raises(ValueError, match=r"AttentionConfig.num_heads must be a positive "
-                                         r"integer, got 0"):
+    with pytest.raises(
+        ValueError,
+        match=r"AttentionConfig.num_heads must be a positive "
+        r"integer, got 0",
+    ):
         AttentionConfig(num_heads=0, head_dim=64, sequence_length=128)
-    with pytest.raises(ValueError, match=r"attention_pattern must be one of full, causal, "
-                                         r"local, block_sparse, got 'diagonal'"):
-        AttentionConfig(num_heads=1, head_dim=64, sequence_length=128,
-                        attention_pattern="diagonal")
+    with pytest.raises(
+        ValueError,
+        match=r"attention_pattern must be one of full, causal, "
+        r"local, block_sparse, got 'diagonal'",
+    ):
+        AttentionConfig(num_heads=1, head_dim=64, sequence_length=128, attention_pattern="diagonal")
     with pytest.raises(ValueError, match=r"block_layout: query block 1 attends to no key"):
-        AttentionConfig(num_heads=1, head_dim=8, sequence_length=64, block_size=32,
-                        attention_pattern="block_sparse",
-                        block_layout=[[True, False], [False, False]])
-    assert AttentionConfig(num_heads=1, head_dim=8, sequence_length=8,
-                           attention_pattern="CAUSAL").attention_pattern \
+        AttentionConfig(
+            num_heads=1,
+            head_dim=8,
+            sequence_length=64,
+            block_size=32,
+            attention_pattern="block_sparse",
+            block_layout=[[True, False], [False, False]],
+        )
+    assert (
+        AttentionConfig(
+            num_heads=1, head_dim=8, sequence_length=8, attention_pattern="CAUSAL"
+        ).attention_pattern
         is AttentionPattern.CAUSAL
+    )
 
 
 # -- timing: the counters show O(N d) against O(N^2) -------------------------------------
 def _hbm(n, flash, pattern=AttentionPattern.FULL):
-    cfg = AttentionConfig(num_heads=4, head_dim=64, sequence_length=n,
-                          use_flash_attention=flash, attention_pattern=pattern,
-                          precision="fp16")
+    cfg = AttentionConfig(
+        num_heads=4,
+        head_dim=64,
+        sequence_length=n,
+        use_flash_attention=flash,
+        attention_pattern=pattern,
+        precision="fp16",
+    )
     x = np.zeros((1, 4, n, 64), np.float16)
-    return multi_head_attention(wia_hw.open_device("wia-npu"), x, x, x, cfg=cfg,
-                                functional=False)
+    return multi_head_attention(wia_hw.open_device("wia-npu"), x, x, x, cfg=cfg, functional=False)
 
 
 def test_flash_traffic_is_linear_and_naive_quadratic():
     sizes = (512, 1024, 2048)
     flash = [_hbm(n, True).hbm_bytes for n in sizes]
     naive = [_hbm(n, False).hbm_bytes for n in sizes]
-    qkvo = [4 * 4 * n * 64 * 2 for n in sizes]        # Q, K, V, O once each
-    assert flash == qkvo                               # exactly compulsory: O(N d)
+    qkvo = [4 * 4 * n * 64 * 2 for n in sizes]  # Q, K, V, O once each
+    assert flash == qkvo  # exactly compulsory: O(N d)
     for a, b in zip(naive, naive[1:], strict=False):
-        assert b / a > 3.5                             # O(N^2): x4 per doubling
+        assert b / a > 3.5  # O(N^2): x4 per doubling
     for n, nv in zip(sizes, naive, strict=True):
-        assert nv >= 2 * 4 * n * n * 2                 # S and P written at least once
+        assert nv >= 2 * 4 * n * n * 2  # S and P written at least once
     assert naive[-1] > 20 * flash[-1]
 
 
@@ -188,7 +236,7 @@ def test_graph_lowering_bert_and_gpt2_decode():
     assert len(fused) == 12 and all(k.name.endswith("+softmax+context") for k in fused)
     assert not any(k.name.endswith("attention_softmax") for k in r.kernels)
     assert r.counters.bytes["hbm"] < base.counters.bytes["hbm"]
-    assert r.flops == base.flops                       # the same model
+    assert r.flops == base.flops  # the same model
     # GPT-2 decode: one query against 512 cached keys -> cross-attention
     ctx2 = wia_hw.open_device("wia-npu")
     wia_hw.register_device_extension(ctx2, "transformer_engine")
@@ -216,7 +264,7 @@ def test_decoding_with_few_heads_splits_the_keys_over_the_cores():
     r = ctx.run(g)
     names = [k.name for k in r.kernels]
     assert names == ["scores+softmax+context", "scores+softmax+context.combine"]
-    assert r.kernels[0].cores_used == ctx.spec.compute.cores     # 2 heads, 4 cores busy
+    assert r.kernels[0].cores_used == ctx.spec.compute.cores  # 2 heads, 4 cores busy
     base = wia_hw.run(g, overrides=flat)
     assert r.latency_ms < base.latency_ms
 
@@ -233,9 +281,9 @@ def test_functional_graph_run_is_unchanged_by_the_engine():
 
 def test_use_flash_attention_false_keeps_three_kernels():
     ctx = wia_hw.open_device("wia-npu")
-    wia_hw.register_device_extension(ctx, "transformer_engine",
-                                     parameters={"use_flash_attention": False})
+    wia_hw.register_device_extension(
+        ctx, "transformer_engine", parameters={"use_flash_attention": False}
+    )
     r = ctx.run("bert-base", batch=1, seq=128, layers=1)
     te = [k.name for k in r.kernels if k.provider == "transformer_engine"]
-    assert te == ["layer0.attention_scores", "layer0.attention_softmax",
-                  "layer0.attention_context"]
+    assert te == ["layer0.attention_scores", "layer0.attention_softmax", "layer0.attention_context"]

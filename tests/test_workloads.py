@@ -30,9 +30,13 @@ from wia_hw.workloads import (
 
 SEED_GROUPS = {"multi_head_attention", "layer_norm", "feed_forward", "embedding", "output"}
 #: The kernels the seed's autotuner names (section 8.7.1).
-SEED_KERNELS = ("attention_qkv_projection", "attention_softmax",
-                "attention_output_projection", "feed_forward_intermediate",
-                "feed_forward_output")
+SEED_KERNELS = (
+    "attention_qkv_projection",
+    "attention_softmax",
+    "attention_output_projection",
+    "feed_forward_intermediate",
+    "feed_forward_output",
+)
 GELU = UNARY_KINDS["gelu"]
 TANH = UNARY_KINDS["tanh"]
 LN = LAYER_NORM_FLOPS_PER_ELEMENT
@@ -51,12 +55,23 @@ def out_shape(g: Graph, name: str) -> tuple[int, ...]:
 
 
 def signature(g: Graph) -> list:
-    return [(o.name, o.kind, o.group, o.inputs, o.outputs, sorted(o.attrs.items()),
-             [g.tensors[t].shape for t in o.outputs], [g.tensors[t].dtype for t in o.outputs])
-            for o in g.ops]
+    return [
+        (
+            o.name,
+            o.kind,
+            o.group,
+            o.inputs,
+            o.outputs,
+            sorted(o.attrs.items()),
+            [g.tensors[t].shape for t in o.outputs],
+            [g.tensors[t].dtype for t in o.outputs],
+        )
+        for o in g.ops
+    ]
 
 
 # -- BERT ------------------------------------------------------------------------------
+
 
 def bert_macs(batch: int, seq: int, L: int, H: int, F: int) -> int:
     """Projections (QKV 3H^2, output H^2, FFN 2HF) + attention bmms (2 S H) per token,
@@ -70,8 +85,7 @@ def bert_flops(batch: int, seq: int, L: int, H: int, heads: int, F: int) -> int:
     layer norm; the pooler/classifier biases and tanh."""
     per_layer = (3 * H + H + F + H) + SM * heads * seq + 2 * LN * H + 2 * H + GELU * F
     per_token = L * per_layer + 2 * H + LN * H
-    return (2 * bert_macs(batch, seq, L, H, F) + batch * seq * per_token
-            + batch * (H + TANH * H + 2))
+    return 2 * bert_macs(batch, seq, L, H, F) + batch * seq * per_token + batch * (H + TANH * H + 2)
 
 
 @pytest.mark.parametrize("builder,L,H,heads,F", BERTS)
@@ -102,15 +116,12 @@ def test_bert_ops_groups_and_shapes(builder, L, H, heads, F):
     g = builder(batch=B, seq=S)
     assert {o.group for o in g.ops} == SEED_GROUPS
     assert g.sequences == B
-    assert g.params == {"model": g.name, "batch": B, "seq": S, "precision": "fp16",
-                        "layers": L}
+    assert g.params == {"model": g.name, "batch": B, "seq": S, "precision": "fp16", "layers": L}
     for i in (0, L - 1):
-        for k in SEED_KERNELS + ("attention_scores", "attention_context",
-                                 "feed_forward_gelu"):
+        for k in SEED_KERNELS + ("attention_scores", "attention_context", "feed_forward_gelu"):
             grp = op(g, f"layer{i}.{k}").group
             assert grp == ("feed_forward" if "feed_forward" in k else "multi_head_attention")
-        for k in ("attention_residual", "attention_layer_norm", "ffn_residual",
-                  "ffn_layer_norm"):
+        for k in ("attention_residual", "attention_layer_norm", "ffn_residual", "ffn_layer_norm"):
             assert op(g, f"layer{i}.{k}").group == "layer_norm"
     assert out_shape(g, "layer0.attention_qkv_projection") == (B, S, 3 * H)
     assert out_shape(g, "layer0.attention_scores") == (B * heads, S, S)
@@ -127,11 +138,16 @@ def test_bert_ops_groups_and_shapes(builder, L, H, heads, F):
 
 def test_head_split_is_a_view_and_merge_a_reshape():
     g = bert_base(batch=2, seq=8, layers=1)
-    for name in ("attention_split_heads", "attention_query", "attention_key",
-                 "attention_value", "attention_merge_heads"):
+    for name in (
+        "attention_split_heads",
+        "attention_query",
+        "attention_key",
+        "attention_value",
+        "attention_merge_heads",
+    ):
         o = op(g, f"layer0.{name}")
         assert is_view(o, g.shapes_of(o)[0]), name
-    cls = op(g, "pooler.cls_token")   # a [CLS] row from each of 2 sequences: a copy
+    cls = op(g, "pooler.cls_token")  # a [CLS] row from each of 2 sequences: a copy
     assert not is_view(cls, g.shapes_of(cls)[0])
 
 
@@ -163,22 +179,25 @@ def test_bert_float_precisions(precision, dtype):
 def test_bert_layers_override_scales_linearly():
     macs = {n: bert_large(batch=2, seq=32, layers=n).macs() for n in (1, 2, 4, 8, 24)}
     per_layer = macs[2] - macs[1]
-    assert per_layer == 2 * 32 * (12 * 1024 ** 2 + 2 * 32 * 1024)
+    assert per_layer == 2 * 32 * (12 * 1024**2 + 2 * 32 * 1024)
     for n, m in macs.items():
         assert m == macs[1] + (n - 1) * per_layer
     assert macs[24] == bert_large(batch=2, seq=32).macs()
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"batch": 0}, r"bert-large: batch must be >= 1, got 0"),
-    ({"batch": -3}, r"batch must be >= 1, got -3"),
-    ({"batch": 2.5}, r"batch must be an integer, got 2.5"),
-    ({"batch": True}, r"batch must be an integer, got True"),
-    ({"seq": 0}, r"seq must be in 1..512, got 0"),
-    ({"seq": 513}, r"seq must be in 1..512, got 513"),
-    ({"precision": "fp8"}, r"precision must be one of fp32, fp16, bf16, int8, got 'fp8'"),
-    ({"layers": 0}, r"layers must be >= 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"batch": 0}, r"bert-large: batch must be >= 1, got 0"),
+        ({"batch": -3}, r"batch must be >= 1, got -3"),
+        ({"batch": 2.5}, r"batch must be an integer, got 2.5"),
+        ({"batch": True}, r"batch must be an integer, got True"),
+        ({"seq": 0}, r"seq must be in 1..512, got 0"),
+        ({"seq": 513}, r"seq must be in 1..512, got 513"),
+        ({"precision": "fp8"}, r"precision must be one of fp32, fp16, bf16, int8, got 'fp8'"),
+        ({"layers": 0}, r"layers must be >= 1, got 0"),
+    ],
+)
 def test_bert_bad_arguments(kwargs, match):
     with pytest.raises(WorkloadError, match=match) as e:
         bert_large(**kwargs)
@@ -186,16 +205,22 @@ def test_bert_bad_arguments(kwargs, match):
 
 
 def test_builds_are_deterministic():
-    for f in (lambda: bert_base(batch=2, seq=16, precision="int8"),
-              lambda: gpt2(phase="decode", kv_len=31),
-              lambda: resnet50(batch=2)):
+    for f in (
+        lambda: bert_base(batch=2, seq=16, precision="int8"),
+        lambda: gpt2(phase="decode", kv_len=31),
+        lambda: resnet50(batch=2),
+    ):
         assert signature(f()) == signature(f())
 
 
 # -- GPT-2 -----------------------------------------------------------------------------
 
-GPT2 = {"small": (12, 768, 12), "medium": (24, 1024, 16), "large": (36, 1280, 20),
-        "xl": (48, 1600, 25)}
+GPT2 = {
+    "small": (12, 768, 12),
+    "medium": (24, 1024, 16),
+    "large": (36, 1280, 20),
+    "xl": (48, 1600, 25),
+}
 VOCAB = 50257
 
 
@@ -210,7 +235,7 @@ def test_gpt2_prefill_macs_and_shapes(size):
     L, H, heads = GPT2[size]
     B, S = 2, 32
     g = gpt2(batch=B, seq=S, size=size)
-    assert g.macs() == gpt2_macs(L, H, B, S, 0, B)   # logits of the last token only
+    assert g.macs() == gpt2_macs(L, H, B, S, 0, B)  # logits of the last token only
     assert {o.group for o in g.ops} == SEED_GROUPS
     assert out_shape(g, "layer0.attention_scores") == (B * heads, S, S)
     assert op(g, "layer0.attention_softmax").attrs["causal"] is True
@@ -281,15 +306,18 @@ def test_gpt2_int8_keeps_the_tied_lm_head_fp16():
     assert g.tensors[op(g, "lm_head").inputs[0]].dtype == "fp16"
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"phase": "train"}, r"gpt2: phase must be one of prefill, decode, got 'train'"),
-    ({"size": "huge"}, r"gpt2: size must be one of small, medium, large, xl, got 'huge'"),
-    ({"kv_len": 8}, r"gpt2: kv_len is for phase='decode', got kv_len=8"),
-    ({"seq": 1025}, r"gpt2: seq must be in 1..1024, got 1025"),
-    ({"phase": "decode", "kv_len": 0}, r"kv_len must be in 1..1023, got 0"),
-    ({"phase": "decode", "kv_len": 1000, "seq": 30}, r"seq must be in 1..24, got 30"),
-    ({"batch": 0, "size": "xl"}, r"gpt2-xl: batch must be >= 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"phase": "train"}, r"gpt2: phase must be one of prefill, decode, got 'train'"),
+        ({"size": "huge"}, r"gpt2: size must be one of small, medium, large, xl, got 'huge'"),
+        ({"kv_len": 8}, r"gpt2: kv_len is for phase='decode', got kv_len=8"),
+        ({"seq": 1025}, r"gpt2: seq must be in 1..1024, got 1025"),
+        ({"phase": "decode", "kv_len": 0}, r"kv_len must be in 1..1023, got 0"),
+        ({"phase": "decode", "kv_len": 1000, "seq": 30}, r"seq must be in 1..24, got 30"),
+        ({"batch": 0, "size": "xl"}, r"gpt2-xl: batch must be >= 1, got 0"),
+    ],
+)
 def test_gpt2_bad_arguments(kwargs, match):
     with pytest.raises(WorkloadError, match=match):
         gpt2(**kwargs)
@@ -297,14 +325,16 @@ def test_gpt2_bad_arguments(kwargs, match):
 
 # -- ResNet-50 -------------------------------------------------------------------------
 
+
 def resnet50_macs(image: int) -> int:
     """MACs of ResNet-50 v1.5 walked from its topology, independently of the builder."""
+
     def conv(hw: int, cin: int, cout: int, k: int, stride: int) -> tuple[int, int]:
         ho, _ = conv_output_hw(hw, hw, k, k, stride, k // 2)
         return ho, ho * ho * cin * cout * k * k
 
     hw, total = conv(image, 3, 64, 7, 2)
-    hw = conv_output_hw(hw, hw, 3, 3, 2, 1)[0]            # max pool
+    hw = conv_output_hw(hw, hw, 3, 3, 2, 1)[0]  # max pool
     cin = 64
     for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
         for i in range(blocks):
@@ -329,12 +359,12 @@ def test_resnet50_macs_per_image():
 def test_resnet50_topology():
     g = resnet50(batch=4)
     convs = [o for o in g.ops if o.kind == "conv2d"]
-    assert len(convs) == 1 + 3 * 16 + 4     # stem, 16 bottlenecks, 4 projections
-    assert all(len(o.inputs) == 3 for o in convs)   # batch norm folded into a bias
+    assert len(convs) == 1 + 3 * 16 + 4  # stem, 16 bottlenecks, 4 projections
+    assert all(len(o.inputs) == 3 for o in convs)  # batch norm folded into a bias
     assert sum(o.kind == "add" for o in g.ops) == 16
     assert {o.group for o in g.ops} == {"conv", "pool", "residual", "output"}
     assert out_shape(g, "stem.maxpool") == (4, 64, 56, 56)
-    assert out_shape(g, "layer2.0.conv2") == (4, 128, 28, 28)   # v1.5: stride on the 3x3
+    assert out_shape(g, "layer2.0.conv2") == (4, 128, 28, 28)  # v1.5: stride on the 3x3
     assert out_shape(g, "layer2.0.conv1") == (4, 128, 56, 56)
     assert out_shape(g, "layer4.2.residual_relu") == (4, 2048, 7, 7)
     assert out_shape(g, "fc") == (4, 1000)
@@ -348,17 +378,21 @@ def test_resnet50_int8():
     assert g.tensors["fc"].dtype == "fp16"
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"batch": 0}, r"resnet50: batch must be >= 1, got 0"),
-    ({"image": 16}, r"resnet50: image must be >= 32, got 16"),
-    ({"precision": "fp64"}, r"resnet50: precision must be one of .*got 'fp64'"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"batch": 0}, r"resnet50: batch must be >= 1, got 0"),
+        ({"image": 16}, r"resnet50: image must be >= 32, got 16"),
+        ({"precision": "fp64"}, r"resnet50: precision must be one of .*got 'fp64'"),
+    ],
+)
 def test_resnet50_bad_arguments(kwargs, match):
     with pytest.raises(WorkloadError, match=match):
         resnet50(**kwargs)
 
 
 # -- GEMM ------------------------------------------------------------------------------
+
 
 def test_gemm():
     g = gemm(100, 60, 30)
@@ -372,17 +406,21 @@ def test_gemm():
     assert b.tensors["A"].dtype == "int8" and b.tensors["gemm"].dtype == "int32"
 
 
-@pytest.mark.parametrize("args,match", [
-    ((0, 4, 4), r"gemm: M must be >= 1, got 0"),
-    ((4, -1, 4), r"gemm: N must be >= 1, got -1"),
-    ((4, 4, "8"), r"gemm: K must be an integer, got '8'"),
-])
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        ((0, 4, 4), r"gemm: M must be >= 1, got 0"),
+        ((4, -1, 4), r"gemm: N must be >= 1, got -1"),
+        ((4, 4, "8"), r"gemm: K must be an integer, got '8'"),
+    ],
+)
 def test_gemm_bad_arguments(args, match):
     with pytest.raises(WorkloadError, match=match):
         gemm(*args)
 
 
 # -- build() and hand-made graphs ------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["bert-large", "BERT_Large", "Bert-LARGE", " bert_large "])
 def test_build_names(name):
@@ -391,26 +429,38 @@ def test_build_names(name):
 
 def test_build_every_workload():
     assert set(WORKLOADS) == {"bert-large", "bert-base", "gpt2", "resnet50", "gemm"}
-    assert build("gemm", M=8, N=8, K=8).flops() == 2 * 8 ** 3
+    assert build("gemm", M=8, N=8, K=8).flops() == 2 * 8**3
     assert build("GPT2", phase="decode").params["phase"] == "decode"
     assert build("ResNet-50").name == "resnet50"
 
 
 def test_build_unknown_name_lists_the_known_ones():
-    with pytest.raises(WorkloadError, match=r"unknown workload 'llama' \(known: bert-large, "
-                                            r"bert-base, gpt2, resnet50, gemm"):
+    with pytest.raises(
+        WorkloadError,
+        match=r"unknown workload 'llama' \(known: bert-large, "
+        r"bert-base, gpt2, resnet50, gemm",
+    ):
         build("llama")
 
 
 def test_build_unknown_argument():
-    with pytest.raises(WorkloadError, match=r"workload 'resnet50': .*'seq'.*\(takes batch, "
-                                            r"precision, image\)"):
+    with pytest.raises(
+        WorkloadError,
+        match=r"workload 'resnet50': .*'seq'.*\(takes batch, "
+        r"precision, image\)",
+    ):
         build("resnet50", seq=128)
 
 
 def test_hand_made_graph_with_mismatched_shapes():
-    ts = [Tensor("x", (4, 8), "fp16", "input"), Tensor("w", (16, 4), "fp16", "weight"),
-          Tensor("y", (4, 4), "fp16")]
-    with pytest.raises(WorkloadError, match=r"op 'proj' \(linear\): input \[4, 8\] does not "
-                                            r"match weight \[16, 4\]"):
+    ts = [
+        Tensor("x", (4, 8), "fp16", "input"),
+        Tensor("w", (16, 4), "fp16", "weight"),
+        Tensor("y", (4, 4), "fp16"),
+    ]
+    with pytest.raises(
+        WorkloadError,
+        match=r"op 'proj' \(linear\): input \[4, 8\] does not "
+        r"match weight \[16, 4\]",
+    ):
         Graph("bad", ts, [Op("proj", "linear", ("x", "w"), ("y",))])

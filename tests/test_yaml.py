@@ -29,8 +29,9 @@ def _laughs(levels: int = 9, width: int = 9) -> str:
 
 def _merge_bomb(levels: int = 9, width: int = 9) -> str:
     lines = ["a0: &a0 {" + ", ".join(f"k{j}: {j}" for j in range(width)) + "}"]
-    lines += [f"a{i}: &a{i} {{<<: [{', '.join([f'*a{i - 1}'] * width)}]}}"
-              for i in range(1, levels)]
+    lines += [
+        f"a{i}: &a{i} {{<<: [{', '.join([f'*a{i - 1}'] * width)}]}}" for i in range(1, levels)
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -38,20 +39,41 @@ def _merge_bomb(levels: int = 9, width: int = 9) -> str:
 BAD: dict[str, tuple[bytes, str, int | None]] = {
     "recursive_alias": (b"schema_version: 1\na: &r [*r]\n", r"recursive alias \*r", 2),
     "recursive_mapping": (b"a: &m {b: {c: *m}}\n", r"recursive alias \*m", 1),
-    "billion_laughs": (_laughs().encode(), rf"more than {MAX_NODES:,} nodes with aliases "
-                       "expanded", None),
+    "billion_laughs": (
+        _laughs().encode(),
+        rf"more than {MAX_NODES:,} nodes with aliases "
+        "expanded",
+        None,
+    ),
     "merge_bomb": (_merge_bomb().encode(), rf"more than {MAX_NODES:,} nodes", None),
-    "invalid_utf8": (b"schema_version: 1\nname: \"caf\xe9\"\n",
-                     r"not UTF-8: byte 0xe9 at byte offset 28", 2),
-    "control_character": (b"a: b\nc: \"\x01\"\n", r"character U\+0001 is not allowed", 2),
-    "duplicate_key": (b"schema_version: 1\nname: a\nx: 1\nname: b\n",
-                      r"duplicate key 'name' \(first at line 2\)", 4),
-    "duplicate_int_key": (b"m:\n  1: a\n  0x1: b\n", r"duplicate key '0x1' \(first at "
-                          r"line 2\)", 3),
-    "deep_nesting": (b"a: " + b"[" * 5000 + b"]" * 5000 + b"\n",
-                     rf"nesting deeper than {MAX_DEPTH} levels", 1),
-    "huge_integer": (b"a: " + b"9" * 5000 + b"\n", rf"integer of 5000 characters \(at most "
-                     rf"{MAX_INT_DIGITS}\)", 1),
+    "invalid_utf8": (
+        b'schema_version: 1\nname: "caf\xe9"\n',
+        r"not UTF-8: byte 0xe9 at byte offset 28",
+        2,
+    ),
+    "control_character": (b'a: b\nc: "\x01"\n', r"character U\+0001 is not allowed", 2),
+    "duplicate_key": (
+        b"schema_version: 1\nname: a\nx: 1\nname: b\n",
+        r"duplicate key 'name' \(first at line 2\)",
+        4,
+    ),
+    "duplicate_int_key": (
+        b"m:\n  1: a\n  0x1: b\n",
+        r"duplicate key '0x1' \(first at "
+        r"line 2\)",
+        3,
+    ),
+    "deep_nesting": (
+        b"a: " + b"[" * 5000 + b"]" * 5000 + b"\n",
+        rf"nesting deeper than {MAX_DEPTH} levels",
+        1,
+    ),
+    "huge_integer": (
+        b"a: " + b"9" * 5000 + b"\n",
+        rf"integer of 5000 characters \(at most "
+        rf"{MAX_INT_DIGITS}\)",
+        1,
+    ),
     "malformed": (b"a: [1, 2\nb: 3\n", r"malformed YAML", None),
     "two_documents": (b"a: 1\n---\nb: 2\n", r"malformed YAML: .*single document", None),
 }
@@ -72,7 +94,7 @@ def test_each_refusal_names_file_and_line(tmp_path, name):
 
 def test_a_file_over_the_size_limit_is_refused_before_it_is_read(tmp_path, monkeypatch):
     p = tmp_path / "big.yaml"
-    with open(p, "wb") as f:        # sparse: MAX_FILE_BYTES + 1 bytes without writing them
+    with open(p, "wb") as f:  # sparse: MAX_FILE_BYTES + 1 bytes without writing them
         f.truncate(MAX_FILE_BYTES + 1)
     reads = []
     real_open = open
@@ -80,20 +102,23 @@ def test_a_file_over_the_size_limit_is_refused_before_it_is_read(tmp_path, monke
     def spy(*args, **kwargs):
         fh = real_open(*args, **kwargs)
         real_read = fh.read
-        fh.read = lambda *a: reads.append(a) or real_read(*a)   # noqa: B023
+        fh.read = lambda *a: reads.append(a) or real_read(*a)  # noqa: B023
         return fh
 
     monkeypatch.setattr("builtins.open", spy)
-    with pytest.raises(SpecError, match=rf"file is {MAX_FILE_BYTES + 1:,} bytes, larger "
-                       rf"than the maximum {MAX_FILE_BYTES:,} bytes"):
+    with pytest.raises(
+        SpecError,
+        match=rf"file is {MAX_FILE_BYTES + 1:,} bytes, larger "
+        rf"than the maximum {MAX_FILE_BYTES:,} bytes",
+    ):
         read_yaml_mapping(p, "big.yaml", "a spec")
     assert reads == []
 
 
 def test_a_file_at_the_size_limit_is_read(tmp_path):
-    head = b"description: \""
+    head = b'description: "'
     p = tmp_path / "edge.yaml"
-    p.write_bytes(head + b"x" * (MAX_FILE_BYTES - len(head) - 2) + b"\"\n")
+    p.write_bytes(head + b"x" * (MAX_FILE_BYTES - len(head) - 2) + b'"\n')
     assert p.stat().st_size == MAX_FILE_BYTES
     data, lines = read_yaml_mapping(p, "edge.yaml", "a spec")
     assert len(data["description"]) == MAX_FILE_BYTES - len(head) - 2
@@ -107,17 +132,19 @@ def test_node_limit_is_the_expanded_count(tmp_path):
     # a0: 1 seq + width scalars; a1: seq of k aliases (k * (width + 1) expanded)
     # plus 2 mapping keys, 1 root mapping.
     k = (MAX_NODES - (width + 1) - 3 - 1) // (width + 1)
-    text = (f"a0: &a0 [{', '.join(['1'] * width)}]\n"
-            f"a1: [{', '.join(['*a0'] * k)}]\n")
+    text = f"a0: &a0 [{', '.join(['1'] * width)}]\na1: [{', '.join(['*a0'] * k)}]\n"
     data = load_yaml_text(text, "ok.yaml")
     assert len(data["a1"]) == k and data["a1"][0] is data["a0"]
-    extra = MAX_NODES - (3 + (width + 1) + 1 + k * (width + 1))   # nodes left
-    text_over = (f"a0: &a0 [{', '.join(['1'] * width)}]\n"
-                 f"a1: [{', '.join(['*a0'] * k + ['2'] * (extra + 1))}]\n")
+    extra = MAX_NODES - (3 + (width + 1) + 1 + k * (width + 1))  # nodes left
+    text_over = (
+        f"a0: &a0 [{', '.join(['1'] * width)}]\n"
+        f"a1: [{', '.join(['*a0'] * k + ['2'] * (extra + 1))}]\n"
+    )
     with pytest.raises(SpecError, match="more than"):
         load_yaml_text(text_over, "over.yaml")
-    text_at = (f"a0: &a0 [{', '.join(['1'] * width)}]\n"
-               f"a1: [{', '.join(['*a0'] * k + ['2'] * extra)}]\n")
+    text_at = (
+        f"a0: &a0 [{', '.join(['1'] * width)}]\na1: [{', '.join(['*a0'] * k + ['2'] * extra)}]\n"
+    )
     assert len(load_yaml_text(text_at, "at.yaml")["a1"]) == k + extra
 
 
@@ -135,7 +162,7 @@ def test_merge_keys_may_override_without_being_duplicates():
 
 def test_a_bom_and_plain_unicode_are_fine(tmp_path):
     p = tmp_path / "u.yaml"
-    p.write_bytes("\ufeffname: \"café\"\n".encode())
+    p.write_bytes('\ufeffname: "café"\n'.encode())
     assert read_yaml_mapping(p, "u.yaml", "a spec")[0] == {"name": "café"}
 
 
@@ -151,8 +178,18 @@ def test_set_and_arg_values_go_through_the_same_reader():
 
 
 @pytest.mark.parametrize("group", ["specs", "ext"])
-@pytest.mark.parametrize("name", ["recursive_alias", "billion_laughs", "invalid_utf8",
-                                  "big", "duplicate_key", "deep_nesting", "huge_integer"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "recursive_alias",
+        "billion_laughs",
+        "invalid_utf8",
+        "big",
+        "duplicate_key",
+        "deep_nesting",
+        "huge_integer",
+    ],
+)
 def test_cli_validate_refuses_with_one_line(tmp_path, group, name):
     p = tmp_path / f"{name}.yaml"
     if name == "big":

@@ -54,35 +54,46 @@ def _fan_in(shape: Sequence[int]) -> int:
 class FunctionalExecutor:
     """Holds the values (and int8 scales) of a graph while its ops execute in order."""
 
-    def __init__(self, graph: Graph, seed: int,
-                 given: Mapping[str, np.ndarray] | None = None) -> None:
+    def __init__(
+        self, graph: Graph, seed: int, given: Mapping[str, np.ndarray] | None = None
+    ) -> None:
         self.graph = graph
         self.values: dict[str, np.ndarray] = {}
         self.scales: dict[str, float] = {}
         rng = np.random.default_rng(seed)
-        vocab = {op.inputs[0]: graph.tensors[op.inputs[1]].shape[0]
-                 for op in graph.ops if op.kind == "embedding"}
+        vocab = {
+            op.inputs[0]: graph.tensors[op.inputs[1]].shape[0]
+            for op in graph.ops
+            if op.kind == "embedding"
+        }
         given = dict(given or {})
-        unknown = set(given) - {n for n, t in graph.tensors.items()
-                                if t.kind in ("input", "weight")}
+        unknown = set(given) - {
+            n for n, t in graph.tensors.items() if t.kind in ("input", "weight")
+        }
         if unknown:
-            raise WorkloadError(f"inputs {sorted(unknown)} are not inputs or weights of "
-                                f"{graph.name!r}")
+            raise WorkloadError(
+                f"inputs {sorted(unknown)} are not inputs or weights of {graph.name!r}"
+            )
         for name, t in graph.tensors.items():
             if t.kind not in ("input", "weight"):
                 continue
             if name in given:
                 arr = np.asarray(given[name])
                 if tuple(arr.shape) != t.shape:
-                    raise WorkloadError(f"input {name!r}: shape {list(arr.shape)} given, the "
-                                        f"graph needs {list(t.shape)}")
+                    raise WorkloadError(
+                        f"input {name!r}: shape {list(arr.shape)} given, the "
+                        f"graph needs {list(t.shape)}"
+                    )
                 # stored in the tensor's dtype, as uploading it to the device does
                 self.values[name] = cast_to(arr, t.dtype) if t.dtype in _FLOATS else arr
                 continue
             if t.kind == "weight" and t.dtype in ("fp32", "fp16", "bf16"):
                 # N(0, 1/fan_in), rounded once to the dtype (the values it can hold)
-                arr = cast_to(rng.standard_normal(t.shape, dtype=np.float32)
-                              / np.float32(math.sqrt(_fan_in(t.shape))), t.dtype)
+                arr = cast_to(
+                    rng.standard_normal(t.shape, dtype=np.float32)
+                    / np.float32(math.sqrt(_fan_in(t.shape))),
+                    t.dtype,
+                )
             else:
                 arr = random_input(rng, t.shape, t.dtype, vocab.get(name))
             if t.dtype == "int8":
@@ -95,8 +106,14 @@ class FunctionalExecutor:
         s = self.scales.get(name)
         return v.astype(np.float32) * np.float32(s) if s is not None else v
 
-    def _gemm(self, op: Op, ins: list[np.ndarray], out_dtype: str,
-              kernels: Sequence[Kernel], device: Device | None) -> np.ndarray:
+    def _gemm(
+        self,
+        op: Op,
+        ins: list[np.ndarray],
+        out_dtype: str,
+        kernels: Sequence[Kernel],
+        device: Device | None,
+    ) -> np.ndarray:
         """A GEMM-class op: over ``device``'s tiles when it was lowered to one built-in
         GemmKernel (integer operands -> int8 arithmetic, else the kernel's float
         precision; fp32 for an int8 kernel fed dequantised floats), else ``evaluate``."""
@@ -114,39 +131,57 @@ class FunctionalExecutor:
         else:
             arith = kern.precision if kern.precision in _FLOATS else "fp32"
         # values held in the arithmetic's own format need no rounding (cast on the way in)
-        held = all(self.graph.tensors[i].dtype == arith and i not in self.scales
-                   for i in op.inputs[:2])
+        held = all(
+            self.graph.tensors[i].dtype == arith and i not in self.scales for i in op.inputs[:2]
+        )
         tiles, _ = device.tiles_of(kern)
         arr = device.spec.compute.array
-        c = execute_gemm(kern, tiles, a, b, ops.bias, dataflow=arr.dataflow, rows=arr.rows,
-                         cols=arr.cols, arithmetic=arith, round_operands=not held)
-        return ops.finish(c)      # int32, or float32 that step() rounds to the output dtype
+        c = execute_gemm(
+            kern,
+            tiles,
+            a,
+            b,
+            ops.bias,
+            dataflow=arr.dataflow,
+            rows=arr.rows,
+            cols=arr.cols,
+            arithmetic=arith,
+            round_operands=not held,
+        )
+        return ops.finish(c)  # int32, or float32 that step() rounds to the output dtype
 
-    def step(self, op: Op, kernels: Sequence[Kernel] = (),
-             device: Device | None = None) -> None:
+    def step(self, op: Op, kernels: Sequence[Kernel] = (), device: Device | None = None) -> None:
         """Compute ``op``'s output. ``kernels``: what ``op`` was lowered to; ``device``:
         the device that ran them (its tiles and array shape drive the GEMM arithmetic;
         without it GEMMs are evaluated untiled)."""
         g = self.graph
         if op.kind in GEMM_KINDS and op_macs(op, g.shapes_of(op)[0]) > FUNCTIONAL_MAC_LIMIT:
-            raise WorkloadError(f"op {op.name!r}: too large for functional mode "
-                                f"(> {FUNCTIONAL_MAC_LIMIT:.0e} MACs); use mode='timing'")
+            raise WorkloadError(
+                f"op {op.name!r}: too large for functional mode "
+                f"(> {FUNCTIONAL_MAC_LIMIT:.0e} MACs); use mode='timing'"
+            )
         out_name = op.outputs[0]
         out = g.tensors[out_name]
         int_gemm = op.kind in GEMM_KINDS and all(
-            self.values[i].dtype == np.int8 for i in op.inputs[:2])
-        if op.kind in _MOVES:          # integers and their scale move unchanged
-            self.values[out_name] = evaluate(op.kind, op.attrs,
-                                             [self.values[i] for i in op.inputs], out.shape,
-                                             out.dtype, None, op.name)
+            self.values[i].dtype == np.int8 for i in op.inputs[:2]
+        )
+        if op.kind in _MOVES:  # integers and their scale move unchanged
+            self.values[out_name] = evaluate(
+                op.kind,
+                op.attrs,
+                [self.values[i] for i in op.inputs],
+                out.shape,
+                out.dtype,
+                None,
+                op.name,
+            )
             if op.inputs[0] in self.scales and out.dtype in ("int8", "int32"):
                 self.scales[out_name] = self.scales[op.inputs[0]]
             return
-        if int_gemm:                   # exact int32 accumulation, as the array does
-            acc = self._gemm(op, [self.values[i] for i in op.inputs], "int32", kernels,
-                             device)
+        if int_gemm:  # exact int32 accumulation, as the array does
+            acc = self._gemm(op, [self.values[i] for i in op.inputs], "int32", kernels, device)
             sa, sb = (self.scales.get(i) for i in op.inputs[:2])
-            if out.dtype == "int32":   # stays integer; carries a scale if its inputs did
+            if out.dtype == "int32":  # stays integer; carries a scale if its inputs did
                 self.values[out_name] = acc
                 if sa is not None or sb is not None:
                     self.scales[out_name] = (sa or 1.0) * (sb or 1.0)
@@ -156,14 +191,18 @@ class FunctionalExecutor:
         else:
             ins = [self._dequantised(i) for i in op.inputs]
             dt = "fp32" if out.dtype == "int8" else out.dtype
-            result = self._gemm(op, ins, dt, kernels, device) if op.kind in GEMM_KINDS \
+            result = (
+                self._gemm(op, ins, dt, kernels, device)
+                if op.kind in GEMM_KINDS
                 else evaluate(op.kind, op.attrs, ins, out.shape, dt, None, op.name)
-        if out.dtype == "int8":        # dynamic symmetric requantisation
+            )
+        if out.dtype == "int8":  # dynamic symmetric requantisation
             x = np.asarray(result, dtype=np.float32)
             amax = float(np.max(np.abs(x))) if x.size else 0.0
             scale = amax / 127.0 if amax > 0 else 1.0
-            self.values[out_name] = np.clip(np.rint(x / np.float32(scale)), -127,
-                                            127).astype(np.int8)
+            self.values[out_name] = np.clip(np.rint(x / np.float32(scale)), -127, 127).astype(
+                np.int8
+            )
             self.scales[out_name] = scale
         else:
             self.values[out_name] = cast_to(result, out.dtype)

@@ -28,8 +28,13 @@ from .emulator.allocator import Block, CachingAllocator, DeviceOutOfMemory
 from .emulator.kernels import GemmKernel, Kernel, VectorKernel
 from .graph import Graph, Op
 
-__all__ = ["AllocInfo", "DeviceBuffer", "RunMemory", "kernel_workspace_bytes",
-           "WORKSPACE_BYTES_PER_TILE"]
+__all__ = [
+    "AllocInfo",
+    "DeviceBuffer",
+    "RunMemory",
+    "kernel_workspace_bytes",
+    "WORKSPACE_BYTES_PER_TILE",
+]
 
 #: Command-buffer bytes per tile: a load and a store descriptor and the tile program.
 WORKSPACE_BYTES_PER_TILE = 64
@@ -63,8 +68,10 @@ class DeviceBuffer:
         self._block = block
 
     def __repr__(self) -> str:
-        return (f"DeviceBuffer(id={self.id}, address={self.address:#x}, nbytes={self.nbytes}, "
-                f"tag={self.tag!r})")
+        return (
+            f"DeviceBuffer(id={self.id}, address={self.address:#x}, nbytes={self.nbytes}, "
+            f"tag={self.tag!r})"
+        )
 
 
 def kernel_workspace_bytes(k: Kernel) -> int:
@@ -74,7 +81,7 @@ def kernel_workspace_bytes(k: Kernel) -> int:
         return int(declared)
     if isinstance(k, GemmKernel):
         t = k.tiling
-        tiles = (-(-k.batch // t.tb) * -(-k.m // t.tm) * -(-k.n // t.tn) * -(-k.k // t.tk))
+        tiles = -(-k.batch // t.tb) * -(-k.m // t.tm) * -(-k.n // t.tn) * -(-k.k // t.tk)
     elif isinstance(k, VectorKernel):
         tiles = -(-k.rows // max(1, k.rows_per_tile))
     else:
@@ -85,8 +92,12 @@ def kernel_workspace_bytes(k: Kernel) -> int:
 class RunMemory:
     """The allocation plan of one run, executed op by op on ``allocator``."""
 
-    def __init__(self, allocator: CachingAllocator, graph: Graph,
-                 lowered: Sequence[tuple[Op, Sequence[Kernel]]]) -> None:
+    def __init__(
+        self,
+        allocator: CachingAllocator,
+        graph: Graph,
+        lowered: Sequence[tuple[Op, Sequence[Kernel]]],
+    ) -> None:
         self.allocator = allocator
         self.graph = graph
         self.lowered = lowered
@@ -96,7 +107,7 @@ class RunMemory:
             for i in op.inputs:
                 r = root.get(i, i)
                 last[r] = idx
-            if not kernels and op.inputs:            # a view: its output is its input
+            if not kernels and op.inputs:  # a view: its output is its input
                 for o in op.outputs:
                     root[o] = root.get(op.inputs[0], op.inputs[0])
         self._root = root
@@ -112,11 +123,13 @@ class RunMemory:
 
     def _malloc(self, nbytes: int, kind: str, name: str, now: int) -> Block:
         try:
-            blk, _ = self.allocator.malloc(max(1, nbytes), now=now, tag=kind,
-                                           info=AllocInfo(kind, name, self.graph.name))
+            blk, _ = self.allocator.malloc(
+                max(1, nbytes), now=now, tag=kind, info=AllocInfo(kind, name, self.graph.name)
+            )
         except DeviceOutOfMemory as e:
-            raise DeviceOutOfMemory(f"{self.graph.name!r}: {kind} {name!r} does not fit: "
-                                    f"{e}") from None
+            raise DeviceOutOfMemory(
+                f"{self.graph.name!r}: {kind} {name!r} does not fit: {e}"
+            ) from None
         return blk
 
     def start(self, now: int) -> None:
@@ -132,8 +145,7 @@ class RunMemory:
             return
         for o in op.outputs:
             if o not in self._root and o not in self._blocks:
-                self._blocks[o] = self._malloc(self.graph.tensors[o].nbytes, "activation",
-                                               o, now)
+                self._blocks[o] = self._malloc(self.graph.tensors[o].nbytes, "activation", o, now)
         for k in kernels:
             ws = kernel_workspace_bytes(k)
             if ws > 0:

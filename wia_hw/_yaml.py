@@ -34,8 +34,16 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from .emulator.errors import SpecError
 
-__all__ = ["MAX_FILE_BYTES", "MAX_NODES", "MAX_DEPTH", "MAX_INT_DIGITS", "line_index",
-           "line_for", "load_yaml_text", "read_yaml_mapping"]
+__all__ = [
+    "MAX_FILE_BYTES",
+    "MAX_NODES",
+    "MAX_DEPTH",
+    "MAX_INT_DIGITS",
+    "line_index",
+    "line_for",
+    "load_yaml_text",
+    "read_yaml_mapping",
+]
 
 #: Largest YAML file read (bytes): 1 MiB. The built-in specs and manifests are 0.4 to
 #: 3 KB; a file 300 times larger than any of them is refused before it is read.
@@ -64,32 +72,40 @@ class _BoundedSafeLoader(yaml.SafeLoader):
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
-        self._count = 0                      # nodes so far, aliases expanded
+        self._count = 0  # nodes so far, aliases expanded
         self._depth = 0
-        self._open: set[str] = set()         # anchors whose node is being composed
-        self._sizes: dict[str, int] = {}     # anchor -> expanded size of its node
+        self._open: set[str] = set()  # anchors whose node is being composed
+        self._sizes: dict[str, int] = {}  # anchor -> expanded size of its node
 
     def _add(self, n: int, mark: yaml.Mark) -> None:
         self._count += n
         if self._count > MAX_NODES:
-            raise _Refused(None, None, f"document too large: more than {MAX_NODES:,} "
-                           "nodes with aliases expanded (an alias bomb?)", mark)
+            raise _Refused(
+                None,
+                None,
+                f"document too large: more than {MAX_NODES:,} "
+                "nodes with aliases expanded (an alias bomb?)",
+                mark,
+            )
 
     def compose_node(self, parent: Node | None, index: Any) -> Node:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             anchor = event.anchor
             if anchor in self._open:
-                raise _Refused(None, None, f"recursive alias *{anchor} (it refers to the "
-                               "node that contains it)", event.start_mark)
+                raise _Refused(
+                    None,
+                    None,
+                    f"recursive alias *{anchor} (it refers to the node that contains it)",
+                    event.start_mark,
+                )
             node = super().compose_node(parent, index)
             self._add(self._sizes.get(anchor, 1), event.start_mark)
             return node
         event = self.peek_event()
         anchor = event.anchor
         if self._depth >= MAX_DEPTH:
-            raise _Refused(None, None, f"nesting deeper than {MAX_DEPTH} levels",
-                           event.start_mark)
+            raise _Refused(None, None, f"nesting deeper than {MAX_DEPTH} levels", event.start_mark)
         before = self._count
         if anchor is not None:
             self._open.add(anchor)
@@ -105,10 +121,17 @@ class _BoundedSafeLoader(yaml.SafeLoader):
             self._sizes[anchor] = self._count - before
         if isinstance(node, MappingNode):
             _check_duplicate_keys(node)
-        elif isinstance(node, ScalarNode) and node.tag == _INT_TAG and len(node.value) > \
-                MAX_INT_DIGITS:
-            raise _Refused(None, None, f"integer of {len(node.value)} characters (at most "
-                           f"{MAX_INT_DIGITS})", node.start_mark)
+        elif (
+            isinstance(node, ScalarNode)
+            and node.tag == _INT_TAG
+            and len(node.value) > MAX_INT_DIGITS
+        ):
+            raise _Refused(
+                None,
+                None,
+                f"integer of {len(node.value)} characters (at most {MAX_INT_DIGITS})",
+                node.start_mark,
+            )
         return node
 
 
@@ -135,13 +158,15 @@ def _check_duplicate_keys(node: MappingNode) -> None:
         k = _key_value(key)
         line = key.start_mark.line + 1
         if k in seen:
-            raise _Refused(None, None, f"duplicate key {key.value!r} (first at line "
-                           f"{seen[k]})", key.start_mark)
+            raise _Refused(
+                None, None, f"duplicate key {key.value!r} (first at line {seen[k]})", key.start_mark
+            )
         seen[k] = line
 
 
-def line_index(node: yaml.Node | None, prefix: str = "",
-               out: dict[str, int] | None = None) -> dict[str, int]:
+def line_index(
+    node: yaml.Node | None, prefix: str = "", out: dict[str, int] | None = None
+) -> dict[str, int]:
     """Map each dotted field path of a composed document to its 1-based line.
 
     Mapping keys give ``a.b``; sequence items give ``a.0``, ``a.1``, ...
@@ -176,23 +201,32 @@ def _compose(text: str, display: str) -> tuple[Any, yaml.Node | None]:
     """(data, root node) of one YAML document; SpecError naming ``display`` otherwise."""
     loader = None
     try:
-        loader = _BoundedSafeLoader(text)     # the reader checks characters here
+        loader = _BoundedSafeLoader(text)  # the reader checks characters here
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None
     except _Refused as e:
         mark = e.problem_mark
-        raise SpecError(str(e.problem), file=display,
-                        line=mark.line + 1 if mark else None) from None
+        raise SpecError(
+            str(e.problem), file=display, line=mark.line + 1 if mark else None
+        ) from None
     except yaml.reader.ReaderError as e:
         line = text.count("\n", 0, e.position) + 1
-        raise SpecError(f"character U+{e.character:04X} is not allowed in YAML ({e.reason}, "
-                        f"character offset {e.position})", file=display, line=line) from None
+        raise SpecError(
+            f"character U+{e.character:04X} is not allowed in YAML ({e.reason}, "
+            f"character offset {e.position})",
+            file=display,
+            line=line,
+        ) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        problem = ", ".join(str(p) for p in (getattr(e, "context", None),
-                                             getattr(e, "problem", None)) if p)
-        raise SpecError(f"malformed YAML: {problem or str(e).splitlines()[0]}", file=display,
-                        line=mark.line + 1 if mark else None) from None
+        problem = ", ".join(
+            str(p) for p in (getattr(e, "context", None), getattr(e, "problem", None)) if p
+        )
+        raise SpecError(
+            f"malformed YAML: {problem or str(e).splitlines()[0]}",
+            file=display,
+            line=mark.line + 1 if mark else None,
+        ) from None
     finally:
         if loader is not None:
             loader.dispose()
@@ -204,8 +238,11 @@ def _decode(raw: bytes, display: str) -> str:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
-        raise SpecError(f"not UTF-8: byte 0x{raw[e.start]:02x} at byte offset {e.start} "
-                        f"({e.reason})", file=display, line=line) from None
+        raise SpecError(
+            f"not UTF-8: byte 0x{raw[e.start]:02x} at byte offset {e.start} ({e.reason})",
+            file=display,
+            line=line,
+        ) from None
     return text.removeprefix("\ufeff")
 
 
@@ -217,8 +254,7 @@ def load_yaml_text(text: str, display: str) -> Any:
     return _compose(text, display)[0]
 
 
-def read_yaml_mapping(path: Path, display: str, what: str) -> tuple[dict[str, Any],
-                                                                    dict[str, int]]:
+def read_yaml_mapping(path: Path, display: str, what: str) -> tuple[dict[str, Any], dict[str, int]]:
     """Read a YAML file that must hold a mapping; returns (data, line index).
 
     ``display`` names the file in errors; ``what`` the kind of document ("a spec").
@@ -229,14 +265,18 @@ def read_yaml_mapping(path: Path, display: str, what: str) -> tuple[dict[str, An
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size > MAX_FILE_BYTES:
-                raise SpecError(f"file is {size:,} bytes, larger than the maximum "
-                                f"{MAX_FILE_BYTES:,} bytes (1 MiB) for YAML", file=display)
+                raise SpecError(
+                    f"file is {size:,} bytes, larger than the maximum "
+                    f"{MAX_FILE_BYTES:,} bytes (1 MiB) for YAML",
+                    file=display,
+                )
             raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
         raise SpecError(f"cannot read: {e.strerror}", file=display) from None
-    if len(raw) > MAX_FILE_BYTES:        # a pipe or device that stat cannot size
-        raise SpecError(f"larger than the maximum {MAX_FILE_BYTES:,} bytes (1 MiB) for "
-                        "YAML", file=display)
+    if len(raw) > MAX_FILE_BYTES:  # a pipe or device that stat cannot size
+        raise SpecError(
+            f"larger than the maximum {MAX_FILE_BYTES:,} bytes (1 MiB) for YAML", file=display
+        )
     data, node = _compose(_decode(raw, display), display)
     if not isinstance(data, dict):
         raise SpecError(f"{what} must be a YAML mapping", file=display, line=1)

@@ -36,16 +36,26 @@ from .lowering import Provider, lower
 from .optimize._quant import QuantExecutor
 from .spec import DEFAULT_DEVICE, load_spec
 
-__all__ = ["GraphEvaluator", "AccuracyReport", "compare", "agreement_stats", "calibration_batches",
-           "load_digits_split", "train_digits_mlp", "mlp_to_graph"]
+__all__ = [
+    "GraphEvaluator",
+    "AccuracyReport",
+    "compare",
+    "agreement_stats",
+    "calibration_batches",
+    "load_digits_split",
+    "train_digits_mlp",
+    "mlp_to_graph",
+]
 
 
 def _sklearn() -> Any:
     try:
         import sklearn  # noqa: F401
     except ImportError:
-        raise ImportError("wia_hw.accuracy needs scikit-learn for its bundled data sets "
-                          "and models: pip install 'wia-hw[test]' (or scikit-learn)") from None
+        raise ImportError(
+            "wia_hw.accuracy needs scikit-learn for its bundled data sets "
+            "and models: pip install 'wia-hw[test]' (or scikit-learn)"
+        ) from None
     return sklearn
 
 
@@ -59,10 +69,15 @@ class GraphEvaluator:
     ``weights`` may hold more than the graph's (those are ignored).
     """
 
-    def __init__(self, graph: Graph, weights: Mapping[str, np.ndarray] | None = None, *,
-                 device: str | DeviceSpec = DEFAULT_DEVICE,
-                 providers: Mapping[str, tuple[str, Provider]] | None = None,
-                 seed: int = 0) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        weights: Mapping[str, np.ndarray] | None = None,
+        *,
+        device: str | DeviceSpec = DEFAULT_DEVICE,
+        providers: Mapping[str, tuple[str, Provider]] | None = None,
+        seed: int = 0,
+    ) -> None:
         if not isinstance(graph, Graph):
             raise TypeError(f"GraphEvaluator takes a Graph, got {type(graph).__name__}")
         self.graph = graph
@@ -70,8 +85,11 @@ class GraphEvaluator:
         self.device = Device(self.spec)
         given = {**(getattr(graph, "weights", None) or {}), **(weights or {})}
         # a superset is fine (e.g. a quantised graph's float_weights for its reference)
-        self.weights = {n: v for n, v in given.items()
-                        if n in graph.tensors and graph.tensors[n].kind == "weight"}
+        self.weights = {
+            n: v
+            for n, v in given.items()
+            if n in graph.tensors and graph.tensors[n].kind == "weight"
+        }
         self.seed = seed
         self.lowered = lower(graph, self.spec, dict(providers or {}))
         self.inputs = [n for n, t in graph.tensors.items() if t.kind == "input"]
@@ -82,8 +100,10 @@ class GraphEvaluator:
         Raises WorkloadError on a shape that does not fit."""
         if not isinstance(inputs, Mapping):
             if len(self.inputs) != 1:
-                raise WorkloadError(f"graph {self.graph.name!r} has inputs {self.inputs}; "
-                                    "give a {name: array} mapping")
+                raise WorkloadError(
+                    f"graph {self.graph.name!r} has inputs {self.inputs}; "
+                    "give a {name: array} mapping"
+                )
             inputs = {self.inputs[0]: inputs}
         fx = QuantExecutor(self.graph, self.seed, {**self.weights, **inputs})
         for op, kernels in self.lowered:
@@ -103,16 +123,18 @@ class GraphEvaluator:
         b = shape[0]
         x = np.asarray(x, dtype=np.float32)
         if tuple(x.shape[1:]) != shape[1:]:
-            raise WorkloadError(f"predict: samples of shape {list(x.shape[1:])}, input "
-                                f"{name!r} needs {list(shape[1:])}")
+            raise WorkloadError(
+                f"predict: samples of shape {list(x.shape[1:])}, input "
+                f"{name!r} needs {list(shape[1:])}"
+            )
         outs = []
         for i in range(0, len(x), b):
-            chunk = x[i:i + b]
+            chunk = x[i : i + b]
             pad = np.zeros((b,) + shape[1:], np.float32)
-            pad[:len(chunk)] = chunk
+            pad[: len(chunk)] = chunk
             got = self.run({name: pad})
             key = output or next(iter(got))
-            outs.append(got[key][:len(chunk)])
+            outs.append(got[key][: len(chunk)])
         return np.concatenate(outs)
 
 
@@ -145,14 +167,17 @@ class AccuracyReport:
         return self.accuracy - self.reference_accuracy
 
 
-def compare(name: str, out: np.ndarray, ref: np.ndarray,
-            labels: np.ndarray | None = None) -> AccuracyReport:
+def compare(
+    name: str, out: np.ndarray, ref: np.ndarray, labels: np.ndarray | None = None
+) -> AccuracyReport:
     """An :class:`AccuracyReport` of ``out`` against ``ref`` (``[samples, classes]``
     logits, or any regression-like outputs when ``labels`` is None)."""
     out, ref = np.asarray(out), np.asarray(ref)
     if out.shape != ref.shape:
-        raise WorkloadError(f"compare {name!r}: outputs {list(out.shape)} and reference "
-                            f"{list(ref.shape)} differ in shape")
+        raise WorkloadError(
+            f"compare {name!r}: outputs {list(out.shape)} and reference "
+            f"{list(ref.shape)} differ in shape"
+        )
     cos, err = agreement_stats(out, ref)
     acc = racc = agree = math.nan
     if labels is not None:
@@ -166,8 +191,10 @@ def compare(name: str, out: np.ndarray, ref: np.ndarray,
 
 # -- bundled data and trained models --------------------------------------------------
 
-def load_digits_split(test_size: float = 0.3, seed: int = 0
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+
+def load_digits_split(
+    test_size: float = 0.3, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """scikit-learn's bundled digits (1797 8x8 images, 10 classes), pixels scaled to
     [0, 1], split stratified into ``(x_train, x_test, y_train, y_test)``."""
     _sklearn()
@@ -176,12 +203,14 @@ def load_digits_split(test_size: float = 0.3, seed: int = 0
 
     d = load_digits()
     x = (d.data / 16.0).astype(np.float32)
-    return tuple(train_test_split(x, d.target, test_size=test_size, random_state=seed,
-                                  stratify=d.target))  # type: ignore[return-value]
+    return tuple(
+        train_test_split(x, d.target, test_size=test_size, random_state=seed, stratify=d.target)
+    )  # type: ignore[return-value]
 
 
-def train_digits_mlp(hidden: Sequence[int] = (64, 32), seed: int = 0,
-                     max_iter: int = 200) -> tuple[Any, tuple[np.ndarray, ...]]:
+def train_digits_mlp(
+    hidden: Sequence[int] = (64, 32), seed: int = 0, max_iter: int = 200
+) -> tuple[Any, tuple[np.ndarray, ...]]:
     """An ``MLPClassifier`` (ReLU, Adam, seeded) trained on the digits' training
     split; returns ``(classifier, (x_train, x_test, y_train, y_test))``."""
     _sklearn()
@@ -191,8 +220,9 @@ def train_digits_mlp(hidden: Sequence[int] = (64, 32), seed: int = 0,
     from sklearn.neural_network import MLPClassifier
 
     split = load_digits_split(seed=seed)
-    clf = MLPClassifier(hidden_layer_sizes=tuple(hidden), activation="relu",
-                        max_iter=max_iter, random_state=seed)
+    clf = MLPClassifier(
+        hidden_layer_sizes=tuple(hidden), activation="relu", max_iter=max_iter, random_state=seed
+    )
     from threadpoolctl import threadpool_limits  # a scikit-learn dependency
 
     # one BLAS thread: on these tiny matrices threads only contend (5-20x slower)
@@ -205,8 +235,9 @@ def train_digits_mlp(hidden: Sequence[int] = (64, 32), seed: int = 0,
 _ACTS = {"relu": "relu", "tanh": "tanh", "logistic": "sigmoid", "identity": None}
 
 
-def mlp_to_graph(model: Any, batch: int, *, dtype: str = "fp32", name: str = "mlp"
-                 ) -> tuple[Graph, dict[str, np.ndarray]]:
+def mlp_to_graph(
+    model: Any, batch: int, *, dtype: str = "fp32", name: str = "mlp"
+) -> tuple[Graph, dict[str, np.ndarray]]:
     """A trained MLP as a graph: ``x [batch, in]`` -> ``linear`` (+ activation) per
     layer -> ``logits``. ``model``: a fitted scikit-learn ``MLPClassifier`` (or any
     object with ``coefs_``, ``intercepts_`` and ``activation``), or a list of
@@ -219,8 +250,9 @@ def mlp_to_graph(model: Any, batch: int, *, dtype: str = "fp32", name: str = "ml
     else:
         layers, act = list(model), "relu"
     if act not in _ACTS:
-        raise WorkloadError(f"mlp_to_graph: activation {act!r} has no graph op (known: "
-                            f"{', '.join(_ACTS)})")
+        raise WorkloadError(
+            f"mlp_to_graph: activation {act!r} has no graph op (known: {', '.join(_ACTS)})"
+        )
     if not layers:
         raise WorkloadError("mlp_to_graph: the model has no layer")
     b = GraphBuilder(name, dtype)
@@ -231,8 +263,10 @@ def mlp_to_graph(model: Any, batch: int, *, dtype: str = "fp32", name: str = "ml
         last = i == len(layers) - 1
         lname = "logits" if last else f"fc{i}"
         if w.shape[0] != b.shape(x)[-1] or bias.shape != (w.shape[1],):
-            raise WorkloadError(f"mlp_to_graph: layer {i}: weight {list(w.shape)} and bias "
-                                f"{list(bias.shape)} do not follow {list(b.shape(x))}")
+            raise WorkloadError(
+                f"mlp_to_graph: layer {i}: weight {list(w.shape)} and bias "
+                f"{list(bias.shape)} do not follow {list(b.shape(x))}"
+            )
         x = b.linear(lname, x, w.shape[1])
         weights[f"{lname}.weight"], weights[f"{lname}.bias"] = w, bias
         if not last and _ACTS[act] is not None:
@@ -240,8 +274,9 @@ def mlp_to_graph(model: Any, batch: int, *, dtype: str = "fp32", name: str = "ml
     return b.graph(sequences=batch, params={"model": name, "precision": dtype}), weights
 
 
-def calibration_batches(x: np.ndarray, batch: int, count: int,
-                        name: str = "x") -> Iterable[dict[str, np.ndarray]]:
+def calibration_batches(
+    x: np.ndarray, batch: int, count: int, name: str = "x"
+) -> Iterable[dict[str, np.ndarray]]:
     """Up to ``count`` full batches of ``x`` (rows) as ``{name: array}`` mappings."""
     for i in range(min(count, len(x) // batch)):
-        yield {name: np.asarray(x[i * batch:(i + 1) * batch], np.float32)}
+        yield {name: np.asarray(x[i * batch : (i + 1) * batch], np.float32)}

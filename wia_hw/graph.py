@@ -64,29 +64,69 @@ __all__ = [
 
 #: Bytes per element of each dtype.
 DTYPE_BYTES: dict[str, int] = {
-    "fp32": 4, "fp16": 2, "bf16": 2, "int8": 1, "int32": 4, "int64": 8, "bool": 1,
+    "fp32": 4,
+    "fp16": 2,
+    "bf16": 2,
+    "int8": 1,
+    "int32": 4,
+    "int64": 8,
+    "bool": 1,
 }
 FLOAT_DTYPES = ("fp32", "fp16", "bf16")
 GEMM_KINDS = ("linear", "matmul", "bmm", "conv2d")
 #: Elementwise unary ops, with their FLOPs per element (as a profiler would count them).
 UNARY_KINDS: dict[str, int] = {
-    "gelu": 8, "relu": 1, "tanh": 4, "sigmoid": 4, "erf": 4, "exp": 1, "sqrt": 1,
-    "neg": 1, "scale": 1, "identity": 0, "cast": 0,
+    "gelu": 8,
+    "relu": 1,
+    "tanh": 4,
+    "sigmoid": 4,
+    "erf": 4,
+    "exp": 1,
+    "sqrt": 1,
+    "neg": 1,
+    "scale": 1,
+    "identity": 0,
+    "cast": 0,
     # ONNX CNN activations: clip = max + min; hardsigmoid = mul, add, clip;
     # hardswish = hardsigmoid + mul; lrn (size 5) = square, 4 window adds, scale and
     # bias, pow, div
-    "clip": 2, "hardsigmoid": 3, "hardswish": 4, "lrn": 9,
+    "clip": 2,
+    "hardsigmoid": 3,
+    "hardswish": 4,
+    "lrn": 9,
     # ONNX tests on values (IsNaN, IsInf, Not): one compare per element
-    "isnan": 1, "not": 1,
+    "isnan": 1,
+    "not": 1,
     # leakyrelu = compare, mul; elu = compare, exp, sub; softplus = exp, add, log
-    "leakyrelu": 2, "elu": 3, "softplus": 3,
+    "leakyrelu": 2,
+    "elu": 3,
+    "softplus": 3,
 }
 #: Elementwise binary ops, with their FLOPs per output element.
-BINARY_KINDS: dict[str, int] = {"add": 1, "sub": 1, "mul": 1, "div": 1, "max": 1, "min": 1,
-                                "pow": 1, "compare": 1, "logical": 1,
-                                "prelu": 2}  # prelu: compare, mul by the slope
-OTHER_KINDS = ("softmax", "layer_norm", "embedding", "maxpool", "avgpool",
-               "global_avgpool", "reshape", "transpose", "concat", "slice")
+BINARY_KINDS: dict[str, int] = {
+    "add": 1,
+    "sub": 1,
+    "mul": 1,
+    "div": 1,
+    "max": 1,
+    "min": 1,
+    "pow": 1,
+    "compare": 1,
+    "logical": 1,
+    "prelu": 2,
+}  # prelu: compare, mul by the slope
+OTHER_KINDS = (
+    "softmax",
+    "layer_norm",
+    "embedding",
+    "maxpool",
+    "avgpool",
+    "global_avgpool",
+    "reshape",
+    "transpose",
+    "concat",
+    "slice",
+)
 OP_KINDS = GEMM_KINDS + tuple(UNARY_KINDS) + tuple(BINARY_KINDS) + OTHER_KINDS
 #: FLOPs per element of the reductions: softmax (max, sub, exp, sum, div),
 #: layer norm (mean, sub, square, sum, rsqrt-mul, scale, shift, ...).
@@ -108,15 +148,19 @@ class Tensor:
             raise WorkloadError(f"tensor name must be a non-empty string, got {self.name!r}")
         shape = tuple(self.shape)
         if any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in shape):
-            raise WorkloadError(f"tensor {self.name!r}: shape must be positive integers, "
-                                f"got {list(self.shape)}")
+            raise WorkloadError(
+                f"tensor {self.name!r}: shape must be positive integers, got {list(self.shape)}"
+            )
         object.__setattr__(self, "shape", shape)
         if self.dtype not in DTYPE_BYTES:
-            raise WorkloadError(f"tensor {self.name!r}: unknown dtype {self.dtype!r} "
-                                f"(known: {', '.join(DTYPE_BYTES)})")
+            raise WorkloadError(
+                f"tensor {self.name!r}: unknown dtype {self.dtype!r} "
+                f"(known: {', '.join(DTYPE_BYTES)})"
+            )
         if self.kind not in ("input", "weight", "activation"):
-            raise WorkloadError(f"tensor {self.name!r}: kind must be input, weight or "
-                                f"activation, got {self.kind!r}")
+            raise WorkloadError(
+                f"tensor {self.name!r}: kind must be input, weight or activation, got {self.kind!r}"
+            )
 
     @property
     def numel(self) -> int:
@@ -146,8 +190,9 @@ class Op:
         object.__setattr__(self, "attrs", dict(self.attrs))
 
 
-def conv_output_hw(h: int, w: int, kh: int, kw: int, stride: int, pad: int,
-                   dilation: int = 1) -> tuple[int, int]:
+def conv_output_hw(
+    h: int, w: int, kh: int, kw: int, stride: int, pad: int, dilation: int = 1
+) -> tuple[int, int]:
     """Output height and width of a convolution or pooling window."""
     ho = (h + 2 * pad - dilation * (kh - 1) - 1) // stride + 1
     wo = (w + 2 * pad - dilation * (kw - 1) - 1) // stride + 1
@@ -178,18 +223,23 @@ def infer_shapes(op: Op, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, .
         need((2, 3))
         x, w = shapes[0], shapes[1]
         if len(w) != 2 or len(x) < 1 or x[-1] != w[0]:
-            raise WorkloadError(f"op {n!r} (linear): input {list(x)} does not match "
-                                f"weight {list(w)} (need x[..., K] and w[K, N])")
+            raise WorkloadError(
+                f"op {n!r} (linear): input {list(x)} does not match "
+                f"weight {list(w)} (need x[..., K] and w[K, N])"
+            )
         if len(shapes) == 3 and shapes[2] != (w[1],):
-            raise WorkloadError(f"op {n!r} (linear): bias {list(shapes[2])} does not match "
-                                f"weight {list(w)} (need [{w[1]}])")
+            raise WorkloadError(
+                f"op {n!r} (linear): bias {list(shapes[2])} does not match "
+                f"weight {list(w)} (need [{w[1]}])"
+            )
         return [x[:-1] + (w[1],)]
     if k == "matmul":
         need(2)
         x, w = shapes
         if len(x) != 2 or len(w) != 2 or x[1] != w[0]:
-            raise WorkloadError(f"op {n!r} (matmul): A {list(x)} x B {list(w)}: "
-                                "inner dimensions differ")
+            raise WorkloadError(
+                f"op {n!r} (matmul): A {list(x)} x B {list(w)}: inner dimensions differ"
+            )
         return [(x[0], w[1])]
     if k == "bmm":
         need(2)
@@ -199,19 +249,23 @@ def infer_shapes(op: Op, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, .
                 raise WorkloadError(f"op {n!r} (bmm): B {list(y)} needs 2+ dims")
             y = y[:-2] + (y[-1], y[-2])
         if len(x) < 2 or len(y) < 2 or x[-1] != y[-2] or x[:-2] != y[:-2]:
-            raise WorkloadError(f"op {n!r} (bmm): A {list(shapes[0])} x B {list(shapes[1])}"
-                                f"{' (transposed)' if a.get('transpose_b') else ''}: "
-                                "batch or inner dimensions differ")
+            raise WorkloadError(
+                f"op {n!r} (bmm): A {list(shapes[0])} x B {list(shapes[1])}"
+                f"{' (transposed)' if a.get('transpose_b') else ''}: "
+                "batch or inner dimensions differ"
+            )
         return [x[:-1] + (y[-1],)]
     if k == "conv2d":
         need((2, 3))
         x, w = shapes[0], shapes[1]
         g = a.get("groups", 1)
         if len(x) != 4 or len(w) != 4 or x[1] != w[1] * g or w[0] % g:
-            raise WorkloadError(f"op {n!r} (conv2d): input {list(x)} and weight {list(w)} "
-                                f"do not agree (groups={g})")
-        ho, wo = conv_output_hw(x[2], x[3], w[2], w[3], a.get("stride", 1), a.get("pad", 0),
-                                a.get("dilation", 1))
+            raise WorkloadError(
+                f"op {n!r} (conv2d): input {list(x)} and weight {list(w)} do not agree (groups={g})"
+            )
+        ho, wo = conv_output_hw(
+            x[2], x[3], w[2], w[3], a.get("stride", 1), a.get("pad", 0), a.get("dilation", 1)
+        )
         if ho < 1 or wo < 1:
             raise WorkloadError(f"op {n!r} (conv2d): output would be empty for input {list(x)}")
         return [(x[0], w[0], ho, wo)]
@@ -223,8 +277,9 @@ def infer_shapes(op: Op, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, .
         x = shapes[0]
         for s in shapes[1:]:
             if s != (x[-1],):
-                raise WorkloadError(f"op {n!r} (layer_norm): scale {list(s)} does not match "
-                                    f"input {list(x)}")
+                raise WorkloadError(
+                    f"op {n!r} (layer_norm): scale {list(s)} does not match input {list(x)}"
+                )
         return [x]
     if k in BINARY_KINDS:
         need(2)
@@ -253,15 +308,17 @@ def infer_shapes(op: Op, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, .
         need(1)
         new = tuple(a["shape"])
         if math.prod(new) != math.prod(shapes[0]):
-            raise WorkloadError(f"op {n!r} (reshape): cannot reshape {list(shapes[0])} "
-                                f"to {list(new)}")
+            raise WorkloadError(
+                f"op {n!r} (reshape): cannot reshape {list(shapes[0])} to {list(new)}"
+            )
         return [new]
     if k == "transpose":
         need(1)
         perm = tuple(a["perm"])
         if sorted(perm) != list(range(len(shapes[0]))):
-            raise WorkloadError(f"op {n!r} (transpose): perm {list(perm)} does not fit "
-                                f"{list(shapes[0])}")
+            raise WorkloadError(
+                f"op {n!r} (transpose): perm {list(perm)} does not fit {list(shapes[0])}"
+            )
         return [tuple(shapes[0][p] for p in perm)]
     if k == "concat":
         need((1, 1 << 16))
@@ -270,8 +327,9 @@ def infer_shapes(op: Op, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, .
         ax = axis % len(base)
         for s in shapes[1:]:
             if len(s) != len(base) or any(s[i] != base[i] for i in range(len(s)) if i != ax):
-                raise WorkloadError(f"op {n!r} (concat): {list(shapes[0])} and {list(s)} "
-                                    f"differ outside axis {axis}")
+                raise WorkloadError(
+                    f"op {n!r} (concat): {list(shapes[0])} and {list(s)} differ outside axis {axis}"
+                )
             base[ax] += s[ax]
         return [tuple(base)]
     if k == "slice":
@@ -300,8 +358,15 @@ def gemm_dims(op: Op, shapes: Sequence[tuple[int, ...]]) -> tuple[int, int, int,
     if op.kind == "conv2d":
         x, w = shapes[0], shapes[1]
         g = op.attrs.get("groups", 1)
-        ho, wo = conv_output_hw(x[2], x[3], w[2], w[3], op.attrs.get("stride", 1),
-                                op.attrs.get("pad", 0), op.attrs.get("dilation", 1))
+        ho, wo = conv_output_hw(
+            x[2],
+            x[3],
+            w[2],
+            w[3],
+            op.attrs.get("stride", 1),
+            op.attrs.get("pad", 0),
+            op.attrs.get("dilation", 1),
+        )
         # im2col per group: M = N*Ho*Wo, K = (C/g)*kh*kw, N = O/g; groups are the batch.
         return g, x[0] * ho * wo, w[0] // g, w[1] * w[2] * w[3]
     raise WorkloadError(f"op {op.name!r} ({op.kind}) is not a GEMM")
@@ -322,12 +387,13 @@ def is_view(op: Op, in_shapes: Sequence[tuple[int, ...]]) -> bool:
         return True
     if op.kind == "slice" and in_shapes:
         x = in_shapes[0]
-        return math.prod(x[:op.attrs.get("axis", 0) % len(x)]) == 1
+        return math.prod(x[: op.attrs.get("axis", 0) % len(x)]) == 1
     return False
 
 
-def op_flops(op: Op, in_shapes: Sequence[tuple[int, ...]],
-             out_shapes: Sequence[tuple[int, ...]]) -> int:
+def op_flops(
+    op: Op, in_shapes: Sequence[tuple[int, ...]], out_shapes: Sequence[tuple[int, ...]]
+) -> int:
     """Floating-point (or integer) operations of an op, as profilers count them.
 
     GEMMs count 2 per MAC plus one add per output for a bias; elementwise ops count
@@ -365,9 +431,16 @@ class Graph:
     ``sequences`` is how many independent samples one run processes (for throughput).
     """
 
-    def __init__(self, name: str, tensors: Iterable[Tensor], ops: Iterable[Op], *,
-                 sequences: int = 1, params: Mapping[str, Any] | None = None,
-                 validate: bool = True) -> None:
+    def __init__(
+        self,
+        name: str,
+        tensors: Iterable[Tensor],
+        ops: Iterable[Op],
+        *,
+        sequences: int = 1,
+        params: Mapping[str, Any] | None = None,
+        validate: bool = True,
+    ) -> None:
         self.name = name
         self.tensors: dict[str, Tensor] = {}
         for t in tensors:
@@ -390,26 +463,33 @@ class Graph:
             names.add(op.name)
             for i in op.inputs:
                 if i not in self.tensors:
-                    raise WorkloadError(f"op {op.name!r} ({op.kind}): input {i!r} is not a "
-                                        "tensor of the graph")
+                    raise WorkloadError(
+                        f"op {op.name!r} ({op.kind}): input {i!r} is not a tensor of the graph"
+                    )
                 if i not in produced:
-                    raise WorkloadError(f"op {op.name!r} ({op.kind}): input {i!r} is read "
-                                        "before any op writes it")
+                    raise WorkloadError(
+                        f"op {op.name!r} ({op.kind}): input {i!r} is read before any op writes it"
+                    )
             for o in op.outputs:
                 if o not in self.tensors:
-                    raise WorkloadError(f"op {op.name!r} ({op.kind}): output {o!r} is not a "
-                                        "tensor of the graph")
+                    raise WorkloadError(
+                        f"op {op.name!r} ({op.kind}): output {o!r} is not a tensor of the graph"
+                    )
             got = infer_shapes(op, [self.tensors[i].shape for i in op.inputs])
             for o, s in zip(op.outputs, got, strict=True):
                 if self.tensors[o].shape != s:
-                    raise WorkloadError(f"op {op.name!r} ({op.kind}): output {o!r} declared "
-                                        f"{list(self.tensors[o].shape)} but the op gives "
-                                        f"{list(s)}")
+                    raise WorkloadError(
+                        f"op {op.name!r} ({op.kind}): output {o!r} declared "
+                        f"{list(self.tensors[o].shape)} but the op gives "
+                        f"{list(s)}"
+                    )
             produced.update(op.outputs)
 
     def shapes_of(self, op: Op) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
-        return ([self.tensors[i].shape for i in op.inputs],
-                [self.tensors[o].shape for o in op.outputs])
+        return (
+            [self.tensors[i].shape for i in op.inputs],
+            [self.tensors[o].shape for o in op.outputs],
+        )
 
     def flops(self, op: Op | None = None) -> int:
         """FLOPs of one op, or of the whole graph."""
@@ -425,8 +505,10 @@ class Graph:
         return sum(t.nbytes for t in self.tensors.values() if t.kind == "weight")
 
     def __repr__(self) -> str:
-        return (f"Graph({self.name!r}, {len(self.ops)} ops, {len(self.tensors)} tensors, "
-                f"{self.flops() / 1e9:.1f} GFLOP)")
+        return (
+            f"Graph({self.name!r}, {len(self.ops)} ops, {len(self.tensors)} tensors, "
+            f"{self.flops() / 1e9:.1f} GFLOP)"
+        )
 
 
 class GraphBuilder:
@@ -467,8 +549,17 @@ class GraphBuilder:
         return self._tensors[name]
 
     # -- ops -------------------------------------------------------------------------
-    def op(self, kind: str, name: str, inputs: Sequence[str], *, group: str | None = None,
-           dtype: str | None = None, out: str | None = None, **attrs: Any) -> str:
+    def op(
+        self,
+        kind: str,
+        name: str,
+        inputs: Sequence[str],
+        *,
+        group: str | None = None,
+        dtype: str | None = None,
+        out: str | None = None,
+        **attrs: Any,
+    ) -> str:
         """Add an op of any kind; its output tensor is named ``out`` or ``name``."""
         if name in self._op_names:
             raise WorkloadError(f"graph {self.name!r}: op name {name!r} used twice")
@@ -479,8 +570,11 @@ class GraphBuilder:
         (shape,) = infer_shapes(op, [self._tensors[i].shape for i in inputs])
         if dtype is None:
             first = self._tensors[inputs[0]].dtype if inputs else self.dtype
-            dtype = self.dtype if kind == "embedding" or first in ("int64", "int32") \
-                and kind not in GEMM_KINDS else first
+            dtype = (
+                self.dtype
+                if kind == "embedding" or first in ("int64", "int32") and kind not in GEMM_KINDS
+                else first
+            )
             if kind == "embedding":
                 dtype = self._tensors[inputs[1]].dtype
         self._add_tensor(Tensor(out or name, shape, dtype, "activation"))
@@ -488,12 +582,16 @@ class GraphBuilder:
         self._ops.append(op)
         return out or name
 
-    def linear(self, name: str, x: str, n_out: int, *, bias: bool = True,
-               group: str | None = None) -> str:
+    def linear(
+        self, name: str, x: str, n_out: int, *, bias: bool = True, group: str | None = None
+    ) -> str:
         """``x[*, K] @ W[K, n_out] (+ b)``; creates the weight (and bias) tensors."""
         k = self.shape(x)[-1]
-        w = self.weight(f"{name}.weight", (k, n_out), self._tensors[x].dtype
-                        if self._tensors[x].dtype in FLOAT_DTYPES + ("int8",) else None)
+        w = self.weight(
+            f"{name}.weight",
+            (k, n_out),
+            self._tensors[x].dtype if self._tensors[x].dtype in FLOAT_DTYPES + ("int8",) else None,
+        )
         ins = [x, w]
         if bias:
             ins.append(self.weight(f"{name}.bias", (n_out,), self.tensor(w).dtype))
@@ -501,5 +599,6 @@ class GraphBuilder:
 
     def graph(self, *, sequences: int = 1, params: Mapping[str, Any] | None = None) -> Graph:
         """The finished graph (validated again as a whole)."""
-        return Graph(self.name, self._tensors.values(), self._ops, sequences=sequences,
-                     params=params)
+        return Graph(
+            self.name, self._tensors.values(), self._ops, sequences=sequences, params=params
+        )

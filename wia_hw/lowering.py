@@ -48,16 +48,30 @@ from .graph import (
     is_view,
 )
 
-__all__ = ["lower", "lower_op", "choose_gemm_tiling", "VIEW_KINDS", "Provider", "Storage",
-           "ATTR_LOWERINGS"]
+__all__ = [
+    "lower",
+    "lower_op",
+    "choose_gemm_tiling",
+    "VIEW_KINDS",
+    "Provider",
+    "Storage",
+    "ATTR_LOWERINGS",
+]
 
 #: Op kinds that are views: no data moves, no kernel.
 VIEW_KINDS = ("reshape", "identity")
 
 _VCLASS = {
-    "softmax": "softmax", "layer_norm": "layer_norm", "embedding": "gather",
-    "maxpool": "pool", "avgpool": "pool", "global_avgpool": "pool",
-    "transpose": "copy", "concat": "copy", "slice": "copy", "cast": "elementwise",
+    "softmax": "softmax",
+    "layer_norm": "layer_norm",
+    "embedding": "gather",
+    "maxpool": "pool",
+    "avgpool": "pool",
+    "global_avgpool": "pool",
+    "transpose": "copy",
+    "concat": "copy",
+    "slice": "copy",
+    "cast": "elementwise",
 }
 
 #: A provider lowers one op to kernels (the extension registry adds more).
@@ -76,18 +90,18 @@ def _ceil_to(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def choose_gemm_tiling(spec: DeviceSpec, batch: int, m: int, n: int, k: int,
-                       elem_bytes: int, out_bytes: int) -> GemmTiling:
+def choose_gemm_tiling(
+    spec: DeviceSpec, batch: int, m: int, n: int, k: int, elem_bytes: int, out_bytes: int
+) -> GemmTiling:
     """The tiling heuristic of the module docstring, for one GEMM on ``spec``."""
     a = spec.compute.array
     R, C = a.rows, a.cols
-    budget = spec.memory.l1.size_bytes // 2        # one of the two operand buffers
-    out_budget = spec.memory.l1.size_bytes // 4    # results drain through L1 as well
+    budget = spec.memory.l1.size_bytes // 2  # one of the two operand buffers
+    out_budget = spec.memory.l1.size_bytes // 4  # results drain through L1 as well
     cores = spec.compute.cores
 
     def fits(tm: int, tn: int, tk: int, tb: int = 1) -> bool:
-        return (tb * (tm + tn) * tk * elem_bytes <= budget
-                and tb * tm * tn * out_bytes <= out_budget)
+        return tb * (tm + tn) * tk * elem_bytes <= budget and tb * tm * tn * out_bytes <= out_budget
 
     mcap, ncap = _ceil_to(m, R), _ceil_to(n, C)
     if a.dataflow == "os":
@@ -118,14 +132,20 @@ def choose_gemm_tiling(spec: DeviceSpec, batch: int, m: int, n: int, k: int,
             tn += C
     tb = 1
     if tm >= m and tn >= n and batch > 1:
-        tb = max(1, min(batch, budget // max(1, (m * tk + tk * n) * elem_bytes),
-                        out_budget // max(1, m * n * out_bytes)))
+        tb = max(
+            1,
+            min(
+                batch,
+                budget // max(1, (m * tk + tk * n) * elem_bytes),
+                out_budget // max(1, m * n * out_bytes),
+            ),
+        )
     tm, tn = min(tm, max(m, 1)), min(tn, max(n, 1))
 
     def count(tm: int, tn: int, tb: int) -> int:
         return -(-batch // tb) * -(-m // tm) * -(-n // tn) * -(-k // tk)
 
-    while count(tm, tn, tb) < cores:         # give every core a tile where possible
+    while count(tm, tn, tb) < cores:  # give every core a tile where possible
         if tb > 1:
             tb = -(-tb // 2)
         elif tm > R and tm >= tn:
@@ -165,8 +185,7 @@ class Storage:
             cols = t.shape[-1] if t.shape else 1
         if rows is None:
             rows = max(1, t.numel // max(1, cols))
-        return TensorRef(self.name(tensor), rows, cols, DTYPE_BYTES[t.dtype],
-                         self.offset(tensor))
+        return TensorRef(self.name(tensor), rows, cols, DTYPE_BYTES[t.dtype], self.offset(tensor))
 
 
 def _gemm_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[Kernel]:
@@ -176,9 +195,11 @@ def _gemm_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[Ke
     tc = graph.tensors[op.outputs[0]]
     prec = _precision_of(ta.dtype)
     if not spec.supports(prec):
-        raise WorkloadError(f"op {op.name!r} ({op.kind}): device {spec.name!r} has no "
-                            f"{prec} support on its array (supported: "
-                            f"{', '.join(spec.compute.array.macs_per_pe_cycle)})")
+        raise WorkloadError(
+            f"op {op.name!r} ({op.kind}): device {spec.name!r} has no "
+            f"{prec} support on its array (supported: "
+            f"{', '.join(spec.compute.array.macs_per_pe_cycle)})"
+        )
     e, eo = DTYPE_BYTES[ta.dtype], DTYPE_BYTES[tc.dtype]
     tiling = choose_gemm_tiling(spec, batch, m, n, k, e, eo)
     bias = st.ref(op.inputs[2], 1, n) if len(op.inputs) == 3 else None
@@ -187,10 +208,12 @@ def _gemm_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[Ke
         # streams the input (stored NHWC), so A's storage is the input tensor itself and
         # a tile reads the proportional part of it (halo rows are not counted).
         x = ins[0]
-        a_ref = TensorRef(st.name(op.inputs[0]), x[0] * x[2] * x[3], x[1], e,
-                          st.offset(op.inputs[0]))
-        b_ref = TensorRef(st.name(op.inputs[1]), batch * k, n, DTYPE_BYTES[tb_.dtype],
-                          st.offset(op.inputs[1]))
+        a_ref = TensorRef(
+            st.name(op.inputs[0]), x[0] * x[2] * x[3], x[1], e, st.offset(op.inputs[0])
+        )
+        b_ref = TensorRef(
+            st.name(op.inputs[1]), batch * k, n, DTYPE_BYTES[tb_.dtype], st.offset(op.inputs[1])
+        )
         c_ref = TensorRef(st.name(op.outputs[0]), batch * m, n, eo, st.offset(op.outputs[0]))
         shared = batch == 1
         transposed = False
@@ -199,18 +222,36 @@ def _gemm_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[Ke
         b_ref = st.ref(op.inputs[1], k, n)
         c_ref = st.ref(op.outputs[0], m, n)
         shared, transposed = True, False
-    else:   # bmm
+    else:  # bmm
         transposed = bool(op.attrs.get("transpose_b"))
         a_ref = st.ref(op.inputs[0], batch * m, k)
-        b_ref = st.ref(op.inputs[1], batch * n, k) if transposed else \
-            st.ref(op.inputs[1], batch * k, n)
+        b_ref = (
+            st.ref(op.inputs[1], batch * n, k) if transposed else st.ref(op.inputs[1], batch * k, n)
+        )
         c_ref = st.ref(op.outputs[0], batch * m, n)
         shared = False
-    return [GemmKernel(
-        name=op.name, op=op.name, group=op.group, op_kind=op.kind,
-        io=(op.inputs, op.outputs), attrs=dict(op.attrs), precision=prec, batch=batch, m=m,
-        n=n, k=k, a=a_ref, b=b_ref, c=c_ref, bias=bias, b_shared=shared,
-        b_transposed=transposed, tiling=tiling)]
+    return [
+        GemmKernel(
+            name=op.name,
+            op=op.name,
+            group=op.group,
+            op_kind=op.kind,
+            io=(op.inputs, op.outputs),
+            attrs=dict(op.attrs),
+            precision=prec,
+            batch=batch,
+            m=m,
+            n=n,
+            k=k,
+            a=a_ref,
+            b=b_ref,
+            c=c_ref,
+            bias=bias,
+            b_shared=shared,
+            b_transposed=transposed,
+            tiling=tiling,
+        )
+    ]
 
 
 def _vector_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[Kernel]:
@@ -225,27 +266,50 @@ def _vector_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[
     shape = outs[0]
     if op.kind in ("maxpool", "avgpool", "global_avgpool"):
         rows, cols = shape[0] * shape[1], shape[2] * shape[3]
-        in_refs = tuple(TensorRef(st.name(i), s[0] * s[1], s[2] * s[3],
-                                  DTYPE_BYTES[graph.tensors[i].dtype], st.offset(i))
-                        for i, s in zip(op.inputs, ins, strict=True))
+        in_refs = tuple(
+            TensorRef(
+                st.name(i),
+                s[0] * s[1],
+                s[2] * s[3],
+                DTYPE_BYTES[graph.tensors[i].dtype],
+                st.offset(i),
+            )
+            for i, s in zip(op.inputs, ins, strict=True)
+        )
     else:
         cols = shape[-1]
         rows = max(1, math.prod(shape) // cols)
         in_refs = tuple(st.ref(i) for i in op.inputs)
-    out_refs = (TensorRef(st.name(op.outputs[0]), rows, cols, DTYPE_BYTES[out_t.dtype],
-                          st.offset(op.outputs[0])),)
+    out_refs = (
+        TensorRef(
+            st.name(op.outputs[0]), rows, cols, DTYPE_BYTES[out_t.dtype], st.offset(op.outputs[0])
+        ),
+    )
     row_bytes = cols * DTYPE_BYTES[out_t.dtype] + sum(
-        r.cols * r.elem_bytes * max(1, r.rows // rows) for r in in_refs if r.rows >= rows)
+        r.cols * r.elem_bytes * max(1, r.rows // rows) for r in in_refs if r.rows >= rows
+    )
     budget = spec.memory.l1.size_bytes // 4
     rpt = max(1, min(-(-rows // spec.compute.cores), budget // max(1, row_bytes)))
     elements = math.prod(shape)
     if op.kind in ("maxpool", "avgpool", "global_avgpool"):
-        elements = math.prod(ins[0])     # every input element passes the vector unit
-    return [VectorKernel(
-        name=op.name, op=op.name, group=op.group, op_kind=op.kind,
-        io=(op.inputs, op.outputs), attrs=dict(op.attrs), vclass=vclass, rows=rows,
-        elements=elements, flops=graph.flops(op), inputs=in_refs, outputs=out_refs,
-        rows_per_tile=rpt)]
+        elements = math.prod(ins[0])  # every input element passes the vector unit
+    return [
+        VectorKernel(
+            name=op.name,
+            op=op.name,
+            group=op.group,
+            op_kind=op.kind,
+            io=(op.inputs, op.outputs),
+            attrs=dict(op.attrs),
+            vclass=vclass,
+            rows=rows,
+            elements=elements,
+            flops=graph.flops(op),
+            inputs=in_refs,
+            outputs=out_refs,
+            rows_per_tile=rpt,
+        )
+    ]
 
 
 def _builtin(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[Kernel]:
@@ -255,7 +319,7 @@ def _builtin(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[Kernel
         if op.kind == "slice":
             x = ins[0]
             axis = op.attrs.get("axis", 0) % len(x)
-            offset = op.attrs.get("start", 0) * math.prod(x[axis + 1:])
+            offset = op.attrs.get("start", 0) * math.prod(x[axis + 1 :])
         st.alias(op.outputs[0], op.inputs[0], offset)
         return []
     if op.kind in GEMM_KINDS:
@@ -263,8 +327,13 @@ def _builtin(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[Kernel
     return _vector_kernel(op, graph, spec, st)
 
 
-def lower_op(op: Op, graph: Graph, spec: DeviceSpec, storage: Storage,
-             providers: dict[str, tuple[str, Provider]] | None = None) -> list[Kernel]:
+def lower_op(
+    op: Op,
+    graph: Graph,
+    spec: DeviceSpec,
+    storage: Storage,
+    providers: dict[str, tuple[str, Provider]] | None = None,
+) -> list[Kernel]:
     """Kernels of one op. ``providers`` maps op kinds (or op names) to an extension's
     ``(extension id, lowering function)``; the default is the built-in lowering.
 
@@ -295,9 +364,9 @@ def _with_provider(k: Kernel, ext: str) -> Kernel:
     return k if k.provider != "builtin" else replace(k, provider=ext)
 
 
-def lower(graph: Graph, spec: DeviceSpec,
-          providers: dict[str, tuple[str, Provider]] | None = None
-          ) -> list[tuple[Op, list[Kernel]]]:
+def lower(
+    graph: Graph, spec: DeviceSpec, providers: dict[str, tuple[str, Provider]] | None = None
+) -> list[tuple[Op, list[Kernel]]]:
     """Every op of ``graph`` with its kernels, in execution order."""
     st = Storage(graph)
     return [(op, lower_op(op, graph, spec, st, providers)) for op in graph.ops]

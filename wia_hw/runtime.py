@@ -33,8 +33,17 @@ from .graph import Graph, Op
 from .lowering import Provider, lower
 from .spec import DEFAULT_DEVICE, load_spec
 
-__all__ = ["Context", "open_device", "run", "RunResult", "OpTime", "KernelTime",
-           "resolve_workload", "MODES", "JSON_SCHEMA_VERSION"]
+__all__ = [
+    "Context",
+    "open_device",
+    "run",
+    "RunResult",
+    "OpTime",
+    "KernelTime",
+    "resolve_workload",
+    "MODES",
+    "JSON_SCHEMA_VERSION",
+]
 
 MODES = ("timing", "functional")
 JSON_SCHEMA_VERSION = 1
@@ -68,7 +77,7 @@ class KernelTime:
     macs: int
     tiles: int
     cores_used: int
-    compute_utilization: float      # percent of the precision's peak
+    compute_utilization: float  # percent of the precision's peak
     counters: Counters
     record: KernelRecord = field(repr=False, compare=False)
 
@@ -85,14 +94,14 @@ class RunResult:
     params: dict[str, Any]
     sequences: int
     latency_ms: float
-    throughput: float               # sequences (samples) per second
+    throughput: float  # sequences (samples) per second
     cycles: int
     clock_ghz: float
     flops: int
     peak_tflops: float
-    compute_utilization: float      # percent of peak over the whole run
-    ops: list[OpTime]               # the seed's 8.7 breakdown, by op group
-    op_times: list[OpTime]          # every graph op
+    compute_utilization: float  # percent of peak over the whole run
+    ops: list[OpTime]  # the seed's 8.7 breakdown, by op group
+    op_times: list[OpTime]  # every graph op
     kernels: list[KernelTime]
     counters: Counters
     energy_j: float
@@ -114,29 +123,44 @@ class RunResult:
     @property
     def memory_bandwidth_gbs(self) -> float:
         """Average HBM bandwidth over the run."""
-        return self.counters.bytes["hbm"] / (self.latency_ms * 1e-3) / 1e9 \
-            if self.latency_ms else 0.0
+        return (
+            self.counters.bytes["hbm"] / (self.latency_ms * 1e-3) / 1e9 if self.latency_ms else 0.0
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (schema ``wia-hw.run/1``): plain types only."""
         return {
             "schema": f"wia-hw.run/{JSON_SCHEMA_VERSION}",
-            "workload": self.workload, "device": self.device, "precision": self.precision,
-            "mode": self.mode, "seed": self.seed, "params": self.params,
-            "sequences": self.sequences, "latency_ms": self.latency_ms,
-            "throughput": self.throughput, "cycles": self.cycles,
-            "clock_ghz": self.clock_ghz, "flops": self.flops,
-            "peak_tflops": self.peak_tflops, "achieved_tflops": self.achieved_tflops,
+            "workload": self.workload,
+            "device": self.device,
+            "precision": self.precision,
+            "mode": self.mode,
+            "seed": self.seed,
+            "params": self.params,
+            "sequences": self.sequences,
+            "latency_ms": self.latency_ms,
+            "throughput": self.throughput,
+            "cycles": self.cycles,
+            "clock_ghz": self.clock_ghz,
+            "flops": self.flops,
+            "peak_tflops": self.peak_tflops,
+            "achieved_tflops": self.achieved_tflops,
             "compute_utilization": self.compute_utilization,
             "memory_bandwidth_gbs": self.memory_bandwidth_gbs,
             "roofline_floor_ms": self.roofline_floor_ms,
-            "energy_j": self.energy_j, "avg_power_w": self.avg_power_w,
+            "energy_j": self.energy_j,
+            "avg_power_w": self.avg_power_w,
             "peak_temperature_c": self.peak_temperature_c,
             "ops": [vars(o) for o in self.ops],
             "op_times": [vars(o) for o in self.op_times],
-            "kernels": [{k: (v.to_dict() if isinstance(v, Counters) else v)
-                         for k, v in vars(kt).items() if k != "record"}
-                        for kt in self.kernels],
+            "kernels": [
+                {
+                    k: (v.to_dict() if isinstance(v, Counters) else v)
+                    for k, v in vars(kt).items()
+                    if k != "record"
+                }
+                for kt in self.kernels
+            ],
             "counters": self.counters.to_dict(),
             "extensions": self.extensions,
         }
@@ -150,8 +174,10 @@ def resolve_workload(workload: str | os.PathLike[str] | Graph, **kwargs: Any) ->
     if isinstance(workload, Graph):
         unused = {k: v for k, v in kwargs.items() if v is not None}
         if unused:
-            raise WorkloadError(f"workload is a Graph: {', '.join(unused)} cannot be applied "
-                                "to it (build the graph with them instead)")
+            raise WorkloadError(
+                f"workload is a Graph: {', '.join(unused)} cannot be applied "
+                "to it (build the graph with them instead)"
+            )
         return workload
     from . import workloads
 
@@ -167,8 +193,10 @@ class Context:
 
     def __init__(self, spec: DeviceSpec, *, seed: int = 0) -> None:
         if isinstance(spec, ClusterSpec):
-            raise SpecError(f"{spec.name!r} is a cluster spec; a context opens one device "
-                            f"(its device is {spec.device.name!r})")
+            raise SpecError(
+                f"{spec.name!r} is a cluster spec; a context opens one device "
+                f"(its device is {spec.device.name!r})"
+            )
         self.spec = spec
         self.seed = seed
         self.device = Device(spec)
@@ -208,30 +236,40 @@ class Context:
             raise ValueError(f"{buffer!r} is not allocated here (freed already?)")
         self.device.idle(self.allocator.free(buffer._block, now=self.device.now))
 
-    def run(self, workload: str | os.PathLike[str] | Graph, *, batch: int | None = None,
-            seq: int | None = None, precision: str | None = None, mode: str = "timing",
-            seed: int | None = None, inputs: Mapping[str, np.ndarray] | None = None,
-            trace: bool = False, progress: Callable[[int, int, str], None] | None = None,
-            **workload_kwargs: Any) -> RunResult:
+    def run(
+        self,
+        workload: str | os.PathLike[str] | Graph,
+        *,
+        batch: int | None = None,
+        seq: int | None = None,
+        precision: str | None = None,
+        mode: str = "timing",
+        seed: int | None = None,
+        inputs: Mapping[str, np.ndarray] | None = None,
+        trace: bool = False,
+        progress: Callable[[int, int, str], None] | None = None,
+        **workload_kwargs: Any,
+    ) -> RunResult:
         """Run a workload; see :func:`wia_hw.run` for the arguments."""
         if mode not in MODES:
             raise WorkloadError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         seed = self.seed if seed is None else seed
-        graph = resolve_workload(workload, batch=batch, seq=seq, precision=precision,
-                                 **workload_kwargs)
+        graph = resolve_workload(
+            workload, batch=batch, seq=seq, precision=precision, **workload_kwargs
+        )
         lowered = lower(graph, self.spec, self.providers)
         dev = self.device
         obs = tuple(self.observers)
         dev.trace = [] if trace or any(o.wants_trace for o in obs) else None
         if self._run_memory is not None and not self._run_memory.done:
-            self._run_memory.finish(dev.now)       # a previous run raised: release its memory
+            self._run_memory.finish(dev.now)  # a previous run raised: release its memory
         mem = self._run_memory = RunMemory(self.allocator, graph, lowered)
         mem.start(dev.now)
         for o in obs:
             o.run_begin(self, graph, lowered)
         start = dev.now
         before = dev.counters.copy()
-        on_chip = _on_chip_bytes(dev)       # a warm device: what need not cross HBM again
+        on_chip = _on_chip_bytes(dev)  # a warm device: what need not cross HBM again
         records: list[tuple[str, str, KernelRecord]] = []
         fx = FunctionalExecutor(graph, seed, inputs) if mode == "functional" else None
         op_cycles: dict[str, int] = {}
@@ -242,7 +280,7 @@ class Context:
             mem.before_op(idx, t0)
             for o in obs:
                 o.op_begin(op, kernels, t0)
-            recs = execute_kernels(dev, kernels)    # extension kernels run themselves
+            recs = execute_kernels(dev, kernels)  # extension kernels run themselves
             for rec in recs:
                 records.append((op.name, op.group, rec))
             for o in obs:
@@ -250,15 +288,23 @@ class Context:
             mem.after_op(idx, dev.now)
             op_cycles[op.name] = dev.now - t0
             if fx is not None:
-                fx.step(op, kernels, dev)     # GEMMs run over the device's own tiles
+                fx.step(op, kernels, dev)  # GEMMs run over the device's own tiles
         if progress is not None:
             progress(len(lowered), len(lowered), "")
         dev.flush()
         mem.finish(dev.now)
         total = dev.now - start
         delta = dev.counters.delta(before)
-        result = self._report(graph, records, op_cycles, total, delta, mode, seed,
-                              floor_bytes=compulsory_hbm_bytes(graph, lowered, on_chip))
+        result = self._report(
+            graph,
+            records,
+            op_cycles,
+            total,
+            delta,
+            mode,
+            seed,
+            floor_bytes=compulsory_hbm_bytes(graph, lowered, on_chip),
+        )
         result.extensions = extension_summary([r for _, _, r in records])
         if fx is not None:
             result.outputs = fx.outputs()
@@ -269,9 +315,18 @@ class Context:
         return result
 
     # -- report ----------------------------------------------------------------------
-    def _report(self, graph: Graph, records: list[tuple[str, str, KernelRecord]],
-                op_cycles: dict[str, int], total: int, delta: Counters, mode: str,
-                seed: int, *, floor_bytes: int = 0) -> RunResult:
+    def _report(
+        self,
+        graph: Graph,
+        records: list[tuple[str, str, KernelRecord]],
+        op_cycles: dict[str, int],
+        total: int,
+        delta: Counters,
+        mode: str,
+        seed: int,
+        *,
+        floor_bytes: int = 0,
+    ) -> RunResult:
         spec = self.spec
         to_ms = spec.cycles_to_ms
         precision = graph.params.get("precision") or _dominant_precision(records)
@@ -284,7 +339,7 @@ class Context:
             g[0] += op_cycles.get(op.name, 0)
             g[1] += flops_by_op[op.name]
             g[2] += 1
-        tail = total - sum(op_cycles.values())     # final write-back of results
+        tail = total - sum(op_cycles.values())  # final write-back of results
         if tail:
             g = groups.setdefault("writeback", [0, 0, 0])
             g[0] += tail
@@ -292,46 +347,88 @@ class Context:
         def pct(c: int) -> float:
             return 100.0 * c / total if total else 0.0
 
-        ops = sorted((OpTime(n, to_ms(c), pct(c), f, cnt) for n, (c, f, cnt) in groups.items()),
-                     key=lambda o: (-o.time_ms, o.name))
-        op_times = [OpTime(op.name, to_ms(op_cycles.get(op.name, 0)),
-                           pct(op_cycles.get(op.name, 0)), flops_by_op[op.name], 1)
-                    for op in graph.ops]
+        ops = sorted(
+            (OpTime(n, to_ms(c), pct(c), f, cnt) for n, (c, f, cnt) in groups.items()),
+            key=lambda o: (-o.time_ms, o.name),
+        )
+        op_times = [
+            OpTime(
+                op.name,
+                to_ms(op_cycles.get(op.name, 0)),
+                pct(op_cycles.get(op.name, 0)),
+                flops_by_op[op.name],
+                1,
+            )
+            for op in graph.ops
+        ]
         kernels = []
         for _opname, _group, r in records:
-            peak = float(spec.peak_macs_per_cycle(r.precision)) * 2 \
-                if spec.supports(r.precision) else 0.0
+            peak = (
+                float(spec.peak_macs_per_cycle(r.precision)) * 2
+                if spec.supports(r.precision)
+                else 0.0
+            )
             util = 100.0 * r.flops / (r.cycles * peak) if r.cycles and peak else 0.0
-            kernels.append(KernelTime(
-                name=r.name, op=r.op, group=r.group, kind=r.kind, provider=r.provider,
-                precision=r.precision, start_ms=to_ms(r.start_cycle - records[0][2].start_cycle),
-                time_ms=to_ms(r.cycles), cycles=r.cycles, flops=r.flops, macs=r.macs,
-                tiles=r.tiles, cores_used=r.cores_used, compute_utilization=util,
-                counters=r.counters, record=r))
+            kernels.append(
+                KernelTime(
+                    name=r.name,
+                    op=r.op,
+                    group=r.group,
+                    kind=r.kind,
+                    provider=r.provider,
+                    precision=r.precision,
+                    start_ms=to_ms(r.start_cycle - records[0][2].start_cycle),
+                    time_ms=to_ms(r.cycles),
+                    cycles=r.cycles,
+                    flops=r.flops,
+                    macs=r.macs,
+                    tiles=r.tiles,
+                    cores_used=r.cores_used,
+                    compute_utilization=util,
+                    counters=r.counters,
+                    record=r,
+                )
+            )
         flops = graph.flops()
         prec_for_peak = precision if spec.supports(precision) else "fp16"
         peak = spec.peak_flops(prec_for_peak) if spec.supports(prec_for_peak) else 0.0
         # the floor: the graph's FLOPs at peak, its compulsory HBM traffic at peak
         # bandwidth (from the graph, never the simulated bytes)
-        floor_s = max(flops / peak if peak else 0.0,
-                      floor_bytes / (spec.peak_bandwidth_gbs * 1e9))
+        floor_s = max(flops / peak if peak else 0.0, floor_bytes / (spec.peak_bandwidth_gbs * 1e9))
         seconds = latency_ms * 1e-3
         return RunResult(
-            workload=graph.name, device=spec.name, precision=precision, mode=mode, seed=seed,
-            params=dict(graph.params), sequences=graph.sequences, latency_ms=latency_ms,
-            throughput=graph.sequences / seconds if seconds else 0.0, cycles=total,
-            clock_ghz=spec.clock_ghz, flops=flops, peak_tflops=peak / 1e12,
+            workload=graph.name,
+            device=spec.name,
+            precision=precision,
+            mode=mode,
+            seed=seed,
+            params=dict(graph.params),
+            sequences=graph.sequences,
+            latency_ms=latency_ms,
+            throughput=graph.sequences / seconds if seconds else 0.0,
+            cycles=total,
+            clock_ghz=spec.clock_ghz,
+            flops=flops,
+            peak_tflops=peak / 1e12,
             compute_utilization=100.0 * flops / (peak * seconds) if peak and seconds else 0.0,
-            ops=ops, op_times=op_times, kernels=kernels, counters=delta,
-            energy_j=delta.energy_j, avg_power_w=delta.energy_j / seconds if seconds else 0.0,
-            peak_temperature_c=max([r.temperature_c for _, _, r in records]
-                                   + [self.device.thermal.temperature_c]),
-            roofline_floor_ms=floor_s * 1e3)
+            ops=ops,
+            op_times=op_times,
+            kernels=kernels,
+            counters=delta,
+            energy_j=delta.energy_j,
+            avg_power_w=delta.energy_j / seconds if seconds else 0.0,
+            peak_temperature_c=max(
+                [r.temperature_c for _, _, r in records] + [self.device.thermal.temperature_c]
+            ),
+            roofline_floor_ms=floor_s * 1e3,
+        )
 
 
-def compulsory_hbm_bytes(graph: Graph,
-                         lowered: list[tuple[Op, list[Any]]] | None = None,
-                         on_chip: Mapping[str, int] | None = None) -> int:
+def compulsory_hbm_bytes(
+    graph: Graph,
+    lowered: list[tuple[Op, list[Any]]] | None = None,
+    on_chip: Mapping[str, int] | None = None,
+) -> int:
     """Bytes a run of ``graph`` must move across the HBM interface at least: every
     weight and input an op reads, once (an embedding lookup only the table rows it can
     touch: at most one per looked-up id), and every output (a tensor some op writes and
@@ -341,8 +438,9 @@ def compulsory_hbm_bytes(graph: Graph,
     ``on_chip`` (bytes of each tensor already in L1/L2 when the run starts) need not be
     read again. Derived from the graph's shapes, never from simulated traffic.
     """
-    in_memory = {op.name for op, ks in (lowered or ())
-                 if ks and all(isinstance(k, MemoryKernel) for k in ks)}
+    in_memory = {
+        op.name for op, ks in (lowered or ()) if ks and all(isinstance(k, MemoryKernel) for k in ks)
+    }
     read: dict[str, int] = {}
     consumed: set[str] = set()
     written: list[str] = []
@@ -391,8 +489,12 @@ def _dominant_precision(records: list[tuple[str, str, KernelRecord]]) -> str:
     return max(by, key=lambda p: by[p]) if by else "fp16"
 
 
-def open_device(spec: str | os.PathLike[str] | DeviceSpec = DEFAULT_DEVICE, *,
-                overrides: Mapping[str, Any] | None = None, seed: int = 0) -> Context:
+def open_device(
+    spec: str | os.PathLike[str] | DeviceSpec = DEFAULT_DEVICE,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    seed: int = 0,
+) -> Context:
     """Open an emulated device: a built-in spec name, a YAML path, or a DeviceSpec.
 
     ``overrides`` maps dotted spec fields to values (``{"compute.array.rows": 64}``),
@@ -402,11 +504,19 @@ def open_device(spec: str | os.PathLike[str] | DeviceSpec = DEFAULT_DEVICE, *,
     return Context(loaded, seed=seed)  # type: ignore[arg-type]
 
 
-def run(workload: str | os.PathLike[str] | Graph, *,
-        device: str | os.PathLike[str] | DeviceSpec = DEFAULT_DEVICE,
-        overrides: Mapping[str, Any] | None = None, batch: int | None = None,
-        seq: int | None = None, precision: str | None = None, mode: str = "timing",
-        seed: int = 0, profile: Any = None, **kwargs: Any) -> RunResult:
+def run(
+    workload: str | os.PathLike[str] | Graph,
+    *,
+    device: str | os.PathLike[str] | DeviceSpec = DEFAULT_DEVICE,
+    overrides: Mapping[str, Any] | None = None,
+    batch: int | None = None,
+    seq: int | None = None,
+    precision: str | None = None,
+    mode: str = "timing",
+    seed: int = 0,
+    profile: Any = None,
+    **kwargs: Any,
+) -> RunResult:
     """Run ``workload`` on a fresh ``device``.
 
     ``workload`` is a builder name (``bert-large``, ``bert-base``, ``gpt2``,
@@ -419,18 +529,13 @@ def run(workload: str | os.PathLike[str] | Graph, *,
     """
     ctx = open_device(device, overrides=overrides, seed=seed)
     if profile is None:
-        return ctx.run(workload, batch=batch, seq=seq, precision=precision, mode=mode,
-                       **kwargs)
+        return ctx.run(workload, batch=batch, seq=seq, precision=precision, mode=mode, **kwargs)
     from .profiling import start_profiling, stop_profiling
 
     session = start_profiling(ctx, profile)
     try:
-        result = ctx.run(workload, batch=batch, seq=seq, precision=precision, mode=mode,
-                         **kwargs)
+        result = ctx.run(workload, batch=batch, seq=seq, precision=precision, mode=mode, **kwargs)
     finally:
         report = stop_profiling(session)
     result.profile = report
     return result
-
-
-

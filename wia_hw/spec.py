@@ -43,8 +43,9 @@ def spec_path(name: str) -> Path | None:
 def parse_override(text: str) -> tuple[str, Any]:
     """``"compute.array.rows=64"`` -> ``("compute.array.rows", 64)`` (value read as YAML)."""
     if "=" not in text:
-        raise SpecError(f"override {text!r} must read PATH=VALUE, e.g. compute.array.rows=64",
-                        field="--set")
+        raise SpecError(
+            f"override {text!r} must read PATH=VALUE, e.g. compute.array.rows=64", field="--set"
+        )
     path, _, raw = text.partition("=")
     path = path.strip()
     if not path:
@@ -61,8 +62,11 @@ def _apply_override(data: dict[str, Any], path: str, value: Any) -> None:
     node: Any = data
     for i, p in enumerate(parts[:-1]):
         if not isinstance(node, dict) or p not in node:
-            raise SpecError(f"override path does not exist (no {'.'.join(parts[:i + 1])!r})",
-                            file="override", field=path)
+            raise SpecError(
+                f"override path does not exist (no {'.'.join(parts[: i + 1])!r})",
+                file="override",
+                field=path,
+            )
         node = node[p]
     if not isinstance(node, dict) or parts[-1] not in node:
         # a field that has a default may be absent from the file: allow it, and let
@@ -77,21 +81,26 @@ def _read(source: str | Path) -> tuple[dict[str, Any], dict[str, int], str]:
     p = Path(source)
     if p.suffix in (".yaml", ".yml") or p.exists() or "/" in str(source):
         if not p.is_file():
-            raise SpecError(f"no such spec file (built-in specs: {', '.join(list_specs())})",
-                            file=str(source))
+            raise SpecError(
+                f"no such spec file (built-in specs: {', '.join(list_specs())})", file=str(source)
+            )
         path, display = p, str(source)
     else:
         found = spec_path(str(source))
         if found is None:
-            raise SpecError(f"unknown device spec {str(source)!r} (built-in: "
-                            f"{', '.join(list_specs())}; or give a path to a .yaml file)")
+            raise SpecError(
+                f"unknown device spec {str(source)!r} (built-in: "
+                f"{', '.join(list_specs())}; or give a path to a .yaml file)"
+            )
         path, display = found, f"specs/{source}.yaml"
     data, lines = read_yaml_mapping(path, display, "a spec")
     return data, lines, display
 
 
-def load_spec(spec: str | Path | DeviceSpec | ClusterSpec | Mapping[str, Any] = DEFAULT_DEVICE,
-              overrides: Mapping[str, Any] | None = None) -> DeviceSpec | ClusterSpec:
+def load_spec(
+    spec: str | Path | DeviceSpec | ClusterSpec | Mapping[str, Any] = DEFAULT_DEVICE,
+    overrides: Mapping[str, Any] | None = None,
+) -> DeviceSpec | ClusterSpec:
     """Load and validate a device or cluster spec.
 
     ``spec`` is a built-in name (``"wia-npu"``), a path to a YAML file, a mapping of the
@@ -116,8 +125,12 @@ def load_spec(spec: str | Path | DeviceSpec | ClusterSpec | Mapping[str, Any] = 
         try:
             sub, _, _ = _read(ref)
         except SpecError as e:
-            raise SpecError(f"cluster device {ref!r}: {e.message}", file=display,
-                            line=lines.get("device"), field="device") from None
+            raise SpecError(
+                f"cluster device {ref!r}: {e.message}",
+                file=display,
+                line=lines.get("device"),
+                field="device",
+            ) from None
         data = dict(data, device=sub)
     for path, value in (overrides or {}).items():
         _apply_override(data, str(path), value)
@@ -125,12 +138,14 @@ def load_spec(spec: str | Path | DeviceSpec | ClusterSpec | Mapping[str, Any] = 
     try:
         out = from_mapping(ClusterSpec if is_cluster else DeviceSpec, data)
         if is_cluster:
-            build_topology(out)     # links name existing devices, graph connected
+            build_topology(out)  # links name existing devices, graph connected
         return out
     except SpecError as e:
         overridden = e.field is not None and any(
-            e.field == p or e.field.startswith(f"{p}.") for p in (overrides or {}))
+            e.field == p or e.field.startswith(f"{p}.") for p in (overrides or {})
+        )
         if overridden:
             raise SpecError(e.message, file="override", field=e.field) from None
-        raise SpecError(e.message, file=display, line=line_for(e.field, lines),
-                        field=e.field) from None
+        raise SpecError(
+            e.message, file=display, line=line_for(e.field, lines), field=e.field
+        ) from None

@@ -16,8 +16,7 @@ from fractions import Fraction
 import numpy as np
 from wia_hw.emulator.golden import fp_mac_matmul
 
-__all__ = ["LAYOUTS", "corner_vectors", "exact_fp_mac", "random_vectors", "reference",
-           "to_float32"]
+__all__ = ["LAYOUTS", "corner_vectors", "exact_fp_mac", "random_vectors", "reference", "to_float32"]
 
 #: Format -> (exponent bits, fraction bits); binary32 is (8, 23).
 LAYOUTS = {"fp16": (5, 10), "bf16": (8, 7), "fp32": (8, 23)}
@@ -34,8 +33,9 @@ def to_float32(bits: np.ndarray, fmt: str) -> np.ndarray:
     return bits.astype(np.uint32).view(np.float32)
 
 
-def reference(a: np.ndarray, b: np.ndarray, c: np.ndarray, fmt: str,
-              block: int = 128) -> np.ndarray:
+def reference(
+    a: np.ndarray, b: np.ndarray, c: np.ndarray, fmt: str, block: int = 128
+) -> np.ndarray:
     """``fl32(c + fl32(a * b))`` per sample, as raw uint32 bits, from the golden model.
 
     Samples go through ``fp_mac_matmul`` in blocks: a ``block x 1`` by ``1 x block``
@@ -121,15 +121,19 @@ def exact_fp_mac(a: int, b: int, c: int, fmt: str) -> int:
 def _pack(sign: np.ndarray, field: np.ndarray, frac: np.ndarray, fmt: str) -> np.ndarray:
     exp_bits, frac_bits = LAYOUTS[fmt]
     dtype = np.uint32 if fmt == "fp32" else np.uint16
-    return ((sign.astype(np.uint64) << (exp_bits + frac_bits))
-            | (field.astype(np.uint64) << frac_bits) | frac.astype(np.uint64)).astype(dtype)
+    return (
+        (sign.astype(np.uint64) << (exp_bits + frac_bits))
+        | (field.astype(np.uint64) << frac_bits)
+        | frac.astype(np.uint64)
+    ).astype(dtype)
 
 
 def _random_finite(rng: np.random.Generator, n: int, fmt: str, lo: int, hi: int) -> np.ndarray:
     """Random finite values with exponent field uniform in ``[lo, hi]``."""
     _, frac_bits = LAYOUTS[fmt]
-    return _pack(rng.integers(0, 2, n), rng.integers(lo, hi + 1, n),
-                 rng.integers(0, 1 << frac_bits, n), fmt)
+    return _pack(
+        rng.integers(0, 2, n), rng.integers(lo, hi + 1, n), rng.integers(0, 1 << frac_bits, n), fmt
+    )
 
 
 def _specials(fmt: str) -> list[int]:
@@ -138,15 +142,24 @@ def _specials(fmt: str) -> list[int]:
     exp_bits, frac_bits = LAYOUTS[fmt]
     top = (1 << exp_bits) - 1
     one = ((1 << (exp_bits - 1)) - 1) << frac_bits
-    pos = [0, 1, (1 << frac_bits) - 1, 1 << frac_bits, one,
-           ((top - 1) << frac_bits) | ((1 << frac_bits) - 1), top << frac_bits,
-           top << frac_bits | 1 << (frac_bits - 1), top << frac_bits | 1]
+    pos = [
+        0,
+        1,
+        (1 << frac_bits) - 1,
+        1 << frac_bits,
+        one,
+        ((top - 1) << frac_bits) | ((1 << frac_bits) - 1),
+        top << frac_bits,
+        top << frac_bits | 1 << (frac_bits - 1),
+        top << frac_bits | 1,
+    ]
     sign = 1 << (exp_bits + frac_bits)
     return pos + [p | sign for p in pos]
 
 
-def random_vectors(fmt: str, n: int, rng: np.random.Generator
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def random_vectors(
+    fmt: str, n: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``n`` random ``(a, b, c)`` samples, a mix of: uniform bit patterns; accumulators
     near ``-a*b`` (massive cancellation, carries); accumulators within 30 binades of the
     product (every alignment); products near binary32's subnormal range (bf16) or
@@ -221,8 +234,19 @@ def corner_vectors(fmt: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     # Every special in every position (signed zeros, subnormals, inf, NaN, extremes).
     for x in sp16:
         for y in sp16:
-            for z in (sp32[0], sp32[1], sp32[2], sp32[4], sp32[6], sp32[7], sp32[9], sp32[10],
-                      sp32[13], sp32[15], sp32[16]):
+            for z in (
+                sp32[0],
+                sp32[1],
+                sp32[2],
+                sp32[4],
+                sp32[6],
+                sp32[7],
+                sp32[9],
+                sp32[10],
+                sp32[13],
+                sp32[15],
+                sp32[16],
+            ):
                 add((x, y, z))
     # Signed zeros: (+-0 * +-1) + +-0, and x*y + (-x*y) = +0.
     for sa in (0, 1):

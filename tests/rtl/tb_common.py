@@ -17,8 +17,16 @@ from typing import Any
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
-__all__ = ["Cycler", "params", "ports", "quick", "seed", "signed_value", "start_clock_and_reset",
-           "unsigned_value"]
+__all__ = [
+    "Cycler",
+    "params",
+    "ports",
+    "quick",
+    "seed",
+    "signed_value",
+    "start_clock_and_reset",
+    "unsigned_value",
+]
 
 
 def params() -> dict[str, Any]:
@@ -76,4 +84,3 @@ def signed_value(handle: Any) -> int:
 
 def unsigned_value(handle: Any) -> int:
     return handle.value.to_unsigned()
-

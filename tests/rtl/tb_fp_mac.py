@@ -59,12 +59,13 @@ class Checker:
     def check(self, a: int, b: int, c: int, got: int, want: int) -> None:
         self.checked += 1
         if got != want:
-            self.mismatches.append(f"a={a:04x} b={b:04x} c={c:08x}: y={got:08x}, "
-                                   f"golden {want:08x}")
+            self.mismatches.append(f"a={a:04x} b={b:04x} c={c:08x}: y={got:08x}, golden {want:08x}")
 
     def report(self) -> None:
-        assert not self.mismatches, (f"{FMT}: {len(self.mismatches)} of {self.checked} "
-                                     f"samples differ: {'; '.join(self.mismatches[:6])}")
+        assert not self.mismatches, (
+            f"{FMT}: {len(self.mismatches)} of {self.checked} "
+            f"samples differ: {'; '.join(self.mismatches[:6])}"
+        )
 
 
 @cocotb.test()

@@ -38,8 +38,7 @@ class Ports:
         for h, v in zip(self.dac_in, x, strict=True):
             h.value = int(v)
 
-    def drive_det(self, valid: bool, last: bool, shift: int, p: np.ndarray,
-                  n: np.ndarray) -> None:
+    def drive_det(self, valid: bool, last: bool, shift: int, p: np.ndarray, n: np.ndarray) -> None:
         self.dut.det_valid.value = int(valid)
         self.dut.det_last.value = int(last)
         self.dut.adc_shift.value = shift
@@ -51,8 +50,10 @@ class Ports:
     # monitor side
     def sample(self) -> dict[str, Any]:
         d = self.dut
-        s = {k: int(getattr(d, k).value) for k in
-             ("dac_out_valid", "adc_valid", "adc_last", "acc_valid")}
+        s = {
+            k: int(getattr(d, k).value)
+            for k in ("dac_out_valid", "adc_valid", "adc_last", "acc_valid")
+        }
         s["dac_out"] = [h.value.to_signed() for h in self.dac_out]
         s["adc_out"] = [h.value.to_signed() for h in self.adc_out]
         s["acc_out"] = [h.value.to_signed() for h in self.acc_out]
@@ -150,8 +151,7 @@ async def adc_and_accumulator(dut: Any) -> None:
     assert saturated > 0
     sums = {g: fm.accumulate_tiles(c, ACC_BITS) for g, c in codes_by_group.items()}
 
-    gaps = {g: sum(1 for v, *_rest, gg in stream if gg == g and not v)
-            for g in range(len(groups))}
+    gaps = {g: sum(1 for v, *_rest, gg in stream if gg == g and not v) for g in range(len(groups))}
     code_delay = 1 + (fm.ADC_LATENCY_CYCLES - 1)  # write -> sampling edge -> adc_out
     done_groups: list[int] = []
     pending_adc: deque = deque()
@@ -174,8 +174,10 @@ async def adc_and_accumulator(dut: Any) -> None:
             assert s["acc_out"] == list(sums[g]), f"group {g}: {s['acc_out']} != {sums[g]}"
             measured = c - first_edge[g]
             expected = fm.frontend_cycles(groups[g]) + gaps[g]
-            assert measured == expected, (f"group {g}: {measured} cycles for {groups[g]} "
-                                          f"tiles + {gaps[g]} idle, model {expected}")
+            assert measured == expected, (
+                f"group {g}: {measured} cycles for {groups[g]} "
+                f"tiles + {gaps[g]} idle, model {expected}"
+            )
             done_groups.append(g)
         if i < len(stream):
             valid, last, shift, p, n, g = stream[i]
@@ -199,9 +201,15 @@ async def photonic_matvec(dut: Any) -> None:
     rows, k = 2 * N - 1, 3 * N + 1
     w = rng.uniform(-1, 1, (rows, k))
     x = rng.integers(-(1 << (IN_BITS - 1)), 1 << (IN_BITS - 1), k)
-    config = fm.FrontendConfig(precision_bits=PB, matrix_size_limit=N,
-                               dac_shift=IN_BITS - PB, adc_shift=max(DET_BITS - PB - 1, 0),
-                               in_bits=IN_BITS, det_bits=DET_BITS, acc_bits=ACC_BITS)
+    config = fm.FrontendConfig(
+        precision_bits=PB,
+        matrix_size_limit=N,
+        dac_shift=IN_BITS - PB,
+        adc_shift=max(DET_BITS - PB - 1, 0),
+        in_bits=IN_BITS,
+        det_bits=DET_BITS,
+        acc_bits=ACC_BITS,
+    )
     core_params = fm.PhotonicParams(matrix_size_limit=N, precision_bits=PB, det_bits=DET_BITS)
     trace = fm.frontend_matvec(w, x, config, fm.PhotonicCore(core_params, seed=seed()))
     core = fm.PhotonicCore(core_params, seed=seed())  # the same core, driven by the RTL
@@ -228,7 +236,7 @@ async def photonic_matvec(dut: Any) -> None:
         # DAC side: tile t is written in cycle edge0 - 1 + t, sampled at edge edge0 + t.
         if t_in < len(order):
             kb = order[t_in][1]
-            io.drive_dac(True, config.dac_shift, xp[kb * N:(kb + 1) * N])
+            io.drive_dac(True, config.dac_shift, xp[kb * N : (kb + 1) * N])
             t_in += 1
         else:
             io.drive_dac(False, 0, np.zeros(N))
@@ -238,7 +246,7 @@ async def photonic_matvec(dut: Any) -> None:
             mb, kb = order[t_det]
             codes = np.array(s["dac_out"])
             assert list(codes) == list(trace.dac_codes[kb]), f"tile {t_det}: DAC codes"
-            core.program(wq[mb * N:(mb + 1) * N, kb * N:(kb + 1) * N])
+            core.program(wq[mb * N : (mb + 1) * N, kb * N : (kb + 1) * N])
             p, n = core.detect(codes / hi)
             assert np.array_equal(p, trace.det_p[t_det]) and np.array_equal(n, trace.det_n[t_det])
             io.drive_det(True, bool(trace.last[t_det]), config.adc_shift, p, n)

@@ -32,8 +32,13 @@ class OsModel:
             acc = i["acc_in"]
         else:
             acc = s["acc"]
-        self.state = {"a_out": i["a_in"], "b_out": i["b_in"], "valid_out": i["valid_in"],
-                      "first_out": i["first_in"], "acc": acc}
+        self.state = {
+            "a_out": i["a_in"],
+            "b_out": i["b_in"],
+            "valid_out": i["valid_in"],
+            "first_out": i["first_in"],
+            "acc": acc,
+        }
 
 
 class WsModel:
@@ -56,15 +61,26 @@ def stimulus(rng: np.random.Generator, n: int) -> dict[str, int]:
     """Random inputs; every few cycles an accumulator/partial sum near +-2**31."""
     big = int(rng.choice([2**31 - 1, 2**31 - 20000, -(2**31), -(2**31) + 5]))
     near_edge = n % 7 == 0
-    i8 = lambda: int(rng.choice([-128, 127])) if rng.random() < 0.2 else int(  # noqa: E731
-        rng.integers(-128, 128))
+
+    def i8() -> int:
+        return int(rng.choice([-128, 127])) if rng.random() < 0.2 else int(rng.integers(-128, 128))
+
     if DATAFLOW == "os":
-        return {"a_in": i8(), "b_in": i8(), "valid_in": int(rng.random() < 0.7),
-                "first_in": int(rng.random() < 0.1), "shift": int(rng.random() < 0.3),
-                "acc_in": big if near_edge else int(rng.integers(-(2**31), 2**31))}
-    return {"x_in": i8(), "valid_in": int(rng.random() < 0.7), "w_in": i8(),
-            "load": int(rng.random() < 0.2),
-            "psum_in": big if near_edge else int(rng.integers(-(2**31), 2**31))}
+        return {
+            "a_in": i8(),
+            "b_in": i8(),
+            "valid_in": int(rng.random() < 0.7),
+            "first_in": int(rng.random() < 0.1),
+            "shift": int(rng.random() < 0.3),
+            "acc_in": big if near_edge else int(rng.integers(-(2**31), 2**31)),
+        }
+    return {
+        "x_in": i8(),
+        "valid_in": int(rng.random() < 0.7),
+        "w_in": i8(),
+        "load": int(rng.random() < 0.2),
+        "psum_in": big if near_edge else int(rng.integers(-(2**31), 2**31)),
+    }
 
 
 @cocotb.test()

@@ -37,8 +37,7 @@ async def random_events(dut: Any) -> None:
     """Enable/macs/stall random for thousands of cycles (the 12-bit counters wrap),
     a rare clear, and a read of a random address every cycle (latency 1)."""
     rng = np.random.default_rng(seed())
-    await start_clock_and_reset(dut, {"enable": 0, "macs": 0, "stall": 0, "clear": 0,
-                                      "addr": 0})
+    await start_clock_and_reset(dut, {"enable": 0, "macs": 0, "stall": 0, "clear": 0, "addr": 0})
     cyc = Cycler(dut)
     model = CounterModel()
     prev_addr, prev_value = 0, 0
@@ -47,15 +46,21 @@ async def random_events(dut: Any) -> None:
         await cyc.drive_phase()
         got = int(dut.rdata.value)
         if n > 0:
-            assert got == prev_value, (f"cycle {n}: rdata[{REGISTER_MAP[prev_addr]}] = {got},"
-                                       f" model {prev_value}")
+            assert got == prev_value, (
+                f"cycle {n}: rdata[{REGISTER_MAP[prev_addr]}] = {got}, model {prev_value}"
+            )
         enable = int(rng.random() < 0.8)
         macs = int(rng.choice([0, MAX_MACS, int(rng.integers(0, MAX_MACS + 1))]))
         stall = int(rng.random() < 0.3)
         clear = int(rng.random() < 0.002)
         addr = int(rng.integers(0, len(REGISTER_MAP)))
-        for name, v in (("enable", enable), ("macs", macs), ("stall", stall),
-                        ("clear", clear), ("addr", addr)):
+        for name, v in (
+            ("enable", enable),
+            ("macs", macs),
+            ("stall", stall),
+            ("clear", clear),
+            ("addr", addr),
+        ):
             getattr(dut, name).value = v
         prev_addr, prev_value = addr, model.regs[Counter(REGISTER_MAP[addr])]
         before = model.regs[Counter.MACS]

@@ -25,8 +25,9 @@ from wia_hw.emulator.pim_model import PimRequest as Req
 
 P = params()
 ROWS, COLS = P["rows"], P["cols"]
-TIMING = pm.PimTiming(t_rcd=P["t_rcd"], t_rp=P["t_rp"], t_cl=P["t_cl"], t_wr=P["t_wr"],
-                      t_ccd=P["t_ccd"])
+TIMING = pm.PimTiming(
+    t_rcd=P["t_rcd"], t_rp=P["t_rp"], t_cl=P["t_cl"], t_wr=P["t_wr"], t_ccd=P["t_ccd"]
+)
 BAD_CMD = 6  # not a command: the bank must report an error
 
 
@@ -34,12 +35,12 @@ BAD_CMD = 6  # not a command: the bank must report an error
 class Issued:
     """A command accepted by the bank, with what the model says about it."""
 
-    req: Req | None          # None for the raw BAD_CMD code
+    req: Req | None  # None for the raw BAD_CMD code
     accept_cycle: int
     latency: int
     error: bool
     data: np.ndarray | None
-    column: bool = False     # a legal RD, WR or OP: pipelined at t_ccd
+    column: bool = False  # a legal RD, WR or OP: pipelined at t_ccd
 
 
 def lanes(rng: np.random.Generator) -> tuple[int, ...]:
@@ -66,10 +67,14 @@ class ProgramGenerator:
         op = PimOp(int(self.rng.integers(1, 8)))
         n = pm.OP_INFO[op].sources
         if op is PimOp.FILL:
-            return PimInstr(op=op, dst=Operand.grf(int(self.rng.integers(0, 8))),
-                            src0=Operand.bank())
-        dst = (Operand.grf(int(self.rng.integers(0, 8))) if op is PimOp.MAC
-               else self.operand(allow_srf=False))
+            return PimInstr(
+                op=op, dst=Operand.grf(int(self.rng.integers(0, 8))), src0=Operand.bank()
+            )
+        dst = (
+            Operand.grf(int(self.rng.integers(0, 8)))
+            if op is PimOp.MAC
+            else self.operand(allow_srf=False)
+        )
         srcs = [self.operand() for _ in range(n)] + [None] * (3 - n)
         return PimInstr(op=op, dst=dst, src0=srcs[0], src1=srcs[1], src2=srcs[2])
 
@@ -130,7 +135,7 @@ class Checker:
         self.legal_ops: Tally[PimOp] = Tally()
         self.checked = 0
         self.errors = 0
-        self.overlapped = 0   # commands accepted while another was in flight
+        self.overlapped = 0  # commands accepted while another was in flight
 
     def done(self, issued: Issued, cycle: int, s: dict[str, Any]) -> None:
         name = "BAD_CMD" if issued.req is None else issued.req.cmd.name
@@ -152,7 +157,7 @@ class Bench:
         self.model = pm.PimBank(rows=ROWS, cols=COLS, timing=TIMING)
         self.cyc = Cycler(dut)
         self.drv, self.mon, self.chk = Driver(dut), Monitor(dut), Checker()
-        self.last: Issued | None = None     # the last command accepted
+        self.last: Issued | None = None  # the last command accepted
 
     def timing_of(self, req: Req | None) -> tuple[int, bool]:
         """(latency, is_column) of ``req`` in the model's current state."""
@@ -188,13 +193,15 @@ class Bench:
                 self.chk.done(in_flight.pop(0), c, s)
                 if not in_flight:
                     assert s["row_open"] == (self.model.open_row is not None), "row_open"
-            if queue and self.last is not None:   # the issue rule, checked every cycle
+            if queue and self.last is not None:  # the issue rule, checked every cycle
                 prev = (self.last.latency, self.last.column)
                 earliest = self.last.accept_cycle + pm.issue_interval(
-                    prev, self.timing_of(queue[0]), TIMING)
+                    prev, self.timing_of(queue[0]), TIMING
+                )
                 assert s["cmd_ready"] == (c + 1 >= earliest), (
                     f"cycle {c}: cmd_ready={s['cmd_ready']}, issue rule says the next "
-                    f"command is accepted from edge {earliest}")
+                    f"command is accepted from edge {earliest}"
+                )
             if valid and s["cmd_ready"]:
                 issued = self.issue_in_model(queue.pop(0))
                 issued.accept_cycle = c + 1
@@ -211,8 +218,13 @@ class Bench:
             out.append(Req(cmd=PimCommand.PRE))
         out.append(Req(cmd=PimCommand.ACT, row=0))
         for g in range(pm.GRF_ENTRIES):
-            out.append(Req(cmd=PimCommand.OP, col=0,
-                           instr=PimInstr(op=PimOp.MOV, dst=Operand.bank(), src0=Operand.grf(g))))
+            out.append(
+                Req(
+                    cmd=PimCommand.OP,
+                    col=0,
+                    instr=PimInstr(op=PimOp.MOV, dst=Operand.bank(), src0=Operand.grf(g)),
+                )
+            )
             out.append(Req(cmd=PimCommand.RD, col=0))
         out.append(Req(cmd=PimCommand.PRE))
         return out
@@ -259,5 +271,9 @@ async def random_program(dut: Any) -> None:
     assert not missing, f"ops executed legally fewer than 5 times: {missing}"
     assert bench.chk.errors >= 10, "too few illegal commands exercised"
     assert bench.chk.overlapped >= 50, "too few pipelined (overlapping) column commands"
-    dut._log.info("checked %d commands (%d illegal); legal ops %s", bench.chk.checked,
-                  bench.chk.errors, dict(bench.chk.legal_ops))
+    dut._log.info(
+        "checked %d commands (%d illegal); legal ops %s",
+        bench.chk.checked,
+        bench.chk.errors,
+        dict(bench.chk.legal_ops),
+    )

@@ -50,6 +50,7 @@ def extreme_tile(rng: np.random.Generator, depth: int, va: int, vb: int) -> Tile
     t = tile(rng, depth)
     t.a_steps = [[va] * len(s) for s in t.a_steps]
     t.b_steps = [[vb] * len(s) for s in t.b_steps]
+
     def wrap(v: int) -> int:
         return (v + 2**31) % 2**32 - 2**31
 
@@ -57,8 +58,10 @@ def extreme_tile(rng: np.random.Generator, depth: int, va: int, vb: int) -> Tile
         t.expected = [[wrap(va * vb * depth)] * COLS for _ in range(ROWS)]
     else:
         per = wrap(va * vb * ROWS)
-        t.expected = [[per if s * L + lane < depth else 0 for _ in range(COLS)
-                       for lane in range(L)] for s in range(t.steps)]
+        t.expected = [
+            [per if s * L + lane < depth else 0 for _ in range(COLS) for lane in range(L)]
+            for s in range(t.steps)
+        ]
     return t
 
 
@@ -79,8 +82,9 @@ class Driver:
             return [int(v) for v in self.rng.integers(-128, 128, n)]
         return [int(v) for v in self.rng.integers(0, 1 << 16, n)]
 
-    def drive(self, start: bool, depth: int, stall: bool, a_tile: Tile | None,
-              b_tile: Tile | None) -> None:
+    def drive(
+        self, start: bool, depth: int, stall: bool, a_tile: Tile | None, b_tile: Tile | None
+    ) -> None:
         self.dut.start.value = int(start)
         self.dut.depth.value = depth
         self.dut.stall.value = int(stall)
@@ -101,11 +105,12 @@ class Monitor:
 
     def sample(self) -> dict[str, Any]:
         d = self.dut
-        s = {name: int(getattr(d, name).value) for name in
-             ("idle", "a_ready", "b_ready", "out_valid", "done")}
+        s = {
+            name: int(getattr(d, name).value)
+            for name in ("idle", "a_ready", "b_ready", "out_valid", "done")
+        }
         if s["out_valid"]:
-            s["row"] = [h.value.to_signed() if SIGNED else h.value.to_unsigned()
-                        for h in self.out]
+            s["row"] = [h.value.to_signed() if SIGNED else h.value.to_unsigned() for h in self.out]
         return s
 
 
@@ -119,27 +124,33 @@ class Checker:
         self.tiles_checked = 0
 
     def tile_done(self, t: Tile, stall_cycles: set[int]) -> None:
-        assert len(t.rows) == len(t.expected), \
+        assert len(t.rows) == len(t.expected), (
             f"depth {t.depth}: {len(t.rows)} rows out, expected {len(t.expected)}"
+        )
         for r, (got, exp) in enumerate(zip(t.rows, t.expected, strict=True)):
             assert got == exp, f"depth {t.depth}: row {r}: {got} != {exp}"
         assert t.consumed, f"depth {t.depth}: not every operand step was consumed"
         stalls = sum(1 for c in stall_cycles if t.accept <= c < t.done)
         measured = t.done - t.accept
         expected = systolic_tile_cycles(DATAFLOW, ROWS, COLS, t.steps) + stalls
-        assert measured == expected, (f"depth {t.depth}: start->done took {measured} "
-                                      f"cycles, cycle function + {stalls} stalls = {expected}")
+        assert measured == expected, (
+            f"depth {t.depth}: start->done took {measured} "
+            f"cycles, cycle function + {stalls} stalls = {expected}"
+        )
         self.tiles_checked += 1
 
     @staticmethod
     def issue(tiles: list[Tile], stall_cycles: set[int]) -> None:
         for t, u in zip(tiles, tiles[1:], strict=False):
             between = sum(1 for c in stall_cycles if t.accept <= c < u.accept)
-            want = systolic_issue_interval(DATAFLOW, ROWS, COLS, t.steps, u.steps,
-                                           pipelined=PIPELINED) + between
+            want = (
+                systolic_issue_interval(DATAFLOW, ROWS, COLS, t.steps, u.steps, pipelined=PIPELINED)
+                + between
+            )
             assert u.accept - t.accept == want, (
                 f"depths {t.depth}->{u.depth}: accepted {u.accept - t.accept} cycles apart, "
-                f"issue interval + {between} stalls = {want}")
+                f"issue interval + {between} stalls = {want}"
+            )
 
 
 # ---- the per-cycle loop ----------------------------------------------------------------
@@ -169,8 +180,11 @@ class Bench:
         in_flight: list[Tile] = []
         stall_cycles: set[int] = set()
         start_at = self.cyc.cycle + 1 + int(self.rng.integers(0, 3))
-        guard = self.cyc.cycle + 100 + 3 * sum(
-            systolic_tile_cycles(DATAFLOW, ROWS, COLS, t.steps) for t in tiles)
+        guard = (
+            self.cyc.cycle
+            + 100
+            + 3 * sum(systolic_tile_cycles(DATAFLOW, ROWS, COLS, t.steps) for t in tiles)
+        )
         while pending or in_flight:
             await self.cyc.drive_phase()
             c = self.cyc.cycle
@@ -223,15 +237,23 @@ class Bench:
             windows.update(range(t.accept, t.done))
         stalls = len(stall_cycles & windows)
         if len(tiles) == 1:
-            expected = systolic_tile_counters(DATAFLOW, ROWS, COLS, tiles[0].steps,
-                                              stall_cycles=stalls, elements=tiles[0].depth)
+            expected = systolic_tile_counters(
+                DATAFLOW, ROWS, COLS, tiles[0].steps, stall_cycles=stalls, elements=tiles[0].depth
+            )
         else:
             expected = systolic_sequence_counters(
-                DATAFLOW, ROWS, COLS, [t.steps for t in tiles], pipelined=PIPELINED,
-                stall_cycles=stalls, elements=[t.depth for t in tiles])
+                DATAFLOW,
+                ROWS,
+                COLS,
+                [t.steps for t in tiles],
+                pipelined=PIPELINED,
+                stall_cycles=stalls,
+                elements=[t.depth for t in tiles],
+            )
             assert expected[Counter.CYCLES] == len(windows)
-        got = {Counter(name): await self.read_counter(addr)
-               for addr, name in enumerate(REGISTER_MAP)}
+        got = {
+            Counter(name): await self.read_counter(addr) for addr, name in enumerate(REGISTER_MAP)
+        }
         assert got == expected, f"counters {got} != emulator {expected}"
         await self.idle_cycles(int(self.rng.integers(0, 3)), stall_prob=0.5)
         again = {Counter(n): await self.read_counter(a) for a, n in enumerate(REGISTER_MAP)}
@@ -293,6 +315,11 @@ async def back_to_back(dut: Any) -> None:
     for stall_prob in (0.3,) if quick() else (0.0, 0.3, 0.0, 0.15):
         n = int(bench.rng.integers(2, 4 if quick() else 7))
         short = int(bench.rng.integers(1, max(2, min(top, 2 * ROWS * L)) + 1))
-        tiles = [tile(bench.rng, int(bench.rng.integers(1, top + 1)) if bench.rng.random()
-                      < 0.5 else short) for _ in range(n)]
+        tiles = [
+            tile(
+                bench.rng,
+                int(bench.rng.integers(1, top + 1)) if bench.rng.random() < 0.5 else short,
+            )
+            for _ in range(n)
+        ]
         await bench.run_batch(tiles, stall_prob=stall_prob)

@@ -61,12 +61,13 @@ def fp_bits(rng: np.random.Generator, shape: tuple[int, ...], fmt: str) -> np.nd
     pick = rng.random(shape)
     frac = rng.integers(0, 1 << frac_bits, shape, dtype=np.uint32)
     special = {
-        0.04: sign,                                            # +-0
-        0.10: sign | np.maximum(frac, 1),                      # subnormal
-        0.13: sign | (top << frac_bits),                       # +-inf
+        0.04: sign,  # +-0
+        0.10: sign | np.maximum(frac, 1),  # subnormal
+        0.13: sign | (top << frac_bits),  # +-inf
         0.15: sign | (top << frac_bits) | np.maximum(frac, 1),  # NaN
-        0.30: sign | ((top - 1 - rng.integers(0, 3, shape, dtype=np.uint32)) << frac_bits)
-        | frac,                                                # huge
+        0.30: sign
+        | ((top - 1 - rng.integers(0, 3, shape, dtype=np.uint32)) << frac_bits)
+        | frac,  # huge
     }
     lo = 0.0
     for hi, value in special.items():
@@ -91,8 +92,7 @@ def _matmul(a_bits: np.ndarray, b_bits: np.ndarray, precision: str) -> np.ndarra
     """Golden product in port encoding: int32 values, or binary32 bit patterns."""
     if precision.startswith("int8"):
         return int8_matmul(a_bits, b_bits).astype(np.int64)
-    out = fp_mac_matmul(_to_float(a_bits, precision), _to_float(b_bits, precision),
-                        precision)
+    out = fp_mac_matmul(_to_float(a_bits, precision), _to_float(b_bits, precision), precision)
     return out.view(np.uint32).astype(np.int64)
 
 
@@ -102,8 +102,9 @@ def _operands(rng: np.random.Generator, shape: tuple[int, ...], precision: str) 
     return fp_bits(rng, shape, precision).astype(np.int64)
 
 
-def make_tile(rng: np.random.Generator, rows: int, cols: int, dataflow: str,
-              precision: str, depth: int) -> Tile:
+def make_tile(
+    rng: np.random.Generator, rows: int, cols: int, dataflow: str, precision: str, depth: int
+) -> Tile:
     """A random tile of ``depth`` elements. os: ``A (rows x K) @ B (K x cols)``, step
     ``s`` gives ``a[i*L + l] = A[i, s*L + l]`` and ``b[j*L + l] = B[s*L + l, j]``; ws:
     ``X (M x rows) @ W (rows x cols)``, weights fed last row first, step ``s`` gives
@@ -116,18 +117,24 @@ def make_tile(rng: np.random.Generator, rows: int, cols: int, dataflow: str,
         a = _operands(rng, (rows, pad), precision)
         b = _operands(rng, (pad, cols), precision)
         res = _matmul(a[:, :depth], b[:depth], precision)
-        a_steps = [[int(a[i, s * L + lane]) for i in range(rows) for lane in range(L)]
-                   for s in range(steps)]
-        b_steps = [[int(b[s * L + lane, j]) for j in range(cols) for lane in range(L)]
-                   for s in range(steps)]
+        a_steps = [
+            [int(a[i, s * L + lane]) for i in range(rows) for lane in range(L)]
+            for s in range(steps)
+        ]
+        b_steps = [
+            [int(b[s * L + lane, j]) for j in range(cols) for lane in range(L)]
+            for s in range(steps)
+        ]
         return Tile(depth, steps, a_steps, b_steps, [list(map(int, r)) for r in res])
     x = _operands(rng, (pad, rows), precision)
     w = _operands(rng, (rows, cols), precision)
     res = np.zeros((pad, cols), np.int64)
     res[:depth] = _matmul(x[:depth], w, precision)
-    a_steps = [[int(x[s * L + lane, i]) for i in range(rows) for lane in range(L)]
-               for s in range(steps)]
+    a_steps = [
+        [int(x[s * L + lane, i]) for i in range(rows) for lane in range(L)] for s in range(steps)
+    ]
     b_steps = [[int(v) for v in w[rows - 1 - r]] for r in range(rows)]
-    expected = [[int(res[s * L + lane, j]) for j in range(cols) for lane in range(L)]
-                for s in range(steps)]
+    expected = [
+        [int(res[s * L + lane, j]) for j in range(cols) for lane in range(L)] for s in range(steps)
+    ]
     return Tile(depth, steps, a_steps, b_steps, expected)

@@ -74,8 +74,9 @@ def _connect(path: str | os.PathLike[str], *, create: bool) -> sqlite3.Connectio
     return con
 
 
-def save_baseline(result: BenchmarkResult, path: str | os.PathLike[str], *,
-                  workload: str | None = None) -> str:
+def save_baseline(
+    result: BenchmarkResult, path: str | os.PathLike[str], *, workload: str | None = None
+) -> str:
     """Append ``result`` to the baseline file ``path`` (created if missing) under
     ``workload`` (default ``result.name``), its device, spec hash and tool version;
     returns the workload key."""
@@ -87,11 +88,18 @@ def save_baseline(result: BenchmarkResult, path: str | os.PathLike[str], *,
     con = _connect(path, create=True)
     try:
         with con:
-            con.execute("INSERT INTO baselines (workload, device, spec_hash, tool_version, "
-                        "created_utc, result_json) VALUES (?, ?, ?, ?, ?, ?)",
-                        (key, result.device, result.spec_hash, result.tool_version,
-                         time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                         json.dumps(result.to_dict(), sort_keys=True)))
+            con.execute(
+                "INSERT INTO baselines (workload, device, spec_hash, tool_version, "
+                "created_utc, result_json) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    key,
+                    result.device,
+                    result.spec_hash,
+                    result.tool_version,
+                    time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    json.dumps(result.to_dict(), sort_keys=True),
+                ),
+            )
     finally:
         con.close()
     return key
@@ -100,23 +108,30 @@ def save_baseline(result: BenchmarkResult, path: str | os.PathLike[str], *,
 def _device_identity(device: Any) -> tuple[str, str]:
     if isinstance(device, DeviceSpec):
         return device.name, spec_hash(device)
-    if hasattr(device, "spec") and isinstance(device.spec, DeviceSpec):     # a Context
+    if hasattr(device, "spec") and isinstance(device.spec, DeviceSpec):  # a Context
         return device.spec.name, spec_hash(device.spec)
     if isinstance(device, (str, os.PathLike)):
         from ..spec import load_spec
 
         spec = load_spec(device)
         if not isinstance(spec, DeviceSpec):
-            raise BenchmarkError(f"{device}: a baseline belongs to one device, not to the "
-                                 f"cluster spec {spec.name!r}")
+            raise BenchmarkError(
+                f"{device}: a baseline belongs to one device, not to the cluster spec {spec.name!r}"
+            )
         return spec.name, spec_hash(spec)
-    raise TypeError("device must be a spec name or path, a DeviceSpec or a Context, got "
-                    f"{type(device).__name__}")
+    raise TypeError(
+        "device must be a spec name or path, a DeviceSpec or a Context, got "
+        f"{type(device).__name__}"
+    )
 
 
-def load_baseline_results(path: str | os.PathLike[str], workload: str | None = None, *,
-                          device: Any = None, tool_version: str | None = None,
-                          ) -> BenchmarkResult:
+def load_baseline_results(
+    path: str | os.PathLike[str],
+    workload: str | None = None,
+    *,
+    device: Any = None,
+    tool_version: str | None = None,
+) -> BenchmarkResult:
     """The newest baseline in ``path`` for ``workload`` (a workload key as saved; may be
     omitted when the file holds one workload) on ``device`` (a spec name or path,
     DeviceSpec, Context, or ``("host", hash)``; ``None`` accepts any) with
@@ -130,8 +145,10 @@ def load_baseline_results(path: str | os.PathLike[str], workload: str | None = N
 
     con = _connect(path, create=False)
     try:
-        rows = con.execute("SELECT workload, device, spec_hash, tool_version, result_json "
-                           "FROM baselines ORDER BY id DESC").fetchall()
+        rows = con.execute(
+            "SELECT workload, device, spec_hash, tool_version, result_json "
+            "FROM baselines ORDER BY id DESC"
+        ).fetchall()
     finally:
         con.close()
     if not rows:
@@ -139,26 +156,32 @@ def load_baseline_results(path: str | os.PathLike[str], workload: str | None = N
     names = sorted({r[0] for r in rows})
     if workload is None:
         if len(names) > 1:
-            raise BenchmarkError(f"{path}: holds baselines of {len(names)} workloads "
-                                 f"({', '.join(names)}); name one")
+            raise BenchmarkError(
+                f"{path}: holds baselines of {len(names)} workloads ({', '.join(names)}); name one"
+            )
         workload = names[0]
     rows = [r for r in rows if r[0] == workload]
     if not rows:
-        raise BenchmarkError(f"{path}: no baseline for workload {workload!r} (it holds "
-                             f"{', '.join(names)})")
+        raise BenchmarkError(
+            f"{path}: no baseline for workload {workload!r} (it holds {', '.join(names)})"
+        )
     if device is not None:
         name, h = device if isinstance(device, tuple) else _device_identity(device)
         same = [r for r in rows if r[2] == h]
         if not same:
             other = rows[0]
-            raise BenchmarkError(f"{path}: the baseline of {workload!r} was measured on "
-                                 f"device {other[1]!r} (spec {other[2]}), not on {name!r} "
-                                 f"(spec {h})")
+            raise BenchmarkError(
+                f"{path}: the baseline of {workload!r} was measured on "
+                f"device {other[1]!r} (spec {other[2]}), not on {name!r} "
+                f"(spec {h})"
+            )
         rows = same
     if tool_version is not None:
         versions = sorted({r[3] for r in rows})
         rows = [r for r in rows if r[3] == tool_version]
         if not rows:
-            raise BenchmarkError(f"{path}: no baseline of {workload!r} from wia-hw "
-                                 f"{tool_version} (it holds {', '.join(versions)})")
+            raise BenchmarkError(
+                f"{path}: no baseline of {workload!r} from wia-hw "
+                f"{tool_version} (it holds {', '.join(versions)})"
+            )
     return BenchmarkResult.from_dict(json.loads(rows[0][4]))

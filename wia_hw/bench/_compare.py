@@ -34,8 +34,9 @@ def cohens_d(baseline: np.ndarray, result: np.ndarray) -> float:
     if np.ptp(baseline) == 0 and np.ptp(result) == 0:
         diff = float(baseline[0] - result[0])
         return 0.0 if diff == 0 else math.copysign(math.inf, diff)
-    pooled = math.sqrt(((n1 - 1) * baseline.var(ddof=1) + (n2 - 1) * result.var(ddof=1))
-                       / (n1 + n2 - 2))
+    pooled = math.sqrt(
+        ((n1 - 1) * baseline.var(ddof=1) + (n2 - 1) * result.var(ddof=1)) / (n1 + n2 - 2)
+    )
     return float(baseline.mean() - result.mean()) / pooled
 
 
@@ -71,12 +72,14 @@ class SignificanceTest:
 
     def format_text(self) -> str:
         """The seed's comparison lines, plus the speedup's confidence interval."""
-        lines = ["Comparison to baseline:",
-                 f"  Speedup: {self.speedup:.2f}x ({100 * self.confidence:g}% CI "
-                 f"{self.speedup_ci_low:.2f}x-{self.speedup_ci_high:.2f}x)",
-                 f"  Statistical significance: {'YES' if self.is_significant else 'NO'} "
-                 f"(p={self.p_value:.4f})",
-                 f"  Effect size (Cohen's d): {self.effect_size:.2f} ({self.effect_label})"]
+        lines = [
+            "Comparison to baseline:",
+            f"  Speedup: {self.speedup:.2f}x ({100 * self.confidence:g}% CI "
+            f"{self.speedup_ci_low:.2f}x-{self.speedup_ci_high:.2f}x)",
+            f"  Statistical significance: {'YES' if self.is_significant else 'NO'} "
+            f"(p={self.p_value:.4f})",
+            f"  Effect size (Cohen's d): {self.effect_size:.2f} ({self.effect_label})",
+        ]
         lines.extend(f"  {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -94,10 +97,15 @@ def _samples(x: BenchmarkResult | Sequence[float] | np.ndarray, what: str) -> np
     return arr
 
 
-def compare_benchmarks(baseline: BenchmarkResult | Sequence[float],
-                       result: BenchmarkResult | Sequence[float], *, alpha: float = ALPHA,
-                       confidence: float = 0.95, bootstrap_samples: int = 10_000,
-                       seed: int = 0) -> SignificanceTest:
+def compare_benchmarks(
+    baseline: BenchmarkResult | Sequence[float],
+    result: BenchmarkResult | Sequence[float],
+    *,
+    alpha: float = ALPHA,
+    confidence: float = 0.95,
+    bootstrap_samples: int = 10_000,
+    seed: int = 0,
+) -> SignificanceTest:
     """Compare ``result`` with ``baseline``: two :class:`BenchmarkResult` (their samples
     after outlier removal) or two samples of times in ms. ``alpha`` (0.05) is the
     significance level; ``bootstrap_samples`` resamplings of both samples under
@@ -112,26 +120,36 @@ def compare_benchmarks(baseline: BenchmarkResult | Sequence[float],
     for name, v in (("alpha", alpha), ("confidence", confidence)):
         if not 0 < v < 1:
             raise BenchmarkError(f"compare_benchmarks: {name} must be in (0, 1), got {v!r}")
-    if isinstance(bootstrap_samples, bool) or not isinstance(bootstrap_samples, int) \
-            or bootstrap_samples < 1:
-        raise BenchmarkError("compare_benchmarks: bootstrap_samples must be a positive "
-                             f"integer, got {bootstrap_samples!r}")
+    if (
+        isinstance(bootstrap_samples, bool)
+        or not isinstance(bootstrap_samples, int)
+        or bootstrap_samples < 1
+    ):
+        raise BenchmarkError(
+            "compare_benchmarks: bootstrap_samples must be a positive "
+            f"integer, got {bootstrap_samples!r}"
+        )
     a = _samples(baseline, "the baseline sample")
     b = _samples(result, "the result sample")
     try:
         from scipy import stats
     except ImportError:
-        raise BenchmarkError("compare_benchmarks needs scipy: pip install 'wia-hw[stats]'") \
-            from None
+        raise BenchmarkError(
+            "compare_benchmarks needs scipy: pip install 'wia-hw[stats]'"
+        ) from None
     notes = []
     if isinstance(baseline, BenchmarkResult) and isinstance(result, BenchmarkResult):
         if baseline.spec_hash != result.spec_hash:
-            raise BenchmarkError(f"the baseline was measured on {baseline.device!r} (spec "
-                                 f"{baseline.spec_hash}), the result on {result.device!r} "
-                                 f"(spec {result.spec_hash})")
+            raise BenchmarkError(
+                f"the baseline was measured on {baseline.device!r} (spec "
+                f"{baseline.spec_hash}), the result on {result.device!r} "
+                f"(spec {result.spec_hash})"
+            )
         if baseline.tool_version != result.tool_version:
-            notes.append(f"note: baseline from wia-hw {baseline.tool_version}, result from "
-                         f"{result.tool_version}")
+            notes.append(
+                f"note: baseline from wia-hw {baseline.tool_version}, result from "
+                f"{result.tool_version}"
+            )
     ma = float(a[0]) if np.ptp(a) == 0 else float(a.mean())
     mb = float(b[0]) if np.ptp(b) == 0 else float(b.mean())
     if np.ptp(a) == 0 and np.ptp(b) == 0:
@@ -146,7 +164,17 @@ def compare_benchmarks(baseline: BenchmarkResult | Sequence[float],
     lo, hi = np.percentile(boot_a / boot_b, [tail, 100 - tail])
     d = cohens_d(a, b)
     return SignificanceTest(
-        speedup=ma / mb, p_value=p, is_significant=p < alpha, alpha=alpha, t_statistic=t,
-        speedup_ci_low=float(lo), speedup_ci_high=float(hi), confidence=confidence,
-        effect_size=d, effect_label=effect_label(d), baseline_mean_ms=ma, result_mean_ms=mb,
-        notes=tuple(notes))
+        speedup=ma / mb,
+        p_value=p,
+        is_significant=p < alpha,
+        alpha=alpha,
+        t_statistic=t,
+        speedup_ci_low=float(lo),
+        speedup_ci_high=float(hi),
+        confidence=confidence,
+        effect_size=d,
+        effect_label=effect_label(d),
+        baseline_mean_ms=ma,
+        result_mean_ms=mb,
+        notes=tuple(notes),
+    )

@@ -9,8 +9,13 @@ from typing import Any
 
 from ..emulator.errors import WiaError
 
-__all__ = ["BenchmarkConfig", "BenchmarkError", "EnvironmentalMonitoring", "OutlierMethod",
-           "VARIATION_SOURCES"]
+__all__ = [
+    "BenchmarkConfig",
+    "BenchmarkError",
+    "EnvironmentalMonitoring",
+    "OutlierMethod",
+    "VARIATION_SOURCES",
+]
 
 
 class BenchmarkError(WiaError, ValueError):
@@ -36,13 +41,13 @@ class OutlierMethod(enum.Enum):
 #: The modelled sources of run-to-run variation on the emulator, by config name.
 VARIATION_SOURCES: dict[str, str] = {
     "thermal": "the die temperature carries over from one iteration to the next (the "
-               "emulator's RC model); when off, every iteration starts at the temperature "
-               "the device had when the benchmark began",
+    "emulator's RC model); when off, every iteration starts at the temperature "
+    "the device had when the benchmark began",
     "dram_refresh": "every refresh_interval_ns (tREFI) an HBM channel is blocked for "
-                    "refresh_cycle_ns (tRFC); each channel's phase drawn from "
-                    "variation_seed",
+    "refresh_cycle_ns (tRFC); each channel's phase drawn from "
+    "variation_seed",
     "arbitration_jitter": "each HBM transfer is granted 0 to arbitration_jitter_cycles "
-                          "cycles late, uniformly, drawn from variation_seed",
+    "cycles late, uniformly, drawn from variation_seed",
 }
 
 
@@ -104,7 +109,8 @@ class BenchmarkConfig:
     outlier_detection: OutlierMethod = OutlierMethod.IQR
     outlier_threshold: float = 1.5
     environmental_monitoring: EnvironmentalMonitoring = field(
-        default_factory=EnvironmentalMonitoring)
+        default_factory=EnvironmentalMonitoring
+    )
     variation_sources: tuple[str, ...] = ("thermal",)
     variation_seed: int = 0
     refresh_interval_ns: float = 3900.0
@@ -123,12 +129,15 @@ class BenchmarkConfig:
         try:
             pcts = tuple(float(p) for p in self.report_percentiles)
         except (TypeError, ValueError):
-            raise BenchmarkError("BenchmarkConfig.report_percentiles must be numbers, got "
-                                 f"{self.report_percentiles!r}") from None
+            raise BenchmarkError(
+                "BenchmarkConfig.report_percentiles must be numbers, got "
+                f"{self.report_percentiles!r}"
+            ) from None
         bad = [p for p in pcts if not 0 <= p <= 100]
         if bad:
-            raise BenchmarkError(f"BenchmarkConfig.report_percentiles must be in [0, 100], "
-                                 f"got {bad[0]:g}")
+            raise BenchmarkError(
+                f"BenchmarkConfig.report_percentiles must be in [0, 100], got {bad[0]:g}"
+            )
         object.__setattr__(self, "report_percentiles", pcts)
         method = self.outlier_detection
         if isinstance(method, str):
@@ -137,32 +146,52 @@ class BenchmarkConfig:
             except ValueError:
                 method = None
         if not isinstance(method, OutlierMethod):
-            raise BenchmarkError("BenchmarkConfig.outlier_detection must be one of "
-                                 f"{', '.join(m.value for m in OutlierMethod)}, got "
-                                 f"{self.outlier_detection!r}")
+            raise BenchmarkError(
+                "BenchmarkConfig.outlier_detection must be one of "
+                f"{', '.join(m.value for m in OutlierMethod)}, got "
+                f"{self.outlier_detection!r}"
+            )
         object.__setattr__(self, "outlier_detection", method)
-        for name in ("outlier_threshold", "min_sample_time_ms", "unstable_cv_percent",
-                     "temperature_warning_c", "refresh_interval_ns", "refresh_cycle_ns"):
+        for name in (
+            "outlier_threshold",
+            "min_sample_time_ms",
+            "unstable_cv_percent",
+            "temperature_warning_c",
+            "refresh_interval_ns",
+            "refresh_cycle_ns",
+        ):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                    or v <= 0:
-                raise BenchmarkError(f"BenchmarkConfig.{name} must be a positive number, "
-                                     f"got {v!r}")
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or not math.isfinite(v)
+                or v <= 0
+            ):
+                raise BenchmarkError(f"BenchmarkConfig.{name} must be a positive number, got {v!r}")
         if self.refresh_cycle_ns >= self.refresh_interval_ns:
-            raise BenchmarkError("BenchmarkConfig.refresh_cycle_ns must be below "
-                                 f"refresh_interval_ns ({self.refresh_interval_ns:g}), got "
-                                 f"{self.refresh_cycle_ns:g}")
-        sources = (self.variation_sources,) if isinstance(self.variation_sources, str) \
+            raise BenchmarkError(
+                "BenchmarkConfig.refresh_cycle_ns must be below "
+                f"refresh_interval_ns ({self.refresh_interval_ns:g}), got "
+                f"{self.refresh_cycle_ns:g}"
+            )
+        sources = (
+            (self.variation_sources,)
+            if isinstance(self.variation_sources, str)
             else tuple(self.variation_sources)
+        )
         for s in sources:
             if s not in VARIATION_SOURCES:
-                raise BenchmarkError(f"BenchmarkConfig.variation_sources: unknown source "
-                                     f"{s!r}; modelled: {', '.join(VARIATION_SOURCES)}")
+                raise BenchmarkError(
+                    f"BenchmarkConfig.variation_sources: unknown source "
+                    f"{s!r}; modelled: {', '.join(VARIATION_SOURCES)}"
+                )
         object.__setattr__(self, "variation_sources", sources)
         if not isinstance(self.environmental_monitoring, EnvironmentalMonitoring):
-            raise BenchmarkError("BenchmarkConfig.environmental_monitoring must be an "
-                                 "EnvironmentalMonitoring, got "
-                                 f"{type(self.environmental_monitoring).__name__}")
+            raise BenchmarkError(
+                "BenchmarkConfig.environmental_monitoring must be an "
+                "EnvironmentalMonitoring, got "
+                f"{type(self.environmental_monitoring).__name__}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain types, for JSON and the baseline file."""

@@ -34,8 +34,13 @@ from ._config import BenchmarkConfig, BenchmarkError
 from ._result import BenchmarkResult, EnvironmentalData, summarize
 from ._variation import install, uninstall
 
-__all__ = ["benchmark_operation", "benchmark_model", "ModelBenchmark", "workload_key",
-           "host_identity"]
+__all__ = [
+    "benchmark_operation",
+    "benchmark_model",
+    "ModelBenchmark",
+    "workload_key",
+    "host_identity",
+]
 
 _MAX_INNER_LOOPS = 10**9
 
@@ -50,8 +55,11 @@ def workload_key(graph: Graph) -> str:
 def host_identity() -> tuple[str, str]:
     """``("host", hash)`` for wall-time results: the hash of machine, processor and
     Python implementation and version."""
-    desc = {"machine": platform.machine(), "processor": platform.processor(),
-            "python": f"{platform.python_implementation()} {platform.python_version()}"}
+    desc = {
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+    }
     return "host", spec_hash(desc)
 
 
@@ -84,13 +92,14 @@ class _Iteration:
     temp_min_c: float
     temp_max_c: float
     power_w: float
-    freq_cycles: float          # sum of factor x cycles over the kernels
-    cycles: int                 # sum of kernel cycles
+    freq_cycles: float  # sum of factor x cycles over the kernels
+    cycles: int  # sum of kernel cycles
     min_factor: float
 
 
-def _emulator_iteration(ctx: Context, fn: Callable[[Context], Any], watcher: _Watcher,
-                        reset_temp_c: float | None) -> tuple[_Iteration, Any]:
+def _emulator_iteration(
+    ctx: Context, fn: Callable[[Context], Any], watcher: _Watcher, reset_temp_c: float | None
+) -> tuple[_Iteration, Any]:
     dev = ctx.device
     if reset_temp_c is not None:
         dev.thermal.temperature_c = reset_temp_c
@@ -99,62 +108,82 @@ def _emulator_iteration(ctx: Context, fn: Callable[[Context], Any], watcher: _Wa
     out = fn(ctx)
     cycles = dev.now - t0
     if cycles <= 0:
-        raise BenchmarkError("the operation took no device time (0 cycles): a callable "
-                             "given with a context must run work on it (ctx.run(...)); "
-                             "pass ctx=None to time a plain callable in wall time")
+        raise BenchmarkError(
+            "the operation took no device time (0 cycles): a callable "
+            "given with a context must run work on it (ctx.run(...)); "
+            "pass ctx=None to time a plain callable in wall time"
+        )
     seconds = cycles / ctx.spec.clock_hz
     recs = watcher.records
     temps = [temp0, dev.thermal.temperature_c] + [r.temperature_c for r in recs]
     return _Iteration(
-        ms=ctx.spec.cycles_to_ms(cycles), temp_start_c=temp0,
-        temp_end_c=dev.thermal.temperature_c, temp_min_c=min(temps), temp_max_c=max(temps),
+        ms=ctx.spec.cycles_to_ms(cycles),
+        temp_start_c=temp0,
+        temp_end_c=dev.thermal.temperature_c,
+        temp_min_c=min(temps),
+        temp_max_c=max(temps),
         power_w=(dev.counters.energy_pj - e0) * 1e-12 / seconds,
         freq_cycles=sum(r.frequency_factor * r.cycles for r in recs),
         cycles=sum(r.cycles for r in recs),
-        min_factor=min((r.frequency_factor for r in recs), default=1.0)), out
+        min_factor=min((r.frequency_factor for r in recs), default=1.0),
+    ), out
 
 
-def _environment(its: list[_Iteration], cfg: BenchmarkConfig,
-                 clock_ghz: float) -> EnvironmentalData:
+def _environment(
+    its: list[_Iteration], cfg: BenchmarkConfig, clock_ghz: float
+) -> EnvironmentalData:
     mon = cfg.environmental_monitoring
     kw: dict[str, Any] = {}
     if mon.track_temperature:
         lo, hi = min(i.temp_min_c for i in its), max(i.temp_max_c for i in its)
-        kw.update(temperature_start_c=float(its[0].temp_start_c),
-                  temperature_end_c=float(its[-1].temp_end_c), temperature_min_c=float(lo),
-                  temperature_max_c=float(hi), temperature_variation=float(hi - lo))
+        kw.update(
+            temperature_start_c=float(its[0].temp_start_c),
+            temperature_end_c=float(its[-1].temp_end_c),
+            temperature_min_c=float(lo),
+            temperature_max_c=float(hi),
+            temperature_variation=float(hi - lo),
+        )
     if mon.track_power:
-        kw.update(power_mean_w=sum(i.power_w for i in its) / len(its),
-                  power_max_w=max(i.power_w for i in its))
+        kw.update(
+            power_mean_w=sum(i.power_w for i in its) / len(its),
+            power_max_w=max(i.power_w for i in its),
+        )
     if mon.track_frequency:
         cyc = sum(i.cycles for i in its)
-        kw.update(frequency_mean_ghz=clock_ghz * (sum(i.freq_cycles for i in its) / cyc
-                                                  if cyc else 1.0),
-                  frequency_min_ghz=clock_ghz * min(i.min_factor for i in its),
-                  throttled_iterations=sum(1 for i in its if i.min_factor < 1.0))
+        kw.update(
+            frequency_mean_ghz=clock_ghz * (sum(i.freq_cycles for i in its) / cyc if cyc else 1.0),
+            frequency_min_ghz=clock_ghz * min(i.min_factor for i in its),
+            throttled_iterations=sum(1 for i in its if i.min_factor < 1.0),
+        )
     return EnvironmentalData(**kw)
 
 
-def _bench_emulator(ctx: Context, operation: Any, cfg: BenchmarkConfig,
-                    workload_kwargs: dict[str, Any]) -> BenchmarkResult:
+def _bench_emulator(
+    ctx: Context, operation: Any, cfg: BenchmarkConfig, workload_kwargs: dict[str, Any]
+) -> BenchmarkResult:
     params: dict[str, Any] = {}
     if callable(operation) and not isinstance(operation, Graph):
         if workload_kwargs:
-            raise BenchmarkError(f"workload arguments ({', '.join(workload_kwargs)}) apply "
-                                 "to a workload name or graph, not to a callable")
+            raise BenchmarkError(
+                f"workload arguments ({', '.join(workload_kwargs)}) apply "
+                "to a workload name or graph, not to a callable"
+            )
         fn: Callable[[Context], Any] = operation
         name = getattr(operation, "__qualname__", None) or repr(operation)
     elif isinstance(operation, (str, os.PathLike, Graph)):
-        run_kw = {k: workload_kwargs.pop(k) for k in ("mode", "seed", "inputs")
-                  if k in workload_kwargs}
+        run_kw = {
+            k: workload_kwargs.pop(k) for k in ("mode", "seed", "inputs") if k in workload_kwargs
+        }
         graph = resolve_workload(operation, **workload_kwargs)
         name, params = workload_key(graph), dict(graph.params)
 
         def fn(c: Context) -> RunResult:
             return c.run(graph, **run_kw)
     else:
-        raise TypeError("operation must be a workload name, an .onnx path, a Graph or a "
-                        f"callable, got {type(operation).__name__}")
+        raise TypeError(
+            "operation must be a workload name, an .onnx path, a Graph or a "
+            f"callable, got {type(operation).__name__}"
+        )
     watcher = _Watcher()
     reset = None if "thermal" in cfg.variation_sources else ctx.device.thermal.temperature_c
     last = None
@@ -172,14 +201,24 @@ def _bench_emulator(ctx: Context, operation: Any, cfg: BenchmarkConfig,
     finally:
         ctx.observers.remove(watcher)
         refresh_cycles, jitter_cycles = uninstall(ctx.device.memory, ports)
-    variation = {"refresh_stall_cycles": refresh_cycles,
-                 "jitter_stall_cycles": jitter_cycles} if ports else {}
-    return summarize([i.ms for i in its], cfg, name=name, kind="emulator",
-                     device=ctx.spec.name, spec_hash=spec_hash(ctx.spec),
-                     tool_version=__version__,
-                     env=_environment(its, cfg, ctx.spec.clock_ghz), params=params,
-                     variation_cycles=variation,
-                     last_run=last if isinstance(last, RunResult) else None)
+    variation = (
+        {"refresh_stall_cycles": refresh_cycles, "jitter_stall_cycles": jitter_cycles}
+        if ports
+        else {}
+    )
+    return summarize(
+        [i.ms for i in its],
+        cfg,
+        name=name,
+        kind="emulator",
+        device=ctx.spec.name,
+        spec_hash=spec_hash(ctx.spec),
+        tool_version=__version__,
+        env=_environment(its, cfg, ctx.spec.clock_ghz),
+        params=params,
+        variation_cycles=variation,
+        last_run=last if isinstance(last, RunResult) else None,
+    )
 
 
 def _time_ns(fn: Callable[[], Any], loops: int) -> int:
@@ -209,14 +248,19 @@ def calibrate_loops(fn: Callable[[], Any], min_ns: float) -> int:
         loops = min(_MAX_INNER_LOOPS, max(loops + 1, grow))
 
 
-def _bench_wall(fn: Callable[[], Any], cfg: BenchmarkConfig,
-                workload_kwargs: dict[str, Any]) -> BenchmarkResult:
+def _bench_wall(
+    fn: Callable[[], Any], cfg: BenchmarkConfig, workload_kwargs: dict[str, Any]
+) -> BenchmarkResult:
     if not callable(fn):
-        raise TypeError("without a context, operation must be a callable taking no "
-                        f"arguments, got {type(fn).__name__}")
+        raise TypeError(
+            "without a context, operation must be a callable taking no "
+            f"arguments, got {type(fn).__name__}"
+        )
     if workload_kwargs:
-        raise BenchmarkError(f"workload arguments ({', '.join(workload_kwargs)}) need a "
-                             "context: benchmark_operation(ctx, workload, ...)")
+        raise BenchmarkError(
+            f"workload arguments ({', '.join(workload_kwargs)}) need a "
+            "context: benchmark_operation(ctx, workload, ...)"
+        )
     min_ns = cfg.min_sample_time_ms * 1e6
     loops = calibrate_loops(fn, min_ns)
     for _ in range(cfg.warmup_iterations):
@@ -226,13 +270,22 @@ def _bench_wall(fn: Callable[[], Any], cfg: BenchmarkConfig,
         _time_ns(fn, loops)
     device, h = host_identity()
     name = getattr(fn, "__qualname__", None) or repr(fn)
-    return summarize(raw, cfg, name=name, kind="wall", device=device, spec_hash=h,
-                     tool_version=__version__, env=EnvironmentalData(), inner_loops=loops)
+    return summarize(
+        raw,
+        cfg,
+        name=name,
+        kind="wall",
+        device=device,
+        spec_hash=h,
+        tool_version=__version__,
+        env=EnvironmentalData(),
+        inner_loops=loops,
+    )
 
 
-def benchmark_operation(ctx: Context | None, operation: Any,
-                        cfg: BenchmarkConfig | None = None,
-                        **workload_kwargs: Any) -> BenchmarkResult:
+def benchmark_operation(
+    ctx: Context | None, operation: Any, cfg: BenchmarkConfig | None = None, **workload_kwargs: Any
+) -> BenchmarkResult:
     """Benchmark ``operation`` under ``cfg`` (default :class:`BenchmarkConfig`).
 
     With a :class:`~wia_hw.Context`, ``operation`` is a workload (builder name, ``.onnx``
@@ -271,19 +324,30 @@ class ModelBenchmark:
         return len(self.ops)
 
 
-def benchmark_model(model: str | os.PathLike[str] | Graph, batch: int | None = None, *,
-                    seq: int | None = None, device: Any = "wia-npu",
-                    ctx: Context | None = None, cfg: BenchmarkConfig | None = None,
-                    **workload_kwargs: Any) -> ModelBenchmark:
+def benchmark_model(
+    model: str | os.PathLike[str] | Graph,
+    batch: int | None = None,
+    *,
+    seq: int | None = None,
+    device: Any = "wia-npu",
+    ctx: Context | None = None,
+    cfg: BenchmarkConfig | None = None,
+    **workload_kwargs: Any,
+) -> ModelBenchmark:
     """The seed's ``wia_benchmark_model(model, batch)``: benchmark a model on a device
     (``ctx``, else a fresh context on ``device``) and report latency, throughput and the
     breakdown. ``cfg`` defaults to 1 warm-up and 3 measured runs without cool-down (the
     emulator is deterministic; more runs matter only with variation sources that vary)."""
-    cfg = cfg or BenchmarkConfig(warmup_iterations=1, measurement_iterations=3,
-                                 cooldown_iterations=0)
+    cfg = cfg or BenchmarkConfig(
+        warmup_iterations=1, measurement_iterations=3, cooldown_iterations=0
+    )
     ctx = ctx if ctx is not None else open_device(device)
     res = benchmark_operation(ctx, model, cfg, batch=batch, seq=seq, **workload_kwargs)
     run = res.last_run
-    return ModelBenchmark(latency_ms=res.median_ms,
-                          throughput=run.sequences / (res.median_ms * 1e-3),
-                          ops=list(run.ops), benchmark=res, run=run)
+    return ModelBenchmark(
+        latency_ms=res.median_ms,
+        throughput=run.sequences / (res.median_ms * 1e-3),
+        ops=list(run.ops),
+        benchmark=res,
+        run=run,
+    )

@@ -15,8 +15,7 @@ from ._stats import as_samples, outlier_mask
 __all__ = ["BenchmarkResult", "EnvironmentalData", "summarize", "fmt_ms"]
 
 #: The seed's five percentiles and the result fields that hold them.
-SEED_PERCENTILES = {50.0: "p50_ms", 90.0: "p90_ms", 95.0: "p95_ms", 99.0: "p99_ms",
-                    99.9: "p999_ms"}
+SEED_PERCENTILES = {50.0: "p50_ms", 90.0: "p90_ms", 95.0: "p95_ms", 99.0: "p99_ms", 99.9: "p999_ms"}
 
 
 @dataclass(frozen=True)
@@ -162,29 +161,45 @@ class BenchmarkResult:
             kw["config"] = BenchmarkConfig(**cfg)
             return cls(**kw)
         except (KeyError, TypeError) as e:
-            raise BenchmarkError(f"not a benchmark result record: {type(e).__name__} "
-                                 f"{e}") from None
+            raise BenchmarkError(f"not a benchmark result record: {type(e).__name__} {e}") from None
 
 
-def summarize(raw_ms: list[float], cfg: BenchmarkConfig, *, name: str, kind: str,
-              device: str, spec_hash: str, tool_version: str, env: EnvironmentalData,
-              inner_loops: int = 1, params: dict[str, Any] | None = None,
-              last_run: Any = None,
-              variation_cycles: dict[str, int] | None = None) -> BenchmarkResult:
+def summarize(
+    raw_ms: list[float],
+    cfg: BenchmarkConfig,
+    *,
+    name: str,
+    kind: str,
+    device: str,
+    spec_hash: str,
+    tool_version: str,
+    env: EnvironmentalData,
+    inner_loops: int = 1,
+    params: dict[str, Any] | None = None,
+    last_run: Any = None,
+    variation_cycles: dict[str, int] | None = None,
+) -> BenchmarkResult:
     """The statistics of ``raw_ms`` under ``cfg``, with the seed's warnings."""
     raw = as_samples(raw_ms, f"benchmark {name!r}: the measured samples")
     mask = outlier_mask(raw, cfg.outlier_detection, cfg.outlier_threshold)
     kept = raw[~mask]
-    if np.ptp(kept) == 0:           # identical samples (a deterministic emulator): exact
+    if np.ptp(kept) == 0:  # identical samples (a deterministic emulator): exact
         mean, sd = float(kept[0]), 0.0
     else:
         mean, sd = float(np.mean(kept)), float(np.std(kept, ddof=1))
-    seed_p = dict(zip(SEED_PERCENTILES.values(),
-                      (float(x) for x in np.percentile(kept, list(SEED_PERCENTILES))),
-                      strict=True))
+    seed_p = dict(
+        zip(
+            SEED_PERCENTILES.values(),
+            (float(x) for x in np.percentile(kept, list(SEED_PERCENTILES))),
+            strict=True,
+        )
+    )
     asked = cfg.report_percentiles
-    pcts = dict(zip(asked, (float(x) for x in np.percentile(kept, list(asked))), strict=True)) \
-        if asked else {}
+    pcts = (
+        dict(zip(asked, (float(x) for x in np.percentile(kept, list(asked))), strict=True))
+        if asked
+        else {}
+    )
     cv = 100.0 * sd / mean if mean else 0.0
     warnings = []
     tv = env.temperature_variation
@@ -192,15 +207,34 @@ def summarize(raw_ms: list[float], cfg: BenchmarkConfig, *, name: str, kind: str
         warnings.append(f"WARNING: Temperature varied by {tv:.1f}°C during measurement")
         warnings.append("Results may not be representative")
     if cv > cfg.unstable_cv_percent:
-        warnings.append(f"WARNING: unstable results: coefficient of variation {cv:.1f}% "
-                        f"is above {cfg.unstable_cv_percent:g}%")
+        warnings.append(
+            f"WARNING: unstable results: coefficient of variation {cv:.1f}% "
+            f"is above {cfg.unstable_cv_percent:g}%"
+        )
     return BenchmarkResult(
-        name=name, kind=kind, device=device, spec_hash=spec_hash, tool_version=tool_version,
-        raw_samples_ms=tuple(float(x) for x in raw), samples_ms=tuple(float(x) for x in kept),
-        num_measurements=int(raw.size), num_outliers=int(mask.sum()), mean_ms=mean,
-        std_dev_ms=sd, median_ms=float(np.median(kept)), min_ms=float(kept.min()),
-        max_ms=float(kept.max()), **seed_p, cv_percent=cv,
-        throughput=1000.0 / mean if mean else 0.0, percentiles_ms=pcts,
-        environmental_data=env, config=cfg, inner_loops=inner_loops,
-        params=dict(params or {}), warnings=warnings, last_run=last_run,
-        variation_cycles=dict(variation_cycles or {}))
+        name=name,
+        kind=kind,
+        device=device,
+        spec_hash=spec_hash,
+        tool_version=tool_version,
+        raw_samples_ms=tuple(float(x) for x in raw),
+        samples_ms=tuple(float(x) for x in kept),
+        num_measurements=int(raw.size),
+        num_outliers=int(mask.sum()),
+        mean_ms=mean,
+        std_dev_ms=sd,
+        median_ms=float(np.median(kept)),
+        min_ms=float(kept.min()),
+        max_ms=float(kept.max()),
+        **seed_p,
+        cv_percent=cv,
+        throughput=1000.0 / mean if mean else 0.0,
+        percentiles_ms=pcts,
+        environmental_data=env,
+        config=cfg,
+        inner_loops=inner_loops,
+        params=dict(params or {}),
+        warnings=warnings,
+        last_run=last_run,
+        variation_cycles=dict(variation_cycles or {}),
+    )

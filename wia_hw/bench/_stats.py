@@ -18,8 +18,7 @@ def as_samples(values: Sequence[float] | np.ndarray, what: str) -> np.ndarray:
     if arr.size == 0:
         raise BenchmarkError(f"{what} is empty: no measurements to compute statistics on")
     if not np.all(np.isfinite(arr)):
-        raise BenchmarkError(f"{what} holds a non-finite value "
-                             f"({arr[~np.isfinite(arr)][0]!r})")
+        raise BenchmarkError(f"{what} holds a non-finite value ({arr[~np.isfinite(arr)][0]!r})")
     return arr
 
 

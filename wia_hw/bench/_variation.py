@@ -42,18 +42,36 @@ class VariedPort(BandwidthPort):
     the cycles each source added.
     """
 
-    __slots__ = ("orig", "interval", "refresh", "phase", "jitter", "rng",
-                 "refresh_stall_cycles", "jitter_stall_cycles")
+    __slots__ = (
+        "orig",
+        "interval",
+        "refresh",
+        "phase",
+        "jitter",
+        "rng",
+        "refresh_stall_cycles",
+        "jitter_stall_cycles",
+    )
 
-    def __init__(self, orig: BandwidthPort, *, refresh_interval_cycles: int,
-                 refresh_cycles: int, phase_cycles: int, jitter_cycles: int,
-                 seed: int) -> None:
+    def __init__(
+        self,
+        orig: BandwidthPort,
+        *,
+        refresh_interval_cycles: int,
+        refresh_cycles: int,
+        phase_cycles: int,
+        jitter_cycles: int,
+        seed: int,
+    ) -> None:
         super().__init__(orig.name, orig.bytes_per_cycle)
         self.free_at, self.busy_cycles = orig.free_at, orig.busy_cycles
         self.last_arrival = orig.last_arrival
         self.orig = orig
-        self.interval, self.refresh, self.phase = (refresh_interval_cycles, refresh_cycles,
-                                                   phase_cycles)
+        self.interval, self.refresh, self.phase = (
+            refresh_interval_cycles,
+            refresh_cycles,
+            phase_cycles,
+        )
         self.jitter = jitter_cycles
         self.rng = random.Random(seed)
         self.refresh_stall_cycles = 0
@@ -65,12 +83,12 @@ class VariedPort(BandwidthPort):
         if not self.refresh:
             return start + dur
         t, r, o = self.interval, self.refresh, self.phase
-        k = (start - o) // t                    # the window at or before start
-        if start < o + k * t + r:               # inside it: wait for its end
+        k = (start - o) // t  # the window at or before start
+        if start < o + k * t + r:  # inside it: wait for its end
             start = o + k * t + r
         end, left = start, dur
         while True:
-            gap = o + (k + 1) * t - end         # cycles until the next window
+            gap = o + (k + 1) * t - end  # cycles until the next window
             if left <= gap:
                 return end + left
             left -= gap
@@ -81,7 +99,7 @@ class VariedPort(BandwidthPort):
         if nbytes <= 0:
             return now
         if now < self.last_arrival:
-            return super().reserve(now, nbytes)         # raises, as the port does
+            return super().reserve(now, nbytes)  # raises, as the port does
         self.last_arrival = now
         start = now if now > self.free_at else self.free_at
         if self.jitter:
@@ -109,10 +127,16 @@ def install(mem: MemorySystem, cfg: Any, clock_ghz: float) -> list[VariedPort]:
     ports = []
     for p in mem.channels:
         phase, seed = seeder.randrange(interval), seeder.getrandbits(64)
-        ports.append(VariedPort(p, refresh_interval_cycles=interval, refresh_cycles=rfc,
-                                phase_cycles=phase,
-                                jitter_cycles=cfg.arbitration_jitter_cycles if jitter else 0,
-                                seed=seed))
+        ports.append(
+            VariedPort(
+                p,
+                refresh_interval_cycles=interval,
+                refresh_cycles=rfc,
+                phase_cycles=phase,
+                jitter_cycles=cfg.arbitration_jitter_cycles if jitter else 0,
+                seed=seed,
+            )
+        )
     mem.channels[:] = ports
     return ports
 
@@ -126,5 +150,4 @@ def uninstall(mem: MemorySystem, ports: list[VariedPort]) -> tuple[int, int]:
         p.orig.free_at, p.orig.busy_cycles = p.free_at, p.busy_cycles
         p.orig.last_arrival = p.last_arrival
     mem.channels[:] = [p.orig for p in ports]
-    return (sum(p.refresh_stall_cycles for p in ports),
-            sum(p.jitter_stall_cycles for p in ports))
+    return (sum(p.refresh_stall_cycles for p in ports), sum(p.jitter_stall_cycles for p in ports))

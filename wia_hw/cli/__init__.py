@@ -46,8 +46,7 @@ def cli() -> None:
     """wia-hw: an open, verifiable AI-accelerator stack (WIA-AI-011 chapter 8)."""
 
 
-for _command in (run_cmd, specs, rtl, ext, profile, bench_cmd, collectives,
-                 import_cmd):
+for _command in (run_cmd, specs, rtl, ext, profile, bench_cmd, collectives, import_cmd):
     cli.add_command(_command)
 
 

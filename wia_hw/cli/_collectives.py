@@ -28,8 +28,7 @@ def parse_size(text: str, param: str = "--min") -> int:
     nccl-tests' ``-b``/``-e``)."""
     m = re.fullmatch(r"\s*(\d+)\s*([KMGTB]?)(?:i?B)?\s*", str(text), re.IGNORECASE)
     if not m:
-        raise click.BadParameter(f"{text!r} is not a size (e.g. 1K, 64M, 1G)",
-                                 param_hint=param)
+        raise click.BadParameter(f"{text!r} is not a size (e.g. 1K, 64M, 1G)", param_hint=param)
     return int(m.group(1)) * _UNITS[m.group(2).upper()]
 
 
@@ -44,46 +43,77 @@ def sweep_sizes(lo: int, hi: int) -> list[int]:
 
 
 @click.command("collectives")
-@click.option("-c", "--cluster", default="wia-cluster-8", show_default=True,
-              help="Built-in cluster spec name or path to a cluster YAML.")
-@click.option("--op", type=click.Choice(("all",) + OPS), default="all", show_default=True,
-              help="The collective to sweep.")
+@click.option(
+    "-c",
+    "--cluster",
+    default="wia-cluster-8",
+    show_default=True,
+    help="Built-in cluster spec name or path to a cluster YAML.",
+)
+@click.option(
+    "--op",
+    type=click.Choice(("all",) + OPS),
+    default="all",
+    show_default=True,
+    help="The collective to sweep.",
+)
 @click.option("--algo", default=None, help="Algorithm, e.g. ring, tree, hierarchical.")
 @click.option("--min", "min_size", default="1K", show_default=True, help="Smallest size.")
 @click.option("--max", "max_size", default="1G", show_default=True, help="Largest size.")
-@click.option("--chunk", default="1M", show_default=True,
-              help="Link chunk and pipelining unit.")
-@click.option("--set", "sets", multiple=True, metavar="PATH=VALUE",
-              help="Override a cluster spec field, e.g. --set links.bandwidth_gbs=200.")
-def collectives(cluster: str, op: str, algo: str | None, min_size: str, max_size: str,
-                chunk: str, sets: tuple[str, ...]) -> None:
+@click.option("--chunk", default="1M", show_default=True, help="Link chunk and pipelining unit.")
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="PATH=VALUE",
+    help="Override a cluster spec field, e.g. --set links.bandwidth_gbs=200.",
+)
+def collectives(
+    cluster: str,
+    op: str,
+    algo: str | None,
+    min_size: str,
+    max_size: str,
+    chunk: str,
+    sets: tuple[str, ...],
+) -> None:
     """Time the collectives on a cluster, nccl-tests style (size, count, time, algbw,
     busbw)."""
     lo, hi = parse_size(min_size, "--min"), parse_size(max_size, "--max")
     if lo < 1 or hi < lo:
-        raise click.BadParameter(f"need 1 <= min <= max, got {lo} and {hi}",
-                                 param_hint="--min/--max")
+        raise click.BadParameter(
+            f"need 1 <= min <= max, got {lo} and {hi}", param_hint="--min/--max"
+        )
     ops = OPS if op == "all" else (op,)
     if algo is not None and not any(algo in ALGORITHMS[o] for o in ops):
         known = sorted({a for o in ops for a in ALGORITHMS[o]})
-        raise click.BadParameter(f"{algo!r} is not an algorithm of {', '.join(ops)} "
-                                 f"(known: {', '.join(known)})", param_hint="--algo")
-    comm = open_cluster(cluster, overrides=spec_overrides(sets),
-                        chunk_bytes=parse_size(chunk, "--chunk"))
+        raise click.BadParameter(
+            f"{algo!r} is not an algorithm of {', '.join(ops)} (known: {', '.join(known)})",
+            param_hint="--algo",
+        )
+    comm = open_cluster(
+        cluster, overrides=spec_overrides(sets), chunk_bytes=parse_size(chunk, "--chunk")
+    )
     topo = comm.topology
-    click.echo(f"# {comm.spec.name}: {comm.size} ranks, {topo.kind} topology, peak link "
-               f"{comm.peak_link_bandwidth_gbs:g} GB/s; sizes {lo} to {hi} bytes, float32")
+    click.echo(
+        f"# {comm.spec.name}: {comm.size} ranks, {topo.kind} topology, peak link "
+        f"{comm.peak_link_bandwidth_gbs:g} GB/s; sizes {lo} to {hi} bytes, float32"
+    )
     for name in ops:
         a = algo if algo in ALGORITHMS[name] else ALGORITHMS[name][0]
         click.echo(f"#\n# {name} (algorithm {a})")
-        click.echo(f"# {'size':>12} {'count':>12} {'type':>7} {'time':>10} {'algbw':>8} "
-                   f"{'busbw':>8}")
-        click.echo(f"# {'(B)':>12} {'(elements)':>12} {'':>7} {'(us)':>10} {'(GB/s)':>8} "
-                   f"{'(GB/s)':>8}")
+        click.echo(
+            f"# {'size':>12} {'count':>12} {'type':>7} {'time':>10} {'algbw':>8} {'busbw':>8}"
+        )
+        click.echo(
+            f"# {'(B)':>12} {'(elements)':>12} {'':>7} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8}"
+        )
         busbws = []
         for size in sweep_sizes(lo, hi):
             rec = getattr(comm, name)(nbytes=size, algorithm=a)
             busbws.append(rec.busbw_gbs)
-            click.echo(f"  {size:>12} {size // 4:>12} {'float':>7} {rec.time_s * 1e6:>10.2f} "
-                       f"{rec.algbw_gbs:>8.2f} {rec.busbw_gbs:>8.2f}")
+            click.echo(
+                f"  {size:>12} {size // 4:>12} {'float':>7} {rec.time_s * 1e6:>10.2f} "
+                f"{rec.algbw_gbs:>8.2f} {rec.busbw_gbs:>8.2f}"
+            )
         click.echo(f"# Avg bus bandwidth: {sum(busbws) / len(busbws):.3f} GB/s")

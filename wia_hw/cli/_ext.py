@@ -59,18 +59,28 @@ def ext_list() -> None:
     for name in list_extensions():
         try:
             e = load_extension(name)
-        except WiaError as err:       # one broken manifest does not hide the others
+        except WiaError as err:  # one broken manifest does not hide the others
             t.add_row(name, "?", where[name][0], f"[red]invalid: {err}[/red]", "")
             continue
-        t.add_row(name, e.version, where[name][0], ", ".join(map(str, e.capabilities)),
-                  ", ".join(o.name for o in e.operations))
+        t.add_row(
+            name,
+            e.version,
+            where[name][0],
+            ", ".join(map(str, e.capabilities)),
+            ", ".join(o.name for o in e.operations),
+        )
     Console(width=160).print(t)
 
 
 @ext.command("show")
 @click.argument("extension")
-@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
-              help="Set a parameter, e.g. --set block_q=64.")
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Set a parameter, e.g. --set block_q=64.",
+)
 def ext_show(extension: str, sets: tuple[str, ...]) -> None:
     """Print an extension (id or manifest path) as validated YAML."""
     e = load_extension(extension, parameters=_params(sets))
@@ -83,8 +93,10 @@ def ext_validate(files: tuple[str, ...]) -> None:
     """Validate manifests; one line per file, exit 2 on the first error."""
     for f in files:
         e = load_extension(Path(f))
-        click.echo(f"{f}: ok (extension {e.id!r} {e.version}, {len(e.operations)} "
-                   f"operation{'s' if len(e.operations) != 1 else ''})")
+        click.echo(
+            f"{f}: ok (extension {e.id!r} {e.version}, {len(e.operations)} "
+            f"operation{'s' if len(e.operations) != 1 else ''})"
+        )
 
 
 def print_extension_summary(r: RunResult, console: Console) -> None:
@@ -103,29 +115,57 @@ def print_extension_summary(r: RunResult, console: Console) -> None:
             for name, val in getattr(k.record, "extra", {}).items():
                 if isinstance(val, (int, float)) and not isinstance(val, bool):
                     figs[name] += val
-        t.add_row(prov, str(len(ks)), f"{r.clock_ghz and cyc / r.clock_ghz / 1e6:.3f}",
-                  f"{100.0 * cyc / r.cycles if r.cycles else 0:.1f}",
-                  ", ".join(f"{n}={v:,.6g}" for n, v in sorted(figs.items())))
+        t.add_row(
+            prov,
+            str(len(ks)),
+            f"{r.clock_ghz and cyc / r.clock_ghz / 1e6:.3f}",
+            f"{100.0 * cyc / r.cycles if r.cycles else 0:.1f}",
+            ", ".join(f"{n}={v:,.6g}" for n, v in sorted(figs.items())),
+        )
     console.print(t)
 
 
 @ext.command("register")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("-d", "--device", default=DEFAULT_DEVICE, show_default=True,
-              help="Device to register on (spec name or YAML path).")
-@click.option("--with", "others", multiple=True, metavar="ID",
-              help="Register these extensions first (claims must not clash).")
-@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
-              help="Set a parameter of the extension.")
+@click.option(
+    "-d",
+    "--device",
+    default=DEFAULT_DEVICE,
+    show_default=True,
+    help="Device to register on (spec name or YAML path).",
+)
+@click.option(
+    "--with",
+    "others",
+    multiple=True,
+    metavar="ID",
+    help="Register these extensions first (claims must not clash).",
+)
+@click.option(
+    "--set", "sets", multiple=True, metavar="NAME=VALUE", help="Set a parameter of the extension."
+)
 @click.option("--dry-run", is_flag=True, help="Check only; do not install.")
 @click.option("--force", is_flag=True, help="Replace an installed manifest of the same id.")
-@click.option("--run", "workload", default=None, metavar="WORKLOAD",
-              help="Run a workload with the extension and print the run.")
+@click.option(
+    "--run",
+    "workload",
+    default=None,
+    metavar="WORKLOAD",
+    help="Run a workload with the extension and print the run.",
+)
 @click.option("-b", "--batch", type=int, default=None)
 @click.option("-s", "--seq", type=int, default=None)
-def ext_register(file: Path, device: str, others: tuple[str, ...], sets: tuple[str, ...],
-                 dry_run: bool, force: bool, workload: str | None, batch: int | None,
-                 seq: int | None) -> None:
+def ext_register(
+    file: Path,
+    device: str,
+    others: tuple[str, ...],
+    sets: tuple[str, ...],
+    dry_run: bool,
+    force: bool,
+    workload: str | None,
+    batch: int | None,
+    seq: int | None,
+) -> None:
     """Check that FILE registers on DEVICE, install it, optionally run a workload."""
     e = load_extension(file, parameters=_params(sets))
     ctx = open_device(device)
@@ -133,8 +173,10 @@ def ext_register(file: Path, device: str, others: tuple[str, ...], sets: tuple[s
         register_device_extension(ctx, o)
     register_device_extension(ctx, e)
     claims = sorted({c for o in e.operations for c in o.claims})
-    click.echo(f"{file}: extension {e.id!r} {e.version} registers on {ctx.spec.name!r}"
-               f"{' (claims ' + ', '.join(claims) + ')' if claims else ''}")
+    click.echo(
+        f"{file}: extension {e.id!r} {e.version} registers on {ctx.spec.name!r}"
+        f"{' (claims ' + ', '.join(claims) + ')' if claims else ''}"
+    )
     if not dry_run:
         try:
             ExtensionId(e.id)
@@ -156,8 +198,9 @@ def ext_register(file: Path, device: str, others: tuple[str, ...], sets: tuple[s
                 if src.resolve() != (dest_dir / src.name).resolve():
                     shutil.copyfile(src, dest_dir / src.name)
         except OSError as err:
-            raise SpecError(f"cannot install into {dest_dir}: {err.strerror}",
-                            file=str(file)) from None
+            raise SpecError(
+                f"cannot install into {dest_dir}: {err.strerror}", file=str(file)
+            ) from None
         click.echo(f"installed as {dest}")
     if workload is not None:
         from ._run import print_run

@@ -37,48 +37,125 @@ __all__ = ["profile"]
 
 @click.command("profile")
 @workload_options
-@click.option("--mode", type=click.Choice([m.value for m in ProfileMode]),
-              default="detailed", show_default=True, help="Profiling mode.")
-@click.option("--counters", default=None, metavar="NAME,...",
-              help="Hardware counters to read per kernel (default: the seed's six).")
-@click.option("--interval-us", type=float, default=100.0, show_default=True,
-              help="Sampling period (device microseconds).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-              default=None, help="Write the JSON report here.")
-@click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the Chrome Trace Event timeline (open in ui.perfetto.dev).")
-@click.option("--flamegraph", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the flamegraph: .svg draws it, anything else collapsed stacks.")
-@click.option("--roofline", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Plot the roofline (PNG) and print its analysis.")
-@click.option("--memory-timeline", type=click.Path(dir_okay=False, path_type=Path),
-              default=None, help="Plot device memory over time (PNG).")
-@click.option("--recommend", is_flag=True,
-              help="Analyse and print recommendations (gains measured by re-running).")
-@click.option("--priority", default="medium", show_default=True,
-              type=click.Choice(["low", "medium", "high", "critical"]),
-              help="Lowest priority of recommendations to print.")
-@click.option("--confidence", type=float, default=0.7, show_default=True,
-              help="Lowest confidence of recommendations to print.")
-@click.option("--kernels", "top_kernels", type=int, default=3, show_default=True,
-              help="Print the seed's kernel profile for this many hottest kernels.")
-@click.option("--keep-library-frames", is_flag=True,
-              help="Keep frames of wia-hw, the standard library and installed packages "
-                   "(click, ...) in call stacks, the flamegraph and allocation sites.")
+@click.option(
+    "--mode",
+    type=click.Choice([m.value for m in ProfileMode]),
+    default="detailed",
+    show_default=True,
+    help="Profiling mode.",
+)
+@click.option(
+    "--counters",
+    default=None,
+    metavar="NAME,...",
+    help="Hardware counters to read per kernel (default: the seed's six).",
+)
+@click.option(
+    "--interval-us",
+    type=float,
+    default=100.0,
+    show_default=True,
+    help="Sampling period (device microseconds).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the JSON report here.",
+)
+@click.option(
+    "--timeline",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the Chrome Trace Event timeline (open in ui.perfetto.dev).",
+)
+@click.option(
+    "--flamegraph",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the flamegraph: .svg draws it, anything else collapsed stacks.",
+)
+@click.option(
+    "--roofline",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Plot the roofline (PNG) and print its analysis.",
+)
+@click.option(
+    "--memory-timeline",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Plot device memory over time (PNG).",
+)
+@click.option(
+    "--recommend",
+    is_flag=True,
+    help="Analyse and print recommendations (gains measured by re-running).",
+)
+@click.option(
+    "--priority",
+    default="medium",
+    show_default=True,
+    type=click.Choice(["low", "medium", "high", "critical"]),
+    help="Lowest priority of recommendations to print.",
+)
+@click.option(
+    "--confidence",
+    type=float,
+    default=0.7,
+    show_default=True,
+    help="Lowest confidence of recommendations to print.",
+)
+@click.option(
+    "--kernels",
+    "top_kernels",
+    type=int,
+    default=3,
+    show_default=True,
+    help="Print the seed's kernel profile for this many hottest kernels.",
+)
+@click.option(
+    "--keep-library-frames",
+    is_flag=True,
+    help="Keep frames of wia-hw, the standard library and installed packages "
+    "(click, ...) in call stacks, the flamegraph and allocation sites.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report to stdout.")
-def profile(workload: str, device: str, batch: int | None, seq: int | None,
-            precision: str | None, args: tuple[str, ...], sets: tuple[str, ...], mode: str,
-            counters: str | None, interval_us: float, output: Path | None,
-            timeline: Path | None, flamegraph: Path | None, roofline: Path | None,
-            memory_timeline: Path | None, recommend: bool, priority: str, confidence: float,
-            top_kernels: int, keep_library_frames: bool, as_json: bool) -> None:
+def profile(
+    workload: str,
+    device: str,
+    batch: int | None,
+    seq: int | None,
+    precision: str | None,
+    args: tuple[str, ...],
+    sets: tuple[str, ...],
+    mode: str,
+    counters: str | None,
+    interval_us: float,
+    output: Path | None,
+    timeline: Path | None,
+    flamegraph: Path | None,
+    roofline: Path | None,
+    memory_timeline: Path | None,
+    recommend: bool,
+    priority: str,
+    confidence: float,
+    top_kernels: int,
+    keep_library_frames: bool,
+    as_json: bool,
+) -> None:
     """Profile WORKLOAD (bert-large, bert-base, gpt2, resnet50, gemm, or an .onnx file)."""
     kw: dict[str, Any] = {}
     if counters:
         kw["hardware_counters"] = [c.strip() for c in counters.split(",") if c.strip()]
     try:
-        cfg = ProfilingConfig(mode=mode, sampling_interval_us=interval_us,
-                              keep_library_frames=keep_library_frames, **kw)
+        cfg = ProfilingConfig(
+            mode=mode,
+            sampling_interval_us=interval_us,
+            keep_library_frames=keep_library_frames,
+            **kw,
+        )
     except (TypeError, ValueError) as e:
         raise click.BadParameter(str(e)) from None
     if workload.lower().endswith(".onnx") and not Path(workload).is_file():
@@ -107,8 +184,10 @@ def profile(workload: str, device: str, batch: int | None, seq: int | None,
         p = max(ps, key=lambda p: p.cycles)
         click.echo("")
         if len(ps) > 1:
-            click.echo(f"(the longest of {len(ps)} like it, "
-                       f"{sum(q.duration_ms for q in ps):.3f} ms together)")
+            click.echo(
+                f"(the longest of {len(ps)} like it, "
+                f"{sum(q.duration_ms for q in ps):.3f} ms together)"
+            )
         click.echo(p.format())
     if roofline is not None:
         rf = create_roofline(ctx)
@@ -123,8 +202,9 @@ def profile(workload: str, device: str, batch: int | None, seq: int | None,
         if memory_timeline is not None:
             plot_memory_timeline(report.memory, memory_timeline)
     if recommend:
-        recs = analyze_performance(report, AnalysisConfig(priority_threshold=priority,
-                                                          confidence_threshold=confidence))
+        recs = analyze_performance(
+            report, AnalysisConfig(priority_threshold=priority, confidence_threshold=confidence)
+        )
         click.echo("")
         click.echo(recs.format())
     written = [p for p in (output, timeline, flamegraph, roofline, memory_timeline) if p]

@@ -23,8 +23,9 @@ def parse_param(text: str) -> tuple[str, object]:
     name, sep, value = text.partition("=")
     name, value = name.strip(), value.strip()
     if not sep or not name or not value:
-        raise click.BadParameter(f"{text!r} must read NAME=VALUE, e.g. rows=8",
-                                 param_hint="--param")
+        raise click.BadParameter(
+            f"{text!r} must read NAME=VALUE, e.g. rows=8", param_hint="--param"
+        )
     if value.lower() in ("true", "false"):
         return name, value.lower() == "true"
     try:
@@ -51,20 +52,34 @@ def list_blocks() -> None:
 
 @rtl.command(name="emit")
 @click.argument("block")
-@click.option("--param", "-p", "params", multiple=True, metavar="NAME=VALUE",
-              help="Override a block parameter (repeatable), e.g. --param rows=8.")
+@click.option(
+    "--param",
+    "-p",
+    "params",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Override a block parameter (repeatable), e.g. --param rows=8.",
+)
 @click.option("--rows", type=int, default=None, help="Shorthand for --param rows=N.")
 @click.option("--cols", type=int, default=None, help="Shorthand for --param cols=N.")
-@click.option("-o", "--outdir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("."), show_default=True, help="Directory to write BLOCK.v into.")
-def emit_cmd(block: str, params: tuple[str, ...], rows: int | None, cols: int | None,
-             outdir: Path) -> None:
+@click.option(
+    "-o",
+    "--outdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Directory to write BLOCK.v into.",
+)
+def emit_cmd(
+    block: str, params: tuple[str, ...], rows: int | None, cols: int | None, outdir: Path
+) -> None:
     """Write the Verilog of BLOCK (see `wia-hw rtl list`) to OUTDIR/BLOCK.v."""
     from ..rtl import BLOCKS, emit
 
     if block not in BLOCKS:
-        raise click.BadParameter(f"unknown block {block!r}; choose from {', '.join(BLOCKS)}",
-                                 param_hint="BLOCK")
+        raise click.BadParameter(
+            f"unknown block {block!r}; choose from {', '.join(BLOCKS)}", param_hint="BLOCK"
+        )
     values = dict(parse_param(p) for p in params)
     for name, value in (("rows", rows), ("cols", cols)):
         if value is not None:
@@ -73,7 +88,9 @@ def emit_cmd(block: str, params: tuple[str, ...], rows: int | None, cols: int | 
     if unknown:
         raise click.BadParameter(
             f"unknown parameter {unknown[0]!r} for {block}; valid: "
-            f"{', '.join(BLOCKS[block].defaults)}", param_hint="--param")
+            f"{', '.join(BLOCKS[block].defaults)}",
+            param_hint="--param",
+        )
     try:
         paths = emit(block, values, outdir)
     except (TypeError, ValueError) as e:

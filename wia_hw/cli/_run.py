@@ -33,10 +33,15 @@ def _progress(console: Console) -> tuple[Callable[[int, int, str], None], Callab
         if state["bar"] is None:
             if time.monotonic() - state["t0"] < 1.0 or not console.is_terminal:
                 return
-            bar = Progress(TextColumn("[bold]emulating"), BarColumn(),
-                           TextColumn("{task.completed}/{task.total} ops"),
-                           TextColumn("{task.description}"), TimeElapsedColumn(),
-                           console=console, transient=True)
+            bar = Progress(
+                TextColumn("[bold]emulating"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total} ops"),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+            )
             bar.start()
             state["bar"], state["task"] = bar, bar.add_task(name, total=total)
         state["bar"].update(state["task"], completed=done, description=name)
@@ -51,10 +56,11 @@ def _progress(console: Console) -> tuple[Callable[[int, int, str], None], Callab
 def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
     """Print a run the way the seed's section 8.7 does, plus what a profiler adds."""
     p = r.params
-    shape = ", ".join(f"{k}={p[k]}" for k in ("batch", "seq", "phase", "kv_len", "image")
-                      if k in p)
-    console.print(f"[bold]{r.workload}[/bold] ({shape}) on [bold]{r.device}[/bold], "
-                  f"{r.precision}, {r.mode} mode")
+    shape = ", ".join(f"{k}={p[k]}" for k in ("batch", "seq", "phase", "kv_len", "image") if k in p)
+    console.print(
+        f"[bold]{r.workload}[/bold] ({shape}) on [bold]{r.device}[/bold], "
+        f"{r.precision}, {r.mode} mode"
+    )
     t = Table(title="Operation Breakdown", title_justify="left")
     t.add_column("operation", no_wrap=True)
     t.add_column("time (ms)", justify="right")
@@ -65,18 +71,27 @@ def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
     console.print(t)
     console.print(f"  Latency:     {r.latency_ms:.2f} ms")
     console.print(f"  Throughput:  {r.throughput:.1f} seq/sec")
-    console.print(f"  Compute:     {r.achieved_tflops:.1f} TFLOPS of {r.peak_tflops:.1f} peak "
-                  f"({r.compute_utilization:.1f}% utilisation)")
-    console.print(f"  Roofline floor: {r.roofline_floor_ms:.2f} ms (FLOPs at peak, HBM bytes "
-                  f"at {r.memory_bandwidth_gbs:.0f}/{_peak_bw(r)} GB/s)")
-    console.print(f"  Energy:      {r.energy_j * 1e3:.1f} mJ, {r.avg_power_w:.1f} W average, "
-                  f"peak {r.peak_temperature_c:.1f} °C")
+    console.print(
+        f"  Compute:     {r.achieved_tflops:.1f} TFLOPS of {r.peak_tflops:.1f} peak "
+        f"({r.compute_utilization:.1f}% utilisation)"
+    )
+    console.print(
+        f"  Roofline floor: {r.roofline_floor_ms:.2f} ms (FLOPs at peak, HBM bytes "
+        f"at {r.memory_bandwidth_gbs:.0f}/{_peak_bw(r)} GB/s)"
+    )
+    console.print(
+        f"  Energy:      {r.energy_j * 1e3:.1f} mJ, {r.avg_power_w:.1f} W average, "
+        f"peak {r.peak_temperature_c:.1f} °C"
+    )
     for provider, d in sorted(getattr(r, "extensions", {}).items()):
-        figures = ", ".join(f"{k} {v:,.0f}" for k, v in d.items()
-                            if k not in ("kernels", "cycles") and abs(v) >= 1)
-        console.print(f"  Extension {provider}: {int(d['kernels'])} kernels, "
-                      f"{r.clock_ghz and d['cycles'] / (r.clock_ghz * 1e6):.2f} ms"
-                      + (f" ({figures})" if figures else ""))
+        figures = ", ".join(
+            f"{k} {v:,.0f}" for k, v in d.items() if k not in ("kernels", "cycles") and abs(v) >= 1
+        )
+        console.print(
+            f"  Extension {provider}: {int(d['kernels'])} kernels, "
+            f"{r.clock_ghz and d['cycles'] / (r.clock_ghz * 1e6):.2f} ms"
+            + (f" ({figures})" if figures else "")
+        )
     c = r.counters
     ct = Table(title="Hardware counters", title_justify="left")
     ct.add_column("counter")
@@ -92,8 +107,9 @@ def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
     for lvl in ("l1", "l2"):
         acc = c.accesses(lvl)
         rate = 100.0 * c.hits[lvl] / acc if acc else 0.0
-        rows.append((f"{lvl} hits / misses", f"{c.hits[lvl]:,} / {c.misses[lvl]:,} "
-                     f"({rate:.1f}% hit)"))
+        rows.append(
+            (f"{lvl} hits / misses", f"{c.hits[lvl]:,} / {c.misses[lvl]:,} ({rate:.1f}% hit)")
+        )
     for lvl, nb in c.bytes.items():
         rows.append((f"bytes {lvl}", f"{nb / 1e9:.3f} GB"))
     rows.append(("stall cycles", ", ".join(f"{k} {v:,}" for k, v in c.stall_cycles.items())))
@@ -106,18 +122,29 @@ def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
         alike: dict[str, list[Any]] = {}
         for k in r.kernels:
             alike.setdefault(re.sub(r"^layer\d+\.", "", k.name), []).append(k)
-        kt = Table(title=f"Top {top_kernels} kernels (n: launches of it over the layers; ms: "
-                   "their total)", title_justify="left")
+        kt = Table(
+            title=f"Top {top_kernels} kernels (n: launches of it over the layers; ms: their total)",
+            title_justify="left",
+        )
         for col in ("kernel", "provider", "n", "ms", "mean", "util %", "tiles"):
-            kt.add_column(col, justify="left" if col in ("kernel", "provider") else "right",
-                          no_wrap=True)
-        for name, ks in sorted(alike.items(),
-                               key=lambda kv: -sum(k.cycles for k in kv[1]))[:top_kernels]:
+            kt.add_column(
+                col, justify="left" if col in ("kernel", "provider") else "right", no_wrap=True
+            )
+        for name, ks in sorted(alike.items(), key=lambda kv: -sum(k.cycles for k in kv[1]))[
+            :top_kernels
+        ]:
             total = sum(k.time_ms for k in ks)
             cyc = sum(k.cycles for k in ks)
             util = sum(k.compute_utilization * k.cycles for k in ks) / cyc if cyc else 0.0
-            kt.add_row(name, ks[0].provider, str(len(ks)), f"{total:.3f}",
-                       f"{total / len(ks):.3f}", f"{util:.1f}", str(ks[0].tiles))
+            kt.add_row(
+                name,
+                ks[0].provider,
+                str(len(ks)),
+                f"{total:.3f}",
+                f"{total / len(ks):.3f}",
+                f"{util:.1f}",
+                str(ks[0].tiles),
+            )
         console.print(kt)
 
 
@@ -130,23 +157,55 @@ def _peak_bw(r: RunResult) -> str:
 
 @click.command("run")
 @workload_options
-@click.option("--phase", type=click.Choice(["prefill", "decode"]), default=None,
-              help="GPT-2: prefill or decode.")
-@click.option("--kv-len", type=int, default=None,
-              help="GPT-2 decode: cached tokens (kv_len + seq <= 1024 positions).")
-@click.option("--mode", type=click.Choice(["timing", "functional"]), default="timing",
-              show_default=True)
+@click.option(
+    "--phase",
+    type=click.Choice(["prefill", "decode"]),
+    default=None,
+    help="GPT-2: prefill or decode.",
+)
+@click.option(
+    "--kv-len",
+    type=int,
+    default=None,
+    help="GPT-2 decode: cached tokens (kv_len + seq <= 1024 positions).",
+)
+@click.option(
+    "--mode", type=click.Choice(["timing", "functional"]), default="timing", show_default=True
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report to stdout.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the JSON report to this file.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the JSON report to this file.",
+)
 @click.option("--top", type=int, default=10, show_default=True, help="Kernels to list.")
-@click.option("--ext", "exts", multiple=True, metavar="ID|FILE",
-              help="Register a device extension first (built-in id or manifest path).")
-def run_cmd(workload: str, device: str, batch: int | None, seq: int | None,
-            precision: str | None, phase: str | None, kv_len: int | None,
-            args: tuple[str, ...], sets: tuple[str, ...], mode: str, seed: int, as_json: bool,
-            output: Path | None, top: int, exts: tuple[str, ...]) -> None:
+@click.option(
+    "--ext",
+    "exts",
+    multiple=True,
+    metavar="ID|FILE",
+    help="Register a device extension first (built-in id or manifest path).",
+)
+def run_cmd(
+    workload: str,
+    device: str,
+    batch: int | None,
+    seq: int | None,
+    precision: str | None,
+    phase: str | None,
+    kv_len: int | None,
+    args: tuple[str, ...],
+    sets: tuple[str, ...],
+    mode: str,
+    seed: int,
+    as_json: bool,
+    output: Path | None,
+    top: int,
+    exts: tuple[str, ...],
+) -> None:
     """Run WORKLOAD (bert-large, bert-base, gpt2, resnet50, gemm, or an .onnx file)."""
     extra = builder_args(args)
     if phase is not None:
@@ -161,8 +220,16 @@ def run_cmd(workload: str, device: str, batch: int | None, seq: int | None,
     err = Console(stderr=True)
     update, close = _progress(err)
     try:
-        r = ctx.run(workload, batch=batch, seq=seq, precision=precision, mode=mode, seed=seed,
-                    progress=update, **extra)
+        r = ctx.run(
+            workload,
+            batch=batch,
+            seq=seq,
+            precision=precision,
+            mode=mode,
+            seed=seed,
+            progress=update,
+            **extra,
+        )
     finally:
         close()
     text = r.to_json()

@@ -33,10 +33,14 @@ def specs_list() -> None:
         s = load_spec(name)
         d = s.device if isinstance(s, ClusterSpec) else s
         n = s.devices if isinstance(s, ClusterSpec) else 1
-        t.add_row(name, f"cluster x{n}" if n > 1 else "device",
-                  f"{n * d.peak_flops('fp16') / 1e12:.1f}" if d.supports("fp16") else "-",
-                  f"{n * d.peak_flops('int8') / 1e12:.1f}" if d.supports("int8") else "-",
-                  f"{n * d.peak_bandwidth_gbs:.0f}", s.description)
+        t.add_row(
+            name,
+            f"cluster x{n}" if n > 1 else "device",
+            f"{n * d.peak_flops('fp16') / 1e12:.1f}" if d.supports("fp16") else "-",
+            f"{n * d.peak_flops('int8') / 1e12:.1f}" if d.supports("int8") else "-",
+            f"{n * d.peak_bandwidth_gbs:.0f}",
+            s.description,
+        )
     Console().print(t)
 
 
@@ -52,9 +56,12 @@ def specs_show(spec: str, sets: tuple[str, ...]) -> None:
     click.echo("# derived:")
     for prec in d.compute.array.macs_per_pe_cycle:
         click.echo(f"#   peak {prec}: {d.peak_flops(prec) / 1e12:.2f} TFLOPS")
-    click.echo(f"#   HBM: {d.peak_bandwidth_gbs} GB/s; ridge point (fp16): "
-               f"{d.peak_flops('fp16') / (d.peak_bandwidth_gbs * 1e9):.1f} FLOP/byte"
-               if d.supports("fp16") else f"#   HBM: {d.peak_bandwidth_gbs} GB/s")
+    click.echo(
+        f"#   HBM: {d.peak_bandwidth_gbs} GB/s; ridge point (fp16): "
+        f"{d.peak_flops('fp16') / (d.peak_bandwidth_gbs * 1e9):.1f} FLOP/byte"
+        if d.supports("fp16")
+        else f"#   HBM: {d.peak_bandwidth_gbs} GB/s"
+    )
 
 
 @specs.command("validate")

@@ -21,5 +21,15 @@ from ._communicator import (
 )
 from ._schedule import Schedule, Transfer
 
-__all__ = ["ALGORITHMS", "BUS_FACTORS", "CollectiveRecord", "CommError", "Communicator",
-           "ComputeRecord", "Schedule", "Transfer", "Work", "open_cluster"]
+__all__ = [
+    "ALGORITHMS",
+    "BUS_FACTORS",
+    "CollectiveRecord",
+    "CommError",
+    "Communicator",
+    "ComputeRecord",
+    "Schedule",
+    "Transfer",
+    "Work",
+    "open_cluster",
+]

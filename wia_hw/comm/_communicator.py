@@ -25,8 +25,16 @@ from ..emulator.config import ClusterSpec, DeviceSpec
 from ..emulator.errors import WiaError
 from ._schedule import Schedule, even_ranges
 
-__all__ = ["CommError", "CollectiveRecord", "ComputeRecord", "Communicator", "Work",
-           "open_cluster", "BUS_FACTORS", "ALGORITHMS"]
+__all__ = [
+    "CommError",
+    "CollectiveRecord",
+    "ComputeRecord",
+    "Communicator",
+    "Work",
+    "open_cluster",
+    "BUS_FACTORS",
+    "ALGORITHMS",
+]
 
 #: nccl-tests' bus-bandwidth factor per collective, as a function of the rank count.
 BUS_FACTORS: dict[str, Callable[[int], float]] = {
@@ -144,8 +152,9 @@ class Communicator:
     ``now_cycles`` is the current simulated time.
     """
 
-    def __init__(self, spec: ClusterSpec, *, chunk_bytes: int = 1 << 20,
-                 env: simpy.Environment | None = None) -> None:
+    def __init__(
+        self, spec: ClusterSpec, *, chunk_bytes: int = 1 << 20, env: simpy.Environment | None = None
+    ) -> None:
         if not isinstance(spec, ClusterSpec):
             raise CommError(f"open_cluster needs a cluster spec, got {type(spec).__name__}")
         self.spec = spec
@@ -163,8 +172,7 @@ class Communicator:
         self._mailbox: dict[tuple[int, int], list[Work]] = {}
 
     def __repr__(self) -> str:
-        return (f"Communicator({self.spec.name!r}, ranks={self.size}, "
-                f"topology={self.topology.kind})")
+        return f"Communicator({self.spec.name!r}, ranks={self.size}, topology={self.topology.kind})"
 
     @property
     def now_cycles(self) -> int:
@@ -187,7 +195,9 @@ class Communicator:
         if isinstance(r, bool) or not isinstance(r, (int, np.integer)):
             raise CommError(f"{where}: {what} must be an integer rank, got {r!r}")
         if not 0 <= r < self.size:
-            raise CommError(f"{where}: {what} {r} is outside the cluster (ranks 0..{self.size - 1})")
+            raise CommError(
+                f"{where}: {what} {r} is outside the cluster (ranks 0..{self.size - 1})"
+            )
         return int(r)
 
     def _group(self, ranks: Sequence[int] | None, where: str) -> list[int]:
@@ -200,14 +210,14 @@ class Communicator:
             raise CommError(f"{where}: a collective needs at least 2 ranks, got {group}")
         return group
 
-    def _buffers(self, where: str, group: list[int], buffers: Sequence[Any] | None,
-                 nbytes: int | None) -> tuple[list[np.ndarray] | None, int, int]:
+    def _buffers(
+        self, where: str, group: list[int], buffers: Sequence[Any] | None, nbytes: int | None
+    ) -> tuple[list[np.ndarray] | None, int, int]:
         """(flat copies or None, element count, itemsize) of a call's data."""
         if (buffers is None) == (nbytes is None):
             raise CommError(f"{where}: give either buffers (functional) or nbytes (timing)")
         if buffers is None:
-            if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) \
-                    or nbytes < 0:
+            if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
                 raise CommError(f"{where}: nbytes must be a non-negative integer, got {nbytes!r}")
             return None, int(nbytes), 1
         if len(buffers) != len(group):
@@ -216,8 +226,10 @@ class Communicator:
         a0 = arrs[0]
         for k, a in enumerate(arrs):
             if a.shape != a0.shape or a.dtype != a0.dtype:
-                raise CommError(f"{where}: rank {group[k]}'s buffer is {a.shape} {a.dtype}, "
-                                f"rank {group[0]}'s is {a0.shape} {a0.dtype}")
+                raise CommError(
+                    f"{where}: rank {group[k]}'s buffer is {a.shape} {a.dtype}, "
+                    f"rank {group[0]}'s is {a0.shape} {a0.dtype}"
+                )
         return [a.reshape(-1).copy() for a in arrs], a0.size, a0.dtype.itemsize
 
     def _algorithm(self, name: str, algorithm: str | None) -> str:
@@ -237,10 +249,19 @@ class Communicator:
 
     # -- execution ----------------------------------------------------------------------
 
-    def _run(self, name: str, algo: str, nbytes: int, group: list[int], sched: Schedule,
-             state: dict[int, dict[str, np.ndarray]] | None, reduce: Any,
-             finalize: Callable[[], list[np.ndarray] | None], kind: str = "collective",
-             async_op: bool = False) -> Any:
+    def _run(
+        self,
+        name: str,
+        algo: str,
+        nbytes: int,
+        group: list[int],
+        sched: Schedule,
+        state: dict[int, dict[str, np.ndarray]] | None,
+        reduce: Any,
+        finalize: Callable[[], list[np.ndarray] | None],
+        kind: str = "collective",
+        async_op: bool = False,
+    ) -> Any:
         env = self.env
         start = env.now
         tally: dict[tuple[int, int], int] = {}
@@ -256,13 +277,20 @@ class Communicator:
         links = self.links
 
         def finish() -> None:
-            rec = CollectiveRecord(name=name, algorithm=algo, nbytes=nbytes,
-                                   ranks=tuple(group), start_cycle=int(start),
-                                   end_cycle=int(env.now), clock_ghz=self.clock_ghz,
-                                   sent_bytes=sched.sent_bytes, transfers=len(tr),
-                                   link_bytes={link_name(u, v, self.size): b
-                                               for (u, v), b in sorted(tally.items())},
-                                   kind=kind, outputs=finalize())
+            rec = CollectiveRecord(
+                name=name,
+                algorithm=algo,
+                nbytes=nbytes,
+                ranks=tuple(group),
+                start_cycle=int(start),
+                end_cycle=int(env.now),
+                clock_ghz=self.clock_ghz,
+                sent_bytes=sched.sent_bytes,
+                transfers=len(tr),
+                link_bytes={link_name(u, v, self.size): b for (u, v), b in sorted(tally.items())},
+                kind=kind,
+                outputs=finalize(),
+            )
             self.records.append(rec)
             for lst in self.listeners:
                 lst.on_collective(rec)
@@ -271,15 +299,14 @@ class Communicator:
         def launch(i: int) -> None:
             t = tr[i]
             if state is not None:
-                payload[i] = state[t.src][t.src_key][t.start:t.stop].copy()
-            links.send(t.src, t.dst, (t.stop - t.start) * sched.itemsize,
-                       lambda: arrive(i), tally)
+                payload[i] = state[t.src][t.src_key][t.start : t.stop].copy()
+            links.send(t.src, t.dst, (t.stop - t.start) * sched.itemsize, lambda: arrive(i), tally)
 
         def arrive(i: int) -> None:
             t = tr[i]
             if state is not None:
                 off = t.start if t.dst_start is None else t.dst_start
-                dst = state[t.dst][t.dst_key][off:off + t.stop - t.start]
+                dst = state[t.dst][t.dst_key][off : off + t.stop - t.start]
                 if t.op == "reduce":
                     reduce(dst, payload[i], out=dst)
                 else:
@@ -304,9 +331,16 @@ class Communicator:
 
     # -- collectives --------------------------------------------------------------------
 
-    def all_reduce(self, buffers: Sequence[Any] | None = None, *, nbytes: int | None = None,
-                   algorithm: str | None = None, op: str = "sum",
-                   ranks: Sequence[int] | None = None, async_op: bool = False) -> Any:
+    def all_reduce(
+        self,
+        buffers: Sequence[Any] | None = None,
+        *,
+        nbytes: int | None = None,
+        algorithm: str | None = None,
+        op: str = "sum",
+        ranks: Sequence[int] | None = None,
+        async_op: bool = False,
+    ) -> Any:
         """Reduce one buffer per rank elementwise (``op``: sum, max, min, prod) and give
         every rank the result. ``algorithm``: ``ring`` (default), ``tree`` or
         ``hierarchical`` (whole cluster of a hierarchical topology). ``buffers``: one
@@ -329,40 +363,58 @@ class Communicator:
         else:
             k = self.topology.devices_per_node
             if k is None or len(group) != self.size:
-                raise CommError(f"{where}: the hierarchical algorithm needs the whole "
-                                "cluster on a hierarchical topology (this is "
-                                f"{self.topology.kind}, {len(group)} of {self.size} ranks)")
+                raise CommError(
+                    f"{where}: the hierarchical algorithm needs the whole "
+                    "cluster on a hierarchical topology (this is "
+                    f"{self.topology.kind}, {len(group)} of {self.size} ranks)"
+                )
             m = self.size // k
             segs = even_ranges(rng, k)
             after: dict[int, list[int]] = {}
             for a in range(m):
-                after.update(sched.ring_reduce_scatter([a * k + j for j in range(k)], segs,
-                                                       {}, 1))
+                after.update(sched.ring_reduce_scatter([a * k + j for j in range(k)], segs, {}, 1))
             after2: dict[int, list[int]] = {}
             if m > 1:
                 for j in range(k):
-                    after2.update(sched.ring_all_reduce([a * k + j for a in range(m)],
-                                                        segs[(j + 1) % k], after))
+                    after2.update(
+                        sched.ring_all_reduce(
+                            [a * k + j for a in range(m)], segs[(j + 1) % k], after
+                        )
+                    )
             else:
                 after2 = after
             for a in range(m):
                 sched.ring_all_gather([a * k + j for j in range(k)], segs, after2, 1)
         shape = None if buffers is None else np.asarray(buffers[0]).shape
-        state = None if flat is None else {r: {"buf": f} for r, f in zip(group, flat,
-                                                                          strict=True)}
+        state = None if flat is None else {r: {"buf": f} for r, f in zip(group, flat, strict=True)}
 
         def finalize() -> list[np.ndarray] | None:
             if state is None:
                 return None
             return [state[r]["buf"].reshape(shape) for r in group]
 
-        return self._run(where, algo, count * isz, group, sched, state, _REDUCE_OPS[op],
-                         finalize, async_op=async_op)
+        return self._run(
+            where,
+            algo,
+            count * isz,
+            group,
+            sched,
+            state,
+            _REDUCE_OPS[op],
+            finalize,
+            async_op=async_op,
+        )
 
-    def reduce_scatter(self, buffers: Sequence[Any] | None = None, *,
-                       nbytes: int | None = None, algorithm: str | None = None,
-                       op: str = "sum", ranks: Sequence[int] | None = None,
-                       async_op: bool = False) -> Any:
+    def reduce_scatter(
+        self,
+        buffers: Sequence[Any] | None = None,
+        *,
+        nbytes: int | None = None,
+        algorithm: str | None = None,
+        op: str = "sum",
+        ranks: Sequence[int] | None = None,
+        async_op: bool = False,
+    ) -> Any:
         """Reduce one buffer per rank; the ``k``-th rank of the group gets the ``k``-th of
         ``len(ranks)`` equal parts of the result (flat). Ring algorithm. Functional
         buffers must split evenly over the ranks."""
@@ -379,20 +431,34 @@ class Communicator:
         order = self._order(group)
         sched = Schedule(isz)
         sched.ring_reduce_scatter(order, [seg_of[r] for r in order], {}, 0)
-        state = None if flat is None else {r: {"buf": f} for r, f in zip(group, flat,
-                                                                          strict=True)}
+        state = None if flat is None else {r: {"buf": f} for r, f in zip(group, flat, strict=True)}
 
         def finalize() -> list[np.ndarray] | None:
             if state is None:
                 return None
             return [state[r]["buf"][slice(*seg_of[r])].copy() for r in group]
 
-        return self._run(where, algo, count * isz, group, sched, state, _REDUCE_OPS[op],
-                         finalize, async_op=async_op)
+        return self._run(
+            where,
+            algo,
+            count * isz,
+            group,
+            sched,
+            state,
+            _REDUCE_OPS[op],
+            finalize,
+            async_op=async_op,
+        )
 
-    def all_gather(self, buffers: Sequence[Any] | None = None, *, nbytes: int | None = None,
-                   algorithm: str | None = None, ranks: Sequence[int] | None = None,
-                   async_op: bool = False) -> Any:
+    def all_gather(
+        self,
+        buffers: Sequence[Any] | None = None,
+        *,
+        nbytes: int | None = None,
+        algorithm: str | None = None,
+        ranks: Sequence[int] | None = None,
+        async_op: bool = False,
+    ) -> Any:
         """Every rank gets every rank's buffer: outputs of shape ``(len(ranks),) +
         shape``, in group order. Ring algorithm. In timing mode ``nbytes`` is the
         gathered size (nccl-tests' convention)."""
@@ -420,12 +486,20 @@ class Communicator:
                 return None
             return [state[r]["buf"].reshape(shape) for r in group]
 
-        return self._run(where, algo, total * isz, group, sched, state, None, finalize,
-                         async_op=async_op)
+        return self._run(
+            where, algo, total * isz, group, sched, state, None, finalize, async_op=async_op
+        )
 
-    def broadcast(self, buffers: Sequence[Any] | None = None, *, nbytes: int | None = None,
-                  root: int = 0, algorithm: str | None = None,
-                  ranks: Sequence[int] | None = None, async_op: bool = False) -> Any:
+    def broadcast(
+        self,
+        buffers: Sequence[Any] | None = None,
+        *,
+        nbytes: int | None = None,
+        root: int = 0,
+        algorithm: str | None = None,
+        ranks: Sequence[int] | None = None,
+        async_op: bool = False,
+    ) -> Any:
         """Every rank gets ``root``'s buffer (the others' buffers give only the shape).
         Ring algorithm: a chain from the root in ring order, pipelined in chunks."""
         where = "broadcast"
@@ -440,8 +514,7 @@ class Communicator:
         order = order[i:] + order[:i]
         sched = Schedule(isz)
         sched.chain_broadcast(order, (0, count), self._pieces(count, isz))
-        state = None if flat is None else {r: {"buf": f} for r, f in zip(group, flat,
-                                                                          strict=True)}
+        state = None if flat is None else {r: {"buf": f} for r, f in zip(group, flat, strict=True)}
         shape = None if buffers is None else np.asarray(buffers[0]).shape
 
         def finalize() -> list[np.ndarray] | None:
@@ -449,12 +522,19 @@ class Communicator:
                 return None
             return [state[r]["buf"].reshape(shape) for r in group]
 
-        return self._run(where, algo, count * isz, group, sched, state, None, finalize,
-                         async_op=async_op)
+        return self._run(
+            where, algo, count * isz, group, sched, state, None, finalize, async_op=async_op
+        )
 
-    def all_to_all(self, buffers: Sequence[Any] | None = None, *, nbytes: int | None = None,
-                   algorithm: str | None = None, ranks: Sequence[int] | None = None,
-                   async_op: bool = False) -> Any:
+    def all_to_all(
+        self,
+        buffers: Sequence[Any] | None = None,
+        *,
+        nbytes: int | None = None,
+        algorithm: str | None = None,
+        ranks: Sequence[int] | None = None,
+        async_op: bool = False,
+    ) -> Any:
         """Block ``j`` of the ``k``-th rank's (flat) buffer goes to the ``j``-th rank, as
         its block ``k``. All blocks move at once over their shortest paths (``direct``).
         Functional buffers must split evenly over the ranks."""
@@ -489,13 +569,21 @@ class Communicator:
                 return None
             return [state[r]["out"].reshape(shape) for r in group]
 
-        return self._run(where, algo, count * isz, group, sched, state, None, finalize,
-                         async_op=async_op)
+        return self._run(
+            where, algo, count * isz, group, sched, state, None, finalize, async_op=async_op
+        )
 
     # -- point to point -----------------------------------------------------------------
 
-    def send(self, src: int, dst: int, buffer: Any = None, *, nbytes: int | None = None,
-             async_op: bool = False) -> Any:
+    def send(
+        self,
+        src: int,
+        dst: int,
+        buffer: Any = None,
+        *,
+        nbytes: int | None = None,
+        async_op: bool = False,
+    ) -> Any:
         """Move ``buffer`` (or ``nbytes``) from rank ``src`` to rank ``dst`` over the
         shortest path, chunked; :meth:`recv` on ``dst`` takes it. Returns the record."""
         where = "send"
@@ -514,8 +602,18 @@ class Communicator:
         def finalize() -> list[np.ndarray] | None:
             return None if state is None else [state[dst]["buf"].reshape(shape)]
 
-        work = self._run(where, "p2p", count * isz, [src, dst], sched, state, None,
-                         finalize, kind="p2p", async_op=True)
+        work = self._run(
+            where,
+            "p2p",
+            count * isz,
+            [src, dst],
+            sched,
+            state,
+            None,
+            finalize,
+            kind="p2p",
+            async_op=True,
+        )
         self._mailbox.setdefault((src, dst), []).append(work)
         return work if async_op else work.wait()
 
@@ -532,8 +630,14 @@ class Communicator:
 
     # -- compute ------------------------------------------------------------------------
 
-    def compute(self, rank: int | Sequence[int] | None, cycles: int, *,
-                label: str = "compute", async_op: bool = False) -> Any:
+    def compute(
+        self,
+        rank: int | Sequence[int] | None,
+        cycles: int,
+        *,
+        label: str = "compute",
+        async_op: bool = False,
+    ) -> Any:
         """Book ``cycles`` of device compute on ``rank`` (a rank, a list, or ``None`` for
         all): each device runs its compute in order, from the later of now and its
         previous compute's end. Communication runs on the links meanwhile, so compute
@@ -541,8 +645,11 @@ class Communicator:
         where = "compute"
         if isinstance(cycles, bool) or not isinstance(cycles, (int, np.integer)) or cycles < 0:
             raise CommError(f"{where}: cycles must be a non-negative integer, got {cycles!r}")
-        ranks = list(range(self.size)) if rank is None else (
-            [rank] if not isinstance(rank, Sequence) else list(rank))
+        ranks = (
+            list(range(self.size))
+            if rank is None
+            else ([rank] if not isinstance(rank, Sequence) else list(rank))
+        )
         ranks = [self._rank(r, "rank", where) for r in ranks]
         now = self.now_cycles
         recs = []
@@ -558,8 +665,14 @@ class Communicator:
         work = Work(self, self.env.timeout(end - now, value=recs))
         return work if async_op else work.wait()
 
-    def run(self, rank: int | Sequence[int] | None, workload: Any, *,
-            async_op: bool = False, **kwargs: Any) -> Any:
+    def run(
+        self,
+        rank: int | Sequence[int] | None,
+        workload: Any,
+        *,
+        async_op: bool = False,
+        **kwargs: Any,
+    ) -> Any:
         """Emulate ``workload`` (as :func:`wia_hw.run`, on the cluster's device spec) and
         book its cycles as compute on ``rank``."""
         from ..runtime import run
@@ -573,15 +686,20 @@ class Communicator:
         self.env.run()
 
 
-def open_cluster(spec: Any = "wia-cluster-8", *, overrides: Any = None,
-                 chunk_bytes: int = 1 << 20, env: simpy.Environment | None = None
-                 ) -> Communicator:
+def open_cluster(
+    spec: Any = "wia-cluster-8",
+    *,
+    overrides: Any = None,
+    chunk_bytes: int = 1 << 20,
+    env: simpy.Environment | None = None,
+) -> Communicator:
     """A :class:`Communicator` over a cluster spec (built-in name, path, mapping or
     :class:`ClusterSpec`; ``overrides`` as for :func:`wia_hw.load_spec`)."""
     from ..spec import load_spec
 
     s = load_spec(spec, overrides)
     if not isinstance(s, ClusterSpec):
-        raise CommError(f"{s.name!r} is a device spec; open_cluster needs a cluster spec "
-                        "(e.g. wia-cluster-8)")
+        raise CommError(
+            f"{s.name!r} is a device spec; open_cluster needs a cluster spec (e.g. wia-cluster-8)"
+        )
     return Communicator(s, chunk_bytes=chunk_bytes, env=env)

@@ -26,7 +26,7 @@ class Transfer:
     deps: list[int]
     src_key: str = "buf"
     dst_key: str = "buf"
-    dst_start: int | None = None    # where the range lands at dst (default: start)
+    dst_start: int | None = None  # where the range lands at dst (default: start)
 
 
 @dataclass
@@ -36,10 +36,17 @@ class Schedule:
     itemsize: int
     transfers: list[Transfer] = field(default_factory=list)
 
-    def add(self, src: int, dst: int, rng: tuple[int, int], op: str, deps: list[int],
-            src_key: str = "buf", dst_key: str = "buf") -> int:
-        self.transfers.append(Transfer(src, dst, rng[0], rng[1], op, list(deps),
-                                       src_key, dst_key))
+    def add(
+        self,
+        src: int,
+        dst: int,
+        rng: tuple[int, int],
+        op: str,
+        deps: list[int],
+        src_key: str = "buf",
+        dst_key: str = "buf",
+    ) -> int:
+        self.transfers.append(Transfer(src, dst, rng[0], rng[1], op, list(deps), src_key, dst_key))
         return len(self.transfers) - 1
 
     def nbytes(self, t: Transfer) -> int:
@@ -52,8 +59,9 @@ class Schedule:
 
     # -- ring ---------------------------------------------------------------------------
 
-    def ring_reduce_scatter(self, ranks: list[int], segs: list[tuple[int, int]],
-                            after: dict[int, list[int]], shift: int) -> dict[int, list[int]]:
+    def ring_reduce_scatter(
+        self, ranks: list[int], segs: list[tuple[int, int]], after: dict[int, list[int]], shift: int
+    ) -> dict[int, list[int]]:
         """m-1 steps; position ``i`` ends holding the reduced ``segs[(i + shift) % m]``.
         Step ``s``: position ``i`` sends ``segs[(i + shift - 1 - s) % m]`` to ``i + 1``,
         after it received that segment from ``i - 1`` in step ``s - 1``."""
@@ -63,13 +71,15 @@ class Schedule:
             cur = []
             for i, r in enumerate(ranks):
                 deps = after.get(r, []) if s == 0 else [prev[(i - 1) % m]]
-                cur.append(self.add(r, ranks[(i + 1) % m], segs[(i + shift - 1 - s) % m],
-                                    "reduce", deps))
+                cur.append(
+                    self.add(r, ranks[(i + 1) % m], segs[(i + shift - 1 - s) % m], "reduce", deps)
+                )
             prev = cur
         return {r: [prev[(i - 1) % m]] for i, r in enumerate(ranks)} if prev else after
 
-    def ring_all_gather(self, ranks: list[int], segs: list[tuple[int, int]],
-                        after: dict[int, list[int]], shift: int) -> dict[int, list[int]]:
+    def ring_all_gather(
+        self, ranks: list[int], segs: list[tuple[int, int]], after: dict[int, list[int]], shift: int
+    ) -> dict[int, list[int]]:
         """m-1 steps; position ``i`` starts owning ``segs[(i + shift) % m]`` and ends with
         all of them. Step ``s``: position ``i`` sends ``segs[(i + shift - s) % m]``."""
         m = len(ranks)
@@ -78,13 +88,13 @@ class Schedule:
             cur = []
             for i, r in enumerate(ranks):
                 deps = after.get(r, []) if s == 0 else [prev[(i - 1) % m]]
-                cur.append(self.add(r, ranks[(i + 1) % m], segs[(i + shift - s) % m],
-                                    "copy", deps))
+                cur.append(self.add(r, ranks[(i + 1) % m], segs[(i + shift - s) % m], "copy", deps))
             prev = cur
         return {r: [prev[(i - 1) % m]] for i, r in enumerate(ranks)} if prev else after
 
-    def ring_all_reduce(self, ranks: list[int], rng: tuple[int, int],
-                        after: dict[int, list[int]]) -> dict[int, list[int]]:
+    def ring_all_reduce(
+        self, ranks: list[int], rng: tuple[int, int], after: dict[int, list[int]]
+    ) -> dict[int, list[int]]:
         """Reduce-scatter then all-gather of ``rng`` split evenly over the ranks."""
         segs = even_ranges(rng, len(ranks))
         after = self.ring_reduce_scatter(ranks, segs, after, 1)
@@ -101,8 +111,9 @@ class Schedule:
             up: dict[int, int] = {}
             for i in range(m - 1, 0, -1):
                 kids = [k for k in (2 * i + 1, 2 * i + 2) if k < m]
-                up[i] = self.add(ranks[i], ranks[(i - 1) // 2], (lo, hi), "reduce",
-                                 [up[k] for k in kids])
+                up[i] = self.add(
+                    ranks[i], ranks[(i - 1) // 2], (lo, hi), "reduce", [up[k] for k in kids]
+                )
             down: dict[int, int] = {}
             for i in range(1, m):
                 p = (i - 1) // 2

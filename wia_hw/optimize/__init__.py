@@ -22,6 +22,16 @@ from ._quant import (
     quantize_model,
 )
 
-__all__ = ["FUSION_PATTERNS", "CalibrationMethod", "FusionConfig", "Precision",
-           "QuantExecutor", "QuantMode", "QuantizationConfig", "QuantizedGraph",
-           "apply_fusion", "calibrate_threshold", "quantize_model"]
+__all__ = [
+    "FUSION_PATTERNS",
+    "CalibrationMethod",
+    "FusionConfig",
+    "Precision",
+    "QuantExecutor",
+    "QuantMode",
+    "QuantizationConfig",
+    "QuantizedGraph",
+    "apply_fusion",
+    "calibrate_threshold",
+    "quantize_model",
+]

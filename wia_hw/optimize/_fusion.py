@@ -58,9 +58,12 @@ from ._kernels import fuse_gemm_epilogue, fuse_vector_pair
 __all__ = ["FusionConfig", "apply_fusion", "lower_fused", "refuse", "FUSION_PATTERNS"]
 
 #: Fusion patterns and the config field that enables each.
-FUSION_PATTERNS = {"attention": "fuse_attention", "gemm_epilogue": "fuse_gelu",
-                   "residual_layer_norm": "fuse_residual_connections",
-                   "layer_norm": "fuse_layer_norm"}
+FUSION_PATTERNS = {
+    "attention": "fuse_attention",
+    "gemm_epilogue": "fuse_gelu",
+    "residual_layer_norm": "fuse_residual_connections",
+    "layer_norm": "fuse_layer_norm",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,14 +103,18 @@ def _attention_ok(graph: Graph, chain: Sequence[Op]) -> bool:
     if soft.attrs.get("axis", -1) not in (-1, len(t[soft.inputs[0]].shape) - 1):
         return False
     if ctx.inputs[0] != soft.outputs[0] or t[scores.inputs[0]].dtype not in (
-            "fp16", "bf16", "fp32"):
+        "fp16",
+        "bf16",
+        "fp32",
+    ):
         return False
     qs, vs = t[scores.inputs[0]].shape, t[ctx.inputs[1]].shape
     return len(qs) >= 3 and len(vs) == len(qs) and qs[:-2] == vs[:-2]
 
 
-def _match(graph: Graph, cons: dict[str, list[Op]], op: Op,
-           cfg: FusionConfig) -> tuple[str, list[Op]] | None:
+def _match(
+    graph: Graph, cons: dict[str, list[Op]], op: Op, cfg: FusionConfig
+) -> tuple[str, list[Op]] | None:
     nxt = _only_reader(cons, op) if op.outputs else None
     t = graph.tensors
     if cfg.fuse_attention and op.kind == "bmm" and nxt is not None and nxt.kind == "softmax":
@@ -118,10 +125,16 @@ def _match(graph: Graph, cons: dict[str, list[Op]], op: Op,
         return None
     if cfg.fuse_gelu and op.kind in ("linear", "matmul") and nxt.kind == "gelu":
         return "gemm_epilogue", [op, nxt]
-    if nxt.kind == "layer_norm" and nxt.inputs[0] == op.outputs[0] and (
-            op.kind in BINARY_KINDS or op.kind in UNARY_KINDS):
-        residual = op.kind == "add" and t[op.inputs[0]].shape == t[op.inputs[1]].shape \
+    if (
+        nxt.kind == "layer_norm"
+        and nxt.inputs[0] == op.outputs[0]
+        and (op.kind in BINARY_KINDS or op.kind in UNARY_KINDS)
+    ):
+        residual = (
+            op.kind == "add"
+            and t[op.inputs[0]].shape == t[op.inputs[1]].shape
             and all(t[i].kind != "weight" for i in op.inputs)
+        )
         if residual and cfg.fuse_residual_connections:
             return "residual_layer_norm", [op, nxt]
         if cfg.fuse_layer_norm:
@@ -154,17 +167,27 @@ def apply_fusion(graph: Graph, config: FusionConfig | None = None) -> Graph:
         pattern, chain = hit
         names = tuple(o.name for o in chain)
         for pos, o in enumerate(chain):
-            claimed[o.name] = {"name": "+".join(names), "pattern": pattern, "ops": names,
-                               "position": pos}
+            claimed[o.name] = {
+                "name": "+".join(names),
+                "pattern": pattern,
+                "ops": names,
+                "position": pos,
+            }
         counts[pattern] = counts.get(pattern, 0) + 1
-    ops = [replace(o, attrs={**o.attrs, "fusion": claimed[o.name]}) if o.name in claimed
-           else o for o in graph.ops]
+    ops = [
+        replace(o, attrs={**o.attrs, "fusion": claimed[o.name]}) if o.name in claimed else o
+        for o in graph.ops
+    ]
     before = graph.params.get("fusion_config", {})
-    config_used = {f.name: bool(before.get(f.name)) or getattr(cfg, f.name)
-                   for f in fields(cfg)}
-    return Graph(graph.name, graph.tensors.values(), ops, sequences=graph.sequences,
-                 params={**graph.params, "fusion": counts, "fusion_config": config_used},
-                 validate=False)
+    config_used = {f.name: bool(before.get(f.name)) or getattr(cfg, f.name) for f in fields(cfg)}
+    return Graph(
+        graph.name,
+        graph.tensors.values(),
+        ops,
+        sequences=graph.sequences,
+        params={**graph.params, "fusion": counts, "fusion_config": config_used},
+        validate=False,
+    )
 
 
 def refuse(graph: Graph) -> Graph:
@@ -175,11 +198,16 @@ def refuse(graph: Graph) -> Graph:
     cfg = graph.params.get("fusion_config")
     if cfg is None:
         return graph
-    ops = [replace(o, attrs={k: v for k, v in o.attrs.items() if k != "fusion"})
-           for o in graph.ops]
+    ops = [replace(o, attrs={k: v for k, v in o.attrs.items() if k != "fusion"}) for o in graph.ops]
     params = {k: v for k, v in graph.params.items() if k not in ("fusion", "fusion_config")}
-    bare = Graph(graph.name, graph.tensors.values(), ops, sequences=graph.sequences,
-                 params=params, validate=False)
+    bare = Graph(
+        graph.name,
+        graph.tensors.values(),
+        ops,
+        sequences=graph.sequences,
+        params=params,
+        validate=False,
+    )
     return apply_fusion(bare, FusionConfig(**cfg))
 
 
@@ -216,25 +244,41 @@ def _cold_cycles(spec: DeviceSpec, kernels: Sequence[Kernel]) -> int:
     return dev.now
 
 
-def _attention_kernels(chain: list[Op], graph: Graph, spec: DeviceSpec, storage: Any,
-                       plain: list[Kernel]) -> list[Kernel]:
+def _attention_kernels(
+    chain: list[Op], graph: Graph, spec: DeviceSpec, storage: Any, plain: list[Kernel]
+) -> list[Kernel]:
     from ..extensions.transformer_engine import _graph_attention
 
     t = graph.tensors
     q, k = t[chain[0].inputs[0]], t[chain[0].inputs[1]]
     ext = _transformer_engine()
     cross = q.shape[-2] != k.shape[-2]
-    flash = _graph_attention(chain, graph, spec, storage, ext,
-                             "cross_attention_optimized" if cross
-                             else "multi_head_attention_fused", cross=cross)
+    flash = _graph_attention(
+        chain,
+        graph,
+        spec,
+        storage,
+        ext,
+        "cross_attention_optimized" if cross else "multi_head_attention_fused",
+        cross=cross,
+    )
     if not flash:
         return plain
-    key = (id(spec), spec.name, q.shape, k.shape, t[chain[2].inputs[1]].shape, q.dtype,
-           bool(chain[1].attrs.get("causal")))
+    key = (
+        id(spec),
+        spec.name,
+        q.shape,
+        k.shape,
+        t[chain[2].inputs[1]].shape,
+        q.dtype,
+        bool(chain[1].attrs.get("causal")),
+    )
     hit = _ATTENTION_CHOICE.get(key)
     if hit is None or hit[0] is not spec:
-        hit = _ATTENTION_CHOICE[key] = (spec, _cold_cycles(spec, flash)
-                                        <= _cold_cycles(spec, plain))
+        hit = _ATTENTION_CHOICE[key] = (
+            spec,
+            _cold_cycles(spec, flash) <= _cold_cycles(spec, plain),
+        )
     return list(flash) if hit[1] else plain
 
 
@@ -248,12 +292,14 @@ def lower_fused(op: Op, graph: Graph, spec: DeviceSpec, storage: Any) -> list[Ke
         return []
     by = _ops_by_name(graph)
     chain = [by.get(n) for n in info["ops"]]
-    if any(c is None or c.attrs.get("fusion", {}).get("name") != info["name"]
-           for c in chain) or any(
-            b.outputs[0] not in c.inputs for b, c in zip(chain[:-1], chain[1:], strict=True)):
-        raise WorkloadError(f"op {op.name!r}: fused chain {info['name']!r} is broken (an "
-                            "op is missing, not marked as its member, or no longer reads "
-                            "the previous one's output)")
+    if any(
+        c is None or c.attrs.get("fusion", {}).get("name") != info["name"] for c in chain
+    ) or any(b.outputs[0] not in c.inputs for b, c in zip(chain[:-1], chain[1:], strict=True)):
+        raise WorkloadError(
+            f"op {op.name!r}: fused chain {info['name']!r} is broken (an "
+            "op is missing, not marked as its member, or no longer reads "
+            "the previous one's output)"
+        )
     ops: list[Op] = [c for c in chain if c is not None]
     plain = [k for o in ops for k in _builtin(o, graph, spec, storage)]
     pattern = info["pattern"]
@@ -261,8 +307,11 @@ def lower_fused(op: Op, graph: Graph, spec: DeviceSpec, storage: Any) -> list[Ke
         return _attention_kernels(ops, graph, spec, storage, plain)
     if len(plain) != 2:
         return plain
-    fused = fuse_gemm_epilogue(spec, plain, 0) if pattern == "gemm_epilogue" else \
-        fuse_vector_pair(spec, plain, 0)
+    fused = (
+        fuse_gemm_epilogue(spec, plain, 0)
+        if pattern == "gemm_epilogue"
+        else fuse_vector_pair(spec, plain, 0)
+    )
     return plain if fused is None else [fused]
 
 

@@ -50,11 +50,13 @@ def _read_later(program: Sequence[Any], start: int, name: str) -> bool:
     return False
 
 
-def rows_per_tile(spec: Any, rows: int, outputs: Sequence[TensorRef],
-                  inputs: Sequence[TensorRef]) -> int:
+def rows_per_tile(
+    spec: Any, rows: int, outputs: Sequence[TensorRef], inputs: Sequence[TensorRef]
+) -> int:
     """The lowering's vector chunking: at most L1/4 bytes of rows, one chunk per core."""
     row_bytes = sum(o.cols * o.elem_bytes for o in outputs) + sum(
-        r.cols * r.elem_bytes * max(1, r.rows // rows) for r in inputs if r.rows >= rows)
+        r.cols * r.elem_bytes * max(1, r.rows // rows) for r in inputs if r.rows >= rows
+    )
     budget = spec.memory.l1.size_bytes // 4
     return max(1, min(-(-rows // spec.compute.cores), budget // max(1, row_bytes)))
 
@@ -73,14 +75,24 @@ def fuse_vector_pair(spec: Any, program: Sequence[Any], i: int) -> VectorKernel 
         return None
     cpe = spec.compute.vector.cycles_per_element
     work = a.elements * cpe[a.vclass] + b.elements * cpe[b.vclass]
-    base = "elementwise"        # the issue class of the fused pass (an epilogue can take it)
+    base = "elementwise"  # the issue class of the fused pass (an epilogue can take it)
     inputs = tuple(a.inputs) + tuple(r for r in b.inputs if r.name != mid)
     return VectorKernel(
-        name=f"{a.name}+{b.name}", op=b.op, group=b.group, op_kind=b.op_kind,
+        name=f"{a.name}+{b.name}",
+        op=b.op,
+        group=b.group,
+        op_kind=b.op_kind,
         io=(a.io[0] + tuple(x for x in b.io[0] if x not in a.io[1]), b.io[1]),
-        attrs=dict(b.attrs), provider=b.provider, vclass=base, rows=b.rows,
-        elements=-(-work // int(cpe[base])), flops=a.flops + b.flops, inputs=inputs,
-        outputs=b.outputs, rows_per_tile=rows_per_tile(spec, b.rows, b.outputs, inputs))
+        attrs=dict(b.attrs),
+        provider=b.provider,
+        vclass=base,
+        rows=b.rows,
+        elements=-(-work // int(cpe[base])),
+        flops=a.flops + b.flops,
+        inputs=inputs,
+        outputs=b.outputs,
+        rows_per_tile=rows_per_tile(spec, b.rows, b.outputs, inputs),
+    )
 
 
 def fuse_gemm_epilogue(spec: Any, program: Sequence[Any], i: int) -> GemmKernel | None:
@@ -103,5 +115,4 @@ def fuse_gemm_epilogue(spec: Any, program: Sequence[Any], i: int) -> GemmKernel 
     if v_cycles > 0.5 * a_cycles:
         return None
     c = TensorRef(out.name, g.c.rows, g.c.cols, out.elem_bytes, out.offset)
-    return dataclasses.replace(g, name=f"{g.name}+{v.name}", c=c,
-                               io=(g.io[0], v.io[1]))
+    return dataclasses.replace(g, name=f"{g.name}+{v.name}", c=c, io=(g.io[0], v.io[1]))

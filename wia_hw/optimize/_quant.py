@@ -57,9 +57,18 @@ from ..emulator.functional import cast_to, evaluate
 from ..graph import FLOAT_DTYPES, Graph, Op, Tensor
 from ._fusion import refuse
 
-__all__ = ["QuantMode", "Precision", "CalibrationMethod", "QuantizationConfig",
-           "QuantizedGraph", "QuantExecutor", "quantize_model", "calibrate_threshold",
-           "HIST_BINS", "QMAX"]
+__all__ = [
+    "QuantMode",
+    "Precision",
+    "CalibrationMethod",
+    "QuantizationConfig",
+    "QuantizedGraph",
+    "QuantExecutor",
+    "quantize_model",
+    "calibrate_threshold",
+    "HIST_BINS",
+    "QMAX",
+]
 
 #: Bins of the calibration histograms of |x|.
 HIST_BINS = 2048
@@ -100,8 +109,10 @@ def _enum(cls: Any, field_name: str, value: Any) -> Any:
     try:
         return cls(value)
     except ValueError:
-        raise ValueError(f"QuantizationConfig.{field_name} must be one of "
-                         f"{', '.join(m.value for m in cls)}, got {value!r}") from None
+        raise ValueError(
+            f"QuantizationConfig.{field_name} must be one of "
+            f"{', '.join(m.value for m in cls)}, got {value!r}"
+        ) from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,23 +129,32 @@ class QuantizationConfig:
     percentile: float = 99.99
 
     def __post_init__(self) -> None:
-        for name, cls in (("mode", QuantMode), ("weight_precision", Precision),
-                          ("activation_precision", Precision), ("method", CalibrationMethod)):
+        for name, cls in (
+            ("mode", QuantMode),
+            ("weight_precision", Precision),
+            ("activation_precision", Precision),
+            ("method", CalibrationMethod),
+        ):
             object.__setattr__(self, name, _enum(cls, name, getattr(self, name)))
         if self.mode is not QuantMode.PTQ:
-            raise ValueError(f"QuantizationConfig.mode: only ptq is implemented, got "
-                             f"{self.mode.value!r}")
+            raise ValueError(
+                f"QuantizationConfig.mode: only ptq is implemented, got {self.mode.value!r}"
+            )
         for name in ("weight_precision", "activation_precision"):
             if getattr(self, name) is not Precision.INT8:
-                raise ValueError(f"QuantizationConfig.{name}: quantize_model targets int8, "
-                                 f"got {getattr(self, name).value!r}")
+                raise ValueError(
+                    f"QuantizationConfig.{name}: quantize_model targets int8, "
+                    f"got {getattr(self, name).value!r}"
+                )
         b = self.calibration_batches
         if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-            raise ValueError(f"QuantizationConfig.calibration_batches must be a positive "
-                             f"integer, got {b!r}")
+            raise ValueError(
+                f"QuantizationConfig.calibration_batches must be a positive integer, got {b!r}"
+            )
         if not isinstance(self.per_channel, bool):
-            raise ValueError(f"QuantizationConfig.per_channel must be a bool, got "
-                             f"{self.per_channel!r}")
+            raise ValueError(
+                f"QuantizationConfig.per_channel must be a bool, got {self.per_channel!r}"
+            )
         p = self.percentile
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 50 < p <= 100:
             raise ValueError(f"QuantizationConfig.percentile must be in (50, 100], got {p!r}")
@@ -166,7 +186,7 @@ class QuantExecutor(FunctionalExecutor):
             super().step(op, kernels, device)
             return
         out = op.outputs[0]
-        if "output_scale" in q:      # a vector op that writes int8 with a static scale
+        if "output_scale" in q:  # a vector op that writes int8 with a static scale
             t = self.graph.tensors[out]
             ins = [self._dequantised(i) for i in op.inputs]
             y = evaluate(op.kind, op.attrs, ins, t.shape, "fp32", None, op.name)
@@ -188,6 +208,7 @@ class QuantExecutor(FunctionalExecutor):
 
 
 # -- calibration ----------------------------------------------------------------------
+
 
 def _quant_error(centers: np.ndarray, counts: np.ndarray, t: float) -> float:
     s = t / QMAX
@@ -226,8 +247,9 @@ def _kl_threshold(hist: np.ndarray, edges: np.ndarray, levels: int = QMAX + 1) -
     return float(edges[best_i])
 
 
-def calibrate_threshold(hist: np.ndarray, amax: float, method: CalibrationMethod | str,
-                        percentile: float = 99.99) -> float:
+def calibrate_threshold(
+    hist: np.ndarray, amax: float, method: CalibrationMethod | str, percentile: float = 99.99
+) -> float:
     """The threshold ``T`` of one activation from its histogram of ``|x|`` (``len(hist)``
     equal bins over ``[0, amax]``); see the module docstring. ``T > 0`` always."""
     m = CalibrationMethod(method)
@@ -250,17 +272,25 @@ def calibrate_threshold(hist: np.ndarray, amax: float, method: CalibrationMethod
 
 def _quant_targets(graph: Graph) -> list[Op]:
     t = graph.tensors
-    return [op for op in graph.ops if op.kind in ("linear", "matmul")
-            and t[op.inputs[1]].kind == "weight" and t[op.inputs[1]].dtype in FLOAT_DTYPES
-            and t[op.inputs[0]].dtype in FLOAT_DTYPES and "quant" not in op.attrs]
+    return [
+        op
+        for op in graph.ops
+        if op.kind in ("linear", "matmul")
+        and t[op.inputs[1]].kind == "weight"
+        and t[op.inputs[1]].dtype in FLOAT_DTYPES
+        and t[op.inputs[0]].dtype in FLOAT_DTYPES
+        and "quant" not in op.attrs
+    ]
 
 
 def _batches(graph: Graph, data: Any, limit: int) -> list[dict[str, np.ndarray]]:
     inputs = {n: t for n, t in graph.tensors.items() if t.kind == "input"}
     if data is None:
-        raise WorkloadError("quantize_model: calibration_data is required for PTQ (an "
-                            "iterable of {input name: array} batches, or arrays when the "
-                            "graph has one input)")
+        raise WorkloadError(
+            "quantize_model: calibration_data is required for PTQ (an "
+            "iterable of {input name: array} batches, or arrays when the "
+            "graph has one input)"
+        )
     if isinstance(data, Mapping) or isinstance(data, np.ndarray):
         data = [data]
     out = []
@@ -269,31 +299,41 @@ def _batches(graph: Graph, data: Any, limit: int) -> list[dict[str, np.ndarray]]
             break
         if not isinstance(b, Mapping):
             if len(inputs) != 1:
-                raise WorkloadError(f"calibration batch {i}: a bare array, but graph "
-                                    f"{graph.name!r} has inputs {sorted(inputs)}; give a "
-                                    "{name: array} mapping")
+                raise WorkloadError(
+                    f"calibration batch {i}: a bare array, but graph "
+                    f"{graph.name!r} has inputs {sorted(inputs)}; give a "
+                    "{name: array} mapping"
+                )
             b = {next(iter(inputs)): b}
         unknown = set(b) - set(inputs)
         if unknown:
-            raise WorkloadError(f"calibration batch {i}: {sorted(unknown)} are not inputs of "
-                                f"{graph.name!r} (inputs: {sorted(inputs)})")
+            raise WorkloadError(
+                f"calibration batch {i}: {sorted(unknown)} are not inputs of "
+                f"{graph.name!r} (inputs: {sorted(inputs)})"
+            )
         missing = set(inputs) - set(b)
         if missing:
             raise WorkloadError(f"calibration batch {i}: inputs {sorted(missing)} missing")
         for n, v in b.items():
             if tuple(np.shape(v)) != inputs[n].shape:
-                raise WorkloadError(f"calibration batch {i}: input {n!r} has shape "
-                                    f"{list(np.shape(v))}, the graph needs "
-                                    f"{list(inputs[n].shape)}")
+                raise WorkloadError(
+                    f"calibration batch {i}: input {n!r} has shape "
+                    f"{list(np.shape(v))}, the graph needs "
+                    f"{list(inputs[n].shape)}"
+                )
         out.append({n: np.asarray(v) for n, v in b.items()})
     if not out:
         raise WorkloadError("quantize_model: calibration_data holds no batch")
     return out
 
 
-def _reference_values(graph: Graph, weights: Mapping[str, np.ndarray] | None, seed: int,
-                      batch: Mapping[str, np.ndarray],
-                      want: set[str]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def _reference_values(
+    graph: Graph,
+    weights: Mapping[str, np.ndarray] | None,
+    seed: int,
+    batch: Mapping[str, np.ndarray],
+    want: set[str],
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """The float run of one batch (device-free GEMMs): values of ``want`` and every
     weight."""
     fx = FunctionalExecutor(graph, seed, {**(weights or {}), **batch})
@@ -304,15 +344,19 @@ def _reference_values(graph: Graph, weights: Mapping[str, np.ndarray] | None, se
             if o in want:
                 got[o] = np.asarray(fx.values[o], dtype=np.float32)
     ws = {n: fx.values[n] for n, t in graph.tensors.items() if t.kind == "weight"}
-    got.update({n: np.asarray(fx.values[n], np.float32) for n in want
-                if n in batch})
+    got.update({n: np.asarray(fx.values[n], np.float32) for n in want if n in batch})
     return got, ws
 
 
-def quantize_model(graph: Graph, config: QuantizationConfig,
-                   calibration_data: Iterable[Any] | Mapping[str, Any] | np.ndarray | None,
-                   *, weights: Mapping[str, np.ndarray] | None = None,
-                   seed: int = 0, calibration_graph: Graph | None = None) -> QuantizedGraph:
+def quantize_model(
+    graph: Graph,
+    config: QuantizationConfig,
+    calibration_data: Iterable[Any] | Mapping[str, Any] | np.ndarray | None,
+    *,
+    weights: Mapping[str, np.ndarray] | None = None,
+    seed: int = 0,
+    calibration_graph: Graph | None = None,
+) -> QuantizedGraph:
     """PTQ of ``graph`` (module docstring). ``calibration_data``: batches, each a
     ``{input name: array}`` mapping (or an array when the graph has one input) shaped
     as the graph's inputs; the first ``config.calibration_batches`` are used.
@@ -328,8 +372,10 @@ def quantize_model(graph: Graph, config: QuantizationConfig,
         raise TypeError(f"config must be a QuantizationConfig, got {type(config).__name__}")
     targets = _quant_targets(graph)
     if not targets:
-        raise WorkloadError(f"quantize_model: graph {graph.name!r} has no float linear or "
-                            "matmul op with a weight operand to quantise")
+        raise WorkloadError(
+            f"quantize_model: graph {graph.name!r} has no float linear or "
+            "matmul op with a weight operand to quantise"
+        )
     cal = graph if calibration_graph is None else calibration_graph
     if not isinstance(cal, Graph):
         raise TypeError(f"calibration_graph must be a Graph, got {type(cal).__name__}")
@@ -337,33 +383,39 @@ def quantize_model(graph: Graph, config: QuantizationConfig,
         for i, name in enumerate(op.inputs):
             t = cal.tensors.get(name)
             if t is None or (i > 0 and t.shape != graph.tensors[name].shape):
-                raise WorkloadError(f"quantize_model: calibration_graph {cal.name!r} has no "
-                                    f"tensor {name!r} shaped like graph {graph.name!r}'s "
-                                    f"{list(graph.tensors[name].shape)} (op {op.name!r})")
+                raise WorkloadError(
+                    f"quantize_model: calibration_graph {cal.name!r} has no "
+                    f"tensor {name!r} shaped like graph {graph.name!r}'s "
+                    f"{list(graph.tensors[name].shape)} (op {op.name!r})"
+                )
     graph_for_data, graph = graph, cal
     batches = _batches(graph, calibration_data, config.calibration_batches)
     acts = list(dict.fromkeys(op.inputs[0] for op in targets))
     amax = dict.fromkeys(acts, 0.0)
     runs = []
     ws: dict[str, np.ndarray] = {}
-    for b in batches:            # pass 1: ranges (values kept for the histograms)
+    for b in batches:  # pass 1: ranges (values kept for the histograms)
         vals, ws = _reference_values(graph, weights, seed, b, set(acts))
         runs.append(vals)
         for a in acts:
             amax[a] = max(amax[a], float(np.max(np.abs(vals[a]))) if vals[a].size else 0.0)
     thresholds = {}
-    for a in acts:               # pass 2: histograms of |x| over [0, amax]
+    for a in acts:  # pass 2: histograms of |x| over [0, amax]
         hist = np.zeros(HIST_BINS, np.int64)
         for vals in runs:
             if amax[a] > 0:
-                hist += np.histogram(np.abs(vals[a]), bins=HIST_BINS,
-                                     range=(0.0, amax[a]))[0]
+                hist += np.histogram(np.abs(vals[a]), bins=HIST_BINS, range=(0.0, amax[a]))[0]
         thresholds[a] = calibrate_threshold(hist, amax[a], config.method, config.percentile)
     return _rewrite(graph_for_data, config, targets, thresholds, ws)
 
 
-def _rewrite(graph: Graph, cfg: QuantizationConfig, targets: list[Op],
-             thresholds: dict[str, float], ws: dict[str, np.ndarray]) -> QuantizedGraph:
+def _rewrite(
+    graph: Graph,
+    cfg: QuantizationConfig,
+    targets: list[Op],
+    thresholds: dict[str, float],
+    ws: dict[str, np.ndarray],
+) -> QuantizedGraph:
     tensors = dict(graph.tensors)
     values = dict(ws)
     tset = {op.name for op in targets}
@@ -377,18 +429,32 @@ def _rewrite(graph: Graph, cfg: QuantizationConfig, targets: list[Op],
     for op in graph.ops:
         x = op.outputs[0] if op.outputs else None
         rs = readers.get(x, [])
-        if x in thresholds and rs and op.kind in _FOLDABLE and all(
-                r.name in tset and r.inputs[0] == x and x not in r.inputs[1:] for r in rs):
+        if (
+            x in thresholds
+            and rs
+            and op.kind in _FOLDABLE
+            and all(r.name in tset and r.inputs[0] == x and x not in r.inputs[1:] for r in rs)
+        ):
             folded[x] = op
     cast_for: dict[str, str] = {x: x for x in folded}
     ops: list[Op] = []
     for op in graph.ops:
         x = op.outputs[0] if op.outputs else None
-        if x in folded:          # the producer quantises its own output
+        if x in folded:  # the producer quantises its own output
             tensors[x] = Tensor(x, graph.tensors[x].shape, "int8", "activation")
-            ops.append(Op(op.name, op.kind, op.inputs, op.outputs, op.group,
-                          {**op.attrs, "quant": {"output_scale": thresholds[x] / QMAX,
-                                                 "threshold": thresholds[x]}}))
+            ops.append(
+                Op(
+                    op.name,
+                    op.kind,
+                    op.inputs,
+                    op.outputs,
+                    op.group,
+                    {
+                        **op.attrs,
+                        "quant": {"output_scale": thresholds[x] / QMAX, "threshold": thresholds[x]},
+                    },
+                )
+            )
             continue
         if op.name not in tset:
             ops.append(op)
@@ -401,8 +467,16 @@ def _rewrite(graph: Graph, cfg: QuantizationConfig, targets: list[Op],
             if xq in tensors:
                 raise WorkloadError(f"quantize_model: tensor name {xq!r} is taken")
             tensors[xq] = Tensor(xq, graph.tensors[x].shape, "int8", "activation")
-            ops.append(Op(xq, "cast", (x,), (xq,), op.group,
-                          {"quant": {"scale": sx, "threshold": thresholds[x]}}))
+            ops.append(
+                Op(
+                    xq,
+                    "cast",
+                    (x,),
+                    (xq,),
+                    op.group,
+                    {"quant": {"scale": sx, "threshold": thresholds[x]}},
+                )
+            )
         w = np.asarray(ws[op.inputs[1]], dtype=np.float64)
         amax_w = np.max(np.abs(w), axis=0) if cfg.per_channel else np.max(np.abs(w))
         sw = np.where(amax_w > 0, amax_w / QMAX, 1.0)
@@ -415,22 +489,41 @@ def _rewrite(graph: Graph, cfg: QuantizationConfig, targets: list[Op],
             b = np.asarray(ws[op.inputs[2]], dtype=np.float64)
             bname = f"{op.name}.bias_q"
             tensors[bname] = Tensor(bname, b.shape, "int32", "weight")
-            values[bname] = np.clip(np.rint(b / (sx * sw)), -(2 ** 31), 2 ** 31 - 1
-                                    ).astype(np.int32)
+            values[bname] = np.clip(np.rint(b / (sx * sw)), -(2**31), 2**31 - 1).astype(np.int32)
             ins.append(bname)
         wscale: Any = [float(v) for v in np.ravel(sw)] if cfg.per_channel else float(sw)
-        ops.append(Op(op.name, op.kind, tuple(ins), op.outputs, op.group,
-                      {**op.attrs, "quant": {"input_scale": sx, "weight_scale": wscale}}))
+        ops.append(
+            Op(
+                op.name,
+                op.kind,
+                tuple(ins),
+                op.outputs,
+                op.group,
+                {**op.attrs, "quant": {"input_scale": sx, "weight_scale": wscale}},
+            )
+        )
     used = {i for op in ops for i in op.inputs}
     tensors = {n: t for n, t in tensors.items() if t.kind != "weight" or n in used}
-    params = {**graph.params, "quantization": {
-        "method": cfg.method.value, "per_channel": cfg.per_channel, "ops": len(targets)},
-        "precision": "int8"}
+    params = {
+        **graph.params,
+        "quantization": {
+            "method": cfg.method.value,
+            "per_channel": cfg.per_channel,
+            "ops": len(targets),
+        },
+        "precision": "int8",
+    }
     # a fused graph's marks are derived again over the new ops
-    plain = refuse(Graph(graph.name, tensors.values(), ops, sequences=graph.sequences,
-                         params=params))
-    qg = QuantizedGraph(plain.name, plain.tensors.values(), plain.ops,
-                        sequences=plain.sequences, params=plain.params)
+    plain = refuse(
+        Graph(graph.name, tensors.values(), ops, sequences=graph.sequences, params=params)
+    )
+    qg = QuantizedGraph(
+        plain.name,
+        plain.tensors.values(),
+        plain.ops,
+        sequences=plain.sequences,
+        params=plain.params,
+    )
     qg.weights = {n: v for n, v in values.items() if n in tensors}
     qg.float_weights = dict(ws)
     qg.thresholds = thresholds

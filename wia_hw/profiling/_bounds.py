@@ -48,9 +48,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CEILINGS", "MEMORY_CEILINGS", "LATENCY_BOUND_PCT", "UnitFloors", "unit_floors",
-           "memory_traffic_bytes", "floors_cycles", "binding_ceiling", "latency_cause",
-           "CEILING_NAMES"]
+__all__ = [
+    "CEILINGS",
+    "MEMORY_CEILINGS",
+    "LATENCY_BOUND_PCT",
+    "UnitFloors",
+    "unit_floors",
+    "memory_traffic_bytes",
+    "floors_cycles",
+    "binding_ceiling",
+    "latency_cause",
+    "CEILING_NAMES",
+]
 
 #: Throughput ceilings, in tie-break order (at equal floors the earlier one binds).
 CEILINGS = ("compute", "pipeline", "parallelism", "l1", "l2", "hbm")
@@ -58,9 +67,15 @@ MEMORY_CEILINGS = ("l1", "l2", "hbm")
 #: A kernel reaching less than this share of its binding ceiling is latency-bound.
 LATENCY_BOUND_PCT = 50.0
 
-CEILING_NAMES = {"compute": "compute", "pipeline": "array pipeline (fill/drain, mapping)",
-                 "parallelism": "parallelism (tiles over cores)", "l1": "L1 bandwidth",
-                 "l2": "L2 bandwidth", "hbm": "HBM bandwidth", "latency": "latency"}
+CEILING_NAMES = {
+    "compute": "compute",
+    "pipeline": "array pipeline (fill/drain, mapping)",
+    "parallelism": "parallelism (tiles over cores)",
+    "l1": "L1 bandwidth",
+    "l2": "L2 bandwidth",
+    "hbm": "HBM bandwidth",
+    "latency": "latency",
+}
 
 
 @dataclass(frozen=True)
@@ -88,12 +103,30 @@ def _signature(k: Any) -> Any:
     from ..emulator.kernels import GemmKernel, VectorKernel
 
     if isinstance(k, GemmKernel):
-        return ("gemm", k.m, k.n, k.k, k.batch, k.precision, k.tiling, k.a.elem_bytes,
-                k.c.elem_bytes, k.b_shared, k.b_transposed, k.bias is not None)
+        return (
+            "gemm",
+            k.m,
+            k.n,
+            k.k,
+            k.batch,
+            k.precision,
+            k.tiling,
+            k.a.elem_bytes,
+            k.c.elem_bytes,
+            k.b_shared,
+            k.b_transposed,
+            k.bias is not None,
+        )
     if isinstance(k, VectorKernel):
-        return ("vector", k.vclass, k.rows, k.elements, k.rows_per_tile,
-                tuple((r.rows, r.cols, r.elem_bytes) for r in k.inputs),
-                tuple((r.rows, r.cols, r.elem_bytes) for r in k.outputs))
+        return (
+            "vector",
+            k.vclass,
+            k.rows,
+            k.elements,
+            k.rows_per_tile,
+            tuple((r.rows, r.cols, r.elem_bytes) for r in k.inputs),
+            tuple((r.rows, r.cols, r.elem_bytes) for r in k.outputs),
+        )
     return None
 
 
@@ -127,19 +160,20 @@ def unit_floors(kernel: Any, spec: Any) -> UnitFloors | None:
         steps = getattr(t, "pass_steps", 0)
         if not steps and isinstance(kernel, GemmKernel) and t.passes:
             nb, mi, ni, ki = t.dims
-            steps = systolic_steps(ki if a.dataflow == "os" else mi,
-                                   a.rate(kernel.precision))
+            steps = systolic_steps(ki if a.dataflow == "os" else mi, a.rate(kernel.precision))
         if steps and t.passes:
-            per = systolic_issue_interval(a.dataflow, a.rows, a.cols, steps, steps,
-                                          pipelined=pipelined)
+            per = systolic_issue_interval(
+                a.dataflow, a.rows, a.cols, steps, steps, pipelined=pipelined
+            )
             issue.append(float(t.passes * per))
             streaming += t.passes * steps
             occupied += t.passes * per
             drain = max(drain, systolic_tile_cycles(a.dataflow, a.rows, a.cols, steps) - per)
         elif isinstance(kernel, VectorKernel):
             elems = t.dims[2] if len(t.dims) > 2 else 0
-            issue.append(float(vector_op_cycles(elems, v.lanes,
-                                                int(v.cycles_per_element[kernel.vclass]), 0)))
+            issue.append(
+                float(vector_op_cycles(elems, v.lanes, int(v.cycles_per_element[kernel.vclass]), 0))
+            )
             drain = max(drain, v.pipeline_depth)
         else:
             issue.append(float(t.array_cycles + t.vector_cycles))
@@ -148,10 +182,13 @@ def unit_floors(kernel: Any, spec: Any) -> UnitFloors | None:
     per_core = [sum(issue[i] for i in s) for s in shares]
     m = spec.memory
     latency = spec.dma.setup_cycles + m.l1.latency_cycles + drain + m.l2.latency_cycles
-    out = UnitFloors(pipeline_cycles=sum(issue) / cores, parallel_cycles=max(per_core),
-                     latency_cycles=float(latency),
-                     fill_drain_pct=100.0 * (1 - streaming / occupied) if occupied else 0.0,
-                     tiles=len(tiles))
+    out = UnitFloors(
+        pipeline_cycles=sum(issue) / cores,
+        parallel_cycles=max(per_core),
+        latency_cycles=float(latency),
+        fill_drain_pct=100.0 * (1 - streaming / occupied) if occupied else 0.0,
+        tiles=len(tiles),
+    )
     if key is not None:
         if len(_CACHE) > 4096:
             _CACHE.clear()
@@ -169,16 +206,27 @@ def memory_traffic_bytes(nbytes: Mapping[str, int]) -> dict[str, int]:
     return {"l1": max(0, l1 - l2 + hbm), "l2": max(0, l2 - hbm), "hbm": hbm}
 
 
-def floors_cycles(ideal_cycles: float | None, flop_count: int, precision: str, kind: str,
-                  floors: Mapping[str, float] | None, nbytes: Mapping[str, int] | None,
-                  dev: Any) -> dict[str, float]:
+def floors_cycles(
+    ideal_cycles: float | None,
+    flop_count: int,
+    precision: str,
+    kind: str,
+    floors: Mapping[str, float] | None,
+    nbytes: Mapping[str, int] | None,
+    dev: Any,
+) -> dict[str, float]:
     """Every known ceiling's floor in cycles: ``compute`` (``ideal_cycles``, else the FLOPs
     at the array or vector peak; 0 for an extension unit whose rate is not known),
     ``pipeline``/``parallelism`` (from ``floors``, the stored :class:`UnitFloors`
     figures) and each memory level (when ``nbytes`` is known)."""
-    if ideal_cycles is None:          # an extension's unit (PIM, photonic): rate unknown
-        peak = (dev.cores * dev.vector_lanes if kind == "vector"
-                else dev.peak_flops_per_cycle(precision) if kind == "gemm" else 0.0)
+    if ideal_cycles is None:  # an extension's unit (PIM, photonic): rate unknown
+        peak = (
+            dev.cores * dev.vector_lanes
+            if kind == "vector"
+            else dev.peak_flops_per_cycle(precision)
+            if kind == "gemm"
+            else 0.0
+        )
         ideal_cycles = flop_count / peak if peak else 0.0
     out = {"compute": float(ideal_cycles)}
     if floors:
@@ -202,9 +250,13 @@ def binding_ceiling(floors: Mapping[str, float]) -> tuple[str, float]:
     return best, floor
 
 
-def latency_cause(cycles: int, cores: int, stall_cycles: Mapping[str, int] | None,
-                  latency_cycles: float | None, core_busy_cycles: list[int] | None
-                  ) -> str:
+def latency_cause(
+    cycles: int,
+    cores: int,
+    stall_cycles: Mapping[str, int] | None,
+    latency_cycles: float | None,
+    core_busy_cycles: list[int] | None,
+) -> str:
     """The measured cause of a latency-bound kernel's time, largest first."""
     parts: list[tuple[float, str]] = []
     if cycles and stall_cycles:
@@ -214,8 +266,13 @@ def latency_cause(cycles: int, cores: int, stall_cycles: Mapping[str, int] | Non
         if mem >= 1.0:
             parts.append((mem, f"cores waited for DMA loads {mem:.0f}% of core time"))
         if dep >= 1.0:
-            parts.append((dep, f"cores idle at the kernel's barrier {dep:.0f}% of core time "
-                               "(unequal or too few tiles)"))
+            parts.append(
+                (
+                    dep,
+                    f"cores idle at the kernel's barrier {dep:.0f}% of core time "
+                    "(unequal or too few tiles)",
+                )
+            )
         if th >= 1.0:
             parts.append((th, f"thermal throttling {th:.0f}% of core time"))
     elif cycles and core_busy_cycles:
@@ -225,8 +282,13 @@ def latency_cause(cycles: int, cores: int, stall_cycles: Mapping[str, int] | Non
     if latency_cycles and cycles:
         fixed = 100.0 * latency_cycles / cycles
         if fixed >= 1.0:
-            parts.append((fixed, f"fixed latency of a tile (DMA setup, first load, last "
-                                 f"drain and store: {latency_cycles:.0f} cycles) is "
-                                 f"{fixed:.0f}% of the kernel"))
+            parts.append(
+                (
+                    fixed,
+                    f"fixed latency of a tile (DMA setup, first load, last "
+                    f"drain and store: {latency_cycles:.0f} cycles) is "
+                    f"{fixed:.0f}% of the kernel",
+                )
+            )
     parts.sort(key=lambda x: -x[0])
     return "; ".join(t for _, t in parts) or "DMA and issue latency between tiles"

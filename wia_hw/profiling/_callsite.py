@@ -78,7 +78,7 @@ def _library_dirs() -> tuple[str, ...]:
     for key in ("stdlib", "platstdlib", "purelib", "platlib", "scripts"):
         try:
             d = sysconfig.get_paths().get(key)
-        except (KeyError, ValueError):       # pragma: no cover - odd installations
+        except (KeyError, ValueError):  # pragma: no cover - odd installations
             d = None
         if d:
             dirs.add(os.path.realpath(d) + os.sep)
@@ -105,18 +105,20 @@ def is_library_file(filename: str) -> bool:
     if filename.startswith("<frozen "):
         out = True
     elif filename.startswith("<"):
-        out = False                           # <stdin>, <string>: the user's code
+        out = False  # <stdin>, <string>: the user's code
     else:
         real = os.path.realpath(filename)
         parts = real.split(os.sep)
-        out = ("site-packages" in parts or "dist-packages" in parts
-               or any(real.startswith(d) for d in _LIBS))
+        out = (
+            "site-packages" in parts
+            or "dist-packages" in parts
+            or any(real.startswith(d) for d in _LIBS)
+        )
     _IS_LIB[filename] = out
     return out
 
 
-def user_stack(limit: int = 16, *, keep_library_frames: bool = False
-               ) -> tuple[Frame, ...]:
+def user_stack(limit: int = 16, *, keep_library_frames: bool = False) -> tuple[Frame, ...]:
     """The calling user code's frames, innermost first (at most ``limit``). Empty when
     wia-hw was not called from Python code outside it. Cheap: no source lines are read.
 
@@ -127,7 +129,7 @@ def user_stack(limit: int = 16, *, keep_library_frames: bool = False
     innermost wia-hw call chain (the CLI's and the libraries' frames too).
     """
     f = sys._getframe(1)
-    while f is not None and not _own(f):       # frames of the caller of this helper
+    while f is not None and not _own(f):  # frames of the caller of this helper
         f = f.f_back
     while f is not None and _own(f):
         f = f.f_back

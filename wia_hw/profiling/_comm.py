@@ -33,9 +33,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CommProfilingConfig", "CommProfilingSession", "CommProfileReport",
-           "CollectiveStats", "start_comm_profiling", "stop_comm_profiling",
-           "plot_comm_timeline", "comm_trace_events", "interval_union", "overlap_cycles"]
+__all__ = [
+    "CommProfilingConfig",
+    "CommProfilingSession",
+    "CommProfileReport",
+    "CollectiveStats",
+    "start_comm_profiling",
+    "stop_comm_profiling",
+    "plot_comm_timeline",
+    "comm_trace_events",
+    "interval_union",
+    "overlap_cycles",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,8 +62,13 @@ class CommProfilingConfig:
     track_overlap: bool = True
 
     def __post_init__(self) -> None:
-        for n in ("track_collectives", "track_p2p", "track_bandwidth", "track_latency",
-                  "track_overlap"):
+        for n in (
+            "track_collectives",
+            "track_p2p",
+            "track_bandwidth",
+            "track_latency",
+            "track_overlap",
+        ):
             if not isinstance(getattr(self, n), bool):
                 raise TypeError(f"{n} must be a bool, got {getattr(self, n)!r}")
 
@@ -139,34 +153,49 @@ class CommProfileReport:
     def summary(self) -> str:
         """The seed's printout of this report."""
         c, k = self.total_comm_time_s, self.total_compute_time_s
-        lines = ["Communication Profile:",
-                 f"  Total Communication Time: {c:.6f} s",
-                 f"  Total Computation Time: {k:.6f} s",
-                 f"  Overlap Efficiency: {self.overlap_efficiency * 100:.1f}%",
-                 f"  Communication Fraction: {self.communication_fraction * 100:.1f}%",
-                 "", "Collective Operations:"]
+        lines = [
+            "Communication Profile:",
+            f"  Total Communication Time: {c:.6f} s",
+            f"  Total Computation Time: {k:.6f} s",
+            f"  Overlap Efficiency: {self.overlap_efficiency * 100:.1f}%",
+            f"  Communication Fraction: {self.communication_fraction * 100:.1f}%",
+            "",
+            "Collective Operations:",
+        ]
         for s in self.collective_stats:
-            lines += [f"  {s.name}:", f"    Invocations: {s.count}",
-                      f"    Total time: {s.total_time_s:.6f} s",
-                      f"    Avg time: {s.avg_time_ms:.3f} ms",
-                      f"    Min time: {s.min_time_ms:.3f} ms",
-                      f"    Max time: {s.max_time_ms:.3f} ms",
-                      f"    Bandwidth: {s.avg_bandwidth_gbs:.1f} GB/s ({s.pct_of_peak:.1f}% "
-                      "of peak)",
-                      f"    algbw / busbw: {s.algbw_gbs:.1f} / {s.busbw_gbs:.1f} GB/s",
-                      f"    Data volume: {s.total_data_gb:.2f} GB"]
-        lines += ["", "Bandwidth Utilization:",
-                  f"  Average: {self.avg_bandwidth_util * 100:.1f}%",
-                  f"  Peak: {self.peak_bandwidth_util * 100:.1f}%",
-                  f"  Minimum: {self.min_bandwidth_util * 100:.1f}%"]
+            lines += [
+                f"  {s.name}:",
+                f"    Invocations: {s.count}",
+                f"    Total time: {s.total_time_s:.6f} s",
+                f"    Avg time: {s.avg_time_ms:.3f} ms",
+                f"    Min time: {s.min_time_ms:.3f} ms",
+                f"    Max time: {s.max_time_ms:.3f} ms",
+                f"    Bandwidth: {s.avg_bandwidth_gbs:.1f} GB/s ({s.pct_of_peak:.1f}% of peak)",
+                f"    algbw / busbw: {s.algbw_gbs:.1f} / {s.busbw_gbs:.1f} GB/s",
+                f"    Data volume: {s.total_data_gb:.2f} GB",
+            ]
+        lines += [
+            "",
+            "Bandwidth Utilization:",
+            f"  Average: {self.avg_bandwidth_util * 100:.1f}%",
+            f"  Peak: {self.peak_bandwidth_util * 100:.1f}%",
+            f"  Minimum: {self.min_bandwidth_util * 100:.1f}%",
+        ]
         return "\n".join(lines)
 
     def chrome_trace(self) -> dict[str, Any]:
         """The report as a Trace Event Format object (one process: the cluster)."""
-        return {"traceEvents": comm_trace_events(self, pid=1), "displayTimeUnit": "ns",
-                "otherData": {"generator": "wia-hw", "cluster": self.cluster,
-                              "clock_ghz": self.clock_ghz, "start_cycle": self.start_cycle,
-                              "time_unit": "microseconds of device time"}}
+        return {
+            "traceEvents": comm_trace_events(self, pid=1),
+            "displayTimeUnit": "ns",
+            "otherData": {
+                "generator": "wia-hw",
+                "cluster": self.cluster,
+                "clock_ghz": self.clock_ghz,
+                "start_cycle": self.start_cycle,
+                "time_unit": "microseconds of device time",
+            },
+        }
 
 
 class CommProfilingSession:
@@ -183,8 +212,12 @@ class CommProfilingSession:
         self.active = True
 
     def on_collective(self, rec: Any) -> None:
-        if rec.kind == "p2p" and self.config.track_p2p or \
-                rec.kind != "p2p" and self.config.track_collectives:
+        if (
+            rec.kind == "p2p"
+            and self.config.track_p2p
+            or rec.kind != "p2p"
+            and self.config.track_collectives
+        ):
             self.records.append(rec)
 
     def on_compute(self, rec: Any) -> None:
@@ -192,16 +225,18 @@ class CommProfilingSession:
             self.compute.append(rec)
 
 
-def start_comm_profiling(communicator: Any,
-                         config: CommProfilingConfig | None = None) -> CommProfilingSession:
+def start_comm_profiling(
+    communicator: Any, config: CommProfilingConfig | None = None
+) -> CommProfilingSession:
     """Start recording ``communicator``'s collectives, messages, compute and link
     transfers (``wia_start_comm_profiling``)."""
     # duck-typed: the communicator sits above profiling (it runs workloads through the
     # runtime, which profiles), so this module does not import it
-    if not all(hasattr(communicator, a) for a in ("listeners", "links", "records",
-                                                   "now_cycles")):
-        raise TypeError(f"start_comm_profiling needs a Communicator (wia_hw.open_cluster), "
-                        f"got {type(communicator).__name__}")
+    if not all(hasattr(communicator, a) for a in ("listeners", "links", "records", "now_cycles")):
+        raise TypeError(
+            f"start_comm_profiling needs a Communicator (wia_hw.open_cluster), "
+            f"got {type(communicator).__name__}"
+        )
     config = CommProfilingConfig() if config is None else config
     if not isinstance(config, CommProfilingConfig):
         raise TypeError(f"config must be a CommProfilingConfig, got {type(config).__name__}")
@@ -223,9 +258,12 @@ def stop_comm_profiling(session: CommProfilingSession) -> CommProfileReport:
     session.active = False
     comm.listeners.remove(session)
     links = comm.links
-    events = links.events[session._link_start:] if cfg.track_bandwidth else []
-    if cfg.track_bandwidth and not session._was_recording and not any(
-            getattr(x, "config", None) and x.config.track_bandwidth for x in comm.listeners):
+    events = links.events[session._link_start :] if cfg.track_bandwidth else []
+    if (
+        cfg.track_bandwidth
+        and not session._was_recording
+        and not any(getattr(x, "config", None) and x.config.track_bandwidth for x in comm.listeners)
+    ):
         links.record = False
     hz = comm.clock_ghz * 1e9
     recs, comp = session.records, session.compute
@@ -243,13 +281,23 @@ def stop_comm_profiling(session: CommProfilingSession) -> CommProfileReport:
         data = sum(r.nbytes for r in rs)
         bus = sum(r.nbytes * r.bus_factor for r in rs)
         busbw = bus / tot_s / 1e9 if tot_s else 0.0
-        stats.append(CollectiveStats(
-            name=name, count=len(rs), total_time_s=tot_s,
-            avg_time_ms=tot_s / len(rs) * 1e3, min_time_ms=min(r.time_ms for r in rs),
-            max_time_ms=max(r.time_ms for r in rs), avg_bandwidth_gbs=busbw,
-            peak_bandwidth_gbs=peak, pct_of_peak=100.0 * busbw / peak,
-            total_data_gb=data / 1e9, algbw_gbs=data / tot_s / 1e9 if tot_s else 0.0,
-            busbw_gbs=busbw, algorithms=tuple(dict.fromkeys(r.algorithm for r in rs))))
+        stats.append(
+            CollectiveStats(
+                name=name,
+                count=len(rs),
+                total_time_s=tot_s,
+                avg_time_ms=tot_s / len(rs) * 1e3,
+                min_time_ms=min(r.time_ms for r in rs),
+                max_time_ms=max(r.time_ms for r in rs),
+                avg_bandwidth_gbs=busbw,
+                peak_bandwidth_gbs=peak,
+                pct_of_peak=100.0 * busbw / peak,
+                total_data_gb=data / 1e9,
+                algbw_gbs=data / tot_s / 1e9 if tot_s else 0.0,
+                busbw_gbs=busbw,
+                algorithms=tuple(dict.fromkeys(r.algorithm for r in rs)),
+            )
+        )
     timed = [r for r in recs if r.duration_cycles]
     utils = [r.busbw_gbs / peak for r in timed]
     tot_t = sum(r.time_s for r in timed)
@@ -258,18 +306,31 @@ def stop_comm_profiling(session: CommProfilingSession) -> CommProfileReport:
     busy: dict[str, int] = {}
     for name, s, e, _ in events:
         busy[name] = busy.get(name, 0) + (e - s)
-    link_util = {n: busy.get(n, 0) / span if span else 0.0 for n in comm.link_names()} \
-        if cfg.track_bandwidth else {}
+    link_util = (
+        {n: busy.get(n, 0) / span if span else 0.0 for n in comm.link_names()}
+        if cfg.track_bandwidth
+        else {}
+    )
     return CommProfileReport(
-        cluster=comm.spec.name, ranks=comm.size, clock_ghz=comm.clock_ghz,
-        start_cycle=t0, end_cycle=t1, peak_bandwidth_gbs=peak,
-        total_comm_time_s=comm_c / hz, total_compute_time_s=comp_c / hz,
+        cluster=comm.spec.name,
+        ranks=comm.size,
+        clock_ghz=comm.clock_ghz,
+        start_cycle=t0,
+        end_cycle=t1,
+        peak_bandwidth_gbs=peak,
+        total_comm_time_s=comm_c / hz,
+        total_compute_time_s=comp_c / hz,
         overlap_efficiency=overlap_cycles(comm_u, comp_u) / comm_c if comm_c else 0.0,
         communication_fraction=comm_c / (comm_c + comp_c) if comm_c + comp_c else 0.0,
-        collective_stats=stats, avg_bandwidth_util=avg_u,
-        peak_bandwidth_util=max(utils, default=0.0), min_bandwidth_util=min(utils, default=0.0),
-        link_utilization=link_util, records=list(recs) if cfg.track_latency else [],
-        compute=list(comp), link_events=list(events))
+        collective_stats=stats,
+        avg_bandwidth_util=avg_u,
+        peak_bandwidth_util=max(utils, default=0.0),
+        min_bandwidth_util=min(utils, default=0.0),
+        link_utilization=link_util,
+        records=list(recs) if cfg.track_latency else [],
+        compute=list(comp),
+        link_events=list(events),
+    )
 
 
 def _lanes(spans: list[tuple[int, int, Any]]) -> list[tuple[int, int, int, Any]]:
@@ -303,19 +364,40 @@ def comm_trace_events(report: CommProfileReport, *, pid: int = 2) -> list[dict[s
     def span(track: str, name: str, s: int, e: int, cat: str, args: dict[str, Any]) -> None:
         tid = tids.setdefault(track, len(tids) + 1)
         ts = round((s - t0) * us_per, 4)
-        ev.append({"name": name, "cat": cat, "ph": "X", "ts": ts,
-                   "dur": round(round((e - t0) * us_per, 4) - ts, 4), "pid": pid, "tid": tid,
-                   "args": args})
+        ev.append(
+            {
+                "name": name,
+                "cat": cat,
+                "ph": "X",
+                "ts": ts,
+                "dur": round(round((e - t0) * us_per, 4) - ts, 4),
+                "pid": pid,
+                "tid": tid,
+                "args": args,
+            }
+        )
 
     for r in range(report.ranks):
-        for lane, s, e, c in _lanes([(c.start_cycle, c.end_cycle, c) for c in report.compute
-                                     if c.rank == r]):
+        for lane, s, e, c in _lanes(
+            [(c.start_cycle, c.end_cycle, c) for c in report.compute if c.rank == r]
+        ):
             span(f"rank {r} compute{f' {lane}' if lane else ''}", c.label, s, e, "compute", {})
-        for lane, s, e, rec in _lanes([(x.start_cycle, x.end_cycle, x) for x in report.records
-                                       if r in x.ranks]):
-            span(f"rank {r} comm{f' {lane}' if lane else ''}", rec.name, s, e, "comm",
-                 {"algorithm": rec.algorithm, "bytes": rec.nbytes,
-                  "algbw_gbs": round(rec.algbw_gbs, 3), "busbw_gbs": round(rec.busbw_gbs, 3)})
+        for lane, s, e, rec in _lanes(
+            [(x.start_cycle, x.end_cycle, x) for x in report.records if r in x.ranks]
+        ):
+            span(
+                f"rank {r} comm{f' {lane}' if lane else ''}",
+                rec.name,
+                s,
+                e,
+                "comm",
+                {
+                    "algorithm": rec.algorithm,
+                    "bytes": rec.nbytes,
+                    "algbw_gbs": round(rec.algbw_gbs, 3),
+                    "busbw_gbs": round(rec.busbw_gbs, 3),
+                },
+            )
     merged: dict[str, list[list[int]]] = {}
     for name, s, e, nb in sorted(report.link_events, key=lambda t: (t[0], t[1])):
         m = merged.setdefault(name, [])
@@ -326,13 +408,27 @@ def comm_trace_events(report: CommProfileReport, *, pid: int = 2) -> list[dict[s
     for name in sorted(merged, key=_link_key):
         for s, e, nb in merged[name]:
             span(f"link {name}", "transfer", s, e, "link", {"bytes": nb})
-    meta: list[dict[str, Any]] = [{"name": "process_name", "ph": "M", "pid": pid,
-                                   "args": {"name": f"{report.cluster} (communication)"}}]
+    meta: list[dict[str, Any]] = [
+        {
+            "name": "process_name",
+            "ph": "M",
+            "pid": pid,
+            "args": {"name": f"{report.cluster} (communication)"},
+        }
+    ]
     for i, (name, tid) in enumerate(tids.items()):
-        meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
-                     "args": {"name": name}})
-        meta.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid,
-                     "args": {"sort_index": i}})
+        meta.append(
+            {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
+        )
+        meta.append(
+            {
+                "name": "thread_sort_index",
+                "ph": "M",
+                "pid": pid,
+                "tid": tid,
+                "args": {"sort_index": i},
+            }
+        )
     return meta + ev
 
 
@@ -351,13 +447,19 @@ def plot_comm_timeline(report: CommProfileReport, path: str | os.PathLike[str]) 
     for rec in report.records:
         colors.setdefault(rec.name, palette[(len(colors) - 1) % len(palette)])
     for r in range(report.ranks):
-        comp = [((c.start_cycle - t0) * to_ms, (c.end_cycle - c.start_cycle) * to_ms)
-                for c in report.compute if c.rank == r]
+        comp = [
+            ((c.start_cycle - t0) * to_ms, (c.end_cycle - c.start_cycle) * to_ms)
+            for c in report.compute
+            if c.rank == r
+        ]
         if comp:
             ax.broken_barh(comp, (r - 0.4, 0.35), color=colors["compute"])
         for name in colors:
-            bars = [((x.start_cycle - t0) * to_ms, x.duration_cycles * to_ms)
-                    for x in report.records if x.name == name and r in x.ranks]
+            bars = [
+                ((x.start_cycle - t0) * to_ms, x.duration_cycles * to_ms)
+                for x in report.records
+                if x.name == name and r in x.ranks
+            ]
             if bars:
                 ax.broken_barh(bars, (r + 0.02, 0.35), color=colors[name], alpha=0.85)
     from matplotlib.patches import Patch
@@ -367,6 +469,8 @@ def plot_comm_timeline(report: CommProfileReport, path: str | os.PathLike[str]) 
     ax.set_yticks(range(report.ranks), [f"rank {r}" for r in range(report.ranks)])
     ax.invert_yaxis()
     ax.set_xlabel("device time (ms)")
-    ax.set_title(f"{report.cluster}: compute (upper) and communication (lower) per rank; "
-                 f"overlap {report.overlap_efficiency * 100:.1f}%")
+    ax.set_title(
+        f"{report.cluster}: compute (upper) and communication (lower) per rank; "
+        f"overlap {report.overlap_efficiency * 100:.1f}%"
+    )
     return save(fig, path)

@@ -36,8 +36,11 @@ class ProfileMode(_LowerEnum):
 
     @staticmethod
     def _aliases() -> dict[str, str]:
-        return {"hardware_counters": "counters", "instrumented": "instrumentation",
-                "sample": "sampling"}
+        return {
+            "hardware_counters": "counters",
+            "instrumented": "instrumentation",
+            "sample": "sampling",
+        }
 
 
 class OutputFormat(_LowerEnum):
@@ -53,14 +56,23 @@ class OutputFormat(_LowerEnum):
 
     @staticmethod
     def _aliases() -> dict[str, str]:
-        return {"perfetto": "chrome_trace", "trace": "chrome_trace", "folded": "collapsed",
-                "txt": "text"}
+        return {
+            "perfetto": "chrome_trace",
+            "trace": "chrome_trace",
+            "folded": "collapsed",
+            "txt": "text",
+        }
 
 
 #: The seed's six counters (section 8.2).
 SEED_COUNTERS: tuple[Counter, ...] = (
-    Counter.CYCLES, Counter.INSTRUCTIONS, Counter.CACHE_MISSES, Counter.BANDWIDTH,
-    Counter.FLOPS, Counter.BRANCH_MISPREDICTS)
+    Counter.CYCLES,
+    Counter.INSTRUCTIONS,
+    Counter.CACHE_MISSES,
+    Counter.BANDWIDTH,
+    Counter.FLOPS,
+    Counter.BRANCH_MISPREDICTS,
+)
 
 #: What each mode records.
 FACETS: dict[ProfileMode, frozenset[str]] = {
@@ -108,29 +120,41 @@ class ProfilingConfig:
         try:
             object.__setattr__(self, "mode", ProfileMode(self.mode))
         except ValueError:
-            raise ValueError(f"mode must be one of {', '.join(m.value for m in ProfileMode)}, "
-                             f"got {self.mode!r}") from None
+            raise ValueError(
+                f"mode must be one of {', '.join(m.value for m in ProfileMode)}, got {self.mode!r}"
+            ) from None
         try:
             object.__setattr__(self, "output_format", OutputFormat(self.output_format))
         except ValueError:
-            raise ValueError("output_format must be one of "
-                             f"{', '.join(m.value for m in OutputFormat)}, "
-                             f"got {self.output_format!r}") from None
-        for n in ("capture_kernels", "capture_memory", "capture_communication",
-                  "capture_power", "timeline_enabled", "flamegraph_enabled",
-                  "keep_library_frames"):
+            raise ValueError(
+                "output_format must be one of "
+                f"{', '.join(m.value for m in OutputFormat)}, "
+                f"got {self.output_format!r}"
+            ) from None
+        for n in (
+            "capture_kernels",
+            "capture_memory",
+            "capture_communication",
+            "capture_power",
+            "timeline_enabled",
+            "flamegraph_enabled",
+            "keep_library_frames",
+        ):
             if not isinstance(getattr(self, n), bool):
                 raise TypeError(f"{n} must be a bool, got {getattr(self, n)!r}")
         if isinstance(self.hardware_counters, (str, Counter)):
-            raise TypeError("hardware_counters must be a sequence of counters, got "
-                            f"{self.hardware_counters!r}")
+            raise TypeError(
+                f"hardware_counters must be a sequence of counters, got {self.hardware_counters!r}"
+            )
         counters = []
         for c in self.hardware_counters:
             try:
                 counters.append(Counter(c))
             except ValueError:
-                raise ValueError(f"hardware_counters: unknown counter {c!r} (known: "
-                                 f"{', '.join(m.value for m in Counter)})") from None
+                raise ValueError(
+                    f"hardware_counters: unknown counter {c!r} (known: "
+                    f"{', '.join(m.value for m in Counter)})"
+                ) from None
         object.__setattr__(self, "hardware_counters", tuple(dict.fromkeys(counters)))
         v = self.sampling_interval_us
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:

@@ -46,7 +46,7 @@ def call_graph(report: Any) -> dict[str, Any]:
             node = index.get(frames[:i])
             if node is None:
                 node = {"name": frames[i - 1], "cycles": 0, "calls": 0, "children": []}
-                index[frames[:i - 1]]["children"].append(node)
+                index[frames[: i - 1]]["children"].append(node)
                 index[frames[:i]] = node
             node["cycles"] += v
             node["calls"] += n
@@ -72,8 +72,11 @@ def _stacks(report: Any) -> dict[tuple[str, ...], tuple[int, int]]:
             r = runs.get(run)
             if r is None:
                 return [dev, "[outside runs]"]
-            return [dev] + [f"{f.function} ({f.short})" for f in reversed(r.stack[:4])] + \
-                [f"run {r.workload}"]
+            return (
+                [dev]
+                + [f"{f.function} ({f.short})" for f in reversed(r.stack[:4])]
+                + [f"run {r.workload}"]
+            )
 
         covered = 0
         if report.ops:
@@ -88,8 +91,11 @@ def _stacks(report: Any) -> dict[tuple[str, ...], tuple[int, int]]:
                 covered += op.end_cycle - op.start_cycle
         else:
             for k in report.kernels:
-                add(prefix(k.run) + [k.group, re.sub(r"^layer\d+\.", "", k.op),
-                                     f"{k.name} [{k.kind}]"], k.cycles)
+                add(
+                    prefix(k.run)
+                    + [k.group, re.sub(r"^layer\d+\.", "", k.op), f"{k.name} [{k.kind}]"],
+                    k.cycles,
+                )
                 covered += k.cycles
         for r in report.runs:
             add(prefix(r.index) + ["writeback"], r.writeback_cycles, 0)
@@ -142,8 +148,15 @@ def _color(name: str) -> str:
     return f"rgb({r},{g},{b})"
 
 
-def render_svg(lines: Iterable[str], *, title: str = "Flame Graph", unit: str = "samples",
-               width: int = 1200, frame_height: int = 16, font_size: int = 11) -> str:
+def render_svg(
+    lines: Iterable[str],
+    *,
+    title: str = "Flame Graph",
+    unit: str = "samples",
+    width: int = 1200,
+    frame_height: int = 16,
+    font_size: int = 11,
+) -> str:
     """An SVG flame graph (root at the bottom, width proportional to count) of
     collapsed stacks, with a tooltip (``<title>``) on every frame."""
     root = _Node("all")
@@ -166,12 +179,14 @@ def render_svg(lines: Iterable[str], *, title: str = "Flame Graph", unit: str = 
     height = pad_top + (depth + 1) * frame_height + pad_bottom
     total = root.value or 1
     scale = (width - 2 * xpad) / total
-    out = ['<?xml version="1.0" standalone="no"?>',
-           f'<svg version="1.1" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
-           f'<rect x="0" y="0" width="{width}" height="{height}" fill="#f8f8f0"/>',
-           f'<text x="{width / 2}" y="24" font-size="16" font-family="Verdana" '
-           f'text-anchor="middle">{html.escape(title)}</text>']
+    out = [
+        '<?xml version="1.0" standalone="no"?>',
+        f'<svg version="1.1" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
+        f'<rect x="0" y="0" width="{width}" height="{height}" fill="#f8f8f0"/>',
+        f'<text x="{width / 2}" y="24" font-size="16" font-family="Verdana" '
+        f'text-anchor="middle">{html.escape(title)}</text>',
+    ]
     char_w = font_size * 0.6
 
     def draw(n: _Node, x: float, d: int) -> None:
@@ -180,14 +195,18 @@ def render_svg(lines: Iterable[str], *, title: str = "Flame Graph", unit: str = 
         pct = 100.0 * n.value / total
         tip = html.escape(f"{n.name} ({n.value:,} {unit}, {pct:.2f}%)")
         fill = "rgb(200,200,200)" if d == 0 else _color(n.name)
-        out.append(f'<g><title>{tip}</title><rect x="{x:.2f}" y="{y}" width="{max(w, 0.1):.2f}"'
-                   f' height="{frame_height - 1}" fill="{fill}" rx="2" ry="2"/>')
+        out.append(
+            f'<g><title>{tip}</title><rect x="{x:.2f}" y="{y}" width="{max(w, 0.1):.2f}"'
+            f' height="{frame_height - 1}" fill="{fill}" rx="2" ry="2"/>'
+        )
         chars = int((w - 4) / char_w)
         if chars >= 3:
-            label = n.name if len(n.name) <= chars else n.name[:chars - 2] + ".."
-            out.append(f'<text x="{x + 3:.2f}" y="{y + frame_height - 4}" '
-                       f'font-size="{font_size}" font-family="Verdana">'
-                       f'{html.escape(label)}</text>')
+            label = n.name if len(n.name) <= chars else n.name[: chars - 2] + ".."
+            out.append(
+                f'<text x="{x + 3:.2f}" y="{y + frame_height - 4}" '
+                f'font-size="{font_size}" font-family="Verdana">'
+                f"{html.escape(label)}</text>"
+            )
         out.append("</g>")
         cx = x
         for c in n.children.values():

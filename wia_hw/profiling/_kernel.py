@@ -51,12 +51,23 @@ from ._records import KernelStats, capture_counters
 #: Other ceilings whose floor is at least this share of the binding one are named too.
 NEAR_FRACTION = 0.9
 
-__all__ = ["Assessment", "KernelProfile", "profile_kernel", "format_kernel_profile",
-           "stats_from_record"]
+__all__ = [
+    "Assessment",
+    "KernelProfile",
+    "profile_kernel",
+    "format_kernel_profile",
+    "stats_from_record",
+]
 
 _ALL_FIELDS = tuple(f.name for f in dataclasses.fields(Counters))
-_NP_DTYPES = {"float32": "fp32", "float16": "fp16", "int8": "int8", "int32": "int32",
-              "int64": "int64", "bool": "bool"}
+_NP_DTYPES = {
+    "float32": "fp32",
+    "float16": "fp16",
+    "int8": "int8",
+    "int32": "int32",
+    "int64": "int64",
+    "bool": "bool",
+}
 
 
 @dataclass(frozen=True)
@@ -142,30 +153,42 @@ class KernelProfile:
         if hits is not None and misses is not None:
             l1 = hit_rate(hits["l1"], misses["l1"])
             l2 = hit_rate(hits["l2"], misses["l2"])
-        mapping, balance = occupancy_parts(ks.macs, ks.slot_macs, ks.core_busy_cycles, cyc,
-                                           dev.cores)
+        mapping, balance = occupancy_parts(
+            ks.macs, ks.slot_macs, ks.core_busy_cycles, cyc, dev.cores
+        )
         uf = ks.unit_floors
-        floors = floors_cycles(ks.ideal_cycles, ks.flop_count, ks.precision, ks.kind, uf,
-                               nbytes, dev)
+        floors = floors_cycles(
+            ks.ideal_cycles, ks.flop_count, ks.precision, ks.kind, uf, nbytes, dev
+        )
         if uf and floors.get("pipeline"):
             mapping = min(1.0, floors["compute"] / floors["pipeline"])
         p = cls(
-            name=ks.name, duration_ms=ms,
+            name=ks.name,
+            duration_ms=ms,
             compute_utilization=compute_utilization(ks.flop_count, cyc, ks.precision, dev),
-            memory_bandwidth_gbs=None if nbytes is None else bandwidth_gbs(nbytes["hbm"], cyc,
-                                                                            dev),
-            peak_bandwidth_gbs=dev.peak_bandwidth_gbs, l1_cache_hit_rate=l1,
-            l2_cache_hit_rate=l2, occupancy=100.0 * mapping * balance,
+            memory_bandwidth_gbs=None if nbytes is None else bandwidth_gbs(nbytes["hbm"], cyc, dev),
+            peak_bandwidth_gbs=dev.peak_bandwidth_gbs,
+            l1_cache_hit_rate=l1,
+            l2_cache_hit_rate=l2,
+            occupancy=100.0 * mapping * balance,
             flops=ks.flop_count / (ms * 1e-3) if ms else 0.0,
-            arithmetic_intensity=None if nbytes is None else
-            arithmetic_intensity(ks.flop_count, nbytes["hbm"]),
-            flop_count=ks.flop_count, cycles=cyc, precision=ks.precision, kind=ks.kind,
-            bytes=None if nbytes is None else dict(nbytes), pe_mapping=100.0 * mapping,
-            core_balance=100.0 * balance, floor_cycles=floors,
+            arithmetic_intensity=None
+            if nbytes is None
+            else arithmetic_intensity(ks.flop_count, nbytes["hbm"]),
+            flop_count=ks.flop_count,
+            cycles=cyc,
+            precision=ks.precision,
+            kind=ks.kind,
+            bytes=None if nbytes is None else dict(nbytes),
+            pe_mapping=100.0 * mapping,
+            core_balance=100.0 * balance,
+            floor_cycles=floors,
             fill_drain_pct=float(uf["fill_drain_pct"]) if uf else 0.0,
-            tiles=int(uf["tiles"]) if uf else 0, writeback_owed_bytes=ks.dirtied_bytes,
+            tiles=int(uf["tiles"]) if uf else 0,
+            writeback_owed_bytes=ks.dirtied_bytes,
             op_class=ks.op_class,
-            stall_cycles=ks.counter("stall_cycles"))
+            stall_cycles=ks.counter("stall_cycles"),
+        )
         hz = dev.clock_ghz * 1e9
         if floors["compute"]:
             p.compute_ceiling_flops = ks.flop_count / (floors["compute"] / hz)
@@ -175,18 +198,27 @@ class KernelProfile:
         if nbytes is not None or uf:
             ceiling, floor = binding_ceiling(floors)
             p.ceiling = ceiling
-            p.near_ceilings = [c for c in CEILINGS if c != ceiling and c in floors
-                               and floor and floors[c] >= NEAR_FRACTION * floor
-                               and not (c in ("pipeline", "parallelism")
-                                        and floors[c] == floors["compute"])]
+            p.near_ceilings = [
+                c
+                for c in CEILINGS
+                if c != ceiling
+                and c in floors
+                and floor
+                and floors[c] >= NEAR_FRACTION * floor
+                and not (c in ("pipeline", "parallelism") and floors[c] == floors["compute"])
+            ]
             p.attainable_flops = ks.flop_count / (floor / hz) if floor else None
             p.roofline_efficiency = 100.0 * floor / cyc if cyc else None
             eff = p.roofline_efficiency or 0.0
             p.bound = ceiling if eff >= LATENCY_BOUND_PCT else "latency"
             if p.bound == "latency":
-                p.latency_cause = latency_cause(cyc, dev.cores, p.stall_cycles,
-                                                uf["latency_cycles"] if uf else None,
-                                                ks.core_busy_cycles)
+                p.latency_cause = latency_cause(
+                    cyc,
+                    dev.cores,
+                    p.stall_cycles,
+                    uf["latency_cycles"] if uf else None,
+                    ks.core_busy_cycles,
+                )
         p.assessments = assess(p, dev)
         return p
 
@@ -213,8 +245,11 @@ class KernelProfile:
 
 
 def _what(p: KernelProfile) -> str:
-    return f"{p.op_class} vector" if p.kind == "vector" and p.op_class else \
-        ("vector" if p.kind == "vector" else f"{p.precision} array")
+    return (
+        f"{p.op_class} vector"
+        if p.kind == "vector" and p.op_class
+        else ("vector" if p.kind == "vector" else f"{p.precision} array")
+    )
 
 
 def assess(p: KernelProfile, dev: DeviceInfo) -> list[Assessment]:
@@ -227,89 +262,142 @@ def assess(p: KernelProfile, dev: DeviceInfo) -> list[Assessment]:
     vector = p.kind == "vector"
     if b in MEMORY_CEILINGS:
         lvl = LEVEL_NAMES[b]
-        out.append(Assessment(
-            "INFO", f"Memory-bound ({lvl} bandwidth): AI={ai_txt} FLOP/byte (ridge point "
-            f"{fmt_ai(p.ridge_point)}); reaches {eff:.0f}% of what the {lvl} ceiling allows",
-            "Reduce memory traffic through tiling or fusion"))
+        out.append(
+            Assessment(
+                "INFO",
+                f"Memory-bound ({lvl} bandwidth): AI={ai_txt} FLOP/byte (ridge point "
+                f"{fmt_ai(p.ridge_point)}); reaches {eff:.0f}% of what the {lvl} ceiling allows",
+                "Reduce memory traffic through tiling or fusion",
+            )
+        )
     elif b == "compute":
         what = _what(p)
         if vector:
-            sugg = ("Move the work into a GEMM epilogue, fuse it with its neighbours, or use "
-                    "a cheaper form of the op (fewer vector cycles per element)")
+            sugg = (
+                "Move the work into a GEMM epilogue, fuse it with its neighbours, or use "
+                "a cheaper form of the op (fewer vector cycles per element)"
+            )
         elif eff >= 80.0:
-            sugg = ("The array runs near its peak: only less work (lower precision, "
-                    "sparsity, fewer FLOPs) makes it faster")
+            sugg = (
+                "The array runs near its peak: only less work (lower precision, "
+                "sparsity, fewer FLOPs) makes it faster"
+            )
         else:
             sugg = "Cut stalls between passes (double buffering, fewer DMA waits)"
-        out.append(Assessment(
-            "INFO", f"Compute-bound ({what} peak): AI={ai_txt} FLOP/byte is above the ridge "
-            f"point {fmt_ai(p.ridge_point)}; reaches {eff:.0f}% of that peak", sugg))
+        out.append(
+            Assessment(
+                "INFO",
+                f"Compute-bound ({what} peak): AI={ai_txt} FLOP/byte is above the ridge "
+                f"point {fmt_ai(p.ridge_point)}; reaches {eff:.0f}% of that peak",
+                sugg,
+            )
+        )
     elif b == "pipeline":
         if vector:
-            out.append(Assessment(
-                "INFO", f"Pipeline-bound (vector issue): {p.tiles} tiles leave lanes empty "
-                f"on their last issue; reaches {eff:.0f}% of that ceiling",
-                "Use larger row chunks per tile (fewer, fuller issues)"))
+            out.append(
+                Assessment(
+                    "INFO",
+                    f"Pipeline-bound (vector issue): {p.tiles} tiles leave lanes empty "
+                    f"on their last issue; reaches {eff:.0f}% of that ceiling",
+                    "Use larger row chunks per tile (fewer, fuller issues)",
+                )
+            )
         else:
-            out.append(Assessment(
-                "INFO", f"Pipeline-bound (array fill/drain and mapping): "
-                f"{p.fill_drain_pct:.0f}% of the array's issue cycles fill and drain short "
-                f"passes, {100 - p.pe_mapping:.0f}% of its MAC slots do no useful work; "
-                f"reaches {eff:.0f}% of that ceiling",
-                f"Longer passes: more reduction depth per pass (batch small GEMMs, fuse the "
-                f"chain, e.g. flash attention) or a pipelined {dev.array_rows}x"
-                f"{dev.array_cols} array that overlaps fill and drain"))
+            out.append(
+                Assessment(
+                    "INFO",
+                    f"Pipeline-bound (array fill/drain and mapping): "
+                    f"{p.fill_drain_pct:.0f}% of the array's issue cycles fill and drain short "
+                    f"passes, {100 - p.pe_mapping:.0f}% of its MAC slots do no useful work; "
+                    f"reaches {eff:.0f}% of that ceiling",
+                    f"Longer passes: more reduction depth per pass (batch small GEMMs, fuse the "
+                    f"chain, e.g. flash attention) or a pipelined {dev.array_rows}x"
+                    f"{dev.array_cols} array that overlaps fill and drain",
+                )
+            )
     elif b == "parallelism":
-        out.append(Assessment(
-            "INFO", f"Parallelism-bound: {p.tiles} tiles over {dev.cores} cores leave cores "
-            f"idle ({p.core_balance:.0f}% of core time busy); reaches {eff:.0f}% of that "
-            "ceiling",
-            f"Use equal tiles in a multiple of {dev.cores} (one per core at least: smaller "
-            "tiles, or a split of K with a reduction)"))
+        out.append(
+            Assessment(
+                "INFO",
+                f"Parallelism-bound: {p.tiles} tiles over {dev.cores} cores leave cores "
+                f"idle ({p.core_balance:.0f}% of core time busy); reaches {eff:.0f}% of that "
+                "ceiling",
+                f"Use equal tiles in a multiple of {dev.cores} (one per core at least: smaller "
+                "tiles, or a split of K with a reduction)",
+            )
+        )
     elif b == "latency":
         c = p.ceiling or "compute"
-        out.append(Assessment(
-            "WARNING", f"Latency-bound: reaches only {eff:.0f}% of its nearest ceiling "
-            f"({CEILING_NAMES[c]}); {p.latency_cause}",
-            "Batch or fuse it with neighbouring kernels so the fixed latencies are paid "
-            "once; overlap its loads with the previous kernel"))
+        out.append(
+            Assessment(
+                "WARNING",
+                f"Latency-bound: reaches only {eff:.0f}% of its nearest ceiling "
+                f"({CEILING_NAMES[c]}); {p.latency_cause}",
+                "Batch or fuse it with neighbouring kernels so the fixed latencies are paid "
+                "once; overlap its loads with the previous kernel",
+            )
+        )
     if out and p.near_ceilings and b != "latency":
         first = out[0]
         near = ", ".join(CEILING_NAMES[c] for c in p.near_ceilings)
-        out[0] = Assessment(first.level, f"{first.message} (nearly as bound by {near}: "
-                            "within 10%)", first.suggestion)
+        out[0] = Assessment(
+            first.level,
+            f"{first.message} (nearly as bound by {near}: within 10%)",
+            first.suggestion,
+        )
     if p.compute_utilization < 50.0:
         if b in MEMORY_CEILINGS:
-            out.append(Assessment(
-                "INFO", f"Low compute utilization ({p.compute_utilization:.1f}%) is expected: "
-                f"the kernel is memory-bound ({eff:.0f}% of its {LEVEL_NAMES[b]} roof)",
-                "Raise arithmetic intensity: fuse with neighbouring kernels, reuse tiles"))
+            out.append(
+                Assessment(
+                    "INFO",
+                    f"Low compute utilization ({p.compute_utilization:.1f}%) is expected: "
+                    f"the kernel is memory-bound ({eff:.0f}% of its {LEVEL_NAMES[b]} roof)",
+                    "Raise arithmetic intensity: fuse with neighbouring kernels, reuse tiles",
+                )
+            )
         elif vector:
             own = p.ceiling_pct("compute")
-            out.append(Assessment(
-                "INFO", f"Low compute utilization ({p.compute_utilization:.1f}% of the arrays' "
-                "peak) is expected: the kernel runs on the vector units"
-                + ("" if own is None else f", at {own:.0f}% of their rate for this op"),
-                "Move the work into a GEMM epilogue, or fuse it with its neighbours"))
+            out.append(
+                Assessment(
+                    "INFO",
+                    f"Low compute utilization ({p.compute_utilization:.1f}% of the arrays' "
+                    "peak) is expected: the kernel runs on the vector units"
+                    + ("" if own is None else f", at {own:.0f}% of their rate for this op"),
+                    "Move the work into a GEMM epilogue, or fuse it with its neighbours",
+                )
+            )
         else:
-            out.append(Assessment(
-                "WARNING", f"Low compute utilization ({p.compute_utilization:.1f}%) in an "
-                f"array kernel bound by {CEILING_NAMES[b or 'compute']}: "
-                f"{_why_slow(p, dev)}",
-                f"Tiles that fill the {dev.array_rows}x{dev.array_cols} array with long "
-                f"passes, at least {dev.cores} of them"))
+            out.append(
+                Assessment(
+                    "WARNING",
+                    f"Low compute utilization ({p.compute_utilization:.1f}%) in an "
+                    f"array kernel bound by {CEILING_NAMES[b or 'compute']}: "
+                    f"{_why_slow(p, dev)}",
+                    f"Tiles that fill the {dev.array_rows}x{dev.array_cols} array with long "
+                    f"passes, at least {dev.cores} of them",
+                )
+            )
     bw = p.bandwidth_pct
     if bw is not None and bw > 90.0:
-        out.append(Assessment("INFO", f"Near-peak bandwidth ({bw:.0f}% of peak) - memory-bound",
-                              "Reduce memory traffic through tiling or fusion"))
+        out.append(
+            Assessment(
+                "INFO",
+                f"Near-peak bandwidth ({bw:.0f}% of peak) - memory-bound",
+                "Reduce memory traffic through tiling or fusion",
+            )
+        )
     if p.occupancy < 50.0 and not vector:
-        out.append(Assessment(
-            "WARNING", f"Low occupancy ({p.occupancy:.1f}%): {p.pe_mapping:.0f}% of the "
-            f"array's issue cycles do useful MACs (fill/drain {p.fill_drain_pct:.0f}%) x "
-            f"{p.core_balance:.0f}% of core time busy",
-            f"Use tiles in multiples of {dev.array_rows}x{dev.array_cols} with long passes "
-            f"and at least {dev.cores} of them (one per core); batch small matrices into one "
-            "kernel"))
+        out.append(
+            Assessment(
+                "WARNING",
+                f"Low occupancy ({p.occupancy:.1f}%): {p.pe_mapping:.0f}% of the "
+                f"array's issue cycles do useful MACs (fill/drain {p.fill_drain_pct:.0f}%) x "
+                f"{p.core_balance:.0f}% of core time busy",
+                f"Use tiles in multiples of {dev.array_rows}x{dev.array_cols} with long passes "
+                f"and at least {dev.cores} of them (one per core); batch small matrices into one "
+                "kernel",
+            )
+        )
     return out
 
 
@@ -317,12 +405,22 @@ def _why_slow(p: KernelProfile, dev: DeviceInfo) -> str:
     """What an array kernel's missing utilisation is lost to, largest first."""
     parts = []
     if p.pe_mapping < 95.0:
-        parts.append((100.0 - p.pe_mapping, f"{100 - p.pe_mapping:.0f}% of the array's issue "
-                      f"cycles do no useful MAC (fill/drain of short passes "
-                      f"{p.fill_drain_pct:.0f}%, tiles smaller than the array)"))
+        parts.append(
+            (
+                100.0 - p.pe_mapping,
+                f"{100 - p.pe_mapping:.0f}% of the array's issue "
+                f"cycles do no useful MAC (fill/drain of short passes "
+                f"{p.fill_drain_pct:.0f}%, tiles smaller than the array)",
+            )
+        )
     if p.core_balance < 95.0:
-        parts.append((100.0 - p.core_balance, f"cores idle {100 - p.core_balance:.0f}% of "
-                      "the kernel (too few tiles, or unequal shares)"))
+        parts.append(
+            (
+                100.0 - p.core_balance,
+                f"cores idle {100 - p.core_balance:.0f}% of "
+                "the kernel (too few tiles, or unequal shares)",
+            )
+        )
     if p.stall_cycles and p.cycles:
         mem = 100.0 * p.stall_cycles.get("memory", 0) / (dev.cores * p.cycles)
         if mem >= 5.0:
@@ -340,15 +438,22 @@ def _pct(v: float | None) -> str:
 
 def format_kernel_profile(p: KernelProfile) -> str:
     """The seed's printf block for one kernel, then its assessment."""
-    lines = [f"Kernel: {p.name}", f"  Duration: {p.duration_ms:.3f} ms",
-             f"  Compute Utilization: {p.compute_utilization:.1f}%"]
+    lines = [
+        f"Kernel: {p.name}",
+        f"  Duration: {p.duration_ms:.3f} ms",
+        f"  Compute Utilization: {p.compute_utilization:.1f}%",
+    ]
     if p.memory_bandwidth_gbs is not None:
-        lines.append(f"  Memory Bandwidth: {p.memory_bandwidth_gbs:.1f} GB/s "
-                     f"({100.0 * p.memory_bandwidth_gbs / p.peak_bandwidth_gbs:.1f}% of peak)")
-    lines += [f"  Cache Hit Rate L1: {_pct(p.l1_cache_hit_rate)}",
-              f"  Cache Hit Rate L2: {_pct(p.l2_cache_hit_rate)}",
-              f"  Occupancy: {p.occupancy:.1f}%",
-              f"  FLOPS: {p.flops / 1e12:.1f} TFLOPS"]
+        lines.append(
+            f"  Memory Bandwidth: {p.memory_bandwidth_gbs:.1f} GB/s "
+            f"({100.0 * p.memory_bandwidth_gbs / p.peak_bandwidth_gbs:.1f}% of peak)"
+        )
+    lines += [
+        f"  Cache Hit Rate L1: {_pct(p.l1_cache_hit_rate)}",
+        f"  Cache Hit Rate L2: {_pct(p.l2_cache_hit_rate)}",
+        f"  Occupancy: {p.occupancy:.1f}%",
+        f"  FLOPS: {p.flops / 1e12:.1f} TFLOPS",
+    ]
     if p.arithmetic_intensity is not None:
         lines.append(f"  Arithmetic Intensity: {p.arithmetic_intensity:.1f} FLOP/byte")
     for a in p.assessments:
@@ -378,9 +483,16 @@ def ideal_cycles(k: Any, spec: Any) -> float | None:
     return None
 
 
-def stats_from_record(r: KernelRecord, index: int = 0, run: int = -1,
-                      fields_: Sequence[str] | None = None, kernel: Any = None,
-                      spec: Any = None, *, floors: bool = True) -> KernelStats:
+def stats_from_record(
+    r: KernelRecord,
+    index: int = 0,
+    run: int = -1,
+    fields_: Sequence[str] | None = None,
+    kernel: Any = None,
+    spec: Any = None,
+    *,
+    floors: bool = True,
+) -> KernelStats:
     """A :class:`KernelStats` from the emulator's record, with ``fields_`` of its counter
     deltas (every field when ``None``); ``kernel`` and ``spec`` (the launched kernel and
     the device) give its ``ideal_cycles`` and, with ``floors``, its ``unit_floors``
@@ -388,25 +500,43 @@ def stats_from_record(r: KernelRecord, index: int = 0, run: int = -1,
     names = _ALL_FIELDS if fields_ is None else tuple(fields_)
     uf = None if kernel is None or spec is None or not floors else unit_floors(kernel, spec)
     return KernelStats(
-        index=index, name=r.name, op=r.op, group=r.group, kind=r.kind, provider=r.provider,
-        precision=r.precision, run=run, start_cycle=r.start_cycle, end_cycle=r.end_cycle,
-        flop_count=r.flops, macs=r.macs, slot_macs=r.slot_macs, tiles=r.tiles,
-        cores_used=r.cores_used, core_busy_cycles=list(r.core_busy_cycles),
+        index=index,
+        name=r.name,
+        op=r.op,
+        group=r.group,
+        kind=r.kind,
+        provider=r.provider,
+        precision=r.precision,
+        run=run,
+        start_cycle=r.start_cycle,
+        end_cycle=r.end_cycle,
+        flop_count=r.flops,
+        macs=r.macs,
+        slot_macs=r.slot_macs,
+        tiles=r.tiles,
+        cores_used=r.cores_used,
+        core_busy_cycles=list(r.core_busy_cycles),
         frequency_factor=r.frequency_factor,
         ideal_cycles=None if kernel is None or spec is None else ideal_cycles(kernel, spec),
         compulsory_bytes=r.compulsory_bytes,
         counters=capture_counters(r.counters, names),
-        power_w=r.power_w, temperature_c=r.temperature_c,
+        power_w=r.power_w,
+        temperature_c=r.temperature_c,
         unit_floors=None if uf is None else uf.to_dict(),
         dirtied_bytes=getattr(r, "dirtied_bytes", 0),
         writeback_bytes=getattr(r, "writeback_bytes", 0),
-        op_class=getattr(kernel, "vclass", None))
+        op_class=getattr(kernel, "vclass", None),
+    )
 
 
-def _one_op_graph(kind: str, inputs: Mapping[str, Any] | Sequence[Any],
-                  attrs: Mapping[str, Any]) -> Graph:
-    items = list(inputs.items()) if isinstance(inputs, Mapping) else \
-        [(f"in{i}", v) for i, v in enumerate(inputs)]
+def _one_op_graph(
+    kind: str, inputs: Mapping[str, Any] | Sequence[Any], attrs: Mapping[str, Any]
+) -> Graph:
+    items = (
+        list(inputs.items())
+        if isinstance(inputs, Mapping)
+        else [(f"in{i}", v) for i, v in enumerate(inputs)]
+    )
     if not items:
         raise WorkloadError(f"profile_kernel: op {kind!r} needs inputs (arrays or shapes)")
     b = GraphBuilder(f"profile_kernel.{kind}")
@@ -415,8 +545,10 @@ def _one_op_graph(kind: str, inputs: Mapping[str, Any] | Sequence[Any],
         if isinstance(v, np.ndarray):
             dt = _NP_DTYPES.get(str(v.dtype))
             if dt is None:
-                raise WorkloadError(f"profile_kernel: input {name!r} has dtype {v.dtype}, "
-                                    f"supported: {', '.join(_NP_DTYPES)}")
+                raise WorkloadError(
+                    f"profile_kernel: input {name!r} has dtype {v.dtype}, "
+                    f"supported: {', '.join(_NP_DTYPES)}"
+                )
             shape = v.shape
         elif isinstance(v, tuple) and len(v) == 2 and isinstance(v[1], str):
             shape, dt = tuple(v[0]), v[1]
@@ -430,8 +562,14 @@ def _one_op_graph(kind: str, inputs: Mapping[str, Any] | Sequence[Any],
     return b.graph()
 
 
-def profile_kernel(ctx: Any, kernel: Any, inputs: Mapping[str, Any] | Sequence[Any] |
-                   None = None, *, warmup: int = 0, **attrs: Any) -> KernelProfile:
+def profile_kernel(
+    ctx: Any,
+    kernel: Any,
+    inputs: Mapping[str, Any] | Sequence[Any] | None = None,
+    *,
+    warmup: int = 0,
+    **attrs: Any,
+) -> KernelProfile:
     """Profile one kernel on ``ctx``'s device (the seed's ``wia_profile_kernel``).
 
     ``kernel`` is an emulator kernel (``GemmKernel``/``VectorKernel``), an op kind
@@ -457,18 +595,22 @@ def profile_kernel(ctx: Any, kernel: Any, inputs: Mapping[str, Any] | Sequence[A
         elif isinstance(kernel, Graph):
             graph = kernel
         else:
-            raise TypeError("profile_kernel: kernel must be a GemmKernel, VectorKernel, op "
-                            f"kind, Graph or KernelTime, got {type(kernel).__name__}")
+            raise TypeError(
+                "profile_kernel: kernel must be a GemmKernel, VectorKernel, op "
+                f"kind, Graph or KernelTime, got {type(kernel).__name__}"
+            )
         from ..lowering import lower
 
         ks = [k for _, kk in lower(graph, ctx.spec, ctx.providers) for k in kk]
         if len(ks) != 1:
-            raise WorkloadError(f"profile_kernel: {graph.name!r} lowers to {len(ks)} kernels "
-                                "(need exactly one; a view runs none)")
+            raise WorkloadError(
+                f"profile_kernel: {graph.name!r} lowers to {len(ks)} kernels "
+                "(need exactly one; a view runs none)"
+            )
         k = ks[0]
     from ..emulator.extension_kernels import execute_kernels
 
     for _ in range(max(0, int(warmup))):
         execute_kernels(ctx.device, [k])
-    (r,) = execute_kernels(ctx.device, [k])     # an extension's kernel runs as lowered
+    (r,) = execute_kernels(ctx.device, [k])  # an extension's kernel runs as lowered
     return KernelProfile.from_stats(stats_from_record(r, kernel=k, spec=ctx.spec), dev)

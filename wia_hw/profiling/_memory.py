@@ -28,10 +28,21 @@ from ..emulator.allocator import AllocEvent
 from ..emulator.errors import WiaError
 from ._callsite import Frame, user_stack
 
-__all__ = ["MemoryProfilingConfig", "MemoryProfilingSession", "MemoryProfileReport",
-           "AllocationSite", "MemoryLeak", "FragmentationAnalysis", "start_memory_profiling",
-           "stop_memory_profiling", "analyze_fragmentation", "plot_memory_timeline",
-           "memory_timeline_figure", "external_fragmentation", "FRAGMENTATION_SUGGESTIONS"]
+__all__ = [
+    "MemoryProfilingConfig",
+    "MemoryProfilingSession",
+    "MemoryProfileReport",
+    "AllocationSite",
+    "MemoryLeak",
+    "FragmentationAnalysis",
+    "start_memory_profiling",
+    "stop_memory_profiling",
+    "analyze_fragmentation",
+    "plot_memory_timeline",
+    "memory_timeline_figure",
+    "external_fragmentation",
+    "FRAGMENTATION_SUGGESTIONS",
+]
 
 GB, MB, KB = 1e9, 1e6, 1e3
 #: The seed's suggestions when external fragmentation exceeds 20 %.
@@ -61,9 +72,15 @@ class MemoryProfilingConfig:
     keep_library_frames: bool = False
 
     def __post_init__(self) -> None:
-        for n in ("track_allocations", "track_deallocations", "track_call_stacks",
-                  "detect_leaks", "detect_fragmentation", "peak_usage_tracking",
-                  "keep_library_frames"):
+        for n in (
+            "track_allocations",
+            "track_deallocations",
+            "track_call_stacks",
+            "detect_leaks",
+            "detect_fragmentation",
+            "peak_usage_tracking",
+            "keep_library_frames",
+        ):
             if not isinstance(getattr(self, n), bool):
                 raise TypeError(f"{n} must be a bool, got {getattr(self, n)!r}")
         for n in ("top_sites", "stack_depth"):
@@ -148,11 +165,13 @@ class FragmentationAnalysis:
     suggestions: tuple[str, ...] = ()
 
     def format(self) -> str:
-        lines = ["Fragmentation Analysis:",
-                 f"  External fragmentation: {self.external_frag_percent:.1f}%",
-                 f"  Largest free block: {self.largest_free_block_mb:.2f} MB",
-                 f"  Average free block: {self.avg_free_block_kb:.2f} KB",
-                 f"  Total free memory: {self.total_free_gb:.2f} GB"]
+        lines = [
+            "Fragmentation Analysis:",
+            f"  External fragmentation: {self.external_frag_percent:.1f}%",
+            f"  Largest free block: {self.largest_free_block_mb:.2f} MB",
+            f"  Average free block: {self.avg_free_block_kb:.2f} KB",
+            f"  Total free memory: {self.total_free_gb:.2f} GB",
+        ]
         if self.suggestions:
             lines += ["", "Suggestions:"] + [f"  - {s}" for s in self.suggestions]
         return "\n".join(lines)
@@ -166,8 +185,9 @@ def external_fragmentation(free_ranges: list[int]) -> float:
 
 # event tuple: (cycle, kind, id, address, size, requested, what, name, workload,
 #               stack index, device cycles)
-_E_CYCLE, _E_KIND, _E_ID, _E_ADDR, _E_SIZE, _E_REQ, _E_WHAT, _E_NAME, _E_WL, _E_STACK, \
-    _E_COST = range(11)
+_E_CYCLE, _E_KIND, _E_ID, _E_ADDR, _E_SIZE, _E_REQ, _E_WHAT, _E_NAME, _E_WL, _E_STACK, _E_COST = (
+    range(11)
+)
 
 
 @dataclass
@@ -231,9 +251,12 @@ class MemoryProfileReport:
         cur = dict.fromkeys(kinds, 0)
         cur["other"] = alloc
         sizes: dict[int, tuple[int, str]] = {}
-        out: dict[str, Any] = {"cycle": [self.start_cycle], "allocated": [alloc],
-                               "reserved": [res],
-                               "by_kind": {k: [cur[k]] for k in kinds}}
+        out: dict[str, Any] = {
+            "cycle": [self.start_cycle],
+            "allocated": [alloc],
+            "reserved": [res],
+            "by_kind": {k: [cur[k]] for k in kinds},
+        }
         for e in self.events:
             k = e[_E_KIND]
             if k == "malloc":
@@ -258,29 +281,39 @@ class MemoryProfileReport:
 
     def format(self) -> str:
         """The seed's printf block: summary, top sites, leaks with their stacks."""
-        lines = ["Memory Profile Summary:",
-                 f"  Total Allocated: {self.total_allocated_gb:.2f} GB",
-                 f"  Peak Usage: {self.peak_usage_gb:.2f} GB",
-                 f"  Current Usage: {self.current_usage_gb:.2f} GB",
-                 f"  Fragmentation: {self.fragmentation_percent:.1f}%",
-                 f"  Allocations: {self.num_allocations}",
-                 f"  Deallocations: {self.num_deallocations}",
-                 f"  Active Buffers: {self.active_buffers}",
-                 f"  Memory Leaks: {self.num_leaks}", "", "Top Allocation Sites:"]
+        lines = [
+            "Memory Profile Summary:",
+            f"  Total Allocated: {self.total_allocated_gb:.2f} GB",
+            f"  Peak Usage: {self.peak_usage_gb:.2f} GB",
+            f"  Current Usage: {self.current_usage_gb:.2f} GB",
+            f"  Fragmentation: {self.fragmentation_percent:.1f}%",
+            f"  Allocations: {self.num_allocations}",
+            f"  Deallocations: {self.num_deallocations}",
+            f"  Active Buffers: {self.active_buffers}",
+            f"  Memory Leaks: {self.num_leaks}",
+            "",
+            "Top Allocation Sites:",
+        ]
         for i, s in enumerate(self.top_sites):
-            lines.append(f"  {i + 1}. {s.file}:{s.line} - {s.total_size_gb:.2f} GB "
-                         f"({s.description})")
+            lines.append(
+                f"  {i + 1}. {s.file}:{s.line} - {s.total_size_gb:.2f} GB ({s.description})"
+            )
         lines += ["", "Memory Leaks Detected:"]
         for leak in self.leaks:
-            lines.append(f"  Leaked {leak.size_mb:.2f} MB at {leak.allocation_site.file}:"
-                         f"{leak.allocation_site.line}")
+            lines.append(
+                f"  Leaked {leak.size_mb:.2f} MB at {leak.allocation_site.file}:"
+                f"{leak.allocation_site.line}"
+            )
             lines.append("    Call stack:")
             lines += [f"      {t}" for t in leak.stack_trace]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in vars(self).items()
-             if k not in ("top_sites", "leaks", "events", "stacks", "config")}
+        d = {
+            k: v
+            for k, v in vars(self).items()
+            if k not in ("top_sites", "leaks", "events", "stacks", "config")
+        }
         d["num_top_sites"] = self.num_top_sites
         d["top_sites"] = [s.to_dict() for s in self.top_sites]
         d["leaks"] = [x.to_dict() for x in self.leaks]
@@ -350,8 +383,9 @@ class MemoryProfilingSession:
     def _stack_index(self) -> int:
         if not self.config.track_call_stacks:
             return -1
-        st = user_stack(self.config.stack_depth,
-                        keep_library_frames=self.config.keep_library_frames)
+        st = user_stack(
+            self.config.stack_depth, keep_library_frames=self.config.keep_library_frames
+        )
         idx = self._stack_ids.get(st)
         if idx is None:
             idx = self._stack_ids[st] = len(self._stacks)
@@ -367,9 +401,21 @@ class MemoryProfilingSession:
         if ev.kind == "malloc":
             self._alloc = ev.allocated_bytes
             if self.config.track_allocations:
-                self._events.append((ev.now, "malloc", ev.block_id, ev.address, ev.size,
-                                     ev.requested, what, getattr(info, "name", ev.tag),
-                                     getattr(info, "workload", ""), self._stack_index(), cost))
+                self._events.append(
+                    (
+                        ev.now,
+                        "malloc",
+                        ev.block_id,
+                        ev.address,
+                        ev.size,
+                        ev.requested,
+                        what,
+                        getattr(info, "name", ev.tag),
+                        getattr(info, "workload", ""),
+                        self._stack_index(),
+                        cost,
+                    )
+                )
             if self.config.peak_usage_tracking and ev.allocated_bytes > self._peak:
                 self._peak, self._peak_cycle = ev.allocated_bytes, ev.now
                 if self.config.detect_fragmentation:
@@ -377,12 +423,25 @@ class MemoryProfilingSession:
         elif ev.kind == "free":
             self._alloc = ev.allocated_bytes
             if self.config.track_deallocations:
-                self._events.append((ev.now, "free", ev.block_id, ev.address, ev.size,
-                                     ev.requested, what, getattr(info, "name", ev.tag),
-                                     getattr(info, "workload", ""), -1, cost))
+                self._events.append(
+                    (
+                        ev.now,
+                        "free",
+                        ev.block_id,
+                        ev.address,
+                        ev.size,
+                        ev.requested,
+                        what,
+                        getattr(info, "name", ev.tag),
+                        getattr(info, "workload", ""),
+                        -1,
+                        cost,
+                    )
+                )
         else:
-            self._events.append((ev.now, ev.kind, ev.block_id, ev.address, ev.size, 0, "", "",
-                                 "", -1, 0))
+            self._events.append(
+                (ev.now, ev.kind, ev.block_id, ev.address, ev.size, 0, "", "", "", -1, 0)
+            )
         self._peak_reserved = max(self._peak_reserved, ev.reserved_bytes)
 
     # -- the report --------------------------------------------------------------------
@@ -406,7 +465,7 @@ class MemoryProfilingSession:
             s[1] += e[_E_SIZE]
             s[2] += e[_E_COST]
             site_of[e[_E_ID]] = key
-        for e in frees:                       # a user free's cost belongs to its site
+        for e in frees:  # a user free's cost belongs to its site
             key = site_of.get(e[_E_ID])
             if key is not None:
                 sites[key][2] += e[_E_COST]
@@ -416,7 +475,7 @@ class MemoryProfilingSession:
             return AllocationSite(key[0], key[1], key[2], key[3], n, nb / GB, cyc, st)
 
         ranked = sorted(sites, key=lambda k: (-sites[k][1], k))
-        top_sites = [site(k) for k in ranked[:cfg.top_sites]]
+        top_sites = [site(k) for k in ranked[: cfg.top_sites]]
         leaks: list[MemoryLeak] = []
         live = a.live_blocks
         if cfg.detect_leaks:
@@ -427,29 +486,48 @@ class MemoryProfilingSession:
                     continue
                 st = self._stacks[e[_E_STACK]] if e[_E_STACK] >= 0 else ()
                 handle = getattr(b.info, "handle", None)
-                leaks.append(MemoryLeak(
-                    size_mb=b.size / MB, allocation_site=site(site_of[b.id]),
-                    stack_trace=tuple(str(f) for f in st), address=b.address, tag=b.tag,
-                    allocated_cycle=e[_E_CYCLE],
-                    unreachable=handle is not None and handle() is None))
+                leaks.append(
+                    MemoryLeak(
+                        size_mb=b.size / MB,
+                        allocation_site=site(site_of[b.id]),
+                        stack_trace=tuple(str(f) for f in st),
+                        address=b.address,
+                        tag=b.tag,
+                        allocated_cycle=e[_E_CYCLE],
+                        unreachable=handle is not None and handle() is None,
+                    )
+                )
         ranges = a.free_ranges() if cfg.detect_fragmentation else []
         self.report = MemoryProfileReport(
             total_allocated_gb=sum(e[_E_SIZE] for e in mallocs) / GB,
             peak_usage_gb=self._peak / GB,
             current_usage_gb=a.stats.allocated_bytes / GB,
             fragmentation_percent=external_fragmentation(ranges),
-            num_allocations=len(mallocs), num_deallocations=len(frees),
-            active_buffers=len(live), num_leaks=len(leaks), top_sites=top_sites,
-            leaks=leaks, start_cycle=self._start_cycle, end_cycle=self.ctx.device.now,
-            clock_ghz=self.ctx.spec.clock_ghz, peak_cycle=self._peak_cycle,
+            num_allocations=len(mallocs),
+            num_deallocations=len(frees),
+            active_buffers=len(live),
+            num_leaks=len(leaks),
+            top_sites=top_sites,
+            leaks=leaks,
+            start_cycle=self._start_cycle,
+            end_cycle=self.ctx.device.now,
+            clock_ghz=self.ctx.spec.clock_ghz,
+            peak_cycle=self._peak_cycle,
             peak_fragmentation_percent=external_fragmentation(self._peak_ranges),
             reserved_bytes_end=a.stats.reserved_bytes,
-            peak_reserved_bytes=self._peak_reserved, baseline_bytes=self._baseline,
+            peak_reserved_bytes=self._peak_reserved,
+            baseline_bytes=self._baseline,
             baseline_reserved_bytes=self._baseline_reserved,
-            allocator_device_cycles=self._device_cycles, free_ranges_end=ranges,
-            free_ranges_peak=list(self._peak_ranges), events=self._events,
-            stacks=self._stacks, config=cfg, pooling=a.config.pooling,
-            allocator_config=dict(vars(a.config)), capacity_bytes=a.capacity_bytes)
+            allocator_device_cycles=self._device_cycles,
+            free_ranges_end=ranges,
+            free_ranges_peak=list(self._peak_ranges),
+            events=self._events,
+            stacks=self._stacks,
+            config=cfg,
+            pooling=a.config.pooling,
+            allocator_config=dict(vars(a.config)),
+            capacity_bytes=a.capacity_bytes,
+        )
         return self.report
 
 
@@ -457,13 +535,18 @@ def _describe(e: tuple[Any, ...]) -> str:
     what, name, wl = e[_E_WHAT], e[_E_NAME], e[_E_WL]
     if what == "user":
         return f"ctx.allocate({name!r})"
-    plural = {"activation": "activations", "weight": "weights", "input": "inputs",
-              "workspace": "workspaces"}.get(what, what)
+    plural = {
+        "activation": "activations",
+        "weight": "weights",
+        "input": "inputs",
+        "workspace": "workspaces",
+    }.get(what, what)
     return f"{plural} of {wl}" if wl else plural
 
 
-def start_memory_profiling(ctx: Any, cfg: MemoryProfilingConfig | None = None
-                           ) -> MemoryProfilingSession:
+def start_memory_profiling(
+    ctx: Any, cfg: MemoryProfilingConfig | None = None
+) -> MemoryProfilingSession:
     """Start recording ``ctx``'s device allocations (the seed's
     ``wia_start_memory_profiling``)."""
     return MemoryProfilingSession(ctx, cfg).start()
@@ -472,32 +555,37 @@ def start_memory_profiling(ctx: Any, cfg: MemoryProfilingConfig | None = None
 def stop_memory_profiling(session: MemoryProfilingSession) -> MemoryProfileReport:
     """Stop ``session`` and build its report (``wia_stop_memory_profiling``)."""
     if not isinstance(session, MemoryProfilingSession):
-        raise TypeError(f"stop_memory_profiling takes a MemoryProfilingSession, got "
-                        f"{type(session).__name__}")
+        raise TypeError(
+            f"stop_memory_profiling takes a MemoryProfilingSession, got {type(session).__name__}"
+        )
     return session.stop()
 
 
-def analyze_fragmentation(report: MemoryProfileReport, at: str = "end"
-                          ) -> FragmentationAnalysis:
+def analyze_fragmentation(report: MemoryProfileReport, at: str = "end") -> FragmentationAnalysis:
     """The seed's ``wia_analyze_fragmentation`` over the free ranges recorded at the
     session's ``end`` (default) or at its ``peak`` usage."""
     if not isinstance(report, MemoryProfileReport):
-        raise TypeError(f"analyze_fragmentation takes a MemoryProfileReport, got "
-                        f"{type(report).__name__}")
+        raise TypeError(
+            f"analyze_fragmentation takes a MemoryProfileReport, got {type(report).__name__}"
+        )
     if at not in ("end", "peak"):
         raise ValueError(f"at must be 'end' or 'peak', got {at!r}")
     r = report.free_ranges_end if at == "end" else report.free_ranges_peak
     frag = external_fragmentation(r)
     total = sum(r)
     return FragmentationAnalysis(
-        external_frag_percent=frag, largest_free_block_mb=max(r, default=0) / MB,
-        avg_free_block_kb=total / len(r) / KB if r else 0.0, total_free_gb=total / GB,
+        external_frag_percent=frag,
+        largest_free_block_mb=max(r, default=0) / MB,
+        avg_free_block_kb=total / len(r) / KB if r else 0.0,
+        total_free_gb=total / GB,
         num_free_blocks=len(r),
-        suggestions=FRAGMENTATION_SUGGESTIONS if frag > FRAGMENTATION_THRESHOLD_PCT else ())
+        suggestions=FRAGMENTATION_SUGGESTIONS if frag > FRAGMENTATION_THRESHOLD_PCT else (),
+    )
 
 
-def plot_memory_timeline(report: MemoryProfileReport, path: str | os.PathLike[str], *,
-                         x: str = "events") -> str:
+def plot_memory_timeline(
+    report: MemoryProfileReport, path: str | os.PathLike[str], *, x: str = "events"
+) -> str:
     """Draw :func:`memory_timeline_figure` and write it as a PNG to ``path``; returns the
     path (``wia_plot_memory_timeline``)."""
     from ._plot import save
@@ -530,19 +618,39 @@ def memory_timeline_figure(report: MemoryProfileReport, *, x: str = "events") ->
     ax = fig.subplots()
     kinds = [k for k in tl["by_kind"] if any(tl["by_kind"][k])]
     if kinds:
-        ax.stackplot(t, *[[v / GB for v in tl["by_kind"][k]] for k in kinds], labels=kinds,
-                     step="post", alpha=0.8)
-    ax.step(t, [v / GB for v in tl["reserved"]], where="post", color="black", lw=1.2,
-            ls="--", label="reserved (segments)", gid="reserved")
+        ax.stackplot(
+            t,
+            *[[v / GB for v in tl["by_kind"][k]] for k in kinds],
+            labels=kinds,
+            step="post",
+            alpha=0.8,
+        )
+    ax.step(
+        t,
+        [v / GB for v in tl["reserved"]],
+        where="post",
+        color="black",
+        lw=1.2,
+        ls="--",
+        label="reserved (segments)",
+        gid="reserved",
+    )
     i_peak = max(range(len(t)), key=lambda i: (tl["allocated"][i], -i))
     pk = t[i_peak]
     ax.axvline(pk, color="red", lw=0.8, ls=":")
-    ax.annotate(f"peak {tl['allocated'][i_peak] / GB:.2f} GB", (pk, tl["allocated"][i_peak] / GB),
-                textcoords="offset points", xytext=(5, 5), color="red")
+    ax.annotate(
+        f"peak {tl['allocated'][i_peak] / GB:.2f} GB",
+        (pk, tl["allocated"][i_peak] / GB),
+        textcoords="offset points",
+        xytext=(5, 5),
+        color="red",
+    )
     ax.set_xlabel(xlabel)
     ax.set_ylabel("device memory (GB)")
-    ax.set_title(f"Memory timeline: {report.num_allocations} allocations, "
-                 f"{report.num_leaks} leaks, fragmentation {report.fragmentation_percent:.1f}%")
+    ax.set_title(
+        f"Memory timeline: {report.num_allocations} allocations, "
+        f"{report.num_leaks} leaks, fragmentation {report.fragmentation_percent:.1f}%"
+    )
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)

@@ -29,8 +29,18 @@ from typing import Any
 
 from ..emulator.config import DeviceSpec
 
-__all__ = ["DeviceInfo", "fmt_ai", "duration_ms", "compute_utilization", "bandwidth_gbs", "hit_rate",
-           "occupancy_parts", "occupancy", "arithmetic_intensity", "LEVEL_NAMES"]
+__all__ = [
+    "DeviceInfo",
+    "fmt_ai",
+    "duration_ms",
+    "compute_utilization",
+    "bandwidth_gbs",
+    "hit_rate",
+    "occupancy_parts",
+    "occupancy",
+    "arithmetic_intensity",
+    "LEVEL_NAMES",
+]
 
 LEVEL_NAMES = {"l1": "L1", "l2": "L2", "hbm": "HBM"}
 
@@ -50,8 +60,8 @@ class DeviceInfo:
     hbm_bandwidth_gbs: float = 0.0
     hbm_channels: int = 1
     l2_bandwidth_gbs: float = 0.0
-    l1_bandwidth_gbs: float = 0.0          # per core
-    l1_size_bytes: int = 0                 # per core
+    l1_bandwidth_gbs: float = 0.0  # per core
+    l1_size_bytes: int = 0  # per core
     l2_size_bytes: int = 0
     hbm_size_bytes: int = 0
 
@@ -59,15 +69,24 @@ class DeviceInfo:
     def from_spec(cls, spec: DeviceSpec) -> DeviceInfo:
         m = spec.memory
         return cls(
-            name=spec.name, clock_ghz=spec.clock_ghz, cores=spec.compute.cores,
-            array_rows=spec.compute.array.rows, array_cols=spec.compute.array.cols,
-            dataflow=spec.compute.array.dataflow, vector_lanes=spec.compute.vector.lanes,
-            peak_macs_per_cycle={p: float(spec.peak_macs_per_cycle(p))
-                                 for p in spec.compute.array.macs_per_pe_cycle},
-            hbm_bandwidth_gbs=m.hbm.bandwidth_gbs, hbm_channels=m.hbm.channels,
-            l2_bandwidth_gbs=m.l2.bandwidth_gbs, l1_bandwidth_gbs=m.l1.bandwidth_gbs,
-            l1_size_bytes=m.l1.size_bytes, l2_size_bytes=m.l2.size_bytes,
-            hbm_size_bytes=m.hbm.size_bytes)
+            name=spec.name,
+            clock_ghz=spec.clock_ghz,
+            cores=spec.compute.cores,
+            array_rows=spec.compute.array.rows,
+            array_cols=spec.compute.array.cols,
+            dataflow=spec.compute.array.dataflow,
+            vector_lanes=spec.compute.vector.lanes,
+            peak_macs_per_cycle={
+                p: float(spec.peak_macs_per_cycle(p)) for p in spec.compute.array.macs_per_pe_cycle
+            },
+            hbm_bandwidth_gbs=m.hbm.bandwidth_gbs,
+            hbm_channels=m.hbm.channels,
+            l2_bandwidth_gbs=m.l2.bandwidth_gbs,
+            l1_bandwidth_gbs=m.l1.bandwidth_gbs,
+            l1_size_bytes=m.l1.size_bytes,
+            l2_size_bytes=m.l2.size_bytes,
+            hbm_size_bytes=m.hbm.size_bytes,
+        )
 
     @property
     def peak_bandwidth_gbs(self) -> float:
@@ -76,8 +95,11 @@ class DeviceInfo:
 
     def level_bandwidth_gbs(self, level: str) -> float:
         """Aggregate bandwidth of a level (L1: all cores' ports together)."""
-        return {"l1": self.l1_bandwidth_gbs * self.cores, "l2": self.l2_bandwidth_gbs,
-                "hbm": self.hbm_bandwidth_gbs}[level]
+        return {
+            "l1": self.l1_bandwidth_gbs * self.cores,
+            "l2": self.l2_bandwidth_gbs,
+            "hbm": self.hbm_bandwidth_gbs,
+        }[level]
 
     def peak_flops(self, precision: str = "fp16") -> float:
         """Peak FLOP/s of the arrays at ``precision`` (0 when unsupported)."""
@@ -123,8 +145,7 @@ def duration_ms(cycles: int, dev: DeviceInfo) -> float:
     return dev.cycles_to_ms(cycles)
 
 
-def compute_utilization(flop_count: int, cycles: int, precision: str,
-                        dev: DeviceInfo) -> float:
+def compute_utilization(flop_count: int, cycles: int, precision: str, dev: DeviceInfo) -> float:
     """Percent of the array peak at ``precision`` (0 for an unsupported precision)."""
     peak = dev.peak_flops_per_cycle(precision)
     return 100.0 * flop_count / (cycles * peak) if cycles and peak else 0.0
@@ -141,8 +162,9 @@ def hit_rate(hits: int, misses: int) -> float | None:
     return 100.0 * hits / acc if acc else None
 
 
-def occupancy_parts(macs: int, slot_macs: int, core_busy_cycles: list[int], cycles: int,
-                    cores: int) -> tuple[float, float]:
+def occupancy_parts(
+    macs: int, slot_macs: int, core_busy_cycles: list[int], cycles: int, cores: int
+) -> tuple[float, float]:
     """``(macs / slot_macs, core_balance)``, both in [0, 1]: the mapping part without the
     fill and drain (the bound model replaces it when it knows the kernel's unit floors;
     see the module docstring)."""
@@ -151,8 +173,9 @@ def occupancy_parts(macs: int, slot_macs: int, core_busy_cycles: list[int], cycl
     return mapping, balance
 
 
-def occupancy(macs: int, slot_macs: int, core_busy_cycles: list[int], cycles: int,
-              cores: int) -> float:
+def occupancy(
+    macs: int, slot_macs: int, core_busy_cycles: list[int], cycles: int, cores: int
+) -> float:
     m, b = occupancy_parts(macs, slot_macs, core_busy_cycles, cycles, cores)
     return 100.0 * m * b
 

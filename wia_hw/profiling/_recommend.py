@@ -51,8 +51,16 @@ from ._whatif import (
     vector_tilings,
 )
 
-__all__ = ["Priority", "AnalysisConfig", "Recommendation", "PerformanceRecommendations",
-           "analyze_performance", "MEASURED", "MODELLED", "priority_for"]
+__all__ = [
+    "Priority",
+    "AnalysisConfig",
+    "Recommendation",
+    "PerformanceRecommendations",
+    "analyze_performance",
+    "MEASURED",
+    "MODELLED",
+    "priority_for",
+]
 
 MEASURED = 0.9
 MODELLED = 0.5
@@ -105,8 +113,10 @@ class AnalysisConfig:
         try:
             object.__setattr__(self, "priority_threshold", Priority(self.priority_threshold))
         except ValueError:
-            raise ValueError("priority_threshold must be low, medium, high or critical, got "
-                             f"{self.priority_threshold!r}") from None
+            raise ValueError(
+                "priority_threshold must be low, medium, high or critical, got "
+                f"{self.priority_threshold!r}"
+            ) from None
         for n in ("confidence_threshold", "min_time_share"):
             v = getattr(self, n)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
@@ -139,10 +149,14 @@ class Recommendation:
     modified_ms: float | None = None
 
     def format(self) -> str:
-        lines = [f"[{self.priority.name}] {self.title}", f"  Issue: {self.description}",
-                 f"  Impact: {self.impact}", f"  Suggestion: {self.suggestion}",
-                 f"  Estimated improvement: {self.estimated_improvement * 100:.1f}%",
-                 f"  Confidence: {self.confidence * 100:.1f}% ({self.confidence_basis})"]
+        lines = [
+            f"[{self.priority.name}] {self.title}",
+            f"  Issue: {self.description}",
+            f"  Impact: {self.impact}",
+            f"  Suggestion: {self.suggestion}",
+            f"  Estimated improvement: {self.estimated_improvement * 100:.1f}%",
+            f"  Confidence: {self.confidence * 100:.1f}% ({self.confidence_basis})",
+        ]
         if self.code_example:
             lines += ["  Code example:", self.code_example]
         return "\n".join(lines)
@@ -180,9 +194,12 @@ class PerformanceRecommendations:
         return "\n".join(out)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"recommendations": [r.to_dict() for r in self.recommendations],
-                "considered": [r.to_dict() for r in self.considered],
-                "baseline_ms": self.baseline_ms, "coverage": self.coverage}
+        return {
+            "recommendations": [r.to_dict() for r in self.recommendations],
+            "considered": [r.to_dict() for r in self.considered],
+            "baseline_ms": self.baseline_ms,
+            "coverage": self.coverage,
+        }
 
 
 def _pattern(name: str) -> str:
@@ -207,30 +224,42 @@ class _Analyzer:
 
     def baseline(self) -> int:
         if self._base is None:
-            self._base = replay(self.r.spec, self.r.program,
-                                temperature_c=self.r.start_temperature_c)
+            self._base = replay(
+                self.r.spec, self.r.program, temperature_c=self.r.start_temperature_c
+            )
         return self._base
 
-    def measure(self, program: Sequence[Any], spec: Any = None) -> tuple[float, str, float,
-                                                                           float]:
+    def measure(self, program: Sequence[Any], spec: Any = None) -> tuple[float, str, float, float]:
         """(improvement, basis, baseline ms, modified ms) of running ``program``."""
         base = self.baseline()
-        new = replay(spec if spec is not None else self.r.spec, program,
-                     temperature_c=self.r.start_temperature_c)
+        new = replay(
+            spec if spec is not None else self.r.spec,
+            program,
+            temperature_c=self.r.start_temperature_c,
+        )
+
         def count(p: Sequence[Any]) -> int:
             return sum(1 for k in p if not (isinstance(k, str) and k == FLUSH))
 
         n0, n1 = count(self.r.program or []), count(program)
         after = "" if n1 == n0 else f" ({n1} after it)"
-        basis = (f"measured: re-ran the session's {n0} kernels{after} on a fresh "
-                 f"{self.dev.name} emulator without and with the change: "
-                 f"{self.ms(base):.3f} ms -> {self.ms(new):.3f} ms")
+        basis = (
+            f"measured: re-ran the session's {n0} kernels{after} on a fresh "
+            f"{self.dev.name} emulator without and with the change: "
+            f"{self.ms(base):.3f} ms -> {self.ms(new):.3f} ms"
+        )
         return max(0.0, (base - new) / self.total), basis, self.ms(base), self.ms(new)
 
     def add(self, improvement: float, confidence: float, basis: str, **kw: Any) -> None:
-        self.out.append(Recommendation(priority=priority_for(improvement),
-                                       estimated_improvement=improvement,
-                                       confidence=confidence, confidence_basis=basis, **kw))
+        self.out.append(
+            Recommendation(
+                priority=priority_for(improvement),
+                estimated_improvement=improvement,
+                confidence=confidence,
+                confidence_basis=basis,
+                **kw,
+            )
+        )
 
     # -- grouping ----------------------------------------------------------------------
     def groups(self) -> dict[str, list[int]]:
@@ -254,8 +283,10 @@ class _Analyzer:
         pidx = self.program_index()
         prog = self.r.program or []
         ks = [prog[pidx[i]] for i in idx if i in pidx]
-        if not ks or not (all(isinstance(k, GemmKernel) for k in ks)
-                          or all(isinstance(k, VectorKernel) for k in ks)):
+        if not ks or not (
+            all(isinstance(k, GemmKernel) for k in ks)
+            or all(isinstance(k, VectorKernel) for k in ks)
+        ):
             return None
         k0 = ks[0]
         spec = self.r.spec
@@ -269,33 +300,46 @@ class _Analyzer:
                 best_t, best = t, c
         if best_t is None or best > 0.98 * base:
             return None
-        changes = {pidx[i]: dataclasses.replace(prog[pidx[i]], tiling=best_t)
-                   for i in idx if i in pidx and isinstance(prog[pidx[i]], GemmKernel)
-                   and (prog[pidx[i]].m, prog[pidx[i]].n, prog[pidx[i]].k,
-                        prog[pidx[i]].batch) == (k0.m, k0.n, k0.k, k0.batch)}
+        changes = {
+            pidx[i]: dataclasses.replace(prog[pidx[i]], tiling=best_t)
+            for i in idx
+            if i in pidx
+            and isinstance(prog[pidx[i]], GemmKernel)
+            and (prog[pidx[i]].m, prog[pidx[i]].n, prog[pidx[i]].k, prog[pidx[i]].batch)
+            == (k0.m, k0.n, k0.k, k0.batch)
+        }
         t0 = k0.tiling
-        desc = (f"tile {best_t.tm}x{best_t.tn}x{best_t.tk} (batch {best_t.tb}, order "
-                f"{best_t.order}) instead of {t0.tm}x{t0.tn}x{t0.tk} (batch {t0.tb}, order "
-                f"{t0.order}): {self.ms(base):.3f} -> {self.ms(best):.3f} ms per kernel alone")
+        desc = (
+            f"tile {best_t.tm}x{best_t.tn}x{best_t.tk} (batch {best_t.tb}, order "
+            f"{best_t.order}) instead of {t0.tm}x{t0.tn}x{t0.tk} (batch {t0.tb}, order "
+            f"{t0.order}): {self.ms(base):.3f} -> {self.ms(best):.3f} ms per kernel alone"
+        )
         return changes, desc
 
-    def _retile_vector(self, idx: Sequence[int], ks: list[Any], base: int
-                       ) -> tuple[dict[int, Any], str] | None:
+    def _retile_vector(
+        self, idx: Sequence[int], ks: list[Any], base: int
+    ) -> tuple[dict[int, Any], str] | None:
         pidx = self.program_index()
         prog = self.r.program or []
         k0 = ks[0]
         best_r, best = None, base
-        for rpt in vector_tilings(self.r.spec, k0)[:self.cfg.max_tilings]:
+        for rpt in vector_tilings(self.r.spec, k0)[: self.cfg.max_tilings]:
             c = time_kernel(self.r.spec, dataclasses.replace(k0, rows_per_tile=rpt))
             if c < best:
                 best_r, best = rpt, c
         if best_r is None or best > 0.98 * base:
             return None
-        changes = {pidx[i]: dataclasses.replace(prog[pidx[i]], rows_per_tile=best_r)
-                   for i in idx if i in pidx and isinstance(prog[pidx[i]], VectorKernel)
-                   and prog[pidx[i]].rows == k0.rows}
-        return changes, (f"{best_r} rows per tile instead of {k0.rows_per_tile}: "
-                         f"{self.ms(base):.3f} -> {self.ms(best):.3f} ms per kernel alone")
+        changes = {
+            pidx[i]: dataclasses.replace(prog[pidx[i]], rows_per_tile=best_r)
+            for i in idx
+            if i in pidx
+            and isinstance(prog[pidx[i]], VectorKernel)
+            and prog[pidx[i]].rows == k0.rows
+        }
+        return changes, (
+            f"{best_r} rows per tile instead of {k0.rows_per_tile}: "
+            f"{self.ms(base):.3f} -> {self.ms(best):.3f} ms per kernel alone"
+        )
 
     # -- rules -------------------------------------------------------------------------
     def kernel_rules(self) -> None:
@@ -310,14 +354,22 @@ class _Analyzer:
             occ = sum(p.occupancy * p.cycles for p in ps) / max(1, sum(p.cycles for p in ps))
             # a compute-bound kernel's share of its own compute ceiling (the arrays'
             # peak for GEMMs, its op class's rate for vector kernels)
-            util = sum((p.roofline_efficiency if p.roofline_efficiency is not None
-                        else p.compute_utilization) * p.cycles for p in ps) / max(
-                1, sum(p.cycles for p in ps))
+            util = sum(
+                (
+                    p.roofline_efficiency
+                    if p.roofline_efficiency is not None
+                    else p.compute_utilization
+                )
+                * p.cycles
+                for p in ps
+            ) / max(1, sum(p.cycles for p in ps))
             n = f" (x{len(idx)})" if len(idx) > 1 else ""
             if occ < 50.0 and pat not in seen:
                 seen.add(pat)
                 self.tiling_rec(
-                    idx, "Low Kernel Occupancy", "occupancy",
+                    idx,
+                    "Low Kernel Occupancy",
+                    "occupancy",
                     f'Kernel "{pat}"{n} has occupancy of {occ:.0f}% ({p0.pe_mapping:.0f}% of '
                     f"PE slots mapped x {p0.core_balance:.0f}% of core time busy), wasting "
                     "compute resources",
@@ -325,58 +377,114 @@ class _Analyzer:
                     f"{time_ms:.3f} ms ({100 * share:.1f}% of the profiled time)",
                     "Use tiles in multiples of the "
                     f"{self.dev.array_rows}x{self.dev.array_cols} array and at least "
-                    f"{self.dev.cores} of them; batch small matrices into one kernel", share,
-                    occupancy=occ)
-            if p0.bound in ("compute", "pipeline", "parallelism") and p0.kind != "vector" \
-                    and util < 50.0 and pat not in seen:
+                    f"{self.dev.cores} of them; batch small matrices into one kernel",
+                    share,
+                    occupancy=occ,
+                )
+            if (
+                p0.bound in ("compute", "pipeline", "parallelism")
+                and p0.kind != "vector"
+                and util < 50.0
+                and pat not in seen
+            ):
                 seen.add(pat)
                 self.tiling_rec(
-                    idx, "Low Compute Utilization", "utilization",
+                    idx,
+                    "Low Compute Utilization",
+                    "utilization",
                     f'Kernel "{pat}"{n} is compute-bound by the roofline but reaches '
-                    f"{util:.0f}% of its compute ceiling", f"{time_ms:.3f} ms "
+                    f"{util:.0f}% of its compute ceiling",
+                    f"{time_ms:.3f} ms "
                     f"({100 * share:.1f}% of the profiled time) at under half the rate its "
                     "units allow",
                     "Increase parallelism or change the tiling to cut stalls and fill/drain",
-                    share, occupancy=occ)
+                    share,
+                    occupancy=occ,
+                )
             l2 = p0.l2_cache_hit_rate
             kst = self.r.kernels[idx[0]]
             hbm = (p0.bytes or {}).get("hbm", 0)
-            if (l2 is not None and l2 < 50.0 and kst.compulsory_bytes
-                    and hbm > 2 * kst.compulsory_bytes and pat not in seen):
+            if (
+                l2 is not None
+                and l2 < 50.0
+                and kst.compulsory_bytes
+                and hbm > 2 * kst.compulsory_bytes
+                and pat not in seen
+            ):
                 seen.add(pat)
                 self.tiling_rec(
-                    idx, "Cache Thrashing", "cache",
+                    idx,
+                    "Cache Thrashing",
+                    "cache",
                     f'Kernel "{pat}"{n} moves {hbm / kst.compulsory_bytes:.1f}x its '
                     f"compulsory bytes through HBM with an L2 hit rate of {l2:.0f}%",
                     f"{(hbm - kst.compulsory_bytes) * len(idx) / 1e6:.1f} MB of repeated "
                     f"HBM traffic over {time_ms:.3f} ms",
                     "Change the loop order or tile sizes so a tile's panels stay in L2",
-                    share, occupancy=occ)
+                    share,
+                    occupancy=occ,
+                )
 
-    def tiling_rec(self, idx: Sequence[int], title: str, category: str, desc: str,
-                   impact: str, suggestion: str, share: float, occupancy: float) -> None:
+    def tiling_rec(
+        self,
+        idx: Sequence[int],
+        title: str,
+        category: str,
+        desc: str,
+        impact: str,
+        suggestion: str,
+        share: float,
+        occupancy: float,
+    ) -> None:
         names = tuple(self.r.kernels[i].name for i in idx)
         if self.can_replay:
             found = self.retile(idx)
             if found is None:
-                self.add(0.0, MEASURED,
-                         f"measured: none of up to {self.cfg.max_tilings} other tilings ran "
-                         "this kernel 2% faster alone on the emulator; the loss is in the "
-                         "shape, not the tiling", title=title, description=desc,
-                         impact=impact, suggestion=suggestion, category=category,
-                         kernels=names)
+                self.add(
+                    0.0,
+                    MEASURED,
+                    f"measured: none of up to {self.cfg.max_tilings} other tilings ran "
+                    "this kernel 2% faster alone on the emulator; the loss is in the "
+                    "shape, not the tiling",
+                    title=title,
+                    description=desc,
+                    impact=impact,
+                    suggestion=suggestion,
+                    category=category,
+                    kernels=names,
+                )
                 return
             changes, how = found
             imp, basis, b_ms, m_ms = self.measure(substitute(self.r.program or [], changes))
             example = _retile_example(names, next(iter(changes.values())))
-            self.add(imp, MEASURED, basis, title=title, description=desc, impact=impact,
-                     suggestion=f"{suggestion}: {how}", code_example=example,
-                     category=category, kernels=names, baseline_ms=b_ms, modified_ms=m_ms)
+            self.add(
+                imp,
+                MEASURED,
+                basis,
+                title=title,
+                description=desc,
+                impact=impact,
+                suggestion=f"{suggestion}: {how}",
+                code_example=example,
+                category=category,
+                kernels=names,
+                baseline_ms=b_ms,
+                modified_ms=m_ms,
+            )
         else:
             bound = share * max(0.0, 1.0 - occupancy / 100.0) * 0.5
-            self.add(bound, MODELLED, "modelled: half the unmapped share of the kernels' time "
-                     "(the report has no kernels to re-run)", title=title, description=desc,
-                     impact=impact, suggestion=suggestion, category=category, kernels=names)
+            self.add(
+                bound,
+                MODELLED,
+                "modelled: half the unmapped share of the kernels' time "
+                "(the report has no kernels to re-run)",
+                title=title,
+                description=desc,
+                impact=impact,
+                suggestion=suggestion,
+                category=category,
+                kernels=names,
+            )
 
     def fusion_rules(self) -> None:
         prog = self.r.program
@@ -411,36 +519,68 @@ class _Analyzer:
             if share < self.cfg.min_time_share:
                 continue
             n = len(consumers)
-            mid = sum(prog[j - 1].c.nbytes if isinstance(prog[j - 1], GemmKernel)
-                      else prog[j - 1].outputs[0].nbytes for j in consumers)
-            kind = "epilogue of" if isinstance(prog[consumers[0] - 1], GemmKernel) else \
-                "one vector pass with"
+            mid = sum(
+                prog[j - 1].c.nbytes
+                if isinstance(prog[j - 1], GemmKernel)
+                else prog[j - 1].outputs[0].nbytes
+                for j in consumers
+            )
+            kind = (
+                "epilogue of"
+                if isinstance(prog[consumers[0] - 1], GemmKernel)
+                else "one vector pass with"
+            )
             b = prog[consumers[0]]
-            desc = (f'Kernel "{pb}" (x{n}) is memory-bound (AI='
-                    f"{b.flops / max(1, b.compulsory_bytes):.2g} FLOP/byte over its "
-                    f"compulsory bytes, below its ridge point {self.own_ridge(b, ridge):.3g}) "
-                    f'and reads "{pa}"\'s output back from memory')
-            impact = (f"{self.ms(cyc):.3f} ms ({100 * share:.1f}% of the profiled time) in "
-                      f"the {n} kernels; {2 * mid / 1e6:.1f} MB of intermediate writes and "
-                      "reads")
+            desc = (
+                f'Kernel "{pb}" (x{n}) is memory-bound (AI='
+                f"{b.flops / max(1, b.compulsory_bytes):.2g} FLOP/byte over its "
+                f"compulsory bytes, below its ridge point {self.own_ridge(b, ridge):.3g}) "
+                f'and reads "{pa}"\'s output back from memory'
+            )
+            impact = (
+                f"{self.ms(cyc):.3f} ms ({100 * share:.1f}% of the profiled time) in "
+                f"the {n} kernels; {2 * mid / 1e6:.1f} MB of intermediate writes and "
+                "reads"
+            )
             sugg = f'Fuse "{pb}" into the {kind} "{pa}" so the intermediate stays on chip'
-            example = (f"# before: two kernels, the intermediate goes through HBM\n"
-                       f"#   t = {pa}(x); y = {pb}(t)\n"
-                       f"# after: one kernel\n#   y = fused_{pa}_{pb}(x)")
+            example = (
+                f"# before: two kernels, the intermediate goes through HBM\n"
+                f"#   t = {pa}(x); y = {pb}(t)\n"
+                f"# after: one kernel\n#   y = fused_{pa}_{pb}(x)"
+            )
             names = tuple(self.r.kernels[inv[j]].name for j in consumers if j in inv)
             if self.can_replay:
                 imp, basis, b_ms, m_ms = self.measure(substitute(prog, changes))
-                self.add(imp, MEASURED, basis, title="Memory-Bound Elementwise Chain",
-                         description=desc, impact=impact, suggestion=sugg,
-                         code_example=example, category="fusion", kernels=names,
-                         baseline_ms=b_ms, modified_ms=m_ms)
-            else:                                         # pragma: no cover - needs program
-                saved = min(cyc, 2 * mid / (self.dev.hbm_bandwidth_gbs * 1e9) *
-                            self.dev.clock_ghz * 1e9)
-                self.add(saved / self.total, MODELLED, "modelled: intermediate bytes at HBM "
-                         "bandwidth", title="Memory-Bound Elementwise Chain",
-                         description=desc, impact=impact, suggestion=sugg,
-                         code_example=example, category="fusion", kernels=names)
+                self.add(
+                    imp,
+                    MEASURED,
+                    basis,
+                    title="Memory-Bound Elementwise Chain",
+                    description=desc,
+                    impact=impact,
+                    suggestion=sugg,
+                    code_example=example,
+                    category="fusion",
+                    kernels=names,
+                    baseline_ms=b_ms,
+                    modified_ms=m_ms,
+                )
+            else:  # pragma: no cover - needs program
+                saved = min(
+                    cyc, 2 * mid / (self.dev.hbm_bandwidth_gbs * 1e9) * self.dev.clock_ghz * 1e9
+                )
+                self.add(
+                    saved / self.total,
+                    MODELLED,
+                    "modelled: intermediate bytes at HBM bandwidth",
+                    title="Memory-Bound Elementwise Chain",
+                    description=desc,
+                    impact=impact,
+                    suggestion=sugg,
+                    code_example=example,
+                    category="fusion",
+                    kernels=names,
+                )
 
     def own_ridge(self, k: Any, default: float) -> float:
         """HBM ridge point of a kernel's own compute ceiling (its op class's rate for a
@@ -448,8 +588,7 @@ class _Analyzer:
         ideal = ideal_cycles(k, self.r.spec)
         if not ideal or not k.flops:
             return default
-        return k.flops / (ideal / (self.dev.clock_ghz * 1e9)) / (self.dev.hbm_bandwidth_gbs
-                                                                 * 1e9)
+        return k.flops / (ideal / (self.dev.clock_ghz * 1e9)) / (self.dev.hbm_bandwidth_gbs * 1e9)
 
     def memory_rules(self) -> None:
         mem = self.r.memory
@@ -458,41 +597,60 @@ class _Analyzer:
         stack_of = {e[2]: e[9] for e in mem.events if e[1] == "malloc"}
         done: set[tuple[str, int, str, str]] = set()
         for s in mem.top_sites + [x.allocation_site for x in mem.leaks]:
-            if s.count < self.cfg.hot_path_allocations or not s.description.startswith(
-                    "ctx.allocate") or (s.file, s.line, s.function, s.description) in done:
+            if (
+                s.count < self.cfg.hot_path_allocations
+                or not s.description.startswith("ctx.allocate")
+                or (s.file, s.line, s.function, s.description) in done
+            ):
                 continue
             done.add((s.file, s.line, s.function, s.description))
-            desc = (f'{s.description} at {s.file}:{s.line} ({s.function}) called '
-                    f"{s.count}x in the profiled region")
-            impact = (f"Allocation overhead adds {self.ms(s.device_cycles):.3f} ms of device "
-                      f"time ({100 * s.device_cycles / self.total:.1f}%)")
+            desc = (
+                f"{s.description} at {s.file}:{s.line} ({s.function}) called "
+                f"{s.count}x in the profiled region"
+            )
+            impact = (
+                f"Allocation overhead adds {self.ms(s.device_cycles):.3f} ms of device "
+                f"time ({100 * s.device_cycles / self.total:.1f}%)"
+            )
             sugg = "Pre-allocate buffers outside loop or use memory pooling"
-            example = ("buf = ctx.allocate(max_bytes)          # once, before the loop\n"
-                       "for step in range(n):\n    ...                                  "
-                       "# reuse buf\nctx.free(buf)")
+            example = (
+                "buf = ctx.allocate(max_bytes)          # once, before the loop\n"
+                "for step in range(n):\n    ...                                  "
+                "# reuse buf\nctx.free(buf)"
+            )
             key = (s.file, s.line, s.function)
 
             def at_site(e: tuple[Any, ...], key: tuple[str, int, str] = key) -> bool:
                 si = stack_of.get(e[2], -1)
                 top = mem.stacks[si][0] if si >= 0 and mem.stacks[si] else None
-                where = ("<unknown>", 0, "<unknown>") if top is None else \
-                    (top.file, top.line, top.function)
+                where = (
+                    ("<unknown>", 0, "<unknown>")
+                    if top is None
+                    else (top.file, top.line, top.function)
+                )
                 return e[6] == "user" and where == key
 
             base_cfg = AllocatorConfig(**mem.allocator_config)
             cap = mem.capacity_bytes or self.dev.hbm_size_bytes
             base, _ = replay_allocations(mem.events, cap, base_cfg, at_site)
             pooled, _ = replay_allocations(
-                mem.events, cap, dataclasses.replace(base_cfg, pooling=True, caching=True),
-                at_site)
+                mem.events, cap, dataclasses.replace(base_cfg, pooling=True, caching=True), at_site
+            )
             saved = max(0, base - pooled)
-            self.add(saved / self.total, MEASURED,
-                     f"measured: replayed the session's {mem.num_allocations} allocations on "
-                     f"the session's allocator and on one with size-class pooling (and "
-                     f"caching): {base} -> {pooled} device cycles at this site",
-                     title="Memory Allocation in "
-                     "Hot Path", description=desc, impact=impact, suggestion=sugg,
-                     code_example=example, category="memory", kernels=())
+            self.add(
+                saved / self.total,
+                MEASURED,
+                f"measured: replayed the session's {mem.num_allocations} allocations on "
+                f"the session's allocator and on one with size-class pooling (and "
+                f"caching): {base} -> {pooled} device cycles at this site",
+                title="Memory Allocation in Hot Path",
+                description=desc,
+                impact=impact,
+                suggestion=sugg,
+                code_example=example,
+                category="memory",
+                kernels=(),
+            )
 
     # -- attention -----------------------------------------------------------------
     def attention_chains(self) -> list[tuple[int, list[str]]]:
@@ -523,35 +681,61 @@ class _Analyzer:
         kinds = {self.r.kernels[i].provider for i in idx}
         owners = {v[0] for v in (self.r.providers or {}).values()}
         if "transformer_engine" in owners or any("transformer" in (k or "") for k in kinds):
-            self.notes["attention"] = ("attention already runs through the transformer "
-                                       "engine (flash attention)")
+            self.notes["attention"] = (
+                "attention already runs through the transformer engine (flash attention)"
+            )
             return
         n = len(chains)
-        desc = (f"{n} attention chain{'s' if n > 1 else ''} (scores GEMM, softmax, context "
-                f"GEMM) write the S x S scores and probabilities to memory and run the "
-                f"scores GEMM in short passes (K = head dim)")
+        desc = (
+            f"{n} attention chain{'s' if n > 1 else ''} (scores GEMM, softmax, context "
+            f"GEMM) write the S x S scores and probabilities to memory and run the "
+            f"scores GEMM in short passes (K = head dim)"
+        )
         impact = f"{self.ms(cyc):.3f} ms ({100 * share:.1f}% of the profiled time) in the chains"
-        sugg = ("Run attention as one flash-attention kernel through the transformer "
-                "engine: scores stay on chip, softmax is fused between the two GEMMs")
-        example = ('ensure_extension(ctx, "transformer_engine")   # from wia_hw.registry\n'
-                   "result = ctx.run(...)        # attention chains lower to flash attention\n"
-                   "# CLI: wia-hw run bert-large --ext transformer_engine")
+        sugg = (
+            "Run attention as one flash-attention kernel through the transformer "
+            "engine: scores stay on chip, softmax is fused between the two GEMMs"
+        )
+        example = (
+            'ensure_extension(ctx, "transformer_engine")   # from wia_hw.registry\n'
+            "result = ctx.run(...)        # attention chains lower to flash attention\n"
+            "# CLI: wia-hw run bert-large --ext transformer_engine"
+        )
         kernels = tuple(self.r.kernels[i].name for i in idx)
         program = self.attention_program()
         if program is None:
             bound = share * 0.5
-            self.add(bound, MODELLED, "modelled: half the chains' time (the report keeps no "
-                     "graphs to lower again)", title="Unfused Attention",
-                     description=desc, impact=impact, suggestion=sugg,
-                     code_example=example, category="attention", kernels=kernels)
+            self.add(
+                bound,
+                MODELLED,
+                "modelled: half the chains' time (the report keeps no graphs to lower again)",
+                title="Unfused Attention",
+                description=desc,
+                impact=impact,
+                suggestion=sugg,
+                code_example=example,
+                category="attention",
+                kernels=kernels,
+            )
             return
         imp, basis, b_ms, m_ms = self.measure(program)
-        self.add(imp, MEASURED, basis.replace("without and with the change",
-                                              "as lowered and with the transformer engine "
-                                              "registered (flash attention)"),
-                 title="Unfused Attention", description=desc, impact=impact,
-                 suggestion=sugg, code_example=example, category="attention",
-                 kernels=kernels, baseline_ms=b_ms, modified_ms=m_ms)
+        self.add(
+            imp,
+            MEASURED,
+            basis.replace(
+                "without and with the change",
+                "as lowered and with the transformer engine registered (flash attention)",
+            ),
+            title="Unfused Attention",
+            description=desc,
+            impact=impact,
+            suggestion=sugg,
+            code_example=example,
+            category="attention",
+            kernels=kernels,
+            baseline_ms=b_ms,
+            modified_ms=m_ms,
+        )
 
     def attention_program(self) -> list[Any] | None:
         """The session's program with every run lowered again with the transformer
@@ -563,7 +747,7 @@ class _Analyzer:
         from ..lowering import lower
         from ..registry import ensure_extension
 
-        class _Ctx:                      # what registering an extension touches
+        class _Ctx:  # what registering an extension touches
             def __init__(self, providers: dict[str, Any]) -> None:
                 self.providers = providers
                 self.extensions: dict[str, Any] = {}
@@ -584,8 +768,9 @@ class _Analyzer:
         return out
 
     # -- coverage ----------------------------------------------------------------------
-    def coverage(self, shown: Sequence[Recommendation], min_share: float = 0.05
-                 ) -> list[dict[str, Any]]:
+    def coverage(
+        self, shown: Sequence[Recommendation], min_share: float = 0.05
+    ) -> list[dict[str, Any]]:
         """Every op group (operation class) above ``min_share`` of the profiled time with
         the ``shown`` recommendations that name its kernels, or the reason none applies
         (findings below the thresholds included)."""
@@ -605,14 +790,19 @@ class _Analyzer:
             recs = [r for r in shown if names & set(r.kernels)]
             reason = None
             if not recs:
-                reason = self.why_none(g, idx, [r for r in self.out
-                                                if names & set(r.kernels)])
-            out.append({"group": g, "share": share, "time_ms": self.ms(cyc[g]),
-                        "recommendations": [r.title for r in recs], "reason": reason})
+                reason = self.why_none(g, idx, [r for r in self.out if names & set(r.kernels)])
+            out.append(
+                {
+                    "group": g,
+                    "share": share,
+                    "time_ms": self.ms(cyc[g]),
+                    "recommendations": [r.title for r in recs],
+                    "reason": reason,
+                }
+            )
         return out
 
-    def why_none(self, group: str, idx: Sequence[int], recs: Sequence[Recommendation]
-                 ) -> str:
+    def why_none(self, group: str, idx: Sequence[int], recs: Sequence[Recommendation]) -> str:
         """Why no change is recommended for a group's kernels, from their bounds."""
         if group == "multi_head_attention" and "attention" in self.notes:
             return self.notes["attention"]
@@ -621,44 +811,78 @@ class _Analyzer:
             p = self.profiles[i]
             by.setdefault(p.bound or "unknown", []).append(i)
         parts = []
-        for b, ii in sorted(by.items(), key=lambda x: -sum(self.r.kernels[i].cycles
-                                                            for i in x[1])):
+        for b, ii in sorted(by.items(), key=lambda x: -sum(self.r.kernels[i].cycles for i in x[1])):
             c = sum(self.r.kernels[i].cycles for i in ii)
-            eff = sum((self.profiles[i].roofline_efficiency or 0.0) * self.r.kernels[i].cycles
-                      for i in ii) / max(1, c)
+            eff = sum(
+                (self.profiles[i].roofline_efficiency or 0.0) * self.r.kernels[i].cycles for i in ii
+            ) / max(1, c)
             pats = sorted({_pattern(self.r.kernels[i].name) for i in ii})
-            parts.append(f"{', '.join(pats[:3])}{', ...' if len(pats) > 3 else ''}: "
-                         f"{CEILING_NAMES.get(b, b)}-bound at {eff:.0f}% of that ceiling")
-        tried = ("; below the thresholds: " + ", ".join(
-            f"{r.title} ({r.confidence_basis.split(':')[0]} "
-            f"{100 * r.estimated_improvement:.1f}%)" for r in recs) if recs else "")
-        return ("no change passes the thresholds: " + "; ".join(parts) + tried
-                + " (near its binding ceiling only less work, e.g. int8 or sparsity, makes "
-                "a kernel faster)")
+            parts.append(
+                f"{', '.join(pats[:3])}{', ...' if len(pats) > 3 else ''}: "
+                f"{CEILING_NAMES.get(b, b)}-bound at {eff:.0f}% of that ceiling"
+            )
+        tried = (
+            "; below the thresholds: "
+            + ", ".join(
+                f"{r.title} ({r.confidence_basis.split(':')[0]} "
+                f"{100 * r.estimated_improvement:.1f}%)"
+                for r in recs
+            )
+            if recs
+            else ""
+        )
+        return (
+            "no change passes the thresholds: "
+            + "; ".join(parts)
+            + tried
+            + " (near its binding ceiling only less work, e.g. int8 or sparsity, makes "
+            "a kernel faster)"
+        )
 
     def thermal_rule(self) -> None:
         th = self.r.counters.stall_cycles.get("thermal", 0)
         if not th:
             return
         cores = self.dev.cores
-        desc = (f"The clock throttled above the thermal limit: {th:,} core-cycles of thermal "
-                f"stall ({100 * th / (cores * self.total):.1f}% of core time)")
+        desc = (
+            f"The clock throttled above the thermal limit: {th:,} core-cycles of thermal "
+            f"stall ({100 * th / (cores * self.total):.1f}% of core time)"
+        )
         impact = f"about {self.ms(th / cores):.3f} ms of the {self.ms(self.total):.3f} ms"
-        sugg = ("Keep the die below its throttle temperature: better cooling (lower "
-                "thermal resistance), less energy per inference (int8, fusion), or pauses "
-                "between bursts")
+        sugg = (
+            "Keep the die below its throttle temperature: better cooling (lower "
+            "thermal resistance), less energy per inference (int8, fusion), or pauses "
+            "between bursts"
+        )
         if self.can_replay:
             spec = self.r.spec
-            cool = dataclasses.replace(spec, thermal=dataclasses.replace(spec.thermal,
-                                                                         throttle_factor=1.0))
+            cool = dataclasses.replace(
+                spec, thermal=dataclasses.replace(spec.thermal, throttle_factor=1.0)
+            )
             imp, basis, b_ms, m_ms = self.measure(self.r.program or [], cool)
-            self.add(imp, MEASURED, basis + " (throttling switched off: the most cooling can "
-                     "give)", title="Thermal Throttling", description=desc, impact=impact,
-                     suggestion=sugg, category="thermal", baseline_ms=b_ms, modified_ms=m_ms)
+            self.add(
+                imp,
+                MEASURED,
+                basis + " (throttling switched off: the most cooling can give)",
+                title="Thermal Throttling",
+                description=desc,
+                impact=impact,
+                suggestion=sugg,
+                category="thermal",
+                baseline_ms=b_ms,
+                modified_ms=m_ms,
+            )
         else:
-            self.add(th / cores / self.total, MODELLED, "modelled: thermal stall cycles per "
-                     "core", title="Thermal Throttling", description=desc, impact=impact,
-                     suggestion=sugg, category="thermal")
+            self.add(
+                th / cores / self.total,
+                MODELLED,
+                "modelled: thermal stall cycles per core",
+                title="Thermal Throttling",
+                description=desc,
+                impact=impact,
+                suggestion=sugg,
+                category="thermal",
+            )
 
     def communication_rule(self) -> None:
         events = self.r.communication.get("events") or []
@@ -673,49 +897,59 @@ class _Analyzer:
             exposed += max(0, (t - s) - covered)
         if not exposed:
             return
-        self.add(exposed / self.total, MODELLED, "modelled: the exposed communication time, "
-                 "an upper bound reached with perfect overlap (multi-device runs are not "
-                 "emulated yet, so the change cannot be re-run)",
-                 title="Inefficient Communication Pattern",
-                 description=f"{100 * exposed / max(1, comm):.0f}% of communication is not "
-                 "overlapped with computation",
-                 impact=f"{self.ms(exposed):.3f} ms of communication serialized with compute",
-                 suggestion="Split gradient all-reduce into layer-wise chunks and overlap "
-                 "with backward pass", category="communication")
+        self.add(
+            exposed / self.total,
+            MODELLED,
+            "modelled: the exposed communication time, "
+            "an upper bound reached with perfect overlap (multi-device runs are not "
+            "emulated yet, so the change cannot be re-run)",
+            title="Inefficient Communication Pattern",
+            description=f"{100 * exposed / max(1, comm):.0f}% of communication is not "
+            "overlapped with computation",
+            impact=f"{self.ms(exposed):.3f} ms of communication serialized with compute",
+            suggestion="Split gradient all-reduce into layer-wise chunks and overlap "
+            "with backward pass",
+            category="communication",
+        )
 
 
 def _retile_example(ops: Sequence[str], k: Any) -> str:
     """Runnable code that lowers ``ops`` with ``k``'s tiling (or row chunking)."""
     if isinstance(k, GemmKernel):
         t = k.tiling
-        change = (f"tiling=GemmTiling(tm={t.tm}, tn={t.tn}, tk={t.tk}, tb={t.tb}, "
-                  f"order={t.order!r})")
+        change = f"tiling=GemmTiling(tm={t.tm}, tn={t.tn}, tk={t.tk}, tb={t.tb}, order={t.order!r})"
         imp = "from wia_hw.emulator.kernels import GemmTiling\n"
     else:
         change = f"rows_per_tile={k.rows_per_tile}"
         imp = ""
     m = [re.match(r"^layer(\d+)\.(.+)$", n) for n in ops]
-    if len(ops) > 2 and all(m) and len({x.group(2) for x in m if x}) == 1 and \
-            sorted(int(x.group(1)) for x in m if x) == list(range(len(ops))):
+    if (
+        len(ops) > 2
+        and all(m)
+        and len({x.group(2) for x in m if x}) == 1
+        and sorted(int(x.group(1)) for x in m if x) == list(range(len(ops)))
+    ):
         names = f'f"layer{{i}}.{m[0].group(2) if m[0] else ""}" for i in range({len(ops)})'
     else:
         names = ", ".join(repr(n) for n in ops)
-    return (f"from dataclasses import replace\n{imp}from wia_hw.lowering import lower_op\n\n"
-            f"def retiled(op, graph, spec, storage):\n"
-            f"    return [replace(k, {change})\n"
-            f"            for k in lower_op(op, graph, spec, storage)]\n\n"
-            f"for name in [{names}]:\n"
-            f"    ctx.providers[name] = (\"retiled\", retiled)\n"
-            f"result = ctx.run(...)        # the same workload, re-tiled")
+    return (
+        f"from dataclasses import replace\n{imp}from wia_hw.lowering import lower_op\n\n"
+        f"def retiled(op, graph, spec, storage):\n"
+        f"    return [replace(k, {change})\n"
+        f"            for k in lower_op(op, graph, spec, storage)]\n\n"
+        f"for name in [{names}]:\n"
+        f'    ctx.providers[name] = ("retiled", retiled)\n'
+        f"result = ctx.run(...)        # the same workload, re-tiled"
+    )
 
 
-def analyze_performance(report: ProfilingReport, cfg: AnalysisConfig | None = None
-                        ) -> PerformanceRecommendations:
+def analyze_performance(
+    report: ProfilingReport, cfg: AnalysisConfig | None = None
+) -> PerformanceRecommendations:
     """Recommendations for a profiled session (the seed's ``wia_analyze_performance``);
     see the module docstring for the rules, the measurement and the filtering."""
     if not isinstance(report, ProfilingReport):
-        raise TypeError(f"analyze_performance takes a ProfilingReport, got "
-                        f"{type(report).__name__}")
+        raise TypeError(f"analyze_performance takes a ProfilingReport, got {type(report).__name__}")
     if cfg is None:
         cfg = AnalysisConfig()
     a = _Analyzer(report, cfg)
@@ -729,8 +963,15 @@ def analyze_performance(report: ProfilingReport, cfg: AnalysisConfig | None = No
     if cfg.analyze_communication:
         a.communication_rule()
     ranked = sorted(a.out, key=lambda r: (-r.priority, -r.estimated_improvement, r.title))
-    keep = [r for r in ranked if r.priority >= Priority(cfg.priority_threshold)
-            and r.confidence >= cfg.confidence_threshold]
-    return PerformanceRecommendations(keep, ranked,
-                                      a.ms(a._base) if a._base is not None else None,
-                                      a.coverage(keep) if cfg.analyze_kernels else [])
+    keep = [
+        r
+        for r in ranked
+        if r.priority >= Priority(cfg.priority_threshold)
+        and r.confidence >= cfg.confidence_threshold
+    ]
+    return PerformanceRecommendations(
+        keep,
+        ranked,
+        a.ms(a._base) if a._base is not None else None,
+        a.coverage(keep) if cfg.analyze_kernels else [],
+    )

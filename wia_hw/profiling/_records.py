@@ -9,8 +9,7 @@ from typing import Any
 from ..emulator.counters import Counter, Counters
 from ._callsite import Frame
 
-__all__ = ["KernelStats", "OpSpan", "RunInfo", "Sample", "capture_counters",
-           "COUNTER_FIELDS"]
+__all__ = ["KernelStats", "OpSpan", "RunInfo", "Sample", "capture_counters", "COUNTER_FIELDS"]
 
 #: The fields of :class:`~wia_hw.Counters` each counter identity reads. A cache-miss
 #: counter also counts the accesses (hits), so a hit rate can be derived.
@@ -56,15 +55,27 @@ class RunInfo:
         return self.stack[0] if self.stack else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "workload": self.workload, "params": self.params,
-                "start_cycle": self.start_cycle, "end_cycle": self.end_cycle,
-                "writeback_cycles": self.writeback_cycles,
-                "stack": [f.to_dict() for f in self.stack]}
+        return {
+            "index": self.index,
+            "workload": self.workload,
+            "params": self.params,
+            "start_cycle": self.start_cycle,
+            "end_cycle": self.end_cycle,
+            "writeback_cycles": self.writeback_cycles,
+            "stack": [f.to_dict() for f in self.stack],
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunInfo:
-        return cls(d["index"], d["workload"], d["params"], d["start_cycle"], d["end_cycle"],
-                   d["writeback_cycles"], tuple(Frame.from_dict(f) for f in d["stack"]))
+        return cls(
+            d["index"],
+            d["workload"],
+            d["params"],
+            d["start_cycle"],
+            d["end_cycle"],
+            d["writeback_cycles"],
+            tuple(Frame.from_dict(f) for f in d["stack"]),
+        )
 
 
 @dataclass

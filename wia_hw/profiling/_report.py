@@ -23,8 +23,14 @@ from ._metrics import DeviceInfo, bandwidth_gbs, compute_utilization, hit_rate
 from ._ports import merged
 from ._records import KernelStats, OpSpan, RunInfo, Sample
 
-__all__ = ["ProfilingReport", "Hotspot", "save_profile_report", "load_profile_report",
-           "SCHEMA", "SCHEMA_VERSION"]
+__all__ = [
+    "ProfilingReport",
+    "Hotspot",
+    "save_profile_report",
+    "load_profile_report",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+]
 
 SCHEMA_VERSION = 1
 SCHEMA = f"wia-hw.profile/{SCHEMA_VERSION}"
@@ -116,11 +122,13 @@ class ProfilingReport:
             "l2_cache_hit_rate": hit_rate(c.hits["l2"], c.misses["l2"]),
             "instructions": c.instructions,
             "branch_mispredict_rate": 100.0 * c.branch_mispredicts / c.branches
-            if c.branches else None,
+            if c.branches
+            else None,
             "energy_j": c.energy_pj * 1e-12,
             "avg_power_w": c.energy_pj * 1e-12 / secs if secs else 0.0,
-            "stall_pct": {k: 100.0 * v / (dev.cores * cyc) if cyc else 0.0
-                          for k, v in c.stall_cycles.items()},
+            "stall_pct": {
+                k: 100.0 * v / (dev.cores * cyc) if cyc else 0.0 for k, v in c.stall_cycles.items()
+            },
         }
 
     def kernel_profiles(self) -> list[KernelProfile]:
@@ -165,8 +173,12 @@ class ProfilingReport:
                 a[0] += s.weight_cycles
                 a[1] += 1
         total = self.cycles
-        out = [Hotspot(n, c, self.device.cycles_to_ms(c), 100.0 * c / total if total else 0.0,
-                       cnt, exact) for n, (c, cnt) in agg.items()]
+        out = [
+            Hotspot(
+                n, c, self.device.cycles_to_ms(c), 100.0 * c / total if total else 0.0, cnt, exact
+            )
+            for n, (c, cnt) in agg.items()
+        ]
         out.sort(key=lambda h: (-h.cycles, h.name))
         return out if top is None else out[:top]
 
@@ -188,9 +200,13 @@ class ProfilingReport:
     def flamegraph_svg(self, title: str | None = None) -> str:
         from ._flamegraph import render_svg
 
-        return render_svg(self.collapsed_stacks(), title=title or
-                          f"{self.device.name}: {self.duration_ms:.3f} ms profiled "
-                          f"({ProfileMode(self.mode).value})", unit="cycles")
+        return render_svg(
+            self.collapsed_stacks(),
+            title=title
+            or f"{self.device.name}: {self.duration_ms:.3f} ms profiled "
+            f"({ProfileMode(self.mode).value})",
+            unit="cycles",
+        )
 
     def chrome_trace(self) -> dict[str, Any]:
         """The timeline in Chrome Trace Event Format (see :mod:`._timeline`)."""
@@ -211,18 +227,19 @@ class ProfilingReport:
     def format_text(self, top: int = 10) -> str:
         """A human summary: totals, hotspots, and each hot kernel's assessment."""
         s = self.summary()
-        lines = [f"Profile of {self.device.name} ({ProfileMode(self.mode).value} mode): "
-                 f"{s['duration_ms']:.3f} ms, {len(self.runs)} run(s), "
-                 f"{len(self.kernels)} kernels",
-                 f"  Compute: {s['achieved_tflops']:.1f} TFLOPS "
-                 f"({s['compute_utilization']:.1f}% of {s['precision']} peak)",
-                 f"  Memory Bandwidth: {s['memory_bandwidth_gbs']:.1f} GB/s "
-                 f"({100 * s['memory_bandwidth_gbs'] / s['peak_bandwidth_gbs']:.1f}% of peak)",
-                 f"  Energy: {s['energy_j'] * 1e3:.2f} mJ, {s['avg_power_w']:.1f} W average"]
+        lines = [
+            f"Profile of {self.device.name} ({ProfileMode(self.mode).value} mode): "
+            f"{s['duration_ms']:.3f} ms, {len(self.runs)} run(s), "
+            f"{len(self.kernels)} kernels",
+            f"  Compute: {s['achieved_tflops']:.1f} TFLOPS "
+            f"({s['compute_utilization']:.1f}% of {s['precision']} peak)",
+            f"  Memory Bandwidth: {s['memory_bandwidth_gbs']:.1f} GB/s "
+            f"({100 * s['memory_bandwidth_gbs'] / s['peak_bandwidth_gbs']:.1f}% of peak)",
+            f"  Energy: {s['energy_j'] * 1e3:.2f} mJ, {s['avg_power_w']:.1f} W average",
+        ]
         hs = self.hotspots("group" if self.kernels else "kernel", top)
         if hs:
-            lines.append("Hotspots" + ("" if hs[0].exact else " (estimated from samples)")
-                         + ":")
+            lines.append("Hotspots" + ("" if hs[0].exact else " (estimated from samples)") + ":")
             for h in hs:
                 lines.append(f"  {h.name:<40} {h.time_ms:9.3f} ms {h.pct:5.1f}%  x{h.count}")
         return "\n".join(lines)
@@ -244,17 +261,23 @@ class ProfilingReport:
             "summary": self.summary(),
             "runs": [r.to_dict() for r in self.runs],
             "ops": [o.to_dict() for o in self.ops],
-            "kernels": [dict(k.to_dict(), profile=p.to_dict())
-                        for k, p in zip(self.kernels, kp, strict=True)],
+            "kernels": [
+                dict(k.to_dict(), profile=p.to_dict())
+                for k, p in zip(self.kernels, kp, strict=True)
+            ],
             "samples": [s.to_dict() for s in self.samples],
             "hotspots": [vars(h) for h in self.hotspots("kernel", None)],
             "flamegraph": self.collapsed_stacks(),
             "call_graph": self.call_graph(),
-            "device_events": None if self.device_events is None else
-            [[e.kind, e.track, e.start, e.end, e.kernel, e.nbytes, e.l1_misses, e.l2_misses]
-             for e in self.device_events],
-            "port_events": None if self.port_events is None else
-            {k: [list(e) for e in merged(v)] for k, v in self.port_events.items()},
+            "device_events": None
+            if self.device_events is None
+            else [
+                [e.kind, e.track, e.start, e.end, e.kernel, e.nbytes, e.l1_misses, e.l2_misses]
+                for e in self.device_events
+            ],
+            "port_events": None
+            if self.port_events is None
+            else {k: [list(e) for e in merged(v)] for k, v in self.port_events.items()},
             "memory": None if self.memory is None else self.memory.to_dict(),
             "communication": self.communication,
             "overhead": self.overhead,
@@ -275,20 +298,27 @@ class ProfilingReport:
         from ._memory import MemoryProfileReport
 
         return cls(
-            mode=ProfileMode(d["mode"]), config=ProfilingConfig.from_dict(d["config"]),
-            device=DeviceInfo.from_dict(d["device"]), start_cycle=d["start_cycle"],
-            end_cycle=d["end_cycle"], counters=Counters.from_dict(d["counters"]),
+            mode=ProfileMode(d["mode"]),
+            config=ProfilingConfig.from_dict(d["config"]),
+            device=DeviceInfo.from_dict(d["device"]),
+            start_cycle=d["start_cycle"],
+            end_cycle=d["end_cycle"],
+            counters=Counters.from_dict(d["counters"]),
             runs=[RunInfo.from_dict(r) for r in d["runs"]],
             ops=[OpSpan.from_dict(o) for o in d["ops"]],
             kernels=[KernelStats.from_dict(k) for k in d["kernels"]],
             samples=[Sample.from_dict(s) for s in d["samples"]],
-            device_events=None if d["device_events"] is None else
-            [TraceEvent(*e) for e in d["device_events"]],
-            port_events=None if d["port_events"] is None else
-            {k: [tuple(e) for e in v] for k, v in d["port_events"].items()},
+            device_events=None
+            if d["device_events"] is None
+            else [TraceEvent(*e) for e in d["device_events"]],
+            port_events=None
+            if d["port_events"] is None
+            else {k: [tuple(e) for e in v] for k, v in d["port_events"].items()},
             memory=None if d["memory"] is None else MemoryProfileReport.from_dict(d["memory"]),
-            communication=d.get("communication", {}), overhead=d.get("overhead", {}),
-            start_temperature_c=d.get("start_temperature_c"))
+            communication=d.get("communication", {}),
+            overhead=d.get("overhead", {}),
+            start_temperature_c=d.get("start_temperature_c"),
+        )
 
 
 def _write(path: str | os.PathLike[str], text: str) -> Path:
@@ -300,16 +330,15 @@ def _write(path: str | os.PathLike[str], text: str) -> Path:
     return p
 
 
-def save_profile_report(report: ProfilingReport, path: str | os.PathLike[str],
-                        format: OutputFormat | str | None = None) -> Path:
+def save_profile_report(
+    report: ProfilingReport, path: str | os.PathLike[str], format: OutputFormat | str | None = None
+) -> Path:
     """Write ``report`` to ``path`` in ``format`` (default: the report's configured
     ``output_format``; ``JSON`` for a ``.json`` path unless told otherwise). Returns the
     path. Raises :class:`~wia_hw.WiaError` when the file cannot be written."""
     if not isinstance(report, ProfilingReport):
-        raise TypeError(f"save_profile_report takes a ProfilingReport, got "
-                        f"{type(report).__name__}")
-    fmt = OutputFormat(format) if format is not None else OutputFormat(
-        report.config.output_format)
+        raise TypeError(f"save_profile_report takes a ProfilingReport, got {type(report).__name__}")
+    fmt = OutputFormat(format) if format is not None else OutputFormat(report.config.output_format)
     if fmt is OutputFormat.JSON:
         return _write(path, report.to_json(indent=1) + "\n")
     if fmt is OutputFormat.CHROME_TRACE:

@@ -33,9 +33,19 @@ from ._bounds import LATENCY_BOUND_PCT, memory_traffic_bytes
 from ._kernel import KernelProfile
 from ._metrics import fmt_ai
 
-__all__ = ["RooflineConfig", "Roofline", "RooflinePoint", "RooflineRecommendation",
-           "RooflineAnalysis", "create_roofline", "roofline_add_point", "roofline_plot",
-           "analyze_roofline", "SEVERE_AI", "NEAR_OPTIMAL_PCT"]
+__all__ = [
+    "RooflineConfig",
+    "Roofline",
+    "RooflinePoint",
+    "RooflineRecommendation",
+    "RooflineAnalysis",
+    "create_roofline",
+    "roofline_add_point",
+    "roofline_plot",
+    "analyze_roofline",
+    "SEVERE_AI",
+    "NEAR_OPTIMAL_PCT",
+]
 
 #: A memory-bound point below this intensity (FLOP/byte) is severely memory-bound.
 SEVERE_AI = 1.0
@@ -72,14 +82,17 @@ class RooflineConfig:
         _pos("peak_bandwidth", self.peak_bandwidth)
         sizes, bws = tuple(self.cache_sizes), tuple(self.cache_bandwidths)
         if len(sizes) != len(bws):
-            raise ValueError(f"cache_sizes ({len(sizes)}) and cache_bandwidths ({len(bws)}) "
-                             "must have the same length")
+            raise ValueError(
+                f"cache_sizes ({len(sizes)}) and cache_bandwidths ({len(bws)}) "
+                "must have the same length"
+            )
         for i, b in enumerate(bws):
             _pos(f"cache_bandwidths[{i}]", b)
         names = tuple(self.cache_names) or tuple(f"L{i + 1}" for i in range(len(sizes)))
         if len(names) != len(sizes):
-            raise ValueError(f"cache_names ({len(names)}) must name every cache level "
-                             f"({len(sizes)})")
+            raise ValueError(
+                f"cache_names ({len(names)}) must name every cache level ({len(sizes)})"
+            )
         for k, v in self.precision_peaks.items():
             _pos(f"precision_peaks[{k!r}]", v)
         object.__setattr__(self, "cache_sizes", sizes)
@@ -94,23 +107,29 @@ class RooflineConfig:
         ceilings (:meth:`Roofline.add_kernel`); there is no one vector roof."""
         from ._metrics import DeviceInfo
 
-        spec = getattr(spec, "spec", spec)          # a Context works too
+        spec = getattr(spec, "spec", spec)  # a Context works too
         d = DeviceInfo.from_spec(spec)
         prec = "fp16" if "fp16" in d.peak_macs_per_cycle else next(iter(d.peak_macs_per_cycle))
         peaks = {p: d.peak_flops(p) for p in d.peak_macs_per_cycle if p != prec}
-        return cls(peak_flops=d.peak_flops(prec), peak_bandwidth=d.hbm_bandwidth_gbs * 1e9,
-                   cache_sizes=(d.l1_size_bytes * d.cores, d.l2_size_bytes),
-                   cache_bandwidths=(d.level_bandwidth_gbs("l1") * 1e9,
-                                     d.l2_bandwidth_gbs * 1e9),
-                   cache_names=("L1", "L2"), precision=prec, precision_peaks=peaks,
-                   name=d.name)
+        return cls(
+            peak_flops=d.peak_flops(prec),
+            peak_bandwidth=d.hbm_bandwidth_gbs * 1e9,
+            cache_sizes=(d.l1_size_bytes * d.cores, d.l2_size_bytes),
+            cache_bandwidths=(d.level_bandwidth_gbs("l1") * 1e9, d.l2_bandwidth_gbs * 1e9),
+            cache_names=("L1", "L2"),
+            precision=prec,
+            precision_peaks=peaks,
+            name=d.name,
+        )
 
     def peak(self, precision: str | None = None) -> float:
         if precision is None or precision == self.precision:
             return self.peak_flops
         if precision not in self.precision_peaks:
-            raise ValueError(f"no compute ceiling for {precision!r} (have: "
-                             f"{', '.join([self.precision, *self.precision_peaks])})")
+            raise ValueError(
+                f"no compute ceiling for {precision!r} (have: "
+                f"{', '.join([self.precision, *self.precision_peaks])})"
+            )
         return self.precision_peaks[precision]
 
     def bandwidth(self, level: str | None = None) -> float:
@@ -118,8 +137,10 @@ class RooflineConfig:
             return self.peak_bandwidth
         names = [n.lower() for n in self.cache_names]
         if level.lower() not in names:
-            raise ValueError(f"unknown memory level {level!r} (have: "
-                             f"{', '.join([*self.cache_names, self.memory_name])})")
+            raise ValueError(
+                f"unknown memory level {level!r} (have: "
+                f"{', '.join([*self.cache_names, self.memory_name])})"
+            )
         return self.cache_bandwidths[names.index(level.lower())]
 
 
@@ -147,8 +168,9 @@ class RooflinePoint:
         """The attainable FLOP/s at this point's intensity: ``min(peak, AI x BW)`` over
         its own compute ceiling and every memory level it has an intensity for."""
         peak = self.peak or config.peak(self.precision)
-        levels = dict(self.intensities or {(self.level or config.memory_name):
-                                           self.arithmetic_intensity})
+        levels = dict(
+            self.intensities or {(self.level or config.memory_name): self.arithmetic_intensity}
+        )
         return min([peak] + [ai * config.bandwidth(lvl) for lvl, ai in levels.items()])
 
 
@@ -203,18 +225,26 @@ class Roofline:
         """FLOP/byte where the compute ceiling meets the level's bandwidth ceiling."""
         return self.config.peak(precision) / self.config.bandwidth(level)
 
-    def attainable(self, arithmetic_intensity: float, precision: str | None = None,
-                   level: str | None = None) -> float:
+    def attainable(
+        self, arithmetic_intensity: float, precision: str | None = None, level: str | None = None
+    ) -> float:
         """``min(peak, AI x bandwidth)`` in FLOP/s."""
-        return min(self.config.peak(precision),
-                   arithmetic_intensity * self.config.bandwidth(level))
+        return min(self.config.peak(precision), arithmetic_intensity * self.config.bandwidth(level))
 
-    def add_point(self, arithmetic_intensity: float, performance: float,
-                  name: str | None = None, *, precision: str | None = None,
-                  level: str | None = None, time_ms: float | None = None,
-                  peak: float | None = None,
-                  intensities: Mapping[str, float] | None = None,
-                  ceiling: str | None = None, kind: str | None = None) -> RooflinePoint:
+    def add_point(
+        self,
+        arithmetic_intensity: float,
+        performance: float,
+        name: str | None = None,
+        *,
+        precision: str | None = None,
+        level: str | None = None,
+        time_ms: float | None = None,
+        peak: float | None = None,
+        intensities: Mapping[str, float] | None = None,
+        ceiling: str | None = None,
+        kind: str | None = None,
+    ) -> RooflinePoint:
         """Add a measurement (``wia_roofline_add_point``); returns it. ``peak`` is the
         point's own compute ceiling (``ceiling`` names it, ``kind`` says what it is:
         ``array``, ``vector``, ``pipeline``, ``parallelism``). Raises ValueError for a
@@ -229,9 +259,18 @@ class Roofline:
         for lvl, v in (intensities or {}).items():
             self.config.bandwidth(lvl)
             _pos(f"intensities[{lvl!r}]", v)
-        p = RooflinePoint(name or f"point{len(self.points)}", ai, perf, precision, level,
-                          time_ms, peak, dict(intensities) if intensities else None,
-                          ceiling, kind)
+        p = RooflinePoint(
+            name or f"point{len(self.points)}",
+            ai,
+            perf,
+            precision,
+            level,
+            time_ms,
+            peak,
+            dict(intensities) if intensities else None,
+            ceiling,
+            kind,
+        )
         self.points.append(p)
         return p
 
@@ -245,14 +284,30 @@ class Roofline:
             return None
         label = profile.op_class or profile.precision
         hz = profile.cycles / (profile.duration_ms * 1e-3) if profile.duration_ms else 0.0
-        return self._add_floors(profile.name, profile.flop_count, profile.cycles,
-                                dict(profile.floor_cycles),
-                                memory_traffic_bytes(profile.bytes), profile.kind, label,
-                                profile.precision, hz)
+        return self._add_floors(
+            profile.name,
+            profile.flop_count,
+            profile.cycles,
+            dict(profile.floor_cycles),
+            memory_traffic_bytes(profile.bytes),
+            profile.kind,
+            label,
+            profile.precision,
+            hz,
+        )
 
-    def _add_floors(self, name: str, flop: int, cycles: int, floors: Mapping[str, float],
-                    traffic: Mapping[str, int], kind: str, label: str,
-                    precision: str, hz: float) -> RooflinePoint | None:
+    def _add_floors(
+        self,
+        name: str,
+        flop: int,
+        cycles: int,
+        floors: Mapping[str, float],
+        traffic: Mapping[str, int],
+        kind: str,
+        label: str,
+        precision: str,
+        hz: float,
+    ) -> RooflinePoint | None:
         """A point from a kernel's (or a group's summed) floors in cycles (``hz``: the
         clock that turns cycles into seconds)."""
         if not flop or not cycles or not hz or not any(traffic.values()):
@@ -262,8 +317,11 @@ class Roofline:
         peak = flop / (unit[which] / hz) if unit[which] else None
         names = {"l1": "L1", "l2": "L2", "hbm": self.config.memory_name}
         have = {n.lower() for n in self.config.cache_names}
-        ints = {names[lvl]: flop / nb for lvl, nb in traffic.items()
-                if nb and (lvl == "hbm" or lvl in have)}
+        ints = {
+            names[lvl]: flop / nb
+            for lvl, nb in traffic.items()
+            if nb and (lvl == "hbm" or lvl in have)
+        }
         lvl = min(ints, key=lambda n: (ints[n] * self.config.bandwidth(n), n))
         if which == "compute":
             kind_ = "vector" if kind == "vector" else "array"
@@ -273,11 +331,20 @@ class Roofline:
             ceiling = which
         if peak is None:
             return None
-        return self.add_point(ints[lvl], flop / (cycles / hz), name, level=lvl,
-                              time_ms=cycles / hz * 1e3, peak=peak, intensities=ints,
-                              ceiling=ceiling, kind=kind_,
-                              precision=precision if precision == self.config.precision
-                              or precision in self.config.precision_peaks else None)
+        return self.add_point(
+            ints[lvl],
+            flop / (cycles / hz),
+            name,
+            level=lvl,
+            time_ms=cycles / hz * 1e3,
+            peak=peak,
+            intensities=ints,
+            ceiling=ceiling,
+            kind=kind_,
+            precision=precision
+            if precision == self.config.precision or precision in self.config.precision_peaks
+            else None,
+        )
 
     def add_report(self, report: Any, *, aggregate: bool = True) -> list[RooflinePoint]:
         """Add the kernels of a :class:`ProfilingReport` (or a ``RunResult``). With
@@ -290,12 +357,14 @@ class Roofline:
         if hasattr(report, "kernel_profiles"):
             profiles = report.kernel_profiles()
             dev = report.device
-        else:                                   # a RunResult
+        else:  # a RunResult
             from ..spec import load_spec
 
             dev = DeviceInfo.from_spec(load_spec(report.device))
-            profiles = [KernelProfile.from_stats(stats_from_record(k.record, i), dev)
-                        for i, k in enumerate(report.kernels)]
+            profiles = [
+                KernelProfile.from_stats(stats_from_record(k.record, i), dev)
+                for i, k in enumerate(report.kernels)
+            ]
         groups: dict[str, list[Any]] = {}
         for i, p in enumerate(profiles):
             key = re.sub(r"^layer\d+\.", "", p.name) if aggregate else f"{p.name}#{i}"
@@ -316,15 +385,24 @@ class Roofline:
                     traffic[lvl] = traffic.get(lvl, 0) + nb
             k0 = members[0]
             name = key.split("#")[0] + (f" (x{len(members)})" if len(members) > 1 else "")
-            pt = self._add_floors(name, flop, cyc, floors, traffic, k0.kind,
-                                  k0.op_class or k0.precision, k0.precision,
-                                  dev.clock_ghz * 1e9)
+            pt = self._add_floors(
+                name,
+                flop,
+                cyc,
+                floors,
+                traffic,
+                k0.kind,
+                k0.op_class or k0.precision,
+                k0.precision,
+                dev.clock_ghz * 1e9,
+            )
             if pt is not None:
                 out.append(pt)
         return out
 
-    def analyze(self, *, severe_ai: float = SEVERE_AI,
-                near_optimal_pct: float = NEAR_OPTIMAL_PCT) -> RooflineAnalysis:
+    def analyze(
+        self, *, severe_ai: float = SEVERE_AI, near_optimal_pct: float = NEAR_OPTIMAL_PCT
+    ) -> RooflineAnalysis:
         """``wia_analyze_roofline``; see the module docstring for the rules. Points with
         a known ``time_ms`` come first, longest first."""
         ridge = self.ridge_point()
@@ -334,8 +412,9 @@ class Roofline:
             peak = p.peak or self.config.peak(p.precision)
             levels = dict(p.intensities or {(p.level or main): p.arithmetic_intensity})
             # the binding memory ceiling: the lowest AI x bandwidth over the levels
-            lvl, ai_b = min(levels.items(),
-                            key=lambda kv: (kv[1] * self.config.bandwidth(kv[0]), kv[0]))
+            lvl, ai_b = min(
+                levels.items(), key=lambda kv: (kv[1] * self.config.bandwidth(kv[0]), kv[0])
+            )
             att = min(peak, ai_b * self.config.bandwidth(lvl))
             where = "" if lvl == main or lvl.lower() == "hbm" else f"{lvl}, "
             ai = f"{where}AI={fmt_ai(ai_b)}"
@@ -343,40 +422,78 @@ class Roofline:
             pct_att = 100.0 * p.performance / att
             if pct_att < LATENCY_BOUND_PCT:
                 bound, sev = "latency", "latency"
-                text = (f"Latency-bound at {pct_att:.0f}% of its roof ({ai}). Batch or fuse "
-                        "it so fixed latencies are paid once.")
+                text = (
+                    f"Latency-bound at {pct_att:.0f}% of its roof ({ai}). Batch or fuse "
+                    "it so fixed latencies are paid once."
+                )
             elif att < peak:
                 if ai_b < severe_ai:
-                    sev, text = "severe", (f"Severely memory-bound ({ai}). Fuse with "
-                                           "preceding operation.")
+                    sev, text = (
+                        "severe",
+                        (f"Severely memory-bound ({ai}). Fuse with preceding operation."),
+                    )
                 else:
-                    sev, text = "memory", (f"Memory-bound ({ai}). Increase tiling to "
-                                           "improve cache reuse.")
+                    sev, text = (
+                        "memory",
+                        (f"Memory-bound ({ai}). Increase tiling to improve cache reuse."),
+                    )
                 bound = "memory"
             else:
                 bound = "compute"
                 what = p.ceiling or "peak"
                 if p.kind == "pipeline":
-                    sev, text = "compute", (f"Pipeline-bound (array fill/drain) at "
-                                            f"{pct_att:.0f}% of that ceiling. Use longer "
-                                            "passes (deeper K per pass, fused attention).")
+                    sev, text = (
+                        "compute",
+                        (
+                            f"Pipeline-bound (array fill/drain) at "
+                            f"{pct_att:.0f}% of that ceiling. Use longer "
+                            "passes (deeper K per pass, fused attention)."
+                        ),
+                    )
                 elif p.kind == "parallelism":
-                    sev, text = "compute", (f"Parallelism-bound at {pct_att:.0f}% of that "
-                                            "ceiling. Use a tile count that splits evenly "
-                                            "over the cores.")
+                    sev, text = (
+                        "compute",
+                        (
+                            f"Parallelism-bound at {pct_att:.0f}% of that "
+                            "ceiling. Use a tile count that splits evenly "
+                            "over the cores."
+                        ),
+                    )
                 elif p.kind == "vector":
                     sev = "ok" if pct_peak >= near_optimal_pct else "compute"
-                    text = (f"Vector-bound ({what}) at {pct_peak:.0f}% of its rate. Fuse it "
-                            "into a GEMM epilogue or its neighbours.")
+                    text = (
+                        f"Vector-bound ({what}) at {pct_peak:.0f}% of its rate. Fuse it "
+                        "into a GEMM epilogue or its neighbours."
+                    )
                 elif pct_peak >= near_optimal_pct:
-                    sev, text = "ok", (f"Compute-bound. Near-optimal performance "
-                                       f"({pct_peak:.0f}% of peak).")
+                    sev, text = (
+                        "ok",
+                        (f"Compute-bound. Near-optimal performance ({pct_peak:.0f}% of peak)."),
+                    )
                 else:
-                    sev, text = "compute", (f"Compute-bound at {pct_peak:.0f}% of peak. "
-                                            "Increase parallelism or improve the array "
-                                            "mapping.")
-            recs.append(RooflineRecommendation(p.name, text, bound, ai_b, p.performance, att,
-                                               pct_peak, pct_att, sev, p.time_ms, lvl))
+                    sev, text = (
+                        "compute",
+                        (
+                            f"Compute-bound at {pct_peak:.0f}% of peak. "
+                            "Increase parallelism or improve the array "
+                            "mapping."
+                        ),
+                    )
+            recs.append(
+                RooflineRecommendation(
+                    p.name,
+                    text,
+                    bound,
+                    ai_b,
+                    p.performance,
+                    att,
+                    pct_peak,
+                    pct_att,
+                    sev,
+                    p.time_ms,
+                    lvl,
+                )
+            )
         recs.sort(key=lambda x: (x.time_ms is None, -(x.time_ms or 0.0)))
         return RooflineAnalysis(recs, ridge)
 
@@ -390,29 +507,43 @@ class Roofline:
         FLOP/s there."""
         cfg = self.config
         pts = self.points
-        ridge_max = max(cfg.peak(p) / cfg.peak_bandwidth
-                        for p in [cfg.precision, *cfg.precision_peaks])
+        ridge_max = max(
+            cfg.peak(p) / cfg.peak_bandwidth for p in [cfg.precision, *cfg.precision_peaks]
+        )
         lo = min([p.arithmetic_intensity for p in pts] + [0.1]) / 2
         hi = max([p.arithmetic_intensity for p in pts] + [ridge_max]) * 4
         xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
-        top = max([cfg.peak_flops, *cfg.precision_peaks.values()]
-                  + [p.peak or 0.0 for p in pts])
+        top = max([cfg.peak_flops, *cfg.precision_peaks.values()] + [p.peak or 0.0 for p in pts])
         ceilings: list[dict[str, Any]] = []
         levels = [(cfg.memory_name, cfg.peak_bandwidth, None)] + [
-            (n, b, s) for n, b, s in zip(cfg.cache_names, cfg.cache_bandwidths,
-                                         cfg.cache_sizes, strict=True)]
+            (n, b, s)
+            for n, b, s in zip(cfg.cache_names, cfg.cache_bandwidths, cfg.cache_sizes, strict=True)
+        ]
         for name, bw, size in levels:
             lab = f"{name} {bw / 1e9:,.0f} GB/s" + (f" ({_fmt_bytes(size)})" if size else "")
-            ceilings.append({"label": lab, "kind": "memory", "level": name,
-                             "x": xs, "y": [min(top, x * bw) for x in xs]})
+            ceilings.append(
+                {
+                    "label": lab,
+                    "kind": "memory",
+                    "level": name,
+                    "x": xs,
+                    "y": [min(top, x * bw) for x in xs],
+                }
+            )
         same: dict[float, list[str]] = {}
         for name, pk in [(cfg.precision, cfg.peak_flops), *cfg.precision_peaks.items()]:
             same.setdefault(pk, []).append(name)
         for pk, names in sorted(same.items(), key=lambda x: -x[0]):
             nm = "/".join(names)
             what = "vector units (1 op/lane/cycle)" if nm == "vector" else f"{nm} peak"
-            ceilings.append({"label": f"{what} {pk / 1e12:,.2f} TFLOPS", "kind": "compute",
-                             "x": [pk / cfg.peak_bandwidth, hi], "y": [pk, pk]})
+            ceilings.append(
+                {
+                    "label": f"{what} {pk / 1e12:,.2f} TFLOPS",
+                    "kind": "compute",
+                    "x": [pk / cfg.peak_bandwidth, hi],
+                    "y": [pk, pk],
+                }
+            )
         own: dict[tuple[str, float], list[RooflinePoint]] = {}
         for p in pts:
             if p.peak is not None and not any(abs(p.peak / g - 1) < 1e-2 for g in same):
@@ -422,20 +553,37 @@ class Roofline:
             x0 = min(m.arithmetic_intensity for m in members) / 1.6
             x1 = max(m.arithmetic_intensity for m in members) * 1.6
             pk = max(m.peak or 0.0 for m in members)
-            who = ", ".join(m.name for m in members[:3]) + (", ..." if len(members) > 3
-                                                            else "")
-            ceilings.append({"label": f"{label} {pk / 1e12:,.3g} TFLOPS ({who})",
-                             "kind": "compute", "x": [x0, x1], "y": [pk, pk],
-                             "points": [m.name for m in members]})
+            who = ", ".join(m.name for m in members[:3]) + (", ..." if len(members) > 3 else "")
+            ceilings.append(
+                {
+                    "label": f"{label} {pk / 1e12:,.3g} TFLOPS ({who})",
+                    "kind": "compute",
+                    "x": [x0, x1],
+                    "y": [pk, pk],
+                    "points": [m.name for m in members],
+                }
+            )
         ranked = sorted(range(len(pts)), key=lambda i: -(pts[i].time_ms or 0.0))
         shown = set(ranked[:max_labels])
-        points = [{"name": p.name, "x": p.arithmetic_intensity, "y": p.performance,
-                   "roof": p.roof(cfg), "ceiling": p.ceiling, "level": p.level,
-                   "memory_bound": p.roof(cfg) < (p.peak or cfg.peak(p.precision)),
-                   "labelled": i in shown} for i, p in enumerate(pts)]
-        return {"ceilings": ceilings, "points": points, "xlim": (lo, hi),
-                "ylim": (min([p.performance for p in pts] + [lo * cfg.peak_bandwidth]) / 2,
-                         top * 2)}
+        points = [
+            {
+                "name": p.name,
+                "x": p.arithmetic_intensity,
+                "y": p.performance,
+                "roof": p.roof(cfg),
+                "ceiling": p.ceiling,
+                "level": p.level,
+                "memory_bound": p.roof(cfg) < (p.peak or cfg.peak(p.precision)),
+                "labelled": i in shown,
+            }
+            for i, p in enumerate(pts)
+        ]
+        return {
+            "ceilings": ceilings,
+            "points": points,
+            "xlim": (lo, hi),
+            "ylim": (min([p.performance for p in pts] + [lo * cfg.peak_bandwidth]) / 2, top * 2),
+        }
 
     def figure(self, *, title: str | None = None, max_labels: int = 16) -> Any:
         """The roofline as a matplotlib ``Figure`` drawn from :meth:`plot_data` (log-log,
@@ -455,42 +603,72 @@ class Roofline:
         for c in data["ceilings"]:
             ys = [y / 1e12 for y in c["y"]]
             if c["kind"] == "memory":
-                ax.plot(c["x"], ys, lw=1.4, ls="-" if c["level"] == cfg.memory_name else "--",
-                        label=c["label"], gid=f"ceiling:{c['label']}")
+                ax.plot(
+                    c["x"],
+                    ys,
+                    lw=1.4,
+                    ls="-" if c["level"] == cfg.memory_name else "--",
+                    label=c["label"],
+                    gid=f"ceiling:{c['label']}",
+                )
             elif "points" in c:
                 own += 1
-                ax.plot(c["x"], ys, color="tab:purple", lw=0.9, ls=":",
-                        gid=f"ceiling:{c['label']}")
-                ax.annotate(c["label"], (c["x"][1], ys[1]), textcoords="offset points",
-                            xytext=(2, 2), fontsize=6, color="tab:purple")
+                ax.plot(c["x"], ys, color="tab:purple", lw=0.9, ls=":", gid=f"ceiling:{c['label']}")
+                ax.annotate(
+                    c["label"],
+                    (c["x"][1], ys[1]),
+                    textcoords="offset points",
+                    xytext=(2, 2),
+                    fontsize=6,
+                    color="tab:purple",
+                )
             else:
                 ax.plot(c["x"], ys, color="gray", lw=1.0, gid=f"ceiling:{c['label']}")
-                ax.annotate(c["label"], (hi, ys[1]), textcoords="offset points",
-                            xytext=(-4, 3), ha="right", fontsize=8, color="dimgray")
+                ax.annotate(
+                    c["label"],
+                    (hi, ys[1]),
+                    textcoords="offset points",
+                    xytext=(-4, 3),
+                    ha="right",
+                    fontsize=8,
+                    color="dimgray",
+                )
         pts = data["points"]
         if pts:
+
             def color(p: dict[str, Any]) -> str:
                 if p["y"] < LATENCY_BOUND_PCT / 100 * p["roof"]:
                     return "tab:gray"
                 return "tab:red" if p["memory_bound"] else "tab:green"
 
-            ax.scatter([p["x"] for p in pts], [p["y"] / 1e12 for p in pts],
-                       c=[color(p) for p in pts], s=28, zorder=3, edgecolors="black",
-                       linewidths=0.5, gid="points")
+            ax.scatter(
+                [p["x"] for p in pts],
+                [p["y"] / 1e12 for p in pts],
+                c=[color(p) for p in pts],
+                s=28,
+                zorder=3,
+                edgecolors="black",
+                linewidths=0.5,
+                gid="points",
+            )
             _label(ax, [(p["name"], p["x"], p["y"] / 1e12) for p in pts if p["labelled"]])
         ax.set_xlim(lo, hi)
         ax.set_ylim(data["ylim"][0] / 1e12, data["ylim"][1] / 1e12)
         ax.set_xlabel("arithmetic intensity (FLOP/byte) at the level that binds each point")
         ax.set_ylabel("performance (TFLOPS)")
-        ax.set_title(title or f"Roofline: {cfg.name} (ridge point {self.ridge_point():.3g} "
-                     f"FLOP/byte; red: memory-bound, green: compute-side bound, grey: "
-                     f"latency-bound; dotted: per-kernel ceilings)")
+        ax.set_title(
+            title
+            or f"Roofline: {cfg.name} (ridge point {self.ridge_point():.3g} "
+            f"FLOP/byte; red: memory-bound, green: compute-side bound, grey: "
+            f"latency-bound; dotted: per-kernel ceilings)"
+        )
         ax.grid(True, which="both", alpha=0.25)
         ax.legend(loc="lower right", fontsize=8)
         return fig
 
-    def plot(self, path: str | os.PathLike[str], *, title: str | None = None,
-             max_labels: int = 16) -> str:
+    def plot(
+        self, path: str | os.PathLike[str], *, title: str | None = None, max_labels: int = 16
+    ) -> str:
         """Draw :meth:`figure` and write it as a PNG to ``path``; returns the path
         (``wia_roofline_plot``)."""
         from ._plot import save
@@ -512,15 +690,22 @@ def _label(ax: Any, items: list[tuple[str, float, float]]) -> None:
             x0 = px + dx * 1.4 if dx > 0 else px + dx * 1.4 - w
             y0 = py + dy * 1.4
             box = (x0, y0, x0 + w, y0 + h)
-            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3]
-                       for b in placed):
+            if not any(
+                box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed
+            ):
                 choice = (dx, dy)
                 placed.append(box)
                 break
         else:
             placed.append((px, py, px + w, py + h))
-        ax.annotate(name, (x, y), textcoords="offset points", xytext=choice, fontsize=7,
-                    ha="left" if choice[0] > 0 else "right")
+        ax.annotate(
+            name,
+            (x, y),
+            textcoords="offset points",
+            xytext=choice,
+            fontsize=7,
+            ha="left" if choice[0] > 0 else "right",
+        )
 
 
 def _fmt_bytes(n: int) -> str:
@@ -542,8 +727,13 @@ def create_roofline(config: RooflineConfig | Any | None = None) -> Roofline:
     return Roofline(config)
 
 
-def roofline_add_point(roofline: Roofline, arithmetic_intensity: float, performance: float,
-                       name: str | None = None, **kw: Any) -> RooflinePoint:
+def roofline_add_point(
+    roofline: Roofline,
+    arithmetic_intensity: float,
+    performance: float,
+    name: str | None = None,
+    **kw: Any,
+) -> RooflinePoint:
     """``wia_roofline_add_point``: :meth:`Roofline.add_point`."""
     return roofline.add_point(arithmetic_intensity, performance, name, **kw)
 

@@ -45,7 +45,8 @@ class ProfilingSession:
         self.active = False
         facets = config.facets
         self._kernels_on = config.capture_kernels and bool(
-            facets & {"instrumentation", "counters", "trace"})
+            facets & {"instrumentation", "counters", "trace"}
+        )
         self._instr = config.capture_kernels and "instrumentation" in facets
         self._counters = "counters" in facets
         self._trace = config.capture_kernels and "trace" in facets
@@ -64,9 +65,13 @@ class ProfilingSession:
         return self.active and self._trace
 
     def run_begin(self, ctx: Any, graph: Any, lowered: Sequence[Any]) -> None:
-        self._run = RunInfo(len(self._runs), graph.name, dict(graph.params), ctx.device.now,
-                            stack=user_stack(
-                                keep_library_frames=self.config.keep_library_frames))
+        self._run = RunInfo(
+            len(self._runs),
+            graph.name,
+            dict(graph.params),
+            ctx.device.now,
+            stack=user_stack(keep_library_frames=self.config.keep_library_frames),
+        )
         self._runs.append(self._run)
         self._graphs.append(graph)
         self._run_ops = 0
@@ -80,18 +85,23 @@ class ProfilingSession:
         self._run_ops += cycle - self._op_start
         self._program.extend(self._op_kernels)
         matched = self._kernels_on and len(self._op_kernels) == len(records)
-        self._program_stats.extend(len(self._kstats) + i if matched else None
-                                   for i in range(len(self._op_kernels)))
+        self._program_stats.extend(
+            len(self._kstats) + i if matched else None for i in range(len(self._op_kernels))
+        )
         if not self._kernels_on:
             return
         idx = []
         start = self._op_start
-        launched = list(self._op_kernels) if len(self._op_kernels) == len(records) else \
-            [None] * len(records)
+        launched = (
+            list(self._op_kernels)
+            if len(self._op_kernels) == len(records)
+            else [None] * len(records)
+        )
         for r, k in zip(records, launched, strict=True):
             idx.append(len(self._kstats))
-            ks = stats_from_record(r, len(self._kstats), run, self._fields, k, self.ctx.spec,
-                                   floors=False)
+            ks = stats_from_record(
+                r, len(self._kstats), run, self._fields, k, self.ctx.spec, floors=False
+            )
             if not self._counters and not self.config.capture_power:
                 ks.counters = None
             if not self.config.capture_power:
@@ -103,8 +113,7 @@ class ProfilingSession:
     def run_end(self, result: Any, trace: list[TraceEvent] | None) -> None:
         if self._run is not None:
             self._run.end_cycle = self.ctx.device.now
-            self._run.writeback_cycles = (self._run.end_cycle - self._run.start_cycle
-                                          - self._run_ops)
+            self._run.writeback_cycles = self._run.end_cycle - self._run.start_cycle - self._run_ops
         self._program.append("flush")
         self._program_stats.append(None)
         if trace is not None and self._trace:
@@ -117,8 +126,9 @@ class ProfilingSession:
             raise WiaError("this profiling session is already running")
         for o in self.ctx.observers:
             if isinstance(o, ProfilingSession):
-                raise WiaError("a profiling session is already running on this context; "
-                               "stop it first")
+                raise WiaError(
+                    "a profiling session is already running on this context; stop it first"
+                )
         dev = self.ctx.device
         self._t0 = time.perf_counter()
         self._start_cycle = dev.now
@@ -137,14 +147,16 @@ class ProfilingSession:
         self._events: list[TraceEvent] = []
         self._sampler = None
         if self._samples:
-            interval = max(1, round(self.config.sampling_interval_us * 1e3
-                                    * self.ctx.spec.clock_ghz))
+            interval = max(
+                1, round(self.config.sampling_interval_us * 1e3 * self.ctx.spec.clock_ghz)
+            )
             self._sampler = Sampler(dev, interval)
         self._ports = _ports.install(dev.memory) if self._trace else None
         self._mem = None
         if self.config.capture_memory:
-            self._mem = MemoryProfilingSession(self.ctx, MemoryProfilingConfig(
-                keep_library_frames=self.config.keep_library_frames)).start()
+            self._mem = MemoryProfilingSession(
+                self.ctx, MemoryProfilingConfig(keep_library_frames=self.config.keep_library_frames)
+            ).start()
         self.ctx.observers.append(self)
         self.active = True
         return self
@@ -169,22 +181,39 @@ class ProfilingSession:
         host = time.perf_counter() - self._t0
         comm: dict[str, Any] = {}
         if cfg.capture_communication:
-            comm = {"events": [], "note": "single-device runs send no link messages; "
-                    "multi-device communication is not emulated yet"}
+            comm = {
+                "events": [],
+                "note": "single-device runs send no link messages; "
+                "multi-device communication is not emulated yet",
+            }
         self.report = ProfilingReport(
-            mode=ProfileMode(cfg.mode), config=cfg, device=DeviceInfo.from_spec(ctx.spec),
-            start_cycle=self._start_cycle, end_cycle=end,
-            counters=dev.counters.delta(self._before), runs=self._runs, ops=self._ops,
-            kernels=self._kstats, samples=samples,
-            device_events=self._events if self._trace else None, port_events=port_events,
-            memory=memory, communication=comm,
-            overhead={"simulated_cycles": 0, "host_seconds": host,
-                      "note": "profiling observes the emulator without changing its "
-                              "timing; no mode models a device-side cost"},
-            program=list(self._program), spec=ctx.spec,
+            mode=ProfileMode(cfg.mode),
+            config=cfg,
+            device=DeviceInfo.from_spec(ctx.spec),
+            start_cycle=self._start_cycle,
+            end_cycle=end,
+            counters=dev.counters.delta(self._before),
+            runs=self._runs,
+            ops=self._ops,
+            kernels=self._kstats,
+            samples=samples,
+            device_events=self._events if self._trace else None,
+            port_events=port_events,
+            memory=memory,
+            communication=comm,
+            overhead={
+                "simulated_cycles": 0,
+                "host_seconds": host,
+                "note": "profiling observes the emulator without changing its "
+                "timing; no mode models a device-side cost",
+            },
+            program=list(self._program),
+            spec=ctx.spec,
             program_stats=list(self._program_stats),
-            start_temperature_c=self._start_temperature_c, graphs=list(self._graphs),
-            providers=dict(ctx.providers))
+            start_temperature_c=self._start_temperature_c,
+            graphs=list(self._graphs),
+            providers=dict(ctx.providers),
+        )
         if cfg.output_file is not None:
             _write_outputs(self.report, Path(cfg.output_file))
         return self.report
@@ -212,6 +241,5 @@ def stop_profiling(session: ProfilingSession) -> ProfilingReport:
     """Stop ``session`` and build its report (``wia_stop_profiling``); saves it to the
     config's ``output_file`` when one is set."""
     if not isinstance(session, ProfilingSession):
-        raise TypeError(f"stop_profiling takes a ProfilingSession, got "
-                        f"{type(session).__name__}")
+        raise TypeError(f"stop_profiling takes a ProfilingSession, got {type(session).__name__}")
     return session.stop()

@@ -52,40 +52,79 @@ def chrome_trace(report: Any) -> dict[str, Any]:
             t = tids[name] = len(tids) + 1
         return t
 
-    def span(track: str, name: str, start: int, end: int, cat: str,
-             args: Mapping[str, Any] | None = None) -> None:
-        e: dict[str, Any] = {"name": name, "cat": cat, "ph": "X", "ts": us(start),
-                             "dur": round(us(end) - us(start), 4), "pid": _PID,
-                             "tid": tid(track)}
+    def span(
+        track: str, name: str, start: int, end: int, cat: str, args: Mapping[str, Any] | None = None
+    ) -> None:
+        e: dict[str, Any] = {
+            "name": name,
+            "cat": cat,
+            "ph": "X",
+            "ts": us(start),
+            "dur": round(us(end) - us(start), 4),
+            "pid": _PID,
+            "tid": tid(track),
+        }
         if args:
             e["args"] = dict(args)
         ev.append(e)
 
     def counter(name: str, cycle: int, values: Mapping[str, float]) -> None:
-        ev.append({"name": name, "cat": "counter", "ph": "C", "ts": us(cycle), "pid": _PID,
-                   "args": {k: float(v) for k, v in values.items()}})
+        ev.append(
+            {
+                "name": name,
+                "cat": "counter",
+                "ph": "C",
+                "ts": us(cycle),
+                "pid": _PID,
+                "args": {k: float(v) for k, v in values.items()},
+            }
+        )
 
     for name in ("runs", "ops", "kernels"):
         tid(name)
     for r in report.runs:
         cs = r.callsite
-        span("runs", f"run {r.workload}", r.start_cycle, r.end_cycle, "run",
-             {"params": r.params, "callsite": str(cs) if cs else None,
-              "writeback_cycles": r.writeback_cycles})
+        span(
+            "runs",
+            f"run {r.workload}",
+            r.start_cycle,
+            r.end_cycle,
+            "run",
+            {
+                "params": r.params,
+                "callsite": str(cs) if cs else None,
+                "writeback_cycles": r.writeback_cycles,
+            },
+        )
     for o in report.ops:
-        span("ops", o.name, o.start_cycle, o.end_cycle, "op",
-             {"group": o.group, "kind": o.kind, "kernels": len(o.kernels)})
+        span(
+            "ops",
+            o.name,
+            o.start_cycle,
+            o.end_cycle,
+            "op",
+            {"group": o.group, "kind": o.kind, "kernels": len(o.kernels)},
+        )
     for k in report.kernels:
-        args: dict[str, Any] = {"op": k.op, "group": k.group, "kind": k.kind,
-                                "precision": k.precision, "cycles": k.cycles,
-                                "flops": k.flop_count, "tiles": k.tiles,
-                                "cores_used": k.cores_used}
+        args: dict[str, Any] = {
+            "op": k.op,
+            "group": k.group,
+            "kind": k.kind,
+            "precision": k.precision,
+            "cycles": k.cycles,
+            "flops": k.flop_count,
+            "tiles": k.tiles,
+            "cores_used": k.cores_used,
+        }
         span("kernels", k.name, k.start_cycle, k.end_cycle, "kernel", args)
         nb = k.counter("bytes")
         if nb is not None and k.cycles:
             secs = k.cycles / (dev.clock_ghz * 1e9)
-            counter("bandwidth (GB/s)", k.start_cycle,
-                    {lvl: nb[lvl] / secs / 1e9 for lvl in ("hbm", "l2", "l1")})
+            counter(
+                "bandwidth (GB/s)",
+                k.start_cycle,
+                {lvl: nb[lvl] / secs / 1e9 for lvl in ("hbm", "l2", "l1")},
+            )
         if k.power_w is not None:
             counter("power (W)", k.start_cycle, {"power": k.power_w})
         if k.temperature_c is not None:
@@ -109,8 +148,14 @@ def chrome_trace(report: Any) -> dict[str, Any]:
             if kind == "compute":
                 span(f"core {track[4:]}", kernel, start, end, "compute")
             elif kind == "dma":
-                span(f"{track} load", kernel, start, end, "dma",
-                     {"bytes": nbytes, "l1_misses": m1, "l2_misses": m2})
+                span(
+                    f"{track} load",
+                    kernel,
+                    start,
+                    end,
+                    "dma",
+                    {"bytes": nbytes, "l1_misses": m1, "l2_misses": m2},
+                )
                 if m1 or m2:
                     counter("cache misses (blocks)", start, {"l1": m1, "l2": m2})
             else:
@@ -136,7 +181,9 @@ def chrome_trace(report: Any) -> dict[str, Any]:
             run: tuple[str, int] | None = None
             for s in report.samples:
                 k = s.kernels[c]
-                state = None if k is None else f"{k} ({'computing' if s.computing[c] else 'waiting'})"
+                state = (
+                    None if k is None else f"{k} ({'computing' if s.computing[c] else 'waiting'})"
+                )
                 if run is not None and (state != run[0]):
                     span(f"core {c}", run[0], run[1], s.cycle, "sample")
                     run = None
@@ -156,19 +203,35 @@ def chrome_trace(report: Any) -> dict[str, Any]:
             counter("device memory (GB)", c, {"allocated": a / 1e9, "reserved": r / 1e9})
 
     meta: list[dict[str, Any]] = [
-        {"name": "process_name", "ph": "M", "pid": _PID, "args": {"name": dev.name}}]
+        {"name": "process_name", "ph": "M", "pid": _PID, "args": {"name": dev.name}}
+    ]
     for rank, (name, t) in enumerate(sorted(tids.items(), key=lambda kv: _order(kv[0]))):
-        meta.append({"name": "thread_name", "ph": "M", "pid": _PID, "tid": t,
-                     "args": {"name": name}})
-        meta.append({"name": "thread_sort_index", "ph": "M", "pid": _PID, "tid": t,
-                     "args": {"sort_index": rank}})
+        meta.append(
+            {"name": "thread_name", "ph": "M", "pid": _PID, "tid": t, "args": {"name": name}}
+        )
+        meta.append(
+            {
+                "name": "thread_sort_index",
+                "ph": "M",
+                "pid": _PID,
+                "tid": t,
+                "args": {"sort_index": rank},
+            }
+        )
     used = {e["tid"] for e in ev if "tid" in e}
     meta = [m for m in meta if "tid" not in m or m["tid"] in used]
-    return {"traceEvents": meta + ev, "displayTimeUnit": "ns",
-            "otherData": {"generator": "wia-hw", "device": dev.name,
-                          "clock_ghz": dev.clock_ghz, "start_cycle": t0,
-                          "mode": getattr(report.mode, "value", str(report.mode)),
-                          "time_unit": "microseconds of device time"}}
+    return {
+        "traceEvents": meta + ev,
+        "displayTimeUnit": "ns",
+        "otherData": {
+            "generator": "wia-hw",
+            "device": dev.name,
+            "clock_ghz": dev.clock_ghz,
+            "start_cycle": t0,
+            "mode": getattr(report.mode, "value", str(report.mode)),
+            "time_unit": "microseconds of device time",
+        },
+    }
 
 
 def _order(track: str) -> tuple[int, int, int, int]:
@@ -187,10 +250,15 @@ def _order(track: str) -> tuple[int, int, int, int]:
     return (3, 0, 0, 0)
 
 
-_REQUIRED = {"X": ("name", "ph", "ts", "dur", "pid", "tid"), "B": ("name", "ph", "ts", "pid",
-             "tid"), "E": ("ph", "ts", "pid", "tid"), "C": ("name", "ph", "ts", "pid", "args"),
-             "i": ("name", "ph", "ts", "pid", "s"), "I": ("name", "ph", "ts", "pid"),
-             "M": ("name", "ph", "pid", "args")}
+_REQUIRED = {
+    "X": ("name", "ph", "ts", "dur", "pid", "tid"),
+    "B": ("name", "ph", "ts", "pid", "tid"),
+    "E": ("ph", "ts", "pid", "tid"),
+    "C": ("name", "ph", "ts", "pid", "args"),
+    "i": ("name", "ph", "ts", "pid", "s"),
+    "I": ("name", "ph", "ts", "pid"),
+    "M": ("name", "ph", "pid", "args"),
+}
 
 
 def check_trace_events(obj: Any, *, eps_us: float = 1e-3) -> list[str]:
@@ -221,12 +289,18 @@ def check_trace_events(obj: Any, *, eps_us: float = 1e-3) -> list[str]:
         for key in ("ts", "dur"):
             if key in e:
                 v = e[key]
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or \
-                        not math.isfinite(v) or v < 0:
-                    problems.append(f"event {i}: {key} must be a non-negative number of "
-                                    f"microseconds, got {v!r}")
-        if ph == "C" and not all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                 for v in e["args"].values()):
+                if (
+                    isinstance(v, bool)
+                    or not isinstance(v, (int, float))
+                    or not math.isfinite(v)
+                    or v < 0
+                ):
+                    problems.append(
+                        f"event {i}: {key} must be a non-negative number of microseconds, got {v!r}"
+                    )
+        if ph == "C" and not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in e["args"].values()
+        ):
             problems.append(f"event {i}: counter values must be numbers")
         if ph == "M" and not isinstance(e["args"], Mapping):
             problems.append(f"event {i}: metadata args must be an object")
@@ -238,6 +312,8 @@ def check_trace_events(obj: Any, *, eps_us: float = 1e-3) -> list[str]:
         spans.sort()
         for (_s0, e0, i0), (s1, _e1, i1) in zip(spans, spans[1:], strict=False):
             if s1 < e0 - eps_us:
-                problems.append(f"track pid={pid} tid={t}: event {i1} starts at {s1} us, "
-                                f"before event {i0} ends at {e0} us")
+                problems.append(
+                    f"track pid={pid} tid={t}: event {i1} starts at {s1} us, "
+                    f"before event {i0} ends at {e0} us"
+                )
     return problems

@@ -40,8 +40,18 @@ from ..emulator.kernels import GemmKernel, GemmTiling, VectorKernel
 from ..optimize._kernels import fuse_gemm_epilogue, fuse_vector_pair, reads
 from ..optimize._kernels import rows_per_tile as _rows_per_tile
 
-__all__ = ["replay", "reads", "fuse_vector_pair", "fuse_gemm_epilogue", "gemm_tilings",
-           "time_kernel", "replay_allocations", "substitute", "vector_tilings", "FLUSH"]
+__all__ = [
+    "replay",
+    "reads",
+    "fuse_vector_pair",
+    "fuse_gemm_epilogue",
+    "gemm_tilings",
+    "time_kernel",
+    "replay_allocations",
+    "substitute",
+    "vector_tilings",
+    "FLUSH",
+]
 
 FLUSH = "flush"
 
@@ -49,7 +59,7 @@ FLUSH = "flush"
 def _execute(dev: Device, kernels: list[Any]) -> None:
     try:
         from ..emulator.extension_kernels import execute_kernels
-    except ImportError:                                  # pragma: no cover
+    except ImportError:  # pragma: no cover
         dev.execute(kernels)
         return
     execute_kernels(dev, kernels)
@@ -83,8 +93,7 @@ def time_kernel(spec: Any, kernel: Any) -> int:
 
 def _fits(spec: Any, tm: int, tn: int, tk: int, tb: int, e: int, eo: int) -> bool:
     budget = spec.memory.l1.size_bytes // 2
-    return (tb * (tm + tn) * tk * e <= budget
-            and tb * tm * tn * eo <= spec.memory.l1.size_bytes // 4)
+    return tb * (tm + tn) * tk * e <= budget and tb * tm * tn * eo <= spec.memory.l1.size_bytes // 4
 
 
 def gemm_tilings(spec: Any, k: GemmKernel, limit: int = 24) -> list[GemmTiling]:
@@ -122,8 +131,10 @@ def gemm_tilings(spec: Any, k: GemmKernel, limit: int = 24) -> list[GemmTiling]:
     cands = list(dict.fromkeys(cands))
 
     def dist(t: GemmTiling) -> tuple[float, str]:
-        d = sum(abs(math.log2(x / y)) for x, y in ((t.tm, t0.tm), (t.tn, t0.tn),
-                                                     (t.tk, t0.tk), (t.tb, t0.tb)))
+        d = sum(
+            abs(math.log2(x / y))
+            for x, y in ((t.tm, t0.tm), (t.tn, t0.tn), (t.tk, t0.tk), (t.tb, t0.tb))
+        )
         return d + (0.5 if t.order != t0.order else 0.0), repr(t)
 
     cands.sort(key=dist)
@@ -159,9 +170,12 @@ def substitute(program: Sequence[Any], changes: dict[int, Any]) -> list[Any]:
     return out
 
 
-def replay_allocations(events: Iterable[tuple[Any, ...]], capacity_bytes: int,
-                       config: AllocatorConfig,
-                       sync: Callable[[tuple[Any, ...]], bool]) -> tuple[int, int]:
+def replay_allocations(
+    events: Iterable[tuple[Any, ...]],
+    capacity_bytes: int,
+    config: AllocatorConfig,
+    sync: Callable[[tuple[Any, ...]], bool],
+) -> tuple[int, int]:
     """Replay a memory report's allocation trace on a fresh allocator with ``config``;
     returns ``(device cycles of the calls for which sync(event) holds, peak reserved
     bytes)``. Frees of blocks allocated before the trace began are skipped."""

@@ -13,8 +13,7 @@ from ..graph import Graph, Op
 
 __all__ = ["consumers", "match_chain", "chain_head"]
 
-_CONSUMERS: weakref.WeakKeyDictionary[Graph, dict[str, list[Op]]] = \
-    weakref.WeakKeyDictionary()
+_CONSUMERS: weakref.WeakKeyDictionary[Graph, dict[str, list[Op]]] = weakref.WeakKeyDictionary()
 _PRODUCERS: weakref.WeakKeyDictionary[Graph, dict[str, Op]] = weakref.WeakKeyDictionary()
 
 
@@ -38,8 +37,12 @@ def _producers(graph: Graph) -> dict[str, Op]:
     return got
 
 
-def match_chain(graph: Graph, head: Op, kinds: Sequence[Iterable[str]],
-                accept: Callable[[list[Op]], bool] | None = None) -> list[Op] | None:
+def match_chain(
+    graph: Graph,
+    head: Op,
+    kinds: Sequence[Iterable[str]],
+    accept: Callable[[list[Op]], bool] | None = None,
+) -> list[Op] | None:
     """The chain of ops starting at ``head`` whose kinds match ``kinds`` (one set of
     kinds per position) in which each op's result is read by the next op only (so it
     never needs to reach memory); ``accept`` may reject a structurally matching chain.
@@ -59,8 +62,12 @@ def match_chain(graph: Graph, head: Op, kinds: Sequence[Iterable[str]],
     return chain
 
 
-def chain_head(graph: Graph, op: Op, kinds: Sequence[Iterable[str]],
-               accept: Callable[[list[Op]], bool] | None = None) -> tuple[Op, int] | None:
+def chain_head(
+    graph: Graph,
+    op: Op,
+    kinds: Sequence[Iterable[str]],
+    accept: Callable[[list[Op]], bool] | None = None,
+) -> tuple[Op, int] | None:
     """If ``op`` is a non-first member of a chain matching ``kinds``: (head, position)."""
     prod = _producers(graph)
     for pos in range(1, len(kinds)):
@@ -68,9 +75,8 @@ def chain_head(graph: Graph, op: Op, kinds: Sequence[Iterable[str]],
             continue
         cur = op
         ok = True
-        for back in range(pos, 0, -1):      # walk back to the head
-            src = [prod[i] for i in cur.inputs if i in prod
-                   and prod[i].kind in kinds[back - 1]]
+        for back in range(pos, 0, -1):  # walk back to the head
+            src = [prod[i] for i in cur.inputs if i in prod and prod[i].kind in kinds[back - 1]]
             if not src:
                 ok = False
                 break

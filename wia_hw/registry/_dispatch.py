@@ -18,8 +18,13 @@ from ._modules import resolve_impl
 from ._sources import load_extension
 from ._yaml_ops import yaml_operation_provider
 
-__all__ = ["register_device_extension", "unregister_device_extension",
-           "registered_extensions", "ensure_extension"]
+__all__ = [
+    "register_device_extension",
+    "unregister_device_extension",
+    "registered_extensions",
+    "ensure_extension",
+]
+
 
 @dataclass
 class _Entry:
@@ -36,13 +41,16 @@ class _Dispatch:
     def __init__(self) -> None:
         self.entries: list[_Entry] = []
 
-    def __call__(self, op: Op, graph: Graph, spec: DeviceSpec, storage: Any
-                 ) -> list[Any] | None:
+    def __call__(self, op: Op, graph: Graph, spec: DeviceSpec, storage: Any) -> list[Any] | None:
         for e in self.entries:
             kernels = e.fn(op, graph, spec, storage)
             if kernels is not None:
-                return [k if getattr(k, "provider", "builtin") != "builtin"
-                        else replace(k, provider=e.ext) for k in kernels]
+                return [
+                    k
+                    if getattr(k, "provider", "builtin") != "builtin"
+                    else replace(k, provider=e.ext)
+                    for k in kernels
+                ]
         return None
 
 
@@ -63,9 +71,12 @@ def _bind(ext: DeviceExtension, op: Operation) -> Callable[[Op, Graph, DeviceSpe
     return provider
 
 
-def register_device_extension(ctx: Any, ext: DeviceExtension | str | os.PathLike[str], *,
-                              parameters: Mapping[str, Any] | None = None
-                              ) -> DeviceExtension:
+def register_device_extension(
+    ctx: Any,
+    ext: DeviceExtension | str | os.PathLike[str],
+    *,
+    parameters: Mapping[str, Any] | None = None,
+) -> DeviceExtension:
     """Register ``ext`` on the context ``ctx`` (the seed's
     ``wia_register_device_extension``): its operations become providers of the graph op
     kinds and names they claim (:func:`wia_hw.lowering.lower_op`), and
@@ -83,14 +94,18 @@ def register_device_extension(ctx: Any, ext: DeviceExtension | str | os.PathLike
         ext = ext.with_parameters(parameters)
     have = registered_extensions(ctx)
     if ext.id in ctx.extensions:
-        raise ext.error("extension_id", f"extension {ext.id!r} is already registered on "
-                        "this context")
+        raise ext.error(
+            "extension_id", f"extension {ext.id!r} is already registered on this context"
+        )
     names = {o.name: e for e in have.values() for o in e.operations}
     for o in ext.operations:
         if o.name in names:
             other = names[o.name]
-            raise ext.error(f"operations.{o.index}.name", f"operation {o.name!r} is already "
-                            f"registered by extension {other.id!r} ({other.file})")
+            raise ext.error(
+                f"operations.{o.index}.name",
+                f"operation {o.name!r} is already "
+                f"registered by extension {other.id!r} ({other.file})",
+            )
     bindings: list[tuple[str, Operation, bool]] = []
     for o in ext.operations:
         for c in o.claims:
@@ -99,23 +114,28 @@ def register_device_extension(ctx: Any, ext: DeviceExtension | str | os.PathLike
             for k in kinds:
                 bindings.append((k, o, False))
     providers = ctx.providers
-    for key, o, explicit in bindings:     # check every claim before changing anything
+    for key, o, explicit in bindings:  # check every claim before changing anything
         if not explicit:
             continue
         cur = providers.get(key)
         if cur is None:
             continue
         owner, fn = cur
-        holders = [e for e in fn.entries if e.explicit and e.ext != ext.id] \
-            if isinstance(fn, _Dispatch) else [_Entry(owner, "?", fn, True)]
+        holders = (
+            [e for e in fn.entries if e.explicit and e.ext != ext.id]
+            if isinstance(fn, _Dispatch)
+            else [_Entry(owner, "?", fn, True)]
+        )
         if holders:
             h = holders[0]
             j = o.claims.index(key)
             what = "op name" if "." in key else "op kind"
             by = f" (operation {h.operation!r})" if h.operation != "?" else ""
-            raise ext.error(f"operations.{o.index}.claims.{j}",
-                            f"{what} {key!r} is already claimed by extension {h.ext!r}{by}; "
-                            "one op has one provider (unregister the other extension first)")
+            raise ext.error(
+                f"operations.{o.index}.claims.{j}",
+                f"{what} {key!r} is already claimed by extension {h.ext!r}{by}; "
+                "one op has one provider (unregister the other extension first)",
+            )
     fns = {o.name: _bind(ext, o) for o in ext.operations if o.claims}
     for key, o, explicit in bindings:
         if o.name not in fns:

@@ -34,8 +34,16 @@ from dataclasses import dataclass
 
 from ..emulator.errors import WiaError
 
-__all__ = ["Expr", "ExprError", "compile_expr", "evaluate_expr", "FUNCTIONS", "MAX_LENGTH",
-           "MAX_NODES", "MAX_MAGNITUDE"]
+__all__ = [
+    "Expr",
+    "ExprError",
+    "compile_expr",
+    "evaluate_expr",
+    "FUNCTIONS",
+    "MAX_LENGTH",
+    "MAX_NODES",
+    "MAX_MAGNITUDE",
+]
 
 #: Longest expression text accepted.
 MAX_LENGTH = 1000
@@ -97,21 +105,23 @@ def _check(node: ast.AST, names: set[str]) -> None:
         names.add(node.id)
     elif isinstance(node, ast.BinOp):
         if not isinstance(node.op, _BINOPS):
-            raise ExprError(f"operator {type(node.op).__name__} is not allowed (allowed: "
-                            f"+ - * / // % **){_where(node)}")
+            raise ExprError(
+                f"operator {type(node.op).__name__} is not allowed (allowed: "
+                f"+ - * / // % **){_where(node)}"
+            )
         _check(node.left, names)
         _check(node.right, names)
     elif isinstance(node, ast.UnaryOp):
         if not isinstance(node.op, _UNARY):
-            raise ExprError(f"unary operator {type(node.op).__name__} is not allowed"
-                            f"{_where(node)}")
+            raise ExprError(f"unary operator {type(node.op).__name__} is not allowed{_where(node)}")
         _check(node.operand, names)
     elif isinstance(node, ast.Call):
         func = node.func
         if not isinstance(func, ast.Name) or func.id not in FUNCTIONS:
             what = ast.unparse(func) if isinstance(func, ast.AST) else "?"
-            raise ExprError(f"call of {what!r} is not allowed (allowed: "
-                            f"{', '.join(FUNCTIONS)}){_where(node)}")
+            raise ExprError(
+                f"call of {what!r} is not allowed (allowed: {', '.join(FUNCTIONS)}){_where(node)}"
+            )
         if node.keywords:
             raise ExprError(f"keyword arguments are not allowed{_where(node)}")
         if any(isinstance(a, ast.Starred) for a in node.args):
@@ -119,23 +129,24 @@ def _check(node: ast.AST, names: set[str]) -> None:
         _, lo, hi = FUNCTIONS[func.id]
         if not lo <= len(node.args) <= hi:
             need = str(lo) if lo == hi else f"{lo} to {hi}"
-            raise ExprError(f"{func.id}() takes {need} arguments, got {len(node.args)}"
-                            f"{_where(node)}")
+            raise ExprError(
+                f"{func.id}() takes {need} arguments, got {len(node.args)}{_where(node)}"
+            )
         for a in node.args:
             _check(a, names)
     elif isinstance(node, ast.Attribute):
-        raise ExprError(f"attribute access ({ast.unparse(node)!r}) is not allowed"
-                        f"{_where(node)}")
+        raise ExprError(f"attribute access ({ast.unparse(node)!r}) is not allowed{_where(node)}")
     else:
-        raise ExprError(f"{type(node).__name__} is not allowed in an expression (only "
-                        f"numbers, names, + - * / // % **, min, max, ceil, floor, log2)"
-                        f"{_where(node)}")
+        raise ExprError(
+            f"{type(node).__name__} is not allowed in an expression (only "
+            f"numbers, names, + - * / // % **, min, max, ceil, floor, log2)"
+            f"{_where(node)}"
+        )
 
 
 def _bounded(v: Number, node: ast.AST) -> Number:
     if isinstance(v, float) and not math.isfinite(v) or abs(v) > MAX_MAGNITUDE:
-        raise ExprError(f"value out of range ({v!r}; the limit is {MAX_MAGNITUDE:g})"
-                        f"{_where(node)}")
+        raise ExprError(f"value out of range ({v!r}; the limit is {MAX_MAGNITUDE:g}){_where(node)}")
     return v
 
 
@@ -146,8 +157,9 @@ def _eval(node: ast.AST, env: Mapping[str, Number]) -> Number:
         return _bounded(node.value, node)
     if isinstance(node, ast.Name):
         if node.id not in env:
-            raise ExprError(f"unknown name {node.id!r} (known: {', '.join(sorted(env))})"
-                            f"{_where(node)}")
+            raise ExprError(
+                f"unknown name {node.id!r} (known: {', '.join(sorted(env))}){_where(node)}"
+            )
         v = env[node.id]
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ExprError(f"name {node.id!r} is not a number ({v!r})")
@@ -174,10 +186,14 @@ def _eval(node: ast.AST, env: Mapping[str, Number]) -> Number:
             raise ExprError(f"value out of range ({a!r} ** {b!r}){_where(node)}")
         if 0 < abs(a) < 1 and b < 0 and -b * math.log10(abs(a)) < -math.log10(MAX_MAGNITUDE):
             raise ExprError(f"value out of range ({a!r} ** {b!r}){_where(node)}")
-        return _bounded(a ** b, node)
+        return _bounded(a**b, node)
     result = {
-        ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
-        ast.Div: lambda: a / b, ast.FloorDiv: lambda: a // b, ast.Mod: lambda: a % b,
+        ast.Add: lambda: a + b,
+        ast.Sub: lambda: a - b,
+        ast.Mult: lambda: a * b,
+        ast.Div: lambda: a / b,
+        ast.FloorDiv: lambda: a // b,
+        ast.Mod: lambda: a % b,
     }[type(op)]()
     return _bounded(result, node)
 
@@ -198,8 +214,7 @@ class Expr:
         return self.text
 
 
-def compile_expr(text: object, allowed_names: set[str] | frozenset[str] | None = None
-                 ) -> Expr:
+def compile_expr(text: object, allowed_names: set[str] | frozenset[str] | None = None) -> Expr:
     """Parse and check ``text``; with ``allowed_names``, every variable must be one.
 
     Numbers in YAML may arrive as ``int``/``float``; they are accepted as constant
@@ -229,9 +244,11 @@ def compile_expr(text: object, allowed_names: set[str] | frozenset[str] | None =
     if allowed_names is not None:
         unknown = sorted(names - set(allowed_names))
         if unknown:
-            raise ExprError(f"unknown name{'s' if len(unknown) > 1 else ''} "
-                            f"{', '.join(map(repr, unknown))} (known: "
-                            f"{', '.join(sorted(allowed_names))})")
+            raise ExprError(
+                f"unknown name{'s' if len(unknown) > 1 else ''} "
+                f"{', '.join(map(repr, unknown))} (known: "
+                f"{', '.join(sorted(allowed_names))})"
+            )
     return Expr(text.strip(), frozenset(names), tree)
 
 

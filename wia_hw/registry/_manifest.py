@@ -83,8 +83,20 @@ from ._expr import Expr, ExprError, compile_expr
 from ._modules import IDENTIFIER as _IDENT
 from ._modules import check_impl, resolve_impl
 
-__all__ = ["ExtensionId", "Capability", "Parameter", "Operation", "DeviceExtension", "Impl",
-           "PRIMITIVES", "PEAK_KEYS", "SCHEMA_VERSION", "from_data", "read_manifest", "version_satisfies"]
+__all__ = [
+    "ExtensionId",
+    "Capability",
+    "Parameter",
+    "Operation",
+    "DeviceExtension",
+    "Impl",
+    "PRIMITIVES",
+    "PEAK_KEYS",
+    "SCHEMA_VERSION",
+    "from_data",
+    "read_manifest",
+    "version_satisfies",
+]
 
 SCHEMA_VERSION = 1
 
@@ -141,8 +153,17 @@ _MATMUL_NAMES = ("B", "M", "N", "K", "E", "rate")
 _VECTOR_NAMES = ("ROWS", "COLS", "ELEMENTS", "E")
 _DEVICE_NAMES = ("array_rows", "array_cols", "cores", "lanes", "clock_ghz")
 _COST_KEYS = ("cycles", "macs", "energy_pj")
-_TOP_KEYS = ("schema_version", "extension_id", "version", "description", "requires",
-             "module", "capabilities", "parameters", "operations")
+_TOP_KEYS = (
+    "schema_version",
+    "extension_id",
+    "version",
+    "description",
+    "requires",
+    "module",
+    "capabilities",
+    "parameters",
+    "operations",
+)
 _OP_KEYS = ("name", "description", "impl", "claims", "compose", "cost", "peak", "uses")
 #: The peak a YAML-only operation's unit declares (or inherits): MACs per cycle for an
 #: operation composed on the array (``matmul``), bytes per cycle for one on the vector
@@ -153,6 +174,7 @@ _PARAM_KEYS = ("type", "default", "min", "max", "choices", "unit", "description"
 
 
 # -- versions ------------------------------------------------------------------------
+
 
 def _version_tuple(text: str) -> tuple[int, ...]:
     parts = tuple(int(p) for p in text.split("."))
@@ -167,14 +189,21 @@ def version_satisfies(version: str, requirement: str) -> bool:
         if m is None:
             raise ValueError(f"bad version clause {clause.strip()!r} (use e.g. '>=0.1, <1.0')")
         op, ref = m.group(1), _version_tuple(m.group(2))
-        ok = {">=": v >= ref, "<=": v <= ref, "==": v == ref, "!=": v != ref,
-              ">": v > ref, "<": v < ref}[op]
+        ok = {
+            ">=": v >= ref,
+            "<=": v <= ref,
+            "==": v == ref,
+            "!=": v != ref,
+            ">": v > ref,
+            "<": v < ref,
+        }[op]
         if not ok:
             return False
     return True
 
 
 # -- declarations --------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Parameter:
@@ -212,11 +241,13 @@ class Parameter:
                 raise ValueError(f"must be one of {', '.join(self.choices)}, got {value!r}")
             return value
         if self.min is not None and value < self.min:
-            raise ValueError(f"value {value!r} is below the minimum {self.min!r} "
-                             f"(range {self._range()})")
+            raise ValueError(
+                f"value {value!r} is below the minimum {self.min!r} (range {self._range()})"
+            )
         if self.max is not None and value > self.max:
-            raise ValueError(f"value {value!r} is above the maximum {self.max!r} "
-                             f"(range {self._range()})")
+            raise ValueError(
+                f"value {value!r} is above the maximum {self.max!r} (range {self._range()})"
+            )
         return value
 
     def _range(self) -> str:
@@ -298,8 +329,9 @@ class DeviceExtension:
             ext_id = ExtensionId(ext_id)
         except ValueError:
             if not isinstance(ext_id, str) or not _IDENT.match(ext_id):
-                raise self.error("extension_id", f"must be an identifier (letters, digits, "
-                                 f"_), got {ext_id!r}") from None
+                raise self.error(
+                    "extension_id", f"must be an identifier (letters, digits, _), got {ext_id!r}"
+                ) from None
         object.__setattr__(self, "extension_id", ext_id)
         if not isinstance(self.version, str) or not _VERSION.match(self.version):
             raise self.error("version", f"must be a version like '1.0', got {self.version!r}")
@@ -308,31 +340,38 @@ class DeviceExtension:
             try:
                 caps.append(Capability(c))
             except ValueError:
-                raise self.error(f"capabilities.{i}", f"unknown capability {c!r} (known: "
-                                 f"{', '.join(m.value for m in Capability)})") from None
+                raise self.error(
+                    f"capabilities.{i}",
+                    f"unknown capability {c!r} (known: {', '.join(m.value for m in Capability)})",
+                ) from None
         object.__setattr__(self, "capabilities", tuple(caps))
         ops = []
         for i, o in enumerate(self.operations):
             if isinstance(o, tuple) and len(o) == 2:
                 o = Operation(name=o[0], impl=o[1], index=i)
             if not isinstance(o, Operation):
-                raise self.error(f"operations.{i}", f"must be an Operation or a (name, "
-                                 f"function) pair, got {o!r}")
+                raise self.error(
+                    f"operations.{i}", f"must be an Operation or a (name, function) pair, got {o!r}"
+                )
             ops.append(replace(o, index=i))
         names = set()
         for o in ops:
             if not isinstance(o.name, str) or not _IDENT.match(o.name):
-                raise self.error(f"operations.{o.index}.name",
-                                 f"must be an identifier, got {o.name!r}")
+                raise self.error(
+                    f"operations.{o.index}.name", f"must be an identifier, got {o.name!r}"
+                )
             if o.name in names:
-                raise self.error(f"operations.{o.index}.name",
-                                 f"operation {o.name!r} is declared twice")
+                raise self.error(
+                    f"operations.{o.index}.name", f"operation {o.name!r} is declared twice"
+                )
             names.add(o.name)
             for j, u in enumerate(o.uses):
                 if u not in caps:
-                    raise self.error(f"operations.{o.index}.uses.{j}",
-                                     f"capability {str(u)!r} is not among the extension's "
-                                     f"capabilities ({', '.join(map(str, caps)) or 'none'})")
+                    raise self.error(
+                        f"operations.{o.index}.uses.{j}",
+                        f"capability {str(u)!r} is not among the extension's "
+                        f"capabilities ({', '.join(map(str, caps)) or 'none'})",
+                    )
         object.__setattr__(self, "operations", tuple(ops))
         values = {n: p.default for n, p in self.parameters.items()}
         for n, v in self.values.items():
@@ -350,14 +389,15 @@ class DeviceExtension:
 
     def error(self, field_: str, message: str) -> SpecError:
         """A SpecError naming this extension's file, the field's line and the field."""
-        return SpecError(message, file=self.file, line=line_for(field_, self.lines),
-                         field=field_)
+        return SpecError(message, file=self.file, line=line_for(field_, self.lines), field=field_)
 
     def _checked_param(self, name: str, value: Any) -> Any:
         p = self.parameters.get(name)
         if p is None:
-            raise self.error(f"parameters.{name}", f"unknown parameter (known: "
-                             f"{', '.join(self.parameters) or 'none'})")
+            raise self.error(
+                f"parameters.{name}",
+                f"unknown parameter (known: {', '.join(self.parameters) or 'none'})",
+            )
         try:
             return p.check(value)
         except (TypeError, ValueError) as e:
@@ -375,8 +415,9 @@ class DeviceExtension:
             raise KeyError(f"extension {self.id!r} has no parameter {name!r}")
         return self.values[name]
 
-    def with_parameters(self, values: Mapping[str, Any] | None = None,
-                        **kwargs: Any) -> DeviceExtension:
+    def with_parameters(
+        self, values: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> DeviceExtension:
         """A copy with some parameters changed (validated: type and range)."""
         new = dict(self.values)
         for n, v in {**(values or {}), **kwargs}.items():
@@ -390,8 +431,10 @@ class DeviceExtension:
         for o in self.operations:
             if o.name == name:
                 return o
-        raise KeyError(f"extension {self.id!r} has no operation {name!r} (it has: "
-                       f"{', '.join(o.name for o in self.operations)})")
+        raise KeyError(
+            f"extension {self.id!r} has no operation {name!r} (it has: "
+            f"{', '.join(o.name for o in self.operations)})"
+        )
 
     def implementation(self, name: str) -> Callable[..., Any]:
         """The Python function of operation ``name`` (resolved and checked)."""
@@ -401,30 +444,58 @@ class DeviceExtension:
     def to_dict(self) -> dict[str, Any]:
         """The manifest as plain data (what ``wia-hw ext show`` prints)."""
         return {
-            "schema_version": SCHEMA_VERSION, "extension_id": self.id,
-            "version": self.version, "description": self.description,
-            "requires": dict(self.requires), "module": self.module,
+            "schema_version": SCHEMA_VERSION,
+            "extension_id": self.id,
+            "version": self.version,
+            "description": self.description,
+            "requires": dict(self.requires),
+            "module": self.module,
             "capabilities": [str(c) for c in self.capabilities],
-            "parameters": {n: {k: v for k, v in (
-                ("type", p.type), ("default", p.default), ("value", self.values[n]),
-                ("min", p.min), ("max", p.max),
-                ("choices", list(p.choices) if p.choices else None), ("unit", p.unit),
-                ("description", p.description)) if v not in (None, "")}
-                for n, p in self.parameters.items()},
-            "operations": [{k: v for k, v in (
-                ("name", o.name), ("description", o.description),
-                ("impl", o.impl if isinstance(o.impl, str) or o.impl is None
-                 else f"{o.impl.__module__}.{o.impl.__qualname__}"),
-                ("claims", list(o.claims)), ("compose", list(o.compose)),
-                ("cost", {k: str(e) for k, e in o.cost.items()}),
-                ("peak", {k: str(e) for k, e in o.peak.items()}),
-                ("uses", [str(u) for u in o.uses])) if v}
-                for o in self.operations],
+            "parameters": {
+                n: {
+                    k: v
+                    for k, v in (
+                        ("type", p.type),
+                        ("default", p.default),
+                        ("value", self.values[n]),
+                        ("min", p.min),
+                        ("max", p.max),
+                        ("choices", list(p.choices) if p.choices else None),
+                        ("unit", p.unit),
+                        ("description", p.description),
+                    )
+                    if v not in (None, "")
+                }
+                for n, p in self.parameters.items()
+            },
+            "operations": [
+                {
+                    k: v
+                    for k, v in (
+                        ("name", o.name),
+                        ("description", o.description),
+                        (
+                            "impl",
+                            o.impl
+                            if isinstance(o.impl, str) or o.impl is None
+                            else f"{o.impl.__module__}.{o.impl.__qualname__}",
+                        ),
+                        ("claims", list(o.claims)),
+                        ("compose", list(o.compose)),
+                        ("cost", {k: str(e) for k, e in o.cost.items()}),
+                        ("peak", {k: str(e) for k, e in o.peak.items()}),
+                        ("uses", [str(u) for u in o.uses]),
+                    )
+                    if v
+                }
+                for o in self.operations
+            ],
             "source": self.file,
         }
 
 
 # -- reading a manifest --------------------------------------------------------------
+
 
 def read_manifest(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     return read_yaml_mapping(path, str(path), "an extension manifest")
@@ -437,8 +508,7 @@ class _Where:
         self.file, self.lines = file, lines
 
     def __call__(self, field_: str, message: str) -> SpecError:
-        return SpecError(message, file=self.file, line=line_for(field_, self.lines),
-                         field=field_)
+        return SpecError(message, file=self.file, line=line_for(field_, self.lines), field=field_)
 
 
 def _parse_parameters(raw: Any, err: _Where) -> dict[str, Parameter]:
@@ -452,8 +522,11 @@ def _parse_parameters(raw: Any, err: _Where) -> dict[str, Parameter]:
         if not isinstance(name, str) or not _IDENT.match(name) or keyword.iskeyword(name):
             raise err(f, "a parameter name must be an identifier")
         if name in _MATMUL_NAMES + _VECTOR_NAMES + _DEVICE_NAMES:
-            raise err(f, f"{name!r} is reserved for cost expressions (tile and device "
-                      "names); choose another name")
+            raise err(
+                f,
+                f"{name!r} is reserved for cost expressions (tile and device "
+                "names); choose another name",
+            )
         if not isinstance(decl, Mapping):
             raise err(f, f"must be a mapping with type and default, got {decl!r}")
         for k in decl:
@@ -466,21 +539,34 @@ def _parse_parameters(raw: Any, err: _Where) -> dict[str, Parameter]:
             raise err(f, "missing default")
         lo, hi = decl.get("min"), decl.get("max")
         for k, v in (("min", lo), ("max", hi)):
-            if v is not None and (t not in ("int", "float") or isinstance(v, bool)
-                                  or not isinstance(v, (int, float))):
-                raise err(f"{f}.{k}", f"a {k} needs a numeric parameter and a number, "
-                          f"got {v!r}")
+            if v is not None and (
+                t not in ("int", "float") or isinstance(v, bool) or not isinstance(v, (int, float))
+            ):
+                raise err(f"{f}.{k}", f"a {k} needs a numeric parameter and a number, got {v!r}")
         if lo is not None and hi is not None and lo > hi:
             raise err(f"{f}.min", f"min {lo!r} is above max {hi!r}")
         choices = decl.get("choices")
         if choices is not None:
-            if t != "str" or not isinstance(choices, list) or not all(
-                    isinstance(c, str) for c in choices) or not choices:
-                raise err(f"{f}.choices", "choices must be a non-empty list of strings "
-                          "of a str parameter")
+            if (
+                t != "str"
+                or not isinstance(choices, list)
+                or not all(isinstance(c, str) for c in choices)
+                or not choices
+            ):
+                raise err(
+                    f"{f}.choices", "choices must be a non-empty list of strings of a str parameter"
+                )
             choices = tuple(choices)
-        p = Parameter(name, t, decl["default"], lo, hi, choices, str(decl.get("unit", "")),
-                      str(decl.get("description", "")))
+        p = Parameter(
+            name,
+            t,
+            decl["default"],
+            lo,
+            hi,
+            choices,
+            str(decl.get("unit", "")),
+            str(decl.get("description", "")),
+        )
         try:
             p = replace(p, default=p.check(decl["default"]))
         except (TypeError, ValueError) as e:
@@ -489,8 +575,9 @@ def _parse_parameters(raw: Any, err: _Where) -> dict[str, Parameter]:
     return out
 
 
-def _parse_operations(raw: Any, params: Mapping[str, Parameter], caps: Sequence[Any],
-                      err: _Where) -> list[Operation]:
+def _parse_operations(
+    raw: Any, params: Mapping[str, Parameter], caps: Sequence[Any], err: _Where
+) -> list[Operation]:
     if raw is None:
         return []
     if not isinstance(raw, list):
@@ -508,23 +595,31 @@ def _parse_operations(raw: Any, params: Mapping[str, Parameter], caps: Sequence[
             raise err(f"{f}.name", f"must be an identifier, got {name!r}")
         impl = o.get("impl")
         if impl is not None and not isinstance(impl, str):
-            raise err(f"{f}.impl", f"must be a function name in the extension's module, "
-                      f"got {impl!r}")
+            raise err(
+                f"{f}.impl", f"must be a function name in the extension's module, got {impl!r}"
+            )
         claims = o.get("claims", [])
         if not isinstance(claims, list) or not all(isinstance(c, str) and c for c in claims):
-            raise err(f"{f}.claims", f"must be a list of graph op kinds or op names, "
-                      f"got {claims!r}")
+            raise err(
+                f"{f}.claims", f"must be a list of graph op kinds or op names, got {claims!r}"
+            )
         for j, c in enumerate(claims):
             if c not in OP_KINDS and "." not in c:
-                raise err(f"{f}.claims.{j}", f"{c!r} is neither a graph op kind (known: "
-                          f"{', '.join(OP_KINDS)}) nor an op name (op names contain '.')")
+                raise err(
+                    f"{f}.claims.{j}",
+                    f"{c!r} is neither a graph op kind (known: "
+                    f"{', '.join(OP_KINDS)}) nor an op name (op names contain '.')",
+                )
         compose = o.get("compose", [])
         if not isinstance(compose, list) or not all(isinstance(c, str) for c in compose):
             raise err(f"{f}.compose", f"must be a list of primitives, got {compose!r}")
         for j, c in enumerate(compose):
             if c not in PRIMITIVES and c not in OP_KINDS:
-                raise err(f"{f}.compose.{j}", f"unknown primitive {c!r} (primitives: "
-                          f"{', '.join(PRIMITIVES)}, or a graph op kind)")
+                raise err(
+                    f"{f}.compose.{j}",
+                    f"unknown primitive {c!r} (primitives: "
+                    f"{', '.join(PRIMITIVES)}, or a graph op kind)",
+                )
         uses = o.get("uses", [])
         if not isinstance(uses, list):
             raise err(f"{f}.uses", f"must be a list of capabilities, got {uses!r}")
@@ -538,53 +633,87 @@ def _parse_operations(raw: Any, params: Mapping[str, Parameter], caps: Sequence[
         cost: dict[str, Expr] = {}
         if impl is None:
             if not compose:
-                raise err(f, f"operation {name!r} has neither impl (a Python function) nor "
-                          "compose + cost (a YAML-only definition)")
+                raise err(
+                    f,
+                    f"operation {name!r} has neither impl (a Python function) nor "
+                    "compose + cost (a YAML-only definition)",
+                )
             if not claims:
-                raise err(f"{f}.claims", "a YAML-only operation must claim the graph op "
-                          "kinds (or op names) it lowers")
+                raise err(
+                    f"{f}.claims",
+                    "a YAML-only operation must claim the graph op kinds (or op names) it lowers",
+                )
             if not isinstance(cost_raw, Mapping) or "cycles" not in cost_raw:
-                raise err(f"{f}.cost", "a YAML-only operation needs a cost model with at "
-                          "least cycles (an expression)")
+                raise err(
+                    f"{f}.cost",
+                    "a YAML-only operation needs a cost model with at least cycles (an expression)",
+                )
             head = PRIMITIVES.get(compose[0], (compose[0],))
             for j, c in enumerate(claims):
                 if c in OP_KINDS and c not in head:
-                    raise err(f"{f}.claims.{j}", f"claims {c!r} but compose starts with "
-                              f"{compose[0]!r} ({', '.join(head)})")
+                    raise err(
+                        f"{f}.claims.{j}",
+                        f"claims {c!r} but compose starts with {compose[0]!r} ({', '.join(head)})",
+                    )
             gemm = all(k in GEMM_KINDS for k in head)
-            names = set(params) | set(_DEVICE_NAMES) | set(
-                _MATMUL_NAMES if gemm else _VECTOR_NAMES)
+            names = set(params) | set(_DEVICE_NAMES) | set(_MATMUL_NAMES if gemm else _VECTOR_NAMES)
             for key, text in cost_raw.items():
                 if key not in _COST_KEYS:
-                    raise err(f"{f}.cost.{key}", f"unknown cost key (known: "
-                              f"{', '.join(_COST_KEYS)})")
+                    raise err(
+                        f"{f}.cost.{key}", f"unknown cost key (known: {', '.join(_COST_KEYS)})"
+                    )
                 try:
                     cost[key] = compile_expr(text, names)
                 except ExprError as e:
                     raise err(f"{f}.cost.{key}", str(e)) from None
         elif cost_raw is not None:
-            raise err(f"{f}.cost", "a cost model belongs to YAML-only operations; a Python "
-                      "impl computes its own kernels")
+            raise err(
+                f"{f}.cost",
+                "a cost model belongs to YAML-only operations; a Python "
+                "impl computes its own kernels",
+            )
         peak: dict[str, Expr] = {}
         if "peak" in o:
             if impl is not None:
-                raise err(f"{f}.peak", "a peak belongs to YAML-only operations; a Python "
-                          "impl computes its own kernels")
-            peak = _parse_peak(o["peak"], all(k in GEMM_KINDS for k in PRIMITIVES.get(
-                compose[0], (compose[0],))), params, f, err)
-        ops.append(Operation(name=name, impl=impl, claims=tuple(claims),
-                             compose=tuple(compose), cost=cost, peak=peak, uses=tuple(used),
-                             description=str(o.get("description", "")), index=i))
+                raise err(
+                    f"{f}.peak",
+                    "a peak belongs to YAML-only operations; a Python "
+                    "impl computes its own kernels",
+                )
+            peak = _parse_peak(
+                o["peak"],
+                all(k in GEMM_KINDS for k in PRIMITIVES.get(compose[0], (compose[0],))),
+                params,
+                f,
+                err,
+            )
+        ops.append(
+            Operation(
+                name=name,
+                impl=impl,
+                claims=tuple(claims),
+                compose=tuple(compose),
+                cost=cost,
+                peak=peak,
+                uses=tuple(used),
+                description=str(o.get("description", "")),
+                index=i,
+            )
+        )
     return ops
 
 
-def _parse_peak(raw: Any, on_array: bool, params: Mapping[str, Parameter], f: str,
-                err: _Where) -> dict[str, Expr]:
+def _parse_peak(
+    raw: Any, on_array: bool, params: Mapping[str, Parameter], f: str, err: _Where
+) -> dict[str, Expr]:
     key = PEAK_KEYS[on_array]
     if not isinstance(raw, Mapping) or list(raw) != [key]:
-        raise err(f"{f}.peak", f"must be a mapping with one key, {key} (an expression), "
-                  f"for an operation on the {'array' if on_array else 'vector unit'}; "
-                  f"got {raw!r}")
+        raise err(
+            f"{f}.peak",
+            f"must be a mapping with one key, {key} (an expression), "
+            f"for an operation on the {'array' if on_array else 'vector unit'}; "
+            f"got {raw!r}",
+        )
     names = set(params) | set(_DEVICE_NAMES) | set(_PEAK_NAMES[on_array])
     try:
         return {key: compile_expr(raw[key], names)}
@@ -592,9 +721,13 @@ def _parse_peak(raw: Any, on_array: bool, params: Mapping[str, Parameter], f: st
         raise err(f"{f}.peak.{key}", str(e)) from None
 
 
-def from_data(data: Mapping[str, Any], lines: Mapping[str, int], source: Path | None,
-               values: Mapping[str, Any] | None, module_obj: ModuleType | None = None
-               ) -> DeviceExtension:
+def from_data(
+    data: Mapping[str, Any],
+    lines: Mapping[str, int],
+    source: Path | None,
+    values: Mapping[str, Any] | None,
+    module_obj: ModuleType | None = None,
+) -> DeviceExtension:
     err = _Where(_path_name(source), lines)
     for k in data:
         if k not in _TOP_KEYS:
@@ -603,8 +736,11 @@ def from_data(data: Mapping[str, Any], lines: Mapping[str, int], source: Path | 
         if k not in data:
             raise err(k, "missing required field")
     if data["schema_version"] != SCHEMA_VERSION:
-        raise err("schema_version", f"unsupported schema_version {data['schema_version']!r} "
-                  f"(this wia-hw reads {SCHEMA_VERSION})")
+        raise err(
+            "schema_version",
+            f"unsupported schema_version {data['schema_version']!r} "
+            f"(this wia-hw reads {SCHEMA_VERSION})",
+        )
     version = data["version"]
     if isinstance(version, (int, float)) and not isinstance(version, bool):
         version = str(version)
@@ -622,13 +758,20 @@ def from_data(data: Mapping[str, Any], lines: Mapping[str, int], source: Path | 
         except ValueError as e:
             raise err(f"requires.{k}", str(e)) from None
         if not ok:
-            raise err(f"requires.{k}", f"incompatible version: the extension needs wia_hw "
-                      f"{v}, this is wia_hw {__version__}")
+            raise err(
+                f"requires.{k}",
+                f"incompatible version: the extension needs wia_hw "
+                f"{v}, this is wia_hw {__version__}",
+            )
     module = data.get("module")
-    if module is not None and (not isinstance(module, str) or not _IDENT.match(
-            module.removesuffix(".py"))):
-        raise err("module", f"must name a Python module beside the manifest (an identifier, "
-                  f"no dots or paths), got {module!r}")
+    if module is not None and (
+        not isinstance(module, str) or not _IDENT.match(module.removesuffix(".py"))
+    ):
+        raise err(
+            "module",
+            f"must name a Python module beside the manifest (an identifier, "
+            f"no dots or paths), got {module!r}",
+        )
     caps = data.get("capabilities") or []
     if not isinstance(caps, list):
         raise err("capabilities", f"must be a list, got {caps!r}")
@@ -637,17 +780,28 @@ def from_data(data: Mapping[str, Any], lines: Mapping[str, int], source: Path | 
     if module is None and module_obj is None:
         for o in ops:
             if not o.yaml_only and not str(o.impl).startswith("entry-point:"):
-                raise err(f"operations.{o.index}.impl", "an impl needs the extension's "
-                          "module (add module: NAME for NAME.py beside the manifest)")
+                raise err(
+                    f"operations.{o.index}.impl",
+                    "an impl needs the extension's "
+                    "module (add module: NAME for NAME.py beside the manifest)",
+                )
     ext = DeviceExtension(
-        extension_id=data["extension_id"], version=version, capabilities=tuple(caps),
-        operations=tuple(ops), parameters=params, values={}, requires=requires,
+        extension_id=data["extension_id"],
+        version=version,
+        capabilities=tuple(caps),
+        operations=tuple(ops),
+        parameters=params,
+        values={},
+        requires=requires,
         description=str(data.get("description", "")),
-        module=module.removesuffix(".py") if module else None, source=source, lines=lines,
-        module_obj=module_obj)
+        module=module.removesuffix(".py") if module else None,
+        source=source,
+        lines=lines,
+        module_obj=module_obj,
+    )
     if values:
         ext = ext.with_parameters(values)
-    for o in ext.operations:            # check every impl now, statically: nothing runs
+    for o in ext.operations:  # check every impl now, statically: nothing runs
         if not o.yaml_only:
             check_impl(ext, o)
     return ext

@@ -35,8 +35,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._manifest import DeviceExtension, Operation
 
-__all__ = ["IDENTIFIER", "OPERATION_ENTRY_POINT_GROUP", "MAX_MODULE_BYTES", "builtin_dir",
-           "check_impl", "entry_points", "load_module", "module_functions", "resolve_impl"]
+__all__ = [
+    "IDENTIFIER",
+    "OPERATION_ENTRY_POINT_GROUP",
+    "MAX_MODULE_BYTES",
+    "builtin_dir",
+    "check_impl",
+    "entry_points",
+    "load_module",
+    "module_functions",
+    "resolve_impl",
+]
 
 #: Entry-point group of operation implementations (``impl: "entry-point:NAME"``).
 OPERATION_ENTRY_POINT_GROUP = "wia_hw.operations"
@@ -63,8 +72,7 @@ def load_module(ext: DeviceExtension) -> ModuleType:
     if src is not None and src.parent.resolve() == builtin_dir().resolve():
         return importlib.import_module(f"{_BUILTIN_PACKAGE}.{ext.module}")
     if src is None:
-        raise ext.error("module", "an extension built in Python gives its functions "
-                        "directly")
+        raise ext.error("module", "an extension built in Python gives its functions directly")
     file = src.parent / f"{ext.module}.py"
     if not file.is_file():
         raise ext.error("module", f"no module {file.name} beside the manifest")
@@ -73,7 +81,7 @@ def load_module(ext: DeviceExtension) -> ModuleType:
     if mod is not None and getattr(mod, "__file__", None) == str(file):
         return mod
     spec = importlib.util.spec_from_file_location(name, file)
-    if spec is None or spec.loader is None:   # pragma: no cover - a .py file always loads
+    if spec is None or spec.loader is None:  # pragma: no cover - a .py file always loads
         raise ext.error("module", f"cannot load {file}")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
@@ -81,8 +89,9 @@ def load_module(ext: DeviceExtension) -> ModuleType:
         spec.loader.exec_module(mod)
     except Exception as e:
         del sys.modules[name]
-        raise ext.error("module", f"importing {file.name} failed: {type(e).__name__}: "
-                        f"{e}") from None
+        raise ext.error(
+            "module", f"importing {file.name} failed: {type(e).__name__}: {e}"
+        ) from None
     return mod
 
 
@@ -98,8 +107,7 @@ def _module_file(ext: DeviceExtension) -> Path:
         raise ext.error("module", "the extension has no module")
     src = ext.source
     if src is None:
-        raise ext.error("module", "an extension built in Python gives its functions "
-                        "directly")
+        raise ext.error("module", "an extension built in Python gives its functions directly")
     file = src.parent / f"{ext.module}.py"
     if not file.is_file():
         raise ext.error("module", f"no module {file.name} beside the manifest")
@@ -123,11 +131,9 @@ def module_functions(ext: DeviceExtension) -> dict[str, str]:
     try:
         tree = ast.parse(raw, filename=file.name)
     except SyntaxError as e:
-        raise ext.error("module", f"{file.name}:{e.lineno}: does not parse: {e.msg}"
-                        ) from None
+        raise ext.error("module", f"{file.name}:{e.lineno}: does not parse: {e.msg}") from None
     except (ValueError, RecursionError, MemoryError) as e:
-        raise ext.error("module", f"{file.name} does not parse: {type(e).__name__}: {e}"
-                        ) from None
+        raise ext.error("module", f"{file.name} does not parse: {type(e).__name__}: {e}") from None
     kinds: dict[str, str] = {}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -160,14 +166,18 @@ def _check_reference(ext: DeviceExtension, op: Operation) -> str | None:
     if ref.startswith("entry-point:"):
         name = ref.split(":", 1)[1]
         if not any(e.name == name for e in entry_points(OPERATION_ENTRY_POINT_GROUP)):
-            raise ext.error(f, f"no installed entry point {name!r} in group "
-                            f"{OPERATION_ENTRY_POINT_GROUP!r}")
+            raise ext.error(
+                f, f"no installed entry point {name!r} in group {OPERATION_ENTRY_POINT_GROUP!r}"
+            )
         return None
     if not IDENTIFIER.match(ref):
-        raise ext.error(f, f"implementation reference {ref!r} points outside the "
-                        f"extension's module: give the name of a function defined in "
-                        f"{ext.module or 'its module'}.py (no dots, no module paths), or "
-                        f"'entry-point:NAME'")
+        raise ext.error(
+            f,
+            f"implementation reference {ref!r} points outside the "
+            f"extension's module: give the name of a function defined in "
+            f"{ext.module or 'its module'}.py (no dots, no module paths), or "
+            f"'entry-point:NAME'",
+        )
     return ref
 
 
@@ -189,9 +199,12 @@ def check_impl(ext: DeviceExtension, op: Operation) -> None:
     if what is None:
         raise ext.error(f, f"module {ext.module}.py has no function {ref!r}")
     if what != "function":
-        raise ext.error(f, f"implementation reference {ref!r} points outside the "
-                        f"extension's module: {ref!r} in {ext.module}.py is not a function "
-                        f"defined there (it is {what})")
+        raise ext.error(
+            f,
+            f"implementation reference {ref!r} points outside the "
+            f"extension's module: {ref!r} in {ext.module}.py is not a function "
+            f"defined there (it is {what})",
+        )
 
 
 def resolve_impl(ext: DeviceExtension, op: Operation) -> Callable[..., Any]:
@@ -203,14 +216,16 @@ def resolve_impl(ext: DeviceExtension, op: Operation) -> Callable[..., Any]:
     if callable(ref):
         return ref
     name = _check_reference(ext, op)
-    if name is None:                    # an installed entry point
+    if name is None:  # an installed entry point
         ep_name = str(ref).split(":", 1)[1]
         eps = [e for e in entry_points(OPERATION_ENTRY_POINT_GROUP) if e.name == ep_name]
         try:
             fn = eps[0].load()
         except Exception as e:
-            raise ext.error(f, f"entry point {ep_name!r} ({eps[0].value}) failed to load: "
-                            f"{type(e).__name__}: {e}") from None
+            raise ext.error(
+                f,
+                f"entry point {ep_name!r} ({eps[0].value}) failed to load: {type(e).__name__}: {e}",
+            ) from None
         if not callable(fn):
             raise ext.error(f, f"entry point {ep_name!r} is not callable")
         return fn
@@ -220,8 +235,11 @@ def resolve_impl(ext: DeviceExtension, op: Operation) -> Callable[..., Any]:
     if fn is None:
         raise ext.error(f, f"module {mod.__name__} has no function {ref!r}")
     if not inspect.isfunction(fn) or fn.__module__ != mod.__name__:
-        raise ext.error(f, f"implementation reference {ref!r} points outside the "
-                        f"extension's module: {ref!r} in {mod.__name__} is not a function "
-                        f"defined there (it comes from "
-                        f"{getattr(fn, '__module__', None) or type(fn).__name__})")
+        raise ext.error(
+            f,
+            f"implementation reference {ref!r} points outside the "
+            f"extension's module: {ref!r} in {mod.__name__} is not a function "
+            f"defined there (it comes from "
+            f"{getattr(fn, '__module__', None) or type(fn).__name__})",
+        )
     return fn

@@ -50,8 +50,13 @@ Number = int | float
 def device_names(spec: DeviceSpec) -> dict[str, float]:
     """The device names a cost or peak expression may read."""
     a = spec.compute.array
-    return {"array_rows": a.rows, "array_cols": a.cols, "cores": spec.compute.cores,
-            "lanes": spec.compute.vector.lanes, "clock_ghz": spec.clock_ghz}
+    return {
+        "array_rows": a.rows,
+        "array_cols": a.cols,
+        "cores": spec.compute.cores,
+        "lanes": spec.compute.vector.lanes,
+        "clock_ghz": spec.clock_ghz,
+    }
 
 
 def _num(x: Number) -> str:
@@ -65,7 +70,7 @@ def unit_peak(op: Operation, env: Mapping[str, Number]) -> tuple[Fraction, str, 
     if op.on_array:
         rows, cols, rate = env["array_rows"], env["array_cols"], env["rate"]
         inherited = Fraction(rows) * Fraction(cols) * Fraction(rate)
-        how = (f"array_rows*array_cols*rate = {_num(rows)}*{_num(cols)}*{_num(rate)}")
+        how = f"array_rows*array_cols*rate = {_num(rows)}*{_num(cols)}*{_num(rate)}"
         unit = "MACs"
     else:
         lanes, e = env["lanes"], env["E"]
@@ -78,11 +83,14 @@ def unit_peak(op: Operation, env: Mapping[str, Number]) -> tuple[Fraction, str, 
         return inherited, unit, how
     declared = Fraction(expr.evaluate(env))
     if declared <= 0:
-        raise ValueError(f"declared peak {key} = {expr} is {_num(float(declared))}; it "
-                         "must be positive")
+        raise ValueError(
+            f"declared peak {key} = {expr} is {_num(float(declared))}; it must be positive"
+        )
     if declared > inherited:
-        raise ValueError(f"declared peak {key} = {expr} is {_num(float(declared))}, above "
-                         f"the unit's own {_num(float(inherited))} ({how})")
+        raise ValueError(
+            f"declared peak {key} = {expr} is {_num(float(declared))}, above "
+            f"the unit's own {_num(float(inherited))} ({how})"
+        )
     return declared, unit, f"declared {key} = {expr}"
 
 
@@ -90,8 +98,14 @@ def _shape(dims: Mapping[str, int]) -> str:
     return "{" + ", ".join(f"{k}={v}" for k, v in dims.items()) + "}"
 
 
-def check_tile(name: str, op: Operation, env: Mapping[str, Number], dims: Mapping[str, int],
-               cycles: int, macs: int | None) -> str | None:
+def check_tile(
+    name: str,
+    op: Operation,
+    env: Mapping[str, Number],
+    dims: Mapping[str, int],
+    cycles: int,
+    macs: int | None,
+) -> str | None:
     """Why the cost of one tile beats the unit's peak, or ``None`` when it does not.
 
     ``name``: the operation as ``extension.operation``; ``env``: device names,
@@ -108,16 +122,19 @@ def check_tile(name: str, op: Operation, env: Mapping[str, Number], dims: Mappin
     if work <= cycles * peak:
         return None
     need = math.ceil(work / peak)
-    return (f"{name}: cost model beats the unit's peak on tile {_shape(dims)}: "
-            f"{_num(cycles)} cycles for {_num(work)} {unit} is "
-            f"{_num(float(work / cycles))} {unit}/cycle, above the peak of "
-            f"{_num(float(peak))} {unit}/cycle ({how}); the tile needs at least "
-            f"{_num(need)} cycles")
+    return (
+        f"{name}: cost model beats the unit's peak on tile {_shape(dims)}: "
+        f"{_num(cycles)} cycles for {_num(work)} {unit} is "
+        f"{_num(float(work / cycles))} {unit}/cycle, above the peak of "
+        f"{_num(float(peak))} {unit}/cycle ({how}); the tile needs at least "
+        f"{_num(need)} cycles"
+    )
 
 
 @functools.lru_cache(maxsize=1)
-def _builtin_samples() -> tuple[tuple[str, dict[str, float], tuple[dict[str, int], ...],
-                                      tuple[dict[str, int], ...]], ...]:
+def _builtin_samples() -> tuple[
+    tuple[str, dict[str, float], tuple[dict[str, int], ...], tuple[dict[str, int], ...]], ...
+]:
     """(device name, device names, array tiles by precision with ``rate``, vector
     chunks) of every built-in device spec: the full tiles its tiler cuts from a large
     GEMM and an array-sized one, and vector chunks of one issue to a large block."""
@@ -126,7 +143,7 @@ def _builtin_samples() -> tuple[tuple[str, dict[str, float], tuple[dict[str, int
     for name in list_specs():
         try:
             s = load_spec(name)
-        except SpecError:                   # a broken built-in spec is its own test's job
+        except SpecError:  # a broken built-in spec is its own test's job
             continue
         d = s.device if isinstance(s, ClusterSpec) else s
         if not isinstance(d, DeviceSpec) or d.name in seen:
@@ -141,8 +158,10 @@ def _builtin_samples() -> tuple[tuple[str, dict[str, float], tuple[dict[str, int
             for b, m, n, k in ((t.tb, t.tm, t.tn, t.tk), (1, a.rows, a.cols, a.rows)):
                 gemm.append({"B": b, "M": m, "N": n, "K": k, "E": e, "rate": rate})
         lanes = d.compute.vector.lanes
-        vec = tuple({"ROWS": r, "COLS": c, "ELEMENTS": r * c, "E": 2}
-                    for r, c in ((1, lanes), (16, 1024), (128, 4096)))
+        vec = tuple(
+            {"ROWS": r, "COLS": c, "ELEMENTS": r * c, "E": 2}
+            for r, c in ((1, lanes), (16, 1024), (128, 4096))
+        )
         out.append((d.name, device_names(d), tuple(gemm), vec))
     return tuple(out)
 
@@ -157,7 +176,7 @@ def check_costs(ext: DeviceExtension) -> DeviceExtension:
         if not op.yaml_only or "cycles" not in op.cost:
             continue
         for device, names, gemm, vec in _builtin_samples():
-            for dims in (gemm if op.on_array else vec):
+            for dims in gemm if op.on_array else vec:
                 env = {**names, **ext.values, **dims}
                 try:
                     cycles = math.ceil(op.cost["cycles"].evaluate(env))
@@ -166,14 +185,23 @@ def check_costs(ext: DeviceExtension) -> DeviceExtension:
                 except ExprError:
                     continue
                 except ValueError as e:
-                    raise ext.error(f"operations.{op.index}.peak", f"{e} on the built-in "
-                                    f"device {device!r}") from None
+                    raise ext.error(
+                        f"operations.{op.index}.peak", f"{e} on the built-in device {device!r}"
+                    ) from None
                 if cycles < 1 or (macs is not None and macs < 0):
-                    continue                 # refused at run time, with the values
+                    continue  # refused at run time, with the values
                 tile = {k: v for k, v in dims.items() if k != "rate"}
-                why = check_tile(f"{ext.id}.{op.name}", op, env, tile, cycles,
-                                 None if macs is None else math.ceil(macs))
+                why = check_tile(
+                    f"{ext.id}.{op.name}",
+                    op,
+                    env,
+                    tile,
+                    cycles,
+                    None if macs is None else math.ceil(macs),
+                )
                 if why is not None:
-                    raise ext.error(f"operations.{op.index}.cost.cycles",
-                                    f"{why}, on the built-in device {device!r}")
+                    raise ext.error(
+                        f"operations.{op.index}.cost.cycles",
+                        f"{why}, on the built-in device {device!r}",
+                    )
     return ext

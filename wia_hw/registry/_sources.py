@@ -21,13 +21,20 @@ from . import _modules
 from ._manifest import DeviceExtension, ExtensionId, from_data, read_manifest
 from ._peaks import check_costs
 
-__all__ = ["ENTRY_POINT_GROUP", "PATH_ENV", "extension_dirs", "find_extensions",
-           "list_extensions", "load_extension"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "PATH_ENV",
+    "extension_dirs",
+    "find_extensions",
+    "list_extensions",
+    "load_extension",
+]
 
 #: Entry-point group through which installed packages provide extensions.
 ENTRY_POINT_GROUP = "wia_hw.extensions"
 #: Environment variable: extra directories (``os.pathsep``-separated) of user manifests.
 PATH_ENV = "WIA_HW_EXTENSION_PATH"
+
 
 def extension_dirs() -> list[Path]:
     """Directories searched for user manifests: ``$WIA_HW_EXTENSION_PATH``
@@ -61,26 +68,29 @@ def list_extensions() -> list[str]:
     return sorted(find_extensions())
 
 
-def _load_entry_point(ep: metadata.EntryPoint, values: Mapping[str, Any] | None
-                      ) -> DeviceExtension:
+def _load_entry_point(ep: metadata.EntryPoint, values: Mapping[str, Any] | None) -> DeviceExtension:
     try:
         mod = ep.load()
     except Exception as e:
-        raise SpecError(f"entry point {ep.name!r} ({ep.value}) failed to load: "
-                        f"{type(e).__name__}: {e}") from None
+        raise SpecError(
+            f"entry point {ep.name!r} ({ep.value}) failed to load: {type(e).__name__}: {e}"
+        ) from None
     if not isinstance(mod, ModuleType):
         raise SpecError(f"entry point {ep.name!r} must name a module, got {ep.value!r}")
     rel = getattr(mod, "WIA_HW_MANIFEST", None)
     if rel is None or getattr(mod, "__file__", None) is None:
-        raise SpecError(f"entry point {ep.name!r}: module {mod.__name__} has no "
-                        "WIA_HW_MANIFEST (the path of its YAML manifest)")
+        raise SpecError(
+            f"entry point {ep.name!r}: module {mod.__name__} has no "
+            "WIA_HW_MANIFEST (the path of its YAML manifest)"
+        )
     path = (Path(mod.__file__).parent / str(rel)).resolve()
     data, lines = read_manifest(path)
     return check_costs(from_data(data, lines, path, values, module_obj=mod))
 
 
-def load_extension(source: str | os.PathLike[str] | ExtensionId, *,
-                   parameters: Mapping[str, Any] | None = None) -> DeviceExtension:
+def load_extension(
+    source: str | os.PathLike[str] | ExtensionId, *, parameters: Mapping[str, Any] | None = None
+) -> DeviceExtension:
     """Load and validate an extension: a path to a YAML manifest, or the id of a
     built-in, user-installed or entry-point extension (see :func:`list_extensions`).
 
@@ -100,8 +110,10 @@ def load_extension(source: str | os.PathLike[str] | ExtensionId, *,
         return check_costs(from_data(data, lines, p, parameters))
     found = find_extensions().get(text)
     if found is None:
-        raise SpecError(f"unknown extension {text!r} (known: {', '.join(list_extensions())}"
-                        f"; or give the path of a .yaml manifest)")
+        raise SpecError(
+            f"unknown extension {text!r} (known: {', '.join(list_extensions())}"
+            f"; or give the path of a .yaml manifest)"
+        )
     kind, where = found
     if isinstance(where, Path):
         data, lines = read_manifest(where)

@@ -35,8 +35,9 @@ def _claimed(op: Op, operation: Operation) -> bool:
     return op.name in operation.claims or op.kind in operation.claims
 
 
-def yaml_operation_provider(ext: DeviceExtension, operation: Operation
-                            ) -> Callable[[Op, Graph, DeviceSpec, Any], list[Any] | None]:
+def yaml_operation_provider(
+    ext: DeviceExtension, operation: Operation
+) -> Callable[[Op, Graph, DeviceSpec, Any], list[Any] | None]:
     """The lowering function of a YAML-only operation of ``ext``."""
     kinds = operation.chain_kinds()
     cost = dict(operation.cost)
@@ -46,21 +47,23 @@ def yaml_operation_provider(ext: DeviceExtension, operation: Operation
             head = chain[0]
             if head.kind in VIEW_KINDS or is_view(head, graph.shapes_of(head)[0]):
                 return False
-            return graph.tensors[chain[-1].outputs[0]].numel == \
-                graph.tensors[head.outputs[0]].numel
+            return graph.tensors[chain[-1].outputs[0]].numel == graph.tensors[head.outputs[0]].numel
 
-        chain = match_chain(graph, op, kinds, fusable) \
-            if _claimed(op, operation) and op.kind in kinds[0] else None
+        chain = (
+            match_chain(graph, op, kinds, fusable)
+            if _claimed(op, operation) and op.kind in kinds[0]
+            else None
+        )
         if chain is None:
             if len(kinds) > 1:
                 hit = chain_head(graph, op, kinds, fusable)
                 if hit is not None and _claimed(hit[0], operation):
-                    return []               # fused into the chain's first op
+                    return []  # fused into the chain's first op
             return None
         head, tail = chain[0], chain[1:]
         built = lower_op(head, graph, spec, storage)
         if len(built) != 1 or not isinstance(built[0], (GemmKernel, VectorKernel)):
-            return None                     # a view (or nothing to run): decline
+            return None  # a view (or nothing to run): decline
         inner = built[0]
         extra: list[TensorRef] = []
         extra_flops = 0
@@ -75,13 +78,16 @@ def yaml_operation_provider(ext: DeviceExtension, operation: Operation
                         extra.append(storage.ref(i))
             if isinstance(inner, GemmKernel):
                 c = inner.c
-                inner = replace(inner, c=TensorRef(out.name, c.rows, c.cols, out.elem_bytes,
-                                                   out.offset))
+                inner = replace(
+                    inner, c=TensorRef(out.name, c.rows, c.cols, out.elem_bytes, out.offset)
+                )
             else:
                 o0 = inner.outputs[0]
-                inner = replace(inner, outputs=(TensorRef(out.name, o0.rows, o0.cols,
-                                                          out.elem_bytes, out.offset),),
-                                inputs=inner.inputs + tuple(extra))
+                inner = replace(
+                    inner,
+                    outputs=(TensorRef(out.name, o0.rows, o0.cols, out.elem_bytes, out.offset),),
+                    inputs=inner.inputs + tuple(extra),
+                )
                 extra = []
         env_base: dict[str, float] = {**device_names(spec), **ext.values}
         if isinstance(inner, GemmKernel):
@@ -95,27 +101,47 @@ def yaml_operation_provider(ext: DeviceExtension, operation: Operation
                 macs = cost["macs"].evaluate(env) if "macs" in cost else None
                 pj = cost["energy_pj"].evaluate(env) if "energy_pj" in cost else None
             except ExprError as e:
-                raise WorkloadError(f"op {head.name!r}: cost model of {name} failed for "
-                                    f"tile {dict(dims)}: {e}") from None
+                raise WorkloadError(
+                    f"op {head.name!r}: cost model of {name} failed for tile {dict(dims)}: {e}"
+                ) from None
             if cyc < 1 or (macs is not None and macs < 0) or (pj is not None and pj < 0):
-                raise WorkloadError(f"op {head.name!r}: cost model of {name} gave cycles "
-                                    f"{cyc!r}, macs {macs!r}, energy_pj {pj!r} for tile "
-                                    f"{dict(dims)} (cycles must be >= 1, the others >= 0)")
+                raise WorkloadError(
+                    f"op {head.name!r}: cost model of {name} gave cycles "
+                    f"{cyc!r}, macs {macs!r}, energy_pj {pj!r} for tile "
+                    f"{dict(dims)} (cycles must be >= 1, the others >= 0)"
+                )
             cycles, tile_macs = math.ceil(cyc), (None if macs is None else math.ceil(macs))
             why = check_tile(name, operation, env, dims, cycles, tile_macs)
             if why is not None:
                 raise WorkloadError(f"op {head.name!r}: {why}")
             return cycles, tile_macs, pj
 
-        return [CostedKernel(
-            name=head.name if not tail else f"{head.name}+{'+'.join(o.kind for o in tail)}",
-            op=head.name, group=head.group, op_kind=head.kind,
-            io=(tuple(dict.fromkeys(i for o in chain for i in o.inputs
-                                    if i not in {t for c in chain for t in c.outputs})),
-                tail[-1].outputs if tail else head.outputs),
-            attrs={**head.attrs, "operation": operation.name}, provider=ext.id, inner=inner,
-            tile_cost=tile_cost, extra_inputs=tuple(extra), extra_flops=extra_flops,
-            extra={"operation": operation.name})]
+        return [
+            CostedKernel(
+                name=head.name if not tail else f"{head.name}+{'+'.join(o.kind for o in tail)}",
+                op=head.name,
+                group=head.group,
+                op_kind=head.kind,
+                io=(
+                    tuple(
+                        dict.fromkeys(
+                            i
+                            for o in chain
+                            for i in o.inputs
+                            if i not in {t for c in chain for t in c.outputs}
+                        )
+                    ),
+                    tail[-1].outputs if tail else head.outputs,
+                ),
+                attrs={**head.attrs, "operation": operation.name},
+                provider=ext.id,
+                inner=inner,
+                tile_cost=tile_cost,
+                extra_inputs=tuple(extra),
+                extra_flops=extra_flops,
+                extra={"operation": operation.name},
+            )
+        ]
 
     provider.__name__ = f"{ext.id}.{operation.name}"
     return provider

@@ -23,8 +23,17 @@ from ._resnet import resnet50
 from ._torch import from_torch
 from ._transformers import bert_base, bert_large, gpt2
 
-__all__ = ["WORKLOADS", "build", "bert_large", "bert_base", "gpt2", "resnet50", "gemm",
-           "from_onnx", "from_torch"]
+__all__ = [
+    "WORKLOADS",
+    "build",
+    "bert_large",
+    "bert_base",
+    "gpt2",
+    "resnet50",
+    "gemm",
+    "from_onnx",
+    "from_torch",
+]
 
 #: The named workloads, by their canonical (CLI) name.
 WORKLOADS: dict[str, Callable[..., Graph]] = {
@@ -56,8 +65,10 @@ def build(name: str, **kwargs: Any) -> Graph:
         key = _norm(name)
         fn = next((f for k, f in WORKLOADS.items() if _norm(k) == key), None)  # type: ignore[assignment]
         if fn is None:
-            raise WorkloadError(f"unknown workload {name!r} (known: {', '.join(WORKLOADS)}, "
-                                "or a path to an .onnx file)")
+            raise WorkloadError(
+                f"unknown workload {name!r} (known: {', '.join(WORKLOADS)}, "
+                "or a path to an .onnx file)"
+            )
     try:
         inspect.signature(fn).bind(*(() if fn is not from_onnx else (name,)), **kwargs)
     except TypeError as e:

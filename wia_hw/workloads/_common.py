@@ -11,8 +11,7 @@ from ..graph import GraphBuilder
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 
 
-def check_int(workload: str, arg: str, value: object, lo: int = 1,
-              hi: int | None = None) -> int:
+def check_int(workload: str, arg: str, value: object, lo: int = 1, hi: int | None = None) -> int:
     """``value`` as an int in ``[lo, hi]``; otherwise a one-line WorkloadError."""
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise WorkloadError(f"{workload}: {arg} must be an integer, got {value!r}")
@@ -27,8 +26,7 @@ def check_choice(workload: str, arg: str, value: object, choices: tuple[str, ...
     """``value`` if it is one of ``choices`` (case-insensitive); else a WorkloadError."""
     v = value.lower() if isinstance(value, str) else value
     if v not in choices:
-        raise WorkloadError(f"{workload}: {arg} must be one of {', '.join(choices)}, "
-                            f"got {value!r}")
+        raise WorkloadError(f"{workload}: {arg} must be one of {', '.join(choices)}, got {value!r}")
     return v  # type: ignore[return-value]
 
 
@@ -43,8 +41,16 @@ def precision_dtypes(workload: str, precision: object) -> tuple[str, str]:
     return (p, "fp16") if p == "int8" else (p, p)
 
 
-def linear(b: GraphBuilder, name: str, x: str, n_out: int, *, out_dtype: str,
-           bias: bool = True, group: str | None = None) -> str:
+def linear(
+    b: GraphBuilder,
+    name: str,
+    x: str,
+    n_out: int,
+    *,
+    out_dtype: str,
+    bias: bool = True,
+    group: str | None = None,
+) -> str:
     """``x @ W (+ bias)`` with W in x's dtype and the output in ``out_dtype``.
 
     For int8 inputs the bias is int32 (added to the int32 accumulator before the
@@ -62,12 +68,15 @@ def layer_norm(b: GraphBuilder, name: str, x: str, *, group: str | None = None) 
     """Layer norm over the last dim with its own gamma and beta (in x's dtype)."""
     h = b.shape(x)[-1]
     dt = b.tensor(x).dtype
-    return b.op("layer_norm", name, [x, b.weight(f"{name}.gamma", (h,), dt),
-                                     b.weight(f"{name}.beta", (h,), dt)], group=group)
+    return b.op(
+        "layer_norm",
+        name,
+        [x, b.weight(f"{name}.gamma", (h,), dt), b.weight(f"{name}.beta", (h,), dt)],
+        group=group,
+    )
 
 
-def to_dtype(b: GraphBuilder, name: str, x: str, dtype: str, *,
-             group: str | None = None) -> str:
+def to_dtype(b: GraphBuilder, name: str, x: str, dtype: str, *, group: str | None = None) -> str:
     """``x`` itself if it already is ``dtype``, else a ``cast`` op (a quantise step)."""
     if b.tensor(x).dtype == dtype:
         return x

@@ -24,5 +24,7 @@ def gemm(M: int, N: int, K: int, precision: str = "fp16", batch: int = 1) -> Gra
     a = b.input("A", lead + (m, k))
     bm = b.weight("B", lead + (k, n))
     b.op("bmm" if batch > 1 else "matmul", "gemm", [a, bm], group="gemm", dtype=out)
-    return b.graph(sequences=batch, params={
-        "model": w, "M": m, "N": n, "K": k, "batch": batch, "precision": dt})
+    return b.graph(
+        sequences=batch,
+        params={"model": w, "M": m, "N": n, "K": k, "batch": batch, "precision": dt},
+    )

@@ -50,9 +50,13 @@ class ImportReport:
         return not self.unsupported
 
 
-def import_report(model: str | os.PathLike[str] | Any, *, batch: int | None = None,
-                  dims: Mapping[str, int] | None = None,
-                  recognise: bool = True) -> ImportReport:
+def import_report(
+    model: str | os.PathLike[str] | Any,
+    *,
+    batch: int | None = None,
+    dims: Mapping[str, int] | None = None,
+    recognise: bool = True,
+) -> ImportReport:
     """Import ``model`` (as :func:`~wia_hw.workloads.from_onnx`) and summarise it.
 
     Unsupported op types are returned in the report, not raised; every other import
@@ -74,26 +78,39 @@ def import_report(model: str | os.PathLike[str] | Any, *, batch: int | None = No
     nodes = len(proto.graph.node) + folded
     bad = _onnx.unsupported_ops(proto)
     if bad:
-        return ImportReport(source=source, model=gname, onnx_nodes=nodes,
-                            folded_nodes=folded, unsupported=bad,
-                            import_s=time.perf_counter() - t0)
+        return ImportReport(
+            source=source,
+            model=gname,
+            onnx_nodes=nodes,
+            folded_nodes=folded,
+            unsupported=bad,
+            import_s=time.perf_counter() - t0,
+        )
     g = _onnx._import_prepared(onnx, proto, gname, source, batch, dims, folded, recognise)
     elapsed = time.perf_counter() - t0
     by_kind: dict[str, tuple[int, int, int]] = {}
     from ..graph import op_macs
+
     for op in g.ops:
         ins, outs = g.shapes_of(op)
         n, f, m = by_kind.get(op.kind, (0, 0, 0))
         by_kind[op.kind] = (n + 1, f + g.flops(op), m + op_macs(op, ins))
     weights = [t for t in g.tensors.values() if t.kind == "weight"]
     return ImportReport(
-        source=source, model=gname, onnx_nodes=nodes, folded_nodes=folded,
+        source=source,
+        model=gname,
+        onnx_nodes=nodes,
+        folded_nodes=folded,
         ops_by_kind=dict(sorted(by_kind.items(), key=lambda kv: (-kv[1][1], kv[0]))),
-        flops=g.flops(), macs=g.macs(), parameters=sum(t.numel for t in weights),
+        flops=g.flops(),
+        macs=g.macs(),
+        parameters=sum(t.numel for t in weights),
         weight_bytes=sum(t.nbytes for t in weights),
         input_bytes=sum(t.nbytes for t in g.tensors.values() if t.kind == "input"),
         activation_bytes=sum(t.nbytes for t in g.tensors.values() if t.kind == "activation"),
-        import_s=elapsed, graph=g)
+        import_s=elapsed,
+        graph=g,
+    )
 
 
 def _si(x: float, unit: str) -> str:
@@ -114,8 +131,10 @@ def format_report(r: ImportReport) -> str:
     """The text of ``wia-hw import``: header, a table of ops by kind (ops, GFLOP,
     GMAC), then MACs, parameters and bytes; for a model with unsupported ops, the list
     of every unsupported op type with its count."""
-    head = (f"{r.model} ({r.source}): {r.onnx_nodes} ONNX nodes, {r.folded_nodes} folded "
-            f"as constants, imported in {r.import_s:.2f} s")
+    head = (
+        f"{r.model} ({r.source}): {r.onnx_nodes} ONNX nodes, {r.folded_nodes} folded "
+        f"as constants, imported in {r.import_s:.2f} s"
+    )
     if r.unsupported:
         lines = [head, f"unsupported op types ({len(r.unsupported)}):"]
         lines += [f"  {k:<32} {v:>6} nodes" for k, v in r.unsupported.items()]
@@ -125,13 +144,14 @@ def format_report(r: ImportReport) -> str:
         mac = f"{m / 1e9:>10.3f}" if kind in GEMM_KINDS else f"{'':>10}"
         lines.append(f"  {kind:<16} {n:>6} {f / 1e9:>10.3f} {mac}".rstrip())
     total_ops = sum(n for n, _, _ in r.ops_by_kind.values())
-    lines.append(f"  {'total':<16} {total_ops:>6} {r.flops / 1e9:>10.3f} "
-                 f"{r.macs / 1e9:>10.3f}")
-    lines += ["",
-              f"  MACs:        {r.macs:,} ({_si(r.macs, 'MAC')})",
-              f"  FLOPs:       {r.flops:,} ({_si(r.flops, 'FLOP')})",
-              f"  Parameters:  {r.parameters:,} ({_si(r.parameters, '')})".rstrip(),
-              f"  Weights:     {_bytes(r.weight_bytes)}",
-              f"  Inputs:      {_bytes(r.input_bytes)}",
-              f"  Activations: {_bytes(r.activation_bytes)} (every value an op writes)"]
+    lines.append(f"  {'total':<16} {total_ops:>6} {r.flops / 1e9:>10.3f} {r.macs / 1e9:>10.3f}")
+    lines += [
+        "",
+        f"  MACs:        {r.macs:,} ({_si(r.macs, 'MAC')})",
+        f"  FLOPs:       {r.flops:,} ({_si(r.flops, 'FLOP')})",
+        f"  Parameters:  {r.parameters:,} ({_si(r.parameters, '')})".rstrip(),
+        f"  Weights:     {_bytes(r.weight_bytes)}",
+        f"  Inputs:      {_bytes(r.input_bytes)}",
+        f"  Activations: {_bytes(r.activation_bytes)} (every value an op writes)",
+    ]
     return "\n".join(lines)

@@ -94,30 +94,98 @@ from ..graph import Graph, GraphBuilder
 
 _MISSING = "ONNX import needs the 'onnx' package: pip install 'wia-hw[onnx]'"
 
-_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow",
-           "Max": "max", "Min": "min", "Equal": "compare", "Less": "compare",
-           "Greater": "compare", "LessOrEqual": "compare", "GreaterOrEqual": "compare",
-           "And": "logical", "Or": "logical", "Xor": "logical", "PRelu": "prelu"}
-_UNARY = {"Relu": "relu", "Gelu": "gelu", "Tanh": "tanh", "Sigmoid": "sigmoid",
-          "Erf": "erf", "Sqrt": "sqrt", "Exp": "exp", "Neg": "neg", "Identity": "identity",
-          "Cast": "cast", "Clip": "clip", "HardSigmoid": "hardsigmoid",
-          "HardSwish": "hardswish", "LRN": "lrn", "Dropout": "identity",
-          "IsNaN": "isnan", "IsInf": "isnan", "Not": "not", "LeakyRelu": "leakyrelu",
-          "Elu": "elu", "Softplus": "softplus"}
+_BINARY = {
+    "Add": "add",
+    "Sub": "sub",
+    "Mul": "mul",
+    "Div": "div",
+    "Pow": "pow",
+    "Max": "max",
+    "Min": "min",
+    "Equal": "compare",
+    "Less": "compare",
+    "Greater": "compare",
+    "LessOrEqual": "compare",
+    "GreaterOrEqual": "compare",
+    "And": "logical",
+    "Or": "logical",
+    "Xor": "logical",
+    "PRelu": "prelu",
+}
+_UNARY = {
+    "Relu": "relu",
+    "Gelu": "gelu",
+    "Tanh": "tanh",
+    "Sigmoid": "sigmoid",
+    "Erf": "erf",
+    "Sqrt": "sqrt",
+    "Exp": "exp",
+    "Neg": "neg",
+    "Identity": "identity",
+    "Cast": "cast",
+    "Clip": "clip",
+    "HardSigmoid": "hardsigmoid",
+    "HardSwish": "hardswish",
+    "LRN": "lrn",
+    "Dropout": "identity",
+    "IsNaN": "isnan",
+    "IsInf": "isnan",
+    "Not": "not",
+    "LeakyRelu": "leakyrelu",
+    "Elu": "elu",
+    "Softplus": "softplus",
+}
 _RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
 _REDUCES = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin")
-_OTHER = ("MatMul", "Gemm", "Softmax", "LayerNormalization", "Conv", "BatchNormalization",
-          "MaxPool", "AveragePool", "GlobalAveragePool", "Transpose", "Concat", "Slice",
-          "Split", "Gather", "GatherElements", "GatherND", "Where", "Expand", "Trilu", "Pad", "Resize",
-          "Upsample",
-          "Constant")
+_OTHER = (
+    "MatMul",
+    "Gemm",
+    "Softmax",
+    "LayerNormalization",
+    "Conv",
+    "BatchNormalization",
+    "MaxPool",
+    "AveragePool",
+    "GlobalAveragePool",
+    "Transpose",
+    "Concat",
+    "Slice",
+    "Split",
+    "Gather",
+    "GatherElements",
+    "GatherND",
+    "Where",
+    "Expand",
+    "Trilu",
+    "Pad",
+    "Resize",
+    "Upsample",
+    "Constant",
+)
 #: ONNX op types the importer maps.
 SUPPORTED_OPS = ("Sum",) + tuple(_BINARY) + tuple(_UNARY) + _RESHAPES + _REDUCES + _OTHER
 #: Op types that only compute shapes, indices or masks: supported when their inputs
 #: are constants or static shapes (they are folded away), never as run-time ops.
-FOLDED_OPS = ("Shape", "Size", "ConstantOfShape", "Range", "NonZero", "ScatterND",
-              "ScatterElements", "Tile", "CumSum", "Abs", "Reciprocal", "Floor", "Ceil",
-              "Sign", "Mod", "Log", "Sin", "Cos")
+FOLDED_OPS = (
+    "Shape",
+    "Size",
+    "ConstantOfShape",
+    "Range",
+    "NonZero",
+    "ScatterND",
+    "ScatterElements",
+    "Tile",
+    "CumSum",
+    "Abs",
+    "Reciprocal",
+    "Floor",
+    "Ceil",
+    "Sign",
+    "Mod",
+    "Log",
+    "Sin",
+    "Cos",
+)
 
 
 #: Graph names the exporters give every model: the file's stem names it instead.
@@ -126,8 +194,16 @@ _GENERIC_NAMES = ("", "main_graph", "torch_jit", "torch-jit-export")
 
 def _elem_dtypes(onnx: Any) -> dict[int, str]:
     tp = onnx.TensorProto
-    return {tp.FLOAT: "fp32", tp.FLOAT16: "fp16", tp.BFLOAT16: "bf16", tp.INT8: "int8",
-            tp.UINT8: "int8", tp.INT32: "int32", tp.INT64: "int64", tp.BOOL: "bool"}
+    return {
+        tp.FLOAT: "fp32",
+        tp.FLOAT16: "fp16",
+        tp.BFLOAT16: "bf16",
+        tp.INT8: "int8",
+        tp.UINT8: "int8",
+        tp.INT32: "int32",
+        tp.INT64: "int64",
+        tp.BOOL: "bool",
+    }
 
 
 def _load(onnx: Any, model: Any) -> tuple[Any, str, str]:
@@ -137,20 +213,23 @@ def _load(onnx: Any, model: Any) -> tuple[Any, str, str]:
         if not path.is_file():
             raise WorkloadError(f"ONNX file not found: {str(path)!r}")
         from google.protobuf.message import DecodeError
+
         try:
             proto = onnx.load(str(path), load_external_data=False)
         except (OSError, ValueError, DecodeError) as e:
-            raise WorkloadError(f"{str(path)!r} is not a readable ONNX model: "
-                                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
-                                ) from None
+            raise WorkloadError(
+                f"{str(path)!r} is not a readable ONNX model: "
+                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
+            ) from None
         generic = proto.graph.name in _GENERIC_NAMES
         return proto, path.stem if generic else proto.graph.name, str(path)
     if isinstance(model, onnx.ModelProto):
         proto = onnx.ModelProto()
         proto.CopyFrom(model)
         return proto, proto.graph.name or "onnx-model", "<ModelProto>"
-    raise WorkloadError(f"from_onnx: expected a path or an onnx.ModelProto, "
-                        f"got {type(model).__name__}")
+    raise WorkloadError(
+        f"from_onnx: expected a path or an onnx.ModelProto, got {type(model).__name__}"
+    )
 
 
 def _positive(what: str, v: object) -> int:
@@ -159,8 +238,9 @@ def _positive(what: str, v: object) -> int:
     return int(v)
 
 
-def _fix_input_dims(graph: Any, initializers: set[str], batch: int | None,
-                    dims: Mapping[str, int]) -> None:
+def _fix_input_dims(
+    graph: Any, initializers: set[str], batch: int | None, dims: Mapping[str, int]
+) -> None:
     """Replace every symbolic dim of the graph inputs by its value, in place."""
     for vi in graph.input:
         if vi.name in initializers:
@@ -169,8 +249,9 @@ def _fix_input_dims(graph: Any, initializers: set[str], batch: int | None,
             raise WorkloadError(f"ONNX input {vi.name!r} is not a tensor")
         tt = vi.type.tensor_type
         if not tt.HasField("shape"):
-            raise WorkloadError(f"ONNX input {vi.name!r} has no shape; wia-hw needs "
-                                "every input's rank")
+            raise WorkloadError(
+                f"ONNX input {vi.name!r} has no shape; wia-hw needs every input's rank"
+            )
         for axis, d in enumerate(tt.shape.dim):
             if d.HasField("dim_value") and d.dim_value > 0:
                 continue
@@ -180,13 +261,19 @@ def _fix_input_dims(graph: Any, initializers: set[str], batch: int | None,
             elif axis == 0 and batch is not None:
                 value = batch
             else:
-                hints = ([f"dims={{{param!r}: N}}"] if param else []) + \
-                    (["batch=N"] if axis == 0 else [])
-                how = f"pass {' or '.join(hints)}" if hints else \
-                    "it has no name, so fix it in the model"
-                raise WorkloadError(f"ONNX input {vi.name!r}: dimension {axis} "
-                                    f"({repr(param) if param else 'unnamed'}) is not fixed; "
-                                    f"{how}")
+                hints = ([f"dims={{{param!r}: N}}"] if param else []) + (
+                    ["batch=N"] if axis == 0 else []
+                )
+                how = (
+                    f"pass {' or '.join(hints)}"
+                    if hints
+                    else "it has no name, so fix it in the model"
+                )
+                raise WorkloadError(
+                    f"ONNX input {vi.name!r}: dimension {axis} "
+                    f"({repr(param) if param else 'unnamed'}) is not fixed; "
+                    f"{how}"
+                )
             d.Clear()
             d.dim_value = value
 
@@ -200,24 +287,23 @@ class _Importer:
         self.dtypes = _elem_dtypes(onnx)
         self.b = GraphBuilder(name, "fp32")
         self.inits: dict[str, Any] = {t.name: t for t in self.g.initializer}
-        self.consts: dict[str, Any] = dict(self.inits)   # + Constant node outputs
+        self.consts: dict[str, Any] = dict(self.inits)  # + Constant node outputs
         self.types: dict[str, tuple[tuple[int, ...] | None, int]] = {}
         for vi in list(self.g.input) + list(self.g.value_info) + list(self.g.output):
             if vi.type.HasField("tensor_type"):
                 tt = vi.type.tensor_type
                 shape = None
                 if tt.HasField("shape"):
-                    ds = [d.dim_value if d.HasField("dim_value") else 0
-                          for d in tt.shape.dim]
+                    ds = [d.dim_value if d.HasField("dim_value") else 0 for d in tt.shape.dim]
                     shape = tuple(ds) if all(ds) or not ds else None
                 self.types[vi.name] = (shape, tt.elem_type)
-        self.op_names: set[str] = set()   # names given to ONNX nodes so far
-        self.folded: dict[str, Any] = {}   # Conv output name -> the BN node folded into it
-        self.skip: set[int] = set()        # ids of BN nodes folded away
-        self.node_index = -1                # the node being mapped
-        self.origin: dict[int, list[str]] = {}   # node index -> names of its ops
-        self.mask_allowed: dict[str, Any] = {}   # Where's merged weight -> kept elements
-        self.prefix = _common_prefix(self.g.node)   # path components all names share
+        self.op_names: set[str] = set()  # names given to ONNX nodes so far
+        self.folded: dict[str, Any] = {}  # Conv output name -> the BN node folded into it
+        self.skip: set[int] = set()  # ids of BN nodes folded away
+        self.node_index = -1  # the node being mapped
+        self.origin: dict[int, list[str]] = {}  # node index -> names of its ops
+        self.mask_allowed: dict[str, Any] = {}  # Where's merged weight -> kept elements
+        self.prefix = _common_prefix(self.g.node)  # path components all names share
 
     # -- values ------------------------------------------------------------------------
     def dtype(self, value: str, elem: int, node: str = "") -> str:
@@ -225,8 +311,9 @@ class _Importer:
         if dt is None:
             dtn = self.onnx.TensorProto.DataType.Name(elem) if elem else "undefined"
             where = f"ONNX node {node!r}: " if node else "ONNX "
-            raise WorkloadError(f"{where}tensor {value!r} has element type {dtn}, which "
-                                "wia-hw does not model")
+            raise WorkloadError(
+                f"{where}tensor {value!r} has element type {dtn}, which wia-hw does not model"
+            )
         return dt
 
     def defined(self, value: str) -> bool:
@@ -250,11 +337,11 @@ class _Importer:
         if value in self.consts:
             t = self.consts[value]
             return self.b.weight(value, tuple(t.dims), self.dtype(value, t.data_type, node))
-        raise WorkloadError(f"ONNX node {node!r}: input {value!r} is not produced by any "
-                            "earlier node")
+        raise WorkloadError(
+            f"ONNX node {node!r}: input {value!r} is not produced by any earlier node"
+        )
 
-    def const_weight(self, value: str, shape: tuple[int, ...], suffix: str,
-                     node: str) -> str:
+    def const_weight(self, value: str, shape: tuple[int, ...], suffix: str, node: str) -> str:
         """A weight for constant ``value`` with ``shape`` (e.g. transposed at import)."""
         t = self.consts[value]
         if tuple(t.dims) == shape and not self.defined(value):
@@ -266,11 +353,20 @@ class _Importer:
 
     def const_array(self, value: str) -> Any:
         from onnx import numpy_helper
+
         return numpy_helper.to_array(self.consts[value])
 
     # -- ops ---------------------------------------------------------------------------
-    def add(self, kind: str, name: str, inputs: list[str], out: str, group: str,
-            dtype: str | None = None, **attrs: Any) -> str:
+    def add(
+        self,
+        kind: str,
+        name: str,
+        inputs: list[str],
+        out: str,
+        group: str,
+        dtype: str | None = None,
+        **attrs: Any,
+    ) -> str:
         self.origin.setdefault(self.node_index, []).append(name)
         return self.b.op(kind, name, inputs, group=group, out=out, dtype=dtype, **attrs)
 
@@ -290,12 +386,15 @@ class _Importer:
         theirs = self.types.get(node.output[0], (None, 0))[0]
         ours = self.b.shape(out)
         if theirs is not None and theirs != ours:
-            raise WorkloadError(f"ONNX node {name!r} ({node.op_type}): wia-hw computes "
-                                f"{list(ours)} but ONNX shape inference gives {list(theirs)}")
+            raise WorkloadError(
+                f"ONNX node {name!r} ({node.op_type}): wia-hw computes "
+                f"{list(ours)} but ONNX shape inference gives {list(theirs)}"
+            )
 
 
 def _attrs(node: Any) -> dict[str, Any]:
     from onnx import helper
+
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
@@ -335,13 +434,21 @@ def _common_prefix(nodes: Any) -> int:
 
 def _square(name: str, op_type: str, what: str, values: list[int]) -> int:
     if len(set(values)) != 1:
-        raise WorkloadError(f"ONNX node {name!r} ({op_type}): {what} {values} are not "
-                            "equal; wia-hw models square windows and symmetric pads only")
+        raise WorkloadError(
+            f"ONNX node {name!r} ({op_type}): {what} {values} are not "
+            "equal; wia-hw models square windows and symmetric pads only"
+        )
     return values[0]
 
 
-def _window(imp: _Importer, node: Any, name: str, a: dict[str, Any],
-            kernel: list[int], in_hw: tuple[int, int]) -> tuple[int, int, int, int]:
+def _window(
+    imp: _Importer,
+    node: Any,
+    name: str,
+    a: dict[str, Any],
+    kernel: list[int],
+    in_hw: tuple[int, int],
+) -> tuple[int, int, int, int]:
     """(kernel, stride, pad, dilation) of a 2-D Conv/pool node."""
     k = _square(name, node.op_type, "kernel_shape", list(kernel))
     stride = _square(name, node.op_type, "strides", list(a.get("strides", [1, 1])))
@@ -353,11 +460,14 @@ def _window(imp: _Importer, node: Any, name: str, a: dict[str, Any],
     elif auto == "VALID":
         pad = 0
     else:  # SAME_UPPER / SAME_LOWER: symmetric when the total padding is even
-        totals = [max((math.ceil(x / stride) - 1) * stride + (k - 1) * dil + 1 - x, 0)
-                  for x in in_hw]
+        totals = [
+            max((math.ceil(x / stride) - 1) * stride + (k - 1) * dil + 1 - x, 0) for x in in_hw
+        ]
         if any(t % 2 for t in totals) or totals[0] != totals[1]:
-            raise WorkloadError(f"ONNX node {name!r} ({node.op_type}): auto_pad {auto} "
-                                f"needs asymmetric padding {totals} on {list(in_hw)}")
+            raise WorkloadError(
+                f"ONNX node {name!r} ({node.op_type}): auto_pad {auto} "
+                f"needs asymmetric padding {totals} on {list(in_hw)}"
+            )
         pad = totals[0] // 2
     if a.get("ceil_mode", 0):
         # ceil_mode rounds the output size up: the window that starts in the last
@@ -365,9 +475,12 @@ def _window(imp: _Importer, node: Any, name: str, a: dict[str, Any],
         # it takes one more pad on both sides when that gives ONNX's size (it does for
         # strides up to 3); the op's shape check reports any other case.
         from ..graph import conv_output_hw
+
         ceil = [-(-(x + 2 * pad - dil * (k - 1) - 1) // stride) + 1 for x in in_hw]
-        if list(conv_output_hw(*in_hw, k, k, stride, pad, dil)) != ceil and \
-                list(conv_output_hw(*in_hw, k, k, stride, pad + 1, dil)) == ceil:
+        if (
+            list(conv_output_hw(*in_hw, k, k, stride, pad, dil)) != ceil
+            and list(conv_output_hw(*in_hw, k, k, stride, pad + 1, dil)) == ceil
+        ):
             pad += 1
     return k, stride, pad, dil
 
@@ -399,8 +512,14 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
         y = args[0]
         for j, other in enumerate(args[1:]):
             last = j == len(args) - 2
-            y = imp.add(kind, name if last else f"{name}.{j}", [y, other],
-                        out if last else f"{out}.{j}", grp, dt)
+            y = imp.add(
+                kind,
+                name if last else f"{name}.{j}",
+                [y, other],
+                out if last else f"{out}.{j}",
+                grp,
+                dt,
+            )
     elif t in _UNARY:
         imp.add(_UNARY[t], name, [v(0)], out, grp, dt)
     elif t in _REDUCES:
@@ -432,8 +551,7 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
         elif len(sa) >= 3 and sa[:-2] == sb[:-2]:
             imp.add("bmm", name, [v(0), v(1)], out, grp, dt)
         else:
-            raise fail(f"A {list(sa)} x B {list(sb)} needs broadcasting that wia-hw does "
-                       "not model")
+            raise fail(f"A {list(sa)} x B {list(sb)} needs broadcasting that wia-hw does not model")
     elif t == "Gemm":
         _gemm(imp, node, name, a, out, grp, dt)
     elif t == "Softmax":
@@ -442,8 +560,15 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
         rank = len(imp.shape(ins[0]))
         if a.get("axis", -1) % rank != rank - 1:
             raise fail(f"normalises from axis {a['axis']}; wia-hw models the last axis only")
-        imp.add("layer_norm", name, [v(i) for i in range(3) if has(i)], out, grp, dt,
-                eps=float(a.get("epsilon", 1e-5)))
+        imp.add(
+            "layer_norm",
+            name,
+            [v(i) for i in range(3) if has(i)],
+            out,
+            grp,
+            dt,
+            eps=float(a.get("epsilon", 1e-5)),
+        )
     elif t == "Conv":
         x, w = imp.shape(ins[0]), imp.shape(ins[1])
         if len(x) != 4:
@@ -455,10 +580,21 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
             out = bn.output[0]
             dt = imp.out_dtype(bn, name) or dt
             if not has(2):
-                inputs.append(imp.b.weight(f"{name}.folded_bias", (w[0],),
-                                           imp.b.tensor(inputs[1]).dtype))
-        imp.add("conv2d", name, inputs, out, grp, dt, stride=stride, pad=pad,
-                dilation=dil, groups=a.get("group", 1))
+                inputs.append(
+                    imp.b.weight(f"{name}.folded_bias", (w[0],), imp.b.tensor(inputs[1]).dtype)
+                )
+        imp.add(
+            "conv2d",
+            name,
+            inputs,
+            out,
+            grp,
+            dt,
+            stride=stride,
+            pad=pad,
+            dilation=dil,
+            groups=a.get("group", 1),
+        )
         if bn is not None:
             node = bn
     elif t == "BatchNormalization":
@@ -467,11 +603,15 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
             raise fail(f"input {list(x)} has no channel axis")
         shape = (x[1],) + (1,) * (len(x) - 2)
         xd = imp.b.tensor(v(0)).dtype
-        y = imp.add("mul", f"{name}.scale", [v(0), imp.b.weight(f"{name}.folded_scale",
-                                                                  shape, xd)],
-                    f"{out}.scaled", grp, dt)
-        imp.add("add", name, [y, imp.b.weight(f"{name}.folded_shift", shape, xd)], out,
-                grp, dt)
+        y = imp.add(
+            "mul",
+            f"{name}.scale",
+            [v(0), imp.b.weight(f"{name}.folded_scale", shape, xd)],
+            f"{out}.scaled",
+            grp,
+            dt,
+        )
+        imp.add("add", name, [y, imp.b.weight(f"{name}.folded_shift", shape, xd)], out, grp, dt)
     elif t in ("MaxPool", "AveragePool"):
         x = imp.shape(ins[0])
         if len(x) != 4:
@@ -479,17 +619,34 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
         k, stride, pad, dil = _window(imp, node, name, a, list(a["kernel_shape"]), x[2:])
         if dil != 1:
             raise fail(f"dilation {dil} is not modelled for pooling")
-        imp.add("maxpool" if t == "MaxPool" else "avgpool", name, [v(0)], out, grp, dt,
-                kernel=k, stride=stride, pad=pad)
+        imp.add(
+            "maxpool" if t == "MaxPool" else "avgpool",
+            name,
+            [v(0)],
+            out,
+            grp,
+            dt,
+            kernel=k,
+            stride=stride,
+            pad=pad,
+        )
     elif t == "GlobalAveragePool":
         imp.add("global_avgpool", name, [v(0)], out, grp, dt)
     elif t == "Transpose":
         rank = len(imp.shape(ins[0]))
-        imp.add("transpose", name, [v(0)], out, grp, dt,
-                perm=tuple(a.get("perm", range(rank - 1, -1, -1))))
+        imp.add(
+            "transpose",
+            name,
+            [v(0)],
+            out,
+            grp,
+            dt,
+            perm=tuple(a.get("perm", range(rank - 1, -1, -1))),
+        )
     elif t == "Concat":
-        imp.add("concat", name, [v(i) for i in range(len(ins)) if has(i)], out, grp, dt,
-                axis=a["axis"])
+        imp.add(
+            "concat", name, [v(i) for i in range(len(ins)) if has(i)], out, grp, dt, axis=a["axis"]
+        )
     elif t == "Slice":
         _slice(imp, node, name, out, grp, dt, fail)
     elif t == "Gather":
@@ -499,8 +656,9 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
     imp.check(node, name, node.output[0])
 
 
-def _gemm(imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, grp: str,
-          dt: str | None) -> None:
+def _gemm(
+    imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, grp: str, dt: str | None
+) -> None:
     """Gemm: ``alpha * A' B' + beta * C``. Only shapes are imported, so alpha and beta
     fold into constant operands; on activations they cost a ``scale`` op each."""
     ins = list(node.input)
@@ -514,8 +672,15 @@ def _gemm(imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, grp
             return imp.value(ins[i], name)
         if ins[i] in imp.consts:
             return imp.const_weight(ins[i], (s[1], s[0]), "T", name)
-        return imp.add("transpose", f"{name}.transpose_{tag.lower()}",
-                       [imp.value(ins[i], name)], f"{out}.{tag}T", grp, None, perm=(1, 0))
+        return imp.add(
+            "transpose",
+            f"{name}.transpose_{tag.lower()}",
+            [imp.value(ins[i], name)],
+            f"{out}.{tag}T",
+            grp,
+            None,
+            perm=(1, 0),
+        )
 
     x = operand(0, bool(a.get("transA", 0)), "A")
     w = operand(1, bool(a.get("transB", 0)), "B")
@@ -524,10 +689,17 @@ def _gemm(imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, grp
     has_c = len(ins) > 2 and ins[2] != ""
     bias = has_c and ins[2] in imp.consts and imp.shape(ins[2]) in ((n,), (1, n))
     inputs = [x, w] + ([imp.const_weight(ins[2], (n,), "bias", name)] if bias else [])
-    chain = (["alpha"] if alpha != 1.0 and not const_b else []) + \
-        (["c"] if has_c and not bias else [])
-    y = imp.add("linear" if const_b or bias else "matmul", name, inputs,
-                f"{out}.gemm" if chain else out, grp, dt)
+    chain = (["alpha"] if alpha != 1.0 and not const_b else []) + (
+        ["c"] if has_c and not bias else []
+    )
+    y = imp.add(
+        "linear" if const_b or bias else "matmul",
+        name,
+        inputs,
+        f"{out}.gemm" if chain else out,
+        grp,
+        dt,
+    )
     for j, step in enumerate(chain):
         target = out if j == len(chain) - 1 else f"{out}.{step}"
         if step == "alpha":
@@ -535,13 +707,13 @@ def _gemm(imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, grp
         else:
             c = imp.value(ins[2], name)
             if beta != 1.0 and ins[2] not in imp.consts:
-                c = imp.add("scale", f"{name}.beta", [c], f"{out}.beta", grp, dt,
-                            factor=beta)
+                c = imp.add("scale", f"{name}.beta", [c], f"{out}.beta", grp, dt, factor=beta)
             y = imp.add("add", f"{name}.add_c", [y, c], target, grp, dt)
 
 
-def _slice(imp: _Importer, node: Any, name: str, out: str, grp: str, dt: str | None,
-           fail: Any) -> None:
+def _slice(
+    imp: _Importer, node: Any, name: str, out: str, grp: str, dt: str | None, fail: Any
+) -> None:
     ins = list(node.input)
     x = imp.shape(ins[0])
     args = []
@@ -579,62 +751,109 @@ def _out_shape(imp: _Importer, value: str, fail: Any) -> tuple[int, ...]:
     return theirs
 
 
-def _gather(imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, grp: str,
-            dt: str | None, fail: Any) -> None:
+def _gather(
+    imp: _Importer,
+    node: Any,
+    name: str,
+    a: dict[str, Any],
+    out: str,
+    grp: str,
+    dt: str | None,
+    fail: Any,
+) -> None:
     """Gather: an embedding lookup (a row gather), or a slice for a constant run."""
     ins = list(node.input)
     data = imp.shape(ins[0])
     axis = a.get("axis", 0) % max(len(data), 1)
     if ins[0] in imp.consts and axis == 0 and len(data) == 2:
-        imp.add("embedding", name, [imp.value(ins[1], name), imp.value(ins[0], name)], out,
-                grp, dt)
+        imp.add("embedding", name, [imp.value(ins[1], name), imp.value(ins[0], name)], out, grp, dt)
         return
     oshape = _out_shape(imp, out, fail)
     idx = imp.const_values(ins[1])
     if idx is not None and idx.size >= 1:
         flat = [int(i) + data[axis] if int(i) < 0 else int(i) for i in idx.reshape(-1)]
         if flat == list(range(flat[0], flat[0] + len(flat))):
-            sliced = imp.add("slice", name, [imp.value(ins[0], name)], f"{out}.slice"
-                             if oshape != _sliced(data, axis, flat[0], len(flat)) else out,
-                             grp, dt, axis=axis, start=flat[0], stop=flat[0] + len(flat))
+            sliced = imp.add(
+                "slice",
+                name,
+                [imp.value(ins[0], name)],
+                f"{out}.slice" if oshape != _sliced(data, axis, flat[0], len(flat)) else out,
+                grp,
+                dt,
+                axis=axis,
+                start=flat[0],
+                stop=flat[0] + len(flat),
+            )
             if sliced != out:
                 imp.add("reshape", f"{name}.reshape", [sliced], out, grp, dt, shape=oshape)
             return
     if axis != 0:
-        raise fail(f"gathers non-contiguous indices on axis {axis}; wia-hw models a gather "
-                   "on axis 0 or a contiguous run of constant indices")
+        raise fail(
+            f"gathers non-contiguous indices on axis {axis}; wia-hw models a gather "
+            "on axis 0 or a contiguous run of constant indices"
+        )
     rest = math.prod(data[1:])
     table = imp.value(ins[0], name)
     if len(data) != 2:
-        table = imp.add("reshape", f"{name}.rows", [table], f"{out}.rows", grp, None,
-                        shape=(data[0], rest))
+        table = imp.add(
+            "reshape", f"{name}.rows", [table], f"{out}.rows", grp, None, shape=(data[0], rest)
+        )
     ids = imp.value(ins[1], name)
-    got = imp.add("embedding", name, [ids, table], f"{out}.gather"
-                  if oshape != imp.b.shape(ids) + (rest,) else out, grp, dt)
+    got = imp.add(
+        "embedding",
+        name,
+        [ids, table],
+        f"{out}.gather" if oshape != imp.b.shape(ids) + (rest,) else out,
+        grp,
+        dt,
+    )
     if got != out:
         imp.add("reshape", f"{name}.reshape", [got], out, grp, dt, shape=oshape)
 
 
 def _sliced(shape: tuple[int, ...], axis: int, start: int, n: int) -> tuple[int, ...]:
-    return shape[:axis] + (n,) + shape[axis + 1:]
+    return shape[:axis] + (n,) + shape[axis + 1 :]
 
 
-def _gather_elements(imp: _Importer, node: Any, name: str, out: str, grp: str,
-                     dt: str | None) -> None:
+def _gather_elements(
+    imp: _Importer, node: Any, name: str, out: str, grp: str, dt: str | None
+) -> None:
     """GatherElements: one element per output, read through the index tensor: an
     ``embedding`` of the data flattened to ``[numel, 1]`` rows."""
     ins = list(node.input)
     data, idx = imp.shape(ins[0]), imp.shape(ins[1])
-    table = imp.add("reshape", f"{name}.rows", [imp.value(ins[0], name)], f"{out}.rows",
-                    grp, None, shape=(math.prod(data), 1))
-    ids = imp.add("reshape", f"{name}.ids", [imp.value(ins[1], name)], f"{out}.ids", grp,
-                  None, shape=(math.prod(idx),))
+    table = imp.add(
+        "reshape",
+        f"{name}.rows",
+        [imp.value(ins[0], name)],
+        f"{out}.rows",
+        grp,
+        None,
+        shape=(math.prod(data), 1),
+    )
+    ids = imp.add(
+        "reshape",
+        f"{name}.ids",
+        [imp.value(ins[1], name)],
+        f"{out}.ids",
+        grp,
+        None,
+        shape=(math.prod(idx),),
+    )
     got = imp.add("embedding", name, [ids, table], f"{out}.gather", grp, dt)
     imp.add("reshape", f"{name}.reshape", [got], out, grp, dt, shape=idx)
 
 
-def _gather_nd(imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str,
-               grp: str, dt: str | None, fail: Any) -> None:
+def _gather_nd(
+    imp: _Importer,
+    node: Any,
+    name: str,
+    a: dict[str, Any],
+    out: str,
+    grp: str,
+    dt: str | None,
+    fail: Any,
+) -> None:
     """GatherND (``batch_dims`` 0): each index row ``[k]`` picks a slice
     ``data[i0, .., ik-1]``: an ``embedding`` of ``data`` viewed as
     ``[prod(data[:k]), prod(data[k:])]`` rows, read by the first index column (a
@@ -647,12 +866,29 @@ def _gather_nd(imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str
     k = idx[-1]
     rows, rest = math.prod(data[:k]), math.prod(data[k:])
     oshape = _out_shape(imp, out, fail)
-    table = imp.add("reshape", f"{name}.rows", [imp.value(ins[0], name)], f"{out}.rows",
-                    grp, None, shape=(rows, rest))
-    ids = imp.add("slice", f"{name}.row_index", [imp.value(ins[1], name)], f"{out}.index",
-                  grp, None, axis=len(idx) - 1, start=0, stop=1)
-    ids = imp.add("reshape", f"{name}.ids", [ids], f"{out}.ids", grp, None,
-                  shape=(math.prod(idx[:-1]),))
+    table = imp.add(
+        "reshape",
+        f"{name}.rows",
+        [imp.value(ins[0], name)],
+        f"{out}.rows",
+        grp,
+        None,
+        shape=(rows, rest),
+    )
+    ids = imp.add(
+        "slice",
+        f"{name}.row_index",
+        [imp.value(ins[1], name)],
+        f"{out}.index",
+        grp,
+        None,
+        axis=len(idx) - 1,
+        start=0,
+        stop=1,
+    )
+    ids = imp.add(
+        "reshape", f"{name}.ids", [ids], f"{out}.ids", grp, None, shape=(math.prod(idx[:-1]),)
+    )
     got = imp.add("embedding", name, [ids, table], f"{out}.gather", grp, dt)
     imp.add("reshape", f"{name}.reshape", [got], out, grp, dt, shape=oshape)
 
@@ -665,8 +901,7 @@ def _broadcast_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
-def _select(imp: _Importer, node: Any, name: str, out: str, grp: str,
-            dt: str | None) -> None:
+def _select(imp: _Importer, node: Any, name: str, out: str, grp: str, dt: str | None) -> None:
     """Where / Expand / Trilu on run-time values: one binary op per output element.
 
     The constant operands (Where's mask or fill, Expand's broadcast, Trilu's triangle)
@@ -684,7 +919,7 @@ def _select(imp: _Importer, node: Any, name: str, out: str, grp: str,
         xd = imp.b.tensor(imp.value(dyn[0], name)).dtype
     elif t == "Expand":
         x = imp.shape(ins[0])
-        if x == oshape:         # nothing to broadcast
+        if x == oshape:  # nothing to broadcast
             imp.add("identity", name, [imp.value(ins[0], name)], out, grp, dt)
             return
         xr = (1,) * (len(oshape) - len(x)) + x
@@ -698,23 +933,35 @@ def _select(imp: _Importer, node: Any, name: str, out: str, grp: str,
     xd = xd or imp.b.tensor(vals[0]).dtype
     if consts and math.prod(_broadcast_shape(consts)) > 1 or not vals[1:]:
         shape = _broadcast_shape(consts) if consts else (1,)
-        w = imp.b.weight(f"{name}.{t.lower()}_const", shape,
-                         xd if xd != "bool" else (dt or "fp32"))
+        w = imp.b.weight(f"{name}.{t.lower()}_const", shape, xd if xd != "bool" else (dt or "fp32"))
         vals.append(w)
         cond = imp.const_values(ins[0]) if t == "Where" else None
         if cond is not None and len(dyn) == 1 and dyn[0] in ins[1:]:
             # a masked fill: the elements that keep the run-time value
-            imp.mask_allowed[w] = cond.astype(bool) if dyn[0] == ins[1] else \
-                ~cond.astype(bool)
+            imp.mask_allowed[w] = cond.astype(bool) if dyn[0] == ins[1] else ~cond.astype(bool)
     y = vals[0]
     for k, other in enumerate(vals[1:]):
         last = k == len(vals) - 2
-        y = imp.add(kind if k == 0 else "add", name if last else f"{name}.{k}",
-                    [y, other], out if last else f"{out}.{k}", grp, dt)
+        y = imp.add(
+            kind if k == 0 else "add",
+            name if last else f"{name}.{k}",
+            [y, other],
+            out if last else f"{out}.{k}",
+            grp,
+            dt,
+        )
 
 
-def _reduce(imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, grp: str,
-            dt: str | None, fail: Any) -> None:
+def _reduce(
+    imp: _Importer,
+    node: Any,
+    name: str,
+    a: dict[str, Any],
+    out: str,
+    grp: str,
+    dt: str | None,
+    fail: Any,
+) -> None:
     """Reduce* over trailing axes: a ``global_avgpool`` over ``[1, rows, reduced, 1]``
     (one add or compare per input element)."""
     ins = list(node.input)
@@ -735,24 +982,34 @@ def _reduce(imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, g
         imp.add("identity", name, [imp.value(ins[0], name)], out, grp, dt)
         return
     if axes != list(range(axes[0], rank)):
-        raise fail(f"reduces axes {axes} of {list(x)}; wia-hw models reductions over "
-                   "trailing axes only")
-    rows, red = math.prod(x[:axes[0]]), math.prod(x[axes[0]:])
+        raise fail(
+            f"reduces axes {axes} of {list(x)}; wia-hw models reductions over trailing axes only"
+        )
+    rows, red = math.prod(x[: axes[0]]), math.prod(x[axes[0] :])
     src = imp.value(ins[0], name)
     if rank == 4 and axes == [2, 3]:
         pooled_shape = (x[0], x[1], 1, 1)
     else:
-        src = imp.add("reshape", f"{name}.rows", [src], f"{out}.rows", grp, None,
-                      shape=(1, rows, red, 1))
+        src = imp.add(
+            "reshape", f"{name}.rows", [src], f"{out}.rows", grp, None, shape=(1, rows, red, 1)
+        )
         pooled_shape = (1, rows, 1, 1)
-    pooled = imp.add("global_avgpool", name, [src], out if pooled_shape == oshape
-                     else f"{out}.pooled", grp, dt, reduce=node.op_type[6:].lower())
+    pooled = imp.add(
+        "global_avgpool",
+        name,
+        [src],
+        out if pooled_shape == oshape else f"{out}.pooled",
+        grp,
+        dt,
+        reduce=node.op_type[6:].lower(),
+    )
     if pooled != out:
         imp.add("reshape", f"{name}.reshape", [pooled], out, grp, dt, shape=oshape)
 
 
-def _split(imp: _Importer, node: Any, name: str, a: dict[str, Any], grp: str,
-           dt: str | None, fail: Any) -> None:
+def _split(
+    imp: _Importer, node: Any, name: str, a: dict[str, Any], grp: str, dt: str | None, fail: Any
+) -> None:
     """Split: one ``slice`` per output (a view when the block is contiguous)."""
     ins = list(node.input)
     x = imp.shape(ins[0])
@@ -773,17 +1030,36 @@ def _split(imp: _Importer, node: Any, name: str, a: dict[str, Any], grp: str,
     start = 0
     for k, (o, size) in enumerate(zip(outs, sizes, strict=True)):
         if o:
-            imp.add("slice", name if k == 0 else f"{name}.{k}", [src], o, grp, dt, axis=axis,
-                    start=start, stop=start + size)
+            imp.add(
+                "slice",
+                name if k == 0 else f"{name}.{k}",
+                [src],
+                o,
+                grp,
+                dt,
+                axis=axis,
+                start=start,
+                stop=start + size,
+            )
             theirs = imp.types.get(o, (None, 0))[0]
             if theirs is not None and theirs != imp.b.shape(o):
-                raise fail(f"output {k}: wia-hw computes {list(imp.b.shape(o))} but ONNX "
-                           f"shape inference gives {list(theirs)}")
+                raise fail(
+                    f"output {k}: wia-hw computes {list(imp.b.shape(o))} but ONNX "
+                    f"shape inference gives {list(theirs)}"
+                )
         start += size
 
 
-def _pad(imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, grp: str,
-         dt: str | None, fail: Any) -> None:
+def _pad(
+    imp: _Importer,
+    node: Any,
+    name: str,
+    a: dict[str, Any],
+    out: str,
+    grp: str,
+    dt: str | None,
+    fail: Any,
+) -> None:
     """Pad (constant mode): per padded axis a ``concat`` of fill weights and the input."""
     ins = list(node.input)
     mode = a.get("mode", b"constant")
@@ -817,19 +1093,32 @@ def _pad(imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, grp:
         cur = imp.b.shape(y)
         parts = []
         if lo:
-            parts.append(imp.b.weight(f"{name}.fill{j}_lo", cur[:ax] + (lo,) + cur[ax + 1:],
-                                      xd))
+            parts.append(imp.b.weight(f"{name}.fill{j}_lo", cur[:ax] + (lo,) + cur[ax + 1 :], xd))
         parts.append(y)
         if hi:
-            parts.append(imp.b.weight(f"{name}.fill{j}_hi", cur[:ax] + (hi,) + cur[ax + 1:],
-                                      xd))
+            parts.append(imp.b.weight(f"{name}.fill{j}_hi", cur[:ax] + (hi,) + cur[ax + 1 :], xd))
         last = j == len(todo) - 1
-        y = imp.add("concat", name if last else f"{name}.{j}", parts,
-                    out if last else f"{out}.{j}", grp, dt, axis=ax)
+        y = imp.add(
+            "concat",
+            name if last else f"{name}.{j}",
+            parts,
+            out if last else f"{out}.{j}",
+            grp,
+            dt,
+            axis=ax,
+        )
 
 
-def _resize(imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, grp: str,
-            dt: str | None, fail: Any) -> None:
+def _resize(
+    imp: _Importer,
+    node: Any,
+    name: str,
+    a: dict[str, Any],
+    out: str,
+    grp: str,
+    dt: str | None,
+    fail: Any,
+) -> None:
     """Resize, nearest mode, integer scale on the spatial axes of ``[N, C, H, W]``:
     ``[N, C, H, 1, W, 1]`` (a view) -> ``concat`` of ``fw`` copies -> ``concat`` of
     ``fh`` copies -> ``[N, C, H*fh, W*fw]`` (a view): exactly nearest upsampling's
@@ -840,12 +1129,18 @@ def _resize(imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, g
         raise fail(f"mode {mode!r} is not modelled (only 'nearest')")
     x = imp.shape(node.input[0])
     y = _out_shape(imp, out, fail)
-    if len(x) != 4 or y[:2] != x[:2] or any(b % a_ for a_, b in zip(x[2:], y[2:],
-                                                                    strict=True)):
+    if len(x) != 4 or y[:2] != x[:2] or any(b % a_ for a_, b in zip(x[2:], y[2:], strict=True)):
         raise fail(f"{list(x)} -> {list(y)} is not an integer upscale of [N, C, H, W]")
     fh, fw = y[2] // x[2], y[3] // x[3]
-    v = imp.add("reshape", f"{name}.expand_dims", [imp.value(node.input[0], name)],
-                f"{out}.6d", grp, None, shape=(x[0], x[1], x[2], 1, x[3], 1))
+    v = imp.add(
+        "reshape",
+        f"{name}.expand_dims",
+        [imp.value(node.input[0], name)],
+        f"{out}.6d",
+        grp,
+        None,
+        shape=(x[0], x[1], x[2], 1, x[3], 1),
+    )
     if fw > 1:
         v = imp.add("concat", f"{name}.repeat_w", [v] * fw, f"{out}.w", grp, dt, axis=5)
     if fh > 1:
@@ -866,14 +1161,20 @@ def _fold_candidates(imp: _Importer) -> None:
             continue
         x = n.input[0]
         conv = producer.get(x)
-        if (conv is not None and conv.op_type == "Conv" and consumers.get(x) == 1
-                and x not in outputs and all(i in imp.consts for i in n.input[1:5])):
+        if (
+            conv is not None
+            and conv.op_type == "Conv"
+            and consumers.get(x) == 1
+            and x not in outputs
+            and all(i in imp.consts for i in n.input[1:5])
+        ):
             imp.folded[x] = n
             imp.skip.add(id(n))
 
 
-def _prepare(onnx: Any, model: Any, batch: int | None,
-             dims: Mapping[str, int]) -> tuple[Any, str, str, int]:
+def _prepare(
+    onnx: Any, model: Any, batch: int | None, dims: Mapping[str, int]
+) -> tuple[Any, str, str, int]:
     """Load, fix the input dims, infer shapes and fold constants: (proto, graph name,
     source, nodes folded)."""
     import onnx.shape_inference
@@ -886,7 +1187,7 @@ def _prepare(onnx: Any, model: Any, batch: int | None,
     g = proto.graph
     _fix_input_dims(g, {t.name for t in g.initializer}, batch, dims)
     folded, memo = 0, {}
-    for _ in range(8):   # folding can fix dims that the next inference round needs
+    for _ in range(8):  # folding can fix dims that the next inference round needs
         del proto.graph.value_info[:]
         proto = _infer(onnx, proto, source, strict=False)
         step, complete = fold(onnx, proto, base_dir, memo)
@@ -923,13 +1224,27 @@ def unsupported_message(source: str, counts: Mapping[str, int]) -> str:
     kinds = "op type" if len(counts) == 1 else "op types"
     listed = ", ".join(f"{k} x{v}" for k, v in counts.items())
     folded = [k for k in counts if k in FOLDED_OPS]
-    hint = (f" ({', '.join(folded)} only when {'its' if len(folded) == 1 else 'their'} "
-            "inputs are constants or static shapes)") if folded else ""
+    hint = (
+        (
+            f" ({', '.join(folded)} only when {'its' if len(folded) == 1 else 'their'} "
+            "inputs are constants or static shapes)"
+        )
+        if folded
+        else ""
+    )
     return f"{source}: {len(counts)} unsupported ONNX {kinds}: {listed}{hint}"
 
 
-def _import_prepared(onnx: Any, proto: Any, gname: str, source: str, batch: int | None,
-                     dims: Mapping[str, int], folded: int, recognise: bool) -> Graph:
+def _import_prepared(
+    onnx: Any,
+    proto: Any,
+    gname: str,
+    source: str,
+    batch: int | None,
+    dims: Mapping[str, int],
+    folded: int,
+    recognise: bool,
+) -> Graph:
     proto = _infer(onnx, proto, source, strict=True)
     imp = _Importer(onnx, proto, gname)
     for vi in imp.g.input:
@@ -937,7 +1252,7 @@ def _import_prepared(onnx: Any, proto: Any, gname: str, source: str, batch: int 
             continue
         shape, elem = imp.types[vi.name]
         if not any(vi.name in n.input for n in imp.g.node):
-            continue      # read only by folded nodes (e.g. through Shape)
+            continue  # read only by folded nodes (e.g. through Shape)
         imp.b.input(vi.name, shape or (), imp.dtype(vi.name, elem))
     for n in imp.g.node:
         if n.op_type == "Constant":
@@ -957,26 +1272,44 @@ def _import_prepared(onnx: Any, proto: Any, gname: str, source: str, batch: int 
             raise
         except (KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
             # a node outside what the mapping expects: one line, never a traceback
-            raise WorkloadError(f"ONNX node {name!r} ({n.op_type}): cannot be imported "
-                                f"({type(e).__name__}: {e})") from None
-    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")),
-                 None)
+            raise WorkloadError(
+                f"ONNX node {name!r} ({n.op_type}): cannot be imported ({type(e).__name__}: {e})"
+            ) from None
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
     sequences = batch or dims.get("batch") or 1
-    params = {"model": gname, "source": source, "opset": opset, "batch": batch,
-              "dims": dims, "folded_nodes": folded}
-    if recognise:   # the builder checked every op; the rewrite validates the result
-        graph = Graph(imp.b.name, imp.b._tensors.values(), imp.b._ops,
-                      sequences=sequences, params=params, validate=False)
+    params = {
+        "model": gname,
+        "source": source,
+        "opset": opset,
+        "batch": batch,
+        "dims": dims,
+        "folded_nodes": folded,
+    }
+    if recognise:  # the builder checked every op; the rewrite validates the result
+        graph = Graph(
+            imp.b.name,
+            imp.b._tensors.values(),
+            imp.b._ops,
+            sequences=sequences,
+            params=params,
+            validate=False,
+        )
     else:
         graph = imp.b.graph(sequences=sequences, params=params)
     if recognise:
         from ._onnx_patterns import recognise as _recognise
+
         graph = _recognise(graph, imp)
     return graph
 
 
-def from_onnx(model: str | os.PathLike[str] | Any, *, batch: int | None = None,
-              dims: Mapping[str, int] | None = None, recognise: bool = True) -> Graph:
+def from_onnx(
+    model: str | os.PathLike[str] | Any,
+    *,
+    batch: int | None = None,
+    dims: Mapping[str, int] | None = None,
+    recognise: bool = True,
+) -> Graph:
     """Import an ONNX model as a :class:`~wia_hw.graph.Graph` (shapes and dtypes only).
 
     ``model`` is a path to a ``.onnx`` file (its external data file may be absent) or
@@ -1014,6 +1347,7 @@ def from_onnx(model: str | os.PathLike[str] | Any, *, batch: int | None = None,
 def _constant(imp: _Importer, node: Any) -> None:
     """Record a Constant node's output as a constant (a weight when an op reads it)."""
     from onnx import helper, numpy_helper
+
     a = node.attribute[0] if node.attribute else None
     if a is None:
         raise WorkloadError(f"ONNX node {node.name!r} (Constant) has no value")
@@ -1022,10 +1356,12 @@ def _constant(imp: _Importer, node: Any) -> None:
         tensor = value
     elif a.name in ("value_float", "value_floats", "value_int", "value_ints"):
         import numpy as np
+
         np_dtype = np.float32 if "float" in a.name else np.int64
         tensor = numpy_helper.from_array(np.asarray(value, dtype=np_dtype))
     else:
-        raise WorkloadError(f"ONNX node {node.name!r} (Constant): attribute {a.name!r} is "
-                            "not supported")
+        raise WorkloadError(
+            f"ONNX node {node.name!r} (Constant): attribute {a.name!r} is not supported"
+        )
     tensor.name = node.output[0]
     imp.consts[node.output[0]] = tensor

@@ -40,8 +40,18 @@ from ..emulator.errors import WorkloadError
 FOLD_MAX_ELEMENTS = 1 << 22
 #: Largest initializer whose values folding reads; larger ones are weights (dims only).
 INIT_MAX_ELEMENTS = 1 << 16
-_NEVER = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-          "Multinomial", "Bernoulli", "If", "Loop", "Scan", "SequenceMap"}
+_NEVER = {
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
+    "Multinomial",
+    "Bernoulli",
+    "If",
+    "Loop",
+    "Scan",
+    "SequenceMap",
+}
 
 
 def _fallback(node: Any, inputs: list[Any]) -> list[Any] | None:
@@ -63,8 +73,14 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 class _Folder:
-    def __init__(self, onnx: Any, graph: Any, opsets: dict[str, int],
-                 base_dir: Path | None, memo: dict[Any, list[Any]]) -> None:
+    def __init__(
+        self,
+        onnx: Any,
+        graph: Any,
+        opsets: dict[str, int],
+        base_dir: Path | None,
+        memo: dict[Any, list[Any]],
+    ) -> None:
         from onnx import numpy_helper
 
         self.onnx = onnx
@@ -79,16 +95,15 @@ class _Folder:
                 tt = vi.type.tensor_type
                 self.elem[vi.name] = tt.elem_type
                 if tt.HasField("shape"):
-                    ds = [d.dim_value if d.HasField("dim_value") else -1
-                          for d in tt.shape.dim]
+                    ds = [d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim]
                     self.shapes[vi.name] = tuple(ds) if all(d >= 0 for d in ds) else None
         self.inits: dict[str, Any] = {t.name: t for t in graph.initializer}
         for t in graph.initializer:
             self.shapes[t.name] = tuple(t.dims)
             self.elem[t.name] = t.data_type
-        self.values: dict[str, Any] = {}       # name -> numpy value (known constants)
-        self.shape_only: set[str] = set()      # constants whose values are not computed
-        self.memo = memo                       # shared by the rounds of one import
+        self.values: dict[str, Any] = {}  # name -> numpy value (known constants)
+        self.shape_only: set[str] = set()  # constants whose values are not computed
+        self.memo = memo  # shared by the rounds of one import
         self.evaluated = 0
 
     # -- constants -------------------------------------------------------------------
@@ -101,9 +116,9 @@ class _Folder:
             return self.values[name]
         t = self.inits.get(name)
         if t is None or _numel(tuple(t.dims)) > INIT_MAX_ELEMENTS:
-            return None     # a weight: its dims are all the importer needs
+            return None  # a weight: its dims are all the importer needs
         if t.data_location == self.onnx.TensorProto.EXTERNAL:
-            return None     # not readable: inline_small_external read all that were
+            return None  # not readable: inline_small_external read all that were
         arr = self.nh.to_array(t)
         self.values[name] = arr
         return arr
@@ -111,6 +126,7 @@ class _Folder:
     # -- one node --------------------------------------------------------------------
     def static_shape(self, node: Any) -> Any | None:
         import numpy as np
+
         shape = self.shapes.get(node.input[0])
         if shape is None:
             return None
@@ -126,10 +142,13 @@ class _Folder:
     def evaluate(self, node: Any, inputs: list[Any]) -> list[Any]:
         from onnx.reference import ReferenceEvaluator
 
-        key = (node.op_type, node.domain, tuple(a.SerializeToString() for a in node.attribute),
-               len(node.output),
-               tuple(("", None) if x is None else (x.dtype.str, x.shape, x.tobytes())
-                     for x in inputs))
+        key = (
+            node.op_type,
+            node.domain,
+            tuple(a.SerializeToString() for a in node.attribute),
+            len(node.output),
+            tuple(("", None) if x is None else (x.dtype.str, x.shape, x.tobytes()) for x in inputs),
+        )
         hit = self.memo.get(key)
         if hit is not None:
             return hit
@@ -146,11 +165,13 @@ class _Folder:
                 self.memo[key] = got
                 return got
             label = node.name or node.op_type
-            raise WorkloadError(f"ONNX node {label!r} ({node.op_type}): constant folding "
-                                f"failed: {str(e).splitlines()[0] if str(e) else e!r}"
-                                ) from None
+            raise WorkloadError(
+                f"ONNX node {label!r} ({node.op_type}): constant folding "
+                f"failed: {str(e).splitlines()[0] if str(e) else e!r}"
+            ) from None
         self.evaluated += 1
         import numpy as np
+
         got = [np.asarray(x) for x in got]
         self.memo[key] = got
         return got
@@ -160,6 +181,7 @@ class _Folder:
         if node.op_type == "Constant":
             import numpy as np
             from onnx import helper
+
             a = node.attribute[0] if node.attribute else None
             if a is None:
                 return False
@@ -184,14 +206,19 @@ class _Folder:
         for i in ins:
             if not self.is_const(i):
                 return False
-        if node.op_type in _NEVER or node.domain not in ("", "ai.onnx") or \
-                any(a.type in (5, 10) for a in node.attribute):
-            return False    # random, a custom op, or has a subgraph (GRAPH(S) attribute)
+        if (
+            node.op_type in _NEVER
+            or node.domain not in ("", "ai.onnx")
+            or any(a.type in (5, 10) for a in node.attribute)
+        ):
+            return False  # random, a custom op, or has a subgraph (GRAPH(S) attribute)
         vals = [self.value(i) if i else None for i in node.input]
         small = all(v is not None for v, i in zip(vals, node.input, strict=True) if i)
-        outs_small = all(self.shapes.get(o) is not None
-                         and _numel(self.shapes[o]) <= FOLD_MAX_ELEMENTS  # type: ignore[arg-type]
-                         for o in node.output if o)
+        outs_small = all(
+            self.shapes.get(o) is not None and _numel(self.shapes[o]) <= FOLD_MAX_ELEMENTS  # type: ignore[arg-type]
+            for o in node.output
+            if o
+        )
         unknown_out = any(self.shapes.get(o) is None for o in node.output if o)
         if small and (outs_small or unknown_out):
             got = self.evaluate(node, vals)
@@ -257,18 +284,21 @@ def inline_small_external(onnx: Any, proto: Any, base_dir: Path | None) -> None:
     from onnx.external_data_helper import load_external_data_for_tensor
 
     for t in proto.graph.initializer:
-        if t.data_location == onnx.TensorProto.EXTERNAL and \
-                _numel(tuple(t.dims)) <= INIT_MAX_ELEMENTS:
+        if (
+            t.data_location == onnx.TensorProto.EXTERNAL
+            and _numel(tuple(t.dims)) <= INIT_MAX_ELEMENTS
+        ):
             try:
                 load_external_data_for_tensor(t, str(base_dir))
             except (OSError, ValueError, onnx.checker.ValidationError):
-                continue    # the data file is absent (a weight-stripped model)
+                continue  # the data file is absent (a weight-stripped model)
             t.data_location = onnx.TensorProto.DEFAULT
             del t.external_data[:]
 
 
-def fold(onnx: Any, proto: Any, base_dir: Path | None,
-         memo: dict[Any, list[Any]] | None = None) -> tuple[int, bool]:
+def fold(
+    onnx: Any, proto: Any, base_dir: Path | None, memo: dict[Any, list[Any]] | None = None
+) -> tuple[int, bool]:
     """Fold the constant and static-shape subgraphs of ``proto`` (shape-inferred) in
     place. Returns (nodes folded away, whether every remaining value has a static
     shape: if not, another round of shape inference and folding may fold more).

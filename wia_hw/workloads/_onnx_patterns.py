@@ -98,8 +98,17 @@ class _Rewriter:
         self.ops[pos] = None
         self.pending.setdefault(pos, []).extend(new)
 
-    def fused(self, name: str, kind: str, inputs: list[str], out: str, group: str,
-              flops: int, own: int, **attrs: Any) -> Op:
+    def fused(
+        self,
+        name: str,
+        kind: str,
+        inputs: list[str],
+        out: str,
+        group: str,
+        flops: int,
+        own: int,
+        **attrs: Any,
+    ) -> Op:
         if flops != own:
             attrs["flops"] = flops
         return Op(name, kind, tuple(inputs), (out,), group, attrs)
@@ -113,8 +122,11 @@ class _Rewriter:
             return
         bias = self.other(add, op.outputs[0])
         n = self.t(op.inputs[1]).shape[1]
-        if not self.weight(bias) or self.t(bias).shape != (n,) or \
-                self.t(add.outputs[0]).shape != self.t(op.outputs[0]).shape:
+        if (
+            not self.weight(bias)
+            or self.t(bias).shape != (n,)
+            or self.t(add.outputs[0]).shape != self.t(op.outputs[0]).shape
+        ):
             return
         new = Op(op.name, "linear", (*op.inputs, bias), add.outputs, op.group, op.attrs)
         self.replace([op, add], add, [new])
@@ -125,8 +137,12 @@ class _Rewriter:
         reads ``x / sqrt(2)`` (erf form) or ``sqrt(2/pi) * (x + 0.044715 x^3)`` (tanh
         form, GPT-2's ``gelu_new``)."""
         pre = self.prod.get(act.inputs[0])
-        if pre is None or pre.kind not in ("div", "mul") or not self.alive(pre) or \
-                self.only_reader(pre.outputs[0]) is not act:
+        if (
+            pre is None
+            or pre.kind not in ("div", "mul")
+            or not self.alive(pre)
+            or self.only_reader(pre.outputs[0]) is not act
+        ):
             return None
         c = next((i for i in pre.inputs if self.scalar(i)), None)
         if c is None:
@@ -134,26 +150,31 @@ class _Rewriter:
         inner = self.other(pre, c)
         cv = self.scalar_value(c)
         if act.kind == "erf":
-            if cv is not None and not math.isclose(cv if pre.kind == "div" else 1 / cv,
-                                                   math.sqrt(2), rel_tol=1e-3):
+            if cv is not None and not math.isclose(
+                cv if pre.kind == "div" else 1 / cv, math.sqrt(2), rel_tol=1e-3
+            ):
                 return None
             return inner, [pre]
         # tanh form: inner = x + 0.044715 * x^3
-        if cv is not None and not math.isclose(cv if pre.kind == "mul" else 1 / cv,
-                                               math.sqrt(2 / math.pi), rel_tol=1e-3):
+        if cv is not None and not math.isclose(
+            cv if pre.kind == "mul" else 1 / cv, math.sqrt(2 / math.pi), rel_tol=1e-3
+        ):
             return None
         add = self.prod.get(inner)
         if add is None or add.kind != "add" or self.only_reader(inner) is not pre:
             return None
         for x in add.inputs:
             cube = self.prod.get(self.other(add, x))
-            if cube is None or cube.kind != "mul" or \
-                    self.only_reader(cube.outputs[0]) is not add:
+            if cube is None or cube.kind != "mul" or self.only_reader(cube.outputs[0]) is not add:
                 continue
             p3 = next((self.prod.get(i) for i in cube.inputs if not self.scalar(i)), None)
-            if p3 is None or p3.kind != "pow" or p3.inputs[0] != x or \
-                    not self.scalar(p3.inputs[1]) or \
-                    self.only_reader(p3.outputs[0]) is not cube:
+            if (
+                p3 is None
+                or p3.kind != "pow"
+                or p3.inputs[0] != x
+                or not self.scalar(p3.inputs[1])
+                or self.only_reader(p3.outputs[0]) is not cube
+            ):
                 continue
             return x, [p3, cube, add, pre]
         return None
@@ -173,17 +194,25 @@ class _Rewriter:
             return
         cluster = [*head, erf, add, mul]
         half = self.other(mul, add.outputs[0])
-        if half != x:                       # 0.5 x computed first
+        if half != x:  # 0.5 x computed first
             h = self.prod.get(half)
-            if h is None or h.kind != "mul" or x not in h.inputs or \
-                    not self.scalar(self.other(h, x)) or self.only_reader(half) is not mul:
+            if (
+                h is None
+                or h.kind != "mul"
+                or x not in h.inputs
+                or not self.scalar(self.other(h, x))
+                or self.only_reader(half) is not mul
+            ):
                 return
             cluster.insert(0, h)
             last = mul
-        else:                               # (x * (1 + erf)) * 0.5
+        else:  # (x * (1 + erf)) * 0.5
             last = self.only_reader(mul.outputs[0])
-            if last is None or last.kind != "mul" or \
-                    not self.scalar(self.other(last, mul.outputs[0])):
+            if (
+                last is None
+                or last.kind != "mul"
+                or not self.scalar(self.other(last, mul.outputs[0]))
+            ):
                 return
             cluster.append(last)
         out = last.outputs[0]
@@ -191,8 +220,16 @@ class _Rewriter:
             return
         numel = self.t(out).numel
         from ..graph import UNARY_KINDS
-        new = self.fused(last.name, "gelu", [x], out, last.group, self.flops(cluster),
-                         UNARY_KINDS["gelu"] * numel)
+
+        new = self.fused(
+            last.name,
+            "gelu",
+            [x],
+            out,
+            last.group,
+            self.flops(cluster),
+            UNARY_KINDS["gelu"] * numel,
+        )
         self.replace(cluster, last, [new])
 
     # -- layer norm ------------------------------------------------------------------
@@ -208,13 +245,18 @@ class _Rewriter:
         ops.append(o)
         src = o.inputs[0]
         r = self.prod.get(src)
-        if r is not None and r.kind == "reshape" and len(self.t(src).shape) == 4 and \
-                self.t(src).shape[0] == 1 and self.t(src).shape[3] == 1:
+        if (
+            r is not None
+            and r.kind == "reshape"
+            and len(self.t(src).shape) == 4
+            and self.t(src).shape[0] == 1
+            and self.t(src).shape[3] == 1
+        ):
             ops.append(r)
             src = r.inputs[0]
             x = self.t(src).shape
             if self.t(r.outputs[0]).shape[2] != x[-1]:
-                return None                 # reduces more than the last axis
+                return None  # reduces more than the last axis
         else:
             return None
         if any(not self.alive(p) for p in ops):
@@ -231,9 +273,15 @@ class _Rewriter:
         cluster = list(mu[1]) + [sub]
         d = sub.outputs[0]
         readers = [o for o in self.cons.get(d, []) if self.alive(o)]
-        sq = next((o for o in readers if (o.kind == "pow" and o.inputs[0] == d
-                                          and self.scalar(o.inputs[1]))
-                   or (o.kind == "mul" and o.inputs == (d, d))), None)
+        sq = next(
+            (
+                o
+                for o in readers
+                if (o.kind == "pow" and o.inputs[0] == d and self.scalar(o.inputs[1]))
+                or (o.kind == "mul" and o.inputs == (d, d))
+            ),
+            None,
+        )
         div = next((o for o in readers if o.kind == "div" and o.inputs[0] == d), None)
         if sq is None or div is None or len(readers) != 2:
             return
@@ -263,15 +311,22 @@ class _Rewriter:
         last, ins = div, [x]
         hdim = self.t(x).shape[-1]
         g = self.only_reader(div.outputs[0])
-        if g is not None and g.kind == "mul" and self.weight(self.other(g, div.outputs[0])) \
-                and self.t(self.other(g, div.outputs[0])).shape == (hdim,):
+        if (
+            g is not None
+            and g.kind == "mul"
+            and self.weight(self.other(g, div.outputs[0]))
+            and self.t(self.other(g, div.outputs[0])).shape == (hdim,)
+        ):
             cluster.append(g)
             last = g
             ins.append(self.other(g, div.outputs[0]))
             b = self.only_reader(g.outputs[0])
-            if b is not None and b.kind == "add" and \
-                    self.weight(self.other(b, g.outputs[0])) and \
-                    self.t(self.other(b, g.outputs[0])).shape == (hdim,):
+            if (
+                b is not None
+                and b.kind == "add"
+                and self.weight(self.other(b, g.outputs[0]))
+                and self.t(self.other(b, g.outputs[0])).shape == (hdim,)
+            ):
                 cluster.append(b)
                 last = b
                 ins.append(self.other(b, g.outputs[0]))
@@ -279,10 +334,19 @@ class _Rewriter:
         if self.t(out).shape != self.t(x).shape:
             return
         from ..graph import LAYER_NORM_FLOPS_PER_ELEMENT
+
         eps = self.scalar_value(eps_name)
         attrs = {} if eps is None else {"eps": eps}
-        new = self.fused(last.name, "layer_norm", ins, out, last.group, self.flops(cluster),
-                         LAYER_NORM_FLOPS_PER_ELEMENT * self.t(out).numel, **attrs)
+        new = self.fused(
+            last.name,
+            "layer_norm",
+            ins,
+            out,
+            last.group,
+            self.flops(cluster),
+            LAYER_NORM_FLOPS_PER_ELEMENT * self.t(out).numel,
+            **attrs,
+        )
         self.replace(cluster, last, [new])
 
     # -- attention -------------------------------------------------------------------
@@ -292,27 +356,38 @@ class _Rewriter:
         rank = len(self.t(soft.inputs[0]).shape)
         if soft.attrs.get("axis", -1) % rank != rank - 1:
             return
-        probs, after = soft.outputs[0], []   # ops between softmax and the context bmm
+        probs, after = soft.outputs[0], []  # ops between softmax and the context bmm
         readers = [o for o in self.cons.get(probs, []) if self.alive(o)]
         if len(readers) == 2 and probs not in self.outputs:
             # SDPA's NaN guard: where(isnan(p), 0, p), mapped as isnan + one binary op
             nan = next((o for o in readers if o.kind == "isnan"), None)
             sel = next((o for o in readers if o is not nan), None)
-            if nan is None or sel is None or sel.kind not in ("add", "mul") or \
-                    set(sel.inputs) != {probs, nan.outputs[0]} or \
-                    self.only_reader(nan.outputs[0]) is not sel:
+            if (
+                nan is None
+                or sel is None
+                or sel.kind not in ("add", "mul")
+                or set(sel.inputs) != {probs, nan.outputs[0]}
+                or self.only_reader(nan.outputs[0]) is not sel
+            ):
                 return
             after, probs = [nan, sel], sel.outputs[0]
         ctx = self.only_reader(probs)
-        if ctx is not None and ctx.kind in ("cast", "identity") and \
-                self.t(ctx.outputs[0]).dtype == self.t(probs).dtype:
-            after.append(ctx)               # a same-type Cast the exporter left: free
+        if (
+            ctx is not None
+            and ctx.kind in ("cast", "identity")
+            and self.t(ctx.outputs[0]).dtype == self.t(probs).dtype
+        ):
+            after.append(ctx)  # a same-type Cast the exporter left: free
             probs = ctx.outputs[0]
             ctx = self.only_reader(probs)
-        if ctx is None or ctx.kind != "bmm" or ctx.inputs[0] != probs or \
-                ctx.attrs.get("transpose_b"):
+        if (
+            ctx is None
+            or ctx.kind != "bmm"
+            or ctx.inputs[0] != probs
+            or ctx.attrs.get("transpose_b")
+        ):
             return
-        chain: list[Op] = []                # the ops between the scores bmm and softmax
+        chain: list[Op] = []  # the ops between the scores bmm and softmax
         cur = soft.inputs[0]
         scores = None
         for _ in range(6):
@@ -325,8 +400,9 @@ class _Rewriter:
             if p.kind not in ("add", "sub", "mul", "div", "max", "min"):
                 return
             # the chain input: the operand with the scores' shape that a bmm leads to
-            nxt = [i for i in p.inputs if self.t(i).shape == self.t(cur).shape
-                   and not self.weight(i)]
+            nxt = [
+                i for i in p.inputs if self.t(i).shape == self.t(cur).shape and not self.weight(i)
+            ]
             if len(nxt) != 1 and p.inputs[0] != p.inputs[1]:
                 nxt = [i for i in nxt if self._reaches_bmm(i)]
             if len(nxt) != 1:
@@ -342,8 +418,11 @@ class _Rewriter:
         for side in (0, 1):
             x = scores.inputs[side]
             p = self.prod.get(x)
-            c = next((i for i in p.inputs if self.scalar(i)), None) if p is not None \
-                and p.kind in ("mul", "div") and self.only_reader(x) is scores else None
+            c = (
+                next((i for i in p.inputs if self.scalar(i)), None)
+                if p is not None and p.kind in ("mul", "div") and self.only_reader(x) is scores
+                else None
+            )
             if c is None or p is None:
                 continue
             v = self.scalar_value(c)
@@ -354,8 +433,10 @@ class _Rewriter:
                 q = self.other(p, c)
             else:
                 kt = self.other(p, c)
-        untr = self.untranspose(kt, scale_ops[-1] if scale_ops and
-                                scale_ops[-1].outputs[0] == scores.inputs[1] else scores)
+        untr = self.untranspose(
+            kt,
+            scale_ops[-1] if scale_ops and scale_ops[-1].outputs[0] == scores.inputs[1] else scores,
+        )
         if untr is None:
             return
         k_name, k_old, k_new = untr
@@ -375,32 +456,57 @@ class _Rewriter:
                 causal = True
             elif kind != "none":
                 masked = True
-        if not all(self.alive(o) for o in [*k_old, scores, soft, ctx, *chain, *after,
-                                            *scale_ops]):
+        if not all(self.alive(o) for o in [*k_old, scores, soft, ctx, *chain, *after, *scale_ops]):
             return
         attrs = dict(scores.attrs)
         attrs.update(transpose_b=True, scale=scale)
         own_scores = self.g.flops(scores)
         s_flops = own_scores + self.flops(scale_ops)
-        bmm = self.fused(scores.name, "bmm", [q, k_name], scores.outputs[0], scores.group,
-                         s_flops, own_scores, **attrs)
+        bmm = self.fused(
+            scores.name,
+            "bmm",
+            [q, k_name],
+            scores.outputs[0],
+            scores.group,
+            s_flops,
+            own_scores,
+            **attrs,
+        )
         sattrs = {k: v for k, v in soft.attrs.items() if k != "flops"}
         if causal:
             sattrs["causal"] = True
         if masked:
             sattrs["masked"] = True
         own_soft = self.g.flops(soft)
-        sm = self.fused(soft.name, "softmax", [scores.outputs[0]], soft.outputs[0],
-                        soft.group, own_soft + self.flops(mask_ops) + self.flops(after),
-                        own_soft, **sattrs)
+        sm = self.fused(
+            soft.name,
+            "softmax",
+            [scores.outputs[0]],
+            soft.outputs[0],
+            soft.group,
+            own_soft + self.flops(mask_ops) + self.flops(after),
+            own_soft,
+            **sattrs,
+        )
         self.replace(k_old, k_old[-1], k_new)
         self.replace([scores] + [o for o in scale_ops if o not in chain], scores, [bmm])
         self.replace(chain + [soft], soft, [sm])
         if after:
             self.replace(after, after[-1], [])
-            self.replace([ctx], ctx, [Op(ctx.name, ctx.kind, (soft.outputs[0],
-                                                               *ctx.inputs[1:]),
-                                         ctx.outputs, ctx.group, ctx.attrs)])
+            self.replace(
+                [ctx],
+                ctx,
+                [
+                    Op(
+                        ctx.name,
+                        ctx.kind,
+                        (soft.outputs[0], *ctx.inputs[1:]),
+                        ctx.outputs,
+                        ctx.group,
+                        ctx.attrs,
+                    )
+                ],
+            )
 
     def untranspose(self, kt: str, reader: Op) -> tuple[str, list[Op], list[Op]] | None:
         """``kt`` is k with its last two axes swapped: (k's tensor, the ops that made
@@ -421,8 +527,11 @@ class _Rewriter:
             name = f"{kt}.untransposed"
             shape = tuple(self.t(p.inputs[0]).shape[i] for i in perm)
             self.new_tensors[name] = Tensor(name, shape, self.t(kt).dtype)
-            return name, [p], [Op(p.name, "transpose", (p.inputs[0],), (name,), p.group,
-                                  {"perm": tuple(perm)})]
+            return (
+                name,
+                [p],
+                [Op(p.name, "transpose", (p.inputs[0],), (name,), p.group, {"perm": tuple(perm)})],
+            )
         if p.kind != "reshape":
             return None
         tr = self.prod.get(p.inputs[0])
@@ -459,6 +568,7 @@ class _Rewriter:
     def _mask_kind(self, p: Op, chain: list[Op], scores: Op) -> str:
         """``none`` (all-zero constant), ``causal`` or ``other``."""
         import numpy as np
+
         inside = self._chain_tensors(chain, scores)
         other = [i for i in p.inputs if i not in inside]
         if len(other) != 1 or not self.weight(other[0]):
@@ -479,7 +589,7 @@ class _Rewriter:
             return "other"
         stack = allowed.reshape(-1, *allowed.shape[-2:])
         if not (stack == stack[:1]).all():
-            return "other"                  # differs between batch rows or heads
+            return "other"  # differs between batch rows or heads
         a2 = stack[0]
         sq, skv = self.t(scores.outputs[0]).shape[-2:]
         if a2.shape[0] not in (1, sq) or a2.shape[1] != skv or a2.shape[0] != sq:
@@ -516,8 +626,9 @@ class _Rewriter:
         tensors.update(self.new_tensors)
         used = {n for o in ops for n in o.inputs + o.outputs}
         keep = [t for t in tensors.values() if t.name in used or t.kind == "input"]
-        self.g = Graph(self.g.name, keep, ops, sequences=self.g.sequences,
-                       params=self.g.params, validate=False)
+        self.g = Graph(
+            self.g.name, keep, ops, sequences=self.g.sequences, params=self.g.params, validate=False
+        )
         self.__init__(self.g, self.imp)  # type: ignore[misc]
         self.pending = {}
 

@@ -32,8 +32,9 @@ EXPANSION = 4
 CLASSES = 1000
 
 
-def _conv(b: GraphBuilder, name: str, x: str, out_ch: int, k: int, stride: int = 1,
-          *, relu: bool = True) -> str:
+def _conv(
+    b: GraphBuilder, name: str, x: str, out_ch: int, k: int, stride: int = 1, *, relu: bool = True
+) -> str:
     dt = b.tensor(x).dtype
     w = b.weight(f"{name}.weight", (out_ch, b.shape(x)[1], k, k), dt)
     bias = b.weight(f"{name}.bias", (out_ch,), "int32" if dt == "int8" else dt)
@@ -74,5 +75,7 @@ def resnet50(batch: int = 1, precision: str = "fp16", image: int = 224) -> Graph
     fc_w = b.weight("fc.weight", (b.shape(x)[1], CLASSES), gd)
     fc_b = b.weight("fc.bias", (CLASSES,), "int32" if gd == "int8" else gd)
     b.op("linear", "fc", [x, fc_w, fc_b], group="output", dtype=fd)
-    return b.graph(sequences=batch, params={
-        "model": w, "batch": batch, "image": image, "precision": precision.lower()})
+    return b.graph(
+        sequences=batch,
+        params={"model": w, "batch": batch, "image": image, "precision": precision.lower()},
+    )

@@ -27,9 +27,13 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def from_torch(module: Any, example_args: Sequence[Any], *,
-               example_kwargs: Mapping[str, Any] | None = None,
-               recognise: bool = True) -> Graph:
+def from_torch(
+    module: Any,
+    example_args: Sequence[Any],
+    *,
+    example_kwargs: Mapping[str, Any] | None = None,
+    recognise: bool = True,
+) -> Graph:
     """Import ``module`` (a ``torch.nn.Module``, put in eval mode) traced at
     ``example_args`` (a tuple of tensors; their shapes are the graph's shapes).
 
@@ -48,31 +52,37 @@ def from_torch(module: Any, example_args: Sequence[Any], *,
     except ImportError:
         raise WorkloadError(_MISSING) from None
     if not isinstance(module, torch.nn.Module):
-        raise WorkloadError(f"from_torch: expected a torch.nn.Module, got "
-                            f"{type(module).__name__}")
+        raise WorkloadError(f"from_torch: expected a torch.nn.Module, got {type(module).__name__}")
     if not isinstance(example_args, (tuple, list)):
-        raise WorkloadError(f"from_torch: example_args must be a tuple of example inputs, "
-                            f"got {type(example_args).__name__}")
+        raise WorkloadError(
+            f"from_torch: example_args must be a tuple of example inputs, "
+            f"got {type(example_args).__name__}"
+        )
     try:
         import onnxscript  # noqa: F401 - the ONNX translation needs it
     except ImportError:
-        raise WorkloadError("from_torch needs onnxscript (torch's ONNX translator): pip "
-                            "install 'wia-hw[torch]'") from None
+        raise WorkloadError(
+            "from_torch needs onnxscript (torch's ONNX translator): pip install 'wia-hw[torch]'"
+        ) from None
     module = module.eval()
     name = type(module).__name__
     try:
         with torch.no_grad():
-            program = torch.export.export(module, tuple(example_args),
-                                          kwargs=dict(example_kwargs or {}))
+            program = torch.export.export(
+                module, tuple(example_args), kwargs=dict(example_kwargs or {})
+            )
     except Exception as e:  # noqa: BLE001 - torch.export raises many error types
-        raise WorkloadError(f"from_torch: torch.export of {name} failed: "
-                            f"{_first_line(e)}") from None
+        raise WorkloadError(
+            f"from_torch: torch.export of {name} failed: {_first_line(e)}"
+        ) from None
     try:
         onnx_program = torch.onnx.export(program, dynamo=True, optimize=True, verbose=False)
         proto = onnx_program.model_proto
     except Exception as e:  # noqa: BLE001 - the translator raises many error types
-        raise WorkloadError(f"from_torch: translating the torch.export program of {name} "
-                            f"to ONNX failed: {_first_line(e)}") from None
+        raise WorkloadError(
+            f"from_torch: translating the torch.export program of {name} "
+            f"to ONNX failed: {_first_line(e)}"
+        ) from None
     proto.graph.name = name
     from ._onnx import from_onnx
 

@@ -40,8 +40,13 @@ from ..emulator.errors import WorkloadError
 from ..graph import Graph, GraphBuilder
 from ._common import check_choice, check_int, layer_norm, linear, precision_dtypes, to_dtype
 
-MHA, LN, FFN, EMB, OUT = ("multi_head_attention", "layer_norm", "feed_forward",
-                          "embedding", "output")
+MHA, LN, FFN, EMB, OUT = (
+    "multi_head_attention",
+    "layer_norm",
+    "feed_forward",
+    "embedding",
+    "output",
+)
 
 
 @dataclass(frozen=True)
@@ -75,9 +80,19 @@ GPT2_SIZES = {
 }
 
 
-def _attention(b: GraphBuilder, p: str, x: str, cfg: TransformerConfig, batch: int,
-               seq: int, gd: str, fd: str, *, causal: bool,
-               kv_len: int = 0) -> str:
+def _attention(
+    b: GraphBuilder,
+    p: str,
+    x: str,
+    cfg: TransformerConfig,
+    batch: int,
+    seq: int,
+    gd: str,
+    fd: str,
+    *,
+    causal: bool,
+    kv_len: int = 0,
+) -> str:
     """Multi-head self-attention of ``x [B, S, H]`` -> ``[B, S, H]`` (fp dtype ``fd``).
 
     With ``kv_len > 0`` the keys and values are the cached ``[B*heads, kv_len, dh]``
@@ -88,16 +103,31 @@ def _attention(b: GraphBuilder, p: str, x: str, cfg: TransformerConfig, batch: i
     xq = to_dtype(b, f"{p}.attention_input_quantize", x, gd)
     qkv = linear(b, f"{p}.attention_qkv_projection", xq, 3 * h, out_dtype=gd)
     heads = b.op("reshape", f"{p}.attention_split_heads", [qkv], shape=(3 * bh, seq, dh))
-    q, k, v = (b.op("slice", f"{p}.attention_{what}", [heads], axis=0, start=i * bh,
-                    stop=(i + 1) * bh)
-               for i, what in enumerate(("query", "key", "value")))
+    q, k, v = (
+        b.op("slice", f"{p}.attention_{what}", [heads], axis=0, start=i * bh, stop=(i + 1) * bh)
+        for i, what in enumerate(("query", "key", "value"))
+    )
     if kv_len:
-        k = b.op("concat", f"{p}.attention_key_cache",
-                 [b.input(f"{p}.past_key", (bh, kv_len, dh), gd), k], axis=1)
-        v = b.op("concat", f"{p}.attention_value_cache",
-                 [b.input(f"{p}.past_value", (bh, kv_len, dh), gd), v], axis=1)
-    scores = b.op("bmm", f"{p}.attention_scores", [q, k], transpose_b=True,
-                  scale=1.0 / math.sqrt(dh), dtype=fd)
+        k = b.op(
+            "concat",
+            f"{p}.attention_key_cache",
+            [b.input(f"{p}.past_key", (bh, kv_len, dh), gd), k],
+            axis=1,
+        )
+        v = b.op(
+            "concat",
+            f"{p}.attention_value_cache",
+            [b.input(f"{p}.past_value", (bh, kv_len, dh), gd), v],
+            axis=1,
+        )
+    scores = b.op(
+        "bmm",
+        f"{p}.attention_scores",
+        [q, k],
+        transpose_b=True,
+        scale=1.0 / math.sqrt(dh),
+        dtype=fd,
+    )
     attrs = {"causal": True, "past": kv_len} if causal else {}
     probs = b.op("softmax", f"{p}.attention_softmax", [scores], dtype=gd, **attrs)
     ctx = b.op("bmm", f"{p}.attention_context", [probs, v], dtype=gd)
@@ -105,8 +135,7 @@ def _attention(b: GraphBuilder, p: str, x: str, cfg: TransformerConfig, batch: i
     return linear(b, f"{p}.attention_output_projection", merged, h, out_dtype=fd)
 
 
-def _feed_forward(b: GraphBuilder, p: str, x: str, cfg: TransformerConfig, gd: str,
-                  fd: str) -> str:
+def _feed_forward(b: GraphBuilder, p: str, x: str, cfg: TransformerConfig, gd: str, fd: str) -> str:
     """``W2 gelu(W1 x)``: ``[B, S, H] -> [B, S, H]``."""
     b.group = FFN
     xq = to_dtype(b, f"{p}.feed_forward_input_quantize", x, gd)
@@ -119,8 +148,9 @@ def _residual(b: GraphBuilder, name: str, x: str, y: str) -> str:
     return b.op("add", name, [x, y], group=LN)
 
 
-def _bert(cfg: TransformerConfig, batch: int, seq: int, precision: str,
-          layers: int | None) -> Graph:
+def _bert(
+    cfg: TransformerConfig, batch: int, seq: int, precision: str, layers: int | None
+) -> Graph:
     w = cfg.name
     batch = check_int(w, "batch", batch)
     seq = check_int(w, "seq", seq, 1, cfg.max_positions)
@@ -133,12 +163,19 @@ def _bert(cfg: TransformerConfig, batch: int, seq: int, precision: str,
     ids = b.input("input_ids", (batch, seq), "int64")
     pos = b.input("position_ids", (seq,), "int64")
     seg = b.input("token_type_ids", (batch, seq), "int64")
-    tok = b.op("embedding", "embeddings.word",
-               [ids, b.weight("embeddings.word.table", (cfg.vocab, h))])
-    pe = b.op("embedding", "embeddings.position",
-              [pos, b.weight("embeddings.position.table", (cfg.max_positions, h))])
-    te = b.op("embedding", "embeddings.token_type",
-              [seg, b.weight("embeddings.token_type.table", (BERT_TYPE_VOCAB, h))])
+    tok = b.op(
+        "embedding", "embeddings.word", [ids, b.weight("embeddings.word.table", (cfg.vocab, h))]
+    )
+    pe = b.op(
+        "embedding",
+        "embeddings.position",
+        [pos, b.weight("embeddings.position.table", (cfg.max_positions, h))],
+    )
+    te = b.op(
+        "embedding",
+        "embeddings.token_type",
+        [seg, b.weight("embeddings.token_type.table", (BERT_TYPE_VOCAB, h))],
+    )
     x = b.op("add", "embeddings.add_position", [tok, pe])
     x = b.op("add", "embeddings.add_token_type", [x, te])
     x = layer_norm(b, "embeddings.layer_norm", x)
@@ -146,27 +183,35 @@ def _bert(cfg: TransformerConfig, batch: int, seq: int, precision: str,
     for i in range(layers):  # post-LN: x = LN(x + f(x))
         p = f"layer{i}"
         a = _attention(b, p, x, cfg, batch, seq, gd, fd, causal=False)
-        x = layer_norm(b, f"{p}.attention_layer_norm",
-                       _residual(b, f"{p}.attention_residual", x, a), group=LN)
+        x = layer_norm(
+            b, f"{p}.attention_layer_norm", _residual(b, f"{p}.attention_residual", x, a), group=LN
+        )
         f = _feed_forward(b, p, x, cfg, gd, fd)
-        x = layer_norm(b, f"{p}.ffn_layer_norm", _residual(b, f"{p}.ffn_residual", x, f),
-                       group=LN)
+        x = layer_norm(b, f"{p}.ffn_layer_norm", _residual(b, f"{p}.ffn_residual", x, f), group=LN)
 
     b.group = OUT  # pooler on the [CLS] token, then the classifier head
     cls = b.op("slice", "pooler.cls_token", [x], axis=1, start=0, stop=1)
     cls = b.op("reshape", "pooler.flatten", [cls], shape=(batch, h))
-    pooled = linear(b, "pooler.dense", to_dtype(b, "pooler.quantize", cls, gd), h,
-                    out_dtype=fd)
+    pooled = linear(b, "pooler.dense", to_dtype(b, "pooler.quantize", cls, gd), h, out_dtype=fd)
     pooled = b.op("tanh", "pooler.tanh", [pooled])
-    linear(b, "classifier", to_dtype(b, "classifier.quantize", pooled, gd), BERT_CLASSES,
-           out_dtype=fd)
-    return b.graph(sequences=batch, params={
-        "model": w, "batch": batch, "seq": seq, "precision": precision.lower(),
-        "layers": layers})
+    linear(
+        b, "classifier", to_dtype(b, "classifier.quantize", pooled, gd), BERT_CLASSES, out_dtype=fd
+    )
+    return b.graph(
+        sequences=batch,
+        params={
+            "model": w,
+            "batch": batch,
+            "seq": seq,
+            "precision": precision.lower(),
+            "layers": layers,
+        },
+    )
 
 
-def bert_large(batch: int = 32, seq: int = 128, precision: str = "fp16", *,
-               layers: int | None = None) -> Graph:
+def bert_large(
+    batch: int = 32, seq: int = 128, precision: str = "fp16", *, layers: int | None = None
+) -> Graph:
     """BERT-Large encoder inference (L=24, H=1024, 16 heads, FFN 4096, vocab 30522).
 
     ``seq`` must be in 1..512 (the position table), ``batch >= 1``, ``precision`` one
@@ -178,16 +223,24 @@ def bert_large(batch: int = 32, seq: int = 128, precision: str = "fp16", *,
     return _bert(BERT_LARGE, batch, seq, precision, layers)
 
 
-def bert_base(batch: int = 32, seq: int = 128, precision: str = "fp16", *,
-              layers: int | None = None) -> Graph:
+def bert_base(
+    batch: int = 32, seq: int = 128, precision: str = "fp16", *, layers: int | None = None
+) -> Graph:
     """BERT-Base encoder inference (L=12, H=768, 12 heads, FFN 3072); as
     :func:`bert_large` otherwise."""
     return _bert(BERT_BASE, batch, seq, precision, layers)
 
 
-def gpt2(batch: int = 1, seq: int | None = None, precision: str = "fp16",
-         phase: str = "prefill", kv_len: int | None = None, size: str = "small", *,
-         layers: int | None = None) -> Graph:
+def gpt2(
+    batch: int = 1,
+    seq: int | None = None,
+    precision: str = "fp16",
+    phase: str = "prefill",
+    kv_len: int | None = None,
+    size: str = "small",
+    *,
+    layers: int | None = None,
+) -> Graph:
     """GPT-2 decoder inference (pre-LN, causal attention, GELU, vocab 50257).
 
     ``size`` is small (12 x 768), medium (24 x 1024), large (36 x 1280) or xl
@@ -211,8 +264,9 @@ def gpt2(batch: int = 1, seq: int | None = None, precision: str = "fp16",
     batch = check_int(w, "batch", batch)
     if phase == "prefill":
         if kv_len is not None:
-            raise WorkloadError(f"{w}: kv_len is for phase='decode', got kv_len={kv_len!r} "
-                                "with phase='prefill'")
+            raise WorkloadError(
+                f"{w}: kv_len is for phase='decode', got kv_len={kv_len!r} with phase='prefill'"
+            )
         past = 0
         seq = check_int(w, "seq", 128 if seq is None else seq, 1, cfg.max_positions)
     else:
@@ -220,8 +274,10 @@ def gpt2(batch: int = 1, seq: int | None = None, precision: str = "fp16",
         # tokens hold positions 0..kv_len-1 and the new ones kv_len..kv_len+seq-1, so
         # kv_len + seq <= n_positions: kv_len is at most n_positions - 1 for one new token
         n = cfg.max_positions
-        why = (f" (GPT-2 has n_positions={n}: the kv_len cached tokens and the seq new "
-               f"ones take positions 0..kv_len+seq-1, so kv_len + seq <= {n})")
+        why = (
+            f" (GPT-2 has n_positions={n}: the kv_len cached tokens and the seq new "
+            f"ones take positions 0..kv_len+seq-1, so kv_len + seq <= {n})"
+        )
         try:
             past = check_int(w, "kv_len", 128 if kv_len is None else kv_len, 1, n - 1)
             seq = check_int(w, "seq", 1 if seq is None else seq, 1, n - past)
@@ -237,17 +293,29 @@ def gpt2(batch: int = 1, seq: int | None = None, precision: str = "fp16",
     pos = b.input("position_ids", (seq,), "int64")
     wte = b.weight("embeddings.token.table", (cfg.vocab, h))
     tok = b.op("embedding", "embeddings.token", [ids, wte])
-    pe = b.op("embedding", "embeddings.position",
-              [pos, b.weight("embeddings.position.table", (cfg.max_positions, h))])
+    pe = b.op(
+        "embedding",
+        "embeddings.position",
+        [pos, b.weight("embeddings.position.table", (cfg.max_positions, h))],
+    )
     x = b.op("add", "embeddings.add_position", [tok, pe])
 
     for i in range(layers):  # pre-LN: x = x + f(LN(x))
         p = f"layer{i}"
-        a = _attention(b, p, layer_norm(b, f"{p}.attention_layer_norm", x, group=LN), cfg,
-                       batch, seq, gd, fd, causal=True, kv_len=past)
+        a = _attention(
+            b,
+            p,
+            layer_norm(b, f"{p}.attention_layer_norm", x, group=LN),
+            cfg,
+            batch,
+            seq,
+            gd,
+            fd,
+            causal=True,
+            kv_len=past,
+        )
         x = _residual(b, f"{p}.attention_residual", x, a)
-        f = _feed_forward(b, p, layer_norm(b, f"{p}.ffn_layer_norm", x, group=LN), cfg, gd,
-                          fd)
+        f = _feed_forward(b, p, layer_norm(b, f"{p}.ffn_layer_norm", x, group=LN), cfg, gd, fd)
         x = _residual(b, f"{p}.ffn_residual", x, f)
 
     b.group = OUT
@@ -259,6 +327,15 @@ def gpt2(batch: int = 1, seq: int | None = None, precision: str = "fp16",
     x = b.op("reshape", "lm_head.flatten", [x], shape=(rows, h))
     x = layer_norm(b, "final_layer_norm", x)
     b.op("bmm", "lm_head", [x, wte], transpose_b=True)
-    return b.graph(sequences=batch, params={
-        "model": w, "batch": batch, "seq": seq, "precision": precision.lower(),
-        "layers": layers, "phase": phase, "kv_len": past})
+    return b.graph(
+        sequences=batch,
+        params={
+            "model": w,
+            "batch": batch,
+            "seq": seq,
+            "precision": precision.lower(),
+            "layers": layers,
+            "phase": phase,
+            "kv_len": past,
+        },
+    )
