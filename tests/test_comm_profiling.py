@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 from pathlib import Path
@@ -16,8 +14,6 @@ import wia_hw
 from wia_hw.cli import cli
 from wia_hw.profiling import check_trace_events, comm_trace_events
 from wia_hw.profiling._comm import interval_union, overlap_cycles
-
-DOC = Path(__file__).resolve().parent.parent / "docs" / "COMMUNICATION.md"
 
 
 def _profile(overlapped: bool, cfg: wia_hw.CommProfilingConfig | None = None):
@@ -186,32 +182,3 @@ def test_cli_collectives_spec_error_is_one_line():
     res = CliRunner().invoke(cli, ["collectives", "-c", "wia-npu"])
     assert res.exit_code == 2
     assert "'wia-npu' is a device spec" in res.output
-
-
-# -- docs ----------------------------------------------------------------------------------
-
-
-def _examples() -> list[tuple[str, str | None]]:
-    text = DOC.read_text()
-    blocks = re.findall(r"```(\w*)\n(.*?)```", text, flags=re.S)
-    out = []
-    for i, (lang, body) in enumerate(blocks):
-        if lang == "python":
-            nxt = blocks[i + 1] if i + 1 < len(blocks) else None
-            out.append((body, nxt[1] if nxt is not None and nxt[0] == "" else None))
-    return out
-
-
-@pytest.mark.parametrize("index", range(len(_examples())))
-def test_doc_example_runs_and_prints_what_the_page_shows(index, tmp_path, monkeypatch):
-    code, shown = _examples()[index]
-    monkeypatch.chdir(tmp_path)
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        exec(compile(code, f"COMMUNICATION.md example {index}", "exec"), {"__name__": "ex"})
-    printed = buf.getvalue().splitlines()
-    for line in (shown or "").splitlines():
-        if line.strip() and line.strip() != "...":
-            assert line in printed, f"the page shows {line!r}; the example printed:\n" + "\n".join(
-                printed
-            )
