@@ -310,6 +310,21 @@ class MemorySystem:
         self._spread[key] = sp
         return sp
 
+    def _charge(self, acc: list, key: Key, nbytes: int) -> None:
+        """Add block ``key``'s ``nbytes`` to an HBM transfer being assembled, ``acc`` =
+        ``[bytes on every channel, per-channel vectors of uneven blocks]`` (what
+        :meth:`_hbm_transfer` books)."""
+        if self._aligned and not nbytes % self._stripe:
+            acc[0] += nbytes // len(self.channels)
+            return
+        sp = self._spread.get(key)
+        if sp is None:
+            sp = self._block_spread(key, nbytes)
+        if sp.__class__ is int:
+            acc[0] += sp
+        else:
+            acc[1].append(sp)
+
     def _hbm_transfer(self, now: int, uniform: int, odd: list[tuple[int, ...]]) -> int:
         """Book one HBM transfer at cycle ``now``: ``uniform`` bytes on every channel plus
         the per-channel vectors ``odd``; returns the cycle the last piece has arrived."""
@@ -347,23 +362,14 @@ class MemorySystem:
     def _evict_l2(self, acc: list) -> None:
         """Evict LRU blocks until L2 fits; dirty ones are written back (their channel
         bytes go to ``acc``: ``[uniform, odd vectors]``)."""
-        l2, cap, spread = self.l2, self.l2_capacity, self._spread
+        l2, cap = self.l2, self.l2_capacity
         byts = self.counters.bytes
         while self.l2_used > cap and len(l2) > 1:
             old, (nb, d) = l2.popitem(last=False)
             self.l2_used -= nb
             if d:  # write-back of a dirty block
                 self.writeback_bytes += nb
-                if self._aligned and not nb % self._stripe:
-                    acc[0] += nb // len(self.channels)
-                else:
-                    sp = spread.get(old)
-                    if sp is None:
-                        sp = self._block_spread(old, nb)
-                    if sp.__class__ is int:
-                        acc[0] += sp
-                    else:
-                        acc[1].append(sp)
+                self._charge(acc, old, nb)
                 byts["l2"] += nb
                 byts["hbm"] += nb
 
@@ -381,10 +387,8 @@ class MemorySystem:
         hits, misses, byts = c.hits, c.misses, c.bytes
         l1 = self.l1[core]
         l2 = self.l2
-        spread = self._spread
-        odd: list[tuple[int, ...]] = []  # HBM bytes per channel: vectors of odd blocks
-        uni = 0  # ... and bytes on every channel
-        aligned, stripe, nch = self._aligned, self._stripe, len(self.channels)
+        acc: list = [0, []]  # the HBM transfer: bytes on every channel, uneven blocks
+        charge = self._charge
         l2_bytes = hbm_bytes = 0
         used1, cap1 = self.l1_used[core], self.l1_capacity
         used2, cap2 = self.l2_used, self.l2_capacity
@@ -401,16 +405,7 @@ class MemorySystem:
                 hits["l2"] += 1
             else:
                 misses["l2"] += 1
-                if aligned and not nb % stripe:
-                    uni += nb // nch
-                else:
-                    sp = spread.get(key)
-                    if sp is None:
-                        sp = self._block_spread(key, nb)
-                    if sp.__class__ is int:
-                        uni += sp
-                    else:
-                        odd.append(sp)
+                charge(acc, key, nb)
                 hbm_bytes += nb
                 l2[key] = [nb, 0]  # fill L2 (clean)
                 used2 += nb
@@ -420,16 +415,7 @@ class MemorySystem:
                     if dirty:  # written back first
                         self.writeback_bytes += onb
                         wb += onb
-                        if aligned and not onb % stripe:
-                            uni += onb // nch
-                        else:
-                            sp = spread.get(old)
-                            if sp is None:
-                                sp = self._block_spread(old, onb)
-                            if sp.__class__ is int:
-                                uni += sp
-                            else:
-                                odd.append(sp)
+                        charge(acc, old, onb)
             l2_bytes += nb
             l1[key] = nb  # fill L1 (the key was not there)
             used1 += nb
@@ -444,7 +430,7 @@ class MemorySystem:
             return now + self.l1_latency
         done = self.l2_port.reserve(now, l2_bytes) + self.l2_latency
         if hbm_bytes:
-            done = max(done, self._hbm_transfer(now, uni, odd))
+            done = max(done, self._hbm_transfer(now, acc[0], acc[1]))
         return done
 
     def store(self, core: int, blocks: list[tuple[Key, int]], now: int) -> int:
@@ -496,13 +482,7 @@ class MemorySystem:
             if ent is not None and ent[1]:
                 nb = ent[0]
                 self.writeback_bytes += nb
-                sp = self._spread.get(key)
-                if sp is None:
-                    sp = self._block_spread(key, nb)
-                if sp.__class__ is int:
-                    acc[0] += sp
-                else:
-                    acc[1].append(sp)
+                self._charge(acc, key, nb)
                 byts["l2"] += nb
                 byts["hbm"] += nb
                 ent[1] = 0
