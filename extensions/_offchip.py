@@ -3,12 +3,19 @@
 Both units compute ``C = A @ B`` off the systolic array; on a context the product also
 runs on the device as one :class:`~wia_hw.emulator.kernels.TiledKernel`: a core's DMA
 stages A and B through the caches, the unit works for its own time, C is stored.
+
+Graph routing: both manifests claim ``linear``, ``matmul`` and ``conv2d`` (an im2col
+matmul); their ``policy`` parameter (:func:`parse_policy`) decides which of those ops
+they take (:func:`policy_selects`), the rest decline to the built-in lowering. A taken
+op becomes one such kernel (:func:`gemm_unit_kernel`) whose ``attrs["unit_gemm"]`` is
+the unit's numeric model, which functional mode calls (``wia_hw._functional``).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,8 +23,20 @@ import numpy as np
 from ..emulator.errors import WorkloadError
 from ..emulator.extension_kernels import execute_kernels
 from ..emulator.kernels import TensorRef, Tile, TiledKernel
+from ..graph import GEMM_KINDS, Graph, Op
 
-__all__ = ["product_operands", "write_product", "run_offchip_unit"]
+__all__ = [
+    "product_operands",
+    "write_product",
+    "run_offchip_unit",
+    "parse_policy",
+    "policy_selects",
+    "gemm_unit_kernel",
+    "POLICIES",
+]
+
+#: The routing policies of the ``policy`` parameter (``names:`` takes a list).
+POLICIES = ("none", "all", "all_but_first_last", "names:OP[,OP...]")
 
 _calls = itertools.count()
 
@@ -86,3 +105,85 @@ def run_offchip_unit(
     )
     (rec,) = execute_kernels(ctx.device, [kern])
     return rec.cycles
+
+
+def parse_policy(policy: Any, where: str = "policy") -> tuple[str, frozenset[str]]:
+    """``(mode, names)`` of a routing policy: ``none`` (take no graph op: the unit is
+    called directly only), ``all`` (every claimed op), ``all_but_first_last`` (every
+    claimed op except the graph's first and last GEMM-class layer, which commonly stay
+    digital) or ``names:a,b`` (exactly the ops named). Raises ValueError naming
+    ``where`` otherwise."""
+    if isinstance(policy, str):
+        if policy in ("none", "all", "all_but_first_last"):
+            return policy, frozenset()
+        if policy.startswith("names:"):
+            names = frozenset(n.strip() for n in policy[6:].split(",") if n.strip())
+            if names:
+                return "names", names
+    raise ValueError(
+        f"{where} must be one of none, all, all_but_first_last, names:OP[,OP...]; got {policy!r}"
+    )
+
+
+def policy_selects(policy: str, op: Op, graph: Graph, unit: str) -> bool:
+    """Whether ``unit``'s ``policy`` takes graph op ``op``. Raises WorkloadError when a
+    ``names:`` policy names an op the graph does not have."""
+    mode, names = parse_policy(policy, f"{unit}.policy")
+    if mode == "none":
+        return False
+    if mode == "names":
+        missing = names - {o.name for o in graph.ops}
+        if missing:
+            raise WorkloadError(
+                f"{unit} policy {policy!r}: graph {graph.name!r} has no op "
+                f"{', '.join(sorted(missing))}"
+            )
+        return op.name in names
+    if mode == "all":
+        return True
+    layers = [o.name for o in graph.ops if o.kind in GEMM_KINDS]
+    return op.name not in (layers[0], layers[-1])
+
+
+def gemm_unit_kernel(
+    op: Op,
+    graph: Graph,
+    spec: Any,
+    storage: Any,
+    unit: str,
+    dims: tuple[int, int, int, int],
+    time_ns: float,
+    energy_pj: float,
+    extra: dict[str, Any],
+    unit_gemm: Callable[[np.ndarray, np.ndarray, int], np.ndarray],
+) -> TiledKernel:
+    """One graph GEMM op (``dims = (batch, m, n, k)``) on an attached unit: one tile
+    that loads the op's inputs (activations, weights, bias) through the caches, works
+    ``ceil(time_ns * clock_ghz)`` device cycles (the unit's time; the array is idle)
+    and stores the output. ``unit_gemm(a [m, k], b [k, n], seed) -> c [m, n]`` is the
+    unit's numeric model, kept in ``attrs["unit_gemm"]`` for functional mode."""
+    batch, m, n, k = dims
+    macs = batch * m * n * k
+    loads = [(r, 0, r.rows, 0, r.cols) for r in (storage.ref(i) for i in op.inputs)]
+    out = storage.ref(op.outputs[0])
+    cycles = max(1, math.ceil(time_ns * spec.clock_ghz))
+    tile = Tile(loads, [(out, 0, out.rows, 0, out.cols)], 0, cycles, 0, 0, macs, 0)
+    return TiledKernel(
+        name=op.name,
+        op=op.name,
+        group=op.group,
+        op_kind=op.kind,
+        io=(op.inputs, op.outputs),
+        attrs={**op.attrs, "unit_gemm": unit_gemm},
+        provider=unit,
+        record_kind=unit,
+        precision=graph.tensors[op.inputs[0]].dtype,
+        tiles=(tile,),
+        macs=macs,
+        flops=2 * macs,
+        vector_flops=0,
+        compulsory_bytes=sum(r.nbytes for r, *_ in loads) + out.nbytes,
+        array=False,
+        energy_pj=energy_pj,
+        extra=extra,
+    )

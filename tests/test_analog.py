@@ -18,6 +18,7 @@ QUIET = {
     "read_noise": False,
     "drift": False,
     "noise_compensation": False,
+    "output_noise": 0.0,
 }
 
 
@@ -91,6 +92,7 @@ def _read_noise_only(reads, comp):
         programming_noise=False,
         drift=False,
         read_noise=True,
+        output_noise=0.0,
         noise_compensation=comp,
         repeated_reads=reads,
         tile_size=128,
@@ -130,6 +132,7 @@ def test_drift_biases_low_and_global_drift_compensation_removes_it():
         "programming_noise": False,
         "read_noise": False,
         "drift": True,
+        "output_noise": 0.0,
         "analog_precision_bits": 10,
         "digital_precision_bits": 12,
         "t_inference_s": 86400.0,
@@ -193,7 +196,9 @@ def test_timing_energy_and_the_device():
     assert ctx.device.counters.macs == 32 * 600 * 300
     assert ctx.device.now >= res.device_cycles >= math.ceil(res.time_ns * ctx.spec.clock_ghz)
     # more weight tiles than crossbars: tiles are reprogrammed in rounds
-    t, tiles = analog_timing_ns(AnalogConfig(crossbars=2, noise_compensation=False), 32, 600, 300)
+    t, tiles = analog_timing_ns(
+        AnalogConfig(analog_precision_bits=6, crossbars=2, noise_compensation=False), 32, 600, 300
+    )
     assert tiles == 6
     assert t == pytest.approx(3 * (t_in + t_adc + 31 * max(t_in, t_adc)) + 2 * 1000.0 * 1e3)
 
@@ -230,7 +235,7 @@ def test_timing_model_follows_its_parameters():
         )
         assert t1 <= t0, field_
     # 8 ADCs for 256 columns: 32 conversions per read dominate the stream
-    few = AnalogConfig(adcs_per_tile=8, noise_compensation=False)
+    few = AnalogConfig(analog_precision_bits=6, adcs_per_tile=8, noise_compensation=False)
     t_in, t_adc = analog_read_ns(few)
     assert t_adc == pytest.approx(32 * 64 * 0.3) and t_adc > t_in
     t, _ = analog_timing_ns(few, 100, 256, 256)

@@ -6,8 +6,10 @@ Every GEMM-class op that the device runs as a built-in
 model runs) and array passes, through the golden models, in the RTL's tile and
 accumulation order (:mod:`wia_hw.emulator.tiled_exec` states the arithmetic: int8 in
 wrapping int32, fp16/bf16 through the PE's fp32-accumulating MAC, K chunks summed in
-fp32 in K order, the bias added once after the last chunk). Every other op, and a GEMM
-an extension lowered, is evaluated by :func:`wia_hw.emulator.functional.evaluate`.
+fp32 in K order, the bias added once after the last chunk). A GEMM an attached unit
+took (analog, photonic: its kernel's ``attrs["unit_gemm"]``) runs through that unit's
+noise model, seeded. Every other op, and a GEMM another extension lowered, is evaluated
+by :func:`wia_hw.emulator.functional.evaluate`.
 
 Float inputs and weights the user gives are stored in their tensor's dtype (rounded to
 nearest even, as uploading them does). Those not given are drawn from a seeded
@@ -25,6 +27,7 @@ transpose) keeps the integers and their scale.
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +61,7 @@ class FunctionalExecutor:
         self, graph: Graph, seed: int, given: Mapping[str, np.ndarray] | None = None
     ) -> None:
         self.graph = graph
+        self.seed = seed
         self.values: dict[str, np.ndarray] = {}
         self.scales: dict[str, float] = {}
         rng = np.random.default_rng(seed)
@@ -118,6 +122,9 @@ class FunctionalExecutor:
         GemmKernel (integer operands -> int8 arithmetic, else the kernel's float
         precision; fp32 for an int8 kernel fed dequantised floats), else ``evaluate``."""
         shape = self.graph.tensors[op.outputs[0]].shape
+        unit = next((k.attrs["unit_gemm"] for k in kernels if "unit_gemm" in k.attrs), None)
+        if unit is not None:  # an attached unit (analog, photonic): its noisy model
+            return self._unit_gemm(op, unit, ins, shape)
         gemms = [k for k in kernels if isinstance(k, GemmKernel)]
         if device is None or len(kernels) != 1 or not gemms:
             tk = gemms[0].tiling.tk if gemms else None
@@ -149,6 +156,31 @@ class FunctionalExecutor:
             round_operands=not held,
         )
         return ops.finish(c)  # int32, or float32 that step() rounds to the output dtype
+
+    def _unit_gemm(
+        self, op: Op, unit: Any, ins: list[np.ndarray], shape: tuple[int, ...]
+    ) -> np.ndarray:
+        """A GEMM an attached unit took: ``unit(a [m, k], b [k, n], seed)`` per batch
+        entry (a conv2d's groups), seeded by the run's seed, the op's name and the entry;
+        the bias is added digitally in float32."""
+        ops = gemm_operands(op.kind, op.attrs, ins, shape)
+        shared = ops.b.shape[0] == 1
+        c = np.stack(
+            [
+                np.asarray(
+                    unit(
+                        ops.a[i].astype(np.float64),
+                        ops.b[0 if shared else i].astype(np.float64),
+                        zlib.crc32(f"{self.seed}:{op.name}:{i}".encode()),
+                    ),
+                    dtype=np.float32,
+                )
+                for i in range(ops.a.shape[0])
+            ]
+        )
+        if ops.bias is not None:
+            c = c + ops.bias.astype(np.float32)[:, None, :]
+        return ops.finish(c)
 
     def step(self, op: Op, kernels: Sequence[Kernel] = (), device: Device | None = None) -> None:
         """Compute ``op``'s output. ``kernels``: what ``op`` was lowered to; ``device``:
