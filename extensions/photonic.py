@@ -59,7 +59,8 @@ loss, on every channel), ``dac_energy_pj`` per input sample, ``adc_energy_pj`` p
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -77,12 +78,20 @@ from ..emulator.frontend_model import (
     frontend_matvec_cycles,
     quantize_weights,
 )
+from ..graph import Graph, Op, gemm_dims
 from ..registry import (
     DeviceExtension,
     ExtensionId,
     ensure_extension,
 )
-from ._offchip import product_operands, run_offchip_unit, write_product
+from ._offchip import (
+    gemm_unit_kernel,
+    parse_policy,
+    policy_selects,
+    product_operands,
+    run_offchip_unit,
+    write_product,
+)
 
 __all__ = [
     "PhotonicEncoding",
@@ -93,8 +102,24 @@ __all__ = [
     "PhotonicResult",
     "photonic_matmul",
     "photonic_timing_ns",
+    "photonic_snr",
+    "photonic_enob",
+    "laser_power_for_bits",
+    "size_laser_power",
+    "LaserSizing",
+    "PhotonicPrecisionWarning",
+    "photonic_linear",
     "run_offchip_unit",
 ]
+
+_Q = 1.602176634e-19  # electron charge, C
+_KB = 1.380649e-23  # Boltzmann constant, J/K
+#: Graph op kinds the extension claims (its ``policy`` picks among them).
+_CLAIMS = ("linear", "matmul", "conv2d")
+
+
+class PhotonicPrecisionWarning(UserWarning):
+    """The photonic core delivers fewer effective bits than its ``precision_bits``."""
 
 
 _Enum = StrNamedEnum
@@ -144,6 +169,8 @@ class PhotonicConfig:
     Seed fields: ``wavelength_channels`` (WDM), ``modulation_bandwidth_ghz`` (symbol
     rate, also the detectors' noise bandwidth), ``matrix_size_limit`` (mesh size ``n``),
     ``precision_bits`` (DAC/ADC resolution, 2..16). Physics: see the module docstring.
+    ``policy``: which graph ops the extension takes (``none``, ``all``,
+    ``all_but_first_last``, ``names:a,b``).
     """
 
     wavelength_channels: int = 64
@@ -167,8 +194,10 @@ class PhotonicConfig:
     program_energy_pj_per_mzi: float = 1.0
     dac_energy_pj: float = 0.5
     adc_energy_pj: float = 1.0
+    policy: str = "none"
 
     def __post_init__(self) -> None:
+        parse_policy(self.policy, "PhotonicConfig.policy")
         for n in ("wavelength_channels", "matrix_size_limit", "core_latency_cycles"):
             _pos(self, n, integer=True)
         for n in (
@@ -292,7 +321,11 @@ class PhotonicMatmul:
 @dataclass
 class PhotonicResult:
     """The product and its cost. ``time_ns`` on the photonic core; ``energy_pj`` of the
-    core (lasers, tuning, DACs, ADCs, programming); ``adc_shift`` the calibrated gain."""
+    core (lasers, tuning, DACs, ADCs, programming); ``adc_shift`` the calibrated gain.
+    ``enob``: effective bits the shot and thermal noise leave at full scale
+    (:func:`photonic_enob`); ``effective_bits``: those left over the range this
+    product's outputs span (``enob + log2(peak |y|)``, ``y = W x / n`` the normalised
+    output; timing-only calls report ``enob``); ``precision_bits``: configured."""
 
     output: np.ndarray = field(repr=False)
     time_ns: float
@@ -304,6 +337,9 @@ class PhotonicResult:
     passes: int
     adc_shift: int
     device_cycles: int = 0
+    precision_bits: int = 8
+    enob: float = math.inf
+    effective_bits: float = math.inf
 
 
 def photonic_timing_ns(
@@ -347,8 +383,9 @@ def _energy_pj(
 
 def _photonic_product(
     cfg: PhotonicConfig, mm: PhotonicMatmul, a: np.ndarray, b: np.ndarray, seed: int
-) -> tuple[np.ndarray, int]:
-    """The computed ``a @ b`` (float64) through quantisers, optics and noise; adc shift."""
+) -> tuple[np.ndarray, int, float]:
+    """The computed ``a @ b`` (float64) through quantisers, optics and noise; the adc
+    shift; the peak ``|y|`` (normalised output) of any pass."""
     s = cfg.matrix_size_limit
     p = cfg.precision_bits
     m, k = a.shape
@@ -416,7 +453,7 @@ def _photonic_product(
             [accumulate_tiles([t[:, j] for t in partial]) for j in range(n)], axis=1
         )
     scale = (1 << shift) * s / (loss * top)
-    return result[:m].astype(np.float64) * scale * amax * bmax, shift
+    return result[:m].astype(np.float64) * scale * amax * bmax, shift, peak
 
 
 def photonic_matmul(
@@ -447,10 +484,13 @@ def photonic_matmul(
     if not isinstance(mm, PhotonicMatmul):
         raise TypeError(f"mm must be a PhotonicMatmul, got {type(mm).__name__}")
     a, b = product_operands("photonic_matmul", A, B)
+    enob = photonic_enob(cfg, mm)
     if functional:
-        out, shift = _photonic_product(cfg, mm, a, b, seed)
+        out, shift, peak = _photonic_product(cfg, mm, a, b, seed)
+        eff = photonic_enob(cfg, mm, signal_fraction=peak) if peak > 0 else enob
     else:
-        out, shift = np.zeros((0, 0)), 0
+        out, shift, eff = np.zeros((0, 0)), 0, enob
+    _warn_precision(cfg, mm, enob, eff)
     if C is not None and functional:
         write_product("photonic_matmul", C, out)
     m, k = a.shape
@@ -468,6 +508,9 @@ def photonic_matmul(
         tiles=tiles,
         passes=passes,
         adc_shift=shift,
+        precision_bits=cfg.precision_bits,
+        enob=enob,
+        effective_bits=eff,
     )
     if ctx is not None:
         ensure_extension(ctx, ExtensionId.PHOTONIC)
@@ -485,3 +528,172 @@ def photonic_matmul(
             {"photonic_time_ns": time_ns, "energy_per_mac_pj": energy / macs, "tiles": tiles},
         )
     return res
+
+
+# -- precision delivered: the shot- and thermal-noise budget -----------------------------
+
+
+def _noise_terms(cfg: PhotonicConfig, mm: PhotonicMatmul | None) -> tuple[float, float, float]:
+    """``(c, a, b)`` in SI units: the full-scale signal current is ``c * P0`` and the
+    noise variance of one detected output ``a * P0 + b`` (``P0`` in W), at y = 0."""
+    bw_hz = cfg.modulation_bandwidth_ghz * 1e9
+    c = cfg.detector_responsivity_a_per_w * cfg.transmission
+    shot = 2 * _Q * c * bw_hz if cfg.shot_noise else 0.0  # one arm at y=0 carries c P0 / 2
+    thermal = 4 * _KB * cfg.temperature_k * bw_hz / cfg.load_ohm if cfg.thermal_noise else 0.0
+    single = mm is not None and mm.output_detection is PhotonicDetection.SINGLE
+    if single:  # one arm doubled: 4x one arm's variance
+        return c, 4 * shot / 2, 4 * thermal
+    return c, shot, 2 * thermal  # balanced: two arms' variances add
+
+
+def photonic_snr(
+    cfg: PhotonicConfig, mm: PhotonicMatmul | None = None, *, signal_fraction: float = 1.0
+) -> float:
+    """Signal-to-noise ratio (linear, power) of one detected output: a sine of amplitude
+    ``signal_fraction`` of full scale (``y = 1``: current ``R P0 L``) against the shot
+    noise (``2 q I B`` per arm) and thermal noise (``4 k T B / R_load`` per arm) of the
+    detectors, ``B = modulation_bandwidth_ghz``: ``SNR = (f R P0 L)**2 / 2 / sigma**2``.
+    Balanced detection sums both arms' variances (the shot part is then independent of
+    ``y``); single detection doubles one arm (4x its variance). Infinite without noise."""
+    c, a, b = _noise_terms(cfg, mm)
+    p0 = cfg.laser_power_mw * 1e-3
+    var = a * p0 + b
+    sig = (signal_fraction * c * p0) ** 2 / 2
+    return math.inf if var == 0 else sig / var
+
+
+def photonic_enob(
+    cfg: PhotonicConfig, mm: PhotonicMatmul | None = None, *, signal_fraction: float = 1.0
+) -> float:
+    """Effective number of bits the noise leaves: ``(SNR_dB - 1.76) / 6.02`` with
+    :func:`photonic_snr` (full scale unless ``signal_fraction`` < 1: a product whose
+    outputs span a fraction ``f`` of full scale gets ``log2(f)`` bits fewer)."""
+    snr = photonic_snr(cfg, mm, signal_fraction=signal_fraction)
+    if snr <= 0:
+        return -math.inf
+    return math.inf if math.isinf(snr) else (10 * math.log10(snr) - 1.76) / 6.02
+
+
+def laser_power_for_bits(
+    cfg: PhotonicConfig,
+    mm: PhotonicMatmul | None = None,
+    *,
+    bits: float | None = None,
+    signal_fraction: float = 1.0,
+) -> float:
+    """The laser power (mW per output and channel, ``laser_power_mw``) at which
+    :func:`photonic_enob` reaches ``bits`` (default ``precision_bits``) for outputs
+    spanning ``signal_fraction`` of full scale: the root of ``(f c P)**2 / 2 =
+    SNR (a P + b)``. Raises ValueError for a fraction outside (0, 1]."""
+    if not 0 < signal_fraction <= 1:
+        raise ValueError(f"signal_fraction must be in (0, 1], got {signal_fraction!r}")
+    bits = cfg.precision_bits if bits is None else bits
+    snr = 10 ** ((6.02 * bits + 1.76) / 10)
+    c, a, b = _noise_terms(cfg, mm)
+    cc = (signal_fraction * c) ** 2
+    p_w = (2 * snr * a + math.sqrt((2 * snr * a) ** 2 + 8 * cc * snr * b)) / (2 * cc)
+    return p_w * 1e3
+
+
+@dataclass(frozen=True)
+class LaserSizing:
+    """The laser power a product needs for ``bits`` and what it costs."""
+
+    bits: float
+    laser_power_mw: float
+    enob: float
+    energy_pj: float
+    energy_per_mac_pj: float
+
+
+def size_laser_power(
+    cfg: PhotonicConfig,
+    mm: PhotonicMatmul,
+    m: int,
+    k: int,
+    n: int,
+    *,
+    bits: float | None = None,
+    signal_fraction: float = 1.0,
+) -> LaserSizing:
+    """Size ``laser_power_mw`` for ``bits`` (default ``precision_bits``) with
+    :func:`laser_power_for_bits` and report the energy of an ``m x k`` by ``k x n``
+    product at that power (the module's energy model, lasers included)."""
+    bits = cfg.precision_bits if bits is None else bits
+    p = laser_power_for_bits(cfg, mm, bits=bits, signal_fraction=signal_fraction)
+    sized = replace(cfg, laser_power_mw=p)
+    time_ns, tiles, _ = photonic_timing_ns(sized, mm, m, k, n)
+    e = _energy_pj(sized, mm, time_ns, tiles, m, k, n)
+    return LaserSizing(bits, p, photonic_enob(sized, mm), e, e / (m * k * n))
+
+
+def _warn_precision(cfg: PhotonicConfig, mm: PhotonicMatmul, enob: float, eff: float) -> None:
+    """One PhotonicPrecisionWarning per configuration (the text depends on the
+    configuration only, so Python's default filter shows it once) when the bits
+    delivered fall short of ``precision_bits``."""
+    if eff >= cfg.precision_bits:
+        return
+    p = cfg.laser_power_mw
+    if enob < cfg.precision_bits:
+        need = laser_power_for_bits(cfg, mm)
+        msg = (
+            f"photonic core configured for precision_bits={cfg.precision_bits} delivers "
+            f"{enob:.2f} effective bits at full scale: the shot and thermal noise at "
+            f"laser_power_mw={p:g} leave an SNR of "
+            f"{10 * math.log10(photonic_snr(cfg, mm)):.1f} dB "
+            f"(laser_power_mw={need:.3g} would reach {cfg.precision_bits} bits at full "
+            "scale; outputs spanning less of it get fewer: PhotonicResult.effective_bits)"
+        )
+    else:
+        msg = (
+            f"photonic core configured for precision_bits={cfg.precision_bits} delivers "
+            f"{enob:.2f} effective bits at full scale (laser_power_mw={p:g}), but the "
+            "products' outputs span a fraction of full scale and get fewer than "
+            f"{cfg.precision_bits} (PhotonicResult.effective_bits; size the laser with "
+            "laser_power_for_bits(signal_fraction=...))"
+        )
+    warnings.warn(msg, PhotonicPrecisionWarning, stacklevel=3)
+
+
+# -- graph routing ---------------------------------------------------------------------
+
+
+def photonic_linear(op: Op, graph: Graph, spec: Any, storage: Any, ext: DeviceExtension) -> Any:
+    """The photonic extension's graph operation (claims ``linear``, ``matmul``,
+    ``conv2d``): the ops its ``policy`` parameter selects run on the optical core, the
+    others decline (``None``: the built-in lowering runs them).
+
+    ``X @ W`` is computed as ``(W^T X^T)^T``: the weights are the mesh's matrix, the
+    rows of ``X`` stream through it as input vectors (coherent mesh, intensity
+    encoding, balanced detection: the seed's ``wia_photonic_matmul_t``). Time and energy
+    are :func:`photonic_timing_ns` and the module's energy model per GEMM (a conv2d's
+    groups one after another); functional mode computes the product through the
+    optics and its noise, seeded per run, op and batch entry."""
+    cfg = PhotonicConfig.from_extension(ext)
+    if op.kind not in _CLAIMS or not policy_selects(cfg.policy, op, graph, "photonic"):
+        return None
+    mm = PhotonicMatmul()
+    ins, _ = graph.shapes_of(op)
+    dims = gemm_dims(op, ins)
+    batch, m, n, k = dims
+    t_ns, tiles, _ = photonic_timing_ns(cfg, mm, n, k, m)
+    energy = _energy_pj(cfg, mm, t_ns, tiles, n, k, m)
+    enob = photonic_enob(cfg, mm)
+
+    def unit_gemm(a: np.ndarray, b: np.ndarray, seed: int) -> np.ndarray:
+        out, _, peak = _photonic_product(cfg, mm, np.asarray(b).T, np.asarray(a).T, seed)
+        eff = photonic_enob(cfg, mm, signal_fraction=peak) if peak > 0 else enob
+        _warn_precision(cfg, mm, enob, eff)
+        return out.T
+
+    extra = {
+        "photonic_time_ns": batch * t_ns,
+        "tiles": batch * tiles,
+        "unit_energy_pj": batch * energy,
+        "unit_macs": batch * m * n * k,
+    }
+    return [
+        gemm_unit_kernel(
+            op, graph, spec, storage, "photonic", dims, batch * t_ns, batch * energy, extra, unit_gemm
+        )
+    ]
