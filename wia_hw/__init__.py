@@ -12,6 +12,7 @@ The seed's C names map to these by dropping the ``wia_`` prefix (see API.md).
 
 from __future__ import annotations
 
+from . import sweep  # the package is callable: wia_hw.sweep(file, ...)
 from ._version import __version__
 from .bench import (
     BenchmarkConfig,
@@ -147,6 +148,8 @@ __all__ = [
     "from_torch",
     "open_device",
     "run",
+    # design-space sweeps (wia_hw.sweep(...), wia_hw.sweep.open_store(...))
+    "sweep",
     # many devices (seed 8.5)
     "CollectiveRecord",
     "CommError",

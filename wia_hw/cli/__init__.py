@@ -25,6 +25,7 @@ from ._profile import profile
 from ._rtl import rtl
 from ._run import print_run, run_cmd
 from ._specs import specs
+from ._sweep import sweep_cmd, sweep_report_cmd
 
 __all__ = ["main", "cli", "print_run"]
 
@@ -46,7 +47,18 @@ def cli() -> None:
     """wia-hw: an open, verifiable AI-accelerator stack (WIA-AI-011 chapter 8)."""
 
 
-for _command in (run_cmd, specs, rtl, ext, profile, bench_cmd, collectives, import_cmd):
+for _command in (
+    run_cmd,
+    specs,
+    rtl,
+    ext,
+    profile,
+    bench_cmd,
+    collectives,
+    import_cmd,
+    sweep_cmd,
+    sweep_report_cmd,
+):
     cli.add_command(_command)
 
 

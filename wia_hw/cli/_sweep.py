@@ -1,0 +1,187 @@
+"""``wia-hw sweep FILE``: run a design-space sweep into an SQLite store, with a progress
+bar (points done, rate, ETA); ``wia-hw sweep-report STORE``: the best points per metric
+and the Pareto front of latency against energy, as tables, a PNG, CSV and Parquet."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ..sweep import (
+    best_points,
+    better,
+    open_store,
+    pareto_front,
+    plot_pareto,
+    sweep,
+    write_csv,
+    write_parquet,
+)
+
+__all__ = ["sweep_cmd", "sweep_report_cmd"]
+
+
+def _scheduler(address: str) -> str:
+    a = address.strip()
+    for prefix in ("dask://", "tcp://"):
+        if a.startswith(prefix):
+            a = a[len(prefix) :]
+    return "dask://" + a
+
+
+@click.command("sweep")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option(
+    "-w",
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Local worker processes (default: the CPU count).",
+)
+@click.option(
+    "--scheduler",
+    default=None,
+    metavar="ADDRESS",
+    help="Run on a Dask scheduler (HOST:PORT, tcp://HOST:PORT or dask://HOST:PORT).",
+)
+@click.option(
+    "--store",
+    default="results.sqlite",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="SQLite store; points already in it are skipped.",
+)
+@click.option("--retry-failed", is_flag=True, help="Compute again the points stored as failed.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the summary as one JSON line on stdout."
+)
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def sweep_cmd(
+    file: str,
+    workers: int | None,
+    scheduler: str | None,
+    store: str,
+    retry_failed: bool,
+    as_json: bool,
+    no_progress: bool,
+) -> None:
+    """Run the points of sweep FILE not yet in the store."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    err = Console(stderr=True)
+    executor: Any = _scheduler(scheduler) if scheduler else "local"
+    bar = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=err,
+        disable=no_progress,
+    )
+    state: dict[str, Any] = {}
+
+    def progress(done: int, total: int) -> None:
+        if "task" not in state:
+            state["t0"] = time.perf_counter()
+            state["task"] = bar.add_task("points", total=total, rate="")
+        elapsed = time.perf_counter() - state["t0"]
+        rate = f"{60 * done / elapsed:,.0f} points/min" if elapsed > 0 else ""
+        bar.update(state["task"], completed=done, rate=rate)
+
+    with bar:
+        s = sweep(
+            file,
+            executor=executor,
+            store=store,
+            workers=workers,
+            retry_failed=retry_failed,
+            progress=progress,
+        )
+    if as_json:
+        click.echo(json.dumps(s.to_dict(), sort_keys=True))
+        return
+    filtered = f"; {s.filtered} filtered out by the constraint" if s.filtered else ""
+    click.echo(
+        f"sweep {s.sweep}: {s.points} points, {s.skipped} already stored, {s.computed} "
+        f"computed ({s.ok} ok, {s.failed} failed){filtered}, {s.wall_s:.1f} s "
+        f"({s.points_per_min:,.0f} points/min) on {s.executor} -> {s.store}"
+    )
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def _params(r: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(r["params"].items()))
+
+
+@click.command("sweep-report")
+@click.argument("store", type=click.Path(dir_okay=False))
+@click.option("--sweep", "sweep_name", default=None, help="Only this sweep of the store.")
+@click.option("--png", default=None, type=click.Path(dir_okay=False), help="Pareto plot PNG.")
+@click.option("--csv", "csv_path", default=None, type=click.Path(dir_okay=False), help="CSV.")
+@click.option(
+    "--parquet", default=None, type=click.Path(dir_okay=False), help="Parquet (needs pyarrow)."
+)
+def sweep_report_cmd(
+    store: str, sweep_name: str | None, png: str | None, csv_path: str | None, parquet: str | None
+) -> None:
+    """Best points per metric and the Pareto front (latency vs energy) of STORE."""
+    st = open_store(store)
+    try:
+        rows = st.points(sweep_name)
+    finally:
+        st.close()
+    out = Console(highlight=False, width=160)
+    ok = sum(r["status"] == "ok" for r in rows)
+    out.print(f"{store}: {len(rows)} points ({ok} ok, {len(rows) - ok} failed)")
+    best = best_points(rows)
+    fronts = pareto_front(rows)
+    for wl in sorted(best):
+        t = Table(title=f"best points: {wl}", title_justify="left")
+        for c in ("metric", "best", "value", "parameters"):
+            t.add_column(c, justify="right" if c == "value" else "left")
+        for m, r in best[wl].items():
+            t.add_row(m, better(m), _fmt(r["metrics"][m]), _params(r))
+        out.print(t)
+        front = fronts.get(wl, [])
+        if front:
+            objs = [o for o in ("latency_ms", "energy_j", "area_mm2") if o in front[0]["metrics"]]
+            t = Table(title=f"Pareto front ({' vs '.join(objs)}): {wl}", title_justify="left")
+            for c in (*objs, "parameters"):
+                t.add_column(c, justify="left" if c == "parameters" else "right")
+            for r in front:
+                t.add_row(*(_fmt(r["metrics"][o]) for o in objs), _params(r))
+            out.print(t)
+    failed = [r for r in rows if r["status"] == "failed"]
+    for r in failed[:10]:
+        out.print(f"failed: {r['workload']} {_params(r)}: {r['error']}")
+    if len(failed) > 10:
+        out.print(f"... and {len(failed) - 10} more failed points")
+    if png:
+        plot_pareto(rows, png)
+        click.echo(f"wrote {png}")
+    if csv_path:
+        write_csv(rows, csv_path)
+        click.echo(f"wrote {csv_path}")
+    if parquet:
+        if write_parquet(rows, parquet) is None:
+            click.echo(f"parquet export skipped ({parquet}): pyarrow is not installed")
+        else:
+            click.echo(f"wrote {parquet}")

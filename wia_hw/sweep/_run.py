@@ -1,0 +1,251 @@
+"""Running a sweep: points out to an executor, results into the store as they finish.
+
+The parent process is the store's only writer. Points already in the store are skipped
+before anything is submitted, so a re-run (after a change of the file, or after the
+sweep was killed) computes only what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ._file import Point, Sweep, canonical_json, load_sweep
+from ._store import SweepError, SweepStore
+from ._worker import evaluate_point, init_worker
+
+__all__ = ["sweep", "SweepSummary", "CONNECT_TIMEOUT_S"]
+
+#: Seconds to wait for a Dask scheduler before giving up with one line.
+CONNECT_TIMEOUT_S = 5.0
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class SweepSummary:
+    """What one call of :func:`sweep` did. ``points`` = ``skipped`` + ``computed``;
+    ``computed`` = ``ok`` + ``failed``; ``filtered``: parameter sets the constraint
+    removed before any point was made."""
+
+    sweep: str
+    store: str
+    executor: str
+    points: int
+    skipped: int
+    computed: int
+    ok: int
+    failed: int
+    filtered: int
+    wall_s: float
+
+    @property
+    def points_per_min(self) -> float:
+        return 60.0 * self.computed / self.wall_s if self.wall_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(asdict(self), points_per_min=self.points_per_min)
+
+
+def _task(sw: Sweep, p: Point) -> dict[str, Any]:
+    return {
+        "key": p.key,
+        "base": sw.base,
+        "params": p.params,
+        "workload": p.workload_name,
+        "args": p.workload_args,
+        "metrics": list(p.metrics),
+    }
+
+
+def _local(tasks: list[dict[str, Any]], workers: int) -> Iterator[dict[str, Any]]:
+    """Results of ``tasks`` on a process pool, as they finish (at most 2 per worker in
+    flight, so the parent writes each result while the others compute)."""
+    method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(["wia_hw.sweep._worker", "wia_hw.runtime"])
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=init_worker)
+    pending: set[Future[dict[str, Any]]] = set()
+    it = iter(tasks)
+    try:
+        while True:
+            while len(pending) < 2 * workers:
+                t = next(it, None)
+                if t is None:
+                    break
+                pending.add(pool.submit(evaluate_point, t))
+            if not pending:
+                break
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                yield f.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _dask_client(executor: Any) -> tuple[Any, bool, str]:
+    """(client, whether we opened it, a name for it)."""
+    if not isinstance(executor, str):
+        if not (hasattr(executor, "submit") and hasattr(executor, "scheduler_info")):
+            raise SweepError(
+                f"executor must be 'local', 'dask://HOST:PORT' or a dask.distributed "
+                f"Client, got {type(executor).__name__}"
+            )
+        return executor, False, f"dask client {getattr(executor.scheduler, 'address', '?')}"
+    address = "tcp://" + executor[len("dask://") :]
+    if len(executor) <= len("dask://") or ":" not in executor[len("dask://") :]:
+        raise SweepError(f"scheduler address must read dask://HOST:PORT, got {executor!r}")
+    try:
+        from distributed import Client
+    except ImportError:
+        raise SweepError(
+            "a Dask executor needs dask.distributed (pip install 'wia-hw[sweep]')"
+        ) from None
+    try:
+        client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+    except (OSError, TimeoutError) as e:
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise SweepError(
+            f"cannot reach the Dask scheduler at {executor} within {CONNECT_TIMEOUT_S:g} s "
+            f"({why[:160]})"
+        ) from None
+    return client, True, executor
+
+
+def _dask(tasks: list[dict[str, Any]], client: Any) -> Iterator[dict[str, Any]]:
+    from distributed import as_completed
+
+    futures = [
+        client.submit(evaluate_point, t, key=f"wia-hw-point-{t['key']}", pure=False) for t in tasks
+    ]
+    try:
+        for f in as_completed(futures):
+            try:
+                yield f.result()
+            except Exception as e:  # noqa: BLE001 -- a lost worker: record, go on
+                key = f.key.removeprefix("wia-hw-point-") if isinstance(f.key, str) else ""
+                yield {
+                    "key": key,
+                    "status": "failed",
+                    "metrics": None,
+                    "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                    "wall_s": 0.0,
+                }
+    finally:
+        client.cancel([f for f in futures if not f.done()])
+
+
+def sweep(
+    sweep: Sweep | str | os.PathLike[str] | Mapping[str, Any],
+    executor: Any = "local",
+    store: str | os.PathLike[str] = "results.sqlite",
+    workers: int | None = None,
+    *,
+    retry_failed: bool = False,
+    progress: Progress | None = None,
+) -> SweepSummary:
+    """Run every point of ``sweep`` not yet in ``store``; write each as it finishes.
+
+    ``sweep`` is a sweep file path, a mapping of the same form or a loaded
+    :class:`Sweep`. ``executor`` is ``"local"`` (a process pool of ``workers``
+    processes, default: the CPU count), ``"dask://HOST:PORT"`` (a Dask scheduler; the
+    connection times out after :data:`CONNECT_TIMEOUT_S` seconds) or a
+    ``dask.distributed.Client``. ``store`` is the SQLite file (created when missing).
+    Points with a row already (``ok`` or ``failed``; only ``ok`` with
+    ``retry_failed=True``) are skipped. ``progress(done, total)`` is called after each
+    computed point. Returns a :class:`SweepSummary`.
+
+    Raises :class:`~wia_hw.SpecError` for a bad sweep file and :class:`SweepError` for
+    a store that is not a sweep store, a bad executor or an unreachable scheduler. A
+    point whose values the spec refuses is stored as ``failed`` and the sweep goes on.
+    """
+    sw = sweep if isinstance(sweep, Sweep) else load_sweep(sweep)
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise SweepError(f"workers must be a positive integer, got {workers!r}")
+    is_local = isinstance(executor, str) and executor == "local"
+    if isinstance(executor, str) and not is_local and not executor.startswith("dask://"):
+        raise SweepError(f"executor must be 'local' or 'dask://HOST:PORT', got {executor!r}")
+    t0 = time.perf_counter()
+    points = sw.points()
+    by_key = {p.key: p for p in points}
+    st = SweepStore.create(store)
+    try:
+        done = st.finished_keys(by_key, include_failed=not retry_failed)
+        todo = [p for p in points if p.key not in done]
+        st.set_meta(
+            f"sweep:{sw.name}",
+            canonical_json(
+                {
+                    "file": sw.file,
+                    "base": sw.base_name,
+                    "base_hash": sw.base_hash,
+                    "sampler": sw.sampler,
+                    "parameters": list(sw.parameters),
+                    "workloads": [[w, a] for w, a in sw.workloads],
+                    "metrics": list(sw.metrics),
+                    "points": len(points),
+                }
+            ),
+        )
+        tasks = [_task(sw, p) for p in todo]
+        ok = failed = 0
+        if not tasks:
+            name = "local" if is_local else str(executor)
+            results: Iterator[dict[str, Any]] = iter(())
+            client, owned = None, False
+        elif is_local:
+            n = workers or os.cpu_count() or 1
+            name = f"local pool ({min(n, len(tasks))} workers)"
+            results = _local(tasks, min(n, len(tasks)))
+            client, owned = None, False
+        else:
+            client, owned, name = _dask_client(executor)
+            results = _dask(tasks, client)
+        try:
+            for i, r in enumerate(results, 1):
+                p = by_key[r["key"]]
+                st.record(
+                    point_key=p.key,
+                    sweep_name=sw.name,
+                    params=p.params,
+                    workload=p.workload,
+                    metrics=r["metrics"],
+                    status=r["status"],
+                    error=r["error"],
+                    wall_s=r["wall_s"],
+                )
+                if r["status"] == "ok":
+                    ok += 1
+                else:
+                    failed += 1
+                if progress is not None:
+                    progress(i, len(tasks))
+        finally:
+            if owned and client is not None:
+                client.close()
+    finally:
+        st.close()
+    return SweepSummary(
+        sweep=sw.name,
+        store=str(Path(store)),
+        executor=name,
+        points=len(points),
+        skipped=len(points) - len(todo),
+        computed=ok + failed,
+        ok=ok,
+        failed=failed,
+        filtered=sw.filtered,
+        wall_s=time.perf_counter() - t0,
+    )
+
+
+def summary_json(s: SweepSummary) -> str:
+    return json.dumps(s.to_dict(), sort_keys=True)

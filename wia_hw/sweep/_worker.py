@@ -1,0 +1,96 @@
+"""What a worker does with one point: build the device, run the workload, keep metrics.
+
+The same function runs in the local process pool and on Dask workers, so the two give
+the same numbers. Per-process caches keep the fixed cost of a point small: workload
+graphs are built once per (workload, arguments) and reused (a :class:`~wia_hw.Graph`
+is never modified by lowering or running).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from ..emulator.errors import WiaError
+from ..graph import Graph
+from ._file import canonical_json
+
+__all__ = ["init_worker", "evaluate_point", "extract_metrics"]
+
+_GRAPHS: OrderedDict[str, Graph] = OrderedDict()
+_GRAPH_CACHE_SIZE = 16
+
+
+def init_worker() -> None:
+    """Process-pool initializer: import the runtime once, before the first point."""
+    from .. import runtime  # noqa: F401
+    from ..workloads import build  # noqa: F401
+
+
+def _graph(name: str, args: Mapping[str, Any]) -> Graph:
+    from ..runtime import resolve_workload
+
+    key = canonical_json([name, dict(args)])
+    g = _GRAPHS.get(key)
+    if g is None:
+        g = resolve_workload(name, **args)
+        _GRAPHS[key] = g
+        while len(_GRAPHS) > _GRAPH_CACHE_SIZE:
+            _GRAPHS.popitem(last=False)
+    else:
+        _GRAPHS.move_to_end(key)
+    return g
+
+
+def extract_metrics(result: Any, names: tuple[str, ...] | list[str]) -> dict[str, float | int]:
+    """The named metrics of a :class:`~wia_hw.RunResult` (see
+    :func:`~wia_hw.sweep.metric_names`); ``utilisation`` is ``compute_utilization``."""
+    c = result.counters
+    out: dict[str, float | int] = {}
+    for n in names:
+        if n == "utilisation":
+            v = result.compute_utilization
+        elif hasattr(type(result), n) or n in vars(result):
+            v = getattr(result, n)
+        elif "." in n:
+            group, _, key = n.partition(".")
+            v = getattr(c, group)[key]
+        else:
+            v = getattr(c, n)
+        out[n] = v if isinstance(v, int) else float(v)
+    return out
+
+
+def evaluate_point(task: Mapping[str, Any]) -> dict[str, Any]:
+    """Run one point. ``task`` holds ``key``, ``base`` (the base spec mapping),
+    ``params`` (dotted path -> value), ``workload``, ``args`` and ``metrics``.
+
+    Returns ``{"key", "status": "ok"|"failed", "metrics" (None when failed), "error",
+    "wall_s"}``. A point whose parameters the spec refuses, or whose run raises, is
+    ``failed`` with a one-line error; it never raises, so one bad point cannot stop a
+    sweep. (Errors that are not :class:`~wia_hw.WiaError` are model bugs; they are
+    recorded with their type name rather than lost with the whole sweep.)
+    """
+    from ..runtime import Context
+    from ..spec import load_spec
+
+    t0 = time.perf_counter()
+    metrics: dict[str, Any] | None = None
+    error = None
+    try:
+        spec = load_spec(task["base"], task["params"])
+        result = Context(spec).run(_graph(task["workload"], task["args"]))  # type: ignore[arg-type]
+        metrics = extract_metrics(result, task["metrics"])
+    except WiaError as e:
+        error = str(e).splitlines()[0] if str(e) else type(e).__name__
+    except Exception as e:  # noqa: BLE001 -- recorded per point, see the docstring
+        error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
+    return {
+        "key": task["key"],
+        "status": "ok" if metrics is not None else "failed",
+        "metrics": metrics,
+        "error": error,
+        "wall_s": time.perf_counter() - t0,
+    }
