@@ -1,0 +1,227 @@
+"""``benchmark_server``: latency percentiles, throughput, batch sizes, queue depth and
+rejections of a served workload; the highest Poisson rate meeting a P99 bound."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._config import REJECT_REASONS, ServeError, ServerWorkload
+from ._server import InferenceServer, ServerRun, percentile_ms
+from ._trace import Arrival, load_trace, poisson_arrivals
+
+__all__ = ["MaxRateResult", "ServerBenchmarkResult", "benchmark_server", "find_max_rate"]
+
+
+@dataclass
+class MaxRateResult:
+    """The highest Poisson rate (requests/s) found to meet ``p99_bound_ms`` with nothing
+    rejected (MLPerf Server): ``rate_rps`` (0 when even the lowest rate fails, ``reason``
+    says why), the bisection's ``steps`` ``(rate_rps, p99_ms, rejected, passed)`` and
+    ``capacity_rps``, the rate the search started from (full batches back to back)."""
+
+    p99_bound_ms: float
+    rate_rps: float
+    capacity_rps: float
+    steps: list[tuple[float, float, int, bool]] = field(default_factory=list)
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "p99_bound_ms": self.p99_bound_ms,
+            "rate_rps": self.rate_rps,
+            "capacity_rps": self.capacity_rps,
+            "steps": [list(s) for s in self.steps],
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class ServerBenchmarkResult:
+    """The seed's ``wia_server_benchmark_result_t`` and more. Latencies in ms, from a
+    request's arrival to its batch's completion, over completed requests.
+
+    ``throughput``: completed requests (sequences) per second of emulated time, from the
+    first arrival to the last completion. ``offered_rate_rps``: requests offered per
+    second of the arrival window. ``batch_size_histogram``: requests per batch -> number
+    of batches (real requests, before padding); ``executed_shapes``: padded
+    ``(batch, seq)`` -> number of batches; ``shape_latency_ms`` the service time of each.
+    ``queue_depth``: ``(time_ms, waiting requests)`` after every change.
+    ``rejected_by_reason`` counts rejections by :data:`REJECT_REASONS` key.
+    ``padding_efficiency_pct``: real tokens / executed tokens.
+    ``offered == completed + rejected`` always holds.
+    """
+
+    offered: int
+    completed: int
+    rejected: int
+    rejected_by_reason: dict[str, int]
+    p50_latency_ms: float
+    p90_latency_ms: float
+    p99_latency_ms: float
+    mean_latency_ms: float
+    max_latency_ms: float
+    throughput: float
+    offered_rate_rps: float
+    duration_ms: float
+    batch_size_histogram: dict[int, int]
+    executed_shapes: dict[tuple[int, int | None], int]
+    shape_latency_ms: dict[tuple[int, int | None], float]
+    queue_depth: list[tuple[float, int]]
+    max_queue_depth: int
+    padding_efficiency_pct: float
+    max_rate: MaxRateResult | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        def key(k: tuple[int, int | None]) -> str:
+            return f"{k[0]}x{k[1]}" if k[1] is not None else str(k[0])
+
+        d = {k: v for k, v in vars(self).items() if k != "max_rate"}
+        d["batch_size_histogram"] = {str(k): v for k, v in self.batch_size_histogram.items()}
+        d["executed_shapes"] = {key(k): v for k, v in self.executed_shapes.items()}
+        d["shape_latency_ms"] = {key(k): v for k, v in self.shape_latency_ms.items()}
+        d["queue_depth"] = [list(x) for x in self.queue_depth]
+        d["reject_reasons"] = {k: REJECT_REASONS[k] for k in self.rejected_by_reason}
+        d["max_rate"] = self.max_rate.to_dict() if self.max_rate else None
+        for k, v in d.items():
+            if isinstance(v, float) and math.isnan(v):
+                d[k] = None
+        return d
+
+
+def summarize(server: InferenceServer, run: ServerRun, window_ns: int) -> ServerBenchmarkResult:
+    """The figures of one simulation (see :class:`ServerBenchmarkResult`)."""
+    lat = run.latency_ns
+    hist: dict[int, int] = {}
+    shapes: dict[tuple[int, int | None], int] = {}
+    for _, n, b, s, _ in run.batches:
+        hist[n] = hist.get(n, 0) + 1
+        shapes[(b, s)] = shapes.get((b, s), 0) + 1
+    span_ns = run.last_event_ns - run.first_arrival_ns
+    return ServerBenchmarkResult(
+        offered=run.offered,
+        completed=run.completed,
+        rejected=run.rejected_total,
+        rejected_by_reason=dict(run.rejected),
+        p50_latency_ms=percentile_ms(lat, 50),
+        p90_latency_ms=percentile_ms(lat, 90),
+        p99_latency_ms=percentile_ms(lat, 99),
+        mean_latency_ms=sum(lat) / len(lat) / 1e6 if lat else math.nan,
+        max_latency_ms=max(lat) / 1e6 if lat else math.nan,
+        throughput=run.completed / (span_ns * 1e-9) if span_ns > 0 else 0.0,
+        offered_rate_rps=run.offered / (window_ns * 1e-9) if window_ns > 0 else math.nan,
+        duration_ms=span_ns / 1e6,
+        batch_size_histogram=dict(sorted(hist.items())),
+        executed_shapes=dict(sorted(shapes.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0))),
+        shape_latency_ms={k: server.shape_timing(*k).latency_ms for k in sorted(shapes, key=str)},
+        queue_depth=[(t / 1e6, d) for t, d in run.queue_depth],
+        max_queue_depth=max((d for _, d in run.queue_depth), default=0),
+        padding_efficiency_pct=100.0 * run.real_tokens / run.padded_tokens
+        if run.padded_tokens
+        else math.nan,
+    )
+
+
+def _poisson(server: InferenceServer, wl: ServerWorkload, rate: float) -> list[Arrival]:
+    seq = wl.seq if wl.seq is not None else (server.max_seq or 1)
+    return poisson_arrivals(rate, wl.duration_s, wl.seed, seq, wl.seq_lengths)
+
+
+def find_max_rate(
+    server: InferenceServer,
+    p99_bound_ms: float,
+    *,
+    duration_s: float = 1.0,
+    seq: int | None = None,
+    seed: int = 0,
+    tolerance: float = 0.01,
+) -> MaxRateResult:
+    """The highest Poisson rate whose run (``duration_s`` of arrivals, ``seed``) meets
+    P99 latency <= ``p99_bound_ms`` with no request rejected, by bisection over
+    ``(0, capacity]`` until the bracket is within ``tolerance`` of its top (every rate
+    uses the same seed, so runs differ by the rate alone). Raises :class:`ServeError`
+    on a bound <= 0."""
+    wl = ServerWorkload(
+        duration_s=duration_s,
+        seq=seq,
+        seed=seed,
+        p99_bound_ms=p99_bound_ms,
+        rate_tolerance=tolerance,
+    )
+    cap = server.capacity_rps(wl.seq)
+    res = MaxRateResult(p99_bound_ms, 0.0, cap)
+
+    def passes(rate: float) -> bool:
+        arr = _poisson(server, wl, rate)
+        if not arr:  # no request in the window: no evidence that the rate meets the bound
+            res.steps.append((rate, math.nan, 0, False))
+            return False
+        run = server.simulate(arr)
+        p99 = percentile_ms(run.latency_ns, 99)
+        ok = run.rejected_total == 0 and run.completed > 0 and p99 <= p99_bound_ms
+        res.steps.append((rate, p99, run.rejected_total, ok))
+        return ok
+
+    lo, hi = 0.0, cap
+    if passes(hi):
+        res.rate_rps = hi
+        return res
+    while hi - lo > tolerance * hi and len(res.steps) < 60:
+        mid = (lo + hi) / 2
+        if passes(mid):
+            lo = mid
+        else:
+            hi = mid
+    res.rate_rps = lo
+    if lo == 0.0:
+        lone = server.service_ms(1, wl.seq)
+        res.reason = (
+            f"no rate down to {hi:.3g} req/s meets P99 <= {p99_bound_ms:g} ms "
+            f"(one request alone takes {lone:.3f} ms after padding)"
+        )
+    return res
+
+
+def benchmark_server(server: InferenceServer, workload: ServerWorkload) -> ServerBenchmarkResult:
+    """The seed's ``wia_benchmark_server``: offer ``workload`` (:class:`ServerWorkload`) to
+    ``server`` and report (:class:`ServerBenchmarkResult`). With ``p99_bound_ms`` the
+    highest rate meeting it is searched first (:func:`find_max_rate`, attached as
+    ``max_rate``); with ``rate_rps=None`` the reported run is at that rate.
+
+    Raises ``TypeError`` on wrong argument types, :class:`ServeError` on a bad trace
+    file (``file:line: ...``) or when no rate meets the bound and none was given."""
+    if not isinstance(server, InferenceServer):
+        raise TypeError(f"benchmark_server takes an InferenceServer, got {type(server).__name__}")
+    if not isinstance(workload, ServerWorkload):
+        raise TypeError(f"workload must be a ServerWorkload, got {type(workload).__name__}")
+    max_rate = None
+    if workload.p99_bound_ms is not None:
+        max_rate = find_max_rate(
+            server,
+            workload.p99_bound_ms,
+            duration_s=workload.duration_s,
+            seq=workload.seq,
+            seed=workload.seed,
+            tolerance=workload.rate_tolerance,
+        )
+    if workload.trace is not None:
+        arrivals = load_trace(workload.trace, workload.seq or server.max_seq or 1)
+        window_ns = arrivals[-1].time_ns - arrivals[0].time_ns
+    else:
+        rate = workload.rate_rps
+        if rate is None:
+            assert max_rate is not None  # __post_init__: rate, trace or bound
+            if max_rate.rate_rps <= 0:
+                raise ServeError(max_rate.reason)
+            rate = max_rate.rate_rps
+        arrivals = _poisson(server, workload, rate)
+        window_ns = round(workload.duration_s * 1e9)
+    if not arrivals:
+        raise ServeError(
+            f"the workload offers no request (rate {workload.rate_rps} req/s over "
+            f"{workload.duration_s} s)"
+        )
+    result = summarize(server, server.simulate(arrivals), window_ns)
+    result.max_rate = max_rate
+    return result

@@ -1,0 +1,168 @@
+"""The serving configuration: the seed's ``wia_batching_config_t`` (section 8.7 step 4)
+and the workload a server is benchmarked with."""
+
+from __future__ import annotations
+
+import enum
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..emulator.errors import WiaError
+
+__all__ = [
+    "BatchingConfig",
+    "PaddingStrategy",
+    "ServeError",
+    "ServerWorkload",
+    "REJECT_REASONS",
+]
+
+#: Why a request can be rejected (the keys of ``ServerBenchmarkResult.rejected_by_reason``).
+REJECT_REASONS: dict[str, str] = {
+    "queue_full": "the request queue held max_queue requests when it arrived",
+    "timeout": "it waited in the queue longer than max_latency_ms (it could not finish "
+    "on time; Triton's queue policy with timeout_action REJECT)",
+    "seq_too_long": "its sequence is longer than the longest the model was built for",
+}
+
+
+class ServeError(WiaError, ValueError):
+    """Bad serving input (a config value, a trace file, a workload). ``str(err)`` is one
+    line naming the field, or the file and line."""
+
+
+class PaddingStrategy(enum.Enum):
+    """How a batch's requests are padded to one executed shape ``(batch, seq)``.
+
+    ``NONE``: ``batch`` = requests in the batch, ``seq`` = the longest request's.
+    ``MULTIPLE_OF_8`` (the seed's ``WIA_PAD_TO_MULTIPLE_OF_8``): both rounded up to a
+    multiple of 8 (``batch`` capped at ``max_batch_size``, ``seq`` at the model's
+    length). ``BUCKETS``: ``seq`` rounded up to the smallest of ``seq_buckets`` that holds
+    it, ``batch`` to a multiple of 8 (capped). Padding keeps the number of distinct shapes
+    (each timed once by the emulator) small, at the cost of padded work.
+    """
+
+    NONE = "none"
+    MULTIPLE_OF_8 = "multiple_of_8"
+    BUCKETS = "buckets"
+
+    @classmethod
+    def _missing_(cls, value: object) -> PaddingStrategy | None:
+        if isinstance(value, str):
+            v = value.lower().replace("-", "_")
+            if v in ("pad_to_multiple_of_8", "wia_pad_to_multiple_of_8"):
+                return cls.MULTIPLE_OF_8
+            for m in cls:
+                if m.value == v:
+                    return m
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchingConfig:
+    """The seed's ``wia_batching_config_t`` with Triton's dynamic-batcher knobs.
+
+    ``max_batch_size``: most requests in one batch (>= 1). ``max_latency_ms``: the
+    latency target; a request that has waited longer than this in the queue is rejected
+    (reason ``timeout``), so a completed request's latency is at most ``max_latency_ms``
+    plus the service time of the batch it ran in. ``padding_strategy``: see
+    :class:`PaddingStrategy`; ``seq_buckets`` its buckets (tokens). ``max_queue``: the
+    bound of the request queue (requests waiting, not the batch running); an arrival that
+    finds it full is rejected (reason ``queue_full``). ``max_queue_delay_ms``: how long
+    the batcher waits for more requests once the oldest waiting one arrived (Triton's
+    ``max_queue_delay_microseconds``) when fewer than ``max_batch_size`` wait; ``None``
+    means ``max(0, max_latency_ms - service time of a full batch)``, the longest wait
+    that still lets a full batch finish within the target.
+
+    Raises :class:`ServeError` naming the field and the bad value.
+    """
+
+    max_batch_size: int = 64
+    max_latency_ms: float = 10.0
+    padding_strategy: PaddingStrategy | str = PaddingStrategy.MULTIPLE_OF_8
+    max_queue: int = 256
+    max_queue_delay_ms: float | None = None
+    seq_buckets: Sequence[int] = (16, 32, 64, 128, 256, 384, 512)
+
+    def __post_init__(self) -> None:
+        def positive_int(name: str) -> None:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ServeError(f"BatchingConfig.{name} must be an integer >= 1, got {v!r}")
+
+        positive_int("max_batch_size")
+        positive_int("max_queue")
+        v = self.max_latency_ms
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise ServeError(f"BatchingConfig.max_latency_ms must be a number > 0, got {v!r}")
+        d = self.max_queue_delay_ms
+        if d is not None and (
+            isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or d < 0
+        ):
+            raise ServeError(f"BatchingConfig.max_queue_delay_ms must be a number >= 0, got {d!r}")
+        try:
+            object.__setattr__(self, "padding_strategy", PaddingStrategy(self.padding_strategy))
+        except ValueError:
+            raise ServeError(
+                "BatchingConfig.padding_strategy must be one of "
+                f"{', '.join(m.value for m in PaddingStrategy)}, got {self.padding_strategy!r}"
+            ) from None
+        b = tuple(self.seq_buckets)
+        if not b or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in b):
+            raise ServeError(
+                f"BatchingConfig.seq_buckets must be integers >= 1, got {self.seq_buckets!r}"
+            )
+        object.__setattr__(self, "seq_buckets", tuple(sorted(set(b))))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerWorkload:
+    """What :func:`benchmark_server` offers the server.
+
+    Arrivals: a Poisson process of ``rate_rps`` requests per second over ``duration_s``
+    seconds of emulated time, seeded by ``seed`` (each request's sequence length is
+    ``seq``, or drawn uniformly from ``seq_lengths``; default: the model's), or the
+    requests of a ``trace`` file (:func:`load_trace`; rate and duration then come from it).
+    ``p99_bound_ms``: also search the highest Poisson rate whose P99 latency meets this
+    bound with nothing rejected (MLPerf's Server scenario, by bisection to
+    ``rate_tolerance`` relative); with ``rate_rps=None`` the reported run is at that rate.
+    """
+
+    rate_rps: float | None = None
+    duration_s: float = 1.0
+    seq: int | None = None
+    seq_lengths: Sequence[int] | None = None
+    trace: str | os.PathLike[str] | None = None
+    seed: int = 0
+    p99_bound_ms: float | None = None
+    rate_tolerance: float = 0.01
+
+    def __post_init__(self) -> None:
+        def number(name: str, lo: float, strict: bool) -> None:
+            v = getattr(self, name)
+            bad = isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+            if bad or (v <= lo if strict else v < lo):
+                op = ">" if strict else ">="
+                raise ServeError(f"ServerWorkload.{name} must be a number {op} {lo:g}, got {v!r}")
+
+        if self.rate_rps is not None:
+            number("rate_rps", 0, True)
+        number("duration_s", 0, True)
+        number("rate_tolerance", 0, True)
+        if self.p99_bound_ms is not None:
+            number("p99_bound_ms", 0, True)
+        if self.rate_rps is None and self.trace is None and self.p99_bound_ms is None:
+            raise ServeError("ServerWorkload needs rate_rps, trace or p99_bound_ms")
+        for name in ("seq",):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ServeError(f"ServerWorkload.{name} must be an integer >= 1, got {v!r}")
+        if self.seq_lengths is not None:
+            s = tuple(self.seq_lengths)
+            if not s or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in s):
+                raise ServeError(
+                    f"ServerWorkload.seq_lengths must be integers >= 1, got {self.seq_lengths!r}"
+                )
+            object.__setattr__(self, "seq_lengths", s)

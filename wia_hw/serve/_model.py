@@ -1,0 +1,121 @@
+"""The model a server runs, at any (batch, seq) shape, and its emulator timing per shape.
+
+A builder workload is built again at each shape. A graph made from a builder workload is
+rebuilt from its ``params`` (model, layers, precision) and the transformations it carries
+are applied again: fusion with its recorded ``fusion_config``, int8 PTQ with its
+calibrated thresholds and float weights (no new calibration: the scales carry over by
+tensor name, as ``quantize_model(..., calibration_graph=...)`` does). A graph at its own
+shape is used as it is.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..emulator.config import DeviceSpec
+from ..graph import Graph
+from ..optimize import FusionConfig, QuantizedGraph, apply_fusion
+from ..workloads import WORKLOADS, build
+from ._config import ServeError
+
+__all__ = ["ShapeTiming", "graph_at", "model_factory"]
+
+
+@dataclass(frozen=True)
+class ShapeTiming:
+    """One executed shape, timed by the emulator on a fresh device: ``latency_ms`` (the
+    service time of a batch of this shape), ``roofline_floor_ms``, ``flops``."""
+
+    batch: int
+    seq: int | None
+    latency_ms: float
+    roofline_floor_ms: float
+    flops: int
+
+
+def _builder(model: str) -> Callable[..., Graph] | None:
+    key = model.lower().replace("-", "").replace("_", "")
+    return next(
+        (f for k, f in WORKLOADS.items() if k.lower().replace("-", "").replace("_", "") == key),
+        None,
+    )
+
+
+def _float_precision(q: QuantizedGraph) -> str:
+    """The dtype a quantised graph's GEMM epilogues write: the float model's precision."""
+    for op in q.ops:
+        if "weight_scale" in op.attrs.get("quant", {}):
+            return str(q.tensors[op.outputs[0]].dtype)
+    return "fp16"
+
+
+def graph_at(graph: Graph, batch: int, seq: int | None) -> Graph:
+    """``graph`` at ``batch`` sequences of ``seq`` tokens (``seq`` ignored for a model
+    without one). Raises :class:`ServeError` when the graph was not made from a builder
+    workload (give :func:`create_inference_server` a callable ``(batch, seq) -> Graph``)."""
+    p = graph.params
+    if p.get("batch") == batch and ("seq" not in p or seq is None or p.get("seq") == seq):
+        return graph
+    fn = _builder(str(p.get("model", "")))
+    if fn is None:
+        raise ServeError(
+            f"graph {graph.name!r} was not built by a workload builder (params.model "
+            f"{p.get('model')!r}), so it cannot be re-shaped to batch {batch}; pass a "
+            "workload name or a callable (batch, seq) -> Graph"
+        )
+    names = set(inspect.signature(fn).parameters)
+    kw: dict[str, Any] = {k: v for k, v in p.items() if k in names}
+    kw["batch"] = batch
+    if "seq" in names and seq is not None:
+        kw["seq"] = seq
+    if isinstance(graph, QuantizedGraph):
+        kw["precision"] = _float_precision(graph)
+    g = fn(**kw)
+    if "fusion_config" in p:
+        g = apply_fusion(g, FusionConfig(**p["fusion_config"]))
+    if isinstance(graph, QuantizedGraph):
+        from ..optimize._quant import _quant_targets, _rewrite
+
+        g = _rewrite(g, graph.config, _quant_targets(g), graph.thresholds, graph.float_weights)
+    return g
+
+
+def model_factory(
+    model: str | Graph | Callable[[int, int | None], Graph], **workload_kwargs: Any
+) -> tuple[Callable[[int, int | None], Graph], Graph]:
+    """``(factory, reference graph)``: ``factory(batch, seq)`` gives the graph to run for
+    one executed shape; the reference graph is the model as given (its ``seq`` is the
+    longest a request may have)."""
+    if isinstance(model, Graph):
+        return (lambda b, s: graph_at(model, b, s)), model
+    if isinstance(model, str):
+        ref = build(model, **workload_kwargs)
+        return (lambda b, s: graph_at(ref, b, s)), ref
+    if callable(model):
+        ref = model(1, workload_kwargs.get("seq"))
+        if not isinstance(ref, Graph):
+            raise ServeError(
+                f"the model callable must return a Graph, got {type(ref).__name__}"
+            )
+        return model, ref
+    raise ServeError(
+        "create_inference_server takes a workload name, a Graph or a callable "
+        f"(batch, seq) -> Graph, got {type(model).__name__}"
+    )
+
+
+def time_shape(graph: Graph, spec: DeviceSpec, seed: int) -> ShapeTiming:
+    """Time ``graph`` on a fresh device of ``spec`` (timing mode)."""
+    from ..runtime import run
+
+    r = run(graph, device=spec, seed=seed)
+    return ShapeTiming(
+        int(graph.params.get("batch", graph.sequences)),
+        graph.params.get("seq"),
+        r.latency_ms,
+        r.roofline_floor_ms,
+        r.flops,
+    )
