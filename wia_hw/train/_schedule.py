@@ -1,0 +1,415 @@
+"""One training iteration on a cluster: the schedule and its result (issue #11).
+
+:func:`train_iteration` times the kernels of one step (:mod:`._backward`) on the
+cluster's device and plays the step on the communicator's SimPy environment, all ranks
+at once. Rank ``r`` is replica ``r // tp``, tensor-parallel rank ``r % tp``: a TP group
+is ``tp`` consecutive ranks (inside a node of a hierarchical cluster when ``tp``
+divides its node size), a DP group the ranks of one TP index across the replicas.
+
+* **Forward**: the kernels in order; after a row-parallel linear every TP group
+  all-reduces its ``[B, S, H]`` output and the next kernel waits for it.
+* **Backward**: the gradient kernels in reverse layer order; the input gradient of a
+  column-parallel linear is all-reduced in its TP group before the next kernel.
+  Parameters fill DDP buckets in the order their gradients complete (the first bucket
+  ``first_bucket_mb``, the next ``bucket_mb`` each, in MiB as PyTorch's
+  ``bucket_cap_mb``; a bucket closes once it reaches its cap). With ``overlap`` each
+  bucket is all-reduced (async, in every DP group) as soon as its last gradient is
+  computed, one bucket at a time in order (NCCL's one communication stream), while
+  the backward kernels go on; without it, all buckets are all-reduced after the
+  backward pass.
+* **Optimizer**: after the last bucket arrived, the optimizer kernels.
+
+Compute is booked on every rank with :meth:`Communicator.compute`, collectives run
+on the link model, so ``start_comm_profiling(comm)`` around the call profiles the step.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..comm import CommError, Communicator, open_cluster
+from ..emulator.errors import WorkloadError
+from ..graph import Graph
+from ..profiling._comm import interval_union, overlap_cycles
+from ._backward import Kern, TrainingKernels, time_kernels, training_kernels
+from ._parallel import shard_graph
+
+__all__ = ["TrainingResult", "Bucket", "train_iteration", "DEFAULT_BUCKET_MB", "FIRST_BUCKET_MB"]
+
+#: PyTorch DDP's defaults: ``bucket_cap_mb=25`` and a first bucket of 1 MiB.
+DEFAULT_BUCKET_MB = 25.0
+FIRST_BUCKET_MB = 1.0
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A DDP gradient bucket: its parameters (in gradient order) and bytes."""
+
+    index: int
+    params: tuple[str, ...]
+    nbytes: int
+
+
+@dataclass
+class TrainingResult:
+    """One training iteration. Times in ms of device time (the cluster's clock).
+
+    ``iteration_ms`` from the first forward kernel to the optimizer's end;
+    ``forward_ms``/``backward_ms``/``optimizer_ms`` the compute of each phase (one
+    rank; all ranks compute alike); ``exposed_comm_ms`` = iteration - compute, the
+    communication nothing hides; ``comm_ms`` the union of all communication;
+    ``overlap_efficiency`` Holistic Trace Analysis' (compute during communication /
+    communication, over all ranks, as :func:`wia_hw.stop_comm_profiling` gives it).
+    ``collective_bytes``/``sent_bytes``: per label (``dp.all_reduce``,
+    ``tp.all_reduce.forward``, ``tp.all_reduce.backward``) the sizes the collectives
+    were called with (nccl-tests' convention) and what their schedules sent, summed
+    over every call and group. ``grad_bytes`` the gradient bytes one DP group
+    all-reduces per iteration (= ``param_bytes``, one rank's parameters, when
+    ``dp > 1``)."""
+
+    workload: str
+    cluster: str
+    dp: int
+    tp: int
+    batch: int | None
+    seq: int | None
+    overlap: bool
+    bucket_mb: float
+    optimizer: str
+    clock_ghz: float
+    start_cycle: int
+    end_cycle: int
+    forward_cycles: int
+    backward_cycles: int
+    optimizer_cycles: int
+    comm_cycles: int
+    overlap_cycles: int
+    param_bytes: int
+    grad_bytes: int
+    buckets: list[Bucket]
+    collective_bytes: dict[str, int]
+    sent_bytes: dict[str, int]
+    collective_calls: dict[str, int]
+    kernels: TrainingKernels = field(repr=False)
+    comm: Communicator = field(repr=False)
+    records: list[Any] = field(default_factory=list, repr=False)
+    _rerun: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def _ms(self, cycles: int) -> float:
+        return cycles / (self.clock_ghz * 1e6)
+
+    @property
+    def iteration_cycles(self) -> int:
+        return self.end_cycle - self.start_cycle
+
+    @property
+    def iteration_ms(self) -> float:
+        return self._ms(self.iteration_cycles)
+
+    @property
+    def forward_ms(self) -> float:
+        return self._ms(self.forward_cycles)
+
+    @property
+    def backward_ms(self) -> float:
+        return self._ms(self.backward_cycles)
+
+    @property
+    def optimizer_ms(self) -> float:
+        return self._ms(self.optimizer_cycles)
+
+    @property
+    def compute_cycles(self) -> int:
+        return self.forward_cycles + self.backward_cycles + self.optimizer_cycles
+
+    @property
+    def exposed_comm_ms(self) -> float:
+        return self._ms(self.iteration_cycles - self.compute_cycles)
+
+    @property
+    def comm_ms(self) -> float:
+        return self._ms(self.comm_cycles)
+
+    @property
+    def overlap_efficiency(self) -> float:
+        return self.overlap_cycles / self.comm_cycles if self.comm_cycles else 0.0
+
+    @property
+    def throughput(self) -> float:
+        """Samples per second over the whole cluster (``batch`` per replica)."""
+        b = self.batch or 1
+        return b * self.dp / (self.iteration_ms * 1e-3) if self.iteration_ms else 0.0
+
+    def breakdown(self) -> dict[str, float]:
+        """Iteration time by phase (ms): forward, backward, optimizer, exposed comm."""
+        return {
+            "forward": self.forward_ms,
+            "backward": self.backward_ms,
+            "optimizer": self.optimizer_ms,
+            "exposed_communication": self.exposed_comm_ms,
+        }
+
+    def summary(self) -> str:
+        lines = [
+            f"Training iteration: {self.workload} on {self.cluster} "
+            f"(dp={self.dp}, tp={self.tp}, batch {self.batch} per replica, seq {self.seq}, "
+            f"{self.optimizer}, {'overlapped' if self.overlap else 'not overlapped'})",
+            f"  Iteration time: {self.iteration_ms:.3f} ms "
+            f"({self.throughput:.1f} samples/s)",
+        ]
+        for k, v in self.breakdown().items():
+            lines.append(
+                f"  {k.replace('_', ' ').capitalize()}: {v:.3f} ms "
+                f"({100 * v / self.iteration_ms:.1f}%)"
+            )
+        lines += [
+            f"  Communication: {self.comm_ms:.3f} ms, overlap efficiency "
+            f"{100 * self.overlap_efficiency:.1f}%",
+            f"  Gradient buckets: {len(self.buckets)} "
+            f"({self.grad_bytes / 2**20:.1f} MiB per replica)",
+        ]
+        for k in sorted(self.collective_bytes):
+            lines.append(
+                f"  {k}: {self.collective_calls[k]} calls, "
+                f"{self.collective_bytes[k] / 2**20:.1f} MiB"
+            )
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": "wia-hw.train/1",
+            "workload": self.workload,
+            "cluster": self.cluster,
+            "dp": self.dp,
+            "tp": self.tp,
+            "batch": self.batch,
+            "seq": self.seq,
+            "overlap": self.overlap,
+            "bucket_mb": self.bucket_mb,
+            "optimizer": self.optimizer,
+            "iteration_ms": self.iteration_ms,
+            "breakdown_ms": self.breakdown(),
+            "comm_ms": self.comm_ms,
+            "overlap_efficiency": self.overlap_efficiency,
+            "throughput": self.throughput,
+            "param_bytes": self.param_bytes,
+            "grad_bytes": self.grad_bytes,
+            "buckets": [{"params": len(b.params), "nbytes": b.nbytes} for b in self.buckets],
+            "collective_bytes": dict(self.collective_bytes),
+            "sent_bytes": dict(self.sent_bytes),
+            "collective_calls": dict(self.collective_calls),
+        }
+
+    def communication_recommendations(self, cfg: Any = None) -> Any:
+        """The profiler's recommendations for this iteration (``analyze_performance``
+        of a TrainingResult): see :func:`wia_hw.train.recommend_communication`."""
+        from ._recommend import recommend_communication
+
+        return recommend_communication(self, cfg)
+
+
+def _buckets(order: list[tuple[str, int]], bucket_mb: float, first_mb: float) -> list[Bucket]:
+    out: list[Bucket] = []
+    cur: list[str] = []
+    size = 0
+    cap = int(first_mb * 2**20)
+    for name, nbytes in order:
+        cur.append(name)
+        size += nbytes
+        if size >= cap:
+            out.append(Bucket(len(out), tuple(cur), size))
+            cur, size, cap = [], 0, int(bucket_mb * 2**20)
+    if cur:
+        out.append(Bucket(len(out), tuple(cur), size))
+    return out
+
+
+def _positive(name: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise WorkloadError(f"train_iteration: {name} must be a positive integer, got {v!r}")
+    return v
+
+
+def train_iteration(
+    workload: str | os.PathLike[str] | Graph = "bert-large",
+    *,
+    cluster: Any = "wia-cluster-8",
+    dp: int | None = None,
+    tp: int = 1,
+    batch: int | None = None,
+    seq: int | None = None,
+    bucket_mb: float = DEFAULT_BUCKET_MB,
+    first_bucket_mb: float = FIRST_BUCKET_MB,
+    overlap: bool = True,
+    optimizer: str = "adam",
+    algorithm: str | None = None,
+    **workload_kwargs: Any,
+) -> TrainingResult:
+    """Run one training iteration of ``workload`` on ``cluster``; see the module doc.
+
+    ``workload``: a builder name (``bert-large``, ...), an ``.onnx`` path or a Graph
+    (built with the per-replica ``batch``; ``batch``/``seq`` go to the builder).
+    ``cluster``: a cluster spec (name, path, mapping, ClusterSpec) or an open
+    :class:`~wia_hw.Communicator` (the iteration starts at its current time, so a
+    profiling session on it sees the step). ``dp`` defaults to ``devices // tp``;
+    ``dp * tp`` must be the cluster's device count. ``algorithm``: the DP all-reduce's
+    (default ring). Raises :class:`~wia_hw.WorkloadError` (one line) for a bad degree,
+    a TP degree that does not divide the heads, bad bucket sizes or optimizer."""
+    from ..runtime import resolve_workload
+
+    comm = cluster if isinstance(cluster, Communicator) else open_cluster(cluster)
+    n = comm.size
+    tp = _positive("tp", tp)
+    if dp is None:
+        if n % tp:
+            raise WorkloadError(
+                f"train_iteration: tp={tp} does not divide the {n} devices of {comm.spec.name}"
+            )
+        dp = n // tp
+    dp = _positive("dp", dp)
+    if dp * tp > n:
+        raise WorkloadError(
+            f"train_iteration: dp x tp = {dp} x {tp} = {dp * tp} devices, "
+            f"{comm.spec.name} has {n}"
+        )
+    if dp * tp != n:
+        raise WorkloadError(
+            f"train_iteration: dp x tp = {dp} x {tp} = {dp * tp} leaves "
+            f"{n - dp * tp} of the {n} devices of {comm.spec.name} idle "
+            "(dp x tp must equal the device count)"
+        )
+    for nm, v in (("bucket_mb", bucket_mb), ("first_bucket_mb", first_bucket_mb)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise WorkloadError(f"train_iteration: {nm} must be a positive number, got {v!r}")
+    if not isinstance(overlap, bool):
+        raise WorkloadError(f"train_iteration: overlap must be a bool, got {overlap!r}")
+    graph = resolve_workload(workload, batch=batch, seq=seq, **workload_kwargs)
+    rank_graph, tpf, tpb = shard_graph(graph, tp)
+    tk = training_kernels(rank_graph, optimizer=optimizer, tp_forward=tpf, tp_backward=tpb)
+    cyc = time_kernels(comm.device, tk.forward + tk.backward + tk.optimizer)
+    order = [(t.name, t.nbytes) for t in tk.params]
+    buckets = _buckets(order, bucket_mb, first_bucket_mb) if dp > 1 else []
+    bucket_of = {p: b.index for b in buckets for p in b.params}
+    left = [len(b.params) for b in buckets]
+    tp_groups = [list(range(d * tp, (d + 1) * tp)) for d in range(dp)]
+    dp_groups = [[d * tp + t for d in range(dp)] for t in range(tp)]
+
+    env = comm.env
+    start = comm.now_cycles
+    first_rec = len(comm.records)
+    first_comp = len(comm.compute_records)
+    labelled: list[tuple[str, Any]] = []
+    ready = [env.event() for _ in buckets]
+    phase_cycles = {"forward": 0, "backward": 0, "optimizer": 0}
+
+    def collective(label: str, nbytes: int, groups: list[list[int]], algo: str | None) -> Any:
+        works = []
+        for g in groups:
+            try:
+                works.append(
+                    comm.all_reduce(nbytes=nbytes, ranks=g, async_op=True, algorithm=algo)
+                )
+            except CommError as e:
+                raise WorkloadError(f"train_iteration: {e}") from None
+        for w in works:
+            w.event.callbacks.append(lambda ev, lb=label: labelled.append((lb, ev.value)))
+        return env.all_of([w.event for w in works])
+
+    def ddp_stream() -> Any:
+        for b in buckets:
+            yield ready[b.index]
+            yield collective("dp.all_reduce", b.nbytes, dp_groups, algorithm)
+
+    def compute(cycles: int, label: str) -> Any:
+        phase_cycles[label] += cycles
+        return comm.compute(None, cycles, label=label, async_op=True).event
+
+    def phase(kerns: list[Kern], label: str) -> Any:
+        acc = 0
+        for k in kerns:
+            acc += cyc[k.signature]
+            done = [bucket_of[p] for p in k.params if p in bucket_of]
+            for b in done:
+                left[b] -= 1
+            fire = [b for b in done if not left[b]]
+            if (fire and overlap) or k.tp_all_reduce_bytes:
+                if acc:
+                    yield compute(acc, label)
+                    acc = 0
+                for b in fire:
+                    ready[b].succeed()
+                if k.tp_all_reduce_bytes:
+                    lb = f"tp.all_reduce.{label}"
+                    yield collective(lb, k.tp_all_reduce_bytes, tp_groups, None)
+            elif fire:
+                pass  # released after the backward pass
+        if acc:
+            yield compute(acc, label)
+
+    def step() -> Any:
+        stream = env.process(ddp_stream()) if buckets else None
+        yield from phase(tk.forward, "forward")
+        yield from phase(tk.backward, "backward")
+        for e in ready:
+            if not e.triggered:
+                e.succeed()
+        if stream is not None:
+            yield stream
+        yield from phase(tk.optimizer, "optimizer")
+
+    proc = env.process(step())
+    while not proc.processed:
+        env.step()
+    end = comm.now_cycles
+    recs = comm.records[first_rec:]
+    comp = comm.compute_records[first_comp:]
+    comm_u = interval_union((r.start_cycle, r.end_cycle) for r in recs)
+    comp_u = interval_union((c.start_cycle, c.end_cycle) for c in comp)
+    coll_bytes: dict[str, int] = {}
+    sent: dict[str, int] = {}
+    calls: dict[str, int] = {}
+    for lb, r in labelled:
+        coll_bytes[lb] = coll_bytes.get(lb, 0) + r.nbytes
+        sent[lb] = sent.get(lb, 0) + r.sent_bytes
+        calls[lb] = calls.get(lb, 0) + 1
+    return TrainingResult(
+        workload=graph.name,
+        cluster=comm.spec.name,
+        dp=dp,
+        tp=tp,
+        batch=graph.params.get("batch", batch),
+        seq=graph.params.get("seq", seq),
+        overlap=overlap,
+        bucket_mb=float(bucket_mb),
+        optimizer=optimizer,
+        clock_ghz=comm.clock_ghz,
+        start_cycle=start,
+        end_cycle=end,
+        forward_cycles=phase_cycles["forward"],
+        backward_cycles=phase_cycles["backward"],
+        optimizer_cycles=phase_cycles["optimizer"],
+        comm_cycles=sum(b - a for a, b in comm_u),
+        overlap_cycles=overlap_cycles(comm_u, comp_u),
+        param_bytes=tk.param_bytes,
+        grad_bytes=sum(b.nbytes for b in buckets),
+        buckets=buckets,
+        collective_bytes=coll_bytes,
+        sent_bytes=sent,
+        collective_calls=calls,
+        kernels=tk,
+        comm=comm,
+        records=recs,
+        _rerun=dict(
+            workload=graph,
+            cluster=comm.spec,
+            dp=dp,
+            tp=tp,
+            bucket_mb=bucket_mb,
+            first_bucket_mb=first_bucket_mb,
+            optimizer=optimizer,
+            algorithm=algorithm,
+        ),
+    )
+
