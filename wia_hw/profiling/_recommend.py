@@ -947,7 +947,11 @@ def analyze_performance(
     report: ProfilingReport, cfg: AnalysisConfig | None = None
 ) -> PerformanceRecommendations:
     """Recommendations for a profiled session (the seed's ``wia_analyze_performance``);
-    see the module docstring for the rules, the measurement and the filtering."""
+    see the module docstring for the rules, the measurement and the filtering. A
+    training iteration (``wia_hw.train_iteration``'s result) is analysed by its own
+    rules (``wia_hw.train._recommend``: the measured communication-overlap gain)."""
+    if hasattr(report, "communication_recommendations"):  # duck-typed: train sits above
+        return report.communication_recommendations(cfg)  # type: ignore[no-any-return]
     if not isinstance(report, ProfilingReport):
         raise TypeError(f"analyze_performance takes a ProfilingReport, got {type(report).__name__}")
     if cfg is None:
