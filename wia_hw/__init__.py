@@ -123,6 +123,7 @@ from .registry import (
 )
 from .runtime import Context, KernelTime, OpTime, RunResult, open_device, run
 from .spec import list_specs, load_spec
+from .train import TrainingResult, train_iteration
 from .workloads import from_onnx, from_torch
 
 __all__ = [
@@ -155,6 +156,8 @@ __all__ = [
     "CommError",
     "Communicator",
     "open_cluster",
+    "train_iteration",
+    "TrainingResult",
     "CollectiveStats",
     "CommProfileReport",
     "CommProfilingConfig",
