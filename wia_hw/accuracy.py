@@ -13,7 +13,14 @@ with the fp32 reference.
   max abs error against the reference.
 * Real trained models with no downloads: :func:`load_digits_split` (scikit-learn's
   bundled 8x8 digits), :func:`train_digits_mlp` (an ``MLPClassifier`` trained on it,
-  seeded) and :func:`mlp_to_graph` (an MLP's weights -> ``linear`` + activation ops).
+  seeded) and :func:`mlp_to_graph` (an MLP's weights -> ``linear`` + activation ops);
+  :func:`train_digits_cnn` (a small CNN trained in numpy, convolutions as im2col
+  matmuls) and :func:`cnn_to_graph` (-> ``conv2d`` + ``linear`` ops).
+* Analog and photonic execution: ``GraphEvaluator(..., unit="analog",
+  unit_parameters={"policy": "all_but_first_last", "adc_bits": 6})`` routes the ops the
+  policy selects to that extension (functional mode computes them through its noise
+  model) and :attr:`GraphEvaluator.unit_cost` gives the routed ops' energy per MAC
+  from the unit's cost model (:class:`UnitCost`).
 
 scikit-learn is imported only by the functions that need it; when it is missing they
 raise one ``ImportError`` line naming the extra to install.
@@ -39,6 +46,11 @@ from .spec import DEFAULT_DEVICE, load_spec
 __all__ = [
     "GraphEvaluator",
     "AccuracyReport",
+    "UnitCost",
+    "unit_providers",
+    "train_digits_cnn",
+    "cnn_predict",
+    "cnn_to_graph",
     "compare",
     "agreement_stats",
     "calibration_batches",
@@ -64,9 +76,11 @@ class GraphEvaluator:
     docstring). The graph is lowered once; :meth:`run` computes one batch.
 
     ``providers``: op kind or name -> ``(extension id, lowering function)``, as
-    :attr:`wia_hw.Context.providers` holds them (the policy a later routing of ops to
-    analog or photonic units plugs in). ``seed`` draws any weight not given;
-    ``weights`` may hold more than the graph's (those are ignored).
+    :attr:`wia_hw.Context.providers` holds them. ``unit`` (``"analog"`` or
+    ``"photonic"``) with ``unit_parameters`` (the extension's parameters, e.g. its
+    ``policy``) builds them instead (:func:`unit_providers`); giving both raises
+    ValueError. ``seed`` draws any weight not given, and the units' noise; ``weights``
+    may hold more than the graph's (those are ignored).
     """
 
     def __init__(
@@ -77,11 +91,17 @@ class GraphEvaluator:
         device: str | DeviceSpec = DEFAULT_DEVICE,
         providers: Mapping[str, tuple[str, Provider]] | None = None,
         seed: int = 0,
+        unit: str | None = None,
+        unit_parameters: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(graph, Graph):
             raise TypeError(f"GraphEvaluator takes a Graph, got {type(graph).__name__}")
         self.graph = graph
         self.spec = device if isinstance(device, DeviceSpec) else load_spec(device)
+        if unit is not None:
+            if providers:
+                raise ValueError("GraphEvaluator: give providers or unit, not both")
+            providers = unit_providers(unit, unit_parameters, device=self.spec)
         self.device = Device(self.spec)
         given = {**(getattr(graph, "weights", None) or {}), **(weights or {})}
         # a superset is fine (e.g. a quantised graph's float_weights for its reference)
@@ -110,6 +130,22 @@ class GraphEvaluator:
             fx.step(op, kernels, self.device)
         return fx
 
+    @property
+    def unit_cost(self) -> UnitCost:
+        """What the ops routed to attached units (analog, photonic) cost per batch,
+        from the units' cost models (their kernels' ``unit_energy_pj``)."""
+        ops, macs, energy = [], 0, 0.0
+        total = 0
+        for op, kernels in self.lowered:
+            for k in kernels:
+                total += int(getattr(k, "macs", 0))
+                extra = getattr(k, "extra", {})
+                if "unit_energy_pj" in extra:
+                    ops.append(op.name)
+                    macs += int(extra["unit_macs"])
+                    energy += float(extra["unit_energy_pj"])
+        return UnitCost(tuple(ops), macs, total, energy)
+
     def run(self, inputs: Mapping[str, np.ndarray] | np.ndarray) -> dict[str, np.ndarray]:
         """The graph's outputs (float32, dequantised) for one batch (see :meth:`execute`)."""
         fx = self.execute(inputs)
@@ -136,6 +172,39 @@ class GraphEvaluator:
             key = output or next(iter(got))
             outs.append(got[key][: len(chunk)])
         return np.concatenate(outs)
+
+
+@dataclass(frozen=True)
+class UnitCost:
+    """The ops a graph routes to attached units and their cost per batch:
+    ``routed_macs`` of ``total_macs``, ``energy_pj`` from the units' cost models."""
+
+    routed_ops: tuple[str, ...]
+    routed_macs: int
+    total_macs: int
+    energy_pj: float
+
+    @property
+    def energy_per_mac_pj(self) -> float:
+        """The routed ops' energy per MAC (NaN when nothing is routed)."""
+        return self.energy_pj / self.routed_macs if self.routed_macs else math.nan
+
+
+def unit_providers(
+    unit: str,
+    parameters: Mapping[str, Any] | None = None,
+    *,
+    device: str | DeviceSpec = DEFAULT_DEVICE,
+) -> dict[str, tuple[str, Provider]]:
+    """The provider table of a fresh context on ``device`` with extension ``unit``
+    registered with ``parameters`` (its ``policy`` says which ops it takes). Raises
+    SpecError for an unknown extension or a bad parameter."""
+    from .registry import register_device_extension
+    from .runtime import open_device
+
+    ctx = open_device(device)
+    register_device_extension(ctx, unit, parameters=dict(parameters or {}))
+    return dict(ctx.providers)
 
 
 def agreement_stats(out: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
@@ -280,3 +349,177 @@ def calibration_batches(
     """Up to ``count`` full batches of ``x`` (rows) as ``{name: array}`` mappings."""
     for i in range(min(count, len(x) // batch)):
         yield {name: np.asarray(x[i * batch : (i + 1) * batch], np.float32)}
+
+
+# -- a small CNN, trained in numpy -----------------------------------------------------
+
+
+def _im2col(x: np.ndarray, k: int, stride: int, pad: int) -> tuple[np.ndarray, int, int]:
+    """``[n*ho*wo, c*k*k]`` patches of ``x [n, c, h, w]`` (columns in (c, i, j) order,
+    as ``conv2d``'s functional model and a ``[o, c, k, k]`` weight reshaped agree)."""
+    n, c, h, w = x.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    ho, wo = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+    cols = np.empty((n, ho, wo, c, k, k), dtype=x.dtype)
+    for i in range(k):
+        for j in range(k):
+            cols[..., i, j] = xp[
+                :, :, i : i + stride * ho : stride, j : j + stride * wo : stride
+            ].transpose(0, 2, 3, 1)
+    return cols.reshape(n * ho * wo, c * k * k), ho, wo
+
+
+def _col2im(
+    d: np.ndarray, shape: tuple[int, ...], k: int, stride: int, pad: int, ho: int, wo: int
+) -> np.ndarray:
+    n, c, h, w = shape
+    d = d.reshape(n, ho, wo, c, k, k)
+    dxp = np.zeros((n, c, h + 2 * pad, w + 2 * pad), dtype=d.dtype)
+    for i in range(k):
+        for j in range(k):
+            dxp[:, :, i : i + stride * ho : stride, j : j + stride * wo : stride] += d[
+                ..., i, j
+            ].transpose(0, 3, 1, 2)
+    return dxp[:, :, pad : pad + h, pad : pad + w]
+
+
+#: The digits CNN: (name, out channels, stride) of its two 3x3 convolutions (pad 1),
+#: then a hidden linear layer and the logits.
+_CNN_CONVS = (("conv1", 8, 1), ("conv2", 16, 2))
+_CNN_HIDDEN = 32
+
+
+def _cnn_forward(
+    p: Mapping[str, np.ndarray], x: np.ndarray
+) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+    cache: list[tuple[Any, ...]] = []
+    h = x
+    for name, o, st in _CNN_CONVS:
+        w = p[f"{name}.weight"]
+        cols, ho, wo = _im2col(h, 3, st, 1)
+        y = cols @ w.reshape(o, -1).T + p[f"{name}.bias"]
+        cache.append((name, st, h.shape, cols, ho, wo, y))
+        h = np.maximum(y, 0).reshape(len(x), ho, wo, o).transpose(0, 3, 1, 2)
+    flat = h.reshape(len(x), -1)
+    z1 = flat @ p["fc1.weight"] + p["fc1.bias"]
+    a1 = np.maximum(z1, 0)
+    logits = a1 @ p["logits.weight"] + p["logits.bias"]
+    cache.append((flat, z1, a1))
+    return logits, cache
+
+
+def train_digits_cnn(
+    seed: int = 0, epochs: int = 20, batch: int = 32, lr: float = 3e-3
+) -> tuple[dict[str, np.ndarray], tuple[np.ndarray, ...]]:
+    """A small CNN trained on the digits' training split in numpy (Adam, seeded,
+    cross-entropy): 8x8 image -> conv 3x3 x8 (pad 1) -> ReLU -> conv 3x3 x16 (stride 2,
+    pad 1) -> ReLU -> linear 256->32 -> ReLU -> linear 32->10. Convolutions are im2col
+    matmuls, the same arithmetic the graph's ``conv2d`` lowers to. Returns the
+    parameters (graph weight names and layouts: conv ``[o, c, 3, 3]``, linear ``[in,
+    out]``) and ``(x_train, x_test, y_train, y_test)`` with images ``[n, 1, 8, 8]``."""
+    x_tr, x_te, y_tr, y_te = load_digits_split(seed=seed)
+    x_tr = x_tr.reshape(-1, 1, 8, 8).astype(np.float64)
+    x_te = x_te.reshape(-1, 1, 8, 8).astype(np.float32)
+    rng = np.random.default_rng(seed)
+    p: dict[str, np.ndarray] = {}
+    c = 1
+    for name, o, _ in _CNN_CONVS:
+        p[f"{name}.weight"] = rng.standard_normal((o, c, 3, 3)) * math.sqrt(2.0 / (c * 9))
+        p[f"{name}.bias"] = np.zeros(o)
+        c = o
+    flat = _CNN_CONVS[-1][1] * 4 * 4
+    p["fc1.weight"] = rng.standard_normal((flat, _CNN_HIDDEN)) * math.sqrt(2.0 / flat)
+    p["fc1.bias"] = np.zeros(_CNN_HIDDEN)
+    p["logits.weight"] = rng.standard_normal((_CNN_HIDDEN, 10)) * math.sqrt(1.0 / _CNN_HIDDEN)
+    p["logits.bias"] = np.zeros(10)
+    from threadpoolctl import threadpool_limits  # a scikit-learn dependency
+
+    with threadpool_limits(1):  # tiny matrices: BLAS threads only contend
+        _adam(p, x_tr, y_tr, rng, epochs, batch, lr)
+    params = {k: v.astype(np.float32) for k, v in p.items()}
+    return params, (x_tr.astype(np.float32), x_te, y_tr, y_te)
+
+
+def _adam(
+    p: dict[str, np.ndarray],
+    x_tr: np.ndarray,
+    y_tr: np.ndarray,
+    rng: np.random.Generator,
+    epochs: int,
+    batch: int,
+    lr: float,
+) -> None:
+    m1 = {k: np.zeros_like(v) for k, v in p.items()}
+    m2 = {k: np.zeros_like(v) for k, v in p.items()}
+    step = 0
+    for _ in range(epochs):
+        order = rng.permutation(len(x_tr))
+        for i in range(0, len(order), batch):
+            idx = order[i : i + batch]
+            xb, yb = x_tr[idx], y_tr[idx]
+            logits, cache = _cnn_forward(p, xb)
+            e = np.exp(logits - logits.max(axis=1, keepdims=True))
+            prob = e / e.sum(axis=1, keepdims=True)
+            prob[np.arange(len(idx)), yb] -= 1
+            d = prob / len(idx)
+            fl, z1, a1 = cache[-1]
+            g = {"logits.weight": a1.T @ d, "logits.bias": d.sum(0)}
+            dz1 = (d @ p["logits.weight"].T) * (z1 > 0)
+            g["fc1.weight"], g["fc1.bias"] = fl.T @ dz1, dz1.sum(0)
+            dh = (dz1 @ p["fc1.weight"].T).reshape(len(idx), -1, 4, 4)
+            for name, st, hshape, cols, ho, wo, y in reversed(cache[:-1]):
+                o = y.shape[1]
+                dy = dh.transpose(0, 2, 3, 1).reshape(-1, o) * (y > 0)
+                wm = p[f"{name}.weight"]
+                g[f"{name}.weight"] = (dy.T @ cols).reshape(wm.shape)
+                g[f"{name}.bias"] = dy.sum(0)
+                dh = _col2im(dy @ wm.reshape(o, -1), hshape, 3, st, 1, ho, wo)
+            step += 1
+            for k in p:  # Adam
+                m1[k] = 0.9 * m1[k] + 0.1 * g[k]
+                m2[k] = 0.999 * m2[k] + 0.001 * g[k] ** 2
+                mh, vh = m1[k] / (1 - 0.9**step), m2[k] / (1 - 0.999**step)
+                p[k] = p[k] - lr * mh / (np.sqrt(vh) + 1e-8)
+
+
+def cnn_predict(params: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+    """The CNN's logits in float64 numpy (the reference its graph must match)."""
+    return _cnn_forward({k: np.asarray(v, np.float64) for k, v in params.items()}, x)[0]
+
+
+def cnn_to_graph(
+    params: Mapping[str, np.ndarray], batch: int, *, dtype: str = "fp32", name: str = "cnn"
+) -> tuple[Graph, dict[str, np.ndarray]]:
+    """The digits CNN of :func:`train_digits_cnn` as a graph: ``x [batch, 1, 8, 8]`` ->
+    ``conv1`` -> ReLU -> ``conv2`` -> ReLU -> ``flatten`` (reshape) -> ``fc1`` -> ReLU ->
+    ``logits``. Returns the graph and its weights. Raises WorkloadError when a parameter
+    is missing or has another shape."""
+    b = GraphBuilder(name, dtype)
+    x = b.input("x", (batch, 1, 8, 8))
+    weights: dict[str, np.ndarray] = {}
+
+    def take(key: str, shape: tuple[int, ...]) -> str:
+        v = params.get(key)
+        if v is None or tuple(np.shape(v)) != shape:
+            got = "missing" if v is None else list(np.shape(v))
+            raise WorkloadError(f"cnn_to_graph: parameter {key!r} is {got}, need {list(shape)}")
+        weights[key] = np.asarray(v, np.float32)
+        return b.weight(key, shape)
+
+    c = 1
+    for cname, o, st in _CNN_CONVS:
+        w = take(f"{cname}.weight", (o, c, 3, 3))
+        bias = take(f"{cname}.bias", (o,))
+        x = b.op("conv2d", cname, [x, w, bias], stride=st, pad=1)
+        x = b.op("relu", f"{cname}.relu", [x])
+        c = o
+    flat = math.prod(b.shape(x)[1:])
+    x = b.op("reshape", "flatten", [x], shape=(batch, flat))
+    for lname, n_out in (("fc1", _CNN_HIDDEN), ("logits", 10)):
+        k = b.shape(x)[-1]
+        w = take(f"{lname}.weight", (k, n_out))
+        bias = take(f"{lname}.bias", (n_out,))
+        x = b.op("linear", lname, [x, w, bias])
+        if lname != "logits":
+            x = b.op("relu", f"{lname}.relu", [x])
+    return b.graph(sequences=batch, params={"model": name, "precision": dtype}), weights
