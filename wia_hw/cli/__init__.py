@@ -26,6 +26,7 @@ from ._rtl import rtl
 from ._run import print_run, run_cmd
 from ._specs import specs
 from ._sweep import sweep_cmd, sweep_report_cmd
+from ._train import train_cmd
 
 __all__ = ["main", "cli", "print_run"]
 
@@ -58,6 +59,7 @@ for _command in (
     import_cmd,
     sweep_cmd,
     sweep_report_cmd,
+    train_cmd,
 ):
     cli.add_command(_command)
 

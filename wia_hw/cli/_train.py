@@ -1,0 +1,83 @@
+"""``wia-hw train``: one training iteration of a workload on a cluster.
+
+``wia-hw train bert-large --cluster wia-cluster-8 --dp 8 --tp 1 [--batch 32] [--seq
+128] [--bucket-mb 25] [--no-overlap] [--optimizer adam] [--json]`` prints the
+iteration time, its breakdown (forward, backward, optimizer, exposed communication),
+the communication time and its overlap efficiency, and the bytes each kind of
+collective moved (``--json``: the result's ``to_dict()``). With ``--no-overlap`` it
+also prints the "Inefficient Communication Pattern" recommendation, whose improvement
+is measured by running the overlapped schedule too. Bad input exits with status 2 and
+one line (see :mod:`wia_hw.cli`).
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..train import DEFAULT_BUCKET_MB, OPTIMIZERS, train_iteration
+
+__all__ = ["train_cmd"]
+
+
+@click.command("train")
+@click.argument("workload")
+@click.option(
+    "-c",
+    "--cluster",
+    default="wia-cluster-8",
+    show_default=True,
+    help="Built-in cluster spec name or path to a cluster YAML.",
+)
+@click.option("--dp", type=int, default=None, help="Data-parallel degree [devices / tp].")
+@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree.")
+@click.option("-b", "--batch", type=int, default=None, help="Batch size per replica.")
+@click.option("-s", "--seq", type=int, default=None, help="Sequence length.")
+@click.option(
+    "--bucket-mb",
+    type=float,
+    default=DEFAULT_BUCKET_MB,
+    show_default=True,
+    help="DDP gradient bucket size (MiB).",
+)
+@click.option("--no-overlap", is_flag=True, help="All-reduce the gradients after backward.")
+@click.option(
+    "--optimizer", type=click.Choice(tuple(OPTIMIZERS)), default="adam", show_default=True
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def train_cmd(
+    workload: str,
+    cluster: str,
+    dp: int | None,
+    tp: int,
+    batch: int | None,
+    seq: int | None,
+    bucket_mb: float,
+    no_overlap: bool,
+    optimizer: str,
+    as_json: bool,
+) -> None:
+    """One training iteration of WORKLOAD (e.g. bert-large) on a cluster."""
+    r = train_iteration(
+        workload,
+        cluster=cluster,
+        dp=dp,
+        tp=tp,
+        batch=batch,
+        seq=seq,
+        bucket_mb=bucket_mb,
+        overlap=not no_overlap,
+        optimizer=optimizer,
+    )
+    recs = r.communication_recommendations() if no_overlap else None
+    if as_json:
+        d = r.to_dict()
+        if recs is not None:
+            d["recommendations"] = [x.to_dict() for x in recs.recommendations]
+        click.echo(json.dumps(d, indent=2))
+        return
+    click.echo(r.summary())
+    if recs is not None and recs.recommendations:
+        click.echo("")
+        click.echo(recs.format().rstrip())
