@@ -127,7 +127,9 @@ def _dask(tasks: list[dict[str, Any]], client: Any) -> Iterator[dict[str, Any]]:
         client.submit(evaluate_point, t, key=f"wia-hw-point-{t['key']}", pure=False) for t in tasks
     ]
     try:
-        for f in as_completed(futures):
+        with client.as_current():  # as_completed finds the client this way
+            finished = as_completed(futures)
+        for f in finished:
             try:
                 yield f.result()
             except Exception as e:  # noqa: BLE001 -- a lost worker: record, go on
