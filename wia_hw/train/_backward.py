@@ -19,7 +19,8 @@ Gradients (``dY`` is the gradient of the op's output, shapes are the op's own):
   the batch) with ``dY`` as its kernel (dilation = the stride), ``[C*kh*kw] x [O]``
   over ``N*Ho*Wo``; ``dX``: stride 1, the transposed convolution (``dY`` with the
   flipped kernel, pad ``k - 1 - p``); stride > 1, ``dcol = dY @ W`` (``[N*Ho*Wo, O] x
-  [O, C*kh*kw]``) and col2im, a scatter-add into ``dX``.
+  [O, C*kh*kw]``) and col2im, a scatter-add into ``dX`` (a pool-class kernel reading
+  the columns, writing ``dX``).
 * ``softmax``: ``dX = Y * (dY - rowsum(dY * Y))``, a row-reduction kernel reading
   ``Y`` and ``dY`` (4 flops per element).
 * ``layer_norm``: ``dX`` in one row-reduction kernel reading ``X``, ``dY`` and
@@ -68,7 +69,6 @@ from ..graph import (
     Graph,
     Op,
     Tensor,
-    conv_output_hw,
     op_flops,
 )
 
@@ -450,9 +450,11 @@ class _Builder:
         ho, wo = y[0][2], y[0][3]
         s, p, dl = a.get("stride", 1), a.get("pad", 0), a.get("dilation", 1)
         if wants[1]:  # dW[C, O, kh, kw] = conv(X^T [C, N, H, W], dY^T [O, N, Ho, Wo])
-            gh, gw = conv_output_hw(h, w, ho, wo, 1, p, s)
-            self.emit(f"{n}.grad_weight", "conv2d", [((c, nb, h, w), xd), ((o, nb, ho, wo), dy[1])],
-                      ((c, o, gh, gw), wd), [op.inputs[1]], pad=p, dilation=s, stride=dl)
+            # only the rows and columns the forward windows touched (a floor in Ho)
+            he, we = s * (ho - 1) + dl * (kh - 1) + 1 - 2 * p, s * (wo - 1) + dl * (kw - 1) + 1 - 2 * p
+            self.emit(f"{n}.grad_weight", "conv2d",
+                      [((c, nb, min(h, he), min(w, we)), xd), ((o, nb, ho, wo), dy[1])],
+                      ((c, o, kh, kw), wd), [op.inputs[1]], pad=p, dilation=s, stride=dl)
         if len(op.inputs) == 3 and wants[2]:
             self.reduce(f"{n}.grad_bias", [dy], ins[2], [op.inputs[2]])
         if wants[0]:
@@ -464,8 +466,9 @@ class _Builder:
                 m, kc = nb * ho * wo, c * kh * kw
                 self.emit(f"{n}.grad_col", "matmul", [((m, o), dy[1]), ((o, kc), wd)],
                           ((m, kc), xd))
-                self.emit(f"{n}.grad_col2im", "add", [((m, kc), xd), ins[0]], ins[0],
-                          flops=m * kc)
+                # col2im: every column element is added into its input position
+                self.emit(f"{n}.grad_col2im", "avgpool", [((nb, c, kh * kw, ho * wo), xd)],
+                          ins[0], flops=m * kc)
             self.add_grad(op.inputs[0])
 
 
