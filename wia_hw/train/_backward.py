@@ -490,11 +490,17 @@ def training_kernels(
     ``tp_forward``/``tp_backward`` map op names to the bytes of the tensor-parallel
     all-reduce that follows their forward kernel / their input-gradient kernel
     (:mod:`._parallel` fills them). Raises :class:`~wia_hw.WorkloadError` for an
-    optimizer other than sgd or adam, a graph without float parameters, or an op whose
+    optimizer other than sgd or adam, a graph with int8 weights or without float
+    parameters, or an op whose
     gradient is not modelled (grouped convolutions)."""
     if optimizer not in OPTIMIZERS:
         raise WorkloadError(
             f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    quant = [t.name for t in graph.tensors.values() if t.kind == "weight" and t.dtype == "int8"]
+    if quant:
+        raise WorkloadError(
+            f"graph {graph.name!r} has int8 weights ({quant[0]!r}, ...): a quantised graph is "
+            "inference-only; train it in precision fp16, bf16 or fp32")
     params = [t for t in graph.tensors.values() if t.kind == "weight" and t.dtype in FLOAT_DTYPES]
     if not params:
         raise WorkloadError(

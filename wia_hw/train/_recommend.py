@@ -28,9 +28,7 @@ __all__ = ["recommend_communication"]
 def recommend_communication(result: Any, cfg: AnalysisConfig | None = None) -> PerformanceRecommendations:
     """Recommendations for a training iteration (see the module docstring); filtered
     by ``cfg``'s priority and confidence thresholds like ``analyze_performance``."""
-    from ._schedule import TrainingResult, train_iteration
-
-    if not isinstance(result, TrainingResult):
+    if not hasattr(result, "rerun"):  # duck-typed: _schedule imports this module
         raise TypeError(
             f"recommend_communication takes a TrainingResult, got {type(result).__name__}"
         )
@@ -38,7 +36,7 @@ def recommend_communication(result: Any, cfg: AnalysisConfig | None = None) -> P
     found: list[Recommendation] = []
     exposed = result.iteration_cycles - result.compute_cycles
     if cfg.analyze_communication and not result.overlap and result.dp > 1 and exposed > 0:
-        better = train_iteration(**dict(result._rerun, overlap=True))
+        better = result.rerun(overlap=True)
         base, new = result.iteration_ms, better.iteration_ms
         gain = max(0.0, (base - new) / base) if base else 0.0
         serial = 1.0 - result.overlap_efficiency

@@ -202,6 +202,11 @@ class TrainingResult:
             "collective_calls": dict(self.collective_calls),
         }
 
+    def rerun(self, **changes: Any) -> TrainingResult:
+        """The same iteration again on a fresh copy of the cluster, with ``changes``
+        to :func:`train_iteration`'s arguments (``overlap=True``, ``bucket_mb=...``)."""
+        return train_iteration(**dict(self._rerun, **changes))
+
     def communication_recommendations(self, cfg: Any = None) -> Any:
         """The profiler's recommendations for this iteration (``analyze_performance``
         of a TrainingResult): see :func:`wia_hw.train.recommend_communication`."""
