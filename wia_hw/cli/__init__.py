@@ -22,6 +22,7 @@ from ._collectives import collectives
 from ._ext import ext
 from ._import import import_cmd
 from ._profile import profile
+from ._report import report_cmd
 from ._rtl import rtl
 from ._run import print_run, run_cmd
 from ._specs import specs
@@ -59,6 +60,7 @@ for _command in (
     import_cmd,
     sweep_cmd,
     sweep_report_cmd,
+    report_cmd,
     train_cmd,
 ):
     cli.add_command(_command)
