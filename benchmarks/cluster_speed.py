@@ -6,10 +6,15 @@ sweep (ring algorithm, 1 KB to 1 GB doubling, as ``wia-hw collectives`` runs it)
 the transfers simulated and the simulated time of the 1 GB all-reduce. CPU time is the
 load-independent figure on a shared machine.
 
-The training-iteration figures of the issue (a data-parallel BERT-Large iteration on
-8 and 64 devices) need the training scheduler, which is not written yet.
+Then, for the same device counts on the ring, one data-parallel BERT-Large training
+iteration (batch 32 per replica, seq 128, Adam, DDP buckets of 25 MiB overlapping the
+backward pass): the wall and CPU time of ``wia_hw.train_iteration`` with the kernel
+timing cache emptied first (so each figure includes emulating every distinct kernel
+once), the all-reduces and transfers it simulated, and the simulated iteration time.
+The issue's targets: at most 2 s wall on 8 devices, 10 s on 64.
 
-Usage: ``python benchmarks/cluster_speed.py [--max-devices 256] [--max-size 1G]``
+Usage: ``python benchmarks/cluster_speed.py [--max-devices 256] [--max-size 1G]
+[--only sweep|train]``
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import time
 
 import wia_hw
 from wia_hw.cli._collectives import parse_size, sweep_sizes
+from wia_hw.train import _backward
 
 
 def cluster(n: int, topology: str) -> wia_hw.ClusterSpec:
@@ -37,7 +43,40 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max-devices", type=int, default=256)
     ap.add_argument("--max-size", default="1G")
+    ap.add_argument("--only", choices=("sweep", "train"), default=None)
     args = ap.parse_args()
+    if args.only != "train":
+        sweep(args)
+    if args.only != "sweep":
+        train(args)
+
+
+def train(args: argparse.Namespace) -> None:
+    print()
+    print("data-parallel BERT-Large training iteration, b32 s128 per replica, ring topology")
+    print(
+        f"{'devices':>7} {'wall s':>8} {'cpu s':>8} {'all-reduces':>11} {'transfers':>10} "
+        f"{'iter ms':>9} {'exposed ms':>10} {'overlap %':>9}"
+    )
+    n = 8
+    first = None
+    while n <= args.max_devices:
+        _backward._CACHE.clear()  # each point emulates its kernels from scratch
+        w0, c0 = time.perf_counter(), time.process_time()
+        r = wia_hw.train_iteration("bert-large", cluster=cluster(n, "ring"), batch=32, seq=128)
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        first = first or wall
+        print(
+            f"{n:>7} {wall:>8.2f} {cpu:>8.2f} {len(r.records):>11} "
+            f"{sum(x.transfers for x in r.records):>10} {r.iteration_ms:>9.2f} "
+            f"{r.exposed_comm_ms:>10.2f} {100 * r.overlap_efficiency:>9.1f}   "
+            f"(x{wall / first:.1f} the 8-device wall time)",
+            flush=True,
+        )
+        n *= 2
+
+
+def sweep(args: argparse.Namespace) -> None:
     sizes = sweep_sizes(1024, parse_size(args.max_size))
     print(f"all-reduce sweep, ring algorithm, {len(sizes)} sizes from 1 KB to {sizes[-1] >> 20} MB")
     print(
