@@ -90,6 +90,7 @@ def sweep_cmd(
         TimeRemainingColumn(),
         console=err,
         disable=no_progress,
+        auto_refresh=False,  # no refresh thread: the local pool may then fork
     )
     state: dict[str, Any] = {}
 
@@ -99,7 +100,7 @@ def sweep_cmd(
             state["task"] = bar.add_task("points", total=total, rate="")
         elapsed = time.perf_counter() - state["t0"]
         rate = f"{60 * done / elapsed:,.0f} points/min" if elapsed > 0 else ""
-        bar.update(state["task"], completed=done, rate=rate)
+        bar.update(state["task"], completed=done, rate=rate, refresh=True)
 
     with bar:
         s = sweep(

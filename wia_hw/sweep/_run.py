@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -65,13 +66,25 @@ def _task(sw: Sweep, p: Point) -> dict[str, Any]:
     }
 
 
+def _mp_context() -> Any:
+    """``fork`` when this process has one thread (workers start at once with wia_hw
+    imported, and a script needs no ``if __name__ == "__main__"`` guard); else
+    ``forkserver`` with wia_hw preloaded (forking a threaded process is unsafe); else
+    ``spawn``."""
+    methods = mp.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return mp.get_context("fork")
+    if "forkserver" in methods:
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["wia_hw.sweep._worker", "wia_hw.runtime"])
+        return ctx
+    return mp.get_context("spawn")
+
+
 def _local(tasks: list[dict[str, Any]], workers: int) -> Iterator[dict[str, Any]]:
     """Results of ``tasks`` on a process pool, as they finish (at most 2 per worker in
     flight, so the parent writes each result while the others compute)."""
-    method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-    ctx = mp.get_context(method)
-    if method == "forkserver":
-        ctx.set_forkserver_preload(["wia_hw.sweep._worker", "wia_hw.runtime"])
+    ctx = _mp_context()
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=init_worker)
     pending: set[Future[dict[str, Any]]] = set()
     it = iter(tasks)

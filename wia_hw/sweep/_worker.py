@@ -8,6 +8,9 @@ is never modified by lowering or running).
 
 from __future__ import annotations
 
+import ctypes
+import signal
+import sys
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -24,9 +27,18 @@ _GRAPH_CACHE_SIZE = 16
 
 
 def init_worker() -> None:
-    """Process-pool initializer: import the runtime once, before the first point."""
+    """Process-pool initializer: import the runtime once, before the first point, and
+    (on Linux) ask for SIGKILL when the parent dies, so a killed sweep leaves no
+    orphaned workers."""
     from .. import runtime  # noqa: F401
     from ..workloads import build  # noqa: F401
+
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass  # best effort: without it an orphan waits on its queue, idle
 
 
 def _graph(name: str, args: Mapping[str, Any]) -> Graph:
