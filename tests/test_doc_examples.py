@@ -22,6 +22,7 @@ PAGES = {
     "BENCHMARKING.md": False,
     "OPTIMIZATION.md": True,
     "COMMUNICATION.md": False,
+    "SWEEPS.md": True,
 }
 
 
