@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,12 @@ from ..emulator.errors import WorkloadError
 from ..emulator.extension_kernels import execute_kernels
 from ..emulator.kernels import TensorRef, Tile, TiledKernel
 from ..graph import GEMM_KINDS, Graph, Op
+from ..registry import (
+    DeviceExtension,
+    ExtensionId,
+    load_extension,
+    register_device_extension,
+)
 
 __all__ = [
     "product_operands",
@@ -32,6 +39,7 @@ __all__ = [
     "parse_policy",
     "policy_selects",
     "gemm_unit_kernel",
+    "ensure_unit",
     "POLICIES",
 ]
 
@@ -187,3 +195,17 @@ def gemm_unit_kernel(
         energy_pj=energy_pj,
         extra=extra,
     )
+
+
+def ensure_unit(ctx: Any, ext_id: ExtensionId) -> DeviceExtension:
+    """The unit's extension on ``ctx`` for a direct call (``hybrid_matmul(ctx, ...)``,
+    ``photonic_matmul(ctx, ...)``): the registered one, else the built-in manifest
+    registered *without* its graph claims, so that direct calls to both units share a
+    context (their graph operations claim the same op kinds; routing graph ops is
+    asked for by registering the extension explicitly)."""
+    ext = ctx.extensions.get(ext_id.value)
+    if ext is None:
+        full = load_extension(ext_id)
+        direct = replace(full, operations=tuple(o for o in full.operations if not o.claims))
+        ext = register_device_extension(ctx, direct)
+    return ext

@@ -104,9 +104,9 @@ from ..graph import Graph, Op, gemm_dims
 from ..registry import (
     DeviceExtension,
     ExtensionId,
-    ensure_extension,
 )
 from ._offchip import (
+    ensure_unit,
     gemm_unit_kernel,
     parse_policy,
     policy_selects,
@@ -585,7 +585,7 @@ def hybrid_matmul(
         program_energy_pj=program,
     )
     if ctx is not None:
-        ensure_extension(ctx, ExtensionId.ANALOG)
+        ensure_unit(ctx, ExtensionId.ANALOG)
         res.device_cycles = run_offchip_unit(
             ctx,
             "analog",

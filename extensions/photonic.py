@@ -82,9 +82,9 @@ from ..graph import Graph, Op, gemm_dims
 from ..registry import (
     DeviceExtension,
     ExtensionId,
-    ensure_extension,
 )
 from ._offchip import (
+    ensure_unit,
     gemm_unit_kernel,
     parse_policy,
     policy_selects,
@@ -513,7 +513,7 @@ def photonic_matmul(
         effective_bits=eff,
     )
     if ctx is not None:
-        ensure_extension(ctx, ExtensionId.PHOTONIC)
+        ensure_unit(ctx, ExtensionId.PHOTONIC)
         res.device_cycles = run_offchip_unit(
             ctx,
             "photonic",

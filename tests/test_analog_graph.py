@@ -387,3 +387,15 @@ def test_digits_cnn_trains_lowers_to_conv_and_runs_on_the_units():
     assert accs[1] > accs[0] + 20, accs
     with pytest.raises(WorkloadError, match=r"parameter 'fc1.weight' is \[3\], need \[256, 32\]"):
         cnn_to_graph({**params, "fc1.weight": np.zeros(3)}, BATCH)
+
+
+def test_direct_calls_to_both_units_share_a_context_without_claiming_graph_ops(mlp):
+    g, _, _, _ = mlp
+    ctx = wia_hw.open_device("wia-npu")
+    a, b = data(12, m=4, k=16, n=8)
+    hybrid_matmul(ctx, AnalogConfig(), a, b)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PhotonicPrecisionWarning)
+        photonic_matmul(ctx, PhotonicConfig(), PhotonicMatmul(), a, b)
+    assert set(ctx.extensions) == {"analog", "photonic"} and not ctx.providers
+    assert all(k.provider == "builtin" for k in ctx.run(g).kernels)
