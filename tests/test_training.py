@@ -242,6 +242,9 @@ def test_tp_needs_a_transformer_and_float_weights():
         train_iteration(g.graph(), cluster=cluster(2), tp=2)
     with pytest.raises(wia_hw.WorkloadError, match=r"int8 weights .* is inference-only"):
         train_iteration(bert_large(2, 8, "int8", layers=1), cluster=cluster(2))
+    fused = wia_hw.apply_fusion(bert_large(2, 8, layers=1))
+    with pytest.raises(wia_hw.WorkloadError, match=r"is fused \(apply_fusion marked op"):
+        train_iteration(fused, cluster=cluster(2))
     ids = GraphBuilder("ids", "fp16")
     ids.op("relu", "r", [ids.input("x", (4, 8))])
     with pytest.raises(wia_hw.WorkloadError, match=r"graph 'ids' has no float parameters"):
@@ -265,3 +268,17 @@ def test_cli_train():
     assert bad.output.strip() == (
         "wia-hw: error: train_iteration: tp=5 does not divide the 8 devices of wia-cluster-8"
     )
+
+
+def test_faster_links_are_never_slower_and_buckets_close_at_their_cap():
+    g = small_bert(batch=2, seq=16)
+    times = []
+    for bw in (25, 100, 400):
+        r = train_iteration(g, cluster=cluster(4, bandwidth_gbs=bw), bucket_mb=2)
+        times.append(r.iteration_ms)
+        sizes = {t.name: t.nbytes for t in r.kernels.params}
+        for i, b in enumerate(r.buckets[:-1]):  # DDP: a bucket closes once it reaches its cap
+            cap = (1 if i == 0 else 2) << 20
+            assert b.nbytes >= cap and b.nbytes - sizes[b.params[-1]] < cap
+    assert times == sorted(times, reverse=True)
+    assert r.compute_cycles == train_iteration(g, cluster=cluster(4), bucket_mb=2).compute_cycles

@@ -490,12 +490,17 @@ def training_kernels(
     ``tp_forward``/``tp_backward`` map op names to the bytes of the tensor-parallel
     all-reduce that follows their forward kernel / their input-gradient kernel
     (:mod:`._parallel` fills them). Raises :class:`~wia_hw.WorkloadError` for an
-    optimizer other than sgd or adam, a graph with int8 weights or without float
+    optimizer other than sgd or adam, a fused graph, a graph with int8 weights or without float
     parameters, or an op whose
     gradient is not modelled (grouped convolutions)."""
     if optimizer not in OPTIMIZERS:
         raise WorkloadError(
             f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    fused = next((op.name for op in graph.ops if "fusion" in op.attrs), None)
+    if fused is not None:
+        raise WorkloadError(
+            f"graph {graph.name!r} is fused (apply_fusion marked op {fused!r}): the backward "
+            "pass is derived from the unfused graph; train the graph before apply_fusion")
     quant = [t.name for t in graph.tensors.values() if t.kind == "weight" and t.dtype == "int8"]
     if quant:
         raise WorkloadError(
