@@ -27,6 +27,15 @@ from ._config import (
 from ._operation import ModelBenchmark, benchmark_model, benchmark_operation, workload_key
 from ._result import BenchmarkResult, EnvironmentalData
 from ._stats import outlier_mask, tukey_fences
+from ._workflow import (
+    OptimizationStrategy,
+    OptimizationWorkflow,
+    WorkflowBaseline,
+    WorkflowProfiling,
+    WorkflowResult,
+    WorkflowStep,
+    optimize_workload,
+)
 
 __all__ = [
     "BenchmarkConfig",
@@ -35,6 +44,8 @@ __all__ = [
     "EnvironmentalData",
     "EnvironmentalMonitoring",
     "ModelBenchmark",
+    "OptimizationStrategy",
+    "OptimizationWorkflow",
     "OutlierMethod",
     "SignificanceTest",
     "VARIATION_SOURCES",
@@ -49,4 +60,9 @@ __all__ = [
     "spec_hash",
     "tukey_fences",
     "workload_key",
+    "WorkflowBaseline",
+    "WorkflowProfiling",
+    "WorkflowResult",
+    "WorkflowStep",
+    "optimize_workload",
 ]
