@@ -56,8 +56,10 @@ def write_report(
     the path. With a live ``ProfilingReport`` the recommendations' gains are measured
     by re-running its kernels. Raises :class:`ReportError` when the input is not a
     report or the file cannot be written."""
-    _, text = render_report(source, recommendations=recommendations)
     p = Path(path)
+    if not p.parent.is_dir():
+        raise ReportError(f"cannot write {p}: no folder {p.parent}")
+    _, text = render_report(source, recommendations=recommendations)
     try:
         p.write_text(text, encoding="utf-8")
     except OSError as e:

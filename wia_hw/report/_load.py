@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,12 +74,17 @@ class SweepData:
 
 def read_sweep_store(path: str | os.PathLike[str]) -> SweepData:
     """Read a sweep store through :func:`wia_hw.sweep.open_store` (which checks its
-    tables, format and columns). Raises :class:`~wia_hw.sweep.SweepError` (a
-    :class:`~wia_hw.WiaError`, one line) when ``path`` is missing or not a store."""
-    from ..sweep import open_store
+    tables, format and columns). Raises :class:`ReportError` (one line, the store's
+    own message) when ``path`` is missing or not a store."""
+    from ..sweep import SweepError, open_store
 
-    with open_store(path) as store:
-        return SweepData(Path(path), store.meta, store.points())
+    try:
+        with open_store(path) as store:
+            return SweepData(Path(path), store.meta, store.points())
+    except SweepError as e:
+        raise ReportError(str(e)) from None
+    except (ValueError, sqlite3.Error) as e:  # a row's JSON, a locked or damaged file
+        raise ReportError(f"{path}: cannot read the sweep store ({e})") from None
 
 
 def load_source(path: str | os.PathLike[str]) -> tuple[str, Any]:

@@ -88,8 +88,9 @@ def esc(x: Any) -> str:
 
 
 def fmt(v: Any, digits: int = 3) -> str:
-    """A number for people: ``digits`` significant decimals for floats (``1,234.5``
-    style separators above 1000), integers with separators; ``-`` for ``None``/NaN."""
+    """A number for people: floats to ``digits`` significant digits (trailing zeros
+    kept, so ``1.000`` and ``0.7500`` read alike), whole above 1000 (``1,234``);
+    integers with separators; ``-`` for ``None`` and NaN."""
     if v is None or isinstance(v, bool):
         return "-" if v is None else str(v)
     if isinstance(v, int):
@@ -104,7 +105,7 @@ def fmt(v: Any, digits: int = 3) -> str:
             return f"{v:,.0f}"
         if a >= 1:
             return f"{v:.{max(0, digits - len(str(int(a))))}f}" if digits > 1 else f"{v:.0f}"
-        return f"{v:.{digits}g}"
+        return f"{v:#.{digits}g}"
     return str(v)
 
 
