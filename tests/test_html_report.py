@@ -168,7 +168,7 @@ def _brute_front(rows: list[dict[str, Any]], wl: str) -> set[str]:
     def dominates(a: dict[str, Any], b: dict[str, Any]) -> bool:
         va = (a["metrics"]["latency_ms"], a["metrics"]["energy_j"])
         vb = (b["metrics"]["latency_ms"], b["metrics"]["energy_j"])
-        return all(x <= y for x, y in zip(va, vb)) and va != vb
+        return all(x <= y for x, y in zip(va, vb, strict=True)) and va != vb
 
     return {r["point_key"] for r in ok if not any(dominates(o, r) for o in ok)}
 
@@ -540,7 +540,7 @@ def test_sweep_page_in_chromium(
     keys = _column(drv, "pareto-table", "point_key")
     wls = _column(drv, "pareto-table", "workload")
     for wl in {r["workload"] for r in ok}:
-        assert {k for k, w in zip(keys, wls) if w == wl} == _brute_front(rows, wl)
+        assert {k for k, w in zip(keys, wls, strict=True) if w == wl} == _brute_front(rows, wl)
     # best throughput is the largest, best energy the smallest, per workload
     best = {
         (tr.find_elements("css selector", "td")[0].text, tr.find_elements("css selector", "td")[1].text): float(
