@@ -316,7 +316,7 @@ class _Builder:
                 self.add_grad(op.inputs[0])
             if wants[1]:
                 self.emit(f"{n}.grad_b", "matmul", [((kk, m), ad), ((m, nn), dy[1])], (b_s, bd),
-                          params[-1:] if params and params[-1] == op.inputs[1] else ())
+                          [op.inputs[1]] if op.inputs[1] in params else [])
                 self.add_grad(op.inputs[1])
             return
         if k == "bmm":

@@ -348,8 +348,7 @@ def train_iteration(
                 if k.tp_all_reduce_bytes:
                     lb = f"tp.all_reduce.{label}"
                     yield collective(lb, k.tp_all_reduce_bytes, tp_groups, None)
-            elif fire:
-                pass  # released after the backward pass
+            # without overlap, completed buckets are released after the backward pass
         if acc:
             yield compute(acc, label)
 
