@@ -5,7 +5,9 @@ Each configuration runs a fresh grid of ``--points`` distinct HBM bandwidths int
 store and prints: wall time (start of the call to the last row written: pool or cluster
 start-up included), points per minute over that wall time, the steady rate (points
 after the first finished one, per minute of the time after it), and the mean seconds a
-worker spent per point (``wall_s`` of the rows). The issue's goal: >= 200 points/min
+worker spent per point (``wall_s`` of the rows) and the CPU seconds it used per point
+(``SweepSummary.cpu_s``): on a machine shared with other jobs the wall figures fall,
+the CPU figure does not, and 2 x 60 / CPU is what two free cores would give. The issue's goal: >= 200 points/min
 with 2 workers on the project's 2-core machine.
 
     .venv/bin/python benchmarks/sweep_scaling.py            # 24 points per config
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import statistics
 import tempfile
 import time
@@ -47,11 +50,13 @@ def _measure(label: str, n: int, executor, workers: int | None, folder: Path) ->
     steady_s = (stamps[-1] - stamps[0]).total_seconds()
     steady = 60 * (n - 1) / steady_s if steady_s > 0 else float("nan")
     per_point = statistics.mean(r["wall_s"] for r in rows)
+    cpu = s.cpu_s / n
     print(
-        f"{label:<22} {n:>4} points  {wall:7.1f} s  {60 * n / wall:7.1f} points/min  "
-        f"steady {steady:7.1f} points/min  {per_point:5.2f} s/point in a worker"
+        f"{label:<22} {n:>4} points  {wall:6.1f} s  {60 * n / wall:6.1f} points/min  "
+        f"steady {steady:6.1f}/min  in a worker: {per_point:4.2f} s wall, {cpu:4.2f} s CPU "
+        "per point"
     )
-    return {"wall": wall, "steady": steady}
+    return {"wall": wall, "steady": steady, "cpu": cpu}
 
 
 def main() -> None:
@@ -88,8 +93,11 @@ def main() -> None:
     print(
         f"goal >= {goal} points/min with 2 local workers: "
         f"{'met' if two['steady'] >= goal else 'NOT met'} "
-        f"(steady {two['steady']:.0f}, wall {60 * a.points / two['wall']:.0f})"
+        f"(steady {two['steady']:.0f}, wall {60 * a.points / two['wall']:.0f}); "
+        f"CPU-bound ceiling on 2 free cores: 2 x 60 / {two['cpu']:.2f} s = "
+        f"{120 / two['cpu']:.0f} points/min"
     )
+    print(f"load average now: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ Progress = Callable[[int, int], None]
 class SweepSummary:
     """What one call of :func:`sweep` did. ``points`` = ``skipped`` + ``computed``;
     ``computed`` = ``ok`` + ``failed``; ``filtered``: parameter sets the constraint
-    removed before any point was made."""
+    removed before any point was made; ``cpu_s``: the workers' CPU seconds over the
+    computed points (``wall_s`` is this call's wall time)."""
 
     sweep: str
     store: str
@@ -46,6 +47,7 @@ class SweepSummary:
     failed: int
     filtered: int
     wall_s: float
+    cpu_s: float = 0.0
 
     @property
     def points_per_min(self) -> float:
@@ -153,6 +155,7 @@ def _dask(tasks: list[dict[str, Any]], client: Any) -> Iterator[dict[str, Any]]:
                     "metrics": None,
                     "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                     "wall_s": 0.0,
+                    "cpu_s": 0.0,
                 }
     finally:
         client.cancel([f for f in futures if not f.done()])
@@ -212,6 +215,7 @@ def sweep(
         )
         tasks = [_task(sw, p) for p in todo]
         ok = failed = 0
+        cpu_s = 0.0
         if not tasks:
             name = "local" if is_local else str(executor)
             results: Iterator[dict[str, Any]] = iter(())
@@ -237,6 +241,7 @@ def sweep(
                     error=r["error"],
                     wall_s=r["wall_s"],
                 )
+                cpu_s += r.get("cpu_s", 0.0)
                 if r["status"] == "ok":
                     ok += 1
                 else:
@@ -259,6 +264,7 @@ def sweep(
         failed=failed,
         filtered=sw.filtered,
         wall_s=time.perf_counter() - t0,
+        cpu_s=cpu_s,
     )
 
 

@@ -80,7 +80,7 @@ def evaluate_point(task: Mapping[str, Any]) -> dict[str, Any]:
     ``params`` (dotted path -> value), ``workload``, ``args`` and ``metrics``.
 
     Returns ``{"key", "status": "ok"|"failed", "metrics" (None when failed), "error",
-    "wall_s"}``. A point whose parameters the spec refuses, or whose run raises, is
+    "wall_s", "cpu_s"}`` (seconds of wall time and of this process's CPU time). A point whose parameters the spec refuses, or whose run raises, is
     ``failed`` with a one-line error; it never raises, so one bad point cannot stop a
     sweep. (Errors that are not :class:`~wia_hw.WiaError` are model bugs; they are
     recorded with their type name rather than lost with the whole sweep.)
@@ -88,7 +88,7 @@ def evaluate_point(task: Mapping[str, Any]) -> dict[str, Any]:
     from ..runtime import Context
     from ..spec import load_spec
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     metrics: dict[str, Any] | None = None
     error = None
     try:
@@ -105,4 +105,5 @@ def evaluate_point(task: Mapping[str, Any]) -> dict[str, Any]:
         "metrics": metrics,
         "error": error,
         "wall_s": time.perf_counter() - t0,
+        "cpu_s": time.process_time() - c0,
     }
