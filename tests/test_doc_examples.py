@@ -23,6 +23,7 @@ PAGES = {
     "OPTIMIZATION.md": True,
     "COMMUNICATION.md": False,
     "SWEEPS.md": True,
+    "REPORTS.md": False,
 }
 
 
