@@ -42,6 +42,9 @@ from wia_hw.accuracy import (
     mlp_to_graph,
     train_digits_cnn,
     train_digits_mlp,
+    train_synthetic_transformer,
+    transformer_predict,
+    transformer_to_graph,
 )
 
 Q = 1.602176634e-19
@@ -399,3 +402,28 @@ def test_direct_calls_to_both_units_share_a_context_without_claiming_graph_ops(m
         photonic_matmul(ctx, PhotonicConfig(), PhotonicMatmul(), a, b)
     assert set(ctx.extensions) == {"analog", "photonic"} and not ctx.providers
     assert all(k.provider == "builtin" for k in ctx.run(g).kernels)
+
+
+def test_synthetic_transformer_trains_and_its_weight_gemms_run_on_the_analog_unit():
+    params, (_, x_test, _, y_test) = train_synthetic_transformer(seed=0)
+    x_test, y_test = x_test[:192], y_test[:192]
+    g, w = transformer_to_graph(params, BATCH)
+    ref = GraphEvaluator(g, w).predict(x_test)
+    numpy_ref = transformer_predict(params, x_test)
+    assert np.max(np.abs(ref - numpy_ref)) <= 1e-4 * np.max(np.abs(numpy_ref))
+    assert 100 * np.mean(ref.argmax(1) == y_test) > 90  # trained: chance is 25-40%
+    acc = {}
+    for bits in (8, 2):
+        ev = GraphEvaluator(
+            g,
+            w,
+            unit="analog",
+            unit_parameters={"policy": "all_but_first_last", "dac_bits": bits, "adc_bits": bits},
+        )
+        # the weight GEMMs but the first (q) and last (logits); the attention bmms stay
+        assert ev.unit_cost.routed_ops == ("attn.k", "attn.v", "attn.out", "ffn.fc1", "ffn.fc2")
+        acc[bits] = compare(f"analog {bits}", ev.predict(x_test), ref, y_test)
+    assert acc[8].accuracy >= acc[8].reference_accuracy - 3
+    assert acc[2].accuracy < acc[8].accuracy - 20
+    with pytest.raises(WorkloadError, match=r"parameter 'pos_emb' is \[2, 2\], need \[17, 32\]"):
+        transformer_to_graph({**params, "pos_emb": np.zeros((2, 2))}, BATCH)

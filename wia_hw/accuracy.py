@@ -15,7 +15,9 @@ with the fp32 reference.
   bundled 8x8 digits), :func:`train_digits_mlp` (an ``MLPClassifier`` trained on it,
   seeded) and :func:`mlp_to_graph` (an MLP's weights -> ``linear`` + activation ops);
   :func:`train_digits_cnn` (a small CNN trained in numpy, convolutions as im2col
-  matmuls) and :func:`cnn_to_graph` (-> ``conv2d`` + ``linear`` ops).
+  matmuls) and :func:`cnn_to_graph` (-> ``conv2d`` + ``linear`` ops); a one-block
+  transformer trained in numpy on a synthetic task (:func:`majority_task`,
+  :func:`train_synthetic_transformer`, :func:`transformer_to_graph`).
 * Analog and photonic execution: ``GraphEvaluator(..., unit="analog",
   unit_parameters={"policy": "all_but_first_last", "adc_bits": 6})`` routes the ops the
   policy selects to that extension (functional mode computes them through its noise
@@ -51,6 +53,10 @@ __all__ = [
     "train_digits_cnn",
     "cnn_predict",
     "cnn_to_graph",
+    "majority_task",
+    "train_synthetic_transformer",
+    "transformer_predict",
+    "transformer_to_graph",
     "compare",
     "agreement_stats",
     "calibration_batches",
@@ -522,4 +528,191 @@ def cnn_to_graph(
         x = b.op("linear", lname, [x, w, bias])
         if lname != "logits":
             x = b.op("relu", f"{lname}.relu", [x])
+    return b.graph(sequences=batch, params={"model": name, "precision": dtype}), weights
+
+
+# -- a small transformer on a synthetic task, trained in numpy -------------------------
+
+#: The synthetic task: ``TASK_TOKENS`` tokens in a sequence, ids ``0..TASK_VOCAB-1``;
+#: the label is which of ids ``0..TASK_CLASSES-1`` occurs most often (ids above are
+#: distractors; sequences with a tie are redrawn). A ``CLS`` id is prepended, and the
+#: model must gather the counts into it through attention.
+TASK_TOKENS = 16
+TASK_VOCAB = 8
+TASK_CLASSES = 4
+_CLS = TASK_VOCAB
+_TF_D, _TF_FF = 32, 64
+
+
+def majority_task(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` sequences of the synthetic task: ids ``[n, 1 + TASK_TOKENS]`` (int64, the
+    ``CLS`` id first) and labels ``[n]``, seeded."""
+    rng = np.random.default_rng(seed)
+    ids, labels = [], []
+    while len(ids) < n:
+        t = rng.integers(0, TASK_VOCAB, (2 * n, TASK_TOKENS))
+        counts = np.stack([(t == c).sum(axis=1) for c in range(TASK_CLASSES)], axis=1)
+        top = np.sort(counts, axis=1)
+        ok = top[:, -1] > top[:, -2]
+        ids.extend(t[ok])
+        labels.extend(counts[ok].argmax(axis=1))
+    x = np.concatenate([np.full((n, 1), _CLS), np.asarray(ids[:n])], axis=1).astype(np.int64)
+    return x, np.asarray(labels[:n], dtype=np.int64)
+
+
+def _tf_forward(p: Mapping[str, np.ndarray], ids: np.ndarray) -> tuple[np.ndarray, dict]:
+    d = p["attn.q.weight"].shape[0]
+    s = 1.0 / math.sqrt(d)
+    e = p["tok_emb"][ids] + p["pos_emb"][None]
+    q, k, v = (e @ p[f"attn.{n}.weight"] for n in "qkv")
+    sc = q @ k.transpose(0, 2, 1) * s
+    sc = sc - sc.max(axis=-1, keepdims=True)
+    pr = np.exp(sc)
+    pr /= pr.sum(axis=-1, keepdims=True)
+    a = pr @ v
+    h = e + a @ p["attn.out.weight"]
+    z = h @ p["ffn.fc1.weight"] + p["ffn.fc1.bias"]
+    r = np.maximum(z, 0)
+    h2 = h + r @ p["ffn.fc2.weight"] + p["ffn.fc2.bias"]
+    c = h2[:, 0]
+    logits = c @ p["logits.weight"] + p["logits.bias"]
+    return logits, {"e": e, "q": q, "k": k, "v": v, "p": pr, "a": a, "h": h, "z": z, "r": r, "c": c, "s": s}
+
+
+def transformer_predict(params: Mapping[str, np.ndarray], ids: np.ndarray) -> np.ndarray:
+    """The transformer's logits in float64 numpy (the reference its graph must match)."""
+    p = {k: np.asarray(v, np.float64) for k, v in params.items()}
+    return _tf_forward(p, np.asarray(ids, np.int64))[0]
+
+
+def train_synthetic_transformer(
+    seed: int = 0, samples: int = 2000, epochs: int = 6, batch: int = 64, lr: float = 3e-3
+) -> tuple[dict[str, np.ndarray], tuple[np.ndarray, ...]]:
+    """A one-block transformer trained in numpy on :func:`majority_task` (Adam, seeded,
+    cross-entropy): token + position embeddings (d 32) -> single-head self-attention
+    (q, k, v, out projections; residual) -> ReLU feed-forward 32-64-32 (residual) -> the
+    ``CLS`` position -> linear to 4 classes. Returns the parameters (graph weight names;
+    linear weights ``[in, out]``) and ``(ids_train, ids_test, y_train, y_test)`` (a 75/25
+    split)."""
+    x, y = majority_task(samples, seed)
+    cut = samples * 3 // 4
+    rng = np.random.default_rng(seed + 1)
+    d, f, s_len = _TF_D, _TF_FF, TASK_TOKENS + 1
+    p: dict[str, np.ndarray] = {
+        "tok_emb": rng.standard_normal((TASK_VOCAB + 1, d)) * 0.5,
+        "pos_emb": rng.standard_normal((s_len, d)) * 0.5,
+        "ffn.fc1.bias": np.zeros(f),
+        "ffn.fc2.bias": np.zeros(d),
+        "logits.bias": np.zeros(TASK_CLASSES),
+    }
+    for n in ("attn.q", "attn.k", "attn.v", "attn.out"):
+        p[f"{n}.weight"] = rng.standard_normal((d, d)) / math.sqrt(d)
+    p["ffn.fc1.weight"] = rng.standard_normal((d, f)) * math.sqrt(2.0 / d)
+    p["ffn.fc2.weight"] = rng.standard_normal((f, d)) / math.sqrt(f)
+    p["logits.weight"] = rng.standard_normal((d, TASK_CLASSES)) / math.sqrt(d)
+    m1 = {k: np.zeros_like(v) for k, v in p.items()}
+    m2 = {k: np.zeros_like(v) for k, v in p.items()}
+    step = 0
+    from threadpoolctl import threadpool_limits  # a scikit-learn dependency
+
+    with threadpool_limits(1):
+        for _ in range(epochs):
+            order = rng.permutation(cut)
+            for i in range(0, cut, batch):
+                idx = order[i : i + batch]
+                g = _tf_grads(p, x[idx], y[idx])
+                step += 1
+                for k in p:  # Adam
+                    m1[k] = 0.9 * m1[k] + 0.1 * g[k]
+                    m2[k] = 0.999 * m2[k] + 0.001 * g[k] ** 2
+                    mh, vh = m1[k] / (1 - 0.9**step), m2[k] / (1 - 0.999**step)
+                    p[k] = p[k] - lr * mh / (np.sqrt(vh) + 1e-8)
+    params = {k: v.astype(np.float32) for k, v in p.items()}
+    return params, (x[:cut], x[cut:], y[:cut], y[cut:])
+
+
+def _tf_grads(p: Mapping[str, np.ndarray], ids: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
+    """Cross-entropy gradients of every parameter (backpropagation by hand)."""
+    logits, t = _tf_forward(p, ids)
+    n = len(ids)
+    ex = np.exp(logits - logits.max(axis=1, keepdims=True))
+    d = ex / ex.sum(axis=1, keepdims=True)
+    d[np.arange(n), y] -= 1
+    d /= n
+    g = {"logits.weight": t["c"].T @ d, "logits.bias": d.sum(0)}
+    dh2 = np.zeros_like(t["h"])
+    dh2[:, 0] = d @ p["logits.weight"].T
+
+    def flat(v: np.ndarray) -> np.ndarray:
+        return v.reshape(-1, v.shape[-1])
+
+    g["ffn.fc2.weight"] = flat(t["r"]).T @ flat(dh2)
+    g["ffn.fc2.bias"] = flat(dh2).sum(0)
+    dz = (dh2 @ p["ffn.fc2.weight"].T) * (t["z"] > 0)
+    g["ffn.fc1.weight"] = flat(t["h"]).T @ flat(dz)
+    g["ffn.fc1.bias"] = flat(dz).sum(0)
+    dh = dh2 + dz @ p["ffn.fc1.weight"].T
+    g["attn.out.weight"] = flat(t["a"]).T @ flat(dh)
+    da = dh @ p["attn.out.weight"].T
+    dpr = da @ t["v"].transpose(0, 2, 1)
+    dv = t["p"].transpose(0, 2, 1) @ da
+    dsc = t["p"] * (dpr - (dpr * t["p"]).sum(axis=-1, keepdims=True)) * t["s"]
+    dq = dsc @ t["k"]
+    dk = dsc.transpose(0, 2, 1) @ t["q"]
+    de = dh.copy()
+    for name, dd in (("q", dq), ("k", dk), ("v", dv)):
+        g[f"attn.{name}.weight"] = flat(t["e"]).T @ flat(dd)
+        de += dd @ p[f"attn.{name}.weight"].T
+    g["pos_emb"] = de.sum(0)
+    tok = np.zeros_like(p["tok_emb"])
+    np.add.at(tok, ids, de)
+    g["tok_emb"] = tok
+    return g
+
+
+def transformer_to_graph(
+    params: Mapping[str, np.ndarray], batch: int, *, dtype: str = "fp32", name: str = "transformer"
+) -> tuple[Graph, dict[str, np.ndarray]]:
+    """The transformer of :func:`train_synthetic_transformer` as a graph: ``ids [batch,
+    17]`` -> ``embed`` (+ ``pos_emb``) -> ``attn.q/k/v`` (linear) -> ``attn.scores``
+    (bmm, scaled) -> softmax -> ``attn.context`` (bmm) -> ``attn.out`` -> residual ->
+    ``ffn.fc1`` -> ReLU -> ``ffn.fc2`` -> residual -> the CLS row (slice, reshape) ->
+    ``logits``. Returns the graph and its weights. Raises WorkloadError when a parameter
+    is missing or has another shape."""
+    b = GraphBuilder(name, dtype)
+    s_len = TASK_TOKENS + 1
+    ids = b.input("ids", (batch, s_len), "int64")
+    weights: dict[str, np.ndarray] = {}
+
+    def check(key: str, shape: tuple[int, ...]) -> None:
+        v = params.get(key)
+        if v is None or tuple(np.shape(v)) != shape:
+            got = "missing" if v is None else list(np.shape(v))
+            raise WorkloadError(
+                f"transformer_to_graph: parameter {key!r} is {got}, need {list(shape)}"
+            )
+        weights[key] = np.asarray(v, np.float32)
+
+    d = int(np.shape(params.get("attn.q.weight", np.zeros((_TF_D, _TF_D))))[0])
+    check("tok_emb", (TASK_VOCAB + 1, d))
+    check("pos_emb", (s_len, d))
+    x = b.op("embedding", "embed", [ids, b.weight("tok_emb", (TASK_VOCAB + 1, d))])
+    x = b.op("add", "embed.pos", [x, b.weight("pos_emb", (s_len, d))])
+
+    def linear(lname: str, inp: str, n_out: int, bias: bool) -> str:
+        check(f"{lname}.weight", (b.shape(inp)[-1], n_out))
+        if bias:
+            check(f"{lname}.bias", (n_out,))
+        return b.linear(lname, inp, n_out, bias=bias)
+
+    q, k, v = (linear(f"attn.{n}", x, d, False) for n in "qkv")
+    sc = b.op("bmm", "attn.scores", [q, k], transpose_b=True, scale=1.0 / math.sqrt(d))
+    pr = b.op("softmax", "attn.probs", [sc])
+    a = b.op("bmm", "attn.context", [pr, v])
+    h = b.op("add", "attn.residual", [x, linear("attn.out", a, d, False)])
+    z = b.op("relu", "ffn.relu", [linear("ffn.fc1", h, _TF_FF, True)])
+    h2 = b.op("add", "ffn.residual", [h, linear("ffn.fc2", z, d, True)])
+    c = b.op("slice", "cls", [h2], axis=1, start=0, stop=1)
+    c = b.op("reshape", "cls.flat", [c], shape=(batch, d))
+    linear("logits", c, TASK_CLASSES, True)
     return b.graph(sequences=batch, params={"model": name, "precision": dtype}), weights
