@@ -13,6 +13,7 @@ The seed's C names map to these by dropping the ``wia_`` prefix (see API.md).
 from __future__ import annotations
 
 from . import sweep  # the package is callable: wia_hw.sweep(file, ...)
+from ._case_study import CaseStudyResult, CaseStudyRow, case_study
 from ._version import __version__
 from .bench import (
     BenchmarkConfig,
@@ -21,12 +22,19 @@ from .bench import (
     EnvironmentalData,
     EnvironmentalMonitoring,
     ModelBenchmark,
+    OptimizationStrategy,
+    OptimizationWorkflow,
     OutlierMethod,
     SignificanceTest,
+    WorkflowBaseline,
+    WorkflowProfiling,
+    WorkflowResult,
+    WorkflowStep,
     benchmark_model,
     benchmark_operation,
     compare_benchmarks,
     load_baseline_results,
+    optimize_workload,
     save_baseline,
 )
 from .comm import CollectiveRecord, CommError, Communicator, open_cluster
@@ -122,6 +130,16 @@ from .registry import (
     unregister_device_extension,
 )
 from .runtime import Context, KernelTime, OpTime, RunResult, open_device, run
+from .serve import (
+    BatchingConfig,
+    InferenceServer,
+    PaddingStrategy,
+    ServeError,
+    ServerBenchmarkResult,
+    ServerWorkload,
+    benchmark_server,
+    create_inference_server,
+)
 from .spec import list_specs, load_spec
 from .train import TrainingResult, train_iteration
 from .workloads import from_onnx, from_torch
@@ -252,4 +270,23 @@ __all__ = [
     "QuantizationConfig",
     "apply_fusion",
     "quantize_model",
+    # serving, the optimisation workflow and the case study (seed 8.1, 8.7)
+    "BatchingConfig",
+    "InferenceServer",
+    "PaddingStrategy",
+    "ServeError",
+    "ServerBenchmarkResult",
+    "ServerWorkload",
+    "benchmark_server",
+    "create_inference_server",
+    "OptimizationStrategy",
+    "OptimizationWorkflow",
+    "WorkflowBaseline",
+    "WorkflowProfiling",
+    "WorkflowResult",
+    "WorkflowStep",
+    "optimize_workload",
+    "CaseStudyResult",
+    "CaseStudyRow",
+    "case_study",
 ]

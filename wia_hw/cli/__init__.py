@@ -18,6 +18,7 @@ import click
 
 from ..emulator.errors import WiaError
 from ._bench import bench_cmd
+from ._case_study import case_study_cmd
 from ._collectives import collectives
 from ._ext import ext
 from ._import import import_cmd
@@ -25,6 +26,7 @@ from ._profile import profile
 from ._report import report_cmd
 from ._rtl import rtl
 from ._run import print_run, run_cmd
+from ._serve import serve_cmd
 from ._specs import specs
 from ._sweep import sweep_cmd, sweep_report_cmd
 from ._train import train_cmd
@@ -62,6 +64,8 @@ for _command in (
     sweep_report_cmd,
     report_cmd,
     train_cmd,
+    serve_cmd,
+    case_study_cmd,
 ):
     cli.add_command(_command)
 

@@ -1,0 +1,114 @@
+"""``wia-hw serve WORKLOAD``: serve a workload with dynamic batching on an emulated
+device and benchmark it (:mod:`wia_hw.serve`): Poisson arrivals at ``--rate``, a
+``--trace`` file, or the highest rate meeting ``--p99-bound``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ..runtime import open_device
+from ..serve import (
+    BatchingConfig,
+    PaddingStrategy,
+    ServerWorkload,
+    benchmark_server,
+    create_inference_server,
+)
+from ._common import builder_args, spec_overrides, workload_options
+
+__all__ = ["serve_cmd"]
+
+
+@click.command("serve")
+@workload_options
+@click.option("--max-batch-size", type=int, default=64, show_default=True)
+@click.option("--max-latency-ms", type=float, default=10.0, show_default=True)
+@click.option(
+    "--padding",
+    type=click.Choice([p.value for p in PaddingStrategy]),
+    default="multiple_of_8",
+    show_default=True,
+)
+@click.option("--max-queue", type=int, default=256, show_default=True)
+@click.option("--rate", type=float, default=None, help="Poisson arrivals per second.")
+@click.option(
+    "--trace",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Arrivals from a file: 'timestamp_ms[,seq_len]' per line.",
+)
+@click.option(
+    "--p99-bound", type=float, default=None, help="Find the highest rate with P99 <= this (ms)."
+)
+@click.option("--duration", type=float, default=1.0, show_default=True, help="Emulated seconds.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def serve_cmd(
+    workload: str,
+    device: str,
+    batch: int | None,
+    seq: int | None,
+    precision: str | None,
+    args: tuple[str, ...],
+    sets: tuple[str, ...],
+    max_batch_size: int,
+    max_latency_ms: float,
+    padding: str,
+    max_queue: int,
+    rate: float | None,
+    trace: Path | None,
+    p99_bound: float | None,
+    duration: float,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """Serve WORKLOAD (bert-large, ...) with dynamic batching and report latency
+    percentiles, throughput, batch sizes and rejections."""
+    spec = open_device(device, overrides=spec_overrides(sets)).spec
+    kw = builder_args(args)
+    if seq is not None:
+        kw["seq"] = seq
+    if precision is not None:
+        kw["precision"] = precision
+    if batch is not None:
+        kw["batch"] = batch
+    cfg = BatchingConfig(
+        max_batch_size=max_batch_size,
+        max_latency_ms=max_latency_ms,
+        padding_strategy=padding,
+        max_queue=max_queue,
+    )
+    server = create_inference_server(workload, cfg, device=spec, seed=seed, **kw)
+    wl = ServerWorkload(
+        rate_rps=rate, duration_s=duration, trace=trace, seed=seed, p99_bound_ms=p99_bound
+    )
+    r = benchmark_server(server, wl)
+    if as_json:
+        click.echo(json.dumps(r.to_dict(), indent=2, default=str))
+        return
+    click.echo(repr(server))
+    if r.max_rate is not None:
+        m = r.max_rate
+        click.echo(
+            f"Highest Poisson rate with P99 <= {m.p99_bound_ms:g} ms: {m.rate_rps:,.1f} req/s "
+            f"(capacity {m.capacity_rps:,.1f} req/s, {len(m.steps)} runs){'; ' + m.reason if m.reason else ''}"
+        )
+    click.echo(
+        f"Offered {r.offered} ({r.offered_rate_rps:,.1f} req/s), completed {r.completed}, "
+        f"rejected {r.rejected} {r.rejected_by_reason or ''}"
+    )
+    click.echo(
+        f"P50 latency: {r.p50_latency_ms:.2f} ms\nP90 latency: {r.p90_latency_ms:.2f} ms\n"
+        f"P99 latency: {r.p99_latency_ms:.2f} ms\nThroughput: {r.throughput:,.1f} seq/sec "
+        "(completed requests per emulated second)"
+    )
+    click.echo(
+        "Batch sizes: " + ", ".join(f"{k}: {v}" for k, v in r.batch_size_histogram.items())
+    )
+    click.echo(
+        f"Queue depth: max {r.max_queue_depth} of {max_queue}; padding efficiency "
+        f"{r.padding_efficiency_pct:.1f}%"
+    )
