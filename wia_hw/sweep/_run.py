@@ -249,6 +249,9 @@ def sweep(
                 if progress is not None:
                     progress(i, len(tasks))
         finally:
+            close = getattr(results, "close", None)
+            if close is not None:
+                close()  # an interrupted sweep: cancel what is queued, stop the pool
             if owned and client is not None:
                 client.close()
     finally:
