@@ -281,6 +281,52 @@ def test_missing_file_directory_and_unwritable_output(files: dict[str, Any], tmp
         run_report_html(3)
 
 
+@pytest.mark.parametrize(
+    ("doc", "match"),
+    [
+        ({"schema": "wia-hw.run/1", "kernels": "x"}, r"'kernels' must be a list of objects, got str"),
+        ({"schema": "wia-hw.run/1", "params": [1]}, r"'params' must be an object, got list"),
+        (
+            {"schema": "wia-hw.run/1", "kernels": [{"name": "k", "counters": 3}]},
+            r"kernels\[0\]\.counters must be an object",
+        ),
+        ({"schema": "wia-hw.profile/1"}, r"profile report is incomplete or malformed \(KeyError"),
+        ({"schema": "wia-hw.profile/1", "device": 7}, r"'device' must be an object, got int"),
+    ],
+)
+def test_malformed_report_is_one_clear_error(tmp_path: Path, doc: dict[str, Any], match: str) -> None:
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(ReportError, match=match):
+        run_report_html(doc)
+    with pytest.raises(ReportError, match=re.escape(str(p)) + ": " + match):
+        render_report(p)
+    res = CliRunner().invoke(cli, ["report", str(p), "-o", str(tmp_path / "o.html")])
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1
+
+
+def test_unreadable_inputs(files: dict[str, Any], tmp_path: Path) -> None:
+    with pytest.raises(ReportError, match=r"cannot read a{300,}: File name too long"):
+        load_source("a" * 5000)
+    store = tmp_path / "damaged.sqlite"
+    shutil.copy(files["store_path"], store)
+    conn = sqlite3.connect(store)
+    conn.execute("UPDATE points SET params = 'not json' WHERE point_key = 'k001'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(ReportError, match=r"damaged.sqlite: cannot read the sweep store \("):
+        load_source(store)
+    res = CliRunner().invoke(cli, ["report", str(files["run_path"]), "-o", str(files["run_path"])])
+    assert res.exit_code == 2 and "the page would overwrite its source" in res.output
+
+
+def test_run_page_of_an_unknown_device_says_why_there_is_no_roofline(files: dict[str, Any]) -> None:
+    run = dict(files["run"], device="no-such-npu")
+    text = run_report_html(run)
+    assert "No roofline: the device spec no-such-npu cannot be loaded here" in text
+    assert 'id="roofline-plot"' not in text and 'id="kernel-table"' in text
+
+
 def test_cli_writes_the_page(files: dict[str, Any], tmp_path: Path) -> None:
     out = tmp_path / "r.html"
     res = CliRunner().invoke(cli, ["report", str(files["run_path"]), "-o", str(out)])

@@ -46,7 +46,12 @@ def render_report(source: Any, *, recommendations: Any = None) -> tuple[str, str
         kind, data = report_kind(source), source
     if kind == "sweep":
         return kind, sweep_report_html(data)
-    return kind, run_report_html(data, recommendations=recommendations)
+    try:
+        return kind, run_report_html(data, recommendations=recommendations)
+    except ReportError as e:
+        if isinstance(source, (str, os.PathLike)):  # name the file
+            raise ReportError(f"{source}: {e}") from None
+        raise
 
 
 def write_report(

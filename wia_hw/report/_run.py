@@ -68,9 +68,33 @@ def _shape(params: Mapping[str, Any]) -> str:
 
 
 # -- normalising the two report kinds ---------------------------------------------------
+def _records(d: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    """``d[key]`` as a list of objects (missing or null: empty); ReportError otherwise."""
+    v = d.get(key)
+    if v is None:
+        return []
+    if not isinstance(v, list) or not all(isinstance(x, Mapping) for x in v):
+        raise ReportError(f"{key!r} must be a list of objects, got {type(v).__name__}")
+    for i, x in enumerate(v):
+        for sub in ("counters", "profile", "params"):
+            if x.get(sub) is not None and not isinstance(x[sub], Mapping):
+                raise ReportError(f"{key}[{i}].{sub} must be an object")
+    return v
+
+
+def _obj(d: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``d[key]`` as an object (missing or null: empty); ReportError otherwise."""
+    v = d.get(key)
+    if v is None:
+        return {}
+    if not isinstance(v, Mapping):
+        raise ReportError(f"{key!r} must be an object, got {type(v).__name__}")
+    return v
+
+
 def _run_view(d: Mapping[str, Any]) -> dict[str, Any]:
     kernels = []
-    for i, k in enumerate(d.get("kernels") or []):
+    for i, k in enumerate(_records(d, "kernels")):
         flops = _f(k.get("flops"))
         t = _f(k.get("time_ms"))
         hbm = _f(((k.get("counters") or {}).get("bytes") or {}).get("hbm"))
@@ -101,7 +125,7 @@ def _run_view(d: Mapping[str, Any]) -> dict[str, Any]:
             "pct": _f(o.get("pct")),
             "gflop": None if _f(o.get("flops")) is None else float(o["flops"]) / 1e9,
         }
-        for o in d.get("ops") or []
+        for o in _records(d, "ops")
     ]
     peak_bw = None
     try:
@@ -155,7 +179,7 @@ def _run_view(d: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "kind": "run",
         "title": f"{d.get('workload')} on {d.get('device')}",
-        "subtitle": f"run report ({RUN_SCHEMA}): {_shape(d.get('params') or {})}; "
+        "subtitle": f"run report ({RUN_SCHEMA}): {_shape(_obj(d, 'params'))}; "
         f"{d.get('precision')}, {d.get('mode')} mode, seed {d.get('seed')}",
         "figures": figs,
         "ops": ops,
@@ -165,13 +189,13 @@ def _run_view(d: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _profile_view(d: Mapping[str, Any]) -> dict[str, Any]:
-    dev = d.get("device") or {}
+    dev = _obj(d, "device")
     clock = _f(dev.get("clock_ghz")) or 0.0
     per_ms = clock * 1e6
-    s = d.get("summary") or {}
+    s = _obj(d, "summary")
     start = int(d.get("start_cycle") or 0)
     kernels = []
-    for i, k in enumerate(d.get("kernels") or []):
+    for i, k in enumerate(_records(d, "kernels")):
         p = k.get("profile") or {}
         flops = _f(k.get("flop_count"))
         t = _f(p.get("duration_ms"))
@@ -200,8 +224,8 @@ def _profile_view(d: Mapping[str, Any]) -> dict[str, Any]:
             }
         )
     groups: dict[str, dict[str, Any]] = {}
-    ks = d.get("kernels") or []
-    for o in d.get("ops") or []:
+    ks = _records(d, "kernels")
+    for o in _records(d, "ops"):
         g = groups.setdefault(
             str(o.get("group") or o.get("name")),
             {"name": o.get("group") or o.get("name"), "count": 0, "cycles": 0, "flops": 0.0},
@@ -226,14 +250,14 @@ def _profile_view(d: Mapping[str, Any]) -> dict[str, Any]:
                 "gflop": g["flops"] / 1e9,
             }
         )
-    runs = d.get("runs") or []
+    runs = _records(d, "runs")
     seqs = sum(int((r.get("params") or {}).get("batch") or 1) for r in runs)
     throughput = seqs / (dur * 1e-3) if dur and runs else None
     prec = s.get("precision") or "fp16"
-    peak = _f((dev.get("peak_flops") or {}).get(prec))
+    peak = _f(_obj(dev, "peak_flops").get(prec))
     temps = [_f(k.get("temperature_c")) for k in ks]
     peak_temp = max((t for t in temps if t is not None), default=None)
-    mem = d.get("memory") or None
+    mem = _obj(d, "memory") or None
     e = _f(s.get("energy_j"))
     figs = [
         ("latency_ms", "duration", d.get("duration_ms"), f"{fmt(d.get('duration_ms'), 4)} ms"),
@@ -366,7 +390,7 @@ def _roofline_section(kind: str, d: Mapping[str, Any], report: Any) -> str:
                     f'<p class="muted">No roofline: the device spec {esc(d.get("device"))} '
                     f"cannot be loaded here ({esc(e)}).</p>",
                 )
-            fig, rf = run_roofline_figure(spec, d.get("kernels") or [])
+            fig, rf = run_roofline_figure(spec, _records(d, "kernels"))
             note = (
                 "A run report keeps no per-level floors: points sit at FLOP per HBM byte "
                 "against the array ceilings (profile the run for each kernel's own ceilings)."
@@ -587,7 +611,7 @@ def run_report_html(report: Any, *, recommendations: Any = None, analyze: bool =
     if kind == "profile":
         try:
             prof = live if live is not None else ProfilingReport.from_dict(dict(d))
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ReportError(f"profile report is incomplete or malformed ({e!r})") from None
     recs = _recs_from(recommendations)
     why = "Recommendations as given."
@@ -623,6 +647,6 @@ def run_report_html(report: Any, *, recommendations: Any = None, analyze: bool =
     ]
     if prof is not None:
         sections.append(_memory_section(prof))
-        sections.append(_comm_section(d.get("communication")))
+        sections.append(_comm_section(_obj(d, "communication")))
     sections.append(_recs_section(recs, why))
     return page(v["title"], v["subtitle"], [s for s in sections if s], kind=kind)
