@@ -389,7 +389,10 @@ class Context:
                     record=r,
                 )
             )
-        flops = graph.flops()
+        # MACs done on attached units (photonic, analog) are not bound by the array's peak
+        flops = graph.flops() - sum(
+            r.flops for _, _, r in records if r.kind in ("photonic", "analog")
+        )
         prec_for_peak = precision if spec.supports(precision) else "fp16"
         peak = spec.peak_flops(prec_for_peak) if spec.supports(prec_for_peak) else 0.0
         # the floor: the graph's FLOPs at peak, its compulsory HBM traffic at peak
