@@ -410,3 +410,45 @@ def test_sweep_report_cli_writes_png_csv_and_says_parquet_is_skipped(tmp_path):
 def test_example_sweep_files_load():
     for f in sorted((ROOT / "examples" / "sweeps").glob("*.yaml")):
         assert load_sweep(f).points()
+
+
+def test_cli_sweep_with_progress_bar_and_summary_line(tmp_path):
+    p = _write(tmp_path, SMALL)
+    store = tmp_path / "s.sqlite"
+    res = CliRunner().invoke(cli, ["sweep", str(p), "--store", str(store), "--workers", "2"])
+    assert res.exit_code == 0, res.output
+    assert "points" in res.output and "ETA" in res.output  # the bar (on stderr)
+    assert (
+        "sweep small: 4 points, 0 already stored, 4 computed (4 ok, 0 failed)" in res.output
+    )
+    assert f"on local pool (2 workers) -> {store}" in res.output
+    res = CliRunner().invoke(cli, ["sweep", str(p), "--store", str(store), "--json"])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert (summary["points"], summary["skipped"], summary["computed"]) == (4, 4, 0)
+
+
+def test_inline_base_mapping_and_workload_list(tmp_path):
+    import yaml
+
+    from wia_hw.spec import spec_path
+
+    base = yaml.safe_load(spec_path("wia-edge").read_text())
+    sw = load_sweep(
+        {
+            "schema_version": 1,
+            "base": base,
+            "grid": {"clock_ghz": [0.5, 1.0]},
+            "workloads": [{"gemm": {"M": 64, "N": 64, "K": 64}}, {"gemm": {"M": 128, "N": 64, "K": 64}}],
+        }
+    )
+    pts = sw.points()
+    assert len(pts) == 4 and len({p.key for p in pts}) == 4
+    assert sw.metrics == ("latency_ms", "throughput", "energy_j", "utilisation")
+    s = wia_hw.sweep(sw, store=tmp_path / "s.sqlite", workers=1)
+    assert s.ok == 4
+    rows = open_store(tmp_path / "s.sqlite").points()
+    by = {(r["workload"], r["params"]["clock_ghz"]): r["metrics"]["latency_ms"] for r in rows}
+    # each equals a fresh run of the built-in spec with the same override
+    for clock in (0.5, 1.0):
+        r = wia_hw.run("gemm", M=64, N=64, K=64, device="wia-edge", overrides={"clock_ghz": clock})
+        assert by[("gemm(K=64, M=64, N=64)", clock)] == r.latency_ms
