@@ -479,6 +479,18 @@ def _check_common(drv: Any, page: Path, tmp_path: Path) -> None:
         "return [d.scrollWidth, d.clientWidth, document.body.scrollWidth]"
     )
     assert over[0] <= over[1] and over[2] <= over[1], over
+    # a click enlarges a plot inside its own scrolling box: still no page overflow
+    img = drv.find_elements("css selector", "img.plot")[0]
+    drv.execute_script("arguments[0].scrollIntoView()", img)
+    img.click()
+    assert "zoom" in img.get_attribute("class").split()
+    assert img.size["width"] > 390
+    over = drv.execute_script(
+        "const d = document.documentElement; return [d.scrollWidth, d.clientWidth]"
+    )
+    assert over[0] <= over[1], over
+    img.click()
+    assert "zoom" not in img.get_attribute("class").split()
     drv.set_window_size(1200, 900)
 
 

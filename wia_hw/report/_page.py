@@ -11,7 +11,8 @@
   by a clicked header (click again: reverse) and marks it with ``aria-sort``. Without
   JavaScript the table is readable in the order the page wrote it.
 * **Phone width.** ``meta viewport``; tables scroll horizontally inside a
-  ``div.scroll``; images are at most the page's width; long names wrap.
+  ``div.scroll``; plots are at most the page's width (a click enlarges one inside its
+  scrolling box); long names wrap.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["esc", "fmt", "Col", "table", "figures", "page", "section"]
+__all__ = ["esc", "fmt", "Col", "table", "figures", "page", "plot", "section"]
 
 _CSS = """
 *{box-sizing:border-box}
@@ -44,7 +45,8 @@ table.sortable th{cursor:pointer;user-select:none}
 table.sortable th[aria-sort=ascending]::after{content:" \\25B2"}
 table.sortable th[aria-sort=descending]::after{content:" \\25BC"}
 tbody tr:nth-child(even){background:#fafbfc}
-img.plot{max-width:100%;height:auto;display:block;margin:.4em 0}
+img.plot{max-width:100%;height:auto;display:block;margin:.4em 0;cursor:zoom-in}
+img.plot.zoom{max-width:none;width:1100px;cursor:zoom-out}
 pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f6f8fa;padding:8px;
 border-radius:6px;font-size:.82em;max-width:100%}
 .rec{border:1px solid #d0d7de;border-radius:6px;padding:6px 10px;margin:.6em 0}
@@ -67,6 +69,8 @@ var c=x<y?-1:x>y?1:0;return c?dir*c:a.getAttribute('data-i')-b.getAttribute('dat
 rows.forEach(function(r){tb.appendChild(r);});
 Array.prototype.forEach.call(t.tHead.rows[0].cells,function(h){h.removeAttribute('aria-sort');});
 th.setAttribute('aria-sort',dir===1?'ascending':'descending');}
+Array.prototype.forEach.call(document.querySelectorAll('img.plot'),function(im){
+im.addEventListener('click',function(){im.classList.toggle('zoom');});});
 Array.prototype.forEach.call(document.querySelectorAll('table.sortable'),function(t){
 Array.prototype.forEach.call(t.tHead.rows[0].cells,function(th,i){th.tabIndex=0;
 th.title='sort by this column';
@@ -177,6 +181,15 @@ def figures(items: Sequence[tuple[str, str, Any, str]]) -> str:
     return f'<dl class="figs">{"".join(out)}</dl>'
 
 
+def plot(uri: str, alt: str, img_id: str) -> str:
+    """A plot (``uri`` a ``data:`` URI) at most the page's width, in a box that scrolls
+    sideways; a click shows it at full size (and back)."""
+    return (
+        f'<div class="scroll"><img class="plot" id="{esc(img_id)}" src="{esc(uri)}" '
+        f'alt="{esc(alt)}" title="click to enlarge"></div>'
+    )
+
+
 def section(sec_id: str, title: str, body: str) -> str:
     return f'<section id="{esc(sec_id)}"><h2>{esc(title)}</h2>{body}</section>'
 
@@ -184,7 +197,7 @@ def section(sec_id: str, title: str, body: str) -> str:
 def page(title: str, subtitle: str, sections: Sequence[str], *, kind: str) -> str:
     """The whole document; ``kind`` (``run``, ``profile``, ``sweep``) goes to
     ``<body data-kind>``. Sections are trusted HTML made by this package."""
-    script = f"<script>{_JS}</script>" if any("sortable" in s for s in sections) else ""
+    script = f"<script>{_JS}</script>"
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..emulator.errors import WiaError
 from ._load import PROFILE_SCHEMA, RUN_SCHEMA, ReportError
-from ._page import Col, esc, figures, fmt, page, section, table
+from ._page import Col, esc, figures, fmt, page, plot, section, table
 
 __all__ = ["report_kind", "run_report_html"]
 
@@ -360,10 +360,6 @@ def _kernel_section(v: Mapping[str, Any]) -> str:
     return section("kernels", "Kernels", body)
 
 
-def _img(uri: str, alt: str, img_id: str) -> str:
-    return f'<img class="plot" id="{esc(img_id)}" src="{esc(uri)}" alt="{esc(alt)}">'
-
-
 def _roofline_section(kind: str, d: Mapping[str, Any], report: Any) -> str:
     from ._svg import figure_data_uri, run_roofline_figure
 
@@ -425,7 +421,7 @@ def _roofline_section(kind: str, d: Mapping[str, Any], report: Any) -> str:
     ]
     body = (
         f'<p class="muted">{esc(note)} Ridge point {fmt(rf.ridge_point())} FLOP/byte.</p>'
-        + _img(uri, "roofline plot", "roofline-plot")
+        + plot(uri, "roofline plot", "roofline-plot")
         + "<details><summary>points</summary>"
         + table(cols, rows, table_id="roofline-table")
         + "</details>"
@@ -463,7 +459,7 @@ def _memory_section(report: Any) -> str:
         from ._svg import figure_data_uri
 
         parts.append(
-            _img(
+            plot(
                 figure_data_uri(memory_timeline_figure(mem)),
                 "device memory over the allocator's calls",
                 "memory-plot",

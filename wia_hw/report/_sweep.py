@@ -17,7 +17,7 @@ from typing import Any
 from ..emulator.errors import WiaError
 from ..sweep import MAXIMIZE, best_points, pareto_front
 from ._load import STORE_FORMAT, SweepData
-from ._page import Col, esc, figures, fmt, page, section, table
+from ._page import Col, esc, figures, fmt, page, plot, section, table
 
 __all__ = ["sweep_report_html"]
 
@@ -125,10 +125,7 @@ def sweep_report_html(data: SweepData) -> str:
             from ._svg import figure_data_uri, pareto_figure
 
             uri = figure_data_uri(pareto_figure(by_wl, fronts))
-            body += (
-                f'<img class="plot" id="pareto-plot" src="{esc(uri)}" '
-                'alt="latency against energy, one panel per workload">'
-            )
+            body += plot(uri, "latency against energy, one panel per workload", "pareto-plot")
         except WiaError as e:
             body += f'<p class="muted">No plot: {esc(e)}</p>'
         frows = [
