@@ -193,16 +193,24 @@ class ControlConfig:
     address arithmetic); ``instructions_per_pass``: per array pass (issue + loop);
     ``predictor``: branch predictor of the loop branches (``2bit`` saturating counters,
     or ``static_taken``).
+
+    ``launch_overhead_ns``: fixed time from a kernel's launch to its first tile, paid
+    once per kernel with every core idle (counted as ``launch`` stall cycles): the host
+    driver, the command queue and the grid set-up of an accelerator driven kernel by
+    kernel from a host, as GPUs are. ``0`` (the default) for a device whose control
+    core runs the whole graph's program without the host.
     """
 
     instructions_per_kernel: int = 16
     instructions_per_tile: int = 6
     instructions_per_pass: int = 2
     predictor: str = "2bit"
+    launch_overhead_ns: float = 0.0
 
     def __post_init__(self) -> None:
         for n in ("instructions_per_kernel", "instructions_per_tile", "instructions_per_pass"):
             _nonneg_int(self, n)
+        _nonneg_num(self, "launch_overhead_ns")
         if self.predictor not in ("2bit", "static_taken"):
             raise SpecError(
                 f"must be 2bit or static_taken, got {self.predictor!r}", field="predictor"
@@ -211,13 +219,25 @@ class ControlConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ComputeConfig:
+    """``cores`` cores, each with ``arrays_per_core`` identical systolic arrays
+    (``array``), one vector unit and one control core.
+
+    The arrays of a core share its L1 port and work on one tile at a time: the tile's
+    array passes are dealt to them in rounds of ``arrays_per_core`` (an A100 SM's four
+    tensor cores on one thread block's tile, in LLMCompass's abstraction), so a tile of
+    ``p`` passes takes ``ceil(p / arrays_per_core)`` pass times, and the arrays left
+    without a pass in the last round are mapping loss.
+    """
+
     cores: int
     array: ArrayConfig
     vector: VectorConfig
     control: ControlConfig = field(default_factory=ControlConfig)
+    arrays_per_core: int = 1
 
     def __post_init__(self) -> None:
         _pos_int(self, "cores")
+        _pos_int(self, "arrays_per_core")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -421,7 +441,8 @@ class DeviceSpec:
 
     @property
     def pes(self) -> int:
-        return self.compute.cores * self.compute.array.rows * self.compute.array.cols
+        c = self.compute
+        return c.cores * c.arrays_per_core * c.array.rows * c.array.cols
 
     def supports(self, precision: str) -> bool:
         return precision in self.compute.array.macs_per_pe_cycle
@@ -430,7 +451,7 @@ class DeviceSpec:
         return self.pes * self.compute.array.rate(precision)
 
     def peak_flops(self, precision: str = "fp16") -> float:
-        """cores x rows x cols x MACs/PE/cycle x 2 FLOP/MAC x clock."""
+        """cores x arrays per core x rows x cols x MACs/PE/cycle x 2 FLOP/MAC x clock."""
         return float(2 * self.peak_macs_per_cycle(precision)) * self.clock_hz
 
     @property

@@ -23,7 +23,7 @@ LEVELS = ("l1", "l2", "hbm")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 #: Why a unit waited: operands not yet in L1 (memory), a previous kernel or tile not
 #: finished (dependency), clock throttled above the thermal limit (thermal).
-STALL_CAUSES = ("memory", "dependency", "thermal")
+STALL_CAUSES = ("memory", "dependency", "thermal", "launch")
 
 
 class Counter(NamedEnum):

@@ -160,6 +160,9 @@ class Device:
         a = spec.compute.array
         self._rows, self._cols, self._df = a.rows, a.cols, a.dataflow
         self._pipelined = a.pipelined
+        self._launch_cycles = math.ceil(
+            spec.compute.control.launch_overhead_ns * spec.clock_ghz - 1e-9
+        )
         self._timing: dict[tuple[int, int], tuple[int, int, int, int]] = {}
         # the RC model advances on the device timeline, at least every 1e-4 of its time
         # constant, with the energy booked since its last step (see _heat)
@@ -221,6 +224,7 @@ class Device:
         t = k.tiling
         R, C, df = self._rows, self._cols, self._df
         rate = self.spec.compute.array.rate(k.precision)
+        arrays = self.spec.compute.arrays_per_core
         e_c = k.c.elem_bytes
         e = k.a.elem_bytes
         mt, nt = -(-k.m // t.tm), -(-k.n // t.tn)
@@ -245,6 +249,10 @@ class Device:
                             geo = self._gemm_geometry(
                                 df, R, C, rate, nb, mi, ni, ki, e, e_c, last=False
                             ) + (systolic_steps(ki if df == "os" else mi, rate),)
+                            if arrays > 1:  # passes dealt to the core's arrays in rounds
+                                p_, pc_, l1_, slot_, busy_, st_ = geo
+                                rounds = -(-p_ // arrays)
+                                geo = (rounds, pc_, l1_, slot_ // p_ * rounds * arrays, busy_, st_)
                             cache[key] = geo
                         passes, pass_cycles, l1_bytes, slot, busy, steps = geo
                         last = kk == kt - 1
@@ -426,11 +434,14 @@ class Device:
         env = self.env
         start = self.now
         before = self.counters.copy()
-        factor = self._heat(start)
+        cores = self.spec.compute.cores
+        if self._launch_cycles:  # the host launches the kernel; every core waits
+            yield env.timeout(self._launch_cycles)
+            self.counters.stall_cycles["launch"] += cores * self._launch_cycles
+        factor = self._heat(self.now)
         self._clock_cycles = [0, 0]
         self._array_busy = 0
         tiles, groups = self.tiles_of(k)
-        cores = self.spec.compute.cores
         shares = self.partition(tiles, groups, cores)
         wb0 = (self.memory.dirtied_bytes, self.memory.writeback_bytes)
         busy = [0] * cores
@@ -444,8 +455,9 @@ class Device:
         end = self.now
         elapsed = end - start
         c_ = self.counters
+        work = elapsed - self._launch_cycles
         for c, s in enumerate(shares):  # cores idle at the barrier: dependency stall
-            c_.stall_cycles["dependency"] += elapsed - busy[c] if s else 0
+            c_.stall_cycles["dependency"] += work - busy[c] if s else 0
         c_.cycles += elapsed
         # the work, counted once per kernel by the unit that did it
         if isinstance(k, GemmKernel):

@@ -60,7 +60,7 @@ class Tile:
     array_cycles: int  # cycles of the array passes (0 for vector tiles)
     vector_cycles: int  # cycles of the vector unit
     l1_bytes: int  # bytes the array / vector unit reads and writes in L1
-    passes: int
+    passes: int  # array passes; on a core of several arrays, rounds of one pass each
     macs: int
     slot_macs: int  # MAC slots the passes occupy (macs / slot_macs = PE mapping)
     busy_cycles: int = 0  # cycles in which the array performs MACs (RTL counter)

@@ -30,9 +30,9 @@ from wia_hw.spec import list_specs, load_spec
 #: array may support (array, L1/L2/HBM, DMA, control core, energy per precision), a
 #: transformer layer (softmax, layer norm, GELU, gather, copies), a small ResNet (pools),
 #: and a run that starts hot (thermal throttling).
-def _transpose() -> Graph:
+def _transpose(rows: int = 256, cols: int = 384) -> Graph:
     b = GraphBuilder("transpose", "fp16")
-    b.op("transpose", "t", [b.input("x", (256, 384))], perm=(1, 0))
+    b.op("transpose", "t", [b.input("x", (rows, cols))], perm=(1, 0))
     return b.graph()
 
 
@@ -45,6 +45,14 @@ WORKLOADS: list[tuple[str | Callable[[], Graph], dict[str, Any]]] = [
     (_transpose, {}),  # copies (transpose, concat, slice)
     ("resnet50", {"batch": 1, "image": 32}),
     ("hot", {"M": 512, "N": 512, "K": 512}),
+    # a device of many cores (a100-systolic's 108) hides a small workload's vector and
+    # DMA work under its latencies: the same kinds of work, large enough to spread
+    ("bert-base", {"batch": 8, "seq": 128, "layers": 1}),
+    (lambda: _transpose(4096, 2048), {}),
+    # an int8-only array (tpu-v1) runs the same kinds of work in int8
+    ("bert-base", {"batch": 1, "seq": 16, "layers": 1, "precision": "int8"}),
+    ("resnet50", {"batch": 1, "image": 32, "precision": "int8"}),
+    ("hot", {"M": 512, "N": 512, "K": 512, "precision": "int8"}),
 ]
 
 _HOT_MARGIN_C = 5.0  # the hot run starts this far above the throttle limit
@@ -92,7 +100,8 @@ def _perturbations(path: str, value: Any) -> list[Any]:
     if value is None:  # thermal.initial_c: start hot
         return [90.0, 60.0]
     # a capacity matters only when something does not fit; a bandwidth only when it
-    # binds: the tenfold and millionfold cuts reach those regimes on small workloads
+    # binds: the tenfold and millionfold cuts reach those regimes on small workloads,
+    # and a 10,000-fold cost makes a unit bind that a wide device hides under memory
     if isinstance(value, int):
         return [
             value * 2,
@@ -102,9 +111,18 @@ def _perturbations(path: str, value: Any) -> list[Any]:
             value * 10,
             value // 10,
             value * 1e-6,
-        ]  # (the last is for float fields written as ints)
+            value * 10000,
+        ]  # (value * 1e-6 is for float fields written as ints)
     if isinstance(value, float):
-        return [value * 2, value / 2, value + 1.0, value - 1.0, value / 10, value * 1e-6]
+        return [
+            value * 2,
+            value / 2,
+            value + 1.0,
+            value - 1.0,
+            value / 10,
+            value * 1e-6,
+            value * 10000,
+        ]
     return []
 
 

@@ -15,7 +15,10 @@ Tiling heuristic (the autotuner may replace it):
   fits (``(R + C) * K * bytes <= L1/2``), else cut into the largest fitting slice; then
   the output tile grows from ``R x C`` by whole array multiples, the smaller side first,
   while A panel + B panel + output tile fit. Long K amortises the array's fill and drain
-  (``2R + C - 2`` cycles per pass).
+  (``2R + C - 2`` cycles per pass). A tile reads ``bytes x (1/tm + 1/tn)`` from L2 per
+  MAC; when that outruns the L2 port with every array at its peak (a small L1 with
+  long K: a GPU SM's 192 KiB), K is cut instead into slices of ``T``, the side of the
+  largest square tile whose two ``T x T`` panels fit, and the output tile grows to it.
 * Weight-stationary arrays: the streamed rows (``tm``) come first (they amortise the
   fill and drain), up to 4096; then the K slice grows by whole array heights (partial
   sums of one tile stay in the accumulators), then the output columns.
@@ -105,22 +108,35 @@ def choose_gemm_tiling(
 
     mcap, ncap = _ceil_to(m, R), _ceil_to(n, C)
     if a.dataflow == "os":
+
+        def grow(tk: int) -> tuple[int, int]:
+            tm, tn = min(R, mcap), min(C, ncap)
+            while True:
+                grow_m = tm <= tn and tm + R <= mcap and fits(tm + R, tn, tk)
+                grow_n = not grow_m and tn + C <= ncap and fits(tm, tn + C, tk)
+                if grow_m:
+                    tm += R
+                elif grow_n:
+                    tn += C
+                elif tm + R <= mcap and fits(tm + R, tn, tk):
+                    tm += R
+                else:
+                    break
+            return tm, tn
+
         tk = k
         if not fits(R, C, tk):
             tk = max(1, budget // ((R + C) * elem_bytes))
             tk = min(k, max(R, tk // R * R))
-        tm, tn = min(R, mcap), min(C, ncap)
-        while True:
-            grow_m = tm <= tn and tm + R <= mcap and fits(tm + R, tn, tk)
-            grow_n = not grow_m and tn + C <= ncap and fits(tm, tn + C, tk)
-            if grow_m:
-                tm += R
-            elif grow_n:
-                tn += C
-            elif tm + R <= mcap and fits(tm + R, tn, tk):
-                tm += R
-            else:
-                break
+        tm, tn = grow(tk)
+        # Panels stream elem_bytes x (1/tm + 1/tn) bytes per MAC from L2. When that
+        # outruns the L2 port at the arrays' peak, a K slice of T (two T x T panels fill
+        # the buffer) lets the output tile, and the reuse of every byte, grow.
+        side = math.isqrt(budget // (2 * elem_bytes)) // R * R
+        if side > R and tk > side and _l2_starved(spec, elem_bytes, tm, tn):
+            tm2, tn2 = grow(side)
+            if 1 / tm2 + 1 / tn2 < 1 / tm + 1 / tn:
+                tk, tm, tn = side, tm2, tn2
     else:
         # weight-stationary: the streamed rows amortise fill and drain, so they go first
         tm, tk, tn = min(m, 4096), min(k, R), min(C, ncap)
@@ -157,6 +173,16 @@ def choose_gemm_tiling(
         else:
             break
     return GemmTiling(tm=tm, tn=tn, tk=tk, tb=tb)
+
+
+def _l2_starved(spec: DeviceSpec, elem_bytes: int, tm: int, tn: int) -> bool:
+    """Whether output tiles of ``tm x tn`` need more L2 bandwidth than the L2 port has
+    when every array runs at its peak rate for ``elem_bytes``-byte operands."""
+    rates = spec.compute.array.macs_per_pe_cycle
+    prec = {1: "int8", 2: "fp16", 4: "fp32"}.get(elem_bytes)
+    rate = rates.get(prec, max(rates.values())) if prec else max(rates.values())
+    demand = elem_bytes * (1 / tm + 1 / tn) * spec.pes * float(rate)
+    return demand > float(spec.bytes_per_cycle(spec.memory.l2.bandwidth_gbs))
 
 
 @dataclass

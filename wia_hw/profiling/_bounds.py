@@ -263,6 +263,9 @@ def latency_cause(
         mem = 100.0 * stall_cycles.get("memory", 0) / (cores * cycles)
         dep = 100.0 * stall_cycles.get("dependency", 0) / (cores * cycles)
         th = 100.0 * stall_cycles.get("thermal", 0) / (cores * cycles)
+        la = 100.0 * stall_cycles.get("launch", 0) / (cores * cycles)
+        if la >= 1.0:
+            parts.append((la, f"kernel launch overhead {la:.0f}% of the kernel"))
         if mem >= 1.0:
             parts.append((mem, f"cores waited for DMA loads {mem:.0f}% of core time"))
         if dep >= 1.0:

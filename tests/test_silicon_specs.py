@@ -1,0 +1,111 @@
+"""The published-silicon specs (tpu-v1, a100-systolic) and the mechanisms they need:
+several arrays per core, a per-kernel launch overhead, and the tiling rule for a small
+L1. The full reproduction table is ``benchmarks/silicon.py``."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from wia_hw.emulator.errors import SpecError
+
+import wia_hw
+from wia_hw.lowering import choose_gemm_tiling
+from wia_hw.spec import load_spec
+
+
+def test_tpu_v1_peaks_are_the_published_ones() -> None:
+    s = load_spec("tpu-v1")
+    # 256 x 256 MACs x 2 x 700 MHz = 91.75 TOPS ("92 TeraOps/second"), DDR3 34 GB/s
+    assert s.peak_flops("int8") == pytest.approx(256 * 256 * 2 * 0.7e9)
+    assert s.peak_flops("int8") / 1e12 == pytest.approx(92, rel=0.005)
+    assert s.peak_bandwidth_gbs == 34
+    assert s.memory.l2.size_bytes == 24 * 2**20  # Unified Buffer
+    assert s.memory.l1.size_bytes == 4 * 256 * 256  # weight FIFO, four 64 KiB tiles
+    assert not s.supports("fp16")
+
+
+def test_a100_systolic_peaks_are_llmcompass_and_the_whitepaper() -> None:
+    s = load_spec("a100-systolic")
+    # 108 SMs x 4 arrays x 16 x 16 x 2 x 1.41 GHz = 311.9 TFLOPS (whitepaper: 312)
+    assert s.pes == 108 * 4 * 16 * 16
+    assert s.peak_flops("fp16") / 1e12 == pytest.approx(312, rel=0.001)
+    assert s.peak_flops("int8") / 1e12 == pytest.approx(624, rel=0.001)
+    assert s.peak_bandwidth_gbs == 2039
+    assert float(s.bytes_per_cycle(s.memory.l2.bandwidth_gbs)) == pytest.approx(5120)
+    assert s.memory.l2.size_bytes == 40 * 2**20
+    assert s.compute.control.launch_overhead_ns == 21000  # overhead_dict["A100"].matmul
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5])
+def test_arrays_per_core_must_be_a_positive_integer(bad) -> None:
+    with pytest.raises(SpecError, match="arrays_per_core"):
+        load_spec("wia-npu", {"compute.arrays_per_core": bad})
+
+
+def test_launch_overhead_must_be_non_negative() -> None:
+    with pytest.raises(SpecError, match="launch_overhead_ns: must be a non-negative number"):
+        load_spec("wia-npu", {"compute.control.launch_overhead_ns": -1})
+
+
+def test_launch_overhead_is_paid_once_per_kernel_with_every_core_waiting() -> None:
+    base = wia_hw.run("gemm", M=256, N=256, K=256)
+    ns = 3333.0
+    r = wia_hw.run("gemm", M=256, N=256, K=256, overrides={"compute.control.launch_overhead_ns": ns})
+    spec = load_spec("wia-npu")
+    launch = math.ceil(ns * spec.clock_ghz - 1e-9)
+    kernels = len(r.kernels)
+    assert r.counters.cycles == base.counters.cycles + kernels * launch
+    assert r.counters.stall_cycles["launch"] == kernels * launch * spec.compute.cores
+    assert base.counters.stall_cycles["launch"] == 0
+
+
+def test_more_arrays_per_core_never_slower_and_multiply_the_peak() -> None:
+    rng = random.Random(16)
+    for _ in range(6):
+        m, n, k = (rng.choice([64, 200, 384, 1000]) for _ in range(3))
+        times = [
+            wia_hw.run(
+                "gemm", M=m, N=n, K=k, device="wia-edge", overrides={"compute.arrays_per_core": a}
+            ).counters.cycles
+            for a in (1, 2, 4)
+        ]
+        assert times[0] >= times[1] >= times[2], (m, n, k, times)
+    one, four = (
+        load_spec("wia-edge", {"compute.arrays_per_core": a}).peak_flops("fp16")
+        for a in (1, 4)
+    )
+    assert four == 4 * one
+
+
+def test_a_tile_of_p_passes_takes_ceil_p_over_arrays_rounds() -> None:
+    from wia_hw.emulator.device import Device
+
+    from wia_hw.lowering import lower
+
+    for arrays in (1, 3, 4):
+        assert load_spec("wia-edge").compute.array.dataflow == "ws"
+        spec = load_spec("wia-edge", {"compute.arrays_per_core": arrays})
+        g = wia_hw.workloads.build("gemm", M=96, N=160, K=64)
+        ((_, (k,)),) = lower(g, spec)
+        tiles, _ = Device(spec).tiles_of(k)
+        for t in tiles:
+            _, mi, ni, ki = t.dims
+            # a 32 x 32 weight-stationary array: one pass per 32 x 32 block of weights,
+            # each streaming the tile's mi rows
+            passes = -(-ki // 32) * -(-ni // 32)
+            assert t.passes == -(-passes // arrays)
+            # the arrays left without a pass in the last round are mapping loss
+            assert t.slot_macs == t.passes * arrays * 32 * 32 * mi
+
+
+def test_small_l1_slices_k_when_full_k_tiles_would_starve_l2() -> None:
+    a100 = load_spec("a100-systolic")
+    t = choose_gemm_tiling(a100, 1, 8192, 1024, 1024, 2, 2)
+    # full K (1024) leaves room for 32 x 16 tiles only: 2 x (1/32 + 1/16) B/MAC at the
+    # arrays' 110,592 MACs/cycle is 20,736 B/cycle, four times the L2's 5,120
+    assert t.tk < 1024 and t.tm * t.tn >= 128 * 128
+    # a device whose L2 keeps up keeps K whole (wia-npu's BERT tiles are unchanged)
+    npu = load_spec("wia-npu")
+    assert choose_gemm_tiling(npu, 1, 4096, 1024, 4096, 2, 2).tk == 4096
