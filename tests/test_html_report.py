@@ -518,6 +518,14 @@ def _fig(drv: Any, key: str) -> str:
     return drv.find_element("id", f"fig-{key}").get_attribute("data-value")
 
 
+def test_the_request_check_sees_requests(browser: Any, tmp_path: Path) -> None:
+    """Control: a page without the CSP that loads a sibling file shows up in the log."""
+    (tmp_path / "pixel.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"/>')
+    (tmp_path / "control.html").write_text('<!DOCTYPE html><img src="pixel.svg">')
+    urls = _open(browser, tmp_path / "control.html")
+    assert (tmp_path / "pixel.svg").resolve().as_uri() in urls
+
+
 def test_run_page_in_chromium(
     browser: Any, files: dict[str, Any], pages: dict[str, Path], tmp_path: Path
 ) -> None:
