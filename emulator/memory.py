@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 
 from .config import DeviceSpec
@@ -179,9 +179,6 @@ class BlockLayout:
     br: int
     bc: int
     elem_bytes: int
-    #: blocks() results by (r0, r1, c0, c1): a layout's tiles repeat (each operand tile
-    #: is loaded once per tile of the other operand), so each region is listed once
-    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def for_tensor(cls, tid: int, ref: TensorRef, block_bytes: int) -> BlockLayout:
@@ -202,13 +199,7 @@ class BlockLayout:
         return -(-self.cols // self.bc)
 
     def blocks(self, r0: int, r1: int, c0: int, c1: int) -> list[tuple[Key, int]]:
-        """The blocks covering rows ``[r0, r1)`` x cols ``[c0, c1)``, with their bytes.
-
-        The list is cached per region and shared: callers must not modify it."""
-        memo = self._memo
-        hit = memo.get((r0, r1, c0, c1))
-        if hit is not None:
-            return hit
+        """The blocks covering rows ``[r0, r1)`` x cols ``[c0, c1)``, with their bytes."""
         br, bc, e, tid = self.br, self.bc, self.elem_bytes, self.tid
         rows, cols = self.rows, self.cols
         jr = range(c0 // bc, -(-c1 // bc))
@@ -218,7 +209,6 @@ class BlockLayout:
             rb = (br if (bi + 1) * br <= rows else rows - bi * br) * e
             for bj in jr:
                 app(((tid, bi, bj), rb * (bc if (bj + 1) * bc <= cols else cols - bj * bc)))
-        memo[(r0, r1, c0, c1)] = out
         return out
 
 
