@@ -327,6 +327,17 @@ def test_run_page_of_an_unknown_device_says_why_there_is_no_roofline(files: dict
     assert 'id="roofline-plot"' not in text and 'id="kernel-table"' in text
 
 
+def test_roofline_of_a_loaded_report_has_the_specs_ceilings(files: dict[str, Any]) -> None:
+    """A report read from JSON has no spec: its ceilings come from the stored DeviceInfo
+    and must be the ones RooflineConfig.from_spec gives for the device."""
+    from wia_hw.profiling import RooflineConfig, load_profile_report
+    from wia_hw.report._run import _roofline_config
+    from wia_hw.spec import load_spec
+
+    loaded = load_profile_report(files["profile_path"])
+    assert _roofline_config(loaded.device) == RooflineConfig.from_spec(load_spec("wia-npu"))
+
+
 def test_cli_writes_the_page(files: dict[str, Any], tmp_path: Path) -> None:
     out = tmp_path / "r.html"
     res = CliRunner().invoke(cli, ["report", str(files["run_path"]), "-o", str(out)])
