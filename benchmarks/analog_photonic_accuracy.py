@@ -6,8 +6,9 @@
    leave (at full scale and over the product's range), the warning it raises, its
    error and energy per MAC at the default laser power and at the power sized for 8
    bits (:func:`~wia_hw.extensions.photonic.laser_power_for_bits`).
-2. **Digits MLP** (scikit-learn's digits, an ``MLPClassifier`` trained here, seeded) and
-   **digits CNN** (trained here in numpy, its convolutions im2col matmuls): held-out
+2. **Digits MLP** (scikit-learn's digits, an ``MLPClassifier`` trained here, seeded),
+   **digits CNN** (trained here in numpy, its convolutions im2col matmuls) and a
+   **one-block transformer** (trained here in numpy on a synthetic majority task): held-out
    accuracy with the GEMMs the ``policy`` selects on the analog unit at several DAC/ADC
    widths and on the photonic unit at several laser powers, against the routed ops'
    energy per MAC from each unit's cost model (programming excluded: the weights are
@@ -47,6 +48,8 @@ from wia_hw.accuracy import (
     mlp_to_graph,
     train_digits_cnn,
     train_digits_mlp,
+    train_synthetic_transformer,
+    transformer_to_graph,
 )
 from wia_hw.spec import load_spec
 
@@ -113,7 +116,14 @@ def sweep(
     for c in ("unit", "setting", "routed ops", "MAC share", "pJ/MAC", "accuracy", "delta", "agree"):
         tab.add_column(c, justify="left" if c in ("unit", "setting", "routed ops") else "right")
     points = []
-    runs = [("analog", f"DAC {d} / ADC {a} bits", {"dac_bits": d, "adc_bits": a}) for d, a in bits]
+    runs = [
+        (
+            "analog",
+            f"DAC {d} / ADC {a} bits",
+            {"dac_bits": d, "adc_bits": a, "digital_precision_bits": max(8, d)},
+        )
+        for d, a in bits
+    ]
     cfg = PhotonicConfig()
     runs += [
         ("photonic", f"{p:g} mW (ENOB {photonic_enob(PhotonicConfig(laser_power_mw=p)):.1f})", {"laser_power_mw": p})
@@ -169,7 +179,7 @@ def plot(path: str, results: dict, device: str) -> None:
         ax.set_xlabel("energy per MAC of the routed ops (pJ)")
         ax.set_ylabel("held-out accuracy (%)")
         ax.set_ylim(0, 100)
-        ax.set_title(f"digits {model}")
+        ax.set_title(model if model == "transformer" else f"digits {model}")
         ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -195,6 +205,21 @@ def main() -> None:
     g, w = cnn_to_graph(params, BATCH)
     results["CNN"] = sweep(
         console, "digits CNN (conv8, conv16/2, fc32, fc10)", g, w, x_img[:n], y_img[:n], "all_but_first_last", args.device, bits, lasers
+    )
+    params, (_, x_seq, _, y_seq) = train_synthetic_transformer(seed=0)
+    g, w = transformer_to_graph(params, BATCH)
+    m = 128 if args.quick else 256  # the optics model is slow at 17 tokens per sample
+    results["transformer"] = sweep(
+        console,
+        "one-block transformer, synthetic majority task (d 32, 17 tokens)",
+        g,
+        w,
+        x_seq[:m],
+        y_seq[:m],
+        "all_but_first_last",
+        args.device,
+        bits,
+        lasers,
     )
     plot(args.plot, results, args.device)
     console.print(f"plot: {args.plot}")
