@@ -9,6 +9,7 @@ same on a fresh context.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -43,6 +44,7 @@ __all__ = [
     "resolve_workload",
     "MODES",
     "JSON_SCHEMA_VERSION",
+    "spec_sha256",
 ]
 
 MODES = ("timing", "functional")
@@ -115,6 +117,9 @@ class RunResult:
     #: Per extension that ran kernels: ``kernels``, ``cycles`` and the figures its
     #: kernels report (PIM offload: ``saved_hbm_bytes``, ``saved_cycles``...).
     extensions: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: What produced the run (:meth:`Context.provenance` plus ``run``: the workload
+    #: and its arguments as given); ``wia-hw run --replay`` re-runs it from this.
+    provenance: dict[str, Any] = field(default_factory=dict)
 
     @property
     def achieved_tflops(self) -> float:
@@ -163,6 +168,7 @@ class RunResult:
             ],
             "counters": self.counters.to_dict(),
             "extensions": self.extensions,
+            "provenance": self.provenance,
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -199,6 +205,10 @@ class Context:
             )
         self.spec = spec
         self.seed = seed
+        #: How the spec was given (built-in name or path; the spec's name for an
+        #: object) and the ``--set`` overrides applied to it (:func:`open_device`).
+        self.spec_source: str = spec.name
+        self.overrides: dict[str, Any] = {}
         self.device = Device(spec)
         self.providers: dict[str, tuple[str, Provider]] = {}
         self.extensions: dict[str, Any] = {}
@@ -212,6 +222,32 @@ class Context:
 
     def __repr__(self) -> str:
         return f"Context({self.spec.name!r}, now={self.device.now} cycles)"
+
+    def provenance(self) -> dict[str, Any]:
+        """The spec as used, in plain types: ``spec`` (name or path as given),
+        ``overrides``, ``extensions`` (id, version, source, parameters, in registration
+        order), ``spec_sha256`` (of the resolved spec, :func:`spec_sha256`), ``peaks``
+        (clock, peak TFLOPS per precision and HBM GB/s of the resolved spec), the
+        ``wia_hw_version`` and the context's ``seed``."""
+        from ._version import __version__
+
+        spec = self.spec
+        return {
+            "spec": self.spec_source,
+            "device": spec.name,
+            "overrides": dict(self.overrides),
+            "extensions": [_extension_provenance(e) for e in self.extensions.values()],
+            "spec_sha256": spec_sha256(spec),
+            "peaks": {
+                "clock_ghz": spec.clock_ghz,
+                "peak_tflops": {
+                    p: spec.peak_flops(p) / 1e12 for p in spec.compute.array.macs_per_pe_cycle
+                },
+                "hbm_bandwidth_gbs": spec.peak_bandwidth_gbs,
+            },
+            "wia_hw_version": __version__,
+            "seed": self.seed,
+        }
 
     def allocate(self, nbytes: int, *, tag: str = "user") -> DeviceBuffer:
         """A device buffer of ``nbytes`` from the caching allocator.
@@ -254,6 +290,17 @@ class Context:
         if mode not in MODES:
             raise WorkloadError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         seed = self.seed if seed is None else seed
+        invocation = {
+            "workload": workload.name if isinstance(workload, Graph) else os.fspath(workload),
+            "replayable": not isinstance(workload, Graph) and not inputs,
+            "batch": batch,
+            "seq": seq,
+            "precision": precision,
+            "mode": mode,
+            "seed": seed,
+            "kwargs": dict(workload_kwargs),
+            "start_cycle": self.device.now,
+        }
         graph = resolve_workload(
             workload, batch=batch, seq=seq, precision=precision, **workload_kwargs
         )
@@ -306,6 +353,7 @@ class Context:
             floor_bytes=compulsory_hbm_bytes(graph, lowered, on_chip),
         )
         result.extensions = extension_summary([r for _, _, r in records])
+        result.provenance = dict(self.provenance(), run=invocation)
         if fx is not None:
             result.outputs = fx.outputs()
         result.trace = dev.trace if trace else None
@@ -484,6 +532,36 @@ def _on_chip_bytes(dev: Device) -> dict[str, int]:
     return out
 
 
+def spec_sha256(spec: DeviceSpec | ClusterSpec) -> str:
+    """SHA-256 (hex) of the resolved spec: its plain mapping as canonical JSON (sorted
+    keys, no spaces), so two specs hash alike exactly when every field is equal."""
+    from .emulator.config import to_mapping
+
+    text = json.dumps(to_mapping(spec), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _extension_provenance(ext: Any) -> dict[str, Any]:
+    """id, version, source (the id when the registry finds it by id at the same file,
+    else the manifest path), every parameter's value and the names of those that differ
+    from their default (``changed``) of a registered extension."""
+    from .registry._sources import find_extensions
+
+    ext_id = str(getattr(ext.id, "value", ext.id))
+    src = ext.source
+    found = find_extensions().get(ext_id)
+    by_id = found is not None and (src is None or found[1] == src)
+    return {
+        "id": ext_id,
+        "version": ext.version,
+        "source": ext_id if by_id or src is None else str(src),
+        "parameters": {k: ext.values[k] for k in sorted(ext.values)},
+        "changed": sorted(
+            k for k, p in ext.parameters.items() if k in ext.values and ext.values[k] != p.default
+        ),
+    }
+
+
 def _dominant_precision(records: list[tuple[str, str, KernelRecord]]) -> str:
     by: dict[str, int] = {}
     for _, _, r in records:
@@ -504,7 +582,11 @@ def open_device(
     validated like the file.
     """
     loaded = load_spec(Path(spec) if isinstance(spec, os.PathLike) else spec, overrides)
-    return Context(loaded, seed=seed)  # type: ignore[arg-type]
+    ctx = Context(loaded, seed=seed)  # type: ignore[arg-type]
+    if isinstance(spec, (str, os.PathLike)):
+        ctx.spec_source = os.fspath(spec)
+    ctx.overrides = dict(overrides or {})
+    return ctx
 
 
 def run(

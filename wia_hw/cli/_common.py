@@ -1,16 +1,53 @@
-"""Option parsing shared by the ``wia-hw`` commands."""
+"""Option parsing shared by the ``wia-hw`` commands.
+
+Two decorators give every command that runs a workload the same options:
+
+* :func:`workload_options` adds ``WORKLOAD``, ``--device``, ``--batch``, ``--seq``,
+  ``--precision``, ``--arg NAME=VALUE`` and ``--set PATH=VALUE`` as separate keyword
+  arguments (kept for the commands written against it);
+* :func:`run_options` adds the same plus ``--ext ID|FILE`` and ``--ext-param
+  ID.NAME=VALUE``, and hands the command one :class:`RunOptions` argument ``opts``
+  instead. A new command (bench, sweep, case-study, train...) needs only::
+
+      @click.command("mine")
+      @run_options
+      @click.option("--seed", type=int, default=0)
+      def mine(opts: RunOptions, seed: int) -> None:
+          ctx = opts.open(seed=seed)  # spec, overrides and extensions applied
+          result = ctx.run(opts.workload, **opts.run_kwargs())
+
+:func:`make_console` gives tables their natural width when the output is a pipe or a
+file (``--width`` to choose); :func:`width_option` adds that option.
+"""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import click
+from rich.console import Console
 
 from .._yaml import load_yaml_text
+from ..emulator.errors import SpecError, WorkloadError
 from ..spec import DEFAULT_DEVICE, parse_override
 
-__all__ = ["builder_args", "spec_overrides", "workload_options"]
+__all__ = [
+    "builder_args",
+    "spec_overrides",
+    "workload_options",
+    "run_options",
+    "RunOptions",
+    "extension_params",
+    "make_console",
+    "width_option",
+]
+
+#: Width given to a console that is not a terminal: wide enough that no table is cut
+#: (rich tables are not expanded, so each takes its natural width).
+PIPE_WIDTH = 10_000
 
 
 def spec_overrides(items: tuple[str, ...]) -> dict[str, Any]:
@@ -29,47 +66,207 @@ def builder_args(items: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+def extension_params(items: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """``--ext-param ID.NAME=VALUE`` options as ``{id: {name: value}}`` (values read as
+    YAML). Raises :class:`SpecError` (field ``--ext-param``) on a malformed item."""
+    out: dict[str, dict[str, Any]] = {}
+    for s in items:
+        key, eq, raw = s.partition("=")
+        ext_id, dot, name = key.strip().partition(".")
+        if not eq or not dot or not ext_id or not name:
+            raise SpecError(f"{s!r} must read ID.NAME=VALUE, e.g. pim.bandwidth_gb_s=4000",
+                            field="--ext-param")
+        out.setdefault(ext_id, {})[name.strip()] = load_yaml_text(raw, f"--ext-param {key}")
+    return out
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The device, workload and extension options of one command line.
+
+    ``workload`` as given; ``device`` a built-in spec name or a YAML path; ``overrides``
+    the ``--set`` fields; ``builder`` the ``--arg`` keyword arguments; ``extensions``
+    the ``--ext`` ids or manifest paths in order; ``ext_params`` ``{id: {name:
+    value}}`` from ``--ext-param``.
+    """
+
+    workload: str
+    device: str = DEFAULT_DEVICE
+    batch: int | None = None
+    seq: int | None = None
+    precision: str | None = None
+    builder: dict[str, Any] = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)
+    extensions: tuple[str, ...] = ()
+    ext_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def open(self, seed: int = 0) -> Any:
+        """A :class:`~wia_hw.runtime.Context` on the device with the overrides, and the
+        extensions registered with their parameters. Raises :class:`SpecError` when an
+        ``--ext-param`` names an id no ``--ext`` registers, or a parameter the
+        extension does not have."""
+        from ..registry import load_extension, register_device_extension
+        from ..runtime import open_device
+
+        if self.workload.lower().endswith(".onnx"):
+            from pathlib import Path
+
+            if not Path(self.workload).is_file():
+                raise WorkloadError(f"no such ONNX file: {self.workload}")
+        ctx = open_device(self.device, overrides=self.overrides, seed=seed)
+        used: set[str] = set()
+        for source in self.extensions:
+            ext = load_extension(source)
+            params = self.ext_params.get(ext.id)
+            if params:
+                used.add(ext.id)
+                unknown = sorted(set(params) - set(ext.parameters))
+                if unknown:
+                    raise SpecError(
+                        f"extension {ext.id!r} has no parameter {unknown[0]!r} "
+                        f"(it has: {', '.join(sorted(ext.parameters)) or 'none'})",
+                        field="--ext-param",
+                    )
+                ext = load_extension(source, parameters=params)  # checked with them
+            register_device_extension(ctx, ext)
+        stray = sorted(set(self.ext_params) - used)
+        if stray:
+            raise SpecError(
+                f"{stray[0]!r} is not an extension given with --ext "
+                f"(given: {', '.join(self.extensions) or 'none'})",
+                field="--ext-param",
+            )
+        return ctx
+
+    def run_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``ctx.run`` for the workload: batch, seq, precision
+        and the builder arguments."""
+        return dict(batch=self.batch, seq=self.seq, precision=self.precision, **self.builder)
+
+
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _workload_and_device() -> list[Callable[[Any], Any]]:
+    return [
+        click.argument("workload"),
+        click.option(
+            "-d",
+            "--device",
+            default=DEFAULT_DEVICE,
+            show_default=True,
+            help="Built-in spec name or path to a device YAML.",
+        ),
+        click.option("-b", "--batch", type=int, default=None, help="Batch size."),
+        click.option("-s", "--seq", type=int, default=None, help="Sequence length."),
+        click.option(
+            "-p",
+            "--precision",
+            type=click.Choice(["fp32", "fp16", "bf16", "int8"]),
+            default=None,
+            help="Compute precision of the model.",
+        ),
+        click.option(
+            "-a",
+            "--arg",
+            "args",
+            multiple=True,
+            metavar="NAME=VALUE",
+            help="Other builder arguments, e.g. -a M=4096 for gemm.",
+        ),
+        click.option(
+            "--set",
+            "sets",
+            multiple=True,
+            metavar="PATH=VALUE",
+            help="Override a spec field, e.g. --set compute.array.rows=64.",
+        ),
+    ]
+
+
+def _apply(fn: Any, options: list[Callable[[Any], Any]]) -> Any:
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
 
 
 def workload_options(fn: F) -> F:
     """The options every command that runs a workload takes: ``WORKLOAD``, ``--device``,
-    ``--batch``, ``--seq``, ``--precision``, ``--arg NAME=VALUE``, ``--set PATH=VALUE``."""
-    for option in reversed(
-        [
-            click.argument("workload"),
-            click.option(
-                "-d",
-                "--device",
-                default=DEFAULT_DEVICE,
-                show_default=True,
-                help="Built-in spec name or path to a device YAML.",
-            ),
-            click.option("-b", "--batch", type=int, default=None, help="Batch size."),
-            click.option("-s", "--seq", type=int, default=None, help="Sequence length."),
-            click.option(
-                "-p",
-                "--precision",
-                type=click.Choice(["fp32", "fp16", "bf16", "int8"]),
-                default=None,
-                help="Compute precision of the model.",
-            ),
-            click.option(
-                "-a",
-                "--arg",
-                "args",
-                multiple=True,
-                metavar="NAME=VALUE",
-                help="Other builder arguments, e.g. -a M=4096 for gemm.",
-            ),
-            click.option(
-                "--set",
-                "sets",
-                multiple=True,
-                metavar="PATH=VALUE",
-                help="Override a spec field, e.g. --set compute.array.rows=64.",
-            ),
-        ]
-    ):
-        fn = option(fn)
-    return fn
+    ``--batch``, ``--seq``, ``--precision``, ``--arg NAME=VALUE``, ``--set PATH=VALUE``,
+    each passed as its own keyword argument (``args`` and ``sets`` raw tuples)."""
+    return _apply(fn, _workload_and_device())  # type: ignore[no-any-return]
+
+
+_RUN_KEYS = ("workload", "device", "batch", "seq", "precision", "args", "sets", "exts", "ext_param")
+
+
+def run_options(fn: Any = None, *, workload_required: bool = True) -> Any:
+    """The device, workload and extension options of :func:`workload_options` plus
+    ``--ext ID|FILE`` (repeatable) and ``--ext-param ID.NAME=VALUE`` (repeatable),
+    passed to the command as one keyword argument ``opts`` (:class:`RunOptions`).
+    Place it right under ``@click.command``; the command's own options go below.
+    ``@run_options(workload_required=False)`` makes ``WORKLOAD`` optional: ``opts`` is
+    then ``None`` when it is not given (``run --replay`` uses that)."""
+    if fn is None:
+        return functools.partial(run_options, workload_required=workload_required)
+
+    @functools.wraps(fn)
+    def wrapper(**kw: Any) -> Any:
+        given = {k: kw.pop(k) for k in _RUN_KEYS}
+        if given["workload"] is None:
+            return fn(opts=None, **kw)
+        opts = RunOptions(
+            workload=given["workload"],
+            device=given["device"],
+            batch=given["batch"],
+            seq=given["seq"],
+            precision=given["precision"],
+            builder=builder_args(given["args"]),
+            overrides=spec_overrides(given["sets"]),
+            extensions=tuple(given["exts"]),
+            ext_params=extension_params(given["ext_param"]),
+        )
+        return fn(opts=opts, **kw)
+
+    wrapper.__click_params__ = list(getattr(fn, "__click_params__", []))  # type: ignore[attr-defined]
+    options = _workload_and_device() + [
+        click.option(
+            "--ext",
+            "exts",
+            multiple=True,
+            metavar="ID|FILE",
+            help="Register a device extension first (built-in id or manifest path).",
+        ),
+        click.option(
+            "--ext-param",
+            "ext_param",
+            multiple=True,
+            metavar="ID.NAME=VALUE",
+            help="Set a parameter of an --ext extension, e.g. pim.bandwidth_gb_s=4000.",
+        ),
+    ]
+    if not workload_required:
+        options[0] = click.argument("workload", required=False)
+    return _apply(wrapper, options)
+
+
+def width_option(fn: F) -> F:
+    """``--width N``: the width of printed tables (default: the terminal's, or the
+    natural width of each table when the output is a pipe or a file)."""
+    return click.option(  # type: ignore[no-any-return]
+        "--width",
+        type=click.IntRange(min=40),
+        default=None,
+        help="Table width in columns (default: the terminal's; natural in a pipe).",
+    )(fn)
+
+
+def make_console(width: int | None = None, *, stderr: bool = False) -> Console:
+    """A rich Console: ``width`` columns when given; else the terminal's width, or, when
+    the output is not a terminal, wide enough that tables take their natural width."""
+    if width is not None:
+        return Console(width=width, stderr=stderr)
+    c = Console(stderr=stderr)
+    if not c.is_terminal:
+        c = Console(width=PIPE_WIDTH, stderr=stderr)
+    return c

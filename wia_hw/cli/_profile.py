@@ -29,14 +29,17 @@ from ..profiling import (
     start_profiling,
     stop_profiling,
 )
-from ..runtime import open_device
-from ._common import builder_args, spec_overrides, workload_options
+from ._common import RunOptions, run_options
 
 __all__ = ["profile"]
 
 
+#: Flamegraph file kinds by suffix: drawn, or collapsed stacks.
+FLAMEGRAPH_SUFFIXES = (".svg", ".png", ".folded", ".txt")
+
+
 @click.command("profile")
-@workload_options
+@run_options
 @click.option(
     "--mode",
     type=click.Choice([m.value for m in ProfileMode]),
@@ -62,7 +65,7 @@ __all__ = ["profile"]
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Write the JSON report here.",
+    help="Write the JSON report to this file as well.",
 )
 @click.option(
     "--timeline",
@@ -74,7 +77,7 @@ __all__ = ["profile"]
     "--flamegraph",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Write the flamegraph: .svg draws it, anything else collapsed stacks.",
+    help="Write the flamegraph: .svg/.png draw it, .folded/.txt write collapsed stacks.",
 )
 @click.option(
     "--roofline",
@@ -121,15 +124,11 @@ __all__ = ["profile"]
     help="Keep frames of wia-hw, the standard library and installed packages "
     "(click, ...) in call stacks, the flamegraph and allocation sites.",
 )
+@click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report to stdout.")
 def profile(
-    workload: str,
-    device: str,
-    batch: int | None,
-    seq: int | None,
-    precision: str | None,
-    args: tuple[str, ...],
-    sets: tuple[str, ...],
+    opts: RunOptions,
+    seed: int,
     mode: str,
     counters: str | None,
     interval_us: float,
@@ -158,12 +157,15 @@ def profile(
         )
     except (TypeError, ValueError) as e:
         raise click.BadParameter(str(e)) from None
-    if workload.lower().endswith(".onnx") and not Path(workload).is_file():
-        raise WiaError(f"no such ONNX file: {workload}")
-    ctx = open_device(device, overrides=spec_overrides(sets))
+    if flamegraph is not None and flamegraph.suffix.lower() not in FLAMEGRAPH_SUFFIXES:
+        raise WiaError(
+            f"--flamegraph {flamegraph}: unknown kind {flamegraph.suffix or '(no suffix)'!r}: "
+            ".svg or .png draw it, .folded or .txt write collapsed stacks"
+        )
+    ctx = opts.open(seed=seed)
     session = start_profiling(ctx, cfg)
     try:
-        ctx.run(workload, batch=batch, seq=seq, precision=precision, **builder_args(args))
+        ctx.run(opts.workload, **opts.run_kwargs())
     finally:
         report = stop_profiling(session)
     if output is not None:

@@ -1,9 +1,14 @@
 """``wia-hw run WORKLOAD``: run a model on an emulated device and print the seed's
 section 8.7 breakdown, totals, utilisation and hardware counters (:func:`print_run`).
+
+``wia-hw run --replay report.json`` re-runs what produced a run report from its
+``provenance`` (spec as given, overrides, extensions with their parameters, workload
+and its arguments, seed): same wia_hw version, same report byte for byte.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable
@@ -15,12 +20,12 @@ from rich.console import Console
 from rich.table import Table
 
 from ..emulator.errors import WiaError
-from ..registry import register_device_extension
-from ..runtime import RunResult, open_device
-from ..spec import load_spec
-from ._common import builder_args, spec_overrides, workload_options
+from ..profiling._report import spec_label
+from ..registry import load_extension, register_device_extension
+from ..runtime import Context, RunResult, open_device, spec_sha256
+from ._common import RunOptions, make_console, run_options, width_option
 
-__all__ = ["run_cmd", "print_run"]
+__all__ = ["run_cmd", "print_run", "replay_context", "describe_provenance"]
 
 
 def _progress(console: Console) -> tuple[Callable[[int, int, str], None], Callable[[], None]]:
@@ -53,14 +58,23 @@ def _progress(console: Console) -> tuple[Callable[[int, int, str], None], Callab
     return update, close
 
 
+def describe_provenance(prov: dict[str, Any]) -> str:
+    """One line naming the spec as used (:func:`wia_hw.profiling._report.spec_label`)."""
+    return spec_label(prov)
+
+
 def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
     """Print a run the way the seed's section 8.7 does, plus what a profiler adds."""
     p = r.params
     shape = ", ".join(f"{k}={p[k]}" for k in ("batch", "seq", "phase", "kv_len", "image") if k in p)
+    changed = r.provenance.get("overrides") or r.provenance.get("extensions")
     console.print(
-        f"[bold]{r.workload}[/bold] ({shape}) on [bold]{r.device}[/bold], "
-        f"{r.precision}, {r.mode} mode"
+        f"[bold]{r.workload}[/bold] ({shape}) on [bold]{r.device}[/bold]"
+        + (" (modified)" if changed else "")
+        + f", {r.precision}, {r.mode} mode",
+        highlight=False,
     )
+    console.print(f"  Spec: {describe_provenance(r.provenance)}", highlight=False, markup=False)
     t = Table(title="Operation Breakdown", title_justify="left")
     t.add_column("operation", no_wrap=True)
     t.add_column("time (ms)", justify="right")
@@ -149,14 +163,55 @@ def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
 
 
 def _peak_bw(r: RunResult) -> str:
+    """The resolved spec's peak HBM bandwidth, from the run's provenance."""
+    bw = r.provenance.get("peaks", {}).get("hbm_bandwidth_gbs")
+    return "?" if bw is None else f"{bw:.0f}"
+
+
+def replay_context(path: Path) -> tuple[Context, dict[str, Any]]:
+    """A fresh context as the run report at ``path`` was made (spec as given, overrides,
+    extensions with their parameters, seed) and the run's recorded arguments.
+
+    Raises :class:`WiaError` (one line, naming the file) when the file is not a run
+    report with provenance, when its run cannot be replayed (a Graph object or given
+    inputs, or a context that had run before) or when the spec resolves differently
+    now (its hash differs)."""
     try:
-        return f"{load_spec(r.device).peak_bandwidth_gbs:.0f}"  # type: ignore[union-attr]
-    except WiaError:
-        return "?"
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise WiaError(f"cannot read {path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise WiaError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("wia-hw.run/"):
+        raise WiaError(f"{path}: not a wia-hw run report (schema {data.get('schema')!r})"
+                       if isinstance(data, dict) else f"{path}: not a wia-hw run report")
+    prov = data.get("provenance")
+    if not isinstance(prov, dict) or not isinstance(prov.get("run"), dict):
+        raise WiaError(f"{path}: the report has no provenance (made before wia_hw recorded it)")
+    run = prov["run"]
+    if not run.get("replayable", False):
+        raise WiaError(
+            f"{path}: the run was of a Graph object or with given inputs; it cannot be replayed"
+        )
+    if run.get("start_cycle", 0):
+        raise WiaError(
+            f"{path}: the run started at cycle {run['start_cycle']} of a context that had "
+            "run before; only a run on a fresh device can be replayed"
+        )
+    ctx = open_device(prov["spec"], overrides=prov.get("overrides") or {}, seed=prov["seed"])
+    for e in prov.get("extensions", []):
+        register_device_extension(ctx, load_extension(e["source"], parameters=e["parameters"]))
+    now = spec_sha256(ctx.spec)
+    if now != prov.get("spec_sha256"):
+        raise WiaError(
+            f"{path}: spec {prov['spec']!r} resolves differently now (sha256 {now[:12]}, "
+            f"the report has {str(prov.get('spec_sha256'))[:12]})"
+        )
+    return ctx, run
 
 
 @click.command("run")
-@workload_options
+@run_options(workload_required=False)
 @click.option(
     "--phase",
     type=click.Choice(["prefill", "decode"]),
@@ -179,57 +234,52 @@ def _peak_bw(r: RunResult) -> str:
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Write the JSON report to this file.",
+    help="Write the JSON report to this file as well.",
 )
 @click.option("--top", type=int, default=10, show_default=True, help="Kernels to list.")
 @click.option(
-    "--ext",
-    "exts",
-    multiple=True,
-    metavar="ID|FILE",
-    help="Register a device extension first (built-in id or manifest path).",
+    "--replay",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Re-run exactly what produced this JSON run report (no WORKLOAD then).",
 )
+@width_option
 def run_cmd(
-    workload: str,
-    device: str,
-    batch: int | None,
-    seq: int | None,
-    precision: str | None,
+    opts: RunOptions | None,
     phase: str | None,
     kv_len: int | None,
-    args: tuple[str, ...],
-    sets: tuple[str, ...],
     mode: str,
     seed: int,
     as_json: bool,
     output: Path | None,
     top: int,
-    exts: tuple[str, ...],
+    replay: Path | None,
+    width: int | None,
 ) -> None:
     """Run WORKLOAD (bert-large, bert-base, gpt2, resnet50, gemm, or an .onnx file)."""
-    extra = builder_args(args)
-    if phase is not None:
-        extra["phase"] = phase
-    if kv_len is not None:
-        extra["kv_len"] = kv_len
-    if workload.lower().endswith(".onnx") and not Path(workload).is_file():
-        raise WiaError(f"no such ONNX file: {workload}")
-    ctx = open_device(device, overrides=spec_overrides(sets), seed=seed)
-    for source in exts:
-        register_device_extension(ctx, source)
-    err = Console(stderr=True)
+    if replay is not None:
+        if opts is not None:
+            raise WiaError("--replay takes no WORKLOAD: the report names it")
+        ctx, rec = replay_context(replay)
+        workload: str = rec["workload"]
+        kw: dict[str, Any] = dict(
+            batch=rec["batch"], seq=rec["seq"], precision=rec["precision"], **rec["kwargs"]
+        )
+        mode, seed = rec["mode"], rec["seed"]
+    elif opts is None:
+        raise WiaError("missing WORKLOAD (or --replay REPORT.json)")
+    else:
+        kw = opts.run_kwargs()
+        if phase is not None:
+            kw["phase"] = phase
+        if kv_len is not None:
+            kw["kv_len"] = kv_len
+        ctx = opts.open(seed=seed)
+        workload = opts.workload
+    err = make_console(stderr=True)
     update, close = _progress(err)
     try:
-        r = ctx.run(
-            workload,
-            batch=batch,
-            seq=seq,
-            precision=precision,
-            mode=mode,
-            seed=seed,
-            progress=update,
-            **extra,
-        )
+        r = ctx.run(workload, mode=mode, seed=seed, progress=update, **kw)
     finally:
         close()
     text = r.to_json()
@@ -239,7 +289,6 @@ def run_cmd(
         except OSError as e:
             raise WiaError(f"cannot write {output}: {e.strerror}") from None
     if as_json:
-        if output is None:
-            click.echo(text)
+        click.echo(text)
         return
-    print_run(r, Console(), top)
+    print_run(r, make_console(width), top)

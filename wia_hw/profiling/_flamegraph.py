@@ -16,12 +16,14 @@ profiled time exactly. Stacks, root first:
 from __future__ import annotations
 
 import html
+import os
 import re
 import zlib
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
-__all__ = ["collapsed_stacks", "call_graph", "parse_collapsed", "render_svg"]
+__all__ = ["collapsed_stacks", "call_graph", "parse_collapsed", "render_svg", "render_png"]
 
 
 def _f(s: str) -> str:
@@ -216,3 +218,59 @@ def render_svg(
     draw(root, xpad, 0)
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+def render_png(
+    lines: Iterable[str],
+    path: str | os.PathLike[str],
+    *,
+    title: str = "Flame Graph",
+    max_depth: int = 40,
+) -> Path:
+    """Draw the collapsed stacks as a PNG flame graph (root at the bottom, width
+    proportional to count, the same colours as :func:`render_svg`) with matplotlib;
+    frames narrower than 0.05% of the total are left out. Raises
+    :class:`~wia_hw.WiaError` without matplotlib or when ``path`` cannot be written."""
+    from ._plot import new_figure, save
+
+    fig = new_figure()  # fails first, in one line, without matplotlib
+    from matplotlib.patches import Rectangle
+
+    root = _Node("all")
+    for frames, count in parse_collapsed(lines):
+        root.value += count
+        node = root
+        for f in frames[:max_depth]:
+            node = node.children.setdefault(f, _Node(f))
+            node.value += count
+    total = root.value or 1
+    rects: list[tuple[float, int, float, str]] = []
+
+    def walk(n: _Node, x: float, d: int) -> int:
+        w = n.value / total
+        if w < 5e-4:
+            return d
+        rects.append((x, d, w, n.name))
+        deepest, cx = d, x
+        for c in n.children.values():
+            deepest = max(deepest, walk(c, cx, d + 1))
+            cx += c.value / total
+        return deepest
+
+    depth = walk(root, 0.0, 0) + 1
+    fig.set_size_inches(14, max(3.0, 0.28 * depth + 1.2))
+    ax = fig.add_subplot(1, 1, 1)
+    for x, d, w, name in rects:
+        rgb = tuple(int(v) / 255 for v in _color(name)[4:-1].split(","))
+        face = (0.78, 0.78, 0.78) if d == 0 else rgb
+        ax.add_patch(Rectangle((x, d), w, 0.92, facecolor=face, lw=0))
+        chars = int(w * 220)
+        if chars >= 4:
+            label = name if len(name) <= chars else name[: chars - 2] + ".."
+            ax.text(x + 0.002, d + 0.46, label, va="center", fontsize=7, clip_on=True)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, depth)
+    ax.set_axis_off()
+    ax.set_title(title, fontsize=9)
+    save(fig, path)
+    return Path(path)

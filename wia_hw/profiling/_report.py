@@ -30,6 +30,7 @@ __all__ = [
     "load_profile_report",
     "SCHEMA",
     "SCHEMA_VERSION",
+    "spec_label",
 ]
 
 SCHEMA_VERSION = 1
@@ -88,6 +89,10 @@ class ProfilingReport:
     start_temperature_c: float | None = None
     graphs: list[Any] | None = field(default=None, repr=False)
     providers: dict[str, Any] | None = field(default=None, repr=False)
+    #: The spec as used (:meth:`wia_hw.runtime.Context.provenance`: source, overrides,
+    #: extensions with parameters, resolved-spec hash, peaks, version, seed) when
+    #: the session stopped; each run's workload and parameters are in ``runs``.
+    provenance: dict[str, Any] = field(default_factory=dict)
 
     # -- basic figures -----------------------------------------------------------------
     @property
@@ -202,27 +207,47 @@ class ProfilingReport:
 
         return render_svg(
             self.collapsed_stacks(),
-            title=title
-            or f"{self.device.name}: {self.duration_ms:.3f} ms profiled "
-            f"({ProfileMode(self.mode).value})",
+            title=title or self.flamegraph_title(),
             unit="cycles",
+        )
+
+    def flamegraph_title(self) -> str:
+        """The default flamegraph title: device, profiled time, mode and the spec as
+        used (:func:`spec_label`)."""
+        return (
+            f"{self.device.name}: {self.duration_ms:.3f} ms profiled "
+            f"({ProfileMode(self.mode).value}); {spec_label(self.provenance)}"
         )
 
     def chrome_trace(self) -> dict[str, Any]:
         """The timeline in Chrome Trace Event Format (see :mod:`._timeline`)."""
         from ._timeline import chrome_trace
 
-        return chrome_trace(self)
+        trace = chrome_trace(self)
+        trace.setdefault("otherData", {})["provenance"] = self.provenance
+        return trace
 
     def save_timeline(self, path: str | os.PathLike[str]) -> Path:
         return _write(path, json.dumps(self.chrome_trace(), allow_nan=False))
 
     def save_flamegraph(self, path: str | os.PathLike[str]) -> Path:
-        """``.svg`` writes the drawing; anything else the collapsed stacks."""
+        """The kind follows the suffix: ``.svg`` writes the drawing, ``.png`` draws it
+        with matplotlib, ``.folded``/``.txt`` write the collapsed stacks. Any other
+        suffix raises :class:`~wia_hw.WiaError` naming the kinds."""
         p = Path(path)
-        if p.suffix.lower() == ".svg":
+        suffix = p.suffix.lower()
+        if suffix == ".svg":
             return _write(p, self.flamegraph_svg())
-        return _write(p, "\n".join(self.collapsed_stacks()) + "\n")
+        if suffix == ".png":
+            from ._flamegraph import render_png
+
+            return render_png(self.collapsed_stacks(), p, title=self.flamegraph_title())
+        if suffix in (".folded", ".txt"):
+            return _write(p, "\n".join(self.collapsed_stacks()) + "\n")
+        raise WiaError(
+            f"{p}: unknown flamegraph kind {p.suffix or '(no suffix)'!r}: .svg or .png draw "
+            "it, .folded or .txt write collapsed stacks"
+        )
 
     def format_text(self, top: int = 10) -> str:
         """A human summary: totals, hotspots, and each hot kernel's assessment."""
@@ -231,6 +256,7 @@ class ProfilingReport:
             f"Profile of {self.device.name} ({ProfileMode(self.mode).value} mode): "
             f"{s['duration_ms']:.3f} ms, {len(self.runs)} run(s), "
             f"{len(self.kernels)} kernels",
+            f"  Spec: {spec_label(self.provenance)}",
             f"  Compute: {s['achieved_tflops']:.1f} TFLOPS "
             f"({s['compute_utilization']:.1f}% of {s['precision']} peak)",
             f"  Memory Bandwidth: {s['memory_bandwidth_gbs']:.1f} GB/s "
@@ -282,6 +308,7 @@ class ProfilingReport:
             "communication": self.communication,
             "overhead": self.overhead,
             "start_temperature_c": self.start_temperature_c,
+            "provenance": self.provenance,
         }
         return d
 
@@ -318,7 +345,29 @@ class ProfilingReport:
             communication=d.get("communication", {}),
             overhead=d.get("overhead", {}),
             start_temperature_c=d.get("start_temperature_c"),
+            provenance=d.get("provenance", {}),
         )
+
+
+def spec_label(prov: dict[str, Any]) -> str:
+    """One line naming the spec as used: source, ``--set`` overrides, ``--ext``
+    extensions with the parameters that differ from their defaults, the resolved
+    spec's hash (12 hex digits), peak HBM bandwidth, the wia_hw version and the seed."""
+    if not prov:
+        return "provenance not recorded"
+    parts = [str(prov.get("spec", "?"))]
+    parts += [f"--set {k}={v}" for k, v in prov.get("overrides", {}).items()]
+    for e in prov.get("extensions", []):
+        values = e.get("parameters", {})
+        ps = ",".join(f"{k}={values[k]}" for k in e.get("changed", values))
+        parts.append(f"--ext {e.get('source', e.get('id'))}" + (f" ({ps})" if ps else ""))
+    bw = prov.get("peaks", {}).get("hbm_bandwidth_gbs")
+    return (
+        " ".join(parts)
+        + f"; spec sha256 {str(prov.get('spec_sha256', '?'))[:12]}"
+        + ("" if bw is None else f"; HBM peak {bw:g} GB/s")
+        + f"; wia_hw {prov.get('wia_hw_version', '?')}; seed {prov.get('seed', '?')}"
+    )
 
 
 def _write(path: str | os.PathLike[str], text: str) -> Path:

@@ -213,6 +213,7 @@ class ProfilingSession:
             start_temperature_c=self._start_temperature_c,
             graphs=list(self._graphs),
             providers=dict(ctx.providers),
+            provenance=ctx.provenance() if hasattr(ctx, "provenance") else {},
         )
         if cfg.output_file is not None:
             _write_outputs(self.report, Path(cfg.output_file))
