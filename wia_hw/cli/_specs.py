@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import click
 import yaml
-from rich.console import Console
 from rich.table import Table
 
 from ..emulator.config import ClusterSpec, DeviceSpec, to_mapping
 from ..spec import list_specs, load_spec
-from ._common import spec_overrides
+from ._common import make_console, spec_overrides, width_option
 
 __all__ = ["specs"]
 
@@ -20,15 +19,19 @@ def specs() -> None:
 
 
 @specs.command("list")
-def specs_list() -> None:
+@width_option
+def specs_list(width: int | None) -> None:
     """The built-in specs with their peak figures."""
+    console = make_console(width)
     t = Table()
     names = list_specs()
     t.add_column("name", no_wrap=True, min_width=max(map(len, names)))
     t.add_column("kind", no_wrap=True, min_width=len("cluster x16"))
     for col in ("FP16 TFLOPS", "INT8 TOPS", "HBM GB/s"):
         t.add_column(col, no_wrap=True, justify="right", min_width=6)
-    t.add_column("description", no_wrap=True, overflow="ellipsis", max_width=30)
+    # cut on a terminal only; a pipe or a file gets the whole text
+    cut = max(8, width - 80) if width else (30 if console.is_terminal else None)
+    t.add_column("description", no_wrap=True, overflow="ellipsis", max_width=cut)
     for name in names:
         s = load_spec(name)
         d = s.device if isinstance(s, ClusterSpec) else s
@@ -41,7 +44,7 @@ def specs_list() -> None:
             f"{n * d.peak_bandwidth_gbs:.0f}",
             s.description,
         )
-    Console().print(t)
+    console.print(t)
 
 
 @specs.command("show")

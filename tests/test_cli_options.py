@@ -1,0 +1,170 @@
+"""One set of device, workload and extension options across commands (run_options),
+output kinds by suffix, --json with -o, and table widths in a pipe (issue #15)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from wia_hw.cli import cli
+from wia_hw.cli._common import PIPE_WIDTH, RunOptions, make_console, run_options
+from wia_hw.profiling._flamegraph import parse_collapsed
+
+GEMM = ["gemm", "-a", "M=128", "-a", "N=128", "-a", "K=128"]
+
+
+def _cli(*args: str) -> tuple[int, str, str]:
+    r = CliRunner().invoke(cli, list(args))
+    return r.exit_code, r.stdout, r.stderr
+
+
+def _one_line_error(args: list[str], match: str) -> None:
+    code, out, err = _cli(*args)
+    assert code == 2, (code, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert re.search(match, lines[0]), lines[0]
+
+
+def test_run_options_decorator_is_reusable():
+    """A new command gets every option from one decorator and one RunOptions."""
+    seen: dict[str, object] = {}
+
+    @click.command("mine")
+    @run_options
+    @click.option("--seed", type=int, default=0)
+    def mine(opts: RunOptions, seed: int) -> None:
+        ctx = opts.open(seed=seed)
+        r = ctx.run(opts.workload, **opts.run_kwargs())
+        seen.update(opts=opts, prov=r.provenance)
+
+    res = CliRunner().invoke(
+        mine,
+        [
+            *GEMM,
+            "-d",
+            "wia-edge",
+            "--set",
+            "compute.cores=2",
+            "--ext",
+            "transformer_engine",
+            "--ext-param",
+            "transformer_engine.block_kv=64",
+            "--seed",
+            "4",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    opts = seen["opts"]
+    assert isinstance(opts, RunOptions)
+    assert opts.device == "wia-edge" and opts.builder == {"M": 128, "N": 128, "K": 128}
+    assert opts.overrides == {"compute.cores": 2}
+    assert opts.ext_params == {"transformer_engine": {"block_kv": 64}}
+    prov = seen["prov"]
+    assert isinstance(prov, dict)
+    assert prov["spec"] == "wia-edge" and prov["seed"] == 4
+    assert prov["extensions"][0]["parameters"]["block_kv"] == 64
+
+
+def test_run_and_profile_share_the_option_set():
+    def names(cmd: str) -> set[str]:
+        return {o for p in cli.commands[cmd].params for o in p.opts}
+
+    shared = {"-d", "--device", "--batch", "--seq", "--precision", "--arg", "--set", "--ext",
+              "--ext-param", "--seed", "--json", "-o"}
+    assert shared <= names("run") and shared <= names("profile")
+
+
+def test_profile_takes_ext_and_its_parameters():
+    code, out, err = _cli("profile", "bert-base", "-b", "1", "-s", "32", "-a", "layers=1",
+                          "--ext", "transformer_engine", "--ext-param",
+                          "transformer_engine.block_q=64", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert {k["provider"] for k in d["kernels"]} >= {"transformer_engine"}
+    assert d["provenance"]["extensions"][0]["parameters"]["block_q"] == 64
+
+
+@pytest.mark.parametrize("suffix", [".folded", ".txt"])
+def test_flamegraph_collapsed_stacks(tmp_path, suffix):
+    f = tmp_path / f"flame{suffix}"
+    code, _, err = _cli("profile", *GEMM, "--flamegraph", str(f))
+    assert code == 0, err
+    stacks = parse_collapsed(f.read_text().splitlines())
+    # the counts are device cycles: they add up to the profiled time
+    code, out, _ = _cli("profile", *GEMM, "--json")
+    assert sum(n for _, n in stacks) == json.loads(out)["cycles"]
+
+
+def test_flamegraph_drawn_as_svg_and_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    svg, png = tmp_path / "f.svg", tmp_path / "f.png"
+    code, _, err = _cli("profile", *GEMM, "--flamegraph", str(svg))
+    assert code == 0, err
+    assert svg.read_text().startswith("<?xml") and "<svg" in svg.read_text()
+    code, _, err = _cli("profile", *GEMM, "--flamegraph", str(png))
+    assert code == 0, err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("name", ["flame.html", "flame"])
+def test_flamegraph_unknown_kind_is_an_error_before_running(tmp_path, name):
+    f = tmp_path / name
+    _one_line_error(["profile", *GEMM, "--flamegraph", str(f)],
+                    r"unknown kind .*\.svg or \.png draw it, \.folded or \.txt")
+    assert not f.exists()
+
+
+def test_save_flamegraph_refuses_unknown_suffix(tmp_path):
+    import wia_hw
+    from wia_hw import WiaError
+    from wia_hw.profiling import ProfilingConfig
+
+    r = wia_hw.run("gemm", M=64, N=64, K=64, profile=ProfilingConfig())
+    with pytest.raises(WiaError, match=r"unknown flamegraph kind '\.png8'"):
+        r.profile.save_flamegraph(tmp_path / "x.png8")
+
+
+@pytest.mark.parametrize("cmd", ["run", "profile"])
+def test_json_goes_to_stdout_and_o_writes_a_file_too(tmp_path, cmd):
+    f = tmp_path / "r.json"
+    code, out, err = _cli(cmd, *GEMM, "--json", "-o", str(f))
+    assert code == 0, err
+    assert json.loads(out) == json.loads(f.read_text())
+
+
+def test_run_text_with_o_writes_the_json_and_prints_the_text(tmp_path):
+    f = tmp_path / "r.json"
+    code, out, _ = _cli("run", *GEMM, "-o", str(f))
+    assert code == 0 and "Operation Breakdown" in out
+    assert json.loads(f.read_text())["workload"] == "gemm"
+
+
+def test_tables_take_their_natural_width_in_a_pipe():
+    # CliRunner's output is not a terminal: no cell is cut with an ellipsis
+    code, out, _ = _cli("specs", "list")
+    assert code == 0 and "…" not in out
+    assert max(map(len, out.splitlines())) > 80
+    code, out, _ = _cli("run", "bert-base", "-b", "1", "-s", "32", "-a", "layers=2")
+    assert code == 0 and "…" not in out
+    assert not make_console().is_terminal and make_console().width == PIPE_WIDTH
+
+
+def test_width_option_sets_the_table_width():
+    code, out, _ = _cli("specs", "list", "--width", "100")
+    assert code == 0
+    assert max(map(len, out.splitlines())) <= 100
+    assert _cli("specs", "list", "--width", "10")[0] == 2  # below 40 columns: refused
+
+
+def test_run_groups_identical_kernels_across_layers():
+    code, out, _ = _cli("run", "bert-base", "-b", "1", "-s", "32", "-a", "layers=3", "--top", "50")
+    assert code == 0
+    rows = [ln for ln in out.splitlines() if ln.startswith("│ ")]
+    assert not any(re.match(r"│ layer\d+\.", r) for r in rows)
+    ffn = [r for r in rows if "feed_forward_intermediate" in r]
+    assert len(ffn) == 1 and re.search(r"│\s+3\s+│", ffn[0])  # n = 3 layers
