@@ -152,6 +152,7 @@ def _line_of(path: Path, needle: str) -> int:
         ("base: wia-npu", "base: wia-nope", "base:", r"unknown base spec 'wia-nope'"),
         ("grid:", "grids:", "grids:", r"unknown key 'grids'"),
         ("[16, 32]", "[]", "compute.array.rows", r"empty list of values"),
+        ("[16, 32]", "[16, .nan]", "compute.array.rows", r"values of 'compute\.array\.rows' must be finite numbers"),
         ("metrics:", 'constraint: "__import__(1) < 2"\nmetrics:', "constraint", r"constraint: .*not allowed"),
         ("metrics:", 'constraint: "rows < nope"\nmetrics:', "constraint", r"constraint: unknown name 'nope'"),
         ("metrics:", 'constraint: "rows + 1"\nmetrics:', "constraint", r"compares nothing"),

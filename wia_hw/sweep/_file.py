@@ -472,7 +472,20 @@ def load_sweep(source: str | Path | Mapping[str, Any]) -> Sweep:
         if problem:
             raise ctx.err(problem, f"{prefix}.{n}")
 
+    for n in names:
+        try:
+            canonical_json([s[n] for s in sets])
+        except (TypeError, ValueError) as e:
+            raise ctx.err(
+                f"values of {n!r} must be finite numbers, strings, lists or mappings ({e})",
+                f"{prefix}.{n}",
+            ) from None
     workloads = _workloads(data.get("workloads"), here, ctx)
+    for wname, wargs in workloads:
+        try:
+            canonical_json(wargs)
+        except (TypeError, ValueError) as e:
+            raise ctx.err(f"workload {wname!r}: arguments must be plain values ({e})", "workloads") from None
 
     metrics = data.get("metrics", list(DEFAULT_METRICS))
     if not isinstance(metrics, list) or not metrics:
