@@ -320,11 +320,29 @@ def test_unreadable_inputs(files: dict[str, Any], tmp_path: Path) -> None:
     assert res.exit_code == 2 and "the page would overwrite its source" in res.output
 
 
-def test_run_page_of_an_unknown_device_says_why_there_is_no_roofline(files: dict[str, Any]) -> None:
-    run = dict(files["run"], device="no-such-npu")
+def test_run_page_roofline_uses_the_spec_as_used(files: dict[str, Any]) -> None:
+    prov = files["run"]["provenance"]
+    run = dict(files["run"], device="no-such-npu", provenance=dict(prov, spec="no-such-npu"))
     text = run_report_html(run)
     assert "No roofline: the device spec no-such-npu cannot be loaded here" in text
     assert 'id="roofline-plot"' not in text and 'id="kernel-table"' in text
+    # the spec must be the one the run used: its recorded sha256
+    run = dict(files["run"], provenance=dict(prov, spec_sha256="0123456789ab" + "0" * 52))
+    text = run_report_html(run)
+    assert re.search(
+        r"No roofline: the spec wia-npu loaded here \(sha256 [0-9a-f]{12}\) is not the one "
+        r"the run used \(sha256 0123456789ab\)",
+        text,
+    )
+    # with --set overrides the ceilings are those of the spec as used
+    ctx = open_device("wia-npu", overrides={"memory.hbm.bandwidth_gbs": 900})
+    r = ctx.run("bert-base", **WORKLOAD).to_dict()
+    a = _parse(run_report_html(r)).attrs
+    assert float(a["fig-peak_bandwidth_gbs"]["data-value"]) == 900
+    assert "roofline-plot" in a
+    from wia_hw.report._run import _run_spec
+
+    assert _run_spec(r)[0].peak_bandwidth_gbs == 900
 
 
 def test_roofline_of_a_loaded_report_has_the_specs_ceilings(files: dict[str, Any]) -> None:
@@ -383,6 +401,9 @@ def test_run_page_figures_without_a_browser(files: dict[str, Any], pages: dict[s
         assert float(a[f"fig-{key}"]["data-value"]) == run[key], key
     assert int(a["fig-kernels"]["data-value"]) == len(run["kernels"])
     assert "roofline-plot" in a
+    # provenance: the spec as used, by its hash
+    text = pages["run"].read_text()
+    assert "provenance" in a and f"sha256 {run['provenance']['spec_sha256'][:12]}" in text
 
 
 def test_recommendations_live_are_measured_loaded_are_modelled(

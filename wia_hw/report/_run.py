@@ -21,6 +21,7 @@ has no profile to analyse and gets none.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -92,6 +93,48 @@ def _obj(d: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return v
 
 
+def _run_spec(d: Mapping[str, Any]) -> tuple[Any, str]:
+    """(the device spec a run report used, or None; why not). The spec is loaded as its
+    ``provenance`` records it (source and ``--set`` overrides; the report's ``device``
+    name without provenance) and must hash to the recorded ``spec_sha256``."""
+    from ..runtime import spec_sha256
+    from ..spec import load_spec
+
+    prov = _obj(d, "provenance")
+    source = prov.get("spec") or d.get("device")
+    try:
+        spec = load_spec(str(source), _obj(prov, "overrides") or None)
+    except WiaError as e:
+        return None, f"the device spec {source} cannot be loaded here ({e})"
+    if not hasattr(spec, "peak_bandwidth_gbs"):
+        return None, f"{source} is not a device spec"
+    want = prov.get("spec_sha256")
+    if want and spec_sha256(spec) != want:
+        return None, (
+            f"the spec {source} loaded here (sha256 {spec_sha256(spec)[:12]}) is not the one "
+            f"the run used (sha256 {str(want)[:12]})"
+        )
+    return spec, ""
+
+
+def _provenance(d: Mapping[str, Any]) -> str:
+    prov = _obj(d, "provenance")
+    if not prov:
+        return '<p class="muted">Provenance not recorded in this report.</p>'
+    sets = ", ".join(f"{k}={v}" for k, v in _obj(prov, "overrides").items())
+    exts = prov.get("extensions") or []
+    line = (
+        f"spec {prov.get('spec')} (sha256 {str(prov.get('spec_sha256', '?'))[:12]})"
+        + (f", --set {sets}" if sets else "")
+        + (f", {len(exts)} extension(s)" if exts else "")
+        + f", wia-hw {prov.get('wia_hw_version', '?')}, seed {prov.get('seed', '?')}"
+    )
+    return (
+        f'<details id="provenance"><summary>{esc(line)}</summary>'
+        f"<pre>{esc(json.dumps(prov, indent=1, sort_keys=True, default=str))}</pre></details>"
+    )
+
+
 def _run_view(d: Mapping[str, Any]) -> dict[str, Any]:
     kernels = []
     for i, k in enumerate(_records(d, "kernels")):
@@ -127,13 +170,10 @@ def _run_view(d: Mapping[str, Any]) -> dict[str, Any]:
         }
         for o in _records(d, "ops")
     ]
-    peak_bw = None
-    try:
-        from ..spec import load_spec
-
-        peak_bw = float(load_spec(str(d.get("device"))).peak_bandwidth_gbs)  # type: ignore[union-attr]
-    except (WiaError, AttributeError, TypeError):
-        pass
+    peak_bw = _f(_obj(_obj(d, "provenance"), "peaks").get("hbm_bandwidth_gbs"))
+    if peak_bw is None:  # a report from before provenance: the spec as named now
+        spec, _ = _run_spec(d)
+        peak_bw = None if spec is None else float(spec.peak_bandwidth_gbs)
     e = _f(d.get("energy_j"))
     figs = [
         ("latency_ms", "latency", d.get("latency_ms"), f"{fmt(d.get('latency_ms'), 4)} ms"),
@@ -375,16 +415,10 @@ def _roofline_section(kind: str, d: Mapping[str, Any], report: Any) -> str:
                 "own compute-side ceiling and the memory level that binds it."
             )
         else:
-            from ..spec import load_spec
-
-            try:
-                spec = load_spec(str(d.get("device")))
-            except WiaError as e:
+            spec, why = _run_spec(d)
+            if spec is None:
                 return section(
-                    "roofline",
-                    "Roofline",
-                    f'<p class="muted">No roofline: the device spec {esc(d.get("device"))} '
-                    f"cannot be loaded here ({esc(e)}).</p>",
+                    "roofline", "Roofline", f'<p class="muted">No roofline: {esc(why)}.</p>'
                 )
             fig, rf = run_roofline_figure(spec, _records(d, "kernels"))
             note = (
@@ -636,7 +670,7 @@ def run_report_html(report: Any, *, recommendations: Any = None, analyze: bool =
             else "Not analysed."
         )
     sections = [
-        section("summary", "Summary", figures(v["figures"])),
+        section("summary", "Summary", figures(v["figures"]) + _provenance(d)),
         _ops_section(v["ops"]),
         _kernel_section(v),
         _roofline_section(kind, d, prof),
