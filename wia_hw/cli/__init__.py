@@ -20,6 +20,8 @@ from ..emulator.errors import WiaError
 from ._bench import bench_cmd
 from ._case_study import case_study_cmd
 from ._collectives import collectives
+from ._compare import compare_cmd
+from ._export import export_cmd
 from ._ext import ext
 from ._import import import_cmd
 from ._profile import profile
@@ -66,6 +68,8 @@ for _command in (
     train_cmd,
     serve_cmd,
     case_study_cmd,
+    compare_cmd,
+    export_cmd,
 ):
     cli.add_command(_command)
 
