@@ -34,8 +34,8 @@ Tiling heuristic (the autotuner may replace it):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
 from .emulator.config import DeviceSpec
 from .emulator.errors import WorkloadError
@@ -59,6 +59,7 @@ __all__ = [
     "Provider",
     "Storage",
     "ATTR_LOWERINGS",
+    "gemm_key",
 ]
 
 #: Op kinds that are views: no data moves, no kernel.
@@ -185,12 +186,25 @@ def _l2_starved(spec: DeviceSpec, elem_bytes: int, tm: int, tn: int) -> bool:
     return demand > float(spec.bytes_per_cycle(spec.memory.l2.bandwidth_gbs))
 
 
+def gemm_key(k: GemmKernel) -> str:
+    """The key of a GEMM kernel's schedule: op kind, batch, M, N, K, precision, output
+    element bytes, bias and B's layout; kernels of equal keys tile alike (the layers of
+    a transformer share one), whatever their op names."""
+    layout = "bT" if k.b_transposed else "b" if k.b_shared else "bB"
+    bias = "+bias" if k.bias is not None else ""
+    out = k.c.elem_bytes if k.c is not None else 0
+    return f"{k.op_kind} {k.batch}x{k.m}x{k.n}x{k.k} {k.precision}->{out}B {layout}{bias}"
+
+
 @dataclass
 class Storage:
     """Maps graph tensor names to the storage they live in (views share storage); the
-    ``storage`` argument every lowering function (built-in or extension) receives."""
+    ``storage`` argument every lowering function (built-in or extension) receives.
+    ``schedules``: tilings by :func:`gemm_key` that replace the heuristic's (tuned by
+    :func:`wia_hw.optimize.autotune_model`); ``None``: the heuristic everywhere."""
 
     graph: Graph
+    schedules: Mapping[str, GemmTiling] | None = None
 
     def __post_init__(self) -> None:
         self.base: dict[str, tuple[str, int]] = {}
@@ -256,8 +270,7 @@ def _gemm_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[Ke
         )
         c_ref = st.ref(op.outputs[0], batch * m, n)
         shared = False
-    return [
-        GemmKernel(
+    kern = GemmKernel(
             name=op.name,
             op=op.name,
             group=op.group,
@@ -277,7 +290,11 @@ def _gemm_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[Ke
             b_transposed=transposed,
             tiling=tiling,
         )
-    ]
+    if st.schedules:
+        tuned = st.schedules.get(gemm_key(kern))
+        if tuned is not None:
+            kern = replace(kern, tiling=tuned)
+    return [kern]
 
 
 def _vector_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[Kernel]:
@@ -391,8 +408,12 @@ def _with_provider(k: Kernel, ext: str) -> Kernel:
 
 
 def lower(
-    graph: Graph, spec: DeviceSpec, providers: dict[str, tuple[str, Provider]] | None = None
+    graph: Graph,
+    spec: DeviceSpec,
+    providers: dict[str, tuple[str, Provider]] | None = None,
+    schedules: Mapping[str, GemmTiling] | None = None,
 ) -> list[tuple[Op, list[Kernel]]]:
-    """Every op of ``graph`` with its kernels, in execution order."""
-    st = Storage(graph)
+    """Every op of ``graph`` with its kernels, in execution order. ``schedules``: tuned
+    tilings of built-in GEMM kernels by :func:`gemm_key` (see :class:`Storage`)."""
+    st = Storage(graph, schedules)
     return [(op, lower_op(op, graph, spec, st, providers)) for op in graph.ops]

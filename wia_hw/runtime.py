@@ -284,9 +284,12 @@ class Context:
         inputs: Mapping[str, np.ndarray] | None = None,
         trace: bool = False,
         progress: Callable[[int, int, str], None] | None = None,
+        schedules: str | os.PathLike[str] | Mapping[str, Any] | None = None,
         **workload_kwargs: Any,
     ) -> RunResult:
-        """Run a workload; see :func:`wia_hw.run` for the arguments."""
+        """Run a workload; see :func:`wia_hw.run` for the arguments. ``schedules``: a
+        file of tuned GEMM schedules (:func:`wia_hw.optimize.autotune_model`; entries of
+        this spec apply, others are ignored) or a mapping of them by kernel key."""
         if mode not in MODES:
             raise WorkloadError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         seed = self.seed if seed is None else seed
@@ -304,7 +307,11 @@ class Context:
         graph = resolve_workload(
             workload, batch=batch, seq=seq, precision=precision, **workload_kwargs
         )
-        lowered = lower(graph, self.spec, self.providers)
+        if schedules is not None and not isinstance(schedules, Mapping):
+            from .optimize._schedules import load_schedules
+
+            schedules = load_schedules(schedules, self.spec)
+        lowered = lower(graph, self.spec, self.providers, schedules)
         dev = self.device
         obs = tuple(self.observers)
         dev.trace = [] if trace or any(o.wants_trace for o in obs) else None

@@ -6,10 +6,20 @@ quantisation (the seed's section 8.7 steps 1 and 2).
 * :func:`quantize_model` with a :class:`QuantizationConfig` (:class:`QuantMode`,
   :class:`Precision`, :class:`CalibrationMethod`) turns the linear/matmul ops of a
   float graph into int8 ones with scales calibrated on data (:mod:`._quant`).
+* :func:`autotune_model` with an :class:`AutotuneConfig` searches each GEMM kernel's
+  schedule (tiles, loop order, core split) on the emulator with a grid, random or
+  ML-guided search; the :class:`AutotuneResult` saves them to a JSON file that
+  ``wia_hw.run(..., schedules=path)`` applies (:mod:`._autotune`, :mod:`._schedules`).
 """
 
 from __future__ import annotations
 
+from ._autotune import (
+    AutotuneConfig,
+    AutotuneResult,
+    KernelTuning,
+    autotune_model,
+)
 from ._fusion import FUSION_PATTERNS, FusionConfig, apply_fusion
 from ._quant import (
     CalibrationMethod,
@@ -21,9 +31,17 @@ from ._quant import (
     calibrate_threshold,
     quantize_model,
 )
+from ._schedules import AutotuneError, ScheduleError, load_schedules
 
 __all__ = [
     "FUSION_PATTERNS",
+    "AutotuneConfig",
+    "AutotuneError",
+    "AutotuneResult",
+    "KernelTuning",
+    "ScheduleError",
+    "autotune_model",
+    "load_schedules",
     "CalibrationMethod",
     "FusionConfig",
     "Precision",

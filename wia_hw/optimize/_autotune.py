@@ -1,0 +1,692 @@
+"""Kernel auto-tuning: search each GEMM kernel's schedule on the emulator (the seed's
+section 8.7 step 3).
+
+:func:`autotune_model` lowers a graph, groups its built-in GEMM kernels by
+:func:`~wia_hw.lowering.gemm_key` (the 24 layers of BERT-Large share 6 keys: each is
+tuned once) and searches, per key, the schedule that takes the fewest cycles.
+
+**Search space** (:func:`candidate_pool`), per kernel:
+
+* tile sizes ``tm``/``tn``: whole multiples of the array's rows/cols (x1, 2, 3, 4, 6,
+  8, 12, 16, ...) below the padded extent, and the whole extent; ``tk``: the whole K or
+  multiples of the array rows (x1, 2, 4, 8, ...); ``tb`` (batched GEMMs whose matrices
+  fit one tile): 1, 2, 4, ... up to the batch. Every candidate fits the double-buffered
+  L1 exactly as lowering's heuristic requires: ``tb (tm + tn) tk bytes <= L1/2`` and
+  ``tb tm tn out_bytes <= L1/4``; candidates of more than ``max_tiles`` tiles are left
+  out (their per-tile overhead already loses, and they are slow to emulate).
+* loop order over output tiles: ``mn`` (tiles sharing an A panel adjacent) or ``nm``.
+* core split: a core's share is a contiguous run of tiles in loop order
+  (``Device.partition``), so the order also chooses whether cores split M (``mn``) or N
+  (``nm``); the split granularity is the minimum number of tiles per core (1, 2, 4):
+  tiles are halved, the larger side first, until the kernel has that many per core.
+  More tiles per core balance the cores and overlap loads with compute; fewer reuse
+  more per tile.
+* dataflow: the array of a spec has one (``compute.array.dataflow``: ``os`` or ``ws``),
+  not both, so it is not searched; each schedule records the dataflow it was tuned for
+  and its spec hash, so it never applies to another array.
+
+**Measurement.** One candidate's cost is its cycles on a fresh device
+(:class:`~wia_hw.emulator.device.Device`, cold caches) running that kernel alone: the
+emulator itself, not a model of it. Runs are cached by (spec hash, kernel key,
+tiling) for the life of the process, so a candidate met again (another seed, another
+method, the same key in another graph) costs a dictionary look-up. A first run costs
+what the emulator takes for that kernel (about 1 to 20 ms on BERT-Large's GEMMs);
+``AutotuneResult.candidates_per_s`` reports the figure measured.
+
+**Methods** (``AutotuneConfig.method``):
+
+* ``grid``: the pool in canonical order (tm, tn, tk, tb, order), evenly strided to fit
+  ``max_trials``;
+* ``random``: a seeded permutation of the pool;
+* ``ml``: a cost model learned from the trials measured so far, in the spirit of TVM's
+  XGBoost tuner: after a first random batch, it fits gradient-boosted trees
+  (scikit-learn ``GradientBoostingRegressor``, ``cost_model="gbt"``) or a ridge
+  regression on quadratic features (numpy, ``cost_model="ridge"``) to the log cycles of
+  the measured candidates from their features (:func:`schedule_features`: log tile
+  sizes, tile counts, tiles per core and imbalance, padding waste on the array, L1
+  footprint, reuse per byte, loop order), ranks every unmeasured candidate of the pool
+  and measures the best ``batch_size`` of them, each slot replaced by a random one
+  with probability ``epsilon`` (exploration).
+
+The heuristic's own tiling is measured first (trial 0) and kept when nothing beats it,
+so a tuned kernel is never slower than the default on its own. Every choice is
+seeded: the same graph, spec, config and seed give the same schedules, unless a
+``time_budget_seconds`` cuts the search at a wall-clock-dependent point.
+
+Errors: an :class:`AutotuneError` (one line) for a budget of 0, an unknown method or
+cost model, or a name in ``kernels_to_tune`` that is neither an op with a GEMM kernel
+nor a kernel key of the graph.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..emulator.config import DeviceSpec
+from ..emulator.device import Device
+from ..emulator.kernels import GemmKernel, GemmTiling
+from ..graph import Graph
+from ..lowering import gemm_key, lower
+from ._schedules import AutotuneError, save_schedules, spec_hash
+
+__all__ = [
+    "METHODS",
+    "COST_MODELS",
+    "AutotuneConfig",
+    "AutotuneResult",
+    "KernelTuning",
+    "autotune_model",
+    "candidate_pool",
+    "schedule_features",
+    "measure_cycles",
+    "kernel_floor_cycles",
+]
+
+METHODS = ("grid", "random", "ml")
+COST_MODELS = ("gbt", "ridge")
+
+
+@dataclass(frozen=True)
+class AutotuneConfig:
+    """How to tune.
+
+    ``method``: ``grid``, ``random`` or ``ml`` (see the module docstring).
+    ``time_budget_seconds``: wall seconds for the whole graph (shared among the kernels
+    still to tune), ``None`` for no limit. ``max_trials``: candidates measured per
+    kernel key (the default tiling, measured first, is not counted). Both must be
+    positive. ``kernels_to_tune``: op names or kernel keys (``None``: every built-in
+    GEMM kernel). ``seed``: every random choice. ``batch_size``/``epsilon``: the ML
+    tuner's candidates per round and exploration probability. ``cost_model``: ``gbt``
+    (scikit-learn) or ``ridge`` (numpy). ``max_tiles``: the largest tile count a
+    candidate may have.
+    """
+
+    method: str = "ml"
+    time_budget_seconds: float | None = 60.0
+    max_trials: int = 64
+    kernels_to_tune: Sequence[str] | None = None
+    seed: int = 0
+    batch_size: int = 8
+    epsilon: float = 0.1
+    cost_model: str = "gbt"
+    max_tiles: int = 256
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise AutotuneError(
+                f"AutotuneConfig.method must be one of {', '.join(METHODS)}, got {self.method!r}"
+            )
+        if self.cost_model not in COST_MODELS:
+            raise AutotuneError(
+                f"AutotuneConfig.cost_model must be one of {', '.join(COST_MODELS)}, "
+                f"got {self.cost_model!r}"
+            )
+        t = self.time_budget_seconds
+        if t is not None and (
+            isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0 or math.isnan(t)
+        ):
+            raise AutotuneError(
+                f"AutotuneConfig.time_budget_seconds must be positive (or None for no "
+                f"limit), got {t!r}: a budget of 0 tunes nothing"
+            )
+        for name in ("max_trials", "batch_size", "max_tiles"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise AutotuneError(
+                    f"AutotuneConfig.{name} must be a positive integer, got {v!r}"
+                    + (": a budget of 0 tunes nothing" if name == "max_trials" else "")
+                )
+        if not 0.0 <= float(self.epsilon) <= 1.0:
+            raise AutotuneError(f"AutotuneConfig.epsilon must be in [0, 1], got {self.epsilon!r}")
+        if isinstance(self.kernels_to_tune, str):
+            raise AutotuneError(
+                "AutotuneConfig.kernels_to_tune must be a list of names, got the string "
+                f"{self.kernels_to_tune!r}"
+            )
+
+
+@dataclass
+class KernelTuning:
+    """One kernel key's search: the ``ops`` that share it, the ``default`` tiling and
+    its cycles, the ``best`` found and its cycles (never more than the default's), its
+    ``floor_cycles`` (the largest floor of the bound model, :func:`kernel_floor_cycles`),
+    ``trials`` measured, the ``pool_size`` searched, and ``history``: the best cycles
+    after each trial (``history[0]``: the default)."""
+
+    key: str
+    ops: tuple[str, ...]
+    precision: str
+    dataflow: str
+    default: GemmTiling
+    default_cycles: int
+    best: GemmTiling
+    best_cycles: int
+    floor_cycles: float
+    trials: int
+    pool_size: int
+    history: list[int] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.ops)
+
+    @property
+    def speedup(self) -> float:
+        return self.default_cycles / self.best_cycles if self.best_cycles else 1.0
+
+
+@dataclass
+class AutotuneResult:
+    """What :func:`autotune_model` found: ``kernels`` by key, the ``method`` and
+    ``seed``, the ``device`` name and ``spec_sha256``, ``wall_s`` of the search,
+    ``measured`` (emulator runs made), ``cache_hits`` (candidates found in the cache)
+    and ``eval_s`` (wall seconds spent measuring)."""
+
+    method: str
+    seed: int
+    device: str
+    spec_sha256: str
+    dataflow: str
+    kernels: dict[str, KernelTuning]
+    wall_s: float
+    measured: int
+    cache_hits: int
+    eval_s: float
+
+    @property
+    def candidates(self) -> int:
+        """Candidates evaluated (emulator runs and cache hits)."""
+        return self.measured + self.cache_hits
+
+    @property
+    def candidates_per_s(self) -> float:
+        """Candidates evaluated per wall second of evaluation."""
+        return self.candidates / self.eval_s if self.eval_s > 0 else float("inf")
+
+    @property
+    def schedules(self) -> dict[str, GemmTiling]:
+        """The tuned tilings that beat the default, by kernel key (what ``run`` and
+        :func:`wia_hw.lowering.lower` accept as ``schedules``)."""
+        return {k: t.best for k, t in self.kernels.items() if t.best_cycles < t.default_cycles}
+
+    @property
+    def default_cycles(self) -> int:
+        """Cycles of every tuned kernel with its default tiling, each alone on a fresh
+        device, summed over the ops that share it."""
+        return sum(t.default_cycles * t.count for t in self.kernels.values())
+
+    @property
+    def tuned_cycles(self) -> int:
+        """The same sum with the tuned tilings."""
+        return sum(t.best_cycles * t.count for t in self.kernels.values())
+
+    def entries(self) -> list[dict[str, Any]]:
+        """The schedule-file entries of the tuned kernels (:mod:`._schedules`)."""
+        out = []
+        for key, t in self.kernels.items():
+            if t.best_cycles >= t.default_cycles:
+                continue
+            b = t.best
+            out.append(
+                {
+                    "kernel": key,
+                    "precision": t.precision,
+                    "device": self.device,
+                    "spec_sha256": self.spec_sha256,
+                    "dataflow": t.dataflow,
+                    "tiling": {"tm": b.tm, "tn": b.tn, "tk": b.tk, "tb": b.tb, "order": b.order},
+                    "cycles": t.best_cycles,
+                    "default_cycles": t.default_cycles,
+                    "floor_cycles": t.floor_cycles,
+                    "trials": t.trials,
+                    "method": self.method,
+                    "seed": self.seed,
+                }
+            )
+        return out
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Merge the tuned schedules into the JSON file at ``path``; returns it."""
+        return save_schedules(path, self.entries())
+
+    def table(self) -> str:
+        """A plain-text table: one line per kernel key."""
+        lines = [
+            f"{'kernel':44} {'ops':>4} {'default':>10} {'tuned':>10} {'floor':>10} "
+            f"{'x':>5} {'trials':>6}  tiling"
+        ]
+        for key, t in self.kernels.items():
+            b = t.best
+            lines.append(
+                f"{key[:44]:44} {t.count:4d} {t.default_cycles:10d} {t.best_cycles:10d} "
+                f"{t.floor_cycles:10.0f} {t.speedup:5.2f} {t.trials:6d}  "
+                f"{b.tm}x{b.tn}x{b.tk} tb={b.tb} {b.order}"
+            )
+        return "\n".join(lines)
+
+
+# -- measurement --------------------------------------------------------------------
+
+#: (spec hash, kernel key, tiling) -> (cycles, bytes per level) of the kernel alone on
+#: a fresh device.
+_MEASURED: dict[tuple[str, str, GemmTiling], tuple[int, tuple[int, int, int]]] = {}
+
+
+def _run(
+    kernel: GemmKernel, tiling: GemmTiling, spec: DeviceSpec, spec_sha: str | None
+) -> tuple[tuple[int, tuple[int, int, int]], bool]:
+    h = spec_sha or spec_hash(spec)
+    key = (h, gemm_key(kernel), tiling)
+    hit = _MEASURED.get(key)
+    if hit is not None:
+        return hit, True
+    rec = Device(spec).execute([replace(kernel, tiling=tiling)])[0]
+    b = rec.counters.bytes
+    out = (int(rec.end_cycle - rec.start_cycle), (b["l1"], b["l2"], b["hbm"]))
+    if len(_MEASURED) > 200_000:
+        _MEASURED.clear()
+    _MEASURED[key] = out
+    return out, False
+
+
+def measure_cycles(
+    kernel: GemmKernel, tiling: GemmTiling, spec: DeviceSpec, spec_sha: str | None = None
+) -> tuple[int, bool]:
+    """Cycles of ``kernel`` with ``tiling`` alone on a fresh device of ``spec`` (the
+    emulator's own count: ``end_cycle - start_cycle`` of its record), and whether the
+    cache answered. Cached by (spec hash, kernel key, tiling)."""
+    (cycles, _), hit = _run(kernel, tiling, spec, spec_sha)
+    return cycles, hit
+
+
+def kernel_floor_cycles(
+    kernel: GemmKernel, tiling: GemmTiling, spec: DeviceSpec, spec_sha: str | None = None
+) -> dict[str, float]:
+    """The floors of the bound model (:mod:`wia_hw.profiling._bounds`) of ``kernel`` with
+    ``tiling`` run alone on a fresh device, in cycles: ``compute`` (its FLOPs at the
+    arrays' peak), ``pipeline`` and ``parallelism`` (the array's issue cycles of its
+    tiles, over all cores and on the busiest core), and ``l1``/``l2``/``hbm`` (the bytes
+    each level carried during the run, at that level's bandwidth). Each is a lower bound
+    of the kernel's cycles."""
+    from ..profiling._bounds import floors_cycles, unit_floors
+    from ..profiling._metrics import DeviceInfo
+
+    (_, (l1, l2, hbm)), _ = _run(kernel, tiling, spec, spec_sha)
+    k = replace(kernel, tiling=tiling)
+    uf = unit_floors(k, spec)
+    dev = DeviceInfo.from_spec(spec)
+    return floors_cycles(
+        None,
+        2 * k.macs,
+        k.precision,
+        "gemm",
+        uf.to_dict() if uf is not None else None,
+        {"l1": l1, "l2": l2, "hbm": hbm},
+        dev,
+    )
+
+
+# -- search space -------------------------------------------------------------------
+
+_MULTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+
+
+def _sides(extent: int, unit: int) -> list[int]:
+    if extent <= unit:
+        return [extent]
+    out = {unit * j for j in _MULTS if unit * j < extent}
+    out.add(extent)
+    return sorted(out)
+
+
+def _split(spec: DeviceSpec, k: GemmKernel, t: GemmTiling, per_core: int) -> GemmTiling:
+    """Halve tiles (the larger side first; then tb) until the kernel has at least
+    ``per_core`` tiles per core, where the shape allows (the core split)."""
+    a = spec.compute.array
+    R, C = a.rows, a.cols
+    tm, tn, tb = t.tm, t.tn, t.tb
+    target = per_core * spec.compute.cores
+
+    def count() -> int:
+        return -(-k.batch // tb) * -(-k.m // tm) * -(-k.n // tn) * -(-k.k // t.tk)
+
+    def half(x: int, unit: int) -> int:  # half of x, rounded up to whole units
+        return _ceil_div(_ceil_div(x, 2), unit) * unit
+
+    while count() < target:
+        if tb > 1:
+            tb = -(-tb // 2)
+        elif tm > R and tm >= tn:
+            tm = half(tm, R)
+        elif tn > C:
+            tn = half(tn, C)
+        elif tm > R:
+            tm = half(tm, R)
+        else:
+            break
+    return GemmTiling(tm=min(tm, k.m), tn=min(tn, k.n), tk=t.tk, tb=tb, order=t.order)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _tile_count(k: GemmKernel, t: GemmTiling) -> int:
+    return -(-k.batch // t.tb) * -(-k.m // t.tm) * -(-k.n // t.tn) * -(-k.k // t.tk)
+
+
+def _fits(spec: DeviceSpec, k: GemmKernel, t: GemmTiling) -> bool:
+    e = k.a.elem_bytes if k.a is not None else 2
+    eo = k.c.elem_bytes if k.c is not None else e
+    l1 = spec.memory.l1.size_bytes
+    return t.tb * (t.tm + t.tn) * t.tk * e <= l1 // 2 and t.tb * t.tm * t.tn * eo <= l1 // 4
+
+
+def candidate_pool(kernel: GemmKernel, spec: DeviceSpec, max_tiles: int = 256) -> list[GemmTiling]:
+    """Every candidate tiling of ``kernel`` on ``spec`` (the search space of the module
+    docstring), deduplicated, in canonical order (tm, tn, tk, tb, order)."""
+    a = spec.compute.array
+    R, C = a.rows, a.cols
+    k = kernel
+    tms, tns = _sides(k.m, R), _sides(k.n, C)
+    tks = _sides(k.k, R)
+    out: set[GemmTiling] = set()
+    for tm in tms:
+        for tn in tns:
+            whole = tm >= k.m and tn >= k.n
+            tbs = [1]
+            if whole and k.batch > 1:
+                tbs = sorted({min(k.batch, 2**i) for i in range(k.batch.bit_length() + 1)})
+            for tk in tks:
+                for tb in tbs:
+                    for order in ("mn", "nm"):
+                        base = GemmTiling(tm=tm, tn=tn, tk=tk, tb=tb, order=order)
+                        if not _fits(spec, k, base):
+                            continue
+                        for per_core in (1, 2, 4):
+                            t = _split(spec, k, base, per_core)
+                            if _tile_count(k, t) <= max_tiles:
+                                out.add(t)
+    return sorted(out, key=lambda t: (t.tm, t.tn, t.tk, t.tb, t.order))
+
+
+def schedule_features(kernel: GemmKernel, t: GemmTiling, spec: DeviceSpec) -> list[float]:
+    """The cost model's features of one candidate (see the module docstring)."""
+    a = spec.compute.array
+    R, C = a.rows, a.cols
+    k = kernel
+    cores = spec.compute.cores
+    mt, nt = -(-k.m // t.tm), -(-k.n // t.tn)
+    kt, bt = -(-k.k // t.tk), -(-k.batch // t.tb)
+    out_tiles = bt * mt * nt
+    tiles = out_tiles * kt
+    e = k.a.elem_bytes if k.a is not None else 2
+    # MAC slots the array passes occupy over the MACs done (padding to R x C)
+    pad_m = mt * -(-t.tm // R) * R / k.m if a.dataflow == "os" else 1.0
+    pad_n = nt * -(-t.tn // C) * C / k.n
+    pad_k = kt * -(-t.tk // R) * R / k.k if a.dataflow == "ws" else 1.0
+    share = -(-out_tiles // cores)
+    l1_frac = t.tb * (t.tm + t.tn) * t.tk * e / (spec.memory.l1.size_bytes / 2)
+    return [
+        math.log2(t.tm),
+        math.log2(t.tn),
+        math.log2(t.tk),
+        math.log2(t.tb),
+        1.0 if t.order == "mn" else 0.0,
+        math.log2(tiles),
+        math.log2(out_tiles),
+        float(kt),
+        tiles / cores,
+        share * cores / out_tiles,
+        min(out_tiles, cores) / cores,
+        pad_m,
+        pad_n,
+        pad_k,
+        l1_frac,
+        math.log2(1.0 / (1.0 / t.tm + 1.0 / t.tn)),
+        math.log2(t.tm * t.tn * t.tb),
+    ]
+
+
+# -- cost models --------------------------------------------------------------------
+
+
+class _Ridge:
+    """Ridge regression on standardised features and their squares (numpy)."""
+
+    def __init__(self, alpha: float = 1.0) -> None:
+        self.alpha = alpha
+
+    def _expand(self, x: np.ndarray) -> np.ndarray:
+        z = (x - self.mu) / self.sd
+        return np.hstack([z, z * z, np.ones((len(z), 1))])
+
+    def fit(self, x: np.ndarray, y: np.ndarray) -> _Ridge:
+        self.mu = x.mean(axis=0)
+        self.sd = x.std(axis=0)
+        self.sd[self.sd == 0] = 1.0
+        z = self._expand(x)
+        reg = self.alpha * np.eye(z.shape[1])
+        reg[-1, -1] = 0.0
+        self.w = np.linalg.solve(z.T @ z + reg, z.T @ y)
+        return self
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        return self._expand(x) @ self.w
+
+
+def _model(kind: str, seed: int) -> Any:
+    if kind == "ridge":
+        return _Ridge()
+    try:
+        from sklearn.ensemble import GradientBoostingRegressor
+    except ImportError:  # pragma: no cover - the test extras install it
+        raise AutotuneError(
+            "AutotuneConfig.cost_model='gbt' needs scikit-learn (pip install scikit-learn); "
+            "cost_model='ridge' needs nothing"
+        ) from None
+    return GradientBoostingRegressor(
+        n_estimators=80, max_depth=3, learning_rate=0.1, subsample=1.0, random_state=seed
+    )
+
+
+# -- the search ---------------------------------------------------------------------
+
+
+class _Evaluator:
+    def __init__(self, spec: DeviceSpec, sha: str) -> None:
+        self.spec, self.sha = spec, sha
+        self.measured = self.hits = 0
+        self.seconds = 0.0
+
+    def __call__(self, kernel: GemmKernel, t: GemmTiling) -> int:
+        t0 = time.perf_counter()
+        cycles, hit = measure_cycles(kernel, t, self.spec, self.sha)
+        self.seconds += time.perf_counter() - t0
+        if hit:
+            self.hits += 1
+        else:
+            self.measured += 1
+        return cycles
+
+
+def _search(
+    kernel: GemmKernel,
+    spec: DeviceSpec,
+    cfg: AutotuneConfig,
+    ev: _Evaluator,
+    deadline: float,
+) -> tuple[GemmTiling, int, int, list[int], int]:
+    """(best tiling, its cycles, default cycles, history, pool size) of one kernel."""
+    default = kernel.tiling
+    default_cycles = ev(kernel, default)
+    pool = [t for t in candidate_pool(kernel, spec, cfg.max_tiles) if t != default]
+    rng = np.random.default_rng([cfg.seed, zlib.crc32(gemm_key(kernel).encode())])
+    best, best_cycles = default, default_cycles
+    history = [default_cycles]
+    budget = min(cfg.max_trials, len(pool))
+
+    def take(t: GemmTiling) -> int:
+        nonlocal best, best_cycles
+        c = ev(kernel, t)
+        if c < best_cycles:
+            best, best_cycles = t, c
+        history.append(best_cycles)
+        return c
+
+    def out_of_time() -> bool:
+        return time.perf_counter() > deadline
+
+    if cfg.method == "grid":
+        idx = np.unique(np.linspace(0, len(pool) - 1, budget).round().astype(int)) if pool else []
+        for i in idx:
+            if out_of_time():
+                break
+            take(pool[int(i)])
+    elif cfg.method == "random":
+        for i in rng.permutation(len(pool))[:budget]:
+            if out_of_time():
+                break
+            take(pool[int(i)])
+    else:
+        feats = np.array([schedule_features(kernel, t, spec) for t in pool]) if pool else None
+        left = list(range(len(pool)))
+        xs = [schedule_features(kernel, default, spec)]
+        ys = [math.log(default_cycles)]
+        first = rng.permutation(len(pool))[: min(cfg.batch_size, budget)]
+        batch = [int(i) for i in first]
+        while batch and not out_of_time():
+            for i in batch:
+                if len(history) - 1 >= budget or out_of_time():
+                    break
+                ys.append(math.log(take(pool[i])))
+                xs.append(list(feats[i]))
+                left.remove(i)
+            if len(history) - 1 >= budget or not left:
+                break
+            model = _model(cfg.cost_model, cfg.seed).fit(np.array(xs), np.array(ys))
+            pred = model.predict(feats[left])
+            ranked = [left[j] for j in np.argsort(pred, kind="stable")]
+            n = min(cfg.batch_size, budget - (len(history) - 1), len(left))
+            batch, chosen = [], set()
+            pos = 0
+            for _ in range(n):
+                if rng.random() < cfg.epsilon:
+                    rest = [i for i in left if i not in chosen]
+                    pick = rest[int(rng.integers(len(rest)))]
+                else:
+                    while ranked[pos] in chosen:
+                        pos += 1
+                    pick = ranked[pos]
+                chosen.add(pick)
+                batch.append(pick)
+    return best, best_cycles, default_cycles, history, len(pool)
+
+
+def _kernels_of(
+    graph: Graph, spec: DeviceSpec, providers: Mapping[str, Any] | None
+) -> dict[str, tuple[GemmKernel, list[str]]]:
+    out: dict[str, tuple[GemmKernel, list[str]]] = {}
+    for op, kernels in lower(graph, spec, dict(providers or {})):
+        for k in kernels:
+            if isinstance(k, GemmKernel) and k.provider == "builtin":
+                key = gemm_key(k)
+                if key in out:
+                    out[key][1].append(op.name)
+                else:
+                    out[key] = (k, [op.name])
+    return out
+
+
+def autotune_model(
+    graph: Graph,
+    config: AutotuneConfig | None = None,
+    *,
+    device: Any = "wia-npu",
+    schedules_file: str | os.PathLike[str] | None = None,
+) -> AutotuneResult:
+    """Tune the schedule of every built-in GEMM kernel of ``graph`` (or those named in
+    ``config.kernels_to_tune``) on ``device`` (a spec name or path, a
+    :class:`DeviceSpec`, or a :class:`wia_hw.Context`, whose extensions lower the graph
+    as ``run`` would). Kernels sharing a key are tuned once, the heaviest first.
+
+    Returns an :class:`AutotuneResult`; with ``schedules_file`` its schedules are also
+    merged into that JSON file, which ``wia_hw.run(..., schedules=path)`` applies.
+    Raises :class:`AutotuneError` (one line) for an unknown kernel name.
+    """
+    from ..runtime import Context, open_device
+
+    cfg = config or AutotuneConfig()
+    if not isinstance(cfg, AutotuneConfig):
+        raise AutotuneError(f"config must be an AutotuneConfig, got {type(cfg).__name__}")
+    if not isinstance(graph, Graph):
+        raise AutotuneError(f"autotune_model takes a Graph, got {type(graph).__name__}")
+    ctx = device if isinstance(device, Context) else open_device(device)
+    spec = ctx.spec
+    found = _kernels_of(graph, spec, ctx.providers)
+    if cfg.kernels_to_tune is not None:
+        by_op = {op: key for key, (_, ops) in found.items() for op in ops}
+        keys: list[str] = []
+        for name in cfg.kernels_to_tune:
+            key = name if name in found else by_op.get(name)
+            if key is None:
+                some = ", ".join(repr(o) for o in list(by_op)[:3])
+                raise AutotuneError(
+                    f"kernels_to_tune: unknown kernel {name!r}: no GEMM op or kernel key of "
+                    f"that name in graph {graph.name!r} (ops such as {some})"
+                )
+            if key not in keys:
+                keys.append(key)
+        found = {k: found[k] for k in keys}
+    order = sorted(found, key=lambda key: (-found[key][0].macs * len(found[key][1]), key))
+    sha = spec_hash(spec)
+    ev = _Evaluator(spec, sha)
+    start = time.perf_counter()
+    limit = cfg.time_budget_seconds
+    tuned: dict[str, KernelTuning] = {}
+    for i, key in enumerate(order):
+        kernel, ops = found[key]
+        if limit is None:
+            deadline = math.inf
+        else:  # the time left, shared among the kernels left
+            left = start + limit - time.perf_counter()
+            deadline = time.perf_counter() + max(0.0, left) / (len(order) - i)
+        best, best_c, dflt_c, history, pool = _search(kernel, spec, cfg, ev, deadline)
+        tuned[key] = KernelTuning(
+            key=key,
+            ops=tuple(ops),
+            precision=kernel.precision,
+            dataflow=spec.compute.array.dataflow,
+            default=kernel.tiling,
+            default_cycles=dflt_c,
+            best=best,
+            best_cycles=best_c,
+            floor_cycles=max(kernel_floor_cycles(kernel, best, spec, sha).values()),
+            trials=len(history) - 1,
+            pool_size=pool,
+            history=history,
+        )
+    result = AutotuneResult(
+        method=cfg.method,
+        seed=cfg.seed,
+        device=spec.name,
+        spec_sha256=sha,
+        dataflow=spec.compute.array.dataflow,
+        kernels={k: tuned[k] for k in order},
+        wall_s=time.perf_counter() - start,
+        measured=ev.measured,
+        cache_hits=ev.hits,
+        eval_s=ev.seconds,
+    )
+    if schedules_file is not None:
+        result.save(schedules_file)
+    return result
