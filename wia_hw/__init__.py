@@ -70,12 +70,16 @@ from .extensions.transformer_engine import (
 )
 from .graph import Graph, GraphBuilder, Op, Tensor
 from .optimize import (
+    AutotuneConfig,
+    AutotuneError,
+    AutotuneResult,
     CalibrationMethod,
     FusionConfig,
     Precision,
     QuantizationConfig,
     QuantMode,
     apply_fusion,
+    autotune_model,
     quantize_model,
 )
 from .profiling import (
@@ -269,6 +273,10 @@ __all__ = [
     "QuantMode",
     "QuantizationConfig",
     "apply_fusion",
+    "autotune_model",
+    "AutotuneConfig",
+    "AutotuneError",
+    "AutotuneResult",
     "quantize_model",
     # serving, the optimisation workflow and the case study (seed 8.1, 8.7)
     "BatchingConfig",
