@@ -101,7 +101,9 @@ class CaseStudyRow:
 class CaseStudyResult:
     """The case study's table (``rows``), the runs behind it (``runs``: step -> RunResult;
     ``server``: the batching benchmark), the accuracy measurement, the feasibility
-    statements with their arithmetic, and the goal."""
+    statements with their arithmetic, and the goal: ``goal_achieved`` is the seed's
+    stated goal (the batch's latency after the last optimisation below the target);
+    ``goal`` also gives the seed's printed test (batching P99 below the target)."""
 
     model: str
     device: str
@@ -484,9 +486,12 @@ def case_study(
                 note=(
                     f"P99 {sb.p99_latency_ms:.2f} ms (seed {SEED_FIGURES['p99_ms']}), "
                     f"{sb.throughput:,.0f} seq/s (seed {SEED_FIGURES['throughput']:,.0f}); "
-                    f"floor of the smallest batch ({smallest[0]}x{smallest[1]}); full "
+                    f"floor of the smallest batch ({smallest[0]}x{smallest[1]}); the "
+                    f"smallest padded batch takes {server.service_ms(1, seq):.2f} ms and a "
+                    "request arriving during a batch waits for it first; full "
                     f"batches of {max_batch_size} back to back would give "
-                    f"{server.capacity_rps(seq):,.0f} seq/s"
+                    f"{server.capacity_rps(seq):,.0f} seq/s at "
+                    f"{server.service_ms(max_batch_size, seq):.2f} ms per batch"
                 ),
             )
         )
@@ -513,18 +518,21 @@ def case_study(
         f"{min(r.floor_ms for r in rows[:-1] if r.floor_ms is not None):.2f} ms",
     ]
     last = [r for r in rows if r.available and r.step != "dynamic batching"][-1]
+    achieved = last.latency_ms < target_latency_ms
+    goal = (
+        f"the stated goal, b{batch} s{seq} in < {target_latency_ms:g} ms: "
+        f"{last.latency_ms:.2f} ms after {last.step}"
+    )
     if sb is not None:
-        achieved = sb.p99_latency_ms < target_latency_ms
-        goal = (
-            f"seed's test: batching P99 {sb.p99_latency_ms:.2f} ms < {target_latency_ms:g} ms; "
-            f"b{batch} latency {last.latency_ms:.2f} ms "
-            f"{'<' if last.latency_ms < target_latency_ms else '>='} {target_latency_ms:g} ms"
+        ok = sb.p99_latency_ms < target_latency_ms
+        goal += (
+            f"; the seed's printed test, batching P99 < {target_latency_ms:g} ms: "
+            f"{'yes' if ok else 'no'} ({sb.p99_latency_ms:.2f} ms at {sb.throughput:,.0f} seq/s)"
         )
         overall = base.latency_ms / sb.p50_latency_ms
         tput = sb.throughput / base.throughput
     else:
-        achieved = False
-        goal = f"no Poisson rate meets P99 <= {target_latency_ms:g} ms"
+        goal += f"; no Poisson rate meets batching P99 <= {target_latency_ms:g} ms"
         overall = tput = None
     result = CaseStudyResult(
         model=model,

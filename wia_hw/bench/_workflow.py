@@ -55,6 +55,8 @@ __all__ = [
     "WorkflowStep",
     "autotuner",
     "bottleneck_shares",
+    "calibration_model",
+    "shrink_vocab",
     "functional_agreement",
     "optimize_workload",
     "random_batches",
@@ -297,6 +299,36 @@ def random_batches(graph: Graph, n: int, seed: int) -> list[dict[str, np.ndarray
     return [{t.name: random_input(rng, t.shape, t.dtype, vocab.get(t.name)) for t in ins} for _ in range(n)]
 
 
+#: Rows of an embedding table the functional (calibration, verification) models keep.
+FUNCTIONAL_VOCAB_ROWS = 1024
+
+
+def shrink_vocab(graph: Graph, rows: int = FUNCTIONAL_VOCAB_ROWS) -> tuple[Graph, str]:
+    """``graph`` with every embedding table read by a graph input cut to its first
+    ``rows`` rows, and a label saying so ("" when nothing was cut). Weights and token ids
+    are random in these models either way; no quantised tensor changes shape, and the
+    functional runs no longer draw and round a 30,522 x 1,024 table each time."""
+    from dataclasses import replace
+
+    inputs = {t.name for t in graph.tensors.values() if t.kind == "input"}
+    cut: dict[str, tuple[int, ...]] = {}
+    for op in graph.ops:
+        if op.kind == "embedding" and op.inputs[0] in inputs:
+            t = graph.tensors[op.inputs[1]]
+            if t.shape[0] > rows:
+                cut[t.name] = (rows, *t.shape[1:])
+    if not cut:
+        return graph, ""
+    tensors = [replace(t, shape=cut[n]) if n in cut else t for n, t in graph.tensors.items()]
+    label = ", ".join(
+        f"{n} {cut[n][0]:,} of {graph.tensors[n].shape[0]:,} rows" for n in cut
+    )
+    return (
+        Graph(graph.name, tensors, graph.ops, sequences=graph.sequences, params=graph.params),
+        label,
+    )
+
+
 def reduced_model(graph: Graph, layers: int, batch: int = 2, seq: int = 16) -> tuple[Graph, str]:
     """The float model of ``graph`` rebuilt small, and a label saying so. A builder model
     is rebuilt with ``layers`` layers (when it has layers), ``batch`` and ``seq``;
@@ -316,11 +348,11 @@ def reduced_model(graph: Graph, layers: int, batch: int = 2, seq: int = 16) -> t
         kw["seq"] = min(seq, int(p.get("seq", seq)))
     if "layers" in names and "layers" in p:
         kw["layers"] = min(layers, int(p["layers"]))
-    small = fn(**kw)
+    small, cut = shrink_vocab(fn(**kw))
     full = p.get("layers")
     what = f"{p['model']} REDUCED to {kw.get('layers', '?')} of {full} layers" if full else p["model"]
     dims = f"b{batch}" + (f" s{kw['seq']}" if "seq" in kw else "")
-    return small, f"{what}, {dims}"
+    return small, f"{what}, {dims}" + (f", {cut}" if cut else "")
 
 
 def fuse(graph: Graph, config: Mapping[str, bool] | None = None) -> Graph:
@@ -437,8 +469,9 @@ def _measure(graph: Graph, spec: DeviceSpec, seed: int, profile: bool) -> Any:
     return run(graph, device=spec, seed=seed, profile=cfg)
 
 
-def _calibration_graph(graph: Graph) -> Graph:
-    """The model at batch 1, sequence 16 (a builder model), for int8 calibration."""
+def calibration_model(graph: Graph) -> Graph:
+    """The model at batch 1, sequence 16 (a builder model; embedding tables cut by
+    :func:`shrink_vocab`), for int8 calibration; another graph as it is."""
     from ..workloads import WORKLOADS
 
     p = graph.params
@@ -451,7 +484,7 @@ def _calibration_graph(graph: Graph) -> Graph:
     kw["batch"] = 1
     if "seq" in names and "seq" in p:
         kw["seq"] = min(16, int(p["seq"]))
-    return fn(**kw)
+    return shrink_vocab(fn(**kw))[0]
 
 
 def apply_optimisation(
@@ -465,14 +498,19 @@ def apply_optimisation(
     if name == "fusion":
         return fuse(graph)
     if name == "int8":
-        cal = _calibration_graph(graph)
-        return quantize_model(
+        cal = calibration_model(graph)
+        q = quantize_model(
             graph,
             QuantizationConfig(calibration_batches=calibration_batches),
             random_batches(cal, calibration_batches, seed),
             calibration_graph=cal,
             seed=seed,
         )
+        # values of tables the calibration model cut do not belong to this graph
+        for d in (q.weights, q.float_weights):
+            for n in [n for n, v in d.items() if n in q.tensors and v.shape != q.tensors[n].shape]:
+                del d[n]
+        return q
     if name == "autotune":
         return apply_autotune(graph, spec)
     raise BenchmarkError(f"unknown optimisation {name!r} (fusion, int8, autotune)")

@@ -18,13 +18,14 @@ __all__ = ["MaxRateResult", "ServerBenchmarkResult", "benchmark_server", "find_m
 class MaxRateResult:
     """The highest Poisson rate (requests/s) found to meet ``p99_bound_ms`` with nothing
     rejected (MLPerf Server): ``rate_rps`` (0 when even the lowest rate fails, ``reason``
-    says why), the bisection's ``steps`` ``(rate_rps, p99_ms, rejected, passed)`` and
+    says why), the bisection's ``steps`` ``(rate_rps, p99_ms, rejected, passed,
+    offered)`` and
     ``capacity_rps``, the rate the search started from (full batches back to back)."""
 
     p99_bound_ms: float
     rate_rps: float
     capacity_rps: float
-    steps: list[tuple[float, float, int, bool]] = field(default_factory=list)
+    steps: list[tuple[float, float, int, bool, int]] = field(default_factory=list)
     reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -123,9 +124,15 @@ def summarize(server: InferenceServer, run: ServerRun, window_ns: int) -> Server
     )
 
 
-def _poisson(server: InferenceServer, wl: ServerWorkload, rate: float) -> list[Arrival]:
+def _search_duration_s(wl: ServerWorkload, rate: float) -> float:
+    return max(wl.duration_s, wl.min_requests / rate)
+
+
+def _poisson(
+    server: InferenceServer, wl: ServerWorkload, rate: float, duration_s: float
+) -> list[Arrival]:
     seq = wl.seq if wl.seq is not None else (server.max_seq or 1)
-    return poisson_arrivals(rate, wl.duration_s, wl.seed, seq, wl.seq_lengths)
+    return poisson_arrivals(rate, duration_s, wl.seed, seq, wl.seq_lengths)
 
 
 def find_max_rate(
@@ -136,8 +143,10 @@ def find_max_rate(
     seq: int | None = None,
     seed: int = 0,
     tolerance: float = 0.01,
+    min_requests: int = 1000,
 ) -> MaxRateResult:
-    """The highest Poisson rate whose run (``duration_s`` of arrivals, ``seed``) meets
+    """The highest Poisson rate whose run (``max(duration_s, min_requests / rate)``
+    seconds of arrivals, ``seed``) meets
     P99 latency <= ``p99_bound_ms`` with no request rejected, by bisection over
     ``(0, capacity]`` until the bracket is within ``tolerance`` of its top (every rate
     uses the same seed, so runs differ by the rate alone). Raises :class:`ServeError`
@@ -148,26 +157,28 @@ def find_max_rate(
         seed=seed,
         p99_bound_ms=p99_bound_ms,
         rate_tolerance=tolerance,
+        min_requests=min_requests,
     )
     cap = server.capacity_rps(wl.seq)
     res = MaxRateResult(p99_bound_ms, 0.0, cap)
 
     def passes(rate: float) -> bool:
-        arr = _poisson(server, wl, rate)
+        arr = _poisson(server, wl, rate, _search_duration_s(wl, rate))
         if not arr:  # no request in the window: no evidence that the rate meets the bound
-            res.steps.append((rate, math.nan, 0, False))
+            res.steps.append((rate, math.nan, 0, False, 0))
             return False
         run = server.simulate(arr)
         p99 = percentile_ms(run.latency_ns, 99)
         ok = run.rejected_total == 0 and run.completed > 0 and p99 <= p99_bound_ms
-        res.steps.append((rate, p99, run.rejected_total, ok))
+        res.steps.append((rate, p99, run.rejected_total, ok, run.offered))
         return ok
 
     lo, hi = 0.0, cap
     if passes(hi):
         res.rate_rps = hi
         return res
-    while hi - lo > tolerance * hi and len(res.steps) < 60:
+    # down to 1/1000 of capacity; below that a lone request already misses the bound
+    while hi - lo > tolerance * hi and not (lo == 0.0 and hi < cap * 1e-3):
         mid = (lo + hi) / 2
         if passes(mid):
             lo = mid
@@ -204,19 +215,22 @@ def benchmark_server(server: InferenceServer, workload: ServerWorkload) -> Serve
             seq=workload.seq,
             seed=workload.seed,
             tolerance=workload.rate_tolerance,
+            min_requests=workload.min_requests,
         )
     if workload.trace is not None:
         arrivals = load_trace(workload.trace, workload.seq or server.max_seq or 1)
         window_ns = arrivals[-1].time_ns - arrivals[0].time_ns
     else:
         rate = workload.rate_rps
+        duration_s = workload.duration_s
         if rate is None:
             assert max_rate is not None  # __post_init__: rate, trace or bound
             if max_rate.rate_rps <= 0:
                 raise ServeError(max_rate.reason)
             rate = max_rate.rate_rps
-        arrivals = _poisson(server, workload, rate)
-        window_ns = round(workload.duration_s * 1e9)
+            duration_s = _search_duration_s(workload, rate)
+        arrivals = _poisson(server, workload, rate, duration_s)
+        window_ns = round(duration_s * 1e9)
     if not arrivals:
         raise ServeError(
             f"the workload offers no request (rate {workload.rate_rps} req/s over "

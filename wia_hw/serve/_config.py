@@ -128,6 +128,10 @@ class ServerWorkload:
     ``p99_bound_ms``: also search the highest Poisson rate whose P99 latency meets this
     bound with nothing rejected (MLPerf's Server scenario, by bisection to
     ``rate_tolerance`` relative); with ``rate_rps=None`` the reported run is at that rate.
+    Each rate the search tries (and the run at the rate found) lasts
+    ``max(duration_s, min_requests / rate)`` seconds, so a P99 rests on at least
+    ``min_requests`` samples (MLPerf asks a minimum query count for the same reason); a
+    run at a given ``rate_rps`` lasts ``duration_s``.
     """
 
     rate_rps: float | None = None
@@ -138,6 +142,7 @@ class ServerWorkload:
     seed: int = 0
     p99_bound_ms: float | None = None
     rate_tolerance: float = 0.01
+    min_requests: int = 1000
 
     def __post_init__(self) -> None:
         def number(name: str, lo: float, strict: bool) -> None:
@@ -155,7 +160,7 @@ class ServerWorkload:
             number("p99_bound_ms", 0, True)
         if self.rate_rps is None and self.trace is None and self.p99_bound_ms is None:
             raise ServeError("ServerWorkload needs rate_rps, trace or p99_bound_ms")
-        for name in ("seq",):
+        for name in ("seq", "min_requests"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ServeError(f"ServerWorkload.{name} must be an integer >= 1, got {v!r}")

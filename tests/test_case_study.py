@@ -1,0 +1,159 @@
+"""The case study: every step at or above its roofline floor, each optimisation helps
+on BERT-Large, and the table's numbers are those of the individual API calls made the
+same way. BERT-Large is built with 1 of its 24 layers (b32 s128) to keep it affordable;
+the case study is run once per module (and cached by case_study itself)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import wia_hw
+from wia_hw import (
+    BatchingConfig,
+    FusionConfig,
+    QuantizationConfig,
+    ServerWorkload,
+    apply_fusion,
+    benchmark_server,
+    create_inference_server,
+    quantize_model,
+)
+from wia_hw.bench._workflow import calibration_model, random_batches
+from wia_hw.cli import cli
+from wia_hw.workloads import build
+
+ARGS = dict(layers=1, accuracy_layers=1, server_duration_s=0.2)
+
+
+@pytest.fixture(scope="module")
+def cs():
+    return wia_hw.case_study("bert-large", device="wia-npu", **ARGS)
+
+
+def test_every_step_at_or_above_its_floor(cs):
+    for r in cs.rows:
+        if r.available:
+            assert r.latency_ms >= r.floor_ms > 0, r.step
+    # batching: no completed request is faster than the floor of the batch it ran in
+    assert cs.server.p50_latency_ms >= cs.row("dynamic batching").floor_ms
+
+
+def test_each_optimisation_helps(cs):
+    base, fused, q = (cs.row(s) for s in ("baseline", "fusion", "int8 quantisation"))
+    assert base.latency_ms > fused.latency_ms > q.latency_ms
+    assert q.floor_ms == pytest.approx(base.floor_ms / 2, rel=0.02)  # int8 peak = 2x fp16
+    b = cs.row("dynamic batching")
+    assert b.available and b.throughput > base.throughput
+    assert cs.server.p99_latency_ms <= cs.target_latency_ms and cs.server.rejected == 0
+    assert cs.goal_achieved == (q.latency_ms < cs.target_latency_ms)
+    assert "the seed's printed test" in cs.goal
+    assert cs.overall_speedup == base.latency_ms / cs.server.p50_latency_ms
+
+
+def test_table_equals_the_individual_api_calls(cs):
+    spec = wia_hw.load_spec("wia-npu")
+    g = build("bert-large", batch=32, seq=128, layers=1)
+    base = wia_hw.run(g, device="wia-npu")
+    assert cs.row("baseline").latency_ms == base.latency_ms
+    assert cs.row("baseline").floor_ms == base.roofline_floor_ms
+    assert cs.row("baseline").throughput == base.throughput
+    assert [(o.name, o.time_ms) for o in cs.runs["baseline"].ops] == [
+        (o.name, o.time_ms) for o in base.ops
+    ]
+    fused = apply_fusion(g, FusionConfig())
+    assert cs.row("fusion").latency_ms == wia_hw.run(fused).latency_ms
+    # int8: PTQ of the fused graph calibrated on the model at b1 s16 (2 random batches)
+    cal = calibration_model(g)
+    assert cal.tensors["embeddings.word.table"].shape == (1024, 1024)
+    q = quantize_model(
+        fused, QuantizationConfig(calibration_batches=2), random_batches(cal, 2, 0),
+        calibration_graph=cal,
+    )
+    assert q.thresholds == cs.graphs["int8 quantisation"].thresholds
+    assert cs.row("int8 quantisation").latency_ms == wia_hw.run(q).latency_ms
+    # batching: the same server and workload give the same figures
+    server = create_inference_server(
+        q, BatchingConfig(max_batch_size=64, max_latency_ms=10.0, padding_strategy="multiple_of_8"),
+        device=spec,
+    )
+    sb = benchmark_server(
+        server, ServerWorkload(p99_bound_ms=10.0, duration_s=0.2, seq=128, seed=0)
+    )
+    row = cs.row("dynamic batching")
+    assert (row.p50_ms, row.p99_ms, row.throughput) == (
+        sb.p50_latency_ms, sb.p99_latency_ms, sb.throughput
+    )
+
+
+def test_accuracy_is_measured_and_labelled(cs):
+    a = cs.accuracy
+    assert "REDUCED to 1 of 1 layers" in a["model"] and a["output"] == "layer0.ffn_layer_norm"
+    assert 0.999 < a["cosine"] <= 1.0 and a["max_abs_error"] > 0  # int8 differs, a little
+    assert "hidden-state cosine" in cs.row("int8 quantisation").note
+
+
+def test_autotuning_row_says_when_it_is_missing(cs):
+    import wia_hw.optimize as opt
+
+    r = cs.row("auto-tuning")
+    if hasattr(opt, "autotune_model"):
+        assert r.available and r.latency_ms >= r.floor_ms
+    else:
+        assert not r.available and "not available" in r.note
+
+
+def test_feasibility_arithmetic(cs):
+    gflop = cs.runs["baseline"].flops / 32 / 1e9
+    assert cs.model_gflop_per_seq == gflop
+    need = 5432 * gflop / 1e3
+    assert f"{need:.0f} TFLOP/s" in cs.feasibility[1]
+    # the implied compute of every row: throughput x FLOP per sequence
+    for r in cs.rows:
+        if r.available:
+            assert r.implied_tflops == pytest.approx(r.throughput * gflop / 1e3)
+
+
+def test_seed_target_is_impossible_at_full_size():
+    """The arithmetic at 24 layers, from the model's FLOPs (timing runs only): the seed's
+    5,432 seq/s needs ~429 TFLOP/s, above wia-npu's 256 TOPS int8 peak."""
+    r = wia_hw.run(build("bert-large", batch=1, seq=128))
+    need_tflops = 5432 * r.flops / 1e12
+    assert need_tflops == pytest.approx(429, rel=0.01)
+    assert need_tflops > wia_hw.load_spec("wia-npu").peak_flops("int8") / 1e12
+
+
+def test_outputs(cs, tmp_path):
+    d = json.loads(cs.to_json())
+    assert d["schema"] == "wia-hw.case-study/1" and len(d["rows"]) == 5
+    text = cs.format_text()
+    for s in ("baseline", "fusion", "int8 quantisation", "auto-tuning", "dynamic batching"):
+        assert s in text
+    assert "Goal achieved:" in text and "Feasibility:" in text
+    md = cs.to_markdown(tmp_path / "r.md", plots=False)  # plots: matplotlib, slow to import
+    assert "| baseline |" in md and (tmp_path / "r.md").read_text() == md
+
+
+def test_cli_prints_the_same_table(cs):
+    args = ["case-study", "bert-large", "--layers", "1", "--accuracy-layers", "1",
+            "--duration", "0.2", "--json"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert [r["latency_ms"] for r in d["rows"]] == [r.latency_ms for r in cs.rows]
+
+
+def test_cli_bad_model_is_one_line():
+    res = CliRunner().invoke(cli, ["case-study", "resnet50", "--layers", "1"])
+    assert res.exit_code == 2
+    assert "workload 'resnet50'" in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_server_counts_are_conserved(cs):
+    s = cs.server
+    assert s.completed + s.rejected == s.offered
+    assert sum(n * c for n, c in s.batch_size_histogram.items()) == s.completed
+    assert np.isfinite(s.p99_latency_ms)
