@@ -25,6 +25,7 @@ from .errors import SpecError
 __all__ = [
     "SCHEMA_VERSION",
     "METADATA_FIELDS",
+    "TILE_SCHEDULES",
     "ArrayConfig",
     "VectorConfig",
     "ControlConfig",
@@ -48,6 +49,8 @@ SCHEMA_VERSION = 1
 #: of a run. Every other leaf field of a shipped spec changes some output of a run when
 #: it is perturbed (``tests/test_spec_fields.py`` checks this), or it is dead.
 METADATA_FIELDS = frozenset({"schema_version", "name", "description"})
+#: How a kernel's tiles are dealt to the cores (:class:`ComputeConfig`).
+TILE_SCHEDULES = ("contiguous", "round_robin")
 _RATES = (0.125, 0.25, 0.5, 1, 2, 4, 8)
 
 
@@ -227,6 +230,12 @@ class ComputeConfig:
     tensor cores on one thread block's tile, in LLMCompass's abstraction), so a tile of
     ``p`` passes takes ``ceil(p / arrays_per_core)`` pass times, and the arrays left
     without a pass in the last round are mapping loss.
+
+    ``tile_schedule``: how a kernel's tiles are dealt to the cores. ``contiguous`` (the
+    default: a compiler's static split) gives each core one run of consecutive tiles;
+    ``round_robin`` (a GPU's thread-block scheduler) deals them in turn, a GEMM's
+    output tile with all its K slices at a time, so the tiles the cores run together are
+    neighbours and meet in L2 on their shared A and B panels.
     """
 
     cores: int
@@ -234,10 +243,16 @@ class ComputeConfig:
     vector: VectorConfig
     control: ControlConfig = field(default_factory=ControlConfig)
     arrays_per_core: int = 1
+    tile_schedule: str = "contiguous"
 
     def __post_init__(self) -> None:
         _pos_int(self, "cores")
         _pos_int(self, "arrays_per_core")
+        if self.tile_schedule not in TILE_SCHEDULES:
+            raise SpecError(
+                f"must be one of {', '.join(TILE_SCHEDULES)}, got {self.tile_schedule!r}",
+                field="tile_schedule",
+            )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -352,6 +352,9 @@ class Device:
         cpe = int(v.cycles_per_element[k.vclass])
         tiles = []
         rpt = max(1, k.rows_per_tile)
+        cols = k.outputs[0].cols if k.outputs else 1
+        if k.cols_per_tile and k.cols_per_tile < cols:
+            return self._vector_block_tiles(k, cpe, rpt, cols)
         for r0 in range(0, k.rows, rpt):
             r1 = min(k.rows, r0 + rpt)
             frac_rows = r1 - r0
@@ -394,6 +397,30 @@ class Device:
             )
         return tiles
 
+    def _vector_block_tiles(self, k: VectorKernel, cpe: int, rpt: int, cols: int) -> list[Tile]:
+        """Tiles of ``rpt`` rows x ``k.cols_per_tile`` columns of an elementwise kernel:
+        inputs of ``k.rows`` rows and broadcast rows (fewer rows) are cut at the same
+        columns; every input has the output's columns (the lowering checks it)."""
+        v = self.spec.compute.vector
+        cpt = k.cols_per_tile
+        tiles = []
+        for r0 in range(0, k.rows, rpt):
+            r1 = min(k.rows, r0 + rpt)
+            for c0 in range(0, cols, cpt):
+                c1 = min(cols, c0 + cpt)
+                loads: list[Region] = [
+                    (ref, r0, r1, c0, c1) if ref.rows == k.rows else (ref, 0, ref.rows, c0, c1)
+                    for ref in k.inputs
+                ]
+                stores: list[Region] = [(ref, r0, r1, c0, c1) for ref in k.outputs]
+                elems = (r1 - r0) * (c1 - c0)
+                cyc = vector_op_cycles(elems, v.lanes, cpe, v.pipeline_depth)
+                nbytes = sum(
+                    (r[2] - r[1]) * (r[4] - r[3]) * r[0].elem_bytes for r in loads + stores
+                )
+                tiles.append(Tile(loads, stores, 0, cyc, nbytes, 0, 0, 0, 0, (r1 - r0, c1 - c0, elems)))
+        return tiles
+
     def tiles_of(
         self, k: GemmKernel | VectorKernel | TiledKernel
     ) -> tuple[list[Tile], tuple[int, ...]]:
@@ -406,13 +433,38 @@ class Device:
         return list(k.tiles), tuple(k.groups)
 
     @staticmethod
-    def partition(tiles: Sequence[Tile], groups: Sequence[int], cores: int) -> list[list[Tile]]:
-        """Contiguous runs of whole groups of tiles, one run per core, balanced by tile
-        count. Core ``c``'s fair share ends at ``B_c`` (the shares differ by at most one
-        tile, the larger ones first); a group goes to the first core whose share ends
-        past the group's midpoint. Without groups every tile is one, and the runs are
-        exactly the fair shares."""
+    def partition(
+        tiles: Sequence[Any],
+        groups: Sequence[int],
+        cores: int,
+        schedule: str = "contiguous",
+        origins: Sequence[tuple[int, ...]] = (),
+    ) -> list[list[Any]]:
+        """The cores' shares of ``tiles`` (``spec.compute.tile_schedule``).
+
+        ``contiguous``: contiguous runs of whole groups of tiles, one run per core,
+        balanced by tile count. Core ``c``'s fair share ends at ``B_c`` (the shares
+        differ by at most one tile, the larger ones first); a group goes to the first
+        core whose share ends past the group's midpoint. Without groups every tile is
+        one, and the runs are exactly the fair shares.
+
+        ``round_robin``: group ``i`` goes to core ``i mod cores``. Without groups, the
+        tiles of one GEMM output tile (equal ``origins[:3]``: its K slices) form a group.
+        """
         total = len(tiles)
+        if schedule == "round_robin":
+            if groups:
+                starts = list(groups)
+            elif origins:
+                starts = [
+                    i for i in range(total) if i == 0 or origins[i][:3] != origins[i - 1][:3]
+                ]
+            else:
+                starts = list(range(total))
+            rr: list[list[Any]] = [[] for _ in range(cores)]
+            for i, (a, b) in enumerate(zip(starts, starts[1:] + [total], strict=True)):
+                rr[i % cores].extend(tiles[a:b])
+            return rr
         starts = list(groups) or list(range(total))
         bounds = starts[1:] + [total]
         ends, acc = [], 0
@@ -442,7 +494,13 @@ class Device:
         self._clock_cycles = [0, 0]
         self._array_busy = 0
         tiles, groups = self.tiles_of(k)
-        shares = self.partition(tiles, groups, cores)
+        shares = self.partition(
+            tiles,
+            groups,
+            cores,
+            self.spec.compute.tile_schedule,
+            [t.origin for t in tiles] if isinstance(k, GemmKernel) else (),
+        )
         wb0 = (self.memory.dirtied_bytes, self.memory.writeback_bytes)
         busy = [0] * cores
         procs = []

@@ -154,6 +154,11 @@ class VectorKernel(_KernelBase):
     Inputs whose row count equals ``rows`` are read in row chunks along with the output;
     smaller ones (biases, scales, broadcast operands) are read whole by every tile.
     ``elements`` is the number of output elements; ``flops`` what they cost.
+
+    ``cols_per_tile`` (0: every column) cuts each row chunk into column chunks as well,
+    for an elementwise kernel whose inputs all have the output's columns: a tile then
+    covers whole storage blocks, where a chunk of fewer rows than a block would load
+    (and the cache model charge) whole blocks for a part of them.
     """
 
     vclass: str = "elementwise"
@@ -163,6 +168,7 @@ class VectorKernel(_KernelBase):
     inputs: tuple[TensorRef, ...] = ()
     outputs: tuple[TensorRef, ...] = ()
     rows_per_tile: int = 1
+    cols_per_tile: int = 0
 
     def __post_init__(self) -> None:
         if self.vclass not in VECTOR_CLASSES:

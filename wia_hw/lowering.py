@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from .emulator.config import DeviceSpec
 from .emulator.errors import WorkloadError
 from .emulator.kernels import GemmKernel, GemmTiling, Kernel, TensorRef, VectorKernel
+from .emulator.memory import BlockLayout
 from .graph import (
     BINARY_KINDS,
     DTYPE_BYTES,
@@ -333,6 +334,9 @@ def _vector_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[
     )
     budget = spec.memory.l1.size_bytes // 4
     rpt = max(1, min(-(-rows // spec.compute.cores), budget // max(1, row_bytes)))
+    cpt = 0
+    if vclass in ("elementwise", "activation") and all(r.cols == cols for r in in_refs):
+        rpt, cpt = _block_chunks(spec, out_refs[0], rows, cols, row_bytes, rpt, budget)
     elements = math.prod(shape)
     if op.kind in ("maxpool", "avgpool", "global_avgpool"):
         elements = math.prod(ins[0])  # every input element passes the vector unit
@@ -351,8 +355,30 @@ def _vector_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[
             inputs=in_refs,
             outputs=out_refs,
             rows_per_tile=rpt,
+            cols_per_tile=cpt,
         )
     ]
+
+
+def _block_chunks(
+    spec: DeviceSpec, out: TensorRef, rows: int, cols: int, row_bytes: int, rpt: int, budget: int
+) -> tuple[int, int]:
+    """(rows, columns) per tile of an elementwise kernel: its row chunks as they are when
+    they cover whole storage blocks (``memory.block_bytes``); else chunks of one block
+    row by as many whole block columns as fit the same L1 budget, when that leaves every
+    core a tile (``0`` columns: no column cut)."""
+    lay = BlockLayout.for_tensor(0, out, spec.memory.block_bytes)
+    br, bc = lay.br, lay.bc
+    if rpt % br == 0 or rpt >= rows or bc >= cols:
+        return rpt, 0
+    bytes_per_col = max(1, row_bytes // cols)
+    cpt = budget // (br * bytes_per_col) // bc * bc
+    if cpt < bc:
+        return rpt, 0
+    cpt = min(cpt, _ceil_to(cols, bc))
+    if -(-rows // br) * -(-cols // cpt) < spec.compute.cores:
+        return rpt, 0
+    return br, cpt
 
 
 def _builtin(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[Kernel]:

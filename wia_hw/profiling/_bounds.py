@@ -124,6 +124,7 @@ def _signature(k: Any) -> Any:
             k.rows,
             k.elements,
             k.rows_per_tile,
+            k.cols_per_tile,
             tuple((r.rows, r.cols, r.elem_bytes) for r in k.inputs),
             tuple((r.rows, r.cols, r.elem_bytes) for r in k.outputs),
         )
@@ -178,7 +179,13 @@ def unit_floors(kernel: Any, spec: Any) -> UnitFloors | None:
         else:
             issue.append(float(t.array_cycles + t.vector_cycles))
     cores = spec.compute.cores
-    shares = Device.partition(list(range(len(tiles))), groups, cores)
+    shares = Device.partition(
+        list(range(len(tiles))),
+        groups,
+        cores,
+        spec.compute.tile_schedule,
+        [t.origin for t in tiles] if isinstance(kernel, GemmKernel) else (),
+    )
     per_core = [sum(issue[i] for i in s) for s in shares]
     m = spec.memory
     latency = spec.dma.setup_cycles + m.l1.latency_cycles + drain + m.l2.latency_cycles
