@@ -139,14 +139,17 @@ def _check_pipelined(pipelined: object) -> bool:
 
 
 def _check_elements(elements: int | None, depth: int) -> int:
-    """Streamed elements of a tile of ``depth`` steps (``None``: one per step)."""
+    """Streamed elements of a tile of ``depth`` steps (``None``: one per step). A step
+    streams one or more elements, or each element spans the same whole number of steps
+    (an fp32 MAC: 4 steps per element, ``systolic_steps(elements, 0.25)``)."""
     if elements is None:
         return depth
     _positive_int("elements", elements)
-    if elements < depth:
+    if elements < depth and depth % elements:
         raise ValueError(
             f"elements ({elements}) must be at least depth ({depth}): "
-            "a step streams at least one element"
+            "a step streams at least one element (or, fewer, they must divide it: "
+            "each element then spans depth / elements steps)"
         )
     return elements
 
@@ -177,7 +180,8 @@ def systolic_tile_counters(
       :func:`systolic_tile_cycles`). ``elements`` defaults to ``depth``; a PE mode with
       two lanes (``int8x2``) streams ``elements = K`` (os) or ``M`` (ws) in
       ``depth = ceil(elements / 2)`` steps, the idle lane of an odd last step doing no
-      MAC;
+      MAC; the fp32 mode in ``depth = 4 * elements`` steps (one MAC per 4 cycles, busy
+      in all four);
     - ``Counter.STALL_CYCLES``: ``stall_cycles``, cycles the tile was held because its
       operand stream was not ready (the RTL's ``stall`` input).
 

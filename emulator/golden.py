@@ -87,8 +87,8 @@ def float_matmul(a: np.ndarray, b: np.ndarray, precision: str) -> np.ndarray:
     return round_to_precision(a, precision) @ round_to_precision(b, precision)
 
 
-#: Input formats of the floating-point PE mode (fp32 accumulation).
-FP_FORMATS = ("fp16", "bf16")
+#: Input formats of the floating-point PE modes (binary32 accumulation in each).
+FP_FORMATS = ("fp16", "bf16", "fp32")
 
 _CANONICAL_NAN = np.uint32(0x7FC00000)
 
@@ -100,12 +100,18 @@ def fp_mac_matmul(
     accumulation, bit-exact with the RTL.
 
     ``a`` is M x K and ``b`` K x N, float32 arrays whose values are representable in
-    ``fmt`` (``fp16`` or ``bf16``; :func:`round_to_precision` makes them so). Every
+    ``fmt`` (``fp16``, ``bf16`` or ``fp32``; :func:`round_to_precision` makes them so).
+    Every
     output accumulates in the RTL's order, ``k = 0, 1, ..., K-1``, starting from ``acc``
     (zeros if ``None``)::
 
-        p   = fl32(a[i, k] * b[k, j])      # exact for fp16 inputs; rounded for bf16
+        p   = fl32(a[i, k] * b[k, j])      # exact for fp16; rounded for bf16 and fp32
         acc = fl32(acc + p)                # IEEE-754 binary32, round to nearest even
+
+    Two roundings per MAC (no fused multiply-add), in every format: for ``fp32`` this is
+    the multi-cycle fp32 PE mode (``wia_hw.rtl.fp_mac.Fp32Mac``). numpy's own float32
+    ``a @ b`` is *not* this arithmetic: BLAS sums in blocks (and may fuse), so it differs
+    in the last bits; this loop over ``k`` is vectorised over the whole M x N block.
 
     IEEE-754 binary32 throughout: subnormal inputs, products and sums are kept (no
     flush to zero), overflow gives a signed infinity, ``inf - inf`` and ``0 * inf``

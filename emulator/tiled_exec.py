@@ -25,8 +25,9 @@ The arithmetic (``C[b] = A[b] @ B[b]`` for every batch entry ``b``, ``A[b]`` m x
    int8 -> :func:`~wia_hw.emulator.golden.int8_matmul` (int32, wrapping); fp16/bf16
    -> :func:`~wia_hw.emulator.golden.fp_mac_matmul` (``acc = fl32(acc + fl32(a*b))``
    for ``k = k0, k0+1, ...``: the order of the OS accumulator and of the WS column of
-   partial sums, top to bottom). fp32 GEMMs (no RTL yet) use the same sequential
-   MAC with the product rounded to binary32. Operands are first rounded to the
+   partial sums, top to bottom); fp32 -> the same model with binary32 inputs (the
+   multi-cycle fp32 PE mode; not numpy's ``@``, whose blocked BLAS sum differs in the
+   last bits). Operands are first rounded to the
    arithmetic's format (round to nearest even), as storing them in it does.
 4. **Across passes and tiles that split K**, outside the array, in K order::
 
@@ -115,15 +116,6 @@ def tile_passes(tile: Tile, dataflow: str, rows: int, cols: int) -> list[ArrayPa
                     out.append(
                         ArrayPass(b, m0, m_end, c, min(c + cols, n_end), kk, min(kk + rows, k_end))
                     )
-    return out
-
-
-def _fp32_mac(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Sequential binary32 MAC over k (``acc = fl32(acc + fl32(a*b))``), from +0."""
-    out = np.zeros((a.shape[0], b.shape[1]), np.float32)
-    with np.errstate(all="ignore"):
-        for k in range(a.shape[1]):
-            out = out + np.multiply.outer(a[:, k], b[k, :])
     return out
 
 
@@ -292,7 +284,7 @@ def execute_gemm(
                 part = int8_matmul(x, y)
                 acc[bi, m0:m1, n0:n1] = wrap_int32(acc[bi, m0:m1, n0:n1].astype(np.int64) + part)
             else:
-                part = _fp32_mac(x, y) if arith == "fp32" else fp_mac_matmul(x, y, arith)
+                part = fp_mac_matmul(x, y, arith)
                 with np.errstate(all="ignore"):
                     acc[bi, m0:m1, n0:n1] = acc[bi, m0:m1, n0:n1] + part
     if bias is not None:

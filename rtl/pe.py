@@ -1,7 +1,9 @@
-"""Processing element: int8 (one or two MACs per cycle) or fp16/bf16 MAC, single- or
-double-buffered."""
+"""Processing element: int8 (one or two MACs per cycle), fp16/bf16 MAC (one per cycle)
+or fp32 MAC (one per four cycles), single- or double-buffered."""
 
 from __future__ import annotations
+
+from fractions import Fraction
 
 from amaranth.hdl import Module, Mux, Shape, Signal, signed, unsigned
 from amaranth.lib import wiring
@@ -15,6 +17,8 @@ __all__ = [
     "ACC_BITS",
     "PRECISIONS",
     "LANES",
+    "STEPS_PER_ELEMENT",
+    "MACS_PER_CYCLE",
     "ProcessingElement",
     "operand_shape",
     "acc_shape",
@@ -24,10 +28,16 @@ __all__ = [
 DATAFLOWS = ("os", "ws")
 #: PE arithmetic modes. ``int8``: one int8 x int8 MAC per cycle into int32; ``int8x2``:
 #: two int8 x int8 products per cycle (two *lanes*) into int32; ``fp16`` / ``bf16``: one
-#: fp16 / bf16 MAC per cycle with binary32 accumulation (``rtl.fp_mac.FpMac``).
-PRECISIONS = ("int8", "int8x2", "fp16", "bf16")
-#: Elements of the streamed dimension a PE consumes per cycle (its MACs per cycle).
-LANES = {"int8": 1, "int8x2": 2, "fp16": 1, "bf16": 1}
+#: fp16 / bf16 MAC per cycle with binary32 accumulation (``rtl.fp_mac.FpMac``); ``fp32``:
+#: one binary32 MAC every four cycles (``rtl.fp_mac.Fp32Mac``, four passes of a 24 x 6
+#: multiplier).
+PRECISIONS = ("int8", "int8x2", "fp16", "bf16", "fp32")
+#: Elements of the streamed dimension a PE takes per step (its operand lanes).
+LANES = {"int8": 1, "int8x2": 2, "fp16": 1, "bf16": 1, "fp32": 1}
+#: Steps (cycles) each element occupies: an fp32 element is held for the unit's 4 passes.
+STEPS_PER_ELEMENT = {"int8": 1, "int8x2": 1, "fp16": 1, "bf16": 1, "fp32": 4}
+#: MACs per PE per cycle, the rate the emulator charges (``macs_per_pe_cycle``).
+MACS_PER_CYCLE = {p: Fraction(LANES[p], STEPS_PER_ELEMENT[p]) for p in PRECISIONS}
 #: Width of the integer operands (two's complement int8).
 DATA_BITS = 8
 #: Width of the accumulator / partial sum. Integer overflow WRAPS modulo ``2**ACC_BITS``
@@ -38,8 +48,11 @@ ACC_BITS = 32
 
 def operand_shape(precision: str) -> Shape:
     """Shape of one operand lane: ``signed(8)`` for the int8 modes, ``unsigned(16)`` (raw
-    fp16 / bf16 bits) for the floating-point ones."""
-    return signed(DATA_BITS) if precision.startswith("int8") else unsigned(16)
+    fp16 / bf16 bits) or ``unsigned(32)`` (raw binary32 bits) for the floating-point
+    ones."""
+    if precision.startswith("int8"):
+        return signed(DATA_BITS)
+    return unsigned(32) if precision == "fp32" else unsigned(16)
 
 
 def acc_shape(precision: str) -> Shape:
@@ -72,6 +85,15 @@ class ProcessingElement(wiring.Component):
         ``fp16`` / ``bf16``: operands are raw 16-bit patterns, accumulators raw binary32
         bits; one MAC is ``y = fl32(c + fl32(a*b))`` by ``FpMac``; the accumulation starts
         from ``+0.0`` (bits 0).
+        ``fp32``: operands are raw binary32 bits, each held for 4 consecutive valid
+        cycles (an element's 4 steps), numbered by ``phase_in`` 0..3 (``phase_out``: it,
+        registered, travelling with the operands). ``Fp32Mac`` builds the product in the
+        4 passes and the same ``y = fl32(c + fl32(a*b))`` (binary32 operands) is written
+        at the phase-3 step: ``acc`` (os) or ``psum_out`` (ws) changes once per element,
+        and ``mac`` is 1 in that cycle only (one MAC per 4 cycles). os: ``first_in`` is
+        sampled at phase 0 (the accumulator restarts from +0 at that element's phase 3);
+        ``last_in`` comes with phase 3. ws: ``psum_in`` is read at phase 3; pipelined,
+        ``first_in`` comes with phase 0 and the active weight serves phases 1-3.
 
     Output-stationary (``dataflow="os"``) ports
         ``a_in``, ``b_in`` (in, operand x lanes): operands from the left / top neighbour.
@@ -133,6 +155,10 @@ class ProcessingElement(wiring.Component):
             return flow(shape) if n == 1 or not multi else flow(shape).array(n)
 
         mac_shape = 1 if n == 1 else range(n + 1)
+        if precision == "fp32":
+            phase_ports = {"phase_in": In(2), "phase_out": Out(2)}
+        else:
+            phase_ports = {}
         if dataflow == "os":
             members = {
                 "a_in": port(In, op),
@@ -177,6 +203,7 @@ class ProcessingElement(wiring.Component):
                         "load_end": In(1),
                     }
                 )
+        members.update(phase_ports)
         super().__init__(members)
 
     @property
@@ -213,39 +240,56 @@ class ProcessingElement(wiring.Component):
             for (x, y), v in zip(pairs, valid, strict=True):
                 total = total + (Mux(v, x * y, 0) if self._n > 1 else x * y)
             return total[:ACC_BITS].as_signed()
-        from .fp_mac import FpMac  # the floating-point MAC unit
+        from .fp_mac import Fp32Mac, FpMac  # the floating-point MAC units
 
-        unit = FpMac(self._precision)
+        unit = Fp32Mac() if self._precision == "fp32" else FpMac(self._precision)
         m.submodules[name] = unit
         ((x, y),) = pairs
         m.d.comb += [unit.a.eq(x), unit.b.eq(y), unit.c.eq(c)]
+        if self._precision == "fp32":
+            m.d.comb += unit.phase.eq(self.phase_in)
         return unit.y
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
         n = self._n
         valid = [self.valid_in[i] for i in range(n)]
-        m.d.comb += self.mac.eq(sum(valid) if n > 1 else self.valid_in)
+        # `write`: the step that writes the accumulator / partial sum (every step, or an
+        # fp32 element's last pass)
+        if self._precision == "fp32":
+            write = self.valid_in & (self.phase_in == 3)
+            m.d.sync += self.phase_out.eq(self.phase_in)
+            m.d.comb += self.mac.eq(write)
+        else:
+            write = self.valid_in[0]
+            m.d.comb += self.mac.eq(sum(valid) if n > 1 else self.valid_in)
         m.d.sync += self.valid_out.eq(self.valid_in)
         if self._dataflow == "os":
             a, b = _lanes(self.a_in, n), _lanes(self.b_in, n)
             m.d.sync += [o.eq(i) for o, i in zip(_lanes(self.a_out, n), a, strict=True)]
             m.d.sync += [o.eq(i) for o, i in zip(_lanes(self.b_out, n), b, strict=True)]
             m.d.sync += self.first_out.eq(self.first_in)
-            base = Mux(self.first_in, 0, self.acc)
+            if self._precision == "fp32":  # `first` comes at phase 0, is used at phase 3
+                fresh = Signal(name="fresh")
+                with m.If(self.valid_in & (self.phase_in == 0)):
+                    m.d.sync += fresh.eq(self.first_in)
+                restart = fresh
+            else:
+                restart = self.first_in
+            base = Mux(restart, 0, self.acc)
             new = self._mac_expr(m, base, list(zip(a, b, strict=True)), valid, "mac_unit")
             if self._pipelined:
                 m.d.sync += self.last_out.eq(self.last_in)
-                with m.If(self.valid_in[0]):
+                with m.If(write):
                     m.d.sync += self.acc.eq(new)
-                with m.If(self.valid_in[0] & self.last_in):
+                with m.If(write & self.last_in):
                     m.d.sync += self.res.eq(new)
                 with m.Elif(self.shift):
                     m.d.sync += self.res.eq(self.res_in)
             else:
-                with m.If(self.valid_in[0]):
+                with m.If(write):
                     m.d.sync += self.acc.eq(new)
-                with m.Elif(self.shift):
+                with m.Elif(self.shift & ~self.valid_in[0]):
                     m.d.sync += self.acc.eq(self.acc_in)
         else:
             xs, ps_in = _lanes(self.x_in, n), _lanes(self.psum_in, n)
@@ -269,10 +313,13 @@ class ProcessingElement(wiring.Component):
                 weight = self.w
                 with m.If(self.load):
                     m.d.sync += self.w.eq(self.w_in)
-            with m.If(self.valid_in[0]):
-                for lane in range(n):
-                    new = self._mac_expr(
-                        m, ps_in[lane], [(xs[lane], weight)], [valid[lane]], f"mac_unit{lane}"
-                    )
-                    m.d.sync += ps_out[lane].eq(new)
+            # the MAC units' inputs are driven every cycle (the fp32 unit's passes)
+            news = [
+                self._mac_expr(
+                    m, ps_in[lane], [(xs[lane], weight)], [valid[lane]], f"mac_unit{lane}"
+                )
+                for lane in range(n)
+            ]
+            with m.If(write):
+                m.d.sync += [o.eq(v) for o, v in zip(ps_out, news, strict=True)]
         return m

@@ -23,7 +23,8 @@ class PerfCounters(wiring.Component):
     Counting (at every rising edge, unless ``clear`` is high):
 
     - ``cycles`` (address 0): ``+1`` if ``enable`` was high in the cycle;
-    - ``busy_cycles`` (address 1): ``+1`` if ``enable`` and ``macs != 0``;
+    - ``busy_cycles`` (address 1): ``+1`` if ``enable`` and ``macs != 0`` (with
+      ``busy_port``: if ``enable`` and ``busy``);
     - ``macs`` (address 2): ``+macs`` if ``enable``;
     - ``stall_cycles`` (address 3): ``+1`` if ``enable`` and ``stall``.
 
@@ -35,6 +36,8 @@ class PerfCounters(wiring.Component):
     enable (in, 1): the counted unit is active (e.g. a tile is in flight).
     macs (in, ``range(max_macs_per_cycle + 1)``): MACs performed in this cycle.
     stall (in, 1): the unit is active but waiting (operands not ready).
+    busy (in, 1; only with ``busy_port=True``): the unit works in this cycle, for units
+    whose MACs take several cycles (``macs`` then counts the MACs completing).
     clear (in, 1): synchronous clear of all counters.
     addr (in, ``range(4)``): register to read (see :data:`REGISTER_MAP`).
     rdata (out, ``width``): registered read data, latency 1 cycle: in cycle ``c + 1`` it
@@ -47,21 +50,29 @@ class PerfCounters(wiring.Component):
         Largest value on ``macs`` (``rows * cols`` for an array), 1 to 2**20.
     width:
         Counter width in bits, 8 to 64 (default 48).
+    busy_port:
+        Add the ``busy`` input (default ``False``); ``TypeError`` if not a bool.
     """
 
-    def __init__(self, max_macs_per_cycle: int = 1, width: int = 48) -> None:
+    def __init__(
+        self, max_macs_per_cycle: int = 1, width: int = 48, busy_port: bool = False
+    ) -> None:
         self._max_macs = check_int("max_macs_per_cycle", max_macs_per_cycle, 1, 1 << 20)
         self._width = check_int("width", width, 8, 64)
-        super().__init__(
-            {
-                "enable": In(1),
-                "macs": In(range(self._max_macs + 1)),
-                "stall": In(1),
-                "clear": In(1),
-                "addr": In(range(len(REGISTER_MAP))),
-                "rdata": Out(self._width),
-            }
-        )
+        if not isinstance(busy_port, bool):
+            raise TypeError(f"busy_port must be a bool, got {busy_port!r}")
+        self._busy_port = busy_port
+        members = {
+            "enable": In(1),
+            "macs": In(range(self._max_macs + 1)),
+            "stall": In(1),
+            "clear": In(1),
+            "addr": In(range(len(REGISTER_MAP))),
+            "rdata": Out(self._width),
+        }
+        if busy_port:
+            members["busy"] = In(1)
+        super().__init__(members)
 
     @property
     def width(self) -> int:
@@ -84,7 +95,7 @@ class PerfCounters(wiring.Component):
                 regs["cycles"].eq(regs["cycles"] + 1),
                 regs["macs"].eq(regs["macs"] + self.macs),
             ]
-            with m.If(self.macs != 0):
+            with m.If(self.busy if self._busy_port else self.macs != 0):
                 m.d.sync += regs["busy_cycles"].eq(regs["busy_cycles"] + 1)
             with m.If(self.stall):
                 m.d.sync += regs["stall_cycles"].eq(regs["stall_cycles"] + 1)

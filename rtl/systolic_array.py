@@ -1,6 +1,6 @@
 # amaranth: UnusedElaboratable=no
 """Systolic array of processing elements, output- or weight-stationary, optionally
-pipelined (double-buffered), in int8, int8x2, fp16 or bf16."""
+pipelined (double-buffered), in int8, int8x2, fp16, bf16 or fp32."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 from amaranth.hdl import (
     Cat,
     ClockSignal,
+    Const,
     EnableInserter,
     Instance,
     Module,
@@ -27,6 +28,7 @@ from .pe import (
     DATAFLOWS,
     LANES,
     PRECISIONS,
+    STEPS_PER_ELEMENT,
     ProcessingElement,
     acc_shape,
     operand_shape,
@@ -168,6 +170,8 @@ class _Row(wiring.Component):
         op, acc = operand_shape(precision).width, ACC_BITS
         C = cols
         members: dict[str, object] = {"en": In(1), "valid_in": In(n), "macs": Out(range(C * n + 1))}
+        if precision == "fp32":  # the step's pass, and whether any PE works on a step
+            members.update({"phase_in": In(2), "active": Out(1)})
         buses: dict[str, tuple[type, int, int]] = {}  # name -> (flow, width, per column)
         if dataflow == "os":
             members.update({"a_in": In(op * n), "first_in": In(1)})
@@ -224,6 +228,8 @@ class _Row(wiring.Component):
         for j, pe in enumerate(pes):
             left = pes[j - 1] if j else None
             m.d.comb += pe.valid_in.eq(left.valid_out if left else self.valid_in)
+            if self._prec == "fp32":
+                m.d.comb += pe.phase_in.eq(left.phase_out if left else self.phase_in)
             if self._df == "os":
                 for lane, (ai, bi, bo) in enumerate(
                     zip(lanes(pe.a_in), lanes(pe.b_in), lanes(pe.b_out), strict=True)
@@ -276,7 +282,12 @@ class _Row(wiring.Component):
                 else:
                     m.d.comb += pe.load.eq(self.load)
         if self._df == "ws":
-            m.d.comb += self.valid_out.eq(pes[-1].valid_out[0])
+            finished = pes[-1].valid_out[0]
+            if self._prec == "fp32":  # a partial sum leaves once per element
+                finished = finished & (pes[-1].phase_out == 3)
+            m.d.comb += self.valid_out.eq(finished)
+        if self._prec == "fp32":
+            m.d.comb += self.active.eq(Cat(*[pe.valid_in for pe in pes]).any())
         m.d.comb += self.macs.eq(_adder_tree([pe.mac for pe in pes]))
         return EnableInserter(self.en)(m)
 
@@ -404,6 +415,9 @@ class SystolicArray(wiring.Component):
         self._pipelined = pipelined
         self._precision = check_choice("precision", precision, PRECISIONS)
         self._lanes = n = LANES[precision]
+        self._steps_per = STEPS_PER_ELEMENT[precision]
+        # largest steps of a tile (fp32: each element is held for 4 steps)
+        self._max_steps = self._max_depth * self._steps_per
         self._module_prefix: str | None = None  # set by to_verilog: rows as instances
         op, acc = operand_shape(precision), acc_shape(precision)
         n_b = n if dataflow == "os" else 1
@@ -502,13 +516,15 @@ class SystolicArray(wiring.Component):
         # depth port -> steps (0 acts as 1) and whether the last step has one lane only
         n = self._lanes
         depth1 = Signal(range(self._max_depth + 1))
-        steps_in = Signal(range(self._max_depth + 1))
+        steps_in = Signal(range(self._max_steps + 1))
         odd_in = Signal()
+        per = self._steps_per.bit_length() - 1  # log2 of the steps per element
         m.d.comb += [
             depth1.eq(Mux(self.depth == 0, 1, self.depth)),
-            steps_in.eq((depth1 + (n - 1)) >> (n - 1)),
+            steps_in.eq(((depth1 + (n - 1)) >> (n - 1)) << per),
             odd_in.eq(depth1[0] if n == 2 else 0),
         ]
+        self._operand_sources(m, core)
         ctl = dict(core=core, rows=rows, advance=advance, steps_in=steps_in, odd_in=odd_in)
         if self._pipelined and self._dataflow == "os":
             in_flight_reg, done_reg, done_pre = self._os_pipelined(m, **ctl)
@@ -523,8 +539,13 @@ class SystolicArray(wiring.Component):
         # ---- performance counters (never stalled: they count the stalls) -------------
         macs = Signal(range(R * self._cols * n + 1))
         m.d.comb += macs.eq(_adder_tree([row.macs for row in rows]))
-        counters = PerfCounters(max_macs_per_cycle=R * self._cols * n, width=self._counter_width)
+        fp32 = self._precision == "fp32"
+        counters = PerfCounters(
+            max_macs_per_cycle=R * self._cols * n, width=self._counter_width, busy_port=fp32
+        )
         m.submodules.counters = counters
+        if fp32:  # busy: a PE works on a pass (a MAC completes only every 4th cycle)
+            m.d.comb += counters.busy.eq(Cat(*[row.active for row in rows]).any() & advance)
         in_flight = Signal()
         m.d.comb += [
             in_flight.eq(in_flight_reg | (done_reg & self.stall)),
@@ -537,6 +558,41 @@ class SystolicArray(wiring.Component):
         ]
         return m
 
+    def _operand_sources(self, m: Module, core: Module) -> None:
+        """What enters the skew from the ``a`` (and os ``b``) ports: the ports themselves,
+        or (fp32) the port at an element's first step and a hold register, loaded then,
+        at its other three (an element is sampled once and streamed for 4 steps)."""
+        n_b = len(self.b) if self._dataflow == "os" else 0
+        if self._steps_per == 1:
+            self._phase_now = None
+            self._a_src, self._b_src = list(self.a), list(self.b)[:n_b]
+            return
+        self._phase_now = Signal(2, name="step_phase")
+        first = self._phase_now == 0
+        srcs = []
+        for name, ports in (("a", list(self.a)), ("b", list(self.b)[:n_b])):
+            out = []
+            for idx, port in enumerate(ports):
+                held = Signal.like(port, name=f"{name}_held{idx}")
+                with core.If(first):
+                    core.d.sync += held.eq(port)
+                out.append(Mux(first, port, held))
+            srcs.append(out)
+        self._a_src, self._b_src = srcs
+
+    def _phase(self, m: Module, core: Module, feed: Value, first: Value) -> Value:
+        """1 in a cycle whose step samples the operand ports: every step, or (fp32) an
+        element's first. fp32: drives ``step_phase``, the pass of the step fed in this
+        cycle (0 at the tile's first step ``first``, + 1 per step fed, modulo 4), and
+        adds it to the flags the left edge skews onto the rows."""
+        if self._phase_now is None:
+            return Const(1)
+        ph = Signal(2, name="phase_next")
+        m.d.comb += self._phase_now.eq(Mux(first, 0, ph))
+        with core.If(feed):
+            core.d.sync += ph.eq(self._phase_now + 1)
+        return self._phase_now == 0
+
     def _lane_valid(self, feed: Value, last: Value, odd: Value) -> Value:
         """Per-lane valid bits of a step: lane 1 is off in the last step of an odd depth."""
         if self._lanes == 1:
@@ -546,7 +602,7 @@ class SystolicArray(wiring.Component):
     def _count_tiles(self, core: Module, accepted: Value, done_pre: Value) -> Signal:
         """Tiles accepted and not yet done (a tile leaves at the edge that raises done)."""
         cnt = Signal(
-            range(self._max_depth + 2 * self._rows + self._cols + 2), name="tiles_in_flight"
+            range(self._max_steps + 2 * self._rows + self._cols + 2), name="tiles_in_flight"
         )
         core.d.sync += cnt.eq(cnt + accepted - done_pre)
         return cnt
@@ -557,13 +613,15 @@ class SystolicArray(wiring.Component):
         """Skew the ``a`` port (and the step flags) onto the rows: port row ``i`` drives
         PE row ``pe_row_of[i]`` with ``pe_row_of[i] + 1`` cycles of delay."""
         R, n = self._rows, self._lanes
+        if self._phase_now is not None:
+            flags = {**flags, "phase_in": self._phase_now}
         values, delays, sinks = [], [], []
         for i in range(R):
             p = pe_row_of[i]
             row = rows[p]
             port = row.a_in if self._dataflow == "os" else row.x_in
             for lane in range(n):
-                values.append(self.a[i * n + lane])
+                values.append(self._a_src[i * n + lane])
                 delays.append(p + 1)
                 sinks.append(port.word_select(lane, len(self.a[0])))
             for fname, v in flags.items():
@@ -577,8 +635,8 @@ class SystolicArray(wiring.Component):
         """``pipelined=False``: one tile at a time; the next is accepted in cycle N-1."""
         R, C = self._rows, self._cols
         running = Signal()
-        t = Signal(range(self._max_depth + 2 * R + C))  # index of the current cycle
-        k = Signal(range(self._max_depth + 1))  # steps of the tile in flight
+        t = Signal(range(self._max_steps + 2 * R + C))  # index of the current cycle
+        k = Signal(range(self._max_steps + 1))  # steps of the tile in flight
         odd = Signal()
         done_reg = Signal()
         last = Signal()
@@ -599,11 +657,12 @@ class SystolicArray(wiring.Component):
             feed, drain = Signal(), Signal()
             laststep = Mux(accepted, steps_in == 1, t + 2 == k)
             oddnow = Mux(accepted, odd_in, odd)
+            sample = self._phase(m, core, feed, accepted)
             m.d.comb += [
                 feed.eq(accepted | (running & (t + 1 < k))),
                 drain.eq(running & (t >= k + (R + C - 2))),
-                self.a_ready.eq(feed & advance),
-                self.b_ready.eq(feed & advance),
+                self.a_ready.eq(feed & advance & sample),
+                self.b_ready.eq(feed & advance & sample),
             ]
             self._left_edge(
                 core,
@@ -629,10 +688,11 @@ class SystolicArray(wiring.Component):
         else:
             load, feed = Signal(), Signal()
             laststep = t + 2 == k + R
+            sample = self._phase(m, core, feed, running & (t + 1 == R))
             m.d.comb += [
                 load.eq(accepted | (running & (t + 1 < R))),
                 feed.eq(running & (t + 1 >= R) & (t + 1 < k + R)),
-                self.a_ready.eq(feed & advance),
+                self.a_ready.eq(feed & advance & sample),
                 self.b_ready.eq(load & advance),
             ]
             self._left_edge(
@@ -652,7 +712,7 @@ class SystolicArray(wiring.Component):
         values, dl, sinks = [], [], []
         for j in cols:
             for lane in range(n):
-                values.append(self.b[j * n + lane])
+                values.append(self._b_src[j * n + lane])
                 dl.append(delays[j])
                 sinks.append(rows[0].b_in.word_select(j * n + lane, len(self.b[0])))
         for sink, v in zip(sinks, _delay_lines(core, values, dl, "top"), strict=True):
@@ -686,8 +746,8 @@ class SystolicArray(wiring.Component):
         drain), so the rows above, already free, can take the next tile's results. Port
         row ``i`` drives PE row ``rows - 1 - i``, so result rows leave in order."""
         R, C = self._rows, self._cols
-        rem = Signal(range(self._max_depth + 1))  # steps still to sample
-        slack = Signal(range(self._max_depth + R + 1))  # drain slack (see below)
+        rem = Signal(range(self._max_steps + 1))  # steps still to sample
+        slack = Signal(range(self._max_steps + R + 1))  # drain slack (see below)
         odd = Signal()
         accepted, feed = Signal(), Signal()
         # The next tile (S' steps, accepted at edge T') must satisfy T' >= T + S (its
@@ -697,8 +757,11 @@ class SystolicArray(wiring.Component):
             self.idle.eq((rem == 0) & (slack <= steps_in)),
             accepted.eq(self.start & self.idle),
             feed.eq(accepted | (rem != 0)),
-            self.a_ready.eq(feed & advance),
-            self.b_ready.eq(feed & advance),
+        ]
+        sample = self._phase(m, core, feed, accepted)
+        m.d.comb += [
+            self.a_ready.eq(feed & advance & sample),
+            self.b_ready.eq(feed & advance & sample),
         ]
         laststep = Mux(accepted, steps_in == 1, rem == 1)
         with core.If(accepted):
@@ -756,12 +819,12 @@ class SystolicArray(wiring.Component):
         front reaches it to the load's last cycle) while tile ``n`` streams; each PE switches to them at tile ``n+1``'s
         first activation. Accept rule: ``T' >= T + max(S, rows)``."""
         R, C = self._rows, self._cols
-        hold = Signal(range(max(self._max_depth, R) + 1))  # cycles until idle
+        hold = Signal(range(max(self._max_steps, R) + 1))  # cycles until idle
         lrem = Signal(range(R + 1))  # weight rows still to load
         xpend = Signal()  # a stream waits for its load
-        kp = Signal(range(self._max_depth + 1))  # ... its steps
+        kp = Signal(range(self._max_steps + 1))  # ... its steps
         oddp = Signal()
-        xrem = Signal(range(self._max_depth + 1))  # steps still to stream
+        xrem = Signal(range(self._max_steps + 1))  # steps still to stream
         oddx = Signal()
         accepted, load, xstart, feed = Signal(), Signal(), Signal(), Signal()
         m.d.comb += [
@@ -770,7 +833,10 @@ class SystolicArray(wiring.Component):
             load.eq(accepted | (lrem != 0)),
             xstart.eq(xpend & (lrem == 0)),
             feed.eq(xstart | (xrem != 0)),
-            self.a_ready.eq(feed & advance),
+        ]
+        sample = self._phase(m, core, feed, xstart)
+        m.d.comb += [
+            self.a_ready.eq(feed & advance & sample),
             self.b_ready.eq(load & advance),
         ]
         laststep = Mux(xstart, kp == 1, xrem == 1)

@@ -455,7 +455,7 @@ def test_frontend_adc_saturates_and_accumulates_groups() -> None:
             SystolicArray,
             {"precision": "fp8"},
             ValueError,
-            r"precision must be one of 'int8', 'int8x2', 'fp16', 'bf16', got 'fp8'",
+            r"precision must be one of 'int8', 'int8x2', 'fp16', 'bf16', 'fp32', got 'fp8'",
         ),
         (ProcessingElement, {"precision": 8}, TypeError, r"precision must be a string, got 8"),
         (

@@ -16,7 +16,16 @@ from fractions import Fraction
 import numpy as np
 from wia_hw.emulator.golden import fp_mac_matmul
 
-__all__ = ["LAYOUTS", "corner_vectors", "exact_fp_mac", "random_vectors", "reference", "to_float32"]
+__all__ = [
+    "LAYOUTS",
+    "corner_vectors",
+    "corner_vectors_fp32",
+    "exact_fp_mac",
+    "random_vectors",
+    "random_vectors_fp32",
+    "reference",
+    "to_float32",
+]
 
 #: Format -> (exponent bits, fraction bits); binary32 is (8, 23).
 LAYOUTS = {"fp16": (5, 10), "bf16": (8, 7), "fp32": (8, 23)}
@@ -292,3 +301,103 @@ def corner_vectors(fmt: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         add((h(2.0**64), h(-(2.0**64)), f32(float("inf"))))
     a, b, c = zip(*cases, strict=True)
     return (np.array(a, np.uint16), np.array(b, np.uint16), np.array(c, np.uint32))
+
+
+# ---- binary32 operands (the fp32 PE mode, ``Fp32Mac``) -------------------------------
+
+
+def _f32(value: float) -> int:
+    return _bits(value, "fp32")
+
+
+def random_vectors_fp32(
+    n: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``n`` random binary32 ``(a, b, c)`` samples (uint32 each), a mix of: uniform bit
+    patterns; accumulators near ``-a*b`` (massive cancellation); accumulators within 30
+    binades of the product; products around binary32's subnormal range (and subnormal
+    inputs); products around its overflow threshold; short significands (13 bits), whose
+    48-bit products are often exact ties at the rounding point; specials sprinkled in."""
+    kind = rng.integers(0, 6, n)
+    u32 = lambda: rng.integers(0, 1 << 32, n, dtype=np.uint64).astype(np.uint32)  # noqa: E731
+    sign = lambda: rng.integers(0, 2, n)  # noqa: E731
+    frac = lambda: rng.integers(0, 1 << 23, n)  # noqa: E731
+    a, b, c = u32(), u32(), u32()
+    fin = kind != 0
+    a[fin] = _random_finite(rng, int(fin.sum()), "fp32", 1, 254)
+    b[fin] = _random_finite(rng, int(fin.sum()), "fp32", 1, 254)
+    # products near the subnormal range: (ea - 127) + (eb - 127) in [-152, -118]
+    ea = rng.integers(1, 255, n)
+    eb_tiny = np.clip(254 + rng.integers(-152, -118, n) - ea, 0, 254)
+    tiny = kind == 3
+    a[tiny] = _pack(sign(), ea, frac(), "fp32")[tiny]
+    b[tiny] = _pack(sign(), eb_tiny, frac(), "fp32")[tiny]
+    sub = tiny & (rng.random(n) < 0.3)  # subnormal a (times a large b)
+    a[sub] = _pack(sign(), np.zeros(n, np.int64), frac(), "fp32")[sub]
+    b[sub] = _pack(sign(), rng.integers(127, 255, n), frac(), "fp32")[sub]
+    # products near the overflow threshold: (ea - 127) + (eb - 127) in [124, 130]
+    huge = kind == 4
+    ea_h = rng.integers(128, 255, n)
+    eb_h = np.clip(254 + rng.integers(124, 131, n) - ea_h, 1, 254)
+    a[huge] = _pack(sign(), ea_h, frac(), "fp32")[huge]
+    b[huge] = _pack(sign(), eb_h, frac(), "fp32")[huge]
+    short = kind == 5  # 13-bit significands: products of 26 bits, ties at the cut
+    a[short] &= np.uint32(0xFFFFF800)
+    b[short] &= np.uint32(0xFFFFF800)
+    with np.errstate(all="ignore"):
+        prod = (a.view(np.float32) * b.view(np.float32)).astype(np.float32)
+    pbits = prod.view(np.uint32)
+    near = kind == 1
+    flip = np.where(rng.random(n) < 0.75, np.uint32(1 << 31), np.uint32(0))
+    jitter = rng.integers(-3, 4, n).astype(np.int64)
+    c_near = ((pbits.astype(np.int64) ^ flip.astype(np.int64)) + jitter) % (1 << 32)
+    c[near] = c_near.astype(np.uint32)[near]
+    aligned = (kind == 2) | tiny | short
+    pfield = (pbits >> 23 & 0xFF).astype(np.int64)
+    c_al = _pack(sign(), np.clip(pfield + rng.integers(-30, 31, n), 0, 254), frac(), "fp32")
+    c[aligned] = c_al[aligned]
+    zero_c = short & (rng.random(n) < 0.5)  # the rounded product alone
+    c[zero_c] = 0
+    zeros = tiny & (rng.random(n) < 0.25)  # +-0 * b + -0: the sign of an exact zero
+    a[zeros] = (sign().astype(np.uint32) << 31)[zeros]
+    c[zeros] = np.uint32(1 << 31)
+    for arr in (a, b, c):
+        pick = rng.random(n) < 0.03
+        arr[pick] = rng.choice(np.array(_specials("fp32"), dtype=np.uint32), int(pick.sum()))
+    return a, b, c
+
+
+def corner_vectors_fp32(full: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Directed binary32 ``(a, b, c)`` samples: every special in the ``a`` and ``b``
+    positions, with every accumulator special (``full``) or one of them in turn; then
+    product rounding (ties, a carry to the next binade, into and out of the subnormal
+    range, overflow after rounding), signed zeros and cancellation."""
+    sp = _specials("fp32")
+    cs = [sp[i] for i in (0, 1, 2, 4, 6, 7, 9, 10, 13, 15, 16)]
+    cases: list[tuple[int, int, int]] = []
+    n = 0
+    for x in sp:
+        for y in sp:
+            for z in cs if full else [cs[n % len(cs)]]:
+                cases.append((x, y, z))
+            n += 1
+    f = _f32
+    two25m1 = (31.0, 1082401.0)  # 31 * 1082401 = 2**25 - 1
+    for za in (0.0, -0.0, 1.0, -(2.0**25)):
+        cases.append((f(two25m1[0]), f(two25m1[1]), f(za)))  # rounds (tie) up to 2**25
+    cases += [
+        (f(31.0 * 2.0**60), f(1082401.0 * 2.0**43), f(0.0)),  # -> 2**128: overflow
+        (f(31.0 * 2.0**-80), f(1082401.0 * 2.0**-71), f(0.0)),  # -> 2**-126, normal
+        (f(1.0 + 2.0**-12), f(1.0 + 2.0**-12), f(0.0)),  # tie, to even (down)
+        (f(1.0 + 2.0**-12), f(1.0 + 2.0**-12 + 2.0**-23), f(0.0)),  # above the tie
+        (f(2.0**-75), f(2.0**-75), f(2.0**-149)),  # product rounds to 0 first
+        (f(1.5 * 2.0**-75), f(2.0**-75), f(0.0)),  # 1.5 * 2**-150 -> 2**-149
+        (f(2.0**-149), f(1024.0), f(0.0)),  # subnormal x normal, exact
+        (f(2.0**-149), f(-(2.0**-149)), f(-0.0)),  # underflows to -0; -0 + -0
+        (f(1.5), f(-2.0), f(3.0)),  # exact cancellation -> +0
+        (f(3.0), f(float(np.float32(1 / 3))), f(-1.0)),  # cancellation, tiny remainder
+        (f(2.0**64), f(2.0**64), f(float("inf"))),  # product overflows, + inf
+        (f(2.0**64), f(2.0**64), f(-float("inf"))),  # inf - inf
+    ]
+    a, b, c = zip(*cases, strict=True)
+    return tuple(np.array(v, np.uint32) for v in (a, b, c))  # type: ignore[return-value]

@@ -1,7 +1,7 @@
 """cocotb testbench of ``SystolicArray``: driver / monitor / golden model / checker.
 
 Golden models: ``emulator.golden.int8_matmul`` and ``fp_mac_matmul`` (through
-``tiles.make_tile``). Cycle model: ``emulator.cycles.systolic_tile_cycles``,
+``tiles.make_tile``; fp16, bf16 and fp32, whose elements stream for four steps each). Cycle model: ``emulator.cycles.systolic_tile_cycles``,
 ``systolic_issue_interval``, ``systolic_tile_counters`` and ``systolic_sequence_counters``
 (imported, never re-derived). Any precision, pipelined or not. Checks, on random tiles
 (int8 with -128 and 127 forced in; fp16/bf16 random bit patterns with specials) for a
@@ -80,7 +80,8 @@ class Driver:
     def junk(self, n: int) -> list[int]:
         if SIGNED:
             return [int(v) for v in self.rng.integers(-128, 128, n)]
-        return [int(v) for v in self.rng.integers(0, 1 << 16, n)]
+        width = 32 if PRECISION == "fp32" else 16
+        return [int(v) for v in self.rng.integers(0, 1 << width, n)]
 
     def drive(
         self, start: bool, depth: int, stall: bool, a_tile: Tile | None, b_tile: Tile | None

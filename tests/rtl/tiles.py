@@ -11,21 +11,24 @@ from dataclasses import dataclass, field
 import numpy as np
 from wia_hw.emulator.cycles import systolic_steps
 from wia_hw.emulator.golden import fp_mac_matmul, int8_matmul
+from wia_hw.rtl.pe import LANES, MACS_PER_CYCLE
 
 __all__ = ["LANES", "Tile", "make_tile", "fp_bits", "steps_of"]
 
-LANES = {"int8": 1, "int8x2": 2, "fp16": 1, "bf16": 1}
-
 
 def steps_of(precision: str, depth: int) -> int:
-    """Array steps of a tile of ``depth`` elements (``emulator.cycles.systolic_steps``)."""
-    return systolic_steps(depth, LANES[precision])
+    """Array steps (cycles of streaming) of a tile of ``depth`` elements: the emulator's
+    ``emulator.cycles.systolic_steps`` at the PE mode's MACs per cycle (``fp32``: 1/4,
+    four steps per element)."""
+    return systolic_steps(depth, MACS_PER_CYCLE[precision])
 
 
 @dataclass
 class Tile:
-    """One transaction: ``depth`` (the port value, in elements), its steps, the operand
-    steps in port order, and the expected ``out`` vectors in order of appearance."""
+    """One transaction: ``depth`` (the port value, in elements), its steps (cycles, for
+    the cycle functions), the operand steps in port order (one per ``a_ready`` /
+    ``b_ready``: an fp32 element is sampled once for its four steps), and the expected
+    ``out`` vectors in order of appearance."""
 
     depth: int
     steps: int
@@ -52,11 +55,12 @@ def int8_values(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def fp_bits(rng: np.random.Generator, shape: tuple[int, ...], fmt: str) -> np.ndarray:
-    """Random 16-bit patterns of ``fmt`` (uint16) with specials mixed in: +-0,
-    subnormals, +-inf, NaNs, and large exponents (so products and sums overflow)."""
-    bits = rng.integers(0, 1 << 16, shape, dtype=np.uint32)
-    exp_bits, frac_bits = (5, 10) if fmt == "fp16" else (8, 7)
-    sign = rng.integers(0, 2, shape, dtype=np.uint32) << 15
+    """Random bit patterns of ``fmt`` (uint16; uint32 for fp32) with specials mixed in:
+    +-0, subnormals, +-inf, NaNs, and large exponents (so products and sums overflow)."""
+    width = 32 if fmt == "fp32" else 16
+    bits = rng.integers(0, 1 << width, shape, dtype=np.uint64).astype(np.uint32)
+    exp_bits, frac_bits = {"fp16": (5, 10), "bf16": (8, 7), "fp32": (8, 23)}[fmt]
+    sign = rng.integers(0, 2, shape, dtype=np.uint32) << (width - 1)
     top = (1 << exp_bits) - 1
     pick = rng.random(shape)
     frac = rng.integers(0, 1 << frac_bits, shape, dtype=np.uint32)
@@ -79,12 +83,14 @@ def fp_bits(rng: np.random.Generator, shape: tuple[int, ...], fmt: str) -> np.nd
     bias = (1 << (exp_bits - 1)) - 1
     e = rng.integers(bias - 4, bias + 4, shape, dtype=np.uint32)
     bits[mid] = (sign | (e << frac_bits) | frac)[mid]
-    return bits.astype(np.uint16)
+    return bits if fmt == "fp32" else bits.astype(np.uint16)
 
 
 def _to_float(bits: np.ndarray, fmt: str) -> np.ndarray:
     if fmt == "fp16":
         return bits.astype(np.uint16).view(np.float16).astype(np.float32)
+    if fmt == "fp32":
+        return bits.astype(np.uint32).view(np.float32)
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
@@ -112,18 +118,19 @@ def make_tile(
     Lanes past the depth carry random junk, which the array must ignore."""
     L = LANES[precision]
     steps = steps_of(precision, depth)
-    pad = steps * L
+    port_steps = -(-depth // L)  # operand samples (one per element group of L lanes)
+    pad = port_steps * L
     if dataflow == "os":
         a = _operands(rng, (rows, pad), precision)
         b = _operands(rng, (pad, cols), precision)
         res = _matmul(a[:, :depth], b[:depth], precision)
         a_steps = [
             [int(a[i, s * L + lane]) for i in range(rows) for lane in range(L)]
-            for s in range(steps)
+            for s in range(port_steps)
         ]
         b_steps = [
             [int(b[s * L + lane, j]) for j in range(cols) for lane in range(L)]
-            for s in range(steps)
+            for s in range(port_steps)
         ]
         return Tile(depth, steps, a_steps, b_steps, [list(map(int, r)) for r in res])
     x = _operands(rng, (pad, rows), precision)
@@ -131,10 +138,12 @@ def make_tile(
     res = np.zeros((pad, cols), np.int64)
     res[:depth] = _matmul(x[:depth], w, precision)
     a_steps = [
-        [int(x[s * L + lane, i]) for i in range(rows) for lane in range(L)] for s in range(steps)
+        [int(x[s * L + lane, i]) for i in range(rows) for lane in range(L)]
+        for s in range(port_steps)
     ]
     b_steps = [[int(v) for v in w[rows - 1 - r]] for r in range(rows)]
     expected = [
-        [int(res[s * L + lane, j]) for j in range(cols) for lane in range(L)] for s in range(steps)
+        [int(res[s * L + lane, j]) for j in range(cols) for lane in range(L)]
+        for s in range(port_steps)
     ]
     return Tile(depth, steps, a_steps, b_steps, expected)
