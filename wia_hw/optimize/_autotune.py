@@ -188,8 +188,9 @@ class KernelTuning:
 class AutotuneResult:
     """What :func:`autotune_model` found: ``kernels`` by key, the ``method`` and
     ``seed``, the ``device`` name and ``spec_sha256``, ``wall_s`` of the search,
-    ``measured`` (emulator runs made), ``cache_hits`` (candidates found in the cache)
-    and ``eval_s`` (wall seconds spent measuring)."""
+    ``measured`` (emulator runs made), ``cache_hits`` (candidates found in the cache),
+    ``eval_s`` (wall seconds spent evaluating candidates) and ``cold_s`` (of which in
+    emulator runs)."""
 
     method: str
     seed: int
@@ -201,6 +202,7 @@ class AutotuneResult:
     measured: int
     cache_hits: int
     eval_s: float
+    cold_s: float = 0.0
 
     @property
     def candidates(self) -> int:
@@ -211,6 +213,11 @@ class AutotuneResult:
     def candidates_per_s(self) -> float:
         """Candidates evaluated per wall second of evaluation."""
         return self.candidates / self.eval_s if self.eval_s > 0 else float("inf")
+
+    @property
+    def cold_candidates_per_s(self) -> float:
+        """Emulator runs (cache misses) per wall second they took."""
+        return self.measured / self.cold_s if self.cold_s > 0 else float("inf")
 
     @property
     def schedules(self) -> dict[str, GemmTiling]:
@@ -506,16 +513,18 @@ class _Evaluator:
     def __init__(self, spec: DeviceSpec, sha: str) -> None:
         self.spec, self.sha = spec, sha
         self.measured = self.hits = 0
-        self.seconds = 0.0
+        self.seconds = self.cold_seconds = 0.0
 
     def __call__(self, kernel: GemmKernel, t: GemmTiling) -> int:
         t0 = time.perf_counter()
         cycles, hit = measure_cycles(kernel, t, self.spec, self.sha)
-        self.seconds += time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        self.seconds += dt
         if hit:
             self.hits += 1
         else:
             self.measured += 1
+            self.cold_seconds += dt
         return cycles
 
 
@@ -686,6 +695,7 @@ def autotune_model(
         measured=ev.measured,
         cache_hits=ev.hits,
         eval_s=ev.seconds,
+        cold_s=ev.cold_seconds,
     )
     if schedules_file is not None:
         result.save(schedules_file)
