@@ -45,6 +45,9 @@ def test_every_step_at_or_above_its_floor(cs):
 def test_each_optimisation_helps(cs):
     base, fused, q = (cs.row(s) for s in ("baseline", "fusion", "int8 quantisation"))
     assert base.latency_ms > fused.latency_ms > q.latency_ms
+    tuned = cs.row("auto-tuning")
+    if tuned.available:
+        assert tuned.latency_ms < q.latency_ms and cs.schedules
     assert q.floor_ms == pytest.approx(base.floor_ms / 2, rel=0.02)  # int8 peak = 2x fp16
     b = cs.row("dynamic batching")
     assert b.available and b.throughput > base.throughput
@@ -75,10 +78,17 @@ def test_table_equals_the_individual_api_calls(cs):
     )
     assert q.thresholds == cs.graphs["int8 quantisation"].thresholds
     assert cs.row("int8 quantisation").latency_ms == wia_hw.run(q).latency_ms
+    schedules = {}
+    if cs.row("auto-tuning").available:  # ML-guided, 32 trials per key, no wall budget
+        cfg = wia_hw.AutotuneConfig(method="ml", time_budget_seconds=None, max_trials=32)
+        schedules = wia_hw.autotune_model(q, cfg, device=spec).schedules
+        assert schedules == cs.schedules
+        tuned = wia_hw.run(q, schedules=schedules)
+        assert cs.row("auto-tuning").latency_ms == tuned.latency_ms
     # batching: the same server and workload give the same figures
     server = create_inference_server(
         q, BatchingConfig(max_batch_size=64, max_latency_ms=10.0, padding_strategy="multiple_of_8"),
-        device=spec,
+        device=spec, schedules=schedules,
     )
     sb = benchmark_server(
         server, ServerWorkload(p99_bound_ms=10.0, duration_s=0.2, seq=128, seed=0)

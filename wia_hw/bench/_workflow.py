@@ -53,6 +53,7 @@ __all__ = [
     "WorkflowProfiling",
     "WorkflowResult",
     "WorkflowStep",
+    "autotune_schedules",
     "autotuner",
     "bottleneck_shares",
     "calibration_model",
@@ -211,8 +212,8 @@ class WorkflowStep:
 
 @dataclass
 class WorkflowResult:
-    """The history (``steps``), the final ``graph`` and its measurement, and why the loop
-    stopped (``stop_reason``). ``speedup`` = first latency / final latency."""
+    """The history (``steps``), the final ``graph`` (and ``schedules``, when auto-tuning
+    was kept) and its measurement, and why the loop stopped (``stop_reason``). ``speedup`` = first latency / final latency."""
 
     steps: list[WorkflowStep]
     graph: Graph
@@ -222,6 +223,8 @@ class WorkflowResult:
     target_met: bool
     stop_reason: str
     applied: list[str]
+    #: tuned GEMM schedules by kernel key (auto-tuning), for ``run(graph, schedules=...)``
+    schedules: dict[str, Any] = field(default_factory=dict)
 
     @property
     def speedup(self) -> float:
@@ -237,6 +240,7 @@ class WorkflowResult:
             "target_met": self.target_met,
             "stop_reason": self.stop_reason,
             "applied": self.applied,
+            "tuned_kernels": sorted(self.schedules),
         }
 
     def format(self) -> str:
@@ -269,19 +273,21 @@ def autotuner() -> Callable[..., Any] | None:
     return getattr(optimize, "autotune_model", None)
 
 
-def apply_autotune(graph: Graph, spec: DeviceSpec) -> Graph:
-    """Run the auto-tuner on ``graph`` for ``spec`` (its config's defaults)."""
+def autotune_schedules(
+    graph: Graph, spec: DeviceSpec, config: Any = None, seed: int = 0
+) -> tuple[dict[str, Any], Any]:
+    """Tune ``graph``'s GEMM kernels on ``spec`` with ``autotune_model`` (``config``:
+    an ``AutotuneConfig``; default: ML-guided, 32 trials per kernel key, no wall-clock
+    budget so the result is the same on every machine). Returns ``(schedules by kernel
+    key, the AutotuneResult)``; ``run(graph, schedules=...)`` applies them."""
     from .. import optimize
 
-    fn = optimize.autotune_model  # type: ignore[attr-defined]
-    cfg_cls = getattr(optimize, "AutotuneConfig", None)
-    params = inspect.signature(fn).parameters
-    kw: dict[str, Any] = {}
-    for name in ("device", "spec"):
-        if name in params:
-            kw[name] = spec
-    out = fn(graph, cfg_cls(), **kw) if cfg_cls is not None else fn(graph, **kw)
-    return out if isinstance(out, Graph) else out.graph
+    if config is None:
+        config = optimize.AutotuneConfig(  # type: ignore[attr-defined]
+            method="ml", time_budget_seconds=None, max_trials=32, seed=seed
+        )
+    res = optimize.autotune_model(graph, config, device=spec)  # type: ignore[attr-defined]
+    return dict(res.schedules), res
 
 
 def random_batches(graph: Graph, n: int, seed: int) -> list[dict[str, np.ndarray]]:
@@ -296,7 +302,10 @@ def random_batches(graph: Graph, n: int, seed: int) -> list[dict[str, np.ndarray
         if op.kind == "embedding"
     }
     ins = [t for t in graph.tensors.values() if t.kind == "input"]
-    return [{t.name: random_input(rng, t.shape, t.dtype, vocab.get(t.name)) for t in ins} for _ in range(n)]
+    return [
+        {t.name: random_input(rng, t.shape, t.dtype, vocab.get(t.name)) for t in ins}
+        for _ in range(n)
+    ]
 
 
 #: Rows of an embedding table the functional (calibration, verification) models keep.
@@ -457,16 +466,18 @@ def bottleneck_shares(
     return {k: 100.0 * v / s if s else 0.0 for k, v in tot.items()}
 
 
-def _measure(graph: Graph, spec: DeviceSpec, seed: int, profile: bool) -> Any:
+def _measure(
+    graph: Graph, spec: DeviceSpec, seed: int, schedules: Mapping[str, Any] | None = None
+) -> Any:
+    """A profiled run (counters) on a fresh device, with tuned ``schedules`` if any."""
     from ..profiling import ProfileMode, ProfilingConfig
     from ..runtime import run
 
-    if not profile:
-        return run(graph, device=spec, seed=seed)
     cfg = ProfilingConfig(
         mode=ProfileMode.COUNTERS, capture_memory=False, capture_communication=False
     )
-    return run(graph, device=spec, seed=seed, profile=cfg)
+    kw = {"schedules": dict(schedules)} if schedules else {}
+    return run(graph, device=spec, seed=seed, profile=cfg, **kw)
 
 
 def calibration_model(graph: Graph) -> Graph:
@@ -511,8 +522,6 @@ def apply_optimisation(
             for n in [n for n, v in d.items() if n in q.tensors and v.shape != q.tensors[n].shape]:
                 del d[n]
         return q
-    if name == "autotune":
-        return apply_autotune(graph, spec)
     raise BenchmarkError(f"unknown optimisation {name!r} (fusion, int8, autotune)")
 
 
@@ -567,7 +576,8 @@ def optimize_workload(
     applied: list[str] = []
     tried: set[str] = set()
     steps: list[WorkflowStep] = []
-    r = _measure(graph, spec, seed, True)
+    schedules: dict[str, Any] = {}
+    r = _measure(graph, spec, seed)
     base_ms = r.latency_ms
     stop = f"max_iterations ({wf.max_iterations}) reached"
     for it in range(1, wf.max_iterations + 1):
@@ -607,8 +617,14 @@ def optimize_workload(
         name = todo[0]
         tried.add(name)
         step.applied = name
-        new = apply_optimisation(name, graph, spec, wf.calibration_batches, seed)
-        r2 = _measure(new, spec, seed, True)
+        new_schedules = schedules
+        if name == "autotune":
+            new = graph
+            tuned, _ = autotune_schedules(graph, spec, seed=seed)
+            new_schedules = {**schedules, **tuned}
+        else:
+            new = apply_optimisation(name, graph, spec, wf.calibration_batches, seed)
+        r2 = _measure(new, spec, seed, new_schedules)
         step.after_ms, step.after_floor_ms = r2.latency_ms, r2.roofline_floor_ms
         step.gain = r.latency_ms / r2.latency_ms
         if wf.verify and name != "autotune":
@@ -633,7 +649,7 @@ def optimize_workload(
             )
             break
         step.decision = "kept"
-        graph, r = new, r2
+        graph, r, schedules = new, r2, new_schedules
         applied.append(name)
     else:
         if _met(wf, r.latency_ms, r.throughput):
@@ -647,4 +663,5 @@ def optimize_workload(
         target_met=_met(wf, r.latency_ms, r.throughput),
         stop_reason=stop,
         applied=applied,
+        schedules=schedules,
     )

@@ -11,7 +11,7 @@ shape is used as it is.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,11 +107,15 @@ def model_factory(
     )
 
 
-def time_shape(graph: Graph, spec: DeviceSpec, seed: int) -> ShapeTiming:
-    """Time ``graph`` on a fresh device of ``spec`` (timing mode)."""
+def time_shape(
+    graph: Graph, spec: DeviceSpec, seed: int, schedules: Mapping[str, Any] | None = None
+) -> ShapeTiming:
+    """Time ``graph`` on a fresh device of ``spec`` (timing mode), with tuned GEMM
+    ``schedules`` by kernel key (those of other shapes do not apply)."""
     from ..runtime import run
 
-    r = run(graph, device=spec, seed=seed)
+    kw = {"schedules": dict(schedules)} if schedules else {}
+    r = run(graph, device=spec, seed=seed, **kw)
     return ShapeTiming(
         int(graph.params.get("batch", graph.sequences)),
         graph.params.get("seq"),

@@ -23,7 +23,7 @@ from __future__ import annotations
 import collections
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,8 +83,10 @@ class InferenceServer:
         config: BatchingConfig,
         spec: DeviceSpec,
         seed: int = 0,
+        schedules: Mapping[str, Any] | None = None,
     ) -> None:
         self.factory = factory
+        self.schedules = dict(schedules or {})
         self.reference = reference
         self.config = config
         self.spec = spec
@@ -122,7 +124,9 @@ class InferenceServer:
         key = (batch, seq)
         t = self._shapes.get(key)
         if t is None:
-            t = self._shapes[key] = time_shape(self.factory(batch, seq), self.spec, self.seed)
+            t = self._shapes[key] = time_shape(
+                self.factory(batch, seq), self.spec, self.seed, self.schedules
+            )
         return t
 
     def service_ms(self, requests: int, seq: int | None = None) -> float:
@@ -238,6 +242,7 @@ def create_inference_server(
     *,
     device: str | os.PathLike[str] | DeviceSpec = DEFAULT_DEVICE,
     seed: int = 0,
+    schedules: Mapping[str, Any] | None = None,
     **workload_kwargs: Any,
 ) -> InferenceServer:
     """The seed's ``wia_create_inference_server``: ``model`` (a workload name built with
@@ -245,6 +250,9 @@ def create_inference_server(
     as :func:`wia_hw.serve.graph_at` says; or a callable ``(batch, seq) -> Graph``)
     served on ``device`` with dynamic batching by ``config``. The model's ``seq`` is the
     longest a request may have. Nothing is timed until a shape is needed.
+    ``schedules``: tuned GEMM schedules by kernel key (:func:`wia_hw.optimize.
+    autotune_model`), applied to every shape whose kernels they were tuned for (a
+    kernel key holds the GEMM's shape, so other batch sizes run the default tilings).
 
     Raises ``TypeError`` when ``config`` is not a :class:`BatchingConfig`,
     :class:`ServeError` on a bad model, :class:`~wia_hw.SpecError` on a bad device.
@@ -253,7 +261,7 @@ def create_inference_server(
         raise TypeError(f"config must be a BatchingConfig, got {type(config).__name__}")
     spec = device if isinstance(device, DeviceSpec) else load_spec(device)
     factory, ref = model_factory(model, **workload_kwargs)
-    return InferenceServer(factory, ref, config, spec, seed)
+    return InferenceServer(factory, ref, config, spec, seed, schedules)
 
 
 def percentile_ms(latency_ns: Sequence[int], q: float) -> float:
