@@ -51,10 +51,10 @@ BLOCKS: Mapping[str, BlockInfo] = MappingProxyType(
     {
         "pe": _info(
             ProcessingElement,
-            "MAC processing element (int8, int8x2, fp16, bf16)",
+            "MAC processing element (int8, int8x2, fp16, bf16, fp32)",
             {
                 "dataflow": ("os", "'os' (output-stationary) or 'ws' (weight-stationary)"),
-                "precision": ("int8", "'int8', 'int8x2', 'fp16' or 'bf16'"),
+                "precision": ("int8", "'int8', 'int8x2', 'fp16', 'bf16' or 'fp32'"),
                 "pipelined": (False, "double-buffered (result register / shadow weight)"),
             },
         ),
@@ -71,7 +71,10 @@ BLOCKS: Mapping[str, BlockInfo] = MappingProxyType(
                     False,
                     "double-buffered accumulators (os) / weights (ws): true/false",
                 ),
-                "precision": ("int8", "'int8', 'int8x2' (2 MACs/PE/cycle), 'fp16' or 'bf16'"),
+                "precision": (
+                    "int8",
+                    "'int8', 'int8x2' (2 MACs/PE/cycle), 'fp16', 'bf16' or 'fp32' (1/4)",
+                ),
             },
         ),
         "perf_counters": _info(

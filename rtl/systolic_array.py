@@ -306,7 +306,8 @@ class SystolicArray(wiring.Component):
     it. A tile starts at the edge where ``start`` is sampled high (with ``idle`` high and
     ``stall`` low): that is edge 0. ``done`` is high during exactly one cycle, cycle
     ``N``, where, with ``S`` the tile's *steps* (``S = ceil(depth / lanes)``, ``lanes``
-    = 2 for ``int8x2``, else 1; ``emulator.cycles.systolic_steps``)::
+    = 2 for ``int8x2``, else 1; ``S = 4 * depth`` for ``fp32``, one MAC per 4 cycles;
+    ``emulator.cycles.systolic_steps(depth, pe.MACS_PER_CYCLE[precision])``)::
 
         N = S + 2 * rows + cols - 2      (= emulator.cycles.systolic_tile_cycles)
 
@@ -353,7 +354,10 @@ class SystolicArray(wiring.Component):
     with ``start``; 0 acts as 1.
     a (in, operand x ``rows * lanes``), b (in, operand x ``cols * lanes`` for os,
     ``cols`` for ws): operand steps (above). Operands are ``signed(8)`` in the int8
-    modes and raw 16-bit fp16 / bf16 patterns in the fp modes.
+    modes and raw 16-bit fp16 / bf16 or 32-bit binary32 patterns in the fp modes. In
+    ``fp32`` an element is sampled once (``a_ready`` / ``b_ready`` high at its first
+    step, ws weight loads unchanged) and held for its 4 steps: step ``s`` carries
+    element ``s // 4``, and ws results come once per element, at its last step.
     stall (in, 1): hold. In a cycle with ``stall`` high no register of the array changes
     at the next edge (nothing is sampled, nothing advances) and ``out_valid``, ``done``,
     ``a_ready``, ``b_ready`` read low; every such cycle while a tile is in flight is
@@ -389,7 +393,7 @@ class SystolicArray(wiring.Component):
     pipelined:
         Double-buffered accumulators (os) / weights (ws); default ``False``.
     precision:
-        ``"int8"`` (default), ``"int8x2"``, ``"fp16"`` or ``"bf16"``.
+        ``"int8"`` (default), ``"int8x2"``, ``"fp16"``, ``"bf16"`` or ``"fp32"``.
 
     Raises ``TypeError`` for an argument of the wrong type and ``ValueError`` for one
     out of range; the message names the parameter and shows the value.

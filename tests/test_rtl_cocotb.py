@@ -119,8 +119,8 @@ def test_systolic_array_pipelined(rows: int, cols: int, dataflow: str) -> None:
     )
 
 
-#: (precision, rows, cols, dataflow, pipelined): two int8 MACs per PE per cycle, and the
-#: fp16 / bf16 MAC (fp32 accumulation) on small arrays.
+#: (precision, rows, cols, dataflow, pipelined): two int8 MACs per PE per cycle, the
+#: fp16 / bf16 MAC (fp32 accumulation) and the fp32 MAC (one per 4 cycles) on small arrays.
 MODES = [
     ("int8x2", 4, 4, "os", True),
     ("int8x2", 3, 2, "ws", True),
@@ -129,6 +129,8 @@ MODES = [
     ("fp16", 4, 4, "ws", True),
     ("bf16", 4, 4, "os", False),
     ("bf16", 2, 2, "ws", True),
+    ("fp32", 4, 4, "os", True),
+    ("fp32", 4, 4, "ws", False),
 ]
 
 
@@ -146,7 +148,8 @@ def test_systolic_array_modes(
             "rows": rows,
             "cols": cols,
             "dataflow": dataflow,
-            "max_depth": 64,
+            # fp32 streams 4 steps per element: 16 elements are 64 steps, like the rest
+            "max_depth": 16 if precision == "fp32" else 64,
             "pipelined": pipelined,
             "precision": precision,
         },
