@@ -317,7 +317,7 @@ def test_two_extensions_claiming_one_op(tmp_path):
             "operations.0.claims.0",
             "claims 'linear' but compose starts with 'softmax'",
         ),
-        ('macs: "B', 'flops: "B', "operations.0.cost.flops", "unknown cost key"),
+        ('macs: "B', 'flops: "B', "operations.0.cost.flops", "unknown key 'flops'"),
         (
             'cycles: "B',
             "cycles: \"__import__('os') + B",

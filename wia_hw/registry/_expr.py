@@ -28,6 +28,7 @@ was refused and where (1-based column).
 from __future__ import annotations
 
 import ast
+import difflib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -244,10 +245,12 @@ def compile_expr(text: object, allowed_names: set[str] | frozenset[str] | None =
     if allowed_names is not None:
         unknown = sorted(names - set(allowed_names))
         if unknown:
+            close = difflib.get_close_matches(unknown[0], sorted(allowed_names), n=1)
             raise ExprError(
                 f"unknown name{'s' if len(unknown) > 1 else ''} "
-                f"{', '.join(map(repr, unknown))} (known: "
-                f"{', '.join(sorted(allowed_names))})"
+                f"{', '.join(map(repr, unknown))} ("
+                + (f"did you mean {close[0]!r}? " if close else "")
+                + f"known: {', '.join(sorted(allowed_names))})"
             )
     return Expr(text.strip(), frozenset(names), tree)
 

@@ -65,6 +65,9 @@ module.
 
 from __future__ import annotations
 
+import difflib
+import functools
+import itertools
 import keyword
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -497,6 +500,16 @@ class DeviceExtension:
 # -- reading a manifest --------------------------------------------------------------
 
 
+def _unknown(key: Any, known: Sequence[str], what: str = "key") -> str:
+    """``unknown key 'cycle' (did you mean 'cycles'?)``, or the known keys when no
+    known key is close."""
+    close = difflib.get_close_matches(str(key), list(known), n=1, cutoff=0.6)
+    if close:
+        return f"unknown {what} {str(key)!r} (did you mean {close[0]!r}?)"
+    return f"unknown {what} {str(key)!r} (known: {', '.join(known)})"
+
+
+
 def read_manifest(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     return read_yaml_mapping(path, str(path), "an extension manifest")
 
@@ -531,7 +544,7 @@ def _parse_parameters(raw: Any, err: _Where) -> dict[str, Parameter]:
             raise err(f, f"must be a mapping with type and default, got {decl!r}")
         for k in decl:
             if k not in _PARAM_KEYS:
-                raise err(f"{f}.{k}", f"unknown key (known: {', '.join(_PARAM_KEYS)})")
+                raise err(f"{f}.{k}", _unknown(k, _PARAM_KEYS))
         t = decl.get("type")
         if t not in _PARAM_TYPES:
             raise err(f"{f}.type", f"must be one of {', '.join(_PARAM_TYPES)}, got {t!r}")
@@ -571,6 +584,12 @@ def _parse_parameters(raw: Any, err: _Where) -> dict[str, Parameter]:
             p = replace(p, default=p.check(decl["default"]))
         except (TypeError, ValueError) as e:
             raise err(f"{f}.default", str(e)) from None
+        if t in ("int", "float") and p.default < 0 and lo is None:
+            raise err(
+                f"{f}.default",
+                f"negative default {p.default!r} with no min: declare the range the "
+                "cost model is valid over (min: ...)",
+            )
         out[name] = p
     return out
 
@@ -589,7 +608,7 @@ def _parse_operations(
             raise err(f, f"an operation must be a mapping, got {o!r}")
         for k in o:
             if k not in _OP_KEYS:
-                raise err(f"{f}.{k}", f"unknown key (known: {', '.join(_OP_KEYS)})")
+                raise err(f"{f}.{k}", _unknown(k, _OP_KEYS))
         name = o.get("name")
         if not isinstance(name, str) or not _IDENT.match(name):
             raise err(f"{f}.name", f"must be an identifier, got {name!r}")
@@ -643,6 +662,9 @@ def _parse_operations(
                     f"{f}.claims",
                     "a YAML-only operation must claim the graph op kinds (or op names) it lowers",
                 )
+            for key in cost_raw if isinstance(cost_raw, Mapping) else ():
+                if key not in _COST_KEYS:  # a typo ``cycle:`` is named before "no cycles"
+                    raise err(f"{f}.cost.{key}", _unknown(key, _COST_KEYS))
             if not isinstance(cost_raw, Mapping) or "cycles" not in cost_raw:
                 raise err(
                     f"{f}.cost",
@@ -658,10 +680,6 @@ def _parse_operations(
             gemm = all(k in GEMM_KINDS for k in head)
             names = set(params) | set(_DEVICE_NAMES) | set(_MATMUL_NAMES if gemm else _VECTOR_NAMES)
             for key, text in cost_raw.items():
-                if key not in _COST_KEYS:
-                    raise err(
-                        f"{f}.cost.{key}", f"unknown cost key (known: {', '.join(_COST_KEYS)})"
-                    )
                 try:
                     cost[key] = compile_expr(text, names)
                 except ExprError as e:
@@ -731,7 +749,7 @@ def from_data(
     err = _Where(_path_name(source), lines)
     for k in data:
         if k not in _TOP_KEYS:
-            raise err(str(k), f"unknown field (known: {', '.join(_TOP_KEYS)})")
+            raise err(str(k), _unknown(k, _TOP_KEYS, "field"))
     for k in ("schema_version", "extension_id", "version"):
         if k not in data:
             raise err(k, "missing required field")
@@ -799,9 +817,140 @@ def from_data(
         lines=lines,
         module_obj=module_obj,
     )
+    check_cost_domain(ext)
     if values:
         ext = ext.with_parameters(values)
     for o in ext.operations:  # check every impl now, statically: nothing runs
         if not o.yaml_only:
             check_impl(ext, o)
     return ext
+
+
+# -- cost expressions over their domain ------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _domain_devices() -> tuple[dict[str, float], ...]:
+    """The device names (``array_rows``, ..., plus ``rates``: the array's MACs per PE
+    per cycle over its precisions) of every distinct built-in device spec."""
+    from ..emulator.config import ClusterSpec
+    from ..spec import list_specs, load_spec
+
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for name in list_specs():
+        try:
+            s = load_spec(name)
+        except SpecError:  # a broken built-in spec is its own test's job
+            continue
+        d = s.device if isinstance(s, ClusterSpec) else s
+        if not isinstance(d, DeviceSpec):
+            continue
+        a = d.compute.array
+        names = {
+            "array_rows": a.rows,
+            "array_cols": a.cols,
+            "cores": d.compute.cores,
+            "lanes": d.compute.vector.lanes,
+            "clock_ghz": d.clock_ghz,
+        }
+        rates = tuple(sorted({float(a.rate(p)) for p in a.macs_per_pe_cycle}))
+        out.setdefault(tuple(names.values()) + rates, dict(names, rates=rates))
+    return tuple(out.values())
+
+
+def _tile_grid(on_array: bool, dev: Mapping[str, Any]) -> list[dict[str, float]]:
+    """Tiles a cost expression is evaluated on, each at 1, 2 and 4 bytes per element
+    (``E``). Array: ``M``, ``N``, ``K`` all 1, all the device's full tile (rows, cols,
+    rows), and each alone at 1 with the others full, at the lowest and the highest
+    ``rate`` of the device's precisions (``B`` = 1). Vector unit: ``ROWS`` in ``{1,
+    16}`` by ``COLS`` in ``{1, lanes}``."""
+    tiles: list[dict[str, float]] = []
+    full = {"M": dev["array_rows"], "N": dev["array_cols"], "K": dev["array_rows"]}
+    shapes = [dict.fromkeys(full, 1), full] + [dict(full, **{k: 1}) for k in full]
+    rates = sorted({min(dev["rates"]), max(dev["rates"])})
+    for e in (1, 2, 4):
+        if on_array:
+            for shape, rate in itertools.product(shapes, rates):
+                tiles.append({"B": 1, **shape, "E": e, "rate": rate})
+        else:
+            for r, c in itertools.product((1, 16), (1, dev["lanes"])):
+                tiles.append({"ROWS": r, "COLS": c, "ELEMENTS": r * c, "E": e})
+    return tiles
+
+
+def _param_points(
+    params: Mapping[str, Parameter], used: frozenset[str]
+) -> list[dict[str, float]]:
+    """Parameter values a cost expression is evaluated at: the defaults, each numeric
+    parameter it reads at its ``min`` and its ``max`` (others at their defaults), and
+    all of them at their ``min``s, then at their ``max``es."""
+    base = {n: p.default for n, p in params.items()}
+    num = [p for n, p in params.items() if n in used and p.type in ("int", "float")]
+    points = [base]
+    for p in num:
+        for bound in (p.min, p.max):
+            if bound is not None:
+                points.append(dict(base, **{p.name: bound}))
+    for side in ("min", "max"):
+        given = {p.name: getattr(p, side) for p in num if getattr(p, side) is not None}
+        if len(given) > 1:
+            points.append(dict(base, **given))
+    return points
+
+
+def check_cost_domain(ext: DeviceExtension) -> None:
+    """Refuse a YAML-only operation whose ``cost`` (or ``peak``) expression cannot be
+    evaluated (division by zero, ``log2`` of a non-positive number, a value out of
+    range, a non-numeric parameter) or is negative, for some in-range parameter value
+    on some tile: the expressions are evaluated at the parameters' bounds
+    (:func:`_param_points`) on a small tile grid of every built-in device
+    (:func:`_tile_grid`). The :class:`SpecError` names the file, the line and the field
+    (``operations.N.cost.KEY``), the tile and the parameter values."""
+    params = tuple(
+        (n, p.type, p.default, p.min, p.max) for n, p in sorted(ext.parameters.items())
+    )
+    for op in ext.operations:
+        exprs = [(f"cost.{k}", e) for k, e in op.cost.items()]
+        exprs += [(f"peak.{k}", e) for k, e in op.peak.items()]
+        if not op.yaml_only or not exprs:
+            continue
+        for where, expr in exprs:
+            why = _domain_problem(expr.text, op.on_array, params)
+            if why is not None:
+                raise ext.error(f"operations.{op.index}.{where}", why)
+
+
+@functools.lru_cache(maxsize=512)
+def _domain_problem(
+    text: str, on_array: bool, params: tuple[tuple[str, str, Any, Any, Any], ...]
+) -> str | None:
+    """What is wrong with the expression ``text`` somewhere on its domain (see
+    :func:`check_cost_domain`), or None; cached, as manifests are loaded again and
+    again with the same expressions."""
+    expr = compile_expr(text)
+    decl = {n: Parameter(n, t, d, lo, hi) for n, t, d, lo, hi in params}
+    used = sorted(expr.names)
+    seen: set[tuple[Any, ...]] = set()
+    grids = [(dev, _tile_grid(on_array, dev)) for dev in _domain_devices()]
+    for point in _param_points(decl, expr.names):
+        for dev, tiles in grids:
+            for tile in tiles:
+                env = {**dev, **point, **tile}
+                key = tuple(env[n] for n in used)
+                if key in seen:
+                    continue
+                seen.add(key)
+                try:
+                    v = expr.evaluate(env)
+                except ExprError as e:
+                    bad = str(e)
+                else:
+                    if v >= 0:
+                        continue
+                    bad = f"is negative ({v:g})"
+                shown = ", ".join(f"{n}={env[n]!r}" for n in used)
+                return (
+                    f"{expr.text!r} {bad} for {shown or 'every value'}: a cost must be "
+                    "defined and non-negative for every in-range parameter value and tile"
+                )
+    return None
