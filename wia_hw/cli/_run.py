@@ -24,6 +24,7 @@ from ..profiling._report import spec_label
 from ..registry import load_extension, register_device_extension
 from ..runtime import Context, RunResult, open_device, spec_sha256
 from ._common import RunOptions, make_console, run_options, width_option
+from ._generate import run_generation, throughput_text
 
 __all__ = ["run_cmd", "print_run", "replay_context", "describe_provenance"]
 
@@ -84,7 +85,7 @@ def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
         t.add_row(o.name, f"{o.time_ms:.2f}", f"{o.pct:.1f}", f"{o.flops / 1e9:.1f}")
     console.print(t)
     console.print(f"  Latency:     {r.latency_ms:.2f} ms")
-    console.print(f"  Throughput:  {r.throughput:.1f} seq/sec")
+    console.print(f"  Throughput:  {throughput_text(r)}")
     console.print(
         f"  Compute:     {r.achieved_tflops:.1f} TFLOPS of {r.peak_tflops:.1f} peak "
         f"({r.compute_utilization:.1f}% utilisation)"
@@ -238,6 +239,10 @@ def replay_context(path: Path) -> tuple[Context, dict[str, Any]]:
 )
 @click.option("--top", type=int, default=10, show_default=True, help="Kernels to list.")
 @click.option(
+    "--generate", type=int, default=None, help="Generate N tokens (gpt2): prefill + decode steps."
+)
+@click.option("--prompt-len", type=int, default=None, help="--generate: prompt tokens (default 1).")
+@click.option(
     "--replay",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
@@ -253,10 +258,17 @@ def run_cmd(
     as_json: bool,
     output: Path | None,
     top: int,
+    generate: int | None,
+    prompt_len: int | None,
     replay: Path | None,
     width: int | None,
 ) -> None:
     """Run WORKLOAD (bert-large, bert-base, gpt2, resnet50, gemm, or an .onnx file)."""
+    if generate is not None or prompt_len is not None:
+        given = {"--phase": phase, "--kv-len": kv_len, "--replay": replay}
+        return run_generation(
+            opts, generate, prompt_len, mode, seed, as_json, output, width, given
+        )
     if replay is not None:
         if opts is not None:
             raise WiaError("--replay takes no WORKLOAD: the report names it")

@@ -1,0 +1,555 @@
+"""Token generation: a prefill, then decode steps over a growing KV cache.
+
+``generate("gpt2", prompt_len=P, new_tokens=N, batch=B)`` runs the prefill of ``P``
+prompt tokens (it yields the first new token: its latency is the *time to first
+token*), then ``N - 1`` decode steps; decode step ``i`` (1-based) feeds the token the
+step before produced and attends to ``kv_len = P + i - 1`` cached tokens. GPT-2 has
+1024 positions, so ``P + N - 1 <= 1024``; the default prompt is one token (GPT-2's
+``<|endoftext|>`` that starts unconditional sampling), so ``N`` may be 1024.
+
+The result reports the time to first token, the per-token latency (the decode steps:
+P50 and P99 by linear interpolation, numpy's default, as :mod:`wia_hw.bench` does),
+throughput in **tokens/s** (generated tokens of every sequence over the whole time;
+``decode_tokens_per_s`` over the decode steps only) and in **sequences/s**, and the
+KV-cache bytes after the prefill and after every step (``kv_len + 1`` tokens of every
+layer's keys and values for the whole batch).
+
+Timing (``method``):
+
+* ``"exact"``: every decode step is a whole graph run (:meth:`Context.run`) on one
+  device, in order, so caches, time and temperature carry from step to step as on a
+  real device. About 0.3 s of wall time per GPT-2 small step.
+* ``"cached"`` (default): the ops whose shapes do not depend on the KV length (every
+  projection, the MLP, layer norms, embeddings, the LM head) are lowered and timed
+  once, inside an *anchor*: a whole decode step run exactly on the device (the first
+  decode step, then one every ``anchor_every`` tokens). The ops whose shapes grow with
+  the KV length (each layer's key/value cache concat, scores, softmax, context; found
+  by comparing the graphs at two KV lengths, not by name) are timed on a scratch
+  device as a *probe*: one layer's KV-dependent ops (with the views that feed them)
+  run in order, kept warm by the probe before it. A probe's kernel timings are cached
+  by kernel signature (shapes, precisions, tiling). A step at ``kv_len`` K then takes
+  ``anchor + sum over ops (probe(K') - probe(K_anchor))``, with ``K'`` the start of
+  K's bucket of ``kv_bucket`` lengths: the probe runs once per bucket, at its first
+  length, and its time holds for the whole bucket (a step function, no interpolation).
+  ``kv_bucket=1`` probes every length.
+
+  The approximation: the KV-independent ops take, in every step, the cycles they took
+  in the anchor (the device state they see, L2 contents and HBM queues, is taken to
+  be the anchor's), and the KV-dependent ops change from the anchor by what they
+  change in the warm probe. On GPT-2 small (wia-npu, batch 1, 1,023 decode steps
+  against the exact run) both hold to the cycle with ``kv_bucket=1``; with buckets a
+  step is short by what its ops grow within the bucket (at most ``kv_bucket - 1``
+  tokens of growth). ``tests/test_generate.py`` bounds both against ``"exact"``, and
+  ``benchmarks/generation_speed.py`` prints the error over a whole generation.
+  Energy and temperature are reported for the prefill only.
+
+Errors (:class:`~wia_hw.WorkloadError`, one line): ``new_tokens``, ``prompt_len`` or
+``batch`` not a positive integer; a model that is not a decoder (no decode phase with a
+KV cache, e.g. ``bert-large``); ``prompt_len + new_tokens - 1`` past the model's
+positions; ``method``, ``kv_bucket`` or ``anchor_every`` invalid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .emulator.config import DeviceSpec
+from .emulator.device import Device
+from .emulator.errors import WorkloadError
+from .emulator.extension_kernels import execute_kernels
+from .emulator.kernels import TensorRef
+from .graph import Graph, GraphBuilder, Op, Tensor, is_view
+from .lowering import lower
+from .runtime import Context, RunResult, open_device
+from .spec import DEFAULT_DEVICE
+from .workloads import WORKLOADS
+
+__all__ = [
+    "generate",
+    "GenerationResult",
+    "DecodeStep",
+    "DECODER_MODELS",
+    "GENERATION_METHODS",
+    "DEFAULT_KV_BUCKET",
+    "DEFAULT_ANCHOR_EVERY",
+]
+
+#: Workloads that generate: their builder has a decode phase over a KV cache.
+DECODER_MODELS: tuple[str, ...] = tuple(
+    n for n, f in WORKLOADS.items() if {"phase", "kv_len"} <= set(inspect.signature(f).parameters)
+)
+GENERATION_METHODS = ("cached", "exact")
+#: KV lengths per probe bucket of the cached method (see the module docstring).
+DEFAULT_KV_BUCKET = 4
+#: Tokens between two exactly emulated anchor steps of the cached method.
+DEFAULT_ANCHOR_EVERY = 256
+
+_LAYER = re.compile(r"^layer\d+\.")
+
+
+@dataclass(frozen=True)
+class DecodeStep:
+    """One decode step: it feeds one token per sequence and yields the next.
+
+    ``kv_len``: cached tokens it attends to; ``cycles``/``latency_ms``: its time;
+    ``kv_cache_bytes``: the cache after it (``kv_len + 1`` tokens, whole batch);
+    ``source``: ``"emulated"`` (a whole step run on the device: every step of the
+    exact method, the anchors of the cached one) or ``"cached"``.
+    """
+
+    index: int
+    kv_len: int
+    cycles: int
+    latency_ms: float
+    kv_cache_bytes: int
+    source: str
+
+
+@dataclass
+class GenerationResult:
+    """A generation: the prefill's run, the decode steps and the figures from them.
+
+    Times in ms, throughputs per second of device time, bytes raw. ``prefill`` is the
+    whole :class:`~wia_hw.RunResult` of the prefill; ``steps`` the ``new_tokens - 1``
+    decode steps in order. ``timing_cache``: for the cached method, the kernels timed
+    (``probe_kernels_timed``), the probe timings reused from the signature cache
+    (``probe_timings_reused``), the anchors and the probe runs.
+    """
+
+    model: str
+    device: str
+    precision: str
+    batch: int
+    prompt_len: int
+    new_tokens: int
+    method: str
+    kv_bucket: int
+    anchor_every: int
+    clock_ghz: float
+    prefill: RunResult
+    steps: list[DecodeStep]
+    kv_bytes_per_token: int  # every layer's K and V of one token position, whole batch
+    timing_cache: dict[str, int] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ttft_ms(self) -> float:
+        """Time to first token: the prefill's latency."""
+        return self.prefill.latency_ms
+
+    @property
+    def token_latencies_ms(self) -> list[float]:
+        """Per-token latency: each decode step's time (the first token is the TTFT)."""
+        return [s.latency_ms for s in self.steps]
+
+    def _pct(self, q: float) -> float | None:
+        lat = self.token_latencies_ms
+        return float(np.percentile(lat, q)) if lat else None
+
+    @property
+    def p50_ms(self) -> float | None:
+        """Median per-token latency over the decode steps (None without any)."""
+        return self._pct(50.0)
+
+    @property
+    def p99_ms(self) -> float | None:
+        """99th-percentile per-token latency (linear interpolation; None without steps)."""
+        return self._pct(99.0)
+
+    @property
+    def decode_ms(self) -> float:
+        return sum(self.token_latencies_ms)
+
+    @property
+    def total_ms(self) -> float:
+        """Prefill plus every decode step."""
+        return self.ttft_ms + self.decode_ms
+
+    @property
+    def tokens(self) -> int:
+        """Generated tokens over the batch: ``batch * new_tokens``."""
+        return self.batch * self.new_tokens
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Generated tokens (whole batch) per second over prefill and decode."""
+        return self.tokens / (self.total_ms * 1e-3) if self.total_ms else 0.0
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        """Tokens per second of the decode steps alone (None without steps)."""
+        if not self.steps or not self.decode_ms:
+            return None
+        return self.batch * len(self.steps) / (self.decode_ms * 1e-3)
+
+    @property
+    def sequences_per_s(self) -> float:
+        """Whole sequences (prompt + ``new_tokens``) completed per second."""
+        return self.batch / (self.total_ms * 1e-3) if self.total_ms else 0.0
+
+    @property
+    def kv_cache_bytes(self) -> list[int]:
+        """The KV cache after the prefill, then after every decode step."""
+        return [self.prompt_len * self.kv_bytes_per_token] + [
+            s.kv_cache_bytes for s in self.steps
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (schema ``wia-hw.generate/1``): plain types only."""
+        return {
+            "schema": "wia-hw.generate/1",
+            "model": self.model,
+            "device": self.device,
+            "precision": self.precision,
+            "batch": self.batch,
+            "prompt_len": self.prompt_len,
+            "new_tokens": self.new_tokens,
+            "method": self.method,
+            "kv_bucket": self.kv_bucket,
+            "anchor_every": self.anchor_every,
+            "ttft_ms": self.ttft_ms,
+            "p50_ms": self.p50_ms,
+            "p99_ms": self.p99_ms,
+            "total_ms": self.total_ms,
+            "tokens_per_s": self.tokens_per_s,
+            "decode_tokens_per_s": self.decode_tokens_per_s,
+            "sequences_per_s": self.sequences_per_s,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "prefill": {
+                "cycles": self.prefill.cycles,
+                "latency_ms": self.prefill.latency_ms,
+                "kv_cache_bytes": self.prompt_len * self.kv_bytes_per_token,
+                "energy_j": self.prefill.energy_j,
+            },
+            "steps": [dataclasses.asdict(s) for s in self.steps],
+            "timing_cache": dict(self.timing_cache),
+            "provenance": self.provenance,
+        }
+
+
+# -- the probe -------------------------------------------------------------------------
+def _kernel_signature(k: Any) -> tuple[Any, ...]:
+    """What a kernel's timing depends on: its type and every field but its names
+    (tensor references by shape, element size and offset; tiling and precision as
+    they are)."""
+
+    def norm(v: Any) -> Any:
+        if isinstance(v, TensorRef):
+            return (v.rows, v.cols, v.elem_bytes, v.offset)
+        if isinstance(v, Mapping):
+            return tuple(sorted((str(a), norm(b)) for a, b in v.items()))
+        if isinstance(v, (list, tuple)):
+            return tuple(norm(x) for x in v)
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return (type(v).__name__,) + tuple(
+                norm(getattr(v, f.name)) for f in dataclasses.fields(v)
+            )
+        return v
+
+    skip = {"name", "op", "group", "io"}
+    return (type(k).__name__,) + tuple(
+        norm(getattr(k, f.name)) for f in dataclasses.fields(k) if f.name not in skip
+    )
+
+
+class _Probe:
+    """One layer's KV-dependent ops as a small graph, rebuilt for any KV length.
+
+    Built from the decode graphs at two KV lengths ``k0`` and ``k0 + 1``: the ops
+    whose input or output shapes differ are KV-dependent; the probe keeps those of one
+    layer and the views feeding them, and takes everything else they read as inputs.
+    Every shape and integer attribute that differs between the two graphs is affine
+    in the KV length (checked against a third graph), so the probe at any length is
+    the one at ``k0`` moved along that line.
+    """
+
+    def __init__(self, g0: Graph, g1: Graph, g2: Graph, k0: int) -> None:
+        self.k0 = k0
+        ops1 = {o.name: o for o in g1.ops}
+        ops2 = {o.name: o for o in g2.ops}
+        dep = [
+            o.name
+            for o in g0.ops
+            if g0.shapes_of(o) != g1.shapes_of(ops1[o.name]) or o.attrs != ops1[o.name].attrs
+        ]
+        if not dep:
+            raise WorkloadError(f"generate: no op of {g0.name!r} depends on the KV length")
+        #: KV-dependent ops by role (the op name without its layer prefix): count
+        self.roles: dict[str, int] = {}
+        for n in dep:
+            role = _LAYER.sub("", n)
+            self.roles[role] = self.roles.get(role, 0) + 1
+        layer = _LAYER.match(dep[0])
+        prefix = layer.group(0) if layer else ""
+        mine = {n for n in dep if n.startswith(prefix)}
+        if {_LAYER.sub("", n) for n in mine} != set(self.roles):
+            raise WorkloadError(
+                f"generate: the KV-dependent ops of {g0.name!r} differ between layers"
+            )
+        by_name = {o.name: o for o in g0.ops}
+        producer = {t: o for o in g0.ops for t in o.outputs}
+        keep = set(mine)
+        stack = [t for n in mine for t in by_name[n].inputs]
+        while stack:  # the views feeding the probe keep their storage (no copy)
+            p = producer.get(stack.pop())
+            if p is not None and p.name not in keep and is_view(p, g0.shapes_of(p)[0]):
+                keep.add(p.name)
+                stack.extend(p.inputs)
+        self.ops = [o for o in g0.ops if o.name in keep]
+        produced = {t for o in self.ops for t in o.outputs}
+        self.inputs: list[tuple[Tensor, tuple[int, ...]]] = []  # (tensor at k0, slope)
+        seen: set[str] = set()
+        for o in self.ops:
+            for t in o.inputs:
+                if t in produced or t in seen:
+                    continue
+                seen.add(t)
+                a, b, c = g0.tensors[t], g1.tensors[t], g2.tensors[t]
+                slope = tuple(y - x for x, y in zip(a.shape, b.shape, strict=True))
+                if tuple(z - y for y, z in zip(b.shape, c.shape, strict=True)) != slope:
+                    raise WorkloadError(f"generate: {t!r} does not grow linearly with the KV length")
+                kind = "weight" if a.kind == "weight" else "input"
+                self.inputs.append((Tensor(a.name, a.shape, a.dtype, kind), slope))
+        self.attr_slopes: dict[str, dict[str, int]] = {}
+        for o in self.ops:
+            o1, o2 = ops1[o.name], ops2[o.name]
+            for k, v in o.attrs.items():
+                if v != o1.attrs.get(k):
+                    d = o1.attrs[k] - v
+                    if not isinstance(v, int) or o2.attrs.get(k) - o1.attrs[k] != d:
+                        raise WorkloadError(
+                            f"generate: attribute {k!r} of {o.name!r} does not grow "
+                            "linearly with the KV length"
+                        )
+                    self.attr_slopes.setdefault(o.name, {})[k] = d
+        self.dtypes = {t: g0.tensors[t].dtype for o in self.ops for t in o.outputs}
+        self.name = g0.name
+
+    def graph(self, kv_len: int) -> Graph:
+        """The probe at ``kv_len`` cached tokens."""
+        dk = kv_len - self.k0
+        b = GraphBuilder(f"{self.name}.kv_probe")
+        for t, slope in self.inputs:
+            shape = tuple(s + dk * d for s, d in zip(t.shape, slope, strict=True))
+            (b.weight if t.kind == "weight" else b.input)(t.name, shape, t.dtype)
+        for o in self.ops:
+            attrs = dict(o.attrs)
+            for k, d in self.attr_slopes.get(o.name, {}).items():
+                attrs[k] = attrs[k] + dk * d
+            b.op(
+                o.kind,
+                o.name,
+                list(o.inputs),
+                group=o.group,
+                dtype=self.dtypes[o.outputs[0]],
+                out=o.outputs[0],
+                **attrs,
+            )
+        return b.graph()
+
+
+class _ProbeTimer:
+    """Runs probes on a scratch device (same spec and providers as the context) in
+    increasing KV length, each warm from the one before, and caches the cycles of
+    every kernel by (role, kernel signature)."""
+
+    def __init__(self, ctx: Context, probe: _Probe) -> None:
+        self.spec: DeviceSpec = ctx.spec
+        self.providers = ctx.providers
+        self.probe = probe
+        self.device = Device(ctx.spec)
+        self.cache: dict[tuple[str, tuple[Any, ...]], int] = {}
+        self.timed = 0
+        self.reused = 0
+        self.runs = 0
+        self._warm = False
+        self._by_len: dict[int, dict[str, int]] = {}
+
+    def cycles(self, kv_len: int) -> dict[str, int]:
+        """Cycles of every probe op role at ``kv_len``."""
+        got = self._by_len.get(kv_len)
+        if got is None:
+            got = self._by_len[kv_len] = self._cycles(kv_len)
+        return got
+
+    def _cycles(self, kv_len: int) -> dict[str, int]:
+        lowered: list[tuple[Op, list[Any]]] = lower(
+            self.probe.graph(kv_len), self.spec, self.providers
+        )
+        keys = [
+            (_LAYER.sub("", op.name), tuple(_kernel_signature(k) for k in ks))
+            for op, ks in lowered
+        ]
+        if all(k in self.cache for k in keys):
+            self.reused += len(keys)
+        else:
+            if not self._warm:  # the first probe only warms the scratch device
+                for _, ks in lowered:
+                    execute_kernels(self.device, ks)
+                self._warm = True
+            self.runs += 1
+            for key, (_, ks) in zip(keys, lowered, strict=True):
+                recs = execute_kernels(self.device, ks)
+                self.timed += len(ks)
+                self.cache[key] = sum(r.cycles for r in recs)
+        out: dict[str, int] = {}
+        for key in keys:
+            out[key[0]] = out.get(key[0], 0) + self.cache[key]
+        return out
+
+
+# -- the API ---------------------------------------------------------------------------
+def _check_pos(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise WorkloadError(f"generate: {name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def generate(
+    model: str = "gpt2",
+    *,
+    prompt_len: int = 1,
+    new_tokens: int = 128,
+    batch: int = 1,
+    device: str | os.PathLike[str] | DeviceSpec = DEFAULT_DEVICE,
+    overrides: Mapping[str, Any] | None = None,
+    precision: str | None = None,
+    seed: int = 0,
+    method: str = "cached",
+    kv_bucket: int = DEFAULT_KV_BUCKET,
+    anchor_every: int = DEFAULT_ANCHOR_EVERY,
+    ctx: Context | None = None,
+    **model_kwargs: Any,
+) -> GenerationResult:
+    """Generate ``new_tokens`` tokens per sequence after a ``prompt_len``-token prompt.
+
+    ``model`` is a decoder workload (:data:`DECODER_MODELS`: ``gpt2``); extra keyword
+    arguments go to its builder (``size="medium"``, ``layers=2``). ``device``,
+    ``overrides`` and ``seed`` open the device as :func:`wia_hw.run` does, or ``ctx``
+    is a context to run on (with its extensions; its state carries over). ``method``
+    is ``"cached"`` or ``"exact"`` (module docstring); ``kv_bucket`` (>= 1) and
+    ``anchor_every`` (a multiple of ``kv_bucket``) tune the cached method. Returns a
+    :class:`GenerationResult`; bad arguments raise :class:`~wia_hw.WorkloadError`.
+    """
+    if not isinstance(model, str) or model.strip().lower() not in DECODER_MODELS:
+        raise WorkloadError(
+            f"generate: {model!r} is not a decoder model (token generation needs a decode "
+            f"phase over a KV cache; decoder models: {', '.join(DECODER_MODELS)})"
+        )
+    model = model.strip().lower()
+    new_tokens = _check_pos("new_tokens", new_tokens)
+    prompt_len = _check_pos("prompt_len", prompt_len)
+    batch = _check_pos("batch", batch)
+    if method not in GENERATION_METHODS:
+        raise WorkloadError(
+            f"generate: method must be one of {', '.join(GENERATION_METHODS)}, got {method!r}"
+        )
+    kv_bucket = _check_pos("kv_bucket", kv_bucket)
+    anchor_every = _check_pos("anchor_every", anchor_every)
+    if anchor_every % kv_bucket:
+        raise WorkloadError(
+            f"generate: anchor_every ({anchor_every}) must be a multiple of kv_bucket "
+            f"({kv_bucket})"
+        )
+    build = WORKLOADS[model]
+    kw = dict(model_kwargs, batch=batch, precision=precision)
+    kw = {k: v for k, v in kw.items() if v is not None}
+    kv_lens = list(range(prompt_len, prompt_len + new_tokens - 1))
+    try:
+        build(seq=prompt_len, phase="prefill", **kw)
+        if kv_lens:
+            build(seq=1, phase="decode", kv_len=kv_lens[-1], **kw)
+    except WorkloadError as e:
+        raise WorkloadError(
+            f"generate: prompt_len {prompt_len} + new_tokens {new_tokens} - 1 = "
+            f"{prompt_len + new_tokens - 1} token positions: {e}"
+        ) from None
+    if ctx is None:
+        ctx = open_device(device, overrides=overrides, seed=seed)
+    prefill = ctx.run(model, seq=prompt_len, phase="prefill", **kw)
+    spec = ctx.spec
+    per_token = _kv_bytes_per_token(build, 1, kw)
+    steps: list[DecodeStep] = []
+    stats: dict[str, int] = {}
+
+    def step(i: int, k: int, cycles: int, source: str) -> DecodeStep:
+        return DecodeStep(i, k, cycles, spec.cycles_to_ms(cycles), (k + 1) * per_token, source)
+
+    if method == "exact":
+        for i, k in enumerate(kv_lens, 1):
+            r = ctx.run(model, seq=1, phase="decode", kv_len=k, **kw)
+            steps.append(step(i, k, r.cycles, "emulated"))
+    elif kv_lens:
+        first = kv_lens[0]
+        gs = [build(seq=1, phase="decode", kv_len=first + d, **kw) for d in (0, 1, 2)]
+        probe = _Probe(gs[0], gs[1], gs[2], first)
+        timer = _ProbeTimer(ctx, probe)
+        anchor_cycles, anchor_probe = 0, {}
+        for i, k in enumerate(kv_lens, 1):
+            cyc = timer.cycles(max(first, k - k % kv_bucket))
+            if k == first or k % anchor_every == 0:
+                r = ctx.run(model, seq=1, phase="decode", kv_len=k, **kw)
+                anchor_cycles, anchor_probe = r.cycles, cyc
+                steps.append(step(i, k, r.cycles, "emulated"))
+                stats["anchors"] = stats.get("anchors", 0) + 1
+                continue
+            delta = sum(n * (cyc[role] - anchor_probe[role]) for role, n in probe.roles.items())
+            steps.append(step(i, k, anchor_cycles + delta, "cached"))
+        stats.update(
+            probe_runs=timer.runs,
+            probe_kernels_timed=timer.timed,
+            probe_timings_reused=timer.reused,
+        )
+    params = prefill.params
+    return GenerationResult(
+        model=prefill.workload,
+        device=spec.name,
+        precision=prefill.precision,
+        batch=batch,
+        prompt_len=prompt_len,
+        new_tokens=new_tokens,
+        method=method,
+        kv_bucket=kv_bucket,
+        anchor_every=anchor_every,
+        clock_ghz=spec.clock_ghz,
+        prefill=prefill,
+        steps=steps,
+        kv_bytes_per_token=per_token,
+        timing_cache=stats,
+        provenance=dict(
+            prefill.provenance,
+            generate={
+                "model": model,
+                "prompt_len": prompt_len,
+                "new_tokens": new_tokens,
+                "batch": batch,
+                "method": method,
+                "kv_bucket": kv_bucket,
+                "anchor_every": anchor_every,
+                "kwargs": {k: v for k, v in model_kwargs.items()},
+                "layers": params.get("layers"),
+            },
+        ),
+    )
+
+
+def _kv_bytes_per_token(build: Any, kv_len: int, kw: dict[str, Any]) -> int:
+    """Bytes one more cached token adds (every layer's keys and values, whole batch):
+    the growth of the decode graph's cache inputs from one KV length to the next,
+    checked to be linear (the cache at ``kv_len`` holds ``kv_len`` times that)."""
+    g0, g1 = (build(seq=1, phase="decode", kv_len=k, **kw) for k in (kv_len, kv_len + 1))
+    grown = [
+        n for n, t in g0.tensors.items() if t.kind == "input" and t.shape != g1.tensors[n].shape
+    ]
+    per = sum(g1.tensors[n].nbytes - g0.tensors[n].nbytes for n in grown)
+    if sum(g0.tensors[n].nbytes for n in grown) != g0.params["kv_len"] * per:
+        raise WorkloadError(f"generate: the KV cache of {g0.name!r} is not linear in its length")
+    return per
