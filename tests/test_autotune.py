@@ -26,6 +26,7 @@ from wia_hw.optimize import (
 )
 from wia_hw.optimize._autotune import (
     _MEASURED,
+    _cache_key,
     candidate_pool,
     kernel_floor_cycles,
     measure_cycles,
@@ -103,7 +104,7 @@ def test_measurement_equals_the_emulator_on_random_candidates():
         kern = _gemm_kernel(*shape)
         pool = candidate_pool(kern, SPEC, max_tiles=64)
         for t in rng.sample(pool, 4):
-            _MEASURED.pop((sha, gemm_key(kern), t), None)
+            _MEASURED.pop((sha, _cache_key(kern), t), None)
             cycles, hit = measure_cycles(kern, t, SPEC, sha)
             assert not hit
             rec = Device(SPEC).execute([replace(kern, tiling=t)])[0]
@@ -322,3 +323,54 @@ def test_tiling_in_file_is_used_verbatim(tmp_path):
     alone = Device(SPEC).execute([replace(kern, tiling=t)])[0]
     (kt,) = [k for k in res.kernels if k.kind == "gemm"]
     assert kt.cycles == alone.end_cycle - alone.start_cycle
+
+
+def test_measurements_file_makes_a_later_session_a_lookup(tmp_path):
+    """Measurements written by one session answer the next one's every candidate: no
+    emulator run, the same schedules and histories."""
+    g = resolve_workload("gemm", M=256, N=512, K=512)
+    cfg = AutotuneConfig(method="random", **CFG)
+    mfile = tmp_path / "m.json"
+    first = autotune_model(g, cfg, measurements_file=mfile)
+    text = mfile.read_text()
+    _MEASURED.clear()
+    again = autotune_model(g, cfg, measurements_file=mfile)
+    assert again.measured == 0 and again.cache_hits == first.candidates
+    (a,), (b,) = first.kernels.values(), again.kernels.values()
+    assert a.history == b.history and a.best == b.best
+    assert mfile.read_text() == text  # nothing new: the same bytes
+
+
+def test_cache_key_separates_layouts():
+    """Two kernels of one key whose operands are laid out differently (here B a view
+    into another tensor) are measured apart."""
+    kern = _gemm_kernel(128, 128, 128)
+    moved = replace(kern, b=replace(kern.b, offset=64))
+    assert gemm_key(moved) == gemm_key(kern)
+    assert _cache_key(moved) != _cache_key(kern)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("[", r"not a readable JSON measurements file"),
+        ('{"format": "wia-hw-schedules", "version": 1}', r"not a measurements file"),
+        ('{"format": "wia-hw-measurements", "version": 1, "entries": 3}', r"'entries' must be a list"),
+        (
+            '{"format": "wia-hw-measurements", "version": 1, "entries": [["h", "k", 1]]}',
+            r"entry 0: not enough values to unpack",
+        ),
+        (
+            '{"format": "wia-hw-measurements", "version": 1, "entries": '
+            '[["h", "k", 1, 1, 1, 1, "mn", -5, 0, 0, 0]]}',
+            r"entry 0: cycles and bytes must be non-negative integers",
+        ),
+    ],
+)
+def test_bad_measurements_file_is_one_line(tmp_path, text, match):
+    p = tmp_path / "m.json"
+    p.write_text(text)
+    g = resolve_workload("gemm", M=64, N=64, K=64)
+    with pytest.raises(ScheduleError, match=match) as e:
+        autotune_model(g, AutotuneConfig(**CFG), measurements_file=p)
+    assert str(p) in str(e.value) and "\n" not in str(e.value)

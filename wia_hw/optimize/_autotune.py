@@ -76,7 +76,7 @@ from ..emulator.device import Device
 from ..emulator.kernels import GemmKernel, GemmTiling
 from ..graph import Graph
 from ..lowering import gemm_key, lower
-from ._schedules import AutotuneError, save_schedules, spec_hash
+from ._schedules import AutotuneError, ScheduleError, save_schedules, spec_hash
 
 __all__ = [
     "METHODS",
@@ -89,6 +89,8 @@ __all__ = [
     "schedule_features",
     "measure_cycles",
     "kernel_floor_cycles",
+    "load_measurements",
+    "save_measurements",
 ]
 
 METHODS = ("grid", "random", "ml")
@@ -288,11 +290,26 @@ class AutotuneResult:
 _MEASURED: dict[tuple[str, str, GemmTiling], tuple[int, tuple[int, int, int]]] = {}
 
 
+def _cache_key(k: GemmKernel) -> str:
+    """The kernel key plus the operands' layout (rows, cols, element bytes, offset, and
+    which operands share storage): what the emulator's cycles depend on besides the
+    tiling, so two kernels of one key laid out differently are measured apart."""
+    refs = [k.a, k.b, k.c, k.bias]
+    names = [r.name if r is not None else None for r in refs]
+    parts = []
+    for r in refs:
+        if r is None:
+            parts.append("-")
+        else:
+            parts.append(f"{r.rows}x{r.cols}x{r.elem_bytes}@{r.offset}={names.index(r.name)}")
+    return f"{gemm_key(k)} | {' '.join(parts)}"
+
+
 def _run(
     kernel: GemmKernel, tiling: GemmTiling, spec: DeviceSpec, spec_sha: str | None
 ) -> tuple[tuple[int, tuple[int, int, int]], bool]:
     h = spec_sha or spec_hash(spec)
-    key = (h, gemm_key(kernel), tiling)
+    key = (h, _cache_key(kernel), tiling)
     hit = _MEASURED.get(key)
     if hit is not None:
         return hit, True
@@ -340,6 +357,66 @@ def kernel_floor_cycles(
         {"l1": l1, "l2": l2, "hbm": hbm},
         dev,
     )
+
+
+_MFORMAT = "wia-hw-measurements"
+
+
+def load_measurements(path: str | os.PathLike[str]) -> int:
+    """Read a measurements file (:func:`save_measurements`) into the cache; returns the
+    number of entries read (0 when the file does not exist). ScheduleError when it is
+    malformed."""
+    import json
+
+    p = Path(path)
+    if not p.exists():
+        return 0
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ScheduleError(f"{p}: not a readable JSON measurements file ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != _MFORMAT or doc.get("version") != 1:
+        raise ScheduleError(f"{p}: not a measurements file (format {_MFORMAT!r}, version 1)")
+    rows = doc.get("entries")
+    if not isinstance(rows, list):
+        raise ScheduleError(f"{p}: 'entries' must be a list")
+    for i, row in enumerate(rows):
+        try:
+            sha, key, tm, tn, tk, tb, order, cycles, l1, l2, hbm = row
+            t = GemmTiling(tm=tm, tn=tn, tk=tk, tb=tb, order=order)
+            if not (isinstance(sha, str) and isinstance(key, str)):
+                raise TypeError("spec hash and kernel key must be strings")
+            vals = (cycles, l1, l2, hbm)
+            if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in vals):
+                raise TypeError("cycles and bytes must be non-negative integers")
+        except (TypeError, ValueError) as exc:
+            raise ScheduleError(f"{p}: entry {i}: {exc}") from None
+        _MEASURED[(sha, key, t)] = (cycles, (l1, l2, hbm))
+    return len(rows)
+
+
+def save_measurements(path: str | os.PathLike[str], sha: str) -> Path:
+    """Write the cache's measurements of spec hash ``sha`` into ``path``, merged with the
+    entries already there (other specs' kept); sorted, so equal contents give equal
+    bytes. Rows: spec hash, kernel key, tm, tn, tk, tb, order, cycles, l1, l2, hbm bytes."""
+    import json
+
+    p = Path(path)
+    rows: dict[tuple[Any, ...], list[Any]] = {}
+    if p.exists():
+        load_measurements(p)
+        for r in json.loads(p.read_text())["entries"]:
+            rows[tuple(r[:7])] = r
+    for (h, key, t), (cycles, nb) in _MEASURED.items():
+        if h == sha:
+            r = [h, key, t.tm, t.tn, t.tk, t.tb, t.order, cycles, *nb]
+            rows[tuple(r[:7])] = r
+    doc = {"format": _MFORMAT, "version": 1, "entries": [rows[k] for k in sorted(rows)]}
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+    os.replace(tmp, p)
+    return p
 
 
 # -- search space -------------------------------------------------------------------
@@ -622,6 +699,7 @@ def autotune_model(
     *,
     device: Any = "wia-npu",
     schedules_file: str | os.PathLike[str] | None = None,
+    measurements_file: str | os.PathLike[str] | None = None,
 ) -> AutotuneResult:
     """Tune the schedule of every built-in GEMM kernel of ``graph`` (or those named in
     ``config.kernels_to_tune``) on ``device`` (a spec name or path, a
@@ -630,6 +708,9 @@ def autotune_model(
 
     Returns an :class:`AutotuneResult`; with ``schedules_file`` its schedules are also
     merged into that JSON file, which ``wia_hw.run(..., schedules=path)`` applies.
+    ``measurements_file``: a JSON file of emulator measurements (read into the cache
+    before the search, the cache's entries for this spec written back after it), so a
+    later session evaluates a candidate measured before by a look-up.
     Raises :class:`AutotuneError` (one line) for an unknown kernel name.
     """
     from ..runtime import Context, open_device
@@ -658,6 +739,8 @@ def autotune_model(
         found = {k: found[k] for k in keys}
     order = sorted(found, key=lambda key: (-found[key][0].macs * len(found[key][1]), key))
     sha = spec_hash(spec)
+    if measurements_file is not None:
+        load_measurements(measurements_file)
     ev = _Evaluator(spec, sha)
     start = time.perf_counter()
     limit = cfg.time_budget_seconds
@@ -699,4 +782,6 @@ def autotune_model(
     )
     if schedules_file is not None:
         result.save(schedules_file)
+    if measurements_file is not None:
+        save_measurements(measurements_file, sha)
     return result
