@@ -22,6 +22,7 @@ PAGES = {
     "BENCHMARKING.md": False,
     "OPTIMIZATION.md": True,
     "COMMUNICATION.md": False,
+    "SERVING.md": True,
     "SWEEPS.md": True,
     "REPORTS.md": False,
 }
