@@ -177,7 +177,7 @@ def test_graph_runs_are_not_replayable(tmp_path):
     assert r.provenance["run"]["replayable"] is False
     f = tmp_path / "g.json"
     f.write_text(r.to_json())
-    _one_line_error(["run", "--replay", str(f)], r"Graph object .* cannot be replayed")
+    _one_line_error(["run", "--replay", str(f)], r"Graph object, with given inputs or with schedules given as a mapping; it cannot be replayed")
 
 
 def test_warm_context_records_its_start_cycle():
@@ -199,3 +199,18 @@ def test_warm_context_records_its_start_cycle():
 )
 def test_ext_param_errors(args, match):
     _one_line_error(["run", "gemm", "-a", "M=64", "-a", "N=64", "-a", "K=64", *args], match)
+
+
+def test_schedules_file_is_recorded_and_replayed(tmp_path):
+    sched = tmp_path / "schedules.json"
+    sched.write_text(json.dumps({"format": "wia-hw-schedules", "version": 1, "entries": []}))
+    r = wia_hw.open_device().run("gemm", M=64, N=64, K=64, schedules=sched)
+    assert r.provenance["run"]["schedules"] == str(sched)
+    assert r.provenance["run"]["replayable"] is True
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(r.to_json() + "\n")
+    code, _, err = _cli("run", "--replay", str(a), "-o", str(b))
+    assert code == 0, err
+    assert b.read_bytes() == a.read_bytes()
+    mapped = wia_hw.open_device().run("gemm", M=64, N=64, K=64, schedules={})
+    assert mapped.provenance["run"]["replayable"] is False

@@ -295,7 +295,9 @@ class Context:
         seed = self.seed if seed is None else seed
         invocation = {
             "workload": workload.name if isinstance(workload, Graph) else os.fspath(workload),
-            "replayable": not isinstance(workload, Graph) and not inputs,
+            "replayable": not isinstance(workload, Graph)
+            and not inputs
+            and not isinstance(schedules, Mapping),
             "batch": batch,
             "seq": seq,
             "precision": precision,
@@ -304,6 +306,8 @@ class Context:
             "kwargs": dict(workload_kwargs),
             "start_cycle": self.device.now,
         }
+        if isinstance(schedules, (str, os.PathLike)):
+            invocation["schedules"] = os.fspath(schedules)
         graph = resolve_workload(
             workload, batch=batch, seq=seq, precision=precision, **workload_kwargs
         )

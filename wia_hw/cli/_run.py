@@ -174,8 +174,8 @@ def replay_context(path: Path) -> tuple[Context, dict[str, Any]]:
     extensions with their parameters, seed) and the run's recorded arguments.
 
     Raises :class:`WiaError` (one line, naming the file) when the file is not a run
-    report with provenance, when its run cannot be replayed (a Graph object or given
-    inputs, or a context that had run before) or when the spec resolves differently
+    report with provenance, when its run cannot be replayed (a Graph object, given
+    inputs or schedules given as a mapping, or a context that had run before) or when the spec resolves differently
     now (its hash differs)."""
     try:
         data = json.loads(path.read_text())
@@ -192,7 +192,8 @@ def replay_context(path: Path) -> tuple[Context, dict[str, Any]]:
     run = prov["run"]
     if not run.get("replayable", False):
         raise WiaError(
-            f"{path}: the run was of a Graph object or with given inputs; it cannot be replayed"
+            f"{path}: the run was of a Graph object, with given inputs or with schedules "
+            "given as a mapping; it cannot be replayed"
         )
     if run.get("start_cycle", 0):
         raise WiaError(
@@ -277,6 +278,8 @@ def run_cmd(
         kw: dict[str, Any] = dict(
             batch=rec["batch"], seq=rec["seq"], precision=rec["precision"], **rec["kwargs"]
         )
+        if rec.get("schedules") is not None:
+            kw["schedules"] = rec["schedules"]
         mode, seed = rec["mode"], rec["seed"]
     elif opts is None:
         raise WiaError("missing WORKLOAD (or --replay REPORT.json)")
