@@ -72,6 +72,7 @@ from .graph import Graph, GraphBuilder, Op, Tensor
 from .optimize import (
     AutotuneConfig,
     AutotuneError,
+    AutotuneMethod,
     AutotuneResult,
     CalibrationMethod,
     FusionConfig,
@@ -276,6 +277,7 @@ __all__ = [
     "autotune_model",
     "AutotuneConfig",
     "AutotuneError",
+    "AutotuneMethod",
     "AutotuneResult",
     "quantize_model",
     # serving, the optimisation workflow and the case study (seed 8.1, 8.7)
