@@ -374,3 +374,11 @@ def test_bad_measurements_file_is_one_line(tmp_path, text, match):
     with pytest.raises(ScheduleError, match=match) as e:
         autotune_model(g, AutotuneConfig(**CFG), measurements_file=p)
     assert str(p) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_method_takes_the_seed_enum_and_its_spellings():
+    from wia_hw.optimize import AutotuneMethod
+
+    for m in (AutotuneMethod.ML_GUIDED, "ml", "ML_GUIDED", "ml-guided"):
+        assert AutotuneConfig(method=m).method == "ml"
+    assert AutotuneConfig(method=AutotuneMethod.GRID).method == "grid"

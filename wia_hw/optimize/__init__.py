@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ._autotune import (
     AutotuneConfig,
+    AutotuneMethod,
     AutotuneResult,
     KernelTuning,
     autotune_model,
@@ -37,6 +38,7 @@ __all__ = [
     "FUSION_PATTERNS",
     "AutotuneConfig",
     "AutotuneError",
+    "AutotuneMethod",
     "AutotuneResult",
     "KernelTuning",
     "ScheduleError",

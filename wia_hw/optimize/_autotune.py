@@ -73,6 +73,7 @@ import numpy as np
 
 from ..emulator.config import DeviceSpec
 from ..emulator.device import Device
+from ..emulator.enums import StrNamedEnum
 from ..emulator.kernels import GemmKernel, GemmTiling
 from ..graph import Graph
 from ..lowering import gemm_key, lower
@@ -82,6 +83,7 @@ __all__ = [
     "METHODS",
     "COST_MODELS",
     "AutotuneConfig",
+    "AutotuneMethod",
     "AutotuneResult",
     "KernelTuning",
     "autotune_model",
@@ -94,6 +96,15 @@ __all__ = [
 ]
 
 METHODS = ("grid", "random", "ml")
+
+
+class AutotuneMethod(StrNamedEnum):
+    """The seed's ``WIA_AUTOTUNE_*`` methods; ``AutotuneConfig.method`` also takes their
+    values or names as strings (``"ml"``, ``"ml_guided"``, ``"ML-guided"``)."""
+
+    GRID = "grid"
+    RANDOM = "random"
+    ML_GUIDED = "ml"
 COST_MODELS = ("gbt", "ridge")
 
 
@@ -101,7 +112,8 @@ COST_MODELS = ("gbt", "ridge")
 class AutotuneConfig:
     """How to tune.
 
-    ``method``: ``grid``, ``random`` or ``ml`` (see the module docstring).
+    ``method``: ``grid``, ``random`` or ``ml`` (an :class:`AutotuneMethod`; see the
+    module docstring).
     ``time_budget_seconds``: wall seconds for the whole graph (shared among the kernels
     still to tune), ``None`` for no limit. ``max_trials``: candidates measured per
     kernel key (the default tiling, measured first, is not counted). Both must be
@@ -123,10 +135,13 @@ class AutotuneConfig:
     max_tiles: int = 256
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
+        try:
+            method = AutotuneMethod(self.method)
+        except ValueError:
             raise AutotuneError(
                 f"AutotuneConfig.method must be one of {', '.join(METHODS)}, got {self.method!r}"
-            )
+            ) from None
+        object.__setattr__(self, "method", method.value)
         if self.cost_model not in COST_MODELS:
             raise AutotuneError(
                 f"AutotuneConfig.cost_model must be one of {', '.join(COST_MODELS)}, "
