@@ -187,9 +187,11 @@ def find_max_rate(
     res.rate_rps = lo
     if lo == 0.0:
         lone = server.service_ms(1, wl.seq)
+        wait = server.queue_delay_ns(wl.seq) / 1e6
         res.reason = (
             f"no rate down to {hi:.3g} req/s meets P99 <= {p99_bound_ms:g} ms "
-            f"(one request alone takes {lone:.3f} ms after padding)"
+            f"(a lone request waits {wait:.3f} ms for a fuller batch, then takes "
+            f"{lone:.3f} ms after padding)"
         )
     return res
 
