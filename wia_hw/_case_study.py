@@ -240,7 +240,7 @@ class CaseStudyResult:
                 f"Dynamic batching at {s.offered_rate_rps:,.0f} req/s offered "
                 f"(highest Poisson rate with P99 <= {self.target_latency_ms:g} ms): P50 "
                 f"{s.p50_latency_ms:.2f} ms, P90 {s.p90_latency_ms:.2f} ms, P99 "
-                f"{s.p99_latency_ms:.2f} ms, {s.throughput:,.0f} seq/s completed, "
+                f"{s.p99_latency_ms:.3f} ms, {s.throughput:,.0f} seq/s completed, "
                 f"{s.rejected} rejected; batches "
                 + ", ".join(f"{k}x{v}" for k, v in s.batch_size_histogram.items()),
             ]
@@ -499,7 +499,7 @@ def case_study(
                 p90_ms=sb.p90_latency_ms,
                 p99_ms=sb.p99_latency_ms,
                 note=(
-                    f"P99 {sb.p99_latency_ms:.2f} ms (seed {SEED_FIGURES['p99_ms']}), "
+                    f"P99 {sb.p99_latency_ms:.3f} ms (seed {SEED_FIGURES['p99_ms']}), "
                     f"{sb.throughput:,.0f} seq/s (seed {SEED_FIGURES['throughput']:,.0f}); "
                     f"floor of the smallest batch ({smallest[0]}x{smallest[1]}); the "
                     f"smallest padded batch takes {server.service_ms(1, seq):.2f} ms and a "
@@ -542,7 +542,7 @@ def case_study(
         ok = sb.p99_latency_ms < target_latency_ms
         goal += (
             f"; the seed's printed test, batching P99 < {target_latency_ms:g} ms: "
-            f"{'yes' if ok else 'no'} ({sb.p99_latency_ms:.2f} ms at {sb.throughput:,.0f} seq/s)"
+            f"{'yes' if ok else 'no'} ({sb.p99_latency_ms:.3f} ms at {sb.throughput:,.0f} seq/s)"
         )
         overall = base.latency_ms / sb.p50_latency_ms
         tput = sb.throughput / base.throughput
