@@ -168,3 +168,29 @@ def test_run_groups_identical_kernels_across_layers():
     assert not any(re.match(r"│ layer\d+\.", r) for r in rows)
     ffn = [r for r in rows if "feed_forward_intermediate" in r]
     assert len(ffn) == 1 and re.search(r"│\s+3\s+│", ffn[0])  # n = 3 layers
+
+
+def test_plots_without_matplotlib_are_skipped_in_one_line_each(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
+    roof, flame, folded = tmp_path / "r.png", tmp_path / "f.png", tmp_path / "f.folded"
+    code, out, err = _cli("profile", *GEMM, "--roofline", str(roof), "--flamegraph", str(flame),
+                          "--recommend")
+    assert code == 0, err
+    assert not roof.exists() and not flame.exists()
+    skipped = [ln for ln in err.splitlines() if "skipped" in ln]
+    assert len(skipped) == 2 and all("pip install 'wia-hw[plot]'" in ln for ln in skipped)
+    # everything else is printed: the roofline analysis and the recommendations
+    assert "Roofline analysis:" in out and "Recommendations" in out
+    code, _, err = _cli("profile", *GEMM, "--flamegraph", str(folded))
+    assert code == 0 and folded.read_text().strip() and "skipped" not in err
+
+
+def test_json_with_plots_writes_them_too(tmp_path):
+    pytest.importorskip("matplotlib")
+    roof = tmp_path / "r.png"
+    code, out, err = _cli("profile", *GEMM, "--roofline", str(roof), "--json")
+    assert code == 0, err
+    assert json.loads(out)["schema"] == "wia-hw.profile/1"
+    assert roof.read_bytes()[:4] == b"\x89PNG"

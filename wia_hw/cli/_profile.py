@@ -36,6 +36,18 @@ __all__ = ["profile"]
 
 #: Flamegraph file kinds by suffix: drawn, or collapsed stacks.
 FLAMEGRAPH_SUFFIXES = (".svg", ".png", ".folded", ".txt")
+#: What a skipped plot says (one line on stderr).
+NO_PLOT = "plotting needs matplotlib: pip install 'wia-hw[plot]'"
+
+
+def _can_plot() -> bool:
+    """Whether matplotlib imports (the plots are optional: without it they are skipped
+    with one line each, and everything else is printed)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 @click.command("profile")
@@ -172,9 +184,28 @@ def profile(
         save_profile_report(report, output, "json")
     if timeline is not None:
         report.save_timeline(timeline)
+    can_plot = _can_plot()
+    skipped: list[Path] = []
+
+    def plot(path: Path, draw: Any) -> None:
+        if can_plot:
+            draw(path)
+        else:
+            skipped.append(path)
+            click.echo(f"wia-hw: skipped {path}: {NO_PLOT}", err=True)
+
     if flamegraph is not None:
-        report.save_flamegraph(flamegraph)
-    if as_json:
+        if flamegraph.suffix.lower() == ".png":
+            plot(flamegraph, report.save_flamegraph)
+        else:
+            report.save_flamegraph(flamegraph)
+    if as_json:  # the JSON alone on stdout; the files asked for are written all the same
+        if roofline is not None:
+            rf = create_roofline(ctx)
+            rf.add_report(report)
+            plot(roofline, rf.plot)
+        if memory_timeline is not None and report.memory is not None:
+            plot(memory_timeline, lambda p: plot_memory_timeline(report.memory, p))
         click.echo(report.to_json(indent=1))
         return
     click.echo(report.format_text())
@@ -194,7 +225,7 @@ def profile(
     if roofline is not None:
         rf = create_roofline(ctx)
         rf.add_report(report)
-        rf.plot(roofline)
+        plot(roofline, rf.plot)
         click.echo("\nRoofline analysis:")
         click.echo(analyze_roofline(rf).format())
     if report.memory is not None:
@@ -202,13 +233,15 @@ def profile(
         click.echo(report.memory.format())
         click.echo(analyze_fragmentation(report.memory).format())
         if memory_timeline is not None:
-            plot_memory_timeline(report.memory, memory_timeline)
+            plot(memory_timeline, lambda p: plot_memory_timeline(report.memory, p))
     if recommend:
         recs = analyze_performance(
             report, AnalysisConfig(priority_threshold=priority, confidence_threshold=confidence)
         )
         click.echo("")
         click.echo(recs.format())
-    written = [p for p in (output, timeline, flamegraph, roofline, memory_timeline) if p]
+    written = [
+        p for p in (output, timeline, flamegraph, roofline, memory_timeline) if p and p not in skipped
+    ]
     if written:
         click.echo("wrote " + ", ".join(str(p) for p in written))
