@@ -277,14 +277,19 @@ def autotune_schedules(
     graph: Graph, spec: DeviceSpec, config: Any = None, seed: int = 0
 ) -> tuple[dict[str, Any], Any]:
     """Tune ``graph``'s GEMM kernels on ``spec`` with ``autotune_model`` (``config``:
-    an ``AutotuneConfig``; default: ML-guided, 32 trials per kernel key, no wall-clock
-    budget so the result is the same on every machine). Returns ``(schedules by kernel
+    an ``AutotuneConfig``; default: ML-guided (gradient-boosted trees with scikit-learn,
+    else ridge), 32 trials per kernel key, no wall-clock budget so the result is the
+    same on every machine). Returns ``(schedules by kernel
     key, the AutotuneResult)``; ``run(graph, schedules=...)`` applies them."""
     from .. import optimize
 
     if config is None:
+        import importlib.util
+
+        # gradient-boosted trees need scikit-learn (the test extra); else numpy's ridge
+        model = "gbt" if importlib.util.find_spec("sklearn") else "ridge"
         config = optimize.AutotuneConfig(  # type: ignore[attr-defined]
-            method="ml", time_budget_seconds=None, max_trials=32, seed=seed
+            method="ml", time_budget_seconds=None, max_trials=32, seed=seed, cost_model=model
         )
     res = optimize.autotune_model(graph, config, device=spec)  # type: ignore[attr-defined]
     return dict(res.schedules), res
