@@ -68,6 +68,7 @@ from .extensions.transformer_engine import (
     AttentionResult,
     multi_head_attention,
 )
+from .generate import DecodeStep, GenerationResult, generate
 from .graph import Graph, GraphBuilder, Op, Tensor
 from .optimize import (
     AutotuneConfig,
@@ -299,4 +300,7 @@ __all__ = [
     "CaseStudyResult",
     "CaseStudyRow",
     "case_study",
+    "generate",
+    "GenerationResult",
+    "DecodeStep",
 ]
