@@ -25,6 +25,7 @@ PAGES = {
     "SERVING.md": True,
     "SWEEPS.md": True,
     "REPORTS.md": False,
+    "GENERATION.md": True,
 }
 
 
