@@ -382,3 +382,14 @@ def test_method_takes_the_seed_enum_and_its_spellings():
     for m in (AutotuneMethod.ML_GUIDED, "ml", "ML_GUIDED", "ml-guided"):
         assert AutotuneConfig(method=m).method == "ml"
     assert AutotuneConfig(method=AutotuneMethod.GRID).method == "grid"
+
+
+def test_a_spent_time_budget_keeps_the_defaults():
+    """A budget that runs out at once measures only the defaults and keeps them."""
+    g = resolve_workload("gemm", M=256, N=256, K=256)
+    res = autotune_model(
+        g, AutotuneConfig(method="ml", time_budget_seconds=1e-9, max_trials=50, seed=0)
+    )
+    (t,) = res.kernels.values()
+    assert t.trials == 0 and t.best == t.default and t.history == [t.default_cycles]
+    assert res.schedules == {} and res.entries() == []
