@@ -93,6 +93,7 @@ from typing import Any
 
 import numpy as np
 
+from ..emulator.errors import SpecError
 from ..emulator.frontend_model import (
     accumulate_tiles,
     adc_quantize,
@@ -328,7 +329,10 @@ class AnalogConfig:
                 p = ext.parameters.get(k)
                 if p is not None and vals.get(k) == p.default:
                     vals.pop(k)
-        return cls(**vals)
+        try:
+            return cls(**vals)
+        except ValueError as e:  # a parameter value the unit cannot take: one line
+            raise SpecError(str(e), field=f"extension {ext.id!r} parameters") from None
 
 
 class PCMModel:

@@ -82,6 +82,7 @@ from typing import Any
 import numpy as np
 
 from ..emulator.enums import StrNamedEnum
+from ..emulator.errors import SpecError
 from ..emulator.frontend_model import (
     PhotonicCore,
     PhotonicParams,
@@ -291,7 +292,10 @@ class PhotonicConfig:
     def from_extension(cls, ext: DeviceExtension) -> PhotonicConfig:
         """The core described by the photonic extension's parameters."""
         names = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in ext.values.items() if k in names})
+        try:
+            return cls(**{k: v for k, v in ext.values.items() if k in names})
+        except ValueError as e:  # a parameter value the unit cannot take: one line
+            raise SpecError(str(e), field=f"extension {ext.id!r} parameters") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -710,6 +714,15 @@ def photonic_linear(op: Op, graph: Graph, spec: Any, storage: Any, ext: DeviceEx
     }
     return [
         gemm_unit_kernel(
-            op, graph, spec, storage, "photonic", dims, batch * t_ns, batch * energy, extra, unit_gemm
+            op,
+            graph,
+            spec,
+            storage,
+            "photonic",
+            dims,
+            batch * t_ns,
+            batch * energy,
+            extra,
+            unit_gemm,
         )
     ]

@@ -240,12 +240,17 @@ def test_photonic_enob_grows_with_laser_power_and_the_seed_config_is_reported():
     enobs = [photonic_enob(PhotonicConfig(laser_power_mw=p)) for p in (0.1, 1, 10, 100, 1000)]
     assert all(x < y for x, y in zip(enobs, enobs[1:], strict=False)), enobs
     seed = PhotonicConfig(
-        wavelength_channels=64, modulation_bandwidth_ghz=100, matrix_size_limit=256, precision_bits=8
+        wavelength_channels=64,
+        modulation_bandwidth_ghz=100,
+        matrix_size_limit=256,
+        precision_bits=8,
     )
     assert photonic_enob(seed) < 8  # shot-noise limited at 10 mW
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((40, 30)), rng.standard_normal((30, 12))
-    with pytest.warns(PhotonicPrecisionWarning, match=r"precision_bits=8 delivers 7\.\d\d effective"):
+    with pytest.warns(
+        PhotonicPrecisionWarning, match=r"precision_bits=8 delivers 7\.\d\d effective"
+    ):
         res = photonic_matmul(None, seed, PhotonicMatmul(), a, b)
     assert res.precision_bits == 8 and res.enob == pytest.approx(photonic_enob(seed))
     # the product's outputs span a fraction of full scale: fewer bits still
@@ -336,7 +341,9 @@ def test_routed_energy_is_the_units_cost_model(mlp):
 
 def test_policy_errors(mlp):
     g, _, _, _ = mlp
-    with pytest.raises(WorkloadError, match=r"analog policy 'names:fc1,fc9': graph 'mlp' has no op fc9"):
+    with pytest.raises(
+        WorkloadError, match=r"analog policy 'names:fc1,fc9': graph 'mlp' has no op fc9"
+    ):
         _ctx("analog", policy="names:fc1,fc9").run(g)
     with pytest.raises(ValueError, match=r"AnalogConfig.policy must be one of none, all"):
         _ctx("analog", policy="half").run(g)
@@ -351,7 +358,10 @@ def test_functional_accuracy_degrades_gracefully_with_analog_bits(mlp):
     acc = {}
     for bits in (8, 2):
         ev = GraphEvaluator(
-            g, w, unit="analog", unit_parameters={"policy": "all", "dac_bits": bits, "adc_bits": bits}
+            g,
+            w,
+            unit="analog",
+            unit_parameters={"policy": "all", "dac_bits": bits, "adc_bits": bits},
         )
         assert ev.unit_cost.routed_ops == ("fc0", "fc1", "logits")
         acc[bits] = compare(f"analog {bits}", ev.predict(x_test), ref, y_test)
@@ -438,3 +448,31 @@ def test_the_roofline_floor_leaves_out_what_the_units_compute():
     assert res.latency_ms < base.roofline_floor_ms  # faster than the array could be
     assert res.latency_ms >= res.roofline_floor_ms
     assert base.latency_ms >= base.roofline_floor_ms
+
+
+@pytest.mark.parametrize("unit", ["analog", "photonic"])
+def test_a_bad_policy_from_the_command_line_is_one_line(unit: str) -> None:
+    from click.testing import CliRunner
+
+    from wia_hw.cli import cli
+
+    res = CliRunner().invoke(
+        cli,
+        [
+            "run",
+            "gemm",
+            "-a",
+            "M=64",
+            "-a",
+            "N=64",
+            "-a",
+            "K=64",
+            "--ext",
+            unit,
+            "--ext-param",
+            f"{unit}.policy=bogus",
+        ],
+    )
+    assert res.exit_code == 2
+    assert res.output.strip().count("\n") == 0
+    assert f"extension {unit!r} parameters" in res.output and "'bogus'" in res.output
