@@ -735,6 +735,8 @@ def autotune_model(
         raise AutotuneError(f"config must be an AutotuneConfig, got {type(cfg).__name__}")
     if not isinstance(graph, Graph):
         raise AutotuneError(f"autotune_model takes a Graph, got {type(graph).__name__}")
+    if cfg.method == "ml":
+        _model(cfg.cost_model, cfg.seed)  # a missing scikit-learn fails here, at once
     ctx = device if isinstance(device, Context) else open_device(device)
     spec = ctx.spec
     found = _kernels_of(graph, spec, ctx.providers)
