@@ -393,3 +393,15 @@ def test_a_spent_time_budget_keeps_the_defaults():
     (t,) = res.kernels.values()
     assert t.trials == 0 and t.best == t.default and t.history == [t.default_cycles]
     assert res.schedules == {} and res.entries() == []
+
+
+def test_gbt_without_scikit_learn_is_one_line(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    monkeypatch.setitem(sys.modules, "sklearn.ensemble", None)
+    g = resolve_workload("gemm", M=64, N=64, K=64)
+    with pytest.raises(AutotuneError, match=r"cost_model='gbt' needs scikit-learn .*'ridge'"):
+        autotune_model(g, AutotuneConfig(method="ml", **CFG))
+    res = autotune_model(g, AutotuneConfig(method="ml", cost_model="ridge", **CFG))
+    assert next(iter(res.kernels.values())).trials >= 1
