@@ -147,13 +147,22 @@ def test_outputs(cs, tmp_path):
     assert "| baseline |" in md and (tmp_path / "r.md").read_text() == md
 
 
-def test_cli_prints_the_same_table(cs):
+def test_cli_prints_the_same_table(cs, tmp_path):
     args = ["case-study", "bert-large", "--layers", "1", "--accuracy-layers", "1",
-            "--duration", "0.2", "--json"]
+            "--duration", "0.2", "--json", "--markdown", str(tmp_path / "r.md")]
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)
     assert [r["latency_ms"] for r in d["rows"]] == [r.latency_ms for r in cs.rows]
+    md = (tmp_path / "r.md").read_text()
+    assert "| int8 quantisation |" in md
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "plots skipped" in md
+    else:
+        assert (tmp_path / "r_roofline.png").stat().st_size > 0
+        assert (tmp_path / "r_breakdown.png").stat().st_size > 0
 
 
 def test_cli_bad_model_is_one_line():

@@ -257,3 +257,29 @@ def test_graph_not_from_a_builder_cannot_be_reshaped():
         srv.service_ms(8)
     with pytest.raises(TypeError, match="config must be a BatchingConfig"):
         create_inference_server("bert-large", {"max_batch_size": 8})
+
+
+def test_cli_serve(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from wia_hw.cli import cli
+
+    args = ["serve", "bert-large", "-a", "layers=2", "-s", "128", "--max-batch-size", "16"]
+    res = CliRunner().invoke(cli, [*args, "--rate", "2000", "--duration", "0.2", "--json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["completed"] + d["rejected"] == d["offered"] > 0
+    res = CliRunner().invoke(cli, [*args, "--rate", "2000", "--duration", "0.2"])
+    assert "P99 latency:" in res.output and "seq/sec (completed requests" in res.output
+    trace = tmp_path / "t.csv"
+    trace.write_text("0\n2\n1\n")
+    res = CliRunner().invoke(cli, [*args, "--trace", str(trace)])
+    assert res.exit_code == 2 and res.output.strip().endswith("timestamps must not decrease")
+    assert f"{trace}:3:" in res.output and len(res.output.strip().splitlines()) == 1
+    res = CliRunner().invoke(cli, ["serve", "bert-large", "--max-batch-size", "0", "--rate", "1"])
+    assert res.exit_code == 2
+    assert res.output.strip() == (
+        "wia-hw: error: BatchingConfig.max_batch_size must be an integer >= 1, got 0"
+    )
