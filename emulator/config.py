@@ -322,14 +322,24 @@ class HBMConfig:
 @dataclass(frozen=True, kw_only=True)
 class MemoryConfig:
     """The hierarchy. ``block_bytes`` is the granularity of the LRU model: tensors are
-    stored in a tiled layout of blocks of that size, and a block is what hits or misses."""
+    stored in a tiled layout of blocks of that size, and a block is what hits or misses.
+
+    ``host_io``: where the host puts a run's inputs and takes its results. ``dram`` (the
+    default): inputs start in HBM and the run ends by writing dirty L2 data back to HBM.
+    ``l2``: the host writes the inputs into L2 over its own interface before the run (as
+    far as they fit) and reads the results from L2, so neither crosses HBM; a TPU's host
+    reads and writes its Unified Buffer over PCIe this way.
+    """
 
     l1: CacheConfig
     l2: CacheConfig
     hbm: HBMConfig
     block_bytes: int = 65536
+    host_io: str = "dram"
 
     def __post_init__(self) -> None:
+        if self.host_io not in ("dram", "l2"):
+            raise SpecError(f"must be dram or l2, got {self.host_io!r}", field="host_io")
         _pos_int(self, "block_bytes")
         _pow2(self, "block_bytes")
         if self.block_bytes > self.l1.size_bytes // 4:

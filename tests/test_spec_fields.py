@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
-from wia_hw.emulator.config import METADATA_FIELDS, DeviceSpec, to_mapping
+from wia_hw.emulator.config import METADATA_FIELDS, TILE_SCHEDULES, DeviceSpec, to_mapping
 from wia_hw.emulator.cycles import DATAFLOWS
 from wia_hw.emulator.errors import SpecError
 
@@ -97,6 +97,10 @@ def _perturbations(path: str, value: Any) -> list[Any]:
         return [d for d in DATAFLOWS if d != value]
     if path.endswith("predictor"):
         return [p for p in ("2bit", "static_taken") if p != value]
+    if path.endswith("tile_schedule"):
+        return [p for p in TILE_SCHEDULES if p != value]
+    if path.endswith("host_io"):
+        return [p for p in ("dram", "l2") if p != value]
     if value is None:  # thermal.initial_c: start hot
         return [90.0, 60.0]
     # a capacity matters only when something does not fit; a bandwidth only when it

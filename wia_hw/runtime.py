@@ -31,7 +31,7 @@ from .emulator.errors import SpecError, WorkloadError
 from .emulator.extension_kernels import execute_kernels, extension_summary
 from .emulator.kernels import MemoryKernel
 from .graph import Graph, Op
-from .lowering import Provider, lower
+from .lowering import Provider, Storage, lower
 from .spec import DEFAULT_DEVICE, load_spec
 
 __all__ = [
@@ -327,6 +327,9 @@ class Context:
             o.run_begin(self, graph, lowered)
         start = dev.now
         before = dev.counters.copy()
+        host_l2 = self.spec.memory.host_io == "l2"
+        if host_l2:
+            _host_writes_inputs(dev, graph)
         on_chip = _on_chip_bytes(dev)  # a warm device: what need not cross HBM again
         records: list[tuple[str, str, KernelRecord]] = []
         fx = FunctionalExecutor(graph, seed, inputs) if mode == "functional" else None
@@ -349,7 +352,8 @@ class Context:
                 fx.step(op, kernels, dev)  # GEMMs run over the device's own tiles
         if progress is not None:
             progress(len(lowered), len(lowered), "")
-        dev.flush()
+        if not host_l2:  # the results go back to HBM (host_io l2: the host reads L2)
+            dev.flush()
         mem.finish(dev.now)
         total = dev.now - start
         delta = dev.counters.delta(before)
@@ -361,7 +365,7 @@ class Context:
             delta,
             mode,
             seed,
-            floor_bytes=compulsory_hbm_bytes(graph, lowered, on_chip),
+            floor_bytes=compulsory_hbm_bytes(graph, lowered, on_chip, outputs=not host_l2),
         )
         result.extensions = extension_summary([r for _, _, r in records])
         result.provenance = dict(self.provenance(), run=invocation)
@@ -490,11 +494,13 @@ def compulsory_hbm_bytes(
     graph: Graph,
     lowered: list[tuple[Op, list[Any]]] | None = None,
     on_chip: Mapping[str, int] | None = None,
+    outputs: bool = True,
 ) -> int:
     """Bytes a run of ``graph`` must move across the HBM interface at least: every
     weight and input an op reads, once (an embedding lookup only the table rows it can
     touch: at most one per looked-up id), and every output (a tensor some op writes and
-    no op reads), once: :meth:`Context.run` writes results back before it returns.
+    no op reads), once: :meth:`Context.run` writes results back before it returns
+    (``outputs=False``: the host reads them on chip, ``memory.host_io: l2``).
     Tensors that only kernels running inside the memory (``MemoryKernel``, given
     ``lowered``) touch never cross the interface and are left out; on a warm device,
     ``on_chip`` (bytes of each tensor already in L1/L2 when the run starts) need not be
@@ -521,8 +527,27 @@ def compulsory_hbm_bytes(
             nbytes = max(0, nbytes - (on_chip or {}).get(name, 0))
             read[name] = max(read.get(name, 0), nbytes)
         written.extend(op.outputs)
-    outputs = {o for o in written if o not in consumed}
-    return sum(read.values()) + sum(graph.tensors[o].nbytes for o in outputs)
+    results = {o for o in written if o not in consumed} if outputs else set()
+    return sum(read.values()) + sum(graph.tensors[o].nbytes for o in results)
+
+
+def _host_writes_inputs(dev: Device, graph: Graph) -> None:
+    """``memory.host_io: l2``: the host has written the graph's inputs into L2 (clean
+    blocks, in graph order, as far as they fit) before the run starts, over its own
+    interface: they are on chip without crossing HBM or taking device time."""
+    mem = dev.memory
+    st = Storage(graph)
+    for name, t in graph.tensors.items():
+        if t.kind != "input":
+            continue
+        ref = st.ref(name)
+        for key, nb in mem.region_blocks([(ref, 0, ref.rows, 0, ref.cols)]):
+            if key in mem.l2:
+                continue
+            if mem.l2_used + nb > mem.l2_capacity:
+                return
+            mem.l2[key] = [nb, 0]
+            mem.l2_used += nb
 
 
 def _on_chip_bytes(dev: Device) -> dict[str, int]:
