@@ -130,6 +130,7 @@ def test_bert_large_compute_first_then_memory():
     res = optimize_workload(wia_hw.open_device("wia-npu"), g, OptimizationWorkflow(verify=False))
     assert res.steps[0].bottleneck == "compute" and res.applied[0] == "int8"
     assert "fusion" in res.applied
+    assert all(s.recommendation for s in res.steps if s.applied)  # the profiler's evidence
     for s in res.steps:
         if s.applied:
             assert s.after_ms >= s.after_floor_ms and s.gain > 1.01

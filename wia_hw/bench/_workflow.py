@@ -16,6 +16,10 @@ Bottleneck classes (the seed's four, and one more the bound model finds):
 * ``communication``: collective kernels (multi-device runs);
 * ``latency``: latency-bound by the fixed latency of a tile (the seed has no class for it).
 
+The profiler's top recommendation (:func:`wia_hw.analyze_performance`) is recorded with
+each step; when its category names one of the dominant class's remedies not yet tried
+(``fusion`` and ``attention`` -> fusion; the tiling ones, ``occupancy``, ``utilization``
+and ``cache`` -> auto-tuning), that one goes first.
 Optimisations by class, in order of preference (:data:`REMEDIES`): memory bandwidth ->
 fusion (intermediates stay on chip), then int8 PTQ (half the bytes); compute -> int8 PTQ
 (twice the peak), then auto-tuning; synchronisation and latency -> auto-tuning, then
@@ -251,6 +255,8 @@ class WorkflowResult:
                 f"[{s.iteration}] {s.latency_ms:.3f} ms (floor {s.floor_ms:.3f}); "
                 f"bottleneck {s.bottleneck} ({shares})"
             )
+            if s.recommendation:
+                line += f"; profiler: {s.recommendation}"
             if s.applied:
                 line += f"; {s.applied} -> {s.after_ms:.3f} ms ({s.gain:.2f}x)"
             if s.agreement:
@@ -530,6 +536,27 @@ def apply_optimisation(
     raise BenchmarkError(f"unknown optimisation {name!r} (fusion, int8, autotune)")
 
 
+#: recommendation category -> the optimisation that carries it out
+_REMEDY_OF_CATEGORY = {
+    "fusion": "fusion",
+    "attention": "fusion",  # flash attention is apply_fusion's fuse_attention
+    "occupancy": "autotune",  # the three tiling recommendations
+    "utilization": "autotune",
+    "cache": "autotune",
+}
+
+
+def _top_recommendation(report: Any) -> Any:
+    """The profiler's first recommendation (:func:`wia_hw.analyze_performance`, kernel
+    rules only), or None."""
+    from ..profiling import AnalysisConfig, analyze_performance
+
+    recs = analyze_performance(
+        report, AnalysisConfig(analyze_memory=False, analyze_communication=False)
+    )
+    return recs.recommendations[0] if recs.recommendations else None
+
+
 def _met(wf: OptimizationWorkflow, latency_ms: float, throughput: float) -> bool:
     b = wf.baseline
     if b.target_value is None:
@@ -619,6 +646,17 @@ def optimize_workload(
                 + ("" if have_autotune else " (auto-tuning not available)")
             )
             break
+        rec = _top_recommendation(r.profile) if wf.profiling.enable_kernel_profiling else None
+        if rec is not None:
+            step.recommendation = (
+                f"{rec.title} ({rec.category or 'kernel'}, est. "
+                f"{100 * rec.estimated_improvement:.1f}%)"
+            )
+            pick = _REMEDY_OF_CATEGORY.get(rec.category)
+            # the profiler's top recommendation wins among the dominant class's remedies
+            if pick in todo and pick in REMEDIES[dominant]:
+                todo.remove(pick)
+                todo.insert(0, pick)
         name = todo[0]
         tried.add(name)
         step.applied = name
