@@ -247,7 +247,7 @@ def _round_product(
     max_field = (1 << exp_bits) - 1  # inf/NaN fields give garbage, masked at the end
     prod_exp = _wire(
         st,
-        range(2 + offset - prod_width, 2 * max_field + offset + 2),
+        range(2 + offset - prod_width, 2 * max_field + offset + 1),
         a.exp + b.exp + offset - prod_lz,
         "prod_exp",
     )

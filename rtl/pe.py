@@ -289,7 +289,7 @@ class ProcessingElement(wiring.Component):
             else:
                 with m.If(write):
                     m.d.sync += self.acc.eq(new)
-                with m.Elif(self.shift & ~self.valid_in[0]):
+                with m.Elif(self.shift):
                     m.d.sync += self.acc.eq(self.acc_in)
         else:
             xs, ps_in = _lanes(self.x_in, n), _lanes(self.psum_in, n)

@@ -9,7 +9,6 @@ import os
 from amaranth.hdl import (
     Cat,
     ClockSignal,
-    Const,
     EnableInserter,
     Instance,
     Module,
@@ -50,6 +49,12 @@ def _adder_tree(values: list) -> Value:
             for i in range(0, len(values), 2)
         ]
     return Value.cast(values[0])
+
+
+def _gate(value: Value, sample: Value | None) -> Value:
+    """``value``, ANDed with ``sample`` unless that is ``None`` (keeps the hardware of the
+    one-step-per-element modes as it was)."""
+    return value if sample is None else value & sample
 
 
 def _delay_lines(dom: Module, values: list, delays: list[int], name: str) -> list[Value]:
@@ -523,9 +528,10 @@ class SystolicArray(wiring.Component):
         steps_in = Signal(range(self._max_steps + 1))
         odd_in = Signal()
         per = self._steps_per.bit_length() - 1  # log2 of the steps per element
+        groups = (depth1 + (n - 1)) >> (n - 1)  # elements / lanes, rounded up
         m.d.comb += [
             depth1.eq(Mux(self.depth == 0, 1, self.depth)),
-            steps_in.eq(((depth1 + (n - 1)) >> (n - 1)) << per),
+            steps_in.eq(groups << per if per else groups),
             odd_in.eq(depth1[0] if n == 2 else 0),
         ]
         self._operand_sources(m, core)
@@ -584,13 +590,13 @@ class SystolicArray(wiring.Component):
             srcs.append(out)
         self._a_src, self._b_src = srcs
 
-    def _phase(self, m: Module, core: Module, feed: Value, first: Value) -> Value:
-        """1 in a cycle whose step samples the operand ports: every step, or (fp32) an
-        element's first. fp32: drives ``step_phase``, the pass of the step fed in this
+    def _phase(self, m: Module, core: Module, feed: Value, first: Value) -> Value | None:
+        """High in a cycle whose step samples the operand ports: ``None`` (every step) or,
+        in fp32, an element's first. fp32: drives ``step_phase``, the pass of the step fed in this
         cycle (0 at the tile's first step ``first``, + 1 per step fed, modulo 4), and
         adds it to the flags the left edge skews onto the rows."""
         if self._phase_now is None:
-            return Const(1)
+            return None
         ph = Signal(2, name="phase_next")
         m.d.comb += self._phase_now.eq(Mux(first, 0, ph))
         with core.If(feed):
@@ -665,8 +671,8 @@ class SystolicArray(wiring.Component):
             m.d.comb += [
                 feed.eq(accepted | (running & (t + 1 < k))),
                 drain.eq(running & (t >= k + (R + C - 2))),
-                self.a_ready.eq(feed & advance & sample),
-                self.b_ready.eq(feed & advance & sample),
+                self.a_ready.eq(_gate(feed & advance, sample)),
+                self.b_ready.eq(_gate(feed & advance, sample)),
             ]
             self._left_edge(
                 core,
@@ -696,7 +702,7 @@ class SystolicArray(wiring.Component):
             m.d.comb += [
                 load.eq(accepted | (running & (t + 1 < R))),
                 feed.eq(running & (t + 1 >= R) & (t + 1 < k + R)),
-                self.a_ready.eq(feed & advance & sample),
+                self.a_ready.eq(_gate(feed & advance, sample)),
                 self.b_ready.eq(load & advance),
             ]
             self._left_edge(
@@ -764,8 +770,8 @@ class SystolicArray(wiring.Component):
         ]
         sample = self._phase(m, core, feed, accepted)
         m.d.comb += [
-            self.a_ready.eq(feed & advance & sample),
-            self.b_ready.eq(feed & advance & sample),
+            self.a_ready.eq(_gate(feed & advance, sample)),
+            self.b_ready.eq(_gate(feed & advance, sample)),
         ]
         laststep = Mux(accepted, steps_in == 1, rem == 1)
         with core.If(accepted):
@@ -840,7 +846,7 @@ class SystolicArray(wiring.Component):
         ]
         sample = self._phase(m, core, feed, xstart)
         m.d.comb += [
-            self.a_ready.eq(feed & advance & sample),
+            self.a_ready.eq(_gate(feed & advance, sample)),
             self.b_ready.eq(load & advance),
         ]
         laststep = Mux(xstart, kp == 1, xrem == 1)
