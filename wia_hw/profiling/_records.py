@@ -28,13 +28,18 @@ COUNTER_FIELDS: dict[Counter, tuple[str, ...]] = {
 }
 
 
+#: The fields of :class:`~wia_hw.Counters` that hold a dict (per level, cause, precision).
+_DICT_FIELDS = frozenset(
+    f for f, t in Counters.__annotations__.items() if str(t).startswith("dict")
+)
+
+
 def capture_counters(c: Counters, fields_: tuple[str, ...]) -> dict[str, Any]:
-    """The named fields of ``c`` in JSON form (dicts copied)."""
-    out: dict[str, Any] = {}
-    for f in fields_:
-        v = getattr(c, f)
-        out[f] = dict(v) if isinstance(v, dict) else v
-    return out
+    """The named fields of ``c`` in JSON form (dicts copied). Runs once per kernel in
+    the counter modes: it reads the instance dict directly (every name in
+    ``fields_`` is a dataclass field of :class:`~wia_hw.Counters`)."""
+    d = vars(c)
+    return {f: d[f].copy() if f in _DICT_FIELDS else d[f] for f in fields_}
 
 
 @dataclass

@@ -55,26 +55,28 @@ class Sampler:
 
     def _sample(self, t: int, at: int) -> None:
         """Record the state at cycle ``at`` as the sample of the interval from ``t``."""
-        self._read(at)
-        self.raw[-1] = (t,) + self.raw[-1][1:]
-
-    def _read(self, t: int) -> None:
-        kernels, computing, queue = [], [], []
+        kernels: list[str | None] = []
+        computing: list[bool] = []
+        queue: list[int] = []
         for st in self._states:
-            if st.kernel is None or (st.end is not None and t >= st.end):
+            end = st.end
+            if st.kernel is None or (end is not None and at >= end):
                 kernels.append(None)
                 computing.append(False)
                 queue.append(0)
                 continue
             a, b = st.compute, st.prev_compute
             kernels.append(st.kernel)
-            computing.append(a[0] <= t < a[1] or b[0] <= t < b[1])
-            queue.append(st.pending_stores + (1 if st.load[0] <= t < st.load[1] else 0))
+            computing.append(a[0] <= at < a[1] or b[0] <= at < b[1])
+            ld = st.load
+            queue.append(st.pending_stores + (1 if ld[0] <= at < ld[1] else 0))
         hbm = 0
         for ch in self._channels:
-            if ch.free_at > t:
-                hbm += ch.free_at - t
-        self.raw.append((t, kernels, computing, queue, hbm, max(0, self._l2.free_at - t)))
+            f = ch.free_at
+            if f > at:
+                hbm += f - at
+        l2 = self._l2.free_at - at
+        self.raw.append((t, kernels, computing, queue, hbm, l2 if l2 > 0 else 0))
 
     def stop(self) -> list[Sample]:
         """End sampling; returns the samples from the start to the device's current

@@ -58,6 +58,8 @@ class ProfilingSession:
         if config.capture_power and self._kernels_on and "energy_pj" not in fields_:
             fields_.append("energy_pj")
         self._fields = tuple(fields_)
+        self._drop_counters = not self._counters and not config.capture_power
+        self._drop_power = not config.capture_power
 
     # -- the observer protocol of Context.run ------------------------------------------
     @property
@@ -81,34 +83,34 @@ class ProfilingSession:
         self._op_start = cycle
 
     def op_end(self, op: Any, records: Sequence[KernelRecord], cycle: int) -> None:
+        # runs once per op of every profiled run: no work the mode does not need
         run = self._run.index if self._run is not None else -1
-        self._run_ops += cycle - self._op_start
-        self._program.extend(self._op_kernels)
-        matched = self._kernels_on and len(self._op_kernels) == len(records)
-        self._program_stats.extend(
-            len(self._kstats) + i if matched else None for i in range(len(self._op_kernels))
-        )
-        if not self._kernels_on:
-            return
-        idx = []
         start = self._op_start
-        launched = (
-            list(self._op_kernels)
-            if len(self._op_kernels) == len(records)
-            else [None] * len(records)
-        )
-        for r, k in zip(records, launched, strict=True):
-            idx.append(len(self._kstats))
-            ks = stats_from_record(
-                r, len(self._kstats), run, self._fields, k, self.ctx.spec, floors=False
-            )
-            if not self._counters and not self.config.capture_power:
+        self._run_ops += cycle - start
+        kernels = self._op_kernels
+        n = len(kernels)
+        self._program.extend(kernels)
+        if not self._kernels_on:
+            self._program_stats.extend([None] * n)
+            return
+        kstats = self._kstats
+        first = len(kstats)
+        matched = n == len(records)
+        self._program_stats.extend(range(first, first + n) if matched else [None] * n)
+        launched = kernels if matched else [None] * len(records)
+        fields_, spec = self._fields, self.ctx.spec
+        drop_counters, drop_power = self._drop_counters, self._drop_power
+        for i, (r, k) in enumerate(zip(records, launched, strict=True)):
+            ks = stats_from_record(r, first + i, run, fields_, k, spec, floors=False)
+            if drop_counters:
                 ks.counters = None
-            if not self.config.capture_power:
+            if drop_power:
                 ks.power_w = ks.temperature_c = None
-            self._kstats.append(ks)
+            kstats.append(ks)
         if self._instr:
-            self._ops.append(OpSpan(op.name, op.group, op.kind, run, start, cycle, idx))
+            self._ops.append(
+                OpSpan(op.name, op.group, op.kind, run, start, cycle, list(range(first, len(kstats))))
+            )
 
     def run_end(self, result: Any, trace: list[TraceEvent] | None) -> None:
         if self._run is not None:
