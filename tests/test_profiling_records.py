@@ -138,3 +138,43 @@ def test_every_sample_is_the_device_state_its_contract_names(monkeypatch, interv
     for got, want in seen:
         assert got == want
     assert [x.cycle for x in rep.samples[: len(seen)]] == [g[0] for g, _ in seen]
+
+
+@pytest.mark.parametrize("gc_enabled", [True, False])
+def test_traced_ports_log_every_transfer_as_the_port_serves_it(gc_enabled):
+    """A traced port serves like the plain one and logs (start, end, bytes) of each
+    transfer; handing the ports back leaves the collector as it was."""
+    import gc
+    from fractions import Fraction
+
+    from wia_hw.emulator.memory import BandwidthPort
+
+    from wia_hw.profiling import _ports
+
+    rng = np.random.default_rng(5)
+    dev = wia_hw.open_device().device
+    mem = dev.memory
+    plain = [BandwidthPort(p.name, p.bytes_per_cycle) for p in mem.channels]
+    plain.append(BandwidthPort(mem.l2_port.name, Fraction(mem.l2_port.bytes_per_cycle)))
+    traced = _ports.install(mem)
+    want: dict[str, list[tuple[int, int, int]]] = {p.name: [] for p in plain}
+    now = 0
+    for _ in range(2000):
+        i = int(rng.integers(0, len(plain)))
+        now += int(rng.integers(0, 50))
+        nbytes = int(rng.integers(-2, 5000))
+        before = plain[i].free_at
+        end = plain[i].reserve(now, nbytes)
+        assert traced[i].reserve(now, nbytes) == end
+        if nbytes > 0:
+            want[plain[i].name].append((max(now, before), end, nbytes))
+    was = gc.isenabled()
+    (gc.enable if gc_enabled else gc.disable)()
+    try:
+        logs = _ports.uninstall(mem, traced)
+        assert gc.isenabled() is gc_enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert logs == want
+    assert [p.free_at for p in mem.channels] == [p.free_at for p in plain[:-1]]
+    assert mem.l2_port.busy_cycles == plain[-1].busy_cycles
