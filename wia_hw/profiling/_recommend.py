@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -55,6 +56,7 @@ __all__ = [
     "Priority",
     "AnalysisConfig",
     "Recommendation",
+    "Fix",
     "PerformanceRecommendations",
     "analyze_performance",
     "MEASURED",
@@ -127,12 +129,71 @@ class AnalysisConfig:
                 raise ValueError(f"{n} must be a positive integer, got {v!r}")
 
 
+#: The names an API fix's code reads (besides ``wia_hw``): the context and the run that
+#: was profiled, ``ctx.run(workload, **run_kwargs)``.
+FIX_NAMES = ("ctx", "workload", "run_kwargs")
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A recommendation's runnable fix, in one of two kinds:
+
+    * ``"api"``: ``code`` is Python run with ``wia_hw`` imported and the names ``ctx``
+      (the context, on the profiled device), ``workload`` and ``run_kwargs`` (what was
+      profiled: ``ctx.run(workload, **run_kwargs)``). It changes the context (or binds
+      a new ``ctx``) and binds ``result``, the run with the fix; when it binds no
+      ``result``, the workload is run on the (new) ``ctx``.
+    * ``"manifest"``: ``code`` is a complete extension manifest (YAML) whose
+      operations reuse the emulator's kernel timing by reference (``cost: builtin``);
+      applying it registers it on ``ctx`` and runs the workload.
+
+    ``description`` says in one line what applying it changes."""
+
+    kind: str
+    code: str
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("api", "manifest"):
+            raise ValueError(f"Fix.kind must be 'api' or 'manifest', got {self.kind!r}")
+
+    def apply(
+        self, ctx: Any, workload: Any = None, run_kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        """Apply the fix on ``ctx`` and run ``workload`` with ``run_kwargs``; returns the
+        run's result (a ``RunResult``, or what the fix's code binds to ``result``)."""
+        kw = dict(run_kwargs or {})
+        if self.kind == "manifest":
+            import tempfile
+            from pathlib import Path
+
+            from ..registry import register_device_extension
+
+            with tempfile.TemporaryDirectory() as d:
+                path = Path(d) / "fix.yaml"
+                path.write_text(self.code)
+                register_device_extension(ctx, path)
+            return ctx.run(workload, **kw)
+        import wia_hw
+
+        ns: dict[str, Any] = {"wia_hw": wia_hw, "ctx": ctx, "workload": workload, "run_kwargs": kw}
+        exec(compile(self.code, "<fix>", "exec"), ns)  # the engine's own code, not input
+        if "result" in ns:
+            return ns["result"]
+        return ns["ctx"].run(workload, **kw)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "code": self.code, "description": self.description}
+
+
 @dataclass(frozen=True)
 class Recommendation:
     """The seed's ``wia_recommendation_t``. ``estimated_improvement`` is a fraction of
     the profiled time (0.12 = 12 %); ``confidence`` in [0, 1] with ``confidence_basis``
     saying how the estimate was obtained; ``baseline_ms``/``modified_ms`` are the two
-    replays when measured."""
+    replays when measured. ``fix`` is the runnable change (:class:`Fix`; its code is
+    ``code_example``), or ``None`` when the emulator cannot apply it (communication
+    overlap in a single-device report)."""
 
     priority: Priority
     title: str
@@ -147,6 +208,7 @@ class Recommendation:
     kernels: tuple[str, ...] = ()
     baseline_ms: float | None = None
     modified_ms: float | None = None
+    fix: Fix | None = None
 
     def format(self) -> str:
         lines = [
@@ -158,13 +220,15 @@ class Recommendation:
             f"  Confidence: {self.confidence * 100:.1f}% ({self.confidence_basis})",
         ]
         if self.code_example:
-            lines += ["  Code example:", self.code_example]
+            what = "Extension manifest" if self.fix and self.fix.kind == "manifest" else "Code"
+            lines += [f"  {what} example:", self.code_example]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(vars(self))
         d["priority"] = self.priority.name
         d["kernels"] = list(self.kernels)
+        d["fix"] = self.fix.to_dict() if self.fix is not None else None
         return d
 
 
@@ -251,6 +315,9 @@ class _Analyzer:
         return max(0.0, (base - new) / self.total), basis, self.ms(base), self.ms(new)
 
     def add(self, improvement: float, confidence: float, basis: str, **kw: Any) -> None:
+        fix = kw.get("fix")
+        if fix is not None:
+            kw["code_example"] = fix.code
         self.out.append(
             Recommendation(
                 priority=priority_for(improvement),
@@ -465,7 +532,7 @@ class _Analyzer:
                 description=desc,
                 impact=impact,
                 suggestion=f"{suggestion}: {how}",
-                code_example=example,
+                fix=Fix("api", example, f"lower {len(names)} kernel(s) with {how.split(':')[0]}"),
                 category=category,
                 kernels=names,
                 baseline_ms=b_ms,
@@ -543,12 +610,8 @@ class _Analyzer:
                 "reads"
             )
             sugg = f'Fuse "{pb}" into the {kind} "{pa}" so the intermediate stays on chip'
-            example = (
-                f"# before: two kernels, the intermediate goes through HBM\n"
-                f"#   t = {pa}(x); y = {pb}(t)\n"
-                f"# after: one kernel\n#   y = fused_{pa}_{pb}(x)"
-            )
             names = tuple(self.r.kernels[inv[j]].name for j in consumers if j in inv)
+            fix = self.fusion_fix(pa, pb, [(prog[j - 1], prog[j]) for j in consumers])
             if self.can_replay:
                 imp, basis, b_ms, m_ms = self.measure(substitute(prog, changes))
                 self.add(
@@ -559,7 +622,7 @@ class _Analyzer:
                     description=desc,
                     impact=impact,
                     suggestion=sugg,
-                    code_example=example,
+                    fix=fix,
                     category="fusion",
                     kernels=names,
                     baseline_ms=b_ms,
@@ -577,10 +640,61 @@ class _Analyzer:
                     description=desc,
                     impact=impact,
                     suggestion=sugg,
-                    code_example=example,
+                    fix=fix,
                     category="fusion",
                     kernels=names,
                 )
+
+    def fusion_fix(self, pa: str, pb: str, pairs: Sequence[tuple[Any, Any]]) -> Fix:
+        """The fix of a fusion finding over ``pairs`` (producer kernel, consumer kernel):
+        :func:`wia_hw.apply_fusion` with the one :class:`FusionConfig` field whose
+        pattern marks exactly these pairs, else an extension manifest composing the two
+        ops with ``cost: builtin`` and claiming the producers by name; either way exactly
+        the measured pairs fuse, into the kernels the measurement replayed."""
+        field_ = self.fusion_field(pairs)
+        if field_ is not None:
+            from ..optimize._fusion import FUSION_PATTERNS
+
+            flags = ",\n".join(
+                f"        {f}={f == field_}" for f in FUSION_PATTERNS.values()
+            )
+            code = (
+                "from wia_hw.runtime import resolve_workload\n\n"
+                "graph = resolve_workload(workload, **run_kwargs)\n"
+                "fused = wia_hw.apply_fusion(\n"
+                f"    graph,\n    wia_hw.FusionConfig(\n{flags},\n    ),\n)\n"
+                "result = ctx.run(fused)   # one kernel per chain, the intermediate on chip"
+            )
+            return Fix(
+                "api", code, f"apply_fusion with {field_} only (it fuses exactly these chains)"
+            )
+        return Fix(
+            "manifest",
+            _fusion_manifest(pa, pb, pairs),
+            f'an extension fusing "{pb}" into "{pa}" (cost: builtin, no copied formula)',
+        )
+
+    def fusion_field(self, pairs: Sequence[tuple[Any, Any]]) -> str | None:
+        """The :class:`FusionConfig` field whose pattern alone fuses exactly the pairs'
+        ops (each pair one chain, no other chain) in the session's graphs, or None."""
+        if not self.r.graphs:
+            return None
+        from ..optimize._fusion import FUSION_PATTERNS, FusionConfig, apply_fusion
+
+        want = {(a.op, b.op) for a, b in pairs}
+        for f in FUSION_PATTERNS.values():
+            if f == "fuse_attention":
+                continue
+            cfg = FusionConfig(**{g: g == f for g in FUSION_PATTERNS.values()})
+            got = set()
+            for g in self.r.graphs:
+                for op in apply_fusion(g, cfg).ops:
+                    m = op.attrs.get("fusion")
+                    if m and m["position"] == 0 and len(m["ops"]) == 2:
+                        got.add(tuple(m["ops"]))
+            if want == got:
+                return f
+        return None
 
     def own_ridge(self, k: Any, default: float) -> float:
         """HBM ridge point of a kernel's own compute ceiling (its op class's rate for a
@@ -613,10 +727,18 @@ class _Analyzer:
                 f"time ({100 * s.device_cycles / self.total:.1f}%)"
             )
             sugg = "Pre-allocate buffers outside loop or use memory pooling"
-            example = (
-                "buf = ctx.allocate(max_bytes)          # once, before the loop\n"
-                "for step in range(n):\n    ...                                  "
-                "# reuse buf\nctx.free(buf)"
+            fix = Fix(
+                "api",
+                "from dataclasses import replace\n"
+                "from wia_hw.emulator.allocator import CachingAllocator\n\n"
+                "# the allocator with size-class pooling and caching (what was measured);\n"
+                "# or allocate once before the loop: buf = ctx.allocate(max_bytes)\n"
+                "a = ctx.allocator\n"
+                "ctx.allocator = CachingAllocator(\n"
+                "    a.capacity_bytes, replace(a.config, pooling=True, caching=True)\n"
+                ")\n"
+                "# then run your loop as before",
+                "the context's allocator with size-class pooling and caching",
             )
             key = (s.file, s.line, s.function)
 
@@ -647,7 +769,7 @@ class _Analyzer:
                 description=desc,
                 impact=impact,
                 suggestion=sugg,
-                code_example=example,
+                fix=fix,
                 category="memory",
                 kernels=(),
             )
@@ -696,10 +818,12 @@ class _Analyzer:
             "Run attention as one flash-attention kernel through the transformer "
             "engine: scores stay on chip, softmax is fused between the two GEMMs"
         )
-        example = (
-            'ensure_extension(ctx, "transformer_engine")   # from wia_hw.registry\n'
-            "result = ctx.run(...)        # attention chains lower to flash attention\n"
-            "# CLI: wia-hw run bert-large --ext transformer_engine"
+        fix = Fix(
+            "api",
+            'wia_hw.register_device_extension(ctx, "transformer_engine")\n'
+            "result = ctx.run(workload, **run_kwargs)   # attention lowers to flash attention\n"
+            "# CLI: wia-hw profile WORKLOAD --ext transformer_engine",
+            "register the transformer engine: attention chains run as flash attention",
         )
         kernels = tuple(self.r.kernels[i].name for i in idx)
         program = self.attention_program()
@@ -713,7 +837,7 @@ class _Analyzer:
                 description=desc,
                 impact=impact,
                 suggestion=sugg,
-                code_example=example,
+                fix=fix,
                 category="attention",
                 kernels=kernels,
             )
@@ -730,7 +854,7 @@ class _Analyzer:
             description=desc,
             impact=impact,
             suggestion=sugg,
-            code_example=example,
+            fix=fix,
             category="attention",
             kernels=kernels,
             baseline_ms=b_ms,
@@ -854,6 +978,15 @@ class _Analyzer:
             "thermal resistance), less energy per inference (int8, fusion), or pauses "
             "between bursts"
         )
+        fix = Fix(
+            "api",
+            "from dataclasses import replace\n\n"
+            "# the device with no throttling: the most better cooling can give\n"
+            "cooled = replace(ctx.spec, thermal=replace(ctx.spec.thermal, throttle_factor=1.0))\n"
+            "ctx = wia_hw.Context(cooled, seed=ctx.seed)\n"
+            "result = ctx.run(workload, **run_kwargs)",
+            "a device that does not throttle (a cooling change, not a software one)",
+        )
         if self.can_replay:
             spec = self.r.spec
             cool = dataclasses.replace(
@@ -868,6 +1001,7 @@ class _Analyzer:
                 description=desc,
                 impact=impact,
                 suggestion=sugg,
+                fix=fix,
                 category="thermal",
                 baseline_ms=b_ms,
                 modified_ms=m_ms,
@@ -881,6 +1015,7 @@ class _Analyzer:
                 description=desc,
                 impact=impact,
                 suggestion=sugg,
+                fix=fix,
                 category="thermal",
             )
 
@@ -913,6 +1048,28 @@ class _Analyzer:
         )
 
 
+def _fusion_manifest(pa: str, pb: str, pairs: Sequence[tuple[Any, Any]]) -> str:
+    """An extension manifest (YAML) that fuses each pair's consumer into its producer,
+    timed by the emulator's own kernels (``cost: builtin``)."""
+    a0, b0 = pairs[0]
+    head = "matmul" if isinstance(a0, GemmKernel) else a0.op_kind
+    producers = list(dict.fromkeys(a.op for a, _ in pairs))
+    claims = producers if all("." in n for n in producers) else [a0.op_kind]
+    ident = re.sub(r"\W+", "_", f"{pa}_{pb}").strip("_")
+    listed = "".join(f"\n      - {json.dumps(c)}" for c in claims)
+    return (
+        "schema_version: 1\n"
+        f"extension_id: fuse_{ident}\n"
+        'version: "1.0"\n'
+        f"description: {json.dumps(f'{pb} fused into {pa}, the intermediate kept on chip')}\n"
+        "operations:\n"
+        f"  - name: fused_{ident}\n"
+        f"    claims:{listed}\n"
+        f"    compose: [{head}, {b0.op_kind}]\n"
+        "    cost: builtin   # the emulator's own kernels, fused as apply_fusion fuses\n"
+    )
+
+
 def _retile_example(ops: Sequence[str], k: Any) -> str:
     """Runnable code that lowers ``ops`` with ``k``'s tiling (or row chunking)."""
     if isinstance(k, GemmKernel):
@@ -939,7 +1096,7 @@ def _retile_example(ops: Sequence[str], k: Any) -> str:
         f"            for k in lower_op(op, graph, spec, storage)]\n\n"
         f"for name in [{names}]:\n"
         f'    ctx.providers[name] = ("retiled", retiled)\n'
-        f"result = ctx.run(...)        # the same workload, re-tiled"
+        f"result = ctx.run(workload, **run_kwargs)   # the same workload, re-tiled"
     )
 
 

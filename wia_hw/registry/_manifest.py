@@ -52,6 +52,16 @@ input element), the extension's parameters and the device's ``array_rows``,
 An optional ``peak`` (``macs_per_cycle`` on the array, ``bytes_per_cycle`` on the vector
 unit) lowers the unit's peak, which no tile's cost may beat (:mod:`._peaks`).
 
+**Built-in cost by reference.** ``cost: builtin`` (or ``cost: {builtin: gemm}`` /
+``{builtin: vector}``, :data:`BUILTIN_COSTS`) reuses the emulator's own kernel timing
+instead of expressions: each op of the chain is lowered by the built-in lowering and
+the kernels are fused as :func:`wia_hw.apply_fusion` fuses them (a GEMM epilogue, one
+vector pass; :mod:`wia_hw.optimize._kernels`), so ``compose: [matmul, gelu]`` with
+``cost: builtin`` times exactly what the built-in fusion would, with no copied formula.
+Where the built-in fusion does not apply (an epilogue whose vector work would not hide
+behind the array), the chain's kernels run unfused, in order. The name must match the
+unit ``compose`` starts on; an unknown name is refused in one line naming it.
+
 **Errors.** Every problem in a manifest is a :class:`~wia_hw.SpecError` reading
 ``file:line: field: message``: an unknown capability, an incompatible version, a
 parameter outside its range, an implementation reference outside the module, two
@@ -95,6 +105,7 @@ __all__ = [
     "Impl",
     "PRIMITIVES",
     "PEAK_KEYS",
+    "BUILTIN_COSTS",
     "SCHEMA_VERSION",
     "from_data",
     "read_manifest",
@@ -156,6 +167,10 @@ _MATMUL_NAMES = ("B", "M", "N", "K", "E", "rate")
 _VECTOR_NAMES = ("ROWS", "COLS", "ELEMENTS", "E")
 _DEVICE_NAMES = ("array_rows", "array_cols", "cores", "lanes", "clock_ghz")
 _COST_KEYS = ("cycles", "macs", "energy_pj")
+#: The emulator's own kernel models a YAML-only operation may reuse by reference
+#: (``cost: builtin`` or ``cost: {builtin: NAME}``), and whether each times the array
+#: (``gemm``: the systolic array's GEMM tiles) or the vector unit (``vector``).
+BUILTIN_COSTS = {"gemm": True, "vector": False}
 _TOP_KEYS = (
     "schema_version",
     "extension_id",
@@ -271,8 +286,9 @@ class Operation:
     ``impl``: the reference as written (``"fn"`` or ``"entry-point:NAME"``) or, for an
     extension built in Python, the function itself. ``claims``: graph op kinds or op
     names it lowers. ``compose``: its primitives in data-flow order (see the module
-    docstring). ``cost``: compiled cost expressions of a YAML-only operation. ``uses``:
-    the capabilities it relies on.
+    docstring). ``cost``: compiled cost expressions of a YAML-only operation.
+    ``builtin_cost``: instead of ``cost``, the name of the emulator's kernel model it
+    reuses (a key of :data:`BUILTIN_COSTS`). ``uses``: the capabilities it relies on.
     """
 
     name: str
@@ -284,6 +300,7 @@ class Operation:
     uses: tuple[Capability, ...] = ()
     description: str = ""
     index: int = 0
+    builtin_cost: str | None = None
 
     @property
     def yaml_only(self) -> bool:
@@ -485,7 +502,12 @@ class DeviceExtension:
                         ),
                         ("claims", list(o.claims)),
                         ("compose", list(o.compose)),
-                        ("cost", {k: str(e) for k, e in o.cost.items()}),
+                        (
+                            "cost",
+                            {"builtin": o.builtin_cost}
+                            if o.builtin_cost
+                            else {k: str(e) for k, e in o.cost.items()},
+                        ),
                         ("peak", {k: str(e) for k, e in o.peak.items()}),
                         ("uses", [str(u) for u in o.uses]),
                     )
@@ -650,6 +672,7 @@ def _parse_operations(
                 raise err(f"{f}.uses.{j}", f"unknown capability {u!r}") from None
         cost_raw = o.get("cost")
         cost: dict[str, Expr] = {}
+        builtin: str | None = None
         if impl is None:
             if not compose:
                 raise err(
@@ -662,14 +685,6 @@ def _parse_operations(
                     f"{f}.claims",
                     "a YAML-only operation must claim the graph op kinds (or op names) it lowers",
                 )
-            for key in cost_raw if isinstance(cost_raw, Mapping) else ():
-                if key not in _COST_KEYS:  # a typo ``cycle:`` is named before "no cycles"
-                    raise err(f"{f}.cost.{key}", _unknown(key, _COST_KEYS))
-            if not isinstance(cost_raw, Mapping) or "cycles" not in cost_raw:
-                raise err(
-                    f"{f}.cost",
-                    "a YAML-only operation needs a cost model with at least cycles (an expression)",
-                )
             head = PRIMITIVES.get(compose[0], (compose[0],))
             for j, c in enumerate(claims):
                 if c in OP_KINDS and c not in head:
@@ -677,6 +692,20 @@ def _parse_operations(
                         f"{f}.claims.{j}",
                         f"claims {c!r} but compose starts with {compose[0]!r} ({', '.join(head)})",
                     )
+            if _is_builtin(cost_raw):
+                builtin = _parse_builtin(cost_raw, compose[0], f, err)
+                cost_raw = {}
+            elif isinstance(cost_raw, str):
+                raise err(f"{f}.cost", _unknown(cost_raw, ["builtin"], "cost"))
+            for key in cost_raw if isinstance(cost_raw, Mapping) else ():
+                if key not in _COST_KEYS:  # a typo ``cycle:`` is named before "no cycles"
+                    raise err(f"{f}.cost.{key}", _unknown(key, _COST_KEYS))
+            if builtin is None and (not isinstance(cost_raw, Mapping) or "cycles" not in cost_raw):
+                raise err(
+                    f"{f}.cost",
+                    "a YAML-only operation needs a cost model with at least cycles (an "
+                    "expression), or builtin (the emulator's own kernel timing)",
+                )
             gemm = all(k in GEMM_KINDS for k in head)
             names = set(params) | set(_DEVICE_NAMES) | set(_MATMUL_NAMES if gemm else _VECTOR_NAMES)
             for key, text in cost_raw.items():
@@ -692,6 +721,12 @@ def _parse_operations(
             )
         peak: dict[str, Expr] = {}
         if "peak" in o:
+            if builtin is not None:
+                raise err(
+                    f"{f}.peak",
+                    "a peak belongs to operations with their own cost expressions; "
+                    "cost: builtin runs at the built-in unit's own peak",
+                )
             if impl is not None:
                 raise err(
                     f"{f}.peak",
@@ -716,9 +751,43 @@ def _parse_operations(
                 uses=tuple(used),
                 description=str(o.get("description", "")),
                 index=i,
+                builtin_cost=builtin,
             )
         )
     return ops
+
+
+def _is_builtin(raw: Any) -> bool:
+    """Whether a ``cost`` entry asks for a built-in kernel model (``builtin`` or a
+    mapping with the key ``builtin``)."""
+    return raw == "builtin" or (isinstance(raw, Mapping) and "builtin" in raw)
+
+
+def _parse_builtin(raw: Any, head: str, f: str, err: _Where) -> str:
+    """The built-in kernel model a ``cost: builtin`` / ``cost: {builtin: NAME}`` names,
+    checked against the unit the ``compose`` chain starts on."""
+    on_array = all(k in GEMM_KINDS for k in PRIMITIVES.get(head, (head,)))
+    if isinstance(raw, str):
+        return "gemm" if on_array else "vector"
+    others = [k for k in raw if k != "builtin"]
+    if others:
+        raise err(
+            f"{f}.cost.{others[0]}",
+            "cost: {builtin: NAME} takes no other key (it reuses the emulator's own "
+            "timing; write either builtin or cost expressions, not both)",
+        )
+    name = raw["builtin"]
+    if name not in BUILTIN_COSTS:
+        raise err(f"{f}.cost.builtin", _unknown(name, list(BUILTIN_COSTS), "builtin cost model"))
+    if BUILTIN_COSTS[name] != on_array:
+        unit = "array" if on_array else "vector unit"
+        raise err(
+            f"{f}.cost.builtin",
+            f"builtin cost model {name!r} times the "
+            f"{'array' if BUILTIN_COSTS[name] else 'vector unit'}, but compose starts "
+            f"with {head!r} (on the {unit}): use builtin: {'gemm' if on_array else 'vector'}",
+        )
+    return str(name)
 
 
 def _parse_peak(

@@ -8,6 +8,10 @@ compute cycles, MACs and energy. A chain of several primitives is fused: the cha
 result is written where its last op writes, the intermediate results stay on chip, and
 the other ops of the chain lower to nothing. Every tile's cost is checked against the
 unit's peak (:func:`._peaks.check_tile`): a cost model that beats it is refused.
+
+An operation with ``cost: builtin`` reuses the emulator's own timing instead
+(:func:`_builtin_chain`): its chain's ops are lowered by the built-in lowering and fused
+by the same code as :func:`wia_hw.apply_fusion`.
 """
 
 from __future__ import annotations
@@ -33,6 +37,26 @@ __all__ = ["yaml_operation_provider"]
 
 def _claimed(op: Op, operation: Operation) -> bool:
     return op.name in operation.claims or op.kind in operation.claims
+
+
+def _builtin_chain(chain: list[Op], graph: Graph, spec: DeviceSpec, storage: Any) -> list[Any]:
+    """The kernels of a ``cost: builtin`` chain: every op lowered by the built-in
+    lowering, then fused from the front as :func:`wia_hw.apply_fusion` fuses (a GEMM
+    epilogue, or one vector pass) while the built-in fusion applies; the rest run in
+    order, unfused (so the chain's tails, which lower to nothing, are never lost)."""
+    from ..optimize._kernels import fuse_gemm_epilogue, fuse_vector_pair
+
+    prog: list[Any] = []
+    for o in chain:
+        prog.extend(lower_op(o, graph, spec, storage))
+    at = 0
+    while at + 1 < len(prog):
+        fused = fuse_gemm_epilogue(spec, prog, at) or fuse_vector_pair(spec, prog, at)
+        if fused is None:
+            at += 1
+            continue
+        prog[at : at + 2] = [fused]
+    return prog
 
 
 def yaml_operation_provider(
@@ -61,6 +85,8 @@ def yaml_operation_provider(
                     return []  # fused into the chain's first op
             return None
         head, tail = chain[0], chain[1:]
+        if operation.builtin_cost is not None:
+            return _builtin_chain(chain, graph, spec, storage)
         built = lower_op(head, graph, spec, storage)
         if len(built) != 1 or not isinstance(built[0], (GemmKernel, VectorKernel)):
             return None  # a view (or nothing to run): decline

@@ -16,6 +16,7 @@ from typing import Any
 from ..profiling._recommend import (
     MEASURED,
     AnalysisConfig,
+    Fix,
     PerformanceRecommendations,
     Priority,
     Recommendation,
@@ -40,6 +41,12 @@ def recommend_communication(result: Any, cfg: AnalysisConfig | None = None) -> P
         base, new = result.iteration_ms, better.iteration_ms
         gain = max(0.0, (base - new) / base) if base else 0.0
         serial = 1.0 - result.overlap_efficiency
+        fix = Fix(
+            "api",
+            f"result = wia_hw.train_iteration({result.workload!r}, cluster={result.cluster!r}, "
+            f"dp={result.dp}, tp={result.tp}, bucket_mb={result.bucket_mb:g}, overlap=True)",
+            "the same iteration with bucketed all-reduces overlapped with the backward pass",
+        )
         found.append(
             Recommendation(
                 priority=priority_for(gain),
@@ -68,11 +75,8 @@ def recommend_communication(result: Any, cfg: AnalysisConfig | None = None) -> P
                     f"{100 * better.overlap_efficiency:.1f}% instead of "
                     f"{100 * result.overlap_efficiency:.1f}%)"
                 ),
-                code_example=(
-                    f"wia_hw.train_iteration({result.workload!r}, cluster={result.cluster!r}, "
-                    f"dp={result.dp}, tp={result.tp}, bucket_mb={result.bucket_mb:g}, "
-                    "overlap=True)"
-                ),
+                code_example=fix.code,
+                fix=fix,
                 category="communication",
                 baseline_ms=base,
                 modified_ms=new,
