@@ -5,6 +5,12 @@ Example::
 
     wia-hw profile bert-large -b 32 -s 128 --mode trace --timeline out.json \\
         --flamegraph out.svg --roofline roofline.png --recommend
+
+``--apply N`` applies recommendation N (1-based, as printed) through its fix
+(:class:`wia_hw.profiling.Fix`: the API code or the extension manifest it prints) on a
+fresh context of the same device, options and extensions, runs the workload again and
+prints before and after: latency, throughput, the kernels that changed, and the
+measured gain next to the promised ``estimated_improvement``.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from ..profiling import (
     stop_profiling,
 )
 from ._common import RunOptions, run_options
+from ._generate import throughput_text
 
 __all__ = ["profile"]
 
@@ -136,6 +143,15 @@ def _can_plot() -> bool:
     help="Keep frames of wia-hw, the standard library and installed packages "
     "(click, ...) in call stacks, the flamegraph and allocation sites.",
 )
+@click.option(
+    "--apply",
+    "apply_n",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Apply recommendation N (as printed; implies --recommend), run again, and "
+    "print before and after.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report to stdout.")
 def profile(
@@ -155,6 +171,7 @@ def profile(
     top_kernels: int,
     keep_library_frames: bool,
     as_json: bool,
+    apply_n: int | None = None,
 ) -> None:
     """Profile WORKLOAD (bert-large, bert-base, gpt2, resnet50, gemm, or an .onnx file)."""
     kw: dict[str, Any] = {}
@@ -174,10 +191,12 @@ def profile(
             f"--flamegraph {flamegraph}: unknown kind {flamegraph.suffix or '(no suffix)'!r}: "
             ".svg or .png draw it, .folded or .txt write collapsed stacks"
         )
+    if apply_n is not None and as_json:
+        raise click.UsageError("--apply prints before and after as text; drop --json")
     ctx = opts.open(seed=seed)
     session = start_profiling(ctx, cfg)
     try:
-        ctx.run(opts.workload, **opts.run_kwargs())
+        before = ctx.run(opts.workload, **opts.run_kwargs())
     finally:
         report = stop_profiling(session)
     if output is not None:
@@ -234,14 +253,58 @@ def profile(
         click.echo(analyze_fragmentation(report.memory).format())
         if memory_timeline is not None:
             plot(memory_timeline, lambda p: plot_memory_timeline(report.memory, p))
-    if recommend:
+    if recommend or apply_n is not None:
         recs = analyze_performance(
             report, AnalysisConfig(priority_threshold=priority, confidence_threshold=confidence)
         )
         click.echo("")
         click.echo(recs.format())
+        if apply_n is not None:
+            _apply(opts, seed, recs.recommendations, apply_n, before)
     written = [
         p for p in (output, timeline, flamegraph, roofline, memory_timeline) if p and p not in skipped
     ]
     if written:
         click.echo("wrote " + ", ".join(str(p) for p in written))
+
+
+def _apply(opts: RunOptions, seed: int, recs: list[Any], n: int, before: Any) -> None:
+    """Apply recommendation ``n`` (1-based) of ``recs`` on a fresh context and print
+    before (the profiled run: profiling adds no device cycles) and after."""
+    if n > len(recs):
+        raise WiaError(
+            f"--apply {n}: there {'is' if len(recs) == 1 else 'are'} {len(recs)} "
+            "recommendation(s) at these thresholds (numbered as printed; see --priority, "
+            "--confidence)"
+        )
+    rec = recs[n - 1]
+    if rec.fix is None:
+        raise WiaError(
+            f"--apply {n}: {rec.title!r} has no fix the emulator can apply "
+            f"({rec.confidence_basis})"
+        )
+    after = rec.fix.apply(opts.open(seed=seed), opts.workload, opts.run_kwargs())
+    click.echo(f"Applied recommendation {n}: {rec.title} ({rec.fix.kind}: {rec.fix.description})")
+    gain = (before.cycles - after.cycles) / before.cycles if before.cycles else 0.0
+    click.echo(
+        f"  Latency:    {before.latency_ms:.4f} ms -> {after.latency_ms:.4f} ms "
+        f"({-100 * gain:+.2f}%; {before.cycles:,} -> {after.cycles:,} cycles)"
+    )
+    click.echo(f"  Throughput: {throughput_text(before)} -> {throughput_text(after)}")
+    old = {k.name: k for k in before.kernels}
+    new = {k.name: k for k in after.kernels}
+    rows = [(k.name, k.time_ms, new[k.name].time_ms if k.name in new else None) for k in
+            before.kernels if k.name not in new or new[k.name].cycles != k.cycles]
+    rows += [(k.name, None, k.time_ms) for k in after.kernels if k.name not in old]
+    rows.sort(key=lambda r: -abs((r[2] or 0.0) - (r[1] or 0.0)))
+    click.echo(f"  Changed kernels: {len(rows)} (the 10 that changed most):")
+    for name, t0, t1 in rows[:10]:
+        a = "-" if t0 is None else f"{t0:.4f} ms"
+        b = "removed" if t1 is None else f"{t1:.4f} ms"
+        click.echo(f"    {name}: {a} -> {b}")
+    promised = rec.estimated_improvement
+    ratio = f" ({gain / promised:.2f}x the promise)" if promised > 0 else ""
+    click.echo(
+        f"  Gain: measured {100 * gain:.2f}% of the run, promised {100 * promised:.2f}% "
+        f"(estimated_improvement, {rec.confidence_basis.split(':')[0]}){ratio}"
+    )

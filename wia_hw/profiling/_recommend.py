@@ -248,8 +248,8 @@ class PerformanceRecommendations:
 
     def format(self) -> str:
         out = [f"Performance Recommendations ({self.num_recommendations} total):", ""]
-        for r in self.recommendations:
-            out += [r.format(), ""]
+        for i, r in enumerate(self.recommendations, 1):  # numbered for --apply N
+            out += [f"{i}. {r.format()}", ""]
         gaps = [c for c in self.coverage if c["reason"]]
         if gaps:
             out.append("Operation classes above 5% of the time without a recommendation:")

@@ -41,10 +41,18 @@ def recommend_communication(result: Any, cfg: AnalysisConfig | None = None) -> P
         base, new = result.iteration_ms, better.iteration_ms
         gain = max(0.0, (base - new) / base) if base else 0.0
         serial = 1.0 - result.overlap_efficiency
+        rr = getattr(result, "_rerun", {})
+        extra = "".join(
+            f", {k}={rr[k]!r}"
+            for k in ("first_bucket_mb", "optimizer", "algorithm")
+            if rr.get(k) is not None
+        )
         fix = Fix(
             "api",
-            f"result = wia_hw.train_iteration({result.workload!r}, cluster={result.cluster!r}, "
-            f"dp={result.dp}, tp={result.tp}, bucket_mb={result.bucket_mb:g}, overlap=True)",
+            # workload, run_kwargs: what was trained (train_iteration(workload, **run_kwargs))
+            f"result = wia_hw.train_iteration(\n    workload, cluster={result.cluster!r}, "
+            f"dp={result.dp}, tp={result.tp}, bucket_mb={result.bucket_mb:g}{extra},\n"
+            "    overlap=True, **run_kwargs,\n)",
             "the same iteration with bucketed all-reduces overlapped with the backward pass",
         )
         found.append(
