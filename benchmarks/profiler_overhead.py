@@ -8,7 +8,9 @@ drift of a shared machine's load, and the order within a pair alternates; the
 interquartile spread is printed), with the same ratio of process CPU time beside it,
 and the ratio of the best profiled time to the best unprofiled one (the estimate least
 disturbed by other load).
-A control row pairs two unprofiled runs: its figure is the noise floor. "own code" is
+A control row pairs two unprofiled runs: its figure is the noise floor. "gc" is the
+median time the garbage collector took inside the profiled runs (the unprofiled runs'
+median beside it): what the profiler's allocations cost besides its own code. "own code" is
 the time spent in the profiler's own hooks (observer calls, sampler reads, start and
 stop) over the rest of the run, measured exactly in a separate run; the trace modes'
 recording inside the emulator (event list, traced ports) is not in it. A profiled run's time covers ``start_profiling`` + ``ctx.run`` + ``stop_profiling``;
@@ -42,10 +44,22 @@ TARGETS = {
 }
 
 
+_GC = {"start": 0.0, "spent": 0.0}
+
+
+def _gc_timer(phase: str, info: dict) -> None:
+    if phase == "start":
+        _GC["start"] = time.perf_counter()
+    else:
+        _GC["spent"] += time.perf_counter() - _GC["start"]
+
+
 def _once(workload: str, kw: dict, mode: str | None) -> tuple[float, float, object]:
-    """(wall seconds, CPU seconds, report) of one run on a fresh device."""
+    """(wall seconds, CPU seconds, report) of one run on a fresh device; the time the
+    garbage collector took in it is left in ``_GC["spent"]``."""
     ctx = wia_hw.open_device()
     gc.collect()
+    _GC["spent"] = 0.0
     c0, t0 = time.process_time(), time.perf_counter()
     report = None
     if mode is None:
@@ -95,7 +109,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small workload (smoke test)")
     ap.add_argument("--reps", type=int, default=None, help="pairs per mode (default 9, quick 3)")
+    ap.add_argument("--modes", default=None, help="comma-separated modes (default: all)")
     a = ap.parse_args()
+    if a.modes:
+        keep = {"none (control)"} | set(a.modes.split(","))
+        for m in [m for m in TARGETS if m not in keep]:
+            del TARGETS[m]
+    gc.callbacks.append(_gc_timer)
     workload, kw = (
         ("bert-base", {"batch": 2, "seq": 64})
         if a.quick
@@ -106,6 +126,8 @@ def main() -> None:
     cpu: dict[str, list[float]] = {m: [] for m in TARGETS}
     plain: list[float] = []
     best: dict[str, list[float]] = {m: [] for m in TARGETS}
+    gcs: dict[str, list[float]] = {m: [] for m in TARGETS}
+    gc_plain: list[float] = []
     reports: dict[str, object] = {}
     _once(workload, kw, None)  # warm imports and caches
     for r in range(reps):
@@ -113,10 +135,14 @@ def main() -> None:
             mode = None if m.startswith("none") else m
             if r % 2:  # alternate the order
                 t1, c1, reports[m] = _once(workload, kw, mode)
+                gcs[m].append(_GC["spent"])
                 t0, c0, _r = _once(workload, kw, None)
+                gc_plain.append(_GC["spent"])
             else:
                 t0, c0, _r = _once(workload, kw, None)
+                gc_plain.append(_GC["spent"])
                 t1, c1, reports[m] = _once(workload, kw, mode)
+                gcs[m].append(_GC["spent"])
             plain.append(t0)
             best[m].append(t1)
             wall[m].append(t1 / t0 - 1.0)
@@ -127,8 +153,9 @@ def main() -> None:
     )
     print(
         f"{'mode':<16}{'overhead':>9}{'(cpu)':>8}{'spread':>16}{'best/best':>10}"
-        f"{'target':>9}{'own code':>15}     outputs (ms): json / timeline / flamegraph"
+        f"{'target':>9}{'own code':>15}{'gc ms':>8}     outputs (ms): json / timeline / flamegraph"
     )
+    print(f"{'':<16}(unprofiled runs: gc {1e3 * statistics.median(gc_plain):.1f} ms median)")
     own = {m: _own_time(workload, kw, m) for m in TARGETS if not m.startswith("none")}
     with tempfile.TemporaryDirectory() as tmp:
         for m in TARGETS:
@@ -143,12 +170,12 @@ def main() -> None:
                 if rep is None
                 else (
                     lambda p: rep.to_json(),  # noqa: B023
-                    lambda p: rep.save_timeline(p),  # noqa: B023
-                    lambda p: rep.save_flamegraph(p),  # noqa: B023
+                    lambda p: rep.save_timeline(p.with_suffix(".trace.json")),  # noqa: B023
+                    lambda p: rep.save_flamegraph(p.with_suffix(".folded")),  # noqa: B023
                 )
             ):
                 t0 = time.perf_counter()
-                fn(Path(tmp) / f"{m}.out")
+                fn(Path(tmp) / m)
                 out.append((time.perf_counter() - t0) * 1e3)
             verdict = "" if tgt is None else ("ok" if ovh < tgt else "OVER")
             o = own.get(m)
@@ -157,6 +184,7 @@ def main() -> None:
             print(
                 f"{m:<16}{ovh:>8.1f}%{covh:>7.1f}%{f'[{q1:.1f}, {q3:.1f}]%':>16}{bb:>9.1f}%"
                 f"{'' if tgt is None else f'< {tgt:g}%':>9} {verdict:<4}{own_txt:>10}"
+                f"{1e3 * statistics.median(gcs[m]):>8.1f}"
                 + (f"  {out[0]:.0f} / {out[1]:.0f} / {out[2]:.0f}" if out else "")
             )
 
