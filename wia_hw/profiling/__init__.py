@@ -40,6 +40,7 @@ from ._memory import (
 from ._metrics import DeviceInfo
 from ._recommend import (
     AnalysisConfig,
+    Fix,
     PerformanceRecommendations,
     Priority,
     Recommendation,
@@ -78,6 +79,7 @@ __all__ = [
     "start_comm_profiling",
     "stop_comm_profiling",
     "AnalysisConfig",
+    "Fix",
     "PerformanceRecommendations",
     "Priority",
     "Recommendation",
