@@ -14,6 +14,7 @@ cold as the profiled run does, so its cycles are the report's).
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -232,25 +233,17 @@ def test_builtin_cost_forms(tmp_path):
     assert v.operations[0].builtin_cost == "vector"
 
 
-def test_builtin_cost_equals_apply_fusion():
-    """compose [matmul, gelu] with cost: builtin times exactly what apply_fusion gives."""
+def test_builtin_cost_equals_apply_fusion(tmp_path):
+    """compose [matmul, gelu] with cost: builtin (the manifest docs/EXTENSIONS.md shows)
+    times exactly what apply_fusion gives."""
     from wia_hw.runtime import resolve_workload
 
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "EXTENSIONS.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", doc, re.S) if "gelu_epilogue" in b]
     g = resolve_workload(BERT[0], **BERT[1])
-    ext = wia_hw.DeviceExtension(
-        extension_id="gelu_epilogue",
-        version="1.0",
-        operations=(
-            wia_hw.registry.Operation(
-                name="linear_gelu",
-                claims=("linear",),
-                compose=("matmul", "gelu"),
-                builtin_cost="gemm",
-            ),
-        ),
-    )
     ctx = wia_hw.open_device()
-    register_device_extension(ctx, ext)
+    ext = register_device_extension(ctx, load_extension_text(block, tmp_path))
+    assert ext.operations[0].builtin_cost == "gemm"
     cfg = wia_hw.FusionConfig(
         fuse_attention=False, fuse_layer_norm=False, fuse_residual_connections=False
     )
