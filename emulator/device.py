@@ -699,10 +699,10 @@ class Device:
             if ls > env.now:
                 yield env.timeout(ls - env.now)
             now = int(env.now)
-            blocks = mem.region_blocks(tile.loads)
+            runs = mem.runs(tile.loads)
             if trace is not None:
                 m1, m2 = misses["l1"], misses["l2"]
-            ld = mem.load(core, blocks, now) + setup
+            ld = mem.load_runs(core, runs, now) + setup
             engines[eng] = ld
             if trace is not None:
                 trace.append(
@@ -712,7 +712,7 @@ class Device:
                         now,
                         ld,
                         k.name,
-                        sum(b for _, b in blocks),
+                        sum(r[3] for r in runs),
                         misses["l1"] - m1,
                         misses["l2"] - m2,
                     )
@@ -797,11 +797,11 @@ class Device:
     def _store(self, core: int, regions: list[Region], now: int, kernel: str) -> int:
         """Store result ``regions`` of core ``core``, issued at cycle ``now`` (the current
         simulation time); returns its completion cycle, descriptor setup included."""
-        blocks = self.memory.region_blocks(regions)
-        done = self.memory.store(core, blocks, now) + self.spec.dma.setup_cycles
+        runs = self.memory.runs(regions)
+        done = self.memory.store_runs(core, runs, now) + self.spec.dma.setup_cycles
         if self.trace is not None:
             self.trace.append(
-                TraceEvent("store", f"dma{core}", now, done, kernel, sum(b for _, b in blocks))
+                TraceEvent("store", f"dma{core}", now, done, kernel, sum(r[3] for r in runs))
             )
         return done
 

@@ -32,11 +32,13 @@ reads and write-backs for HBM.
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections import OrderedDict, deque
+from collections.abc import Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import chain, repeat
 
 from .config import DeviceSpec
 from .counters import Counters
@@ -45,6 +47,14 @@ from .kernels import Region, TensorRef
 __all__ = ["BandwidthPort", "BlockLayout", "MemorySystem", "Region", "channel_of", "hbm_spread"]
 
 Key = tuple[int, int, int]
+
+#: A region's blocks: (slots, bytes of each or -1, the bytes of each when they differ,
+#: total bytes); see :meth:`MemorySystem.runs`.
+Run = tuple["range | list[int]", int, "list[int] | None", int]
+
+#: Run an iterator to its end at C speed (``deque(it, maxlen=0)``).
+_consume = deque(maxlen=0).extend
+_chain = chain.from_iterable
 
 
 class BandwidthPort:
@@ -212,12 +222,60 @@ class BlockLayout:
         return out
 
 
+class _CacheView(MutableMapping):
+    """A cache's blocks by ``(tid, bi, bj)`` key (the public face of a slot-keyed
+    ``OrderedDict``, in its LRU order): L1 gives a block's bytes, L2 ``[bytes, dirty]``.
+    Assigning a new key appends it as the most recent block; assigning an existing one
+    keeps its place (like an ``OrderedDict``)."""
+
+    __slots__ = ("_mem", "_d", "_l2")
+
+    def __init__(self, mem: MemorySystem, d: OrderedDict[int, int], l2: bool) -> None:
+        self._mem, self._d, self._l2 = mem, d, l2
+
+    def __getitem__(self, key: Key) -> int | list[int]:
+        v = self._d[self._mem.slot_of(key)]
+        return [v >> 1, v & 1] if self._l2 else v
+
+    def __setitem__(self, key: Key, value: int | Sequence[int]) -> None:
+        if self._l2:
+            nb, dirty = value  # type: ignore[misc]
+            self._d[self._mem.slot_of(key)] = nb << 1 | (1 if dirty else 0)
+        else:
+            self._d[self._mem.slot_of(key)] = value  # type: ignore[assignment]
+
+    def __delitem__(self, key: Key) -> None:
+        del self._d[self._mem.slot_of(key)]
+
+    def __contains__(self, key: object) -> bool:
+        mem = self._mem
+        if not isinstance(key, tuple) or len(key) != 3:
+            return False
+        tid, bi, bj = key
+        if not 0 <= tid < len(mem._first_slot) or not 0 <= bj < mem._block_cols[tid]:
+            return False
+        return mem.slot_of(key) in self._d
+
+    def __iter__(self) -> Iterator[Key]:
+        return map(self._mem.key_of, list(self._d))
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
 class MemorySystem:
-    """L1 per core, shared L2, HBM channels; owns the hit/miss/byte counters.
+    r"""L1 per core, shared L2, HBM channels; owns the hit/miss/byte counters.
 
     Latencies: an L1 hit ``l1.latency_cycles``; an L2 read ``l2.latency_cycles`` after
     its port transfer; an HBM transfer ``ceil(hbm.latency_ns * clock_ghz)`` cycles after
     the last of its channel pieces.
+
+    Inside, a block is named by its *slot* (an int: its index in the physical address
+    space, see the module doc), so the caches are ``OrderedDict``\s of ints: L1 maps a
+    slot to its bytes, L2 to ``bytes << 1 | dirty`` (:attr:`l1` and :attr:`l2` show them
+    by ``(tid, bi, bj)`` key). A region's blocks are handled as a :data:`Run`
+    (:meth:`runs`); :meth:`load` and :meth:`store` take ``(key, bytes)`` lists, and
+    :meth:`load_runs` and :meth:`store_runs` runs, with the same results.
     """
 
     def __init__(self, spec: DeviceSpec, counters: Counters) -> None:
@@ -228,9 +286,9 @@ class MemorySystem:
         self.l1_capacity = m.l1.size_bytes
         self.l2_capacity = m.l2.size_bytes
         cores = spec.compute.cores
-        self.l1: list[OrderedDict[Key, int]] = [OrderedDict() for _ in range(cores)]
+        self._l1: list[OrderedDict[int, int]] = [OrderedDict() for _ in range(cores)]
         self.l1_used = [0] * cores
-        self.l2: OrderedDict[Key, list[int]] = OrderedDict()  # key -> [bytes, dirty]
+        self._l2: OrderedDict[int, int] = OrderedDict()  # slot -> bytes << 1 | dirty
         self.l2_used = 0
         self.l1_ports = [
             BandwidthPort(f"l1.{c}", spec.bytes_per_cycle(m.l1.bandwidth_gbs)) for c in range(cores)
@@ -250,13 +308,23 @@ class MemorySystem:
         self._first_slot: list[int] = []  # per tid: its first block slot
         self._block_cols: list[int] = []  # per tid: blocks along its columns
         self._slots = 0  # block slots handed out so far
-        # per block: its bytes per channel, an int when every channel holds the same
-        self._spread: dict[Key, int | tuple[int, ...]] = {}
+        # per block slot: its bytes per channel, an int when every channel holds the same
+        self._spread: dict[int, int | tuple[int, ...]] = {}
         self.hbm_written_tensors: set[str] = set()
         #: Bytes of L2 blocks that became dirty (each is written back to HBM once, later)
         #: and bytes written back; a kernel's deltas attribute write-backs to the writer.
         self.dirtied_bytes = 0
         self.writeback_bytes = 0
+
+    @property
+    def l1(self) -> list[_CacheView]:
+        """Each core's L1 blocks, ``(tid, bi, bj) -> bytes``, least recent first."""
+        return [_CacheView(self, d, False) for d in self._l1]
+
+    @property
+    def l2(self) -> _CacheView:
+        """The L2 blocks, ``(tid, bi, bj) -> [bytes, dirty]``, least recent first."""
+        return _CacheView(self, self._l2, True)
 
     # -- layout ----------------------------------------------------------------------
     def layout(self, ref: TensorRef) -> BlockLayout:
@@ -271,55 +339,143 @@ class MemorySystem:
 
     def block_address(self, key: Key) -> int:
         """The physical byte address where block ``key`` starts (see the module doc)."""
-        tid, bi, bj = key
-        return (self._first_slot[tid] + bi * self._block_cols[tid] + bj) * self.block_bytes
+        return self.slot_of(key) * self.block_bytes
 
-    def region_blocks(self, regions: list[Region]) -> list[tuple[Key, int]]:
-        """The blocks a list of regions touches.
+    def slot_of(self, key: Key) -> int:
+        """The slot of block ``key = (tid, bi, bj)``: its index in the address space."""
+        tid, bi, bj = key
+        return self._first_slot[tid] + bi * self._block_cols[tid] + bj
+
+    def key_of(self, slot: int) -> Key:
+        """The ``(tid, bi, bj)`` key of block slot ``slot`` (inverse of :meth:`slot_of`)."""
+        tid = bisect.bisect_right(self._first_slot, slot) - 1
+        bi, bj = divmod(slot - self._first_slot[tid], self._block_cols[tid])
+        return (tid, bi, bj)
+
+    def _storage_region(self, region: Region) -> tuple[BlockLayout, int, int, int, int]:
+        """A region mapped onto its storage's layout: (layout, r0, r1, c0, c1).
 
         A region of a *view* (same storage name, another 2-D shape, e.g. a reshape) is
         mapped through its flat element range onto the storage's layout; a range that
         spans several storage rows is widened to whole rows (conservative: never fewer
         blocks than the data needs).
         """
-        out: list[tuple[Key, int]] = []
-        for ref, r0, r1, c0, c1 in regions:
+        ref, r0, r1, c0, c1 = region
+        lay = self._layouts.get(ref.name)
+        if lay is None:
             lay = self.layout(ref)
-            if ref.cols != lay.cols or ref.rows != lay.rows or ref.offset:
-                s = ref.offset + r0 * ref.cols + c0
-                t = ref.offset + (r1 - 1) * ref.cols + c1
-                rs, re_ = s // lay.cols, (t - 1) // lay.cols + 1
-                if re_ - rs == 1:
-                    c0, c1 = s % lay.cols, (t - 1) % lay.cols + 1
-                else:
-                    c0, c1 = 0, lay.cols
-                r0, r1 = rs, min(re_, lay.rows)
+        if ref.cols != lay.cols or ref.rows != lay.rows or ref.offset:
+            s = ref.offset + r0 * ref.cols + c0
+            t = ref.offset + (r1 - 1) * ref.cols + c1
+            rs, re_ = s // lay.cols, (t - 1) // lay.cols + 1
+            if re_ - rs == 1:
+                c0, c1 = s % lay.cols, (t - 1) % lay.cols + 1
+            else:
+                c0, c1 = 0, lay.cols
+            r0, r1 = rs, min(re_, lay.rows)
+        return lay, r0, r1, c0, c1
+
+    def region_blocks(self, regions: list[Region]) -> list[tuple[Key, int]]:
+        """The blocks a list of regions touches, with their bytes (views mapped onto
+        their storage, see :meth:`runs`)."""
+        out: list[tuple[Key, int]] = []
+        for region in regions:
+            lay, r0, r1, c0, c1 = self._storage_region(region)
             out.extend(lay.blocks(r0, r1, c0, c1))
         return out
 
-    def _block_spread(self, key: Key, nbytes: int) -> int | tuple[int, ...]:
-        """Block ``key``'s bytes per HBM channel (cached): an int when all are equal."""
-        addr = self.block_address(key)
+    def runs(self, regions: Sequence[Region]) -> list[Run]:
+        """The blocks of each region as a :data:`Run` ``(slots, bytes, per-block bytes,
+        total bytes)``: its block slots in the order of :meth:`region_blocks` (a region's
+        blocks are distinct), the bytes of each block when all are equal (``bytes``,
+        with ``per-block bytes`` ``None``), else ``-1`` and the list of them.
+
+        A region of a *view* (same storage name, another 2-D shape, e.g. a reshape) is
+        mapped through its flat element range onto the storage's layout; a range that
+        spans several storage rows is widened to whole rows (conservative: never fewer
+        blocks than the data needs).
+        """
+        out: list[Run] = []
+        app = out.append
+        first = self._first_slot
+        for region in regions:
+            lay, r0, r1, c0, c1 = self._storage_region(region)
+            br, bc, e, rows, cols = lay.br, lay.bc, lay.elem_bytes, lay.rows, lay.cols
+            nbj = -(-cols // bc)
+            base = first[lay.tid]
+            bi0, bi1 = r0 // br, -(-r1 // br)
+            bj0, bj1 = c0 // bc, -(-c1 // bc)
+            if bj0 == 0 and bj1 == nbj:  # whole rows of blocks: consecutive slots
+                slots: range | list[int] = range(base + bi0 * nbj, base + bi1 * nbj)
+            elif bi1 - bi0 == 1:
+                row = base + bi0 * nbj
+                slots = range(row + bj0, row + bj1)
+            else:
+                row0, row1 = base + bi0 * nbj, base + bi1 * nbj
+                slots = list(
+                    _chain(map(range, range(row0 + bj0, row1, nbj), range(row0 + bj1, row1 + 1, nbj)))
+                )
+            full_bi1 = min(bi1, rows // br)  # rows of blocks with br rows
+            full_bj1 = min(bj1, cols // bc)  # columns of blocks with bc columns
+            if full_bi1 == bi1 and full_bj1 == bj1:  # no block at an edge
+                nb = br * bc * e
+                app((slots, nb, None, len(slots) * nb))
+                continue
+            inner = max(0, full_bj1 - bj0)
+            edge_c = cols - (nbj - 1) * bc if bj1 > full_bj1 else 0  # last column's width
+            nbs: list[int] = []
+            for bi in range(bi0, bi1):
+                rb = (br if bi < full_bi1 else rows - bi * br) * e
+                nbs += [rb * bc] * inner
+                if edge_c:
+                    nbs.append(rb * edge_c)
+            app((slots, -1, nbs, sum(nbs)))
+        return out
+
+    def _as_runs(self, blocks: Sequence[tuple[Key, int]]) -> list[Run]:
+        """``(key, bytes)`` blocks as one-block runs (the order kept; keys may repeat)."""
+        slot = self.slot_of
+        return [(range(slot(k), slot(k) + 1), nb, None, nb) for k, nb in blocks]
+
+    def on_chip_bytes(self) -> dict[str, int]:
+        """Bytes of each stored tensor held in L1 or L2 now (a block counted once)."""
+        if not self._l2 and not any(self._l1):
+            return {}
+        names = {lay.tid: name for name, lay in self._layouts.items()}
+        held: dict[int, int] = {slot: v >> 1 for slot, v in self._l2.items()}
+        for l1 in self._l1:
+            for slot, nbytes in l1.items():
+                held.setdefault(slot, nbytes)
+        out: dict[str, int] = {}
+        for slot, nbytes in held.items():
+            name = names.get(self.key_of(slot)[0])
+            if name is not None:
+                out[name] = out.get(name, 0) + nbytes
+        return out
+
+    def _block_spread(self, slot: int, nbytes: int) -> int | tuple[int, ...]:
+        """Block ``slot``'s bytes per HBM channel (cached): an int when all are equal."""
+        addr = slot * self.block_bytes
         chans = len(self.channels)
         stripe = self.interleave_bytes * chans
         if addr % stripe == 0 and nbytes % stripe == 0:
-            self._spread[key] = nbytes // chans
+            self._spread[slot] = nbytes // chans
             return nbytes // chans
         per = hbm_spread(addr, nbytes, chans, self.interleave_bytes)
         sp: int | tuple[int, ...] = per[0] if per.count(per[0]) == len(per) else tuple(per)
-        self._spread[key] = sp
+        self._spread[slot] = sp
         return sp
 
-    def _charge(self, acc: list, key: Key, nbytes: int) -> None:
-        """Add block ``key``'s ``nbytes`` to an HBM transfer being assembled, ``acc`` =
+    def _charge(self, acc: list, slot: int, nbytes: int) -> None:
+        """Add block ``slot``'s ``nbytes`` to an HBM transfer being assembled, ``acc`` =
         ``[bytes on every channel, per-channel vectors of uneven blocks]`` (what
         :meth:`_hbm_transfer` books)."""
         if self._aligned and not nbytes % self._stripe:
             acc[0] += nbytes // len(self.channels)
             return
-        sp = self._spread.get(key)
+        sp = self._spread.get(slot)
         if sp is None:
-            sp = self._block_spread(key, nbytes)
+            sp = self._block_spread(slot, nbytes)
         if sp.__class__ is int:
             acc[0] += sp
         else:
@@ -359,20 +515,6 @@ class MemorySystem:
         return done + self.hbm_latency
 
     # -- cache bookkeeping -----------------------------------------------------------
-    def _evict_l2(self, acc: list) -> None:
-        """Evict LRU blocks until L2 fits; dirty ones are written back (their channel
-        bytes go to ``acc``: ``[uniform, odd vectors]``)."""
-        l2, cap = self.l2, self.l2_capacity
-        byts = self.counters.bytes
-        while self.l2_used > cap and len(l2) > 1:
-            old, (nb, d) = l2.popitem(last=False)
-            self.l2_used -= nb
-            if d:  # write-back of a dirty block
-                self.writeback_bytes += nb
-                self._charge(acc, old, nb)
-                byts["l2"] += nb
-                byts["hbm"] += nb
-
     # -- the two operations a DMA engine performs ------------------------------------
     def load(self, core: int, blocks: list[tuple[Key, int]], now: int) -> int:
         """Stage ``blocks`` into core ``core``'s L1, issued at cycle ``now`` (the
@@ -383,46 +525,147 @@ class MemorySystem:
         bytes map to. The ports are shared with the other cores, so concurrent loads
         queue.
         """
-        c = self.counters
-        hits, misses, byts = c.hits, c.misses, c.bytes
-        l1 = self.l1[core]
-        l2 = self.l2
-        acc: list = [0, []]  # the HBM transfer: bytes on every channel, uneven blocks
+        return self.load_runs(core, self._as_runs(blocks), now)
+
+    def load_runs(self, core: int, runs: Sequence[Run], now: int) -> int:
+        """:meth:`load` of the blocks given as :meth:`runs` (the same result).
+
+        Exactly the block-by-block LRU walk, with a whole run (distinct slots) done at
+        once where that walk's outcome is known from the start: every block of the run
+        in the cache (all hits: none is evicted, since hits fill nothing) or none of
+        them (all misses: filling them one by one, each followed by evicting LRU blocks
+        while over capacity, evicts the same blocks as filling them all and then
+        evicting, since the byte total only grows). L1 and L2 are separate structures,
+        so a run's L2 work may go before its L1 fills. Other runs go block by block.
+        """
+        l1 = self._l1[core]
+        l2 = self._l2
+        in_l1, in_l2 = l1.__contains__, l2.__contains__
+        touch1, touch2 = l1.move_to_end, l2.move_to_end
+        pop1, pop2 = l1.popitem, l2.popitem
+        upd1, upd2 = l1.update, l2.update
+        aligned, stripe, nch = self._aligned, self._stripe, len(self.channels)
+        uni = 0  # bytes on every HBM channel
+        odd: list[tuple[int, ...]] = []  # per-channel vectors of uneven blocks
+        acc: list = [0, odd]  # what _charge adds to (blocks that need their address)
         charge = self._charge
+        h1 = h2 = m2 = 0
+        blocks = 0
         l2_bytes = hbm_bytes = 0
         used1, cap1 = self.l1_used[core], self.l1_capacity
         used2, cap2 = self.l2_used, self.l2_capacity
         wb = 0  # bytes of dirty victims written back
-        for key, nb in blocks:
-            if key in l1:
-                l1.move_to_end(key)
-                hits["l1"] += 1
+        for slots, nb, nbs, tot in runs:
+            n = len(slots)
+            blocks += n
+            sizes = repeat(nb) if nbs is None else nbs
+            if all(map(in_l1, slots)):  # all L1 hits
+                _consume(map(touch1, slots))
+                h1 += n
                 continue
-            misses["l1"] += 1
-            ent = l2.get(key)
-            if ent is not None:
-                l2.move_to_end(key)
-                hits["l2"] += 1
-            else:
-                misses["l2"] += 1
-                charge(acc, key, nb)
-                hbm_bytes += nb
-                l2[key] = [nb, 0]  # fill L2 (clean)
-                used2 += nb
-                while used2 > cap2 and len(l2) > 1:  # evict LRU blocks (inline)
-                    old, (onb, dirty) = l2.popitem(last=False)
-                    used2 -= onb
-                    if dirty:  # written back first
-                        self.writeback_bytes += onb
-                        wb += onb
-                        charge(acc, old, onb)
-            l2_bytes += nb
-            l1[key] = nb  # fill L1 (the key was not there)
-            used1 += nb
-            while used1 > cap1 and len(l1) > 1:
-                used1 -= l1.popitem(last=False)[1]
+            if not any(map(in_l1, slots)):  # all L1 misses
+                if all(map(in_l2, slots)):  # all L2 hits
+                    _consume(map(touch2, slots))
+                    h2 += n
+                elif not any(map(in_l2, slots)):  # all L2 misses: fill, then evict
+                    m2 += n
+                    hbm_bytes += tot
+                    if nbs is None:
+                        if aligned and not nb % stripe:
+                            uni += nb // nch * n
+                        else:
+                            for key in slots:
+                                charge(acc, key, nb)
+                        upd2(zip(slots, repeat(nb << 1)))
+                    else:
+                        for key, b in zip(slots, nbs, strict=False):
+                            if aligned and not b % stripe:
+                                uni += b // nch
+                            else:
+                                charge(acc, key, b)
+                        upd2(zip(slots, [b << 1 for b in nbs], strict=False))
+                    used2 += tot
+                    while used2 > cap2 and len(l2) > 1:  # evict LRU blocks
+                        old, v = pop2(False)
+                        onb = v >> 1
+                        used2 -= onb
+                        if v & 1:  # written back first
+                            wb += onb
+                            if aligned and not onb % stripe:
+                                uni += onb // nch
+                            else:
+                                charge(acc, old, onb)
+                else:
+                    for key, b in zip(slots, sizes, strict=False):
+                        if in_l2(key):
+                            touch2(key)
+                            h2 += 1
+                            continue
+                        m2 += 1
+                        hbm_bytes += b
+                        if aligned and not b % stripe:
+                            uni += b // nch
+                        else:
+                            charge(acc, key, b)
+                        l2[key] = b << 1  # fill L2 (clean)
+                        used2 += b
+                        while used2 > cap2 and len(l2) > 1:  # evict LRU blocks
+                            old, v = pop2(False)
+                            onb = v >> 1
+                            used2 -= onb
+                            if v & 1:  # written back first
+                                wb += onb
+                                if aligned and not onb % stripe:
+                                    uni += onb // nch
+                                else:
+                                    charge(acc, old, onb)
+                l2_bytes += tot
+                upd1(zip(slots, sizes, strict=False))  # fill L1, evict
+                used1 += tot
+                while used1 > cap1 and len(l1) > 1:
+                    used1 -= pop1(False)[1]
+                continue
+            for key, b in zip(slots, sizes, strict=False):  # block by block
+                if in_l1(key):
+                    touch1(key)
+                    h1 += 1
+                    continue
+                if in_l2(key):
+                    touch2(key)
+                    h2 += 1
+                else:
+                    m2 += 1
+                    hbm_bytes += b
+                    if aligned and not b % stripe:
+                        uni += b // nch
+                    else:
+                        charge(acc, key, b)
+                    l2[key] = b << 1  # fill L2 (clean)
+                    used2 += b
+                    while used2 > cap2 and len(l2) > 1:  # evict LRU blocks
+                        old, v = pop2(False)
+                        onb = v >> 1
+                        used2 -= onb
+                        if v & 1:  # written back first
+                            wb += onb
+                            if aligned and not onb % stripe:
+                                uni += onb // nch
+                            else:
+                                charge(acc, old, onb)
+                l2_bytes += b
+                l1[key] = b  # fill L1 (the key was not there)
+                used1 += b
+                while used1 > cap1 and len(l1) > 1:
+                    used1 -= pop1(False)[1]
         self.l1_used[core] = used1
         self.l2_used = used2
+        self.writeback_bytes += wb
+        c = self.counters
+        hits, misses, byts = c.hits, c.misses, c.bytes
+        hits["l1"] += h1
+        misses["l1"] += blocks - h1
+        hits["l2"] += h2
+        misses["l2"] += m2
         byts["hbm"] += hbm_bytes + wb
         byts["l2"] += l2_bytes + hbm_bytes + wb  # out towards L1, fills in, victims out
         byts["l1"] += l2_bytes  # written into L1
@@ -430,7 +673,7 @@ class MemorySystem:
             return now + self.l1_latency
         done = self.l2_port.reserve(now, l2_bytes) + self.l2_latency
         if hbm_bytes:
-            done = max(done, self._hbm_transfer(now, acc[0], acc[1]))
+            done = max(done, self._hbm_transfer(now, uni + acc[0], odd))
         return done
 
     def store(self, core: int, blocks: list[tuple[Key, int]], now: int) -> int:
@@ -438,59 +681,122 @@ class MemorySystem:
         simulation time): into L1 and through to L2 (dirty there). Returns the cycle the
         write completes (L2 port transfer and latency, and any write-back of dirty
         blocks it evicts to HBM)."""
-        byts = self.counters.bytes
-        acc: list = [0, []]
-        total = 0
-        l1, l2 = self.l1[core], self.l2
+        return self.store_runs(core, self._as_runs(blocks), now)
+
+    def store_runs(self, core: int, runs: Sequence[Run], now: int) -> int:
+        """:meth:`store` of the blocks given as :meth:`runs` (the same result; whole
+        runs at once where the outcome is known, as in :meth:`load_runs`)."""
+        total = dirtied = wb = 0
+        l1, l2 = self._l1[core], self._l2
+        in_l1, in_l2 = l1.__contains__, l2.__contains__
+        touch1, touch2 = l1.move_to_end, l2.move_to_end
+        pop1, pop2 = l1.popitem, l2.popitem
+        upd1, upd2 = l1.update, l2.update
         used1, cap1 = self.l1_used[core], self.l1_capacity
-        for key, nb in blocks:
-            total += nb
-            if key in l1:  # into L1
-                l1.move_to_end(key)
-            else:
-                l1[key] = nb
-                used1 += nb
+        used2, cap2 = self.l2_used, self.l2_capacity
+        aligned, stripe, nch = self._aligned, self._stripe, len(self.channels)
+        uni = 0
+        odd: list[tuple[int, ...]] = []
+        acc: list = [0, odd]
+        charge = self._charge
+        for slots, nb, nbs, tot in runs:
+            total += tot
+            sizes = repeat(nb) if nbs is None else nbs
+            # into L1
+            if all(map(in_l1, slots)):
+                _consume(map(touch1, slots))
+            elif not any(map(in_l1, slots)):
+                upd1(zip(slots, sizes, strict=False))
+                used1 += tot
                 while used1 > cap1 and len(l1) > 1:
-                    used1 -= l1.popitem(last=False)[1]
-            ent = l2.get(key)  # through to L2, dirty there
-            if ent is not None:
-                l2.move_to_end(key)
-                if not ent[1]:
-                    self.dirtied_bytes += ent[0]
-                    ent[1] = 1
-                continue
-            l2[key] = [nb, 1]
-            self.l2_used += nb
-            self.dirtied_bytes += nb
-            if self.l2_used > self.l2_capacity:
-                self._evict_l2(acc)
+                    used1 -= pop1(False)[1]
+            else:
+                for key, b in zip(slots, sizes, strict=False):
+                    if in_l1(key):
+                        touch1(key)
+                    else:
+                        l1[key] = b
+                        used1 += b
+                        while used1 > cap1 and len(l1) > 1:
+                            used1 -= pop1(False)[1]
+            # through to L2, dirty there
+            if not any(map(in_l2, slots)):  # all new: fill, then evict
+                dirty = repeat(nb << 1 | 1) if nbs is None else [b << 1 | 1 for b in nbs]
+                upd2(zip(slots, dirty, strict=False))
+                used2 += tot
+                dirtied += tot
+                fresh = True
+            else:
+                fresh = False
+                for key, b in zip(slots, sizes, strict=False):
+                    v = l2.get(key)
+                    if v is not None:
+                        touch2(key)
+                        if not v & 1:
+                            dirtied += v >> 1
+                            l2[key] = v | 1
+                        continue
+                    l2[key] = b << 1 | 1
+                    used2 += b
+                    dirtied += b
+                    while used2 > cap2 and len(l2) > 1:  # evict LRU blocks
+                        old, v = pop2(False)
+                        onb = v >> 1
+                        used2 -= onb
+                        if v & 1:  # written back first
+                            wb += onb
+                            if aligned and not onb % stripe:
+                                uni += onb // nch
+                            else:
+                                charge(acc, old, onb)
+            if fresh:
+                while used2 > cap2 and len(l2) > 1:  # evict LRU blocks
+                    old, v = pop2(False)
+                    onb = v >> 1
+                    used2 -= onb
+                    if v & 1:  # written back first
+                        wb += onb
+                        if aligned and not onb % stripe:
+                            uni += onb // nch
+                        else:
+                            charge(acc, old, onb)
         self.l1_used[core] = used1
+        self.l2_used = used2
+        self.dirtied_bytes += dirtied
+        self.writeback_bytes += wb
+        byts = self.counters.bytes
         byts["l1"] += total
-        byts["l2"] += total
+        byts["l2"] += total + wb
+        byts["hbm"] += wb
         done = self.l2_port.reserve(now, total) + self.l2_latency
-        if acc[0] or acc[1]:  # the victims it evicts are written back first
-            done = max(done, self._hbm_transfer(now, acc[0], acc[1]))
+        uni += acc[0]
+        if uni or odd:  # the victims it evicts are written back first
+            done = max(done, self._hbm_transfer(now, uni, odd))
         return done
 
-    def _writeback(self, keys: Sequence[Key], now: int) -> int:
-        """Write the dirty blocks among ``keys`` back to HBM at cycle ``now`` (they stay
+    def _writeback(self, slots: Sequence[int], now: int) -> int:
+        """Write the dirty blocks among ``slots`` back to HBM at cycle ``now`` (they stay
         cached, clean); returns the cycle the write-backs end."""
         acc: list = [0, []]
         byts = self.counters.bytes
-        for key in keys:
-            ent = self.l2.get(key)
-            if ent is not None and ent[1]:
-                nb = ent[0]
+        l2 = self._l2
+        for slot in slots:
+            v = l2.get(slot)
+            if v is not None and v & 1:
+                nb = v >> 1
                 self.writeback_bytes += nb
-                self._charge(acc, key, nb)
+                self._charge(acc, slot, nb)
                 byts["l2"] += nb
                 byts["hbm"] += nb
-                ent[1] = 0
+                l2[slot] = v ^ 1
         return self._hbm_transfer(now, acc[0], acc[1])
 
     def flush(self, now: int) -> int:
         """Write every dirty L2 block back to HBM (end of a run); returns the end cycle."""
-        return self._writeback(list(self.l2), now)
+        return self._writeback(list(self._l2), now)
+
+    def _tensor_slots(self, ref: TensorRef) -> list[int]:
+        return [s for run in self.runs([(ref, 0, ref.rows, 0, ref.cols)]) for s in run[0]]
 
     def pim_coherence(
         self, reads: Sequence[TensorRef], writes: Sequence[TensorRef], now: int
@@ -499,23 +805,15 @@ class MemorySystem:
         blocks of the tensors the PIM units read or write, then drop the cached copies of
         those they write (the units change them behind the caches). Returns the cycle
         the write-backs end."""
-        keys = [
-            key
-            for ref in list(reads) + list(writes)
-            for key, _ in self.region_blocks([(ref, 0, ref.rows, 0, ref.cols)])
-        ]
-        done = self._writeback(keys, now)
-        drop = {
-            key
-            for ref in writes
-            for key, _ in self.region_blocks([(ref, 0, ref.rows, 0, ref.cols)])
-        }
-        for key in drop:
-            ent = self.l2.pop(key, None)
-            if ent is not None:
-                self.l2_used -= ent[0]
-            for core, l1 in enumerate(self.l1):
-                nb = l1.pop(key, None)
+        slots = [s for ref in list(reads) + list(writes) for s in self._tensor_slots(ref)]
+        done = self._writeback(slots, now)
+        drop = {s for ref in writes for s in self._tensor_slots(ref)}
+        for slot in drop:
+            v = self._l2.pop(slot, None)
+            if v is not None:
+                self.l2_used -= v >> 1
+            for core, l1 in enumerate(self._l1):
+                nb = l1.pop(slot, None)
                 if nb is not None:
                     self.l1_used[core] -= nb
         return done
@@ -527,8 +825,8 @@ class MemorySystem:
 
     def invalidate(self) -> None:
         """Drop every cached block (a cold start)."""
-        for l1 in self.l1:
+        for l1 in self._l1:
             l1.clear()
-        self.l1_used = [0] * len(self.l1)
-        self.l2.clear()
+        self.l1_used = [0] * len(self._l1)
+        self._l2.clear()
         self.l2_used = 0
