@@ -30,6 +30,7 @@ import dataclasses
 import enum
 import json
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -174,9 +175,14 @@ class Fix:
                 path.write_text(self.code)
                 register_device_extension(ctx, path)
             return ctx.run(workload, **kw)
-        import wia_hw
-
-        ns: dict[str, Any] = {"wia_hw": wia_hw, "ctx": ctx, "workload": workload, "run_kwargs": kw}
+        # the package itself, loaded before any of its modules (no import: the code's
+        # ``wia_hw`` is the caller's, as in a user's script)
+        ns: dict[str, Any] = {
+            "wia_hw": sys.modules[__name__.split(".")[0]],
+            "ctx": ctx,
+            "workload": workload,
+            "run_kwargs": kw,
+        }
         exec(compile(self.code, "<fix>", "exec"), ns)  # the engine's own code, not input
         if "result" in ns:
             return ns["result"]
