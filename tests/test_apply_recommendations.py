@@ -352,3 +352,26 @@ def test_cli_apply_a_manifest_fix():
     assert "layer0.ffn_residual+layer0.ffn_layer_norm: - -> " in res.output
     measured, promised = _gain_line(res.output)
     assert measured == promised > 0
+
+
+def test_cli_apply_refuses_a_recommendation_without_fix():
+    from wia_hw.cli._common import RunOptions
+    from wia_hw.cli._profile import _apply
+    from wia_hw.profiling import Priority, Recommendation
+
+    rec = Recommendation(
+        priority=Priority.HIGH,
+        title="Inefficient Communication Pattern",
+        description="d",
+        impact="i",
+        suggestion="s",
+        estimated_improvement=0.3,
+        confidence=0.5,
+        confidence_basis="modelled: the exposed communication time",
+    )
+    with pytest.raises(
+        wia_hw.WiaError,
+        match=r"--apply 1: 'Inefficient Communication Pattern' has no fix the emulator can "
+        r"apply \(modelled: the exposed communication time\)",
+    ):
+        _apply(RunOptions(workload="gemm"), 0, [rec], 1, None)
