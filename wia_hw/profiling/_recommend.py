@@ -22,6 +22,15 @@ messages). ``coverage`` lists every op group above 5 % of the time with the find
 that name its kernels, or the reason none applies (its kernels' bounds). ``priority`` follows the improvement: ``CRITICAL`` >= 50 %, ``HIGH`` >= 20 %,
 ``MEDIUM`` >= 5 %, else ``LOW``. Only recommendations at or above
 ``priority_threshold`` with ``confidence >= confidence_threshold`` are returned.
+
+Every finding with a change to make carries it as a runnable :class:`Fix` (its code is
+``code_example``): API code (``apply_fusion``, providers with the better tiling,
+``register_device_extension(ctx, "transformer_engine")``, a non-throttling device, a
+pooling allocator; ``train_iteration(..., overlap=True)`` for a training step) or, for
+a fusion ``apply_fusion`` does not make exactly, an extension manifest with ``cost:
+builtin``. Each applies the change the measurement replayed, so the gain it gives is
+``estimated_improvement``. The modelled communication finding of a single-device
+report has none (multi-device runs are not emulated from a profile).
 """
 
 from __future__ import annotations
