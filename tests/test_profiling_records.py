@@ -100,7 +100,9 @@ def test_profiled_kernels_and_ops_are_the_runs_own_records(mode):
 
 
 def _reference_sample(sampler: Sampler, t: int, at: int) -> tuple:
-    """The sample as the sampler's contract states it, read field by field."""
+    """The sample as the sampler's contract states it, read field by field from the
+    device's ports as they are now (traced ones in the detailed mode)."""
+    mem = sampler.device.memory
     kernels, computing, queue = [], [], []
     for st in sampler._states:
         if st.kernel is None or (st.end is not None and at >= st.end):
@@ -112,12 +114,12 @@ def _reference_sample(sampler: Sampler, t: int, at: int) -> tuple:
         kernels.append(st.kernel)
         computing.append(a[0] <= at < a[1] or b[0] <= at < b[1])
         queue.append(st.pending_stores + (1 if st.load[0] <= at < st.load[1] else 0))
-    hbm = sum(max(0, ch.free_at - at) for ch in sampler._channels)
-    return (t, kernels, computing, queue, hbm, max(0, sampler._l2.free_at - at))
+    hbm = sum(max(0, ch.free_at - at) for ch in mem.channels)
+    return (t, kernels, computing, queue, hbm, max(0, mem.l2_port.free_at - at))
 
 
-@pytest.mark.parametrize("interval_us", [0.3, 2.0])
-def test_every_sample_is_the_device_state_its_contract_names(monkeypatch, interval_us):
+@pytest.mark.parametrize(("mode", "interval_us"), [("sampling", 0.3), ("sampling", 2.0), ("detailed", 0.3)])
+def test_every_sample_is_the_device_state_its_contract_names(monkeypatch, mode, interval_us):
     seen = []
     real = Sampler._sample
 
@@ -129,12 +131,13 @@ def test_every_sample_is_the_device_state_its_contract_names(monkeypatch, interv
     monkeypatch.setattr(Sampler, "_sample", checked)
     ctx = wia_hw.open_device()
     s = start_profiling(
-        ctx, ProfilingConfig(mode="sampling", capture_memory=False, sampling_interval_us=interval_us)
+        ctx, ProfilingConfig(mode=mode, capture_memory=False, sampling_interval_us=interval_us)
     )
     ctx.run("bert-base", batch=2, seq=32, layers=2)
     rep = stop_profiling(s)
     assert len(seen) > 20
     assert any(any(got[2]) for got, _ in seen)  # some samples catch a core computing
+    assert any(got[5] for got, _ in seen)  # and some a busy L2 port
     for got, want in seen:
         assert got == want
     assert [x.cycle for x in rep.samples[: len(seen)]] == [g[0] for g, _ in seen]

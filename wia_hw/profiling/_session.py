@@ -148,12 +148,13 @@ class ProfilingSession:
         self._op_kernels: Sequence[Any] = ()
         self._events: list[TraceEvent] = []
         self._sampler = None
+        # the traced ports first: a sampler reads the ports the device books (detailed)
+        self._ports = _ports.install(dev.memory) if self._trace else None
         if self._samples:
             interval = max(
                 1, round(self.config.sampling_interval_us * 1e3 * self.ctx.spec.clock_ghz)
             )
             self._sampler = Sampler(dev, interval)
-        self._ports = _ports.install(dev.memory) if self._trace else None
         self._mem = None
         if self.config.capture_memory:
             self._mem = MemoryProfilingSession(
