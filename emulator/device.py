@@ -176,6 +176,8 @@ class Device:
         self._heat_bytes = dict.fromkeys(LEVELS, 0)  # byte counters at its last step
         self._clock_cycles = [0, 0]  # this kernel's array/vector work: nominal, throttled
         self._array_busy = 0  # this kernel's busy cycles (union over passes)
+        #: this kernel's regions and their memory runs, by id (see _runs)
+        self._run_memo: dict[int, tuple[Region, Any]] = {}
 
     # -- public ----------------------------------------------------------------------
     @property
@@ -232,6 +234,8 @@ class Device:
         tiles: list[Tile] = []
         outer, inner = (range(mt), range(nt)) if t.order == "mn" else (range(nt), range(mt))
         cache: dict[tuple[int, int, int, int], tuple[int, int, int, int, int]] = {}
+        a_regions: dict[tuple, Region] = {}
+        b_regions: dict[tuple, Region] = {}
         for bb in range(bt):
             b0, b1 = bb * t.tb, min(k.batch, (bb + 1) * t.tb)
             nb = b1 - b0
@@ -260,20 +264,31 @@ class Device:
                             ar = (b0 * k.m, b1 * k.m)
                         else:
                             ar = (b0 * k.m + m0, b0 * k.m + m1)
-                        loads: list[Region] = [self._a_region(k, ar, k0, k1)]
+                        # operand regions are shared by the tiles that load them (one
+                        # object each: the device computes a region's blocks once)
+                        a_reg = a_regions.get((ar, k0, k1))
+                        if a_reg is None:
+                            a_reg = a_regions[(ar, k0, k1)] = self._a_region(k, ar, k0, k1)
                         if k.b_shared:
-                            loads.append((k.b, k0, k1, n0, n1))
+                            b_key: tuple[int, ...] = (k0, k1, n0, n1)
                         elif k.b_transposed:
                             br_ = (b0 * k.n, b1 * k.n) if nb > 1 else (b0 * k.n + n0, b0 * k.n + n1)
-                            loads.append((k.b, br_[0], br_[1], k0, k1))
+                            b_key = (br_[0], br_[1], k0, k1)
                         else:
-                            loads.append((k.b, b0 * k.k + k0, (b1 - 1) * k.k + k1, n0, n1))
+                            b_key = (b0 * k.k + k0, (b1 - 1) * k.k + k1, n0, n1)
+                        b_reg = b_regions.get(b_key)
+                        if b_reg is None:
+                            b_reg = b_regions[b_key] = (k.b, *b_key)
+                        loads: list[Region] = [a_reg, b_reg]
                         stores: list[Region] = []
                         out_bytes = nb * mi * ni * e_c
                         if last:
                             stores.append((k.c, ar[0], ar[1], n0, n1))
                             if k.bias is not None:
-                                loads.append((k.bias, 0, 1, n0, n1))
+                                bias = b_regions.get((-1, n0, n1))
+                                if bias is None:
+                                    bias = b_regions[(-1, n0, n1)] = (k.bias, 0, 1, n0, n1)
+                                loads.append(bias)
                         # partial sums of a K-chunked tile are read-modified-written in L1
                         extra = 0 if kt == 1 else (out_bytes * (2 if kk else 1))
                         tiles.append(
@@ -493,6 +508,7 @@ class Device:
         factor = self._heat(self.now)
         self._clock_cycles = [0, 0]
         self._array_busy = 0
+        self._run_memo = {}
         tiles, groups = self.tiles_of(k)
         shares = self.partition(
             tiles,
@@ -699,7 +715,7 @@ class Device:
             if ls > env.now:
                 yield env.timeout(ls - env.now)
             now = int(env.now)
-            runs = mem.runs(tile.loads)
+            runs = self._runs(tile.loads)
             if trace is not None:
                 m1, m2 = misses["l1"], misses["l2"]
             ld = mem.load_runs(core, runs, now) + setup
@@ -763,6 +779,19 @@ class Device:
         if end > env.now:
             yield env.timeout(end - env.now)
 
+    def _runs(self, regions: Sequence[Region]) -> list[Any]:
+        """``memory.runs(regions)``, each region object's run computed once per kernel
+        (tiles share the operand regions they load). The memo, by id, holds the region
+        too, so no other object can take its id; it is emptied at every kernel start."""
+        memo = self._run_memo
+        out = []
+        for r in regions:
+            hit = memo.get(id(r))
+            if hit is None:
+                hit = memo[id(r)] = (r, self.memory.runs((r,))[0])
+            out.append(hit[1])
+        return out
+
     def _drain(
         self,
         core: int,
@@ -797,7 +826,7 @@ class Device:
     def _store(self, core: int, regions: list[Region], now: int, kernel: str) -> int:
         """Store result ``regions`` of core ``core``, issued at cycle ``now`` (the current
         simulation time); returns its completion cycle, descriptor setup included."""
-        runs = self.memory.runs(regions)
+        runs = self._runs(regions)
         done = self.memory.store_runs(core, runs, now) + self.spec.dma.setup_cycles
         if self.trace is not None:
             self.trace.append(

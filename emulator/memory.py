@@ -112,6 +112,10 @@ class BandwidthPort:
         return self.free_at
 
 
+#: BandwidthPort.reserve as defined here (the HBM booking is inlined while it is this)
+_RESERVE = BandwidthPort.reserve
+
+
 def _fold(stripe: int, channels: int) -> int:
     """The rotation of stripe ``stripe``: the sum of its base-``channels`` digits."""
     f = 0
@@ -486,15 +490,32 @@ class MemorySystem:
         the per-channel vectors ``odd``; returns the cycle the last piece has arrived."""
         done = now
         if odd:
-            per = [uniform + s for s in map(sum, zip(*odd, strict=True))]
-            for ch, nb in zip(self.channels, per, strict=True):
-                if nb:
-                    end = ch.reserve(now, nb)
-                    if end > done:
-                        done = end
+            per = map(sum, zip(*odd, strict=True), repeat(uniform))  # uniform + column sums
+            chans = self.channels
+            if chans[0].__class__ is BandwidthPort and BandwidthPort.reserve is _RESERVE:
+                # plain ports (not traced, not spied on): the booking inlined
+                num, den = chans[0]._num, chans[0]._den  # every channel has the same rate
+                for ch, nb in zip(chans, per, strict=False):
+                    if nb:
+                        if now < ch.last_arrival:
+                            ch.reserve(now, nb)  # raises
+                        ch.last_arrival = now
+                        dur = -(-nb * den // num)
+                        fa = ch.free_at
+                        end = ch.free_at = (now if now > fa else fa) + dur
+                        ch.busy_cycles += dur
+                        if end > done:
+                            done = end
+            else:
+                for ch, nb in zip(chans, per, strict=False):
+                    if nb:
+                        end = ch.reserve(now, nb)
+                        if end > done:
+                            done = end
         elif uniform:
             chans = self.channels
-            if chans[0].__class__ is BandwidthPort:  # not traced: inline the booking
+            if chans[0].__class__ is BandwidthPort and BandwidthPort.reserve is _RESERVE:
+                # plain ports (not traced, not spied on): the booking inlined
                 dur = chans[0].cycles(uniform)  # every channel has the same rate
                 for ch in chans:
                     if now < ch.last_arrival:
@@ -547,8 +568,7 @@ class MemorySystem:
         aligned, stripe, nch = self._aligned, self._stripe, len(self.channels)
         uni = 0  # bytes on every HBM channel
         odd: list[tuple[int, ...]] = []  # per-channel vectors of uneven blocks
-        acc: list = [0, odd]  # what _charge adds to (blocks that need their address)
-        charge = self._charge
+        spread_get, block_spread = self._spread.get, self._block_spread
         h1 = h2 = m2 = 0
         blocks = 0
         l2_bytes = hbm_bytes = 0
@@ -575,14 +595,26 @@ class MemorySystem:
                             uni += nb // nch * n
                         else:
                             for key in slots:
-                                charge(acc, key, nb)
+                                sp = spread_get(key)  # its bytes per channel (cached)
+                                if sp is None:
+                                    sp = block_spread(key, nb)
+                                if sp.__class__ is int:
+                                    uni += sp
+                                else:
+                                    odd.append(sp)
                         upd2(zip(slots, repeat(nb << 1)))
                     else:
                         for key, b in zip(slots, nbs, strict=False):
                             if aligned and not b % stripe:
                                 uni += b // nch
                             else:
-                                charge(acc, key, b)
+                                sp = spread_get(key)  # its bytes per channel (cached)
+                                if sp is None:
+                                    sp = block_spread(key, b)
+                                if sp.__class__ is int:
+                                    uni += sp
+                                else:
+                                    odd.append(sp)
                         upd2(zip(slots, [b << 1 for b in nbs], strict=False))
                     used2 += tot
                     while used2 > cap2 and len(l2) > 1:  # evict LRU blocks
@@ -594,7 +626,13 @@ class MemorySystem:
                             if aligned and not onb % stripe:
                                 uni += onb // nch
                             else:
-                                charge(acc, old, onb)
+                                sp = spread_get(old)  # its bytes per channel (cached)
+                                if sp is None:
+                                    sp = block_spread(old, onb)
+                                if sp.__class__ is int:
+                                    uni += sp
+                                else:
+                                    odd.append(sp)
                 else:
                     for key, b in zip(slots, sizes, strict=False):
                         if in_l2(key):
@@ -606,7 +644,13 @@ class MemorySystem:
                         if aligned and not b % stripe:
                             uni += b // nch
                         else:
-                            charge(acc, key, b)
+                            sp = spread_get(key)  # its bytes per channel (cached)
+                            if sp is None:
+                                sp = block_spread(key, b)
+                            if sp.__class__ is int:
+                                uni += sp
+                            else:
+                                odd.append(sp)
                         l2[key] = b << 1  # fill L2 (clean)
                         used2 += b
                         while used2 > cap2 and len(l2) > 1:  # evict LRU blocks
@@ -618,7 +662,13 @@ class MemorySystem:
                                 if aligned and not onb % stripe:
                                     uni += onb // nch
                                 else:
-                                    charge(acc, old, onb)
+                                    sp = spread_get(old)  # its bytes per channel (cached)
+                                    if sp is None:
+                                        sp = block_spread(old, onb)
+                                    if sp.__class__ is int:
+                                        uni += sp
+                                    else:
+                                        odd.append(sp)
                 l2_bytes += tot
                 upd1(zip(slots, sizes, strict=False))  # fill L1, evict
                 used1 += tot
@@ -639,7 +689,13 @@ class MemorySystem:
                     if aligned and not b % stripe:
                         uni += b // nch
                     else:
-                        charge(acc, key, b)
+                        sp = spread_get(key)  # its bytes per channel (cached)
+                        if sp is None:
+                            sp = block_spread(key, b)
+                        if sp.__class__ is int:
+                            uni += sp
+                        else:
+                            odd.append(sp)
                     l2[key] = b << 1  # fill L2 (clean)
                     used2 += b
                     while used2 > cap2 and len(l2) > 1:  # evict LRU blocks
@@ -651,7 +707,13 @@ class MemorySystem:
                             if aligned and not onb % stripe:
                                 uni += onb // nch
                             else:
-                                charge(acc, old, onb)
+                                sp = spread_get(old)  # its bytes per channel (cached)
+                                if sp is None:
+                                    sp = block_spread(old, onb)
+                                if sp.__class__ is int:
+                                    uni += sp
+                                else:
+                                    odd.append(sp)
                 l2_bytes += b
                 l1[key] = b  # fill L1 (the key was not there)
                 used1 += b
@@ -673,7 +735,7 @@ class MemorySystem:
             return now + self.l1_latency
         done = self.l2_port.reserve(now, l2_bytes) + self.l2_latency
         if hbm_bytes:
-            done = max(done, self._hbm_transfer(now, uni + acc[0], odd))
+            done = max(done, self._hbm_transfer(now, uni, odd))
         return done
 
     def store(self, core: int, blocks: list[tuple[Key, int]], now: int) -> int:
@@ -697,8 +759,7 @@ class MemorySystem:
         aligned, stripe, nch = self._aligned, self._stripe, len(self.channels)
         uni = 0
         odd: list[tuple[int, ...]] = []
-        acc: list = [0, odd]
-        charge = self._charge
+        spread_get, block_spread = self._spread.get, self._block_spread
         for slots, nb, nbs, tot in runs:
             total += tot
             sizes = repeat(nb) if nbs is None else nbs
@@ -748,7 +809,13 @@ class MemorySystem:
                             if aligned and not onb % stripe:
                                 uni += onb // nch
                             else:
-                                charge(acc, old, onb)
+                                sp = spread_get(old)  # its bytes per channel (cached)
+                                if sp is None:
+                                    sp = block_spread(old, onb)
+                                if sp.__class__ is int:
+                                    uni += sp
+                                else:
+                                    odd.append(sp)
             if fresh:
                 while used2 > cap2 and len(l2) > 1:  # evict LRU blocks
                     old, v = pop2(False)
@@ -759,7 +826,13 @@ class MemorySystem:
                         if aligned and not onb % stripe:
                             uni += onb // nch
                         else:
-                            charge(acc, old, onb)
+                            sp = spread_get(old)  # its bytes per channel (cached)
+                            if sp is None:
+                                sp = block_spread(old, onb)
+                            if sp.__class__ is int:
+                                uni += sp
+                            else:
+                                odd.append(sp)
         self.l1_used[core] = used1
         self.l2_used = used2
         self.dirtied_bytes += dirtied
@@ -769,7 +842,6 @@ class MemorySystem:
         byts["l2"] += total + wb
         byts["hbm"] += wb
         done = self.l2_port.reserve(now, total) + self.l2_latency
-        uni += acc[0]
         if uni or odd:  # the victims it evicts are written back first
             done = max(done, self._hbm_transfer(now, uni, odd))
         return done
