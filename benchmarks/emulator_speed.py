@@ -11,9 +11,18 @@ Prints, in order:
 3. where the pipelined BERT-Large's time goes beyond the ideal (MACs at peak): by cause
    and by op group, each cause with one line of why (target: <= 32 ms).
 
+``--cases`` prints instead the CPU time (``time.process_time``, median of ``--repeat``
+runs, default 5) of four reference runs: BERT-Large b32 s128 on wia-npu (the sweep's
+point, issue #14: <= 0.6 s of CPU for 200 points per minute on 2 workers, ideally
+<= 0.3 s), BERT-Base on wia-edge, GEMM 4096^3 on wia-npu and GEMM 2048x12288x12288 on
+a100-systolic (108 cores, round-robin tiles). ``--dump DIR`` writes each run's whole
+report (``to_json()``) to ``DIR/ref_<case>.json``; ``--check DIR`` compares each with
+the file there and exits 1 if any byte differs (a speed-up must not change a counter).
+
 Usage::
 
     python benchmarks/emulator_speed.py [--repeat N] [--quick]
+    python benchmarks/emulator_speed.py --cases [--repeat N] [--dump DIR | --check DIR]
 """
 
 from __future__ import annotations
@@ -21,6 +30,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import simpy
@@ -148,11 +159,61 @@ def _attention_scores_util(result: Any) -> float:
     return sum(k.flops for k in ks) / sum(k.flops / max(k.compute_utilization, 1e-12) for k in ks)
 
 
+#: The reference runs of ``--cases``: name -> the run.
+CASES: dict[str, Callable[[], Any]] = {
+    "bert_large_npu": lambda: wia_hw.run("bert-large", batch=32, seq=128),
+    "bert_base_edge": lambda: wia_hw.run("bert-base", device="wia-edge"),
+    "gemm4096_npu": lambda: wia_hw.run(gemm(4096, 4096, 4096)),
+    "gemm_a100": lambda: wia_hw.run(gemm(2048, 12288, 12288), device="a100-systolic"),
+}
+
+
+def cases(repeat: int, dump: str | None, check: str | None) -> int:
+    """CPU time of the reference runs; dump or check their reports. Returns the exit
+    status (1: a report differs from the one in ``check``)."""
+    con = Console(width=160)
+    t = Table(title=f"wia-hw emulator CPU time per run (median of {repeat})")
+    for col in ("case", "cpu median (s)", "cpu min (s)", "cycles", "report"):
+        t.add_column(col, justify="right")
+    status = 0
+    for name, run in CASES.items():
+        cpus = []
+        report = ""
+        for _ in range(repeat):
+            c0 = time.process_time()
+            r = run()
+            cpus.append(time.process_time() - c0)
+            report = r.to_json()
+        verdict = ""
+        if dump:
+            Path(dump, f"ref_{name}.json").write_text(report)
+            verdict = "written"
+        if check:
+            same = Path(check, f"ref_{name}.json").read_text() == report
+            verdict = "identical" if same else "DIFFERENT"
+            status |= not same
+        t.add_row(
+            name,
+            f"{statistics.median(cpus):.3f}",
+            f"{min(cpus):.3f}",
+            f"{r.cycles:,}",
+            verdict,
+        )
+    con.print(t)
+    return status
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=3, help="runs per size (median is shown)")
+    ap.add_argument("--repeat", type=int, default=None, help="runs per size (median is shown)")
     ap.add_argument("--quick", action="store_true", help="1 run, layers 1 and 2 only")
+    ap.add_argument("--cases", action="store_true", help="CPU time of the reference runs")
+    ap.add_argument("--dump", metavar="DIR", help="--cases: write each report here")
+    ap.add_argument("--check", metavar="DIR", help="--cases: compare with the reports here")
     args = ap.parse_args()
+    if args.cases:
+        raise SystemExit(cases(args.repeat or 5, args.dump, args.check))
+    args.repeat = args.repeat or 3
     con = Console(width=160)
     sizes = (1, 2) if args.quick else (1, 2, 4, 8, 24)
     repeat = 1 if args.quick else args.repeat
