@@ -487,22 +487,6 @@ class MemorySystem:
         slot = self.slot_of
         return [(range(slot(k), slot(k) + 1), nb, None, nb) for k, nb in blocks]
 
-    def on_chip_bytes(self) -> dict[str, int]:
-        """Bytes of each stored tensor held in L1 or L2 now (a block counted once)."""
-        if not self._l2 and not any(self._l1):
-            return {}
-        names = {lay.tid: name for name, lay in self._layouts.items()}
-        held: dict[int, int] = {slot: v >> 1 for slot, v in self._l2.items()}
-        for l1 in self._l1:
-            for slot, nbytes in l1.items():
-                held.setdefault(slot, nbytes)
-        out: dict[str, int] = {}
-        for slot, nbytes in held.items():
-            name = names.get(self.key_of(slot)[0])
-            if name is not None:
-                out[name] = out.get(name, 0) + nbytes
-        return out
-
     def _block_spread(self, slot: int, nbytes: int) -> int | tuple[int, ...]:
         """Block ``slot``'s bytes per HBM channel (cached): an int when all are equal."""
         addr = slot * self.block_bytes

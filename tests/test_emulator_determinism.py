@@ -239,6 +239,30 @@ def test_slots_and_keys_are_inverse():
             assert mem.block_address(key) == mem.slot_of(key) * mem.block_bytes
 
 
+def test_cache_views_by_key():
+    """``l1`` and ``l2`` show the slot-keyed caches by (tid, bi, bj) key in LRU order,
+    L2 as [bytes, dirty]; a key assigned is the most recent block."""
+    mem = MemorySystem(load_spec("wia-edge"), Counters())
+    a, b = TensorRef("a", 256, 256, 2), TensorRef("b", 64, 300, 2)
+    mem.load(0, mem.region_blocks([(a, 0, 256, 0, 256)]), 0)
+    out = mem.region_blocks([(b, 0, 64, 0, 300)])
+    mem.store(0, out, 10)
+    keys_a = [k for k, _ in mem.region_blocks([(a, 0, 256, 0, 256)])]
+    assert list(mem.l2) == keys_a + [k for k, _ in out]
+    assert [mem.l2[k] for k, _ in out] == [[nb, 1] for _, nb in out]
+    assert mem.l2[keys_a[0]] == [dict(mem.region_blocks([(a, 0, 256, 0, 256)]))[keys_a[0]], 0]
+    assert list(mem.l1[0].items())[-len(out) :] == out
+    assert (0, 0, 0) in mem.l2 and (0, 99, 0) not in mem.l2 and (7, 0, 0) not in mem.l2
+    assert "x" not in mem.l2
+    last = keys_a[0]
+    mem.l2[last] = [mem.l2[last][0], 1]  # an existing key keeps its place
+    assert list(mem.l2)[0] == last and mem.l2[last][1] == 1
+    del mem.l2[last]
+    assert last not in mem.l2 and len(mem.l2) == len(keys_a) - 1 + len(out)
+    mem.l2[last] = [16384, 0]  # a new key is the most recent
+    assert list(mem.l2)[-1] == last
+
+
 # -- whole runs, pinned ----------------------------------------------------------------
 #: name -> (run, cycles, hits, misses, bytes, kernels, write-back bytes), as the
 #: block-by-block memory model of commit 31acf76 gave them.
