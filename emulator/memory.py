@@ -340,6 +340,10 @@ class MemorySystem:
         self.l1_used = [0] * cores
         self._l2: OrderedDict[int, int] = OrderedDict()  # slot -> bytes << 1 | dirty
         self.l2_used = 0
+        # each cache with its bound methods (the hot loops take them in one unpack)
+        self._l1_ops = [(d, d.__contains__, d.move_to_end, d.popitem, d.update) for d in self._l1]
+        d2 = self._l2
+        self._l2_ops = (d2, d2.__contains__, d2.move_to_end, d2.popitem, d2.update)
         self.l1_ports = [
             BandwidthPort(f"l1.{c}", spec.bytes_per_cycle(m.l1.bandwidth_gbs)) for c in range(cores)
         ]
@@ -589,12 +593,8 @@ class MemorySystem:
         evicting, since the byte total only grows). L1 and L2 are separate structures,
         so a run's L2 work may go before its L1 fills. Other runs go block by block.
         """
-        l1 = self._l1[core]
-        l2 = self._l2
-        in_l1, in_l2 = l1.__contains__, l2.__contains__
-        touch1, touch2 = l1.move_to_end, l2.move_to_end
-        pop1, pop2 = l1.popitem, l2.popitem
-        upd1, upd2 = l1.update, l2.update
+        l1, in_l1, touch1, pop1, upd1 = self._l1_ops[core]
+        l2, in_l2, touch2, pop2, upd2 = self._l2_ops
         aligned, stripe, nch = self._aligned, self._stripe, len(self.channels)
         uni = 0  # bytes on every HBM channel
         odd: list[tuple[int, ...]] = []  # per-channel vectors of uneven blocks
@@ -795,11 +795,8 @@ class MemorySystem:
         """:meth:`store` of the blocks given as :meth:`runs` (the same result; whole
         runs at once where the outcome is known, as in :meth:`load_runs`)."""
         total = dirtied = wb = 0
-        l1, l2 = self._l1[core], self._l2
-        in_l1, in_l2 = l1.__contains__, l2.__contains__
-        touch1, touch2 = l1.move_to_end, l2.move_to_end
-        pop1, pop2 = l1.popitem, l2.popitem
-        upd1, upd2 = l1.update, l2.update
+        l1, in_l1, touch1, pop1, upd1 = self._l1_ops[core]
+        l2, in_l2, touch2, pop2, upd2 = self._l2_ops
         used1, cap1 = self.l1_used[core], self.l1_capacity
         used2, cap2 = self.l2_used, self.l2_capacity
         aligned, stripe, nch = self._aligned, self._stripe, len(self.channels)
