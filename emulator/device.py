@@ -712,7 +712,7 @@ class Device:
                 )
             eng = engines.index(min(engines))
             ls = max(ready, engines[eng], ld)  # loads go one at a time, in order
-            if ls > env.now:
+            if ls > env.now and not _advance(env, ls):
                 yield env.timeout(ls - env.now)
             now = int(env.now)
             runs = self._runs(tile.loads)
@@ -776,7 +776,7 @@ class Device:
         busy[core] = end - t0
         if st is not None:
             st.end, st.pending_stores = end, 0
-        if end > env.now:
+        if end > env.now and not _advance(env, end):
             yield env.timeout(end - env.now)
 
     def _runs(self, regions: Sequence[Region]) -> list[Any]:
@@ -818,7 +818,7 @@ class Device:
             when, regions = pending.pop(0)
             eng = engines.index(min(engines))
             at = max(when, engines[eng], done)
-            if at > env.now:
+            if at > env.now and not _advance(env, at):
                 yield env.timeout(at - env.now)
             engines[eng] = done = self._store(core, regions, int(env.now), kernel)
         return done
@@ -975,6 +975,18 @@ class Device:
         self._heat_advance(self.now)
         self._heat_given_pj = 0.0
         return power
+
+
+def _advance(env: simpy.Environment, cycle: int) -> bool:
+    """Move ``env``'s clock to ``cycle`` without an event when no event is due at or
+    before it (``env.peek() > cycle``): a timeout to ``cycle`` would then be the next
+    event, and nothing else would happen before the process resumed, so the process
+    goes on at once, at the same cycle, and every other event keeps its order. Returns
+    False (the caller yields a timeout) otherwise."""
+    if env.peek() > cycle:
+        env._now = cycle  # SimPy's clock (Environment.now reads it)
+        return True
+    return False
 
 
 def _slow(cycles: int, factor: float) -> int:
