@@ -61,7 +61,10 @@ LASER_MW = (0.1, 1.0, 10.0, 100.0, 1000.0)
 
 def seed_photonic(console: Console) -> None:
     seed = PhotonicConfig(
-        wavelength_channels=64, modulation_bandwidth_ghz=100, matrix_size_limit=256, precision_bits=8
+        wavelength_channels=64,
+        modulation_bandwidth_ghz=100,
+        matrix_size_limit=256,
+        precision_bits=8,
     )
     mm = PhotonicMatmul()
     rng = np.random.default_rng(0)
@@ -69,7 +72,14 @@ def seed_photonic(console: Console) -> None:
     ref = a @ b
     p8 = laser_power_for_bits(seed)
     tab = Table(title="Seed photonic configuration, 300x200 @ 200x100 (precision_bits=8)")
-    for c in ("laser mW", "ENOB full scale", "eff. bits (product)", "rel. error", "pJ/MAC", "warning"):
+    for c in (
+        "laser mW",
+        "ENOB full scale",
+        "eff. bits (product)",
+        "rel. error",
+        "pJ/MAC",
+        "warning",
+    ):
         tab.add_column(c, justify="right" if c != "warning" else "left")
     for p in (seed.laser_power_mw, p8, 100.0):
         cfg = PhotonicConfig(**{**seed.__dict__, "laser_power_mw": p})
@@ -126,14 +136,20 @@ def sweep(
     ]
     cfg = PhotonicConfig()
     runs += [
-        ("photonic", f"{p:g} mW (ENOB {photonic_enob(PhotonicConfig(laser_power_mw=p)):.1f})", {"laser_power_mw": p})
+        (
+            "photonic",
+            f"{p:g} mW (ENOB {photonic_enob(PhotonicConfig(laser_power_mw=p)):.1f})",
+            {"laser_power_mw": p},
+        )
         for p in lasers
     ]
     p8 = laser_power_for_bits(cfg)
     runs.append(("photonic", f"{p8:.3g} mW (sized: ENOB 8.0)", {"laser_power_mw": p8}))
     for unit, label, params in runs:
         t0 = time.perf_counter()
-        ev = GraphEvaluator(graph, weights, device=device, unit=unit, unit_parameters={"policy": policy, **params})
+        ev = GraphEvaluator(
+            graph, weights, device=device, unit=unit, unit_parameters={"policy": policy, **params}
+        )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PhotonicPrecisionWarning)
             out = ev.predict(x)
@@ -168,7 +184,13 @@ def plot(path: str, results: dict, device: str) -> None:
             ax.plot([e for e, _ in pts], [a for _, a in pts], marker=marker, label=unit)
             for u, label, e, a in points:
                 if u == unit:
-                    ax.annotate(label.split(" (")[0], (e, a), fontsize=6, xytext=(3, -8), textcoords="offset points")
+                    ax.annotate(
+                        label.split(" (")[0],
+                        (e, a),
+                        fontsize=6,
+                        xytext=(3, -8),
+                        textcoords="offset points",
+                    )
         ax.axhline(fp32, color="gray", linestyle="--", label=f"fp32 on the array ({fp32:.1f}%)")
         for prec in ("fp32", "int8"):
             pj = spec.energy.pj_per_mac.get(prec)
@@ -200,11 +222,31 @@ def main() -> None:
     results = {}
     clf, (_, x_test, _, y_test) = train_digits_mlp(hidden=(64, 32), seed=0)
     g, w = mlp_to_graph(clf, BATCH)
-    results["MLP"] = sweep(console, "digits MLP 64-64-32-10", g, w, x_test[:n], y_test[:n], "all", args.device, bits, lasers)
+    results["MLP"] = sweep(
+        console,
+        "digits MLP 64-64-32-10",
+        g,
+        w,
+        x_test[:n],
+        y_test[:n],
+        "all",
+        args.device,
+        bits,
+        lasers,
+    )
     params, (_, x_img, _, y_img) = train_digits_cnn(seed=0)
     g, w = cnn_to_graph(params, BATCH)
     results["CNN"] = sweep(
-        console, "digits CNN (conv8, conv16/2, fc32, fc10)", g, w, x_img[:n], y_img[:n], "all_but_first_last", args.device, bits, lasers
+        console,
+        "digits CNN (conv8, conv16/2, fc32, fc10)",
+        g,
+        w,
+        x_img[:n],
+        y_img[:n],
+        "all_but_first_last",
+        args.device,
+        bits,
+        lasers,
     )
     params, (_, x_seq, _, y_seq) = train_synthetic_transformer(seed=0)
     g, w = transformer_to_graph(params, BATCH)

@@ -56,8 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     ctx = open_device(args.device)
     clock = ctx.spec.clock_ghz
     graph = resolve_workload("bert-large", batch=32, seq=128)
-    print(f"BERT-Large b32 s128 on {ctx.spec.name}: {args.trials} trials per kernel key, "
-          f"{args.seeds} seeds")
+    print(
+        f"BERT-Large b32 s128 on {ctx.spec.name}: {args.trials} trials per kernel key, "
+        f"{args.seeds} seeds"
+    )
 
     curves: dict[str, list[list[float]]] = {"random": [], "ml": []}
     results: dict[tuple[str, int], wia_hw.AutotuneResult] = {}
@@ -80,20 +82,26 @@ def main(argv: list[str] | None = None) -> int:
                 curves[method].append(curve(res, args.trials, clock))
     grid_curve = curve(results[("grid", 0)], args.trials, clock)
     first = results[("random", 0)]
-    print(f"\n{len(first.kernels)} kernel keys over "
-          f"{sum(k.count for k in first.kernels.values())} GEMM ops; pool sizes "
-          + ", ".join(str(k.pool_size) for k in first.kernels.values()))
+    print(
+        f"\n{len(first.kernels)} kernel keys over "
+        f"{sum(k.count for k in first.kernels.values())} GEMM ops; pool sizes "
+        + ", ".join(str(k.pool_size) for k in first.kernels.values())
+    )
 
     print("\n1. Best GEMM latency found (ms, kernels alone) against trials per key")
-    print(f"{'trials':>6} {'grid':>9} {'random med':>11} {'ml med':>9} "
-          f"{'random min..max':>17} {'ml min..max':>17}")
+    print(
+        f"{'trials':>6} {'grid':>9} {'random med':>11} {'ml med':>9} "
+        f"{'random min..max':>17} {'ml min..max':>17}"
+    )
     marks = sorted({0, 1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 64, args.trials})
     for t in (m for m in marks if m <= args.trials):
         r = [c[t] for c in curves["random"]]
         m = [c[t] for c in curves["ml"]]
-        print(f"{t:6d} {grid_curve[t]:9.3f} {statistics.median(r):11.3f} "
-              f"{statistics.median(m):9.3f} {min(r):8.3f}..{max(r):7.3f} "
-              f"{min(m):8.3f}..{max(m):7.3f}")
+        print(
+            f"{t:6d} {grid_curve[t]:9.3f} {statistics.median(r):11.3f} "
+            f"{statistics.median(m):9.3f} {min(r):8.3f}..{max(r):7.3f} "
+            f"{min(m):8.3f}..{max(m):7.3f}"
+        )
 
     print("\n2. Trials to reach random search's final result (per seed)")
     reach_r, reach_m = [], []
@@ -101,13 +109,17 @@ def main(argv: list[str] | None = None) -> int:
         target = curves["random"][s][-1]
         reach_r.append(first_reach(curves["random"][s], target))
         reach_m.append(first_reach(curves["ml"][s], target))
-        print(f"  seed {s}: random final {target:.4f} ms reached at trial {reach_r[-1]} by "
-              f"random, {reach_m[-1]} by ml (ml final {curves['ml'][s][-1]:.4f} ms)")
+        print(
+            f"  seed {s}: random final {target:.4f} ms reached at trial {reach_r[-1]} by "
+            f"random, {reach_m[-1]} by ml (ml final {curves['ml'][s][-1]:.4f} ms)"
+        )
     med_r, med_m = statistics.median(reach_r), statistics.median(reach_m)
     verdict = "fewer" if med_m < med_r else "NOT fewer"
     print(f"  median: random {med_r}, ml {med_m} -> ml-guided needs {verdict} trials")
-    print(f"  search wall (all seeds, incl. model fits): grid {wall['grid']:.1f} s, "
-          f"random {wall['random']:.1f} s, ml {wall['ml']:.1f} s")
+    print(
+        f"  search wall (all seeds, incl. model fits): grid {wall['grid']:.1f} s, "
+        f"random {wall['random']:.1f} s, ml {wall['ml']:.1f} s"
+    )
 
     print("\n3. End-to-end (wia_hw.run, one fresh device each)")
     best = results[("ml", 0)]
@@ -118,20 +130,28 @@ def main(argv: list[str] | None = None) -> int:
         tuned = wia_hw.run(graph, device=ctx.spec, schedules=path)
         run_s = time.perf_counter() - t0
     print(best.table())
-    print(f"  untuned: {base.latency_ms:.3f} ms   tuned: {tuned.latency_ms:.3f} ms   "
-          f"({100 * (1 - tuned.latency_ms / base.latency_ms):.1f}% lower)   "
-          f"roofline floor: {tuned.roofline_floor_ms:.3f} ms   ({run_s:.1f} s for both runs)")
+    print(
+        f"  untuned: {base.latency_ms:.3f} ms   tuned: {tuned.latency_ms:.3f} ms   "
+        f"({100 * (1 - tuned.latency_ms / base.latency_ms):.1f}% lower)   "
+        f"roofline floor: {tuned.roofline_floor_ms:.3f} ms   ({run_s:.1f} s for both runs)"
+    )
     ok = tuned.latency_ms < base.latency_ms and tuned.latency_ms >= tuned.roofline_floor_ms
 
     print("\n4. Candidate evaluation")
-    print(f"  emulator runs (cache misses): {measured} in {cold_s:.2f} s = "
-          f"{measured / cold_s:.0f} candidates/s ({1e3 * cold_s / max(1, measured):.2f} ms each)")
+    print(
+        f"  emulator runs (cache misses): {measured} in {cold_s:.2f} s = "
+        f"{measured / cold_s:.0f} candidates/s ({1e3 * cold_s / max(1, measured):.2f} ms each)"
+    )
     hit_s = max(eval_s - cold_s, 1e-9)
-    print(f"  cache hits: {hits} in {hit_s * 1e3:.1f} ms = {hits / hit_s:,.0f} candidates/s "
-          f"({1e6 * hit_s / max(1, hits):.1f} us each)")
+    print(
+        f"  cache hits: {hits} in {hit_s * 1e3:.1f} ms = {hits / hit_s:,.0f} candidates/s "
+        f"({1e6 * hit_s / max(1, hits):.1f} us each)"
+    )
     total = measured + hits
-    print(f"  all evaluations incl. cache hits: {total} in {eval_s:.2f} s = "
-          f"{total / eval_s:.0f} candidates/s")
+    print(
+        f"  all evaluations incl. cache hits: {total} in {eval_s:.2f} s = "
+        f"{total / eval_s:.0f} candidates/s"
+    )
     return 0 if ok and med_m < med_r else 1
 
 

@@ -85,9 +85,12 @@ def main() -> None:
             except ImportError:
                 print("LocalCluster skipped: dask.distributed is not installed")
             else:
-                with LocalCluster(
-                    n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None
-                ) as cluster, Client(cluster) as client:
+                with (
+                    LocalCluster(
+                        n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None
+                    ) as cluster,
+                    Client(cluster) as client,
+                ):
                     _measure("dask LocalCluster x2", a.points, client, None, folder)
     goal = 200
     print(
@@ -97,7 +100,9 @@ def main() -> None:
         f"CPU-bound ceiling on 2 free cores: 2 x 60 / {two['cpu']:.2f} s = "
         f"{120 / two['cpu']:.0f} points/min"
     )
-    print(f"load average now: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    print(
+        f"load average now: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs"
+    )
 
 
 if __name__ == "__main__":

@@ -312,9 +312,7 @@ class LinkModel:
             if tally is not None:
                 tally[ln] = tally.get(ln, 0) + nbytes  # type: ignore[index]
             now = env.now
-            env.timeout(port.reserve(now, nbytes) + lat - now).callbacks.append(
-                lambda _e: done()
-            )
+            env.timeout(port.reserve(now, nbytes) + lat - now).callbacks.append(lambda _e: done())
             return
         sizes = [c] * (nbytes // c) + ([nbytes % c] if nbytes % c else [])
         for _, _, ln in servers:

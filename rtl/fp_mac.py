@@ -195,9 +195,7 @@ class Fp32Mac(wiring.Component):
     """
 
     def __init__(self) -> None:
-        super().__init__(
-            {"a": In(32), "b": In(32), "c": In(32), "phase": In(2), "y": Out(32)}
-        )
+        super().__init__({"a": In(32), "b": In(32), "c": In(32), "phase": In(2), "y": Out(32)})
 
     @property
     def fmt(self) -> str:

@@ -80,7 +80,9 @@ def test_gelu_fusion_is_an_apply_fusion_call_with_the_promised_gain(bert, tmp_pa
     after = _apply_code(rec, *BERT, None, tmp_path)
     _check_gain(report, rec, after)
     fused = [k.name for k in after.kernels if k.name.endswith("feed_forward_gelu")]
-    assert fused == [f"layer{i}.feed_forward_intermediate+layer{i}.feed_forward_gelu" for i in (0, 1)]
+    assert fused == [
+        f"layer{i}.feed_forward_intermediate+layer{i}.feed_forward_gelu" for i in (0, 1)
+    ]
 
 
 @pytest.mark.parametrize("which", ["ffn_layer_norm", "attention_layer_norm"])
@@ -246,13 +248,17 @@ def _manifest(tmp_path, body):
 
 
 def test_builtin_cost_forms(tmp_path):
-    a = _manifest(tmp_path, "    claims: [linear]\n    compose: [matmul, gelu]\n    cost: builtin\n")
+    a = _manifest(
+        tmp_path, "    claims: [linear]\n    compose: [matmul, gelu]\n    cost: builtin\n"
+    )
     b = _manifest(
         tmp_path, "    claims: [linear]\n    compose: [matmul, gelu]\n    cost: {builtin: gemm}\n"
     )
     assert a.operations[0].builtin_cost == b.operations[0].builtin_cost == "gemm"
     assert a.to_dict()["operations"][0]["cost"] == {"builtin": "gemm"}
-    v = _manifest(tmp_path, "    claims: [add]\n    compose: [add, layer_norm]\n    cost: builtin\n")
+    v = _manifest(
+        tmp_path, "    claims: [add]\n    compose: [add, layer_norm]\n    cost: builtin\n"
+    )
     assert v.operations[0].builtin_cost == "vector"
 
 

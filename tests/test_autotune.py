@@ -122,7 +122,9 @@ def test_every_candidate_is_at_least_its_floors():
         for t in rng.sample(candidate_pool(kern, SPEC, max_tiles=64), 5):
             cycles, _ = measure_cycles(kern, t, SPEC)
             floors = kernel_floor_cycles(kern, t, SPEC)
-            assert floors["compute"] == 2 * kern.macs / (2 * float(SPEC.peak_macs_per_cycle("fp16")))
+            assert floors["compute"] == 2 * kern.macs / (
+                2 * float(SPEC.peak_macs_per_cycle("fp16"))
+            )
             assert set(floors) >= {"compute", "pipeline", "parallelism", "l1", "l2", "hbm"}
             assert cycles >= max(floors.values())
 
@@ -139,7 +141,11 @@ def test_methods_improve_monotonically_and_stay_physical(method):
     assert t.default == choose_gemm_tiling(SPEC, 1, 512, 1024, 1024, 2, 2)
     assert t.history[0] == t.default_cycles
     assert all(b <= a for a, b in zip(t.history, t.history[1:], strict=False))
-    assert t.best_cycles == t.history[-1] == measure_cycles(_gemm_kernel(512, 1024, 1024), t.best, SPEC)[0]
+    assert (
+        t.best_cycles
+        == t.history[-1]
+        == measure_cycles(_gemm_kernel(512, 1024, 1024), t.best, SPEC)[0]
+    )
     assert t.trials == min(CFG["max_trials"], t.pool_size) == len(t.history) - 1
     assert t.best_cycles >= t.floor_cycles > 0
     assert res.candidates == res.measured + res.cache_hits >= t.trials + 1
@@ -200,7 +206,9 @@ def test_schedules_file_round_trip_and_run_applies_them(tmp_path):
     assert all(e["spec_sha256"] == spec_hash(SPEC) for e in doc["entries"])
     assert load_schedules(path, SPEC) == res.schedules
     # another spec (half the L1) gets none of them
-    other = open_device("wia-npu", overrides={"memory.l1.size_kib": SPEC.memory.l1.size_bytes // 2048})
+    other = open_device(
+        "wia-npu", overrides={"memory.l1.size_kib": SPEC.memory.l1.size_bytes // 2048}
+    )
     assert load_schedules(path, other.spec) == {}
     # saving again merges (same bytes for the same schedules)
     before = path.read_bytes()
@@ -234,7 +242,10 @@ def test_lowering_without_schedules_is_unchanged():
     ("kwargs", "match"),
     [
         ({"max_trials": 0}, r"max_trials must be a positive integer, got 0: a budget of 0"),
-        ({"time_budget_seconds": 0}, r"time_budget_seconds must be positive .* got 0: a budget of 0"),
+        (
+            {"time_budget_seconds": 0},
+            r"time_budget_seconds must be positive .* got 0: a budget of 0",
+        ),
         ({"time_budget_seconds": -1.0}, r"time_budget_seconds must be positive"),
         ({"method": "annealing"}, r"method must be one of grid, random, ml, got 'annealing'"),
         ({"cost_model": "xgb"}, r"cost_model must be one of gbt, ridge, got 'xgb'"),
@@ -251,7 +262,9 @@ def test_bad_config_is_one_line(kwargs, match):
 
 def test_unknown_kernel_name_is_one_line():
     g = resolve_workload("gemm", M=64, N=64, K=64)
-    with pytest.raises(AutotuneError, match=r"kernels_to_tune: unknown kernel 'gemm2'.*'gemm'") as e:
+    with pytest.raises(
+        AutotuneError, match=r"kernels_to_tune: unknown kernel 'gemm2'.*'gemm'"
+    ) as e:
         autotune_model(g, AutotuneConfig(kernels_to_tune=["gemm2"], **CFG))
     assert "\n" not in str(e.value)
     with pytest.raises(AutotuneError, match=r"config must be an AutotuneConfig, got dict"):
@@ -266,8 +279,14 @@ def test_unknown_kernel_name_is_one_line():
         ("{", r"not a readable JSON schedule file"),
         ('{"format": "x"}', r"not a schedule file \(format must be 'wia-hw-schedules'\)"),
         ('{"format": "wia-hw-schedules", "version": 9, "entries": []}', r"version 9 is not 1"),
-        ('{"format": "wia-hw-schedules", "version": 1, "entries": {}}', r"'entries' must be a list"),
-        ('{"format": "wia-hw-schedules", "version": 1, "entries": [3]}', r"entry 0 must be a mapping"),
+        (
+            '{"format": "wia-hw-schedules", "version": 1, "entries": {}}',
+            r"'entries' must be a list",
+        ),
+        (
+            '{"format": "wia-hw-schedules", "version": 1, "entries": [3]}',
+            r"entry 0 must be a mapping",
+        ),
         (
             '{"format": "wia-hw-schedules", "version": 1, "entries": [{"kernel": "k"}]}',
             r"entry 0 needs a string 'spec_sha256'",
@@ -355,7 +374,10 @@ def test_cache_key_separates_layouts():
     [
         ("[", r"not a readable JSON measurements file"),
         ('{"format": "wia-hw-schedules", "version": 1}', r"not a measurements file"),
-        ('{"format": "wia-hw-measurements", "version": 1, "entries": 3}', r"'entries' must be a list"),
+        (
+            '{"format": "wia-hw-measurements", "version": 1, "entries": 3}',
+            r"'entries' must be a list",
+        ),
         (
             '{"format": "wia-hw-measurements", "version": 1, "entries": [["h", "k", 1]]}',
             r"entry 0: not enough values to unpack",

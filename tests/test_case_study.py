@@ -73,7 +73,9 @@ def test_table_equals_the_individual_api_calls(cs):
     cal = calibration_model(g)
     assert cal.tensors["embeddings.word.table"].shape == (1024, 1024)
     q = quantize_model(
-        fused, QuantizationConfig(calibration_batches=2), random_batches(cal, 2, 0),
+        fused,
+        QuantizationConfig(calibration_batches=2),
+        random_batches(cal, 2, 0),
         calibration_graph=cal,
     )
     assert q.thresholds == cs.graphs["int8 quantisation"].thresholds
@@ -87,15 +89,19 @@ def test_table_equals_the_individual_api_calls(cs):
         assert cs.row("auto-tuning").latency_ms == tuned.latency_ms
     # batching: the same server and workload give the same figures
     server = create_inference_server(
-        q, BatchingConfig(max_batch_size=64, max_latency_ms=10.0, padding_strategy="multiple_of_8"),
-        device=spec, schedules=schedules,
+        q,
+        BatchingConfig(max_batch_size=64, max_latency_ms=10.0, padding_strategy="multiple_of_8"),
+        device=spec,
+        schedules=schedules,
     )
     sb = benchmark_server(
         server, ServerWorkload(p99_bound_ms=10.0, duration_s=0.2, seq=128, seed=0)
     )
     row = cs.row("dynamic batching")
     assert (row.p50_ms, row.p99_ms, row.throughput) == (
-        sb.p50_latency_ms, sb.p99_latency_ms, sb.throughput
+        sb.p50_latency_ms,
+        sb.p99_latency_ms,
+        sb.throughput,
     )
 
 
@@ -148,8 +154,19 @@ def test_outputs(cs, tmp_path):
 
 
 def test_cli_prints_the_same_table(cs, tmp_path):
-    args = ["case-study", "bert-large", "--layers", "1", "--accuracy-layers", "1",
-            "--duration", "0.2", "--json", "--markdown", str(tmp_path / "r.md")]
+    args = [
+        "case-study",
+        "bert-large",
+        "--layers",
+        "1",
+        "--accuracy-layers",
+        "1",
+        "--duration",
+        "0.2",
+        "--json",
+        "--markdown",
+        str(tmp_path / "r.md"),
+    ]
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)

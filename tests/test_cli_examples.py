@@ -174,15 +174,11 @@ def test_the_pages_have_cli_examples():
     pages = {b.page for b in BLOCKS}
     assert "README.md" in pages
     # the README's quick start (after scripts/setup) is one of them
-    assert any(
-        "wia-hw run bert-large --batch 32 --seq 128" in ln for b in BLOCKS for ln in b.lines
-    )
+    assert any("wia-hw run bert-large --batch 32 --seq 128" in ln for b in BLOCKS for ln in b.lines)
 
 
 def test_the_parser_reads_prompts_continuations_comments_and_chains():
-    body = (
-        "$ wia-hw a --x 1 \\\n    --y 2   # note\n  output line\n$ wia-hw b && wia-hw c\n"
-    )
+    body = "$ wia-hw a --x 1 \\\n    --y 2   # note\n  output line\n$ wia-hw b && wia-hw c\n"
     lines = _command_lines(body)
     assert lines == ["wia-hw a --x 1 --y 2", "wia-hw b && wia-hw c"]
     assert _wia_hw_commands(lines[1]) == [["wia-hw", "b"], ["wia-hw", "c"]]
@@ -258,7 +254,9 @@ def test_cli_example_block_exits_0(block: Block, tmp_path, monkeypatch):
                 assert result.exit_code == 0, (
                     f"{block.page} block {block.index}: `{shlex.join(cmd)}` exited "
                     f"{result.exit_code}\n{result.output}\n"
-                    + "".join(traceback.format_exception(*result.exc_info) if result.exc_info else [])
+                    + "".join(
+                        traceback.format_exception(*result.exc_info) if result.exc_info else []
+                    )
                 )
                 stdout = result.stdout
                 after = _files(tmp_path)

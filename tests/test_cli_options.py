@@ -74,15 +74,39 @@ def test_run_and_profile_share_the_option_set():
     def names(cmd: str) -> set[str]:
         return {o for p in cli.commands[cmd].params for o in p.opts}
 
-    shared = {"-d", "--device", "--batch", "--seq", "--precision", "--arg", "--set", "--ext",
-              "--ext-param", "--seed", "--json", "-o"}
+    shared = {
+        "-d",
+        "--device",
+        "--batch",
+        "--seq",
+        "--precision",
+        "--arg",
+        "--set",
+        "--ext",
+        "--ext-param",
+        "--seed",
+        "--json",
+        "-o",
+    }
     assert shared <= names("run") and shared <= names("profile")
 
 
 def test_profile_takes_ext_and_its_parameters():
-    code, out, err = _cli("profile", "bert-base", "-b", "1", "-s", "32", "-a", "layers=1",
-                          "--ext", "transformer_engine", "--ext-param",
-                          "transformer_engine.block_q=64", "--json")
+    code, out, err = _cli(
+        "profile",
+        "bert-base",
+        "-b",
+        "1",
+        "-s",
+        "32",
+        "-a",
+        "layers=1",
+        "--ext",
+        "transformer_engine",
+        "--ext-param",
+        "transformer_engine.block_q=64",
+        "--json",
+    )
     assert code == 0, err
     d = json.loads(out)
     assert {k["provider"] for k in d["kernels"]} >= {"transformer_engine"}
@@ -114,8 +138,10 @@ def test_flamegraph_drawn_as_svg_and_png(tmp_path):
 @pytest.mark.parametrize("name", ["flame.html", "flame"])
 def test_flamegraph_unknown_kind_is_an_error_before_running(tmp_path, name):
     f = tmp_path / name
-    _one_line_error(["profile", *GEMM, "--flamegraph", str(f)],
-                    r"unknown kind .*\.svg or \.png draw it, \.folded or \.txt")
+    _one_line_error(
+        ["profile", *GEMM, "--flamegraph", str(f)],
+        r"unknown kind .*\.svg or \.png draw it, \.folded or \.txt",
+    )
     assert not f.exists()
 
 
@@ -175,8 +201,9 @@ def test_plots_without_matplotlib_are_skipped_in_one_line_each(tmp_path, monkeyp
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib fails
     roof, flame, folded = tmp_path / "r.png", tmp_path / "f.png", tmp_path / "f.folded"
-    code, out, err = _cli("profile", *GEMM, "--roofline", str(roof), "--flamegraph", str(flame),
-                          "--recommend")
+    code, out, err = _cli(
+        "profile", *GEMM, "--roofline", str(roof), "--flamegraph", str(flame), "--recommend"
+    )
     assert code == 0, err
     assert not roof.exists() and not flame.exists()
     skipped = [ln for ln in err.splitlines() if "skipped" in ln]

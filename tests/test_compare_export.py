@@ -33,9 +33,18 @@ def reports(tmp_path_factory):
     d = tmp_path_factory.mktemp("cmp")
     a, b, p = d / "a.json", d / "b.json", d / "p.json"
     assert _cli("run", *BERT, "-o", str(a))[0] == 0
-    code, _, err = _cli("run", *BERT, "--set", "memory.hbm.bandwidth_gbs=100", "--ext",
-                        "transformer_engine", "--ext-param", "transformer_engine.block_q=64",
-                        "-o", str(b))
+    code, _, err = _cli(
+        "run",
+        *BERT,
+        "--set",
+        "memory.hbm.bandwidth_gbs=100",
+        "--ext",
+        "transformer_engine",
+        "--ext-param",
+        "transformer_engine.block_q=64",
+        "-o",
+        str(b),
+    )
     assert code == 0, err
     assert _cli("profile", *BERT, "-o", str(p))[0] == 0
     return a, b, p
@@ -60,7 +69,8 @@ def test_compare_json_deltas_and_what_differs(reports):
     # per kernel: a kernel of every layer is one row; launches and total ms add up
     ffn = [k for k in ra["kernels"] if k["name"].endswith("feed_forward_intermediate")]
     assert c["kernels"]["feed_forward_intermediate"][0] == [
-        len(ffn), pytest.approx(sum(k["time_ms"] for k in ffn))
+        len(ffn),
+        pytest.approx(sum(k["time_ms"] for k in ffn)),
     ]
     assert sum(n for n, _ in (v[0] for v in c["kernels"].values() if v[0])) == len(ra["kernels"])
 
@@ -85,7 +95,9 @@ def test_compare_run_with_profile_report(reports):
     c = json.loads(out)
     # the same run, timed and profiled: the same device time (profiling is free)
     assert c["totals"]["cycles"][0] == c["totals"]["cycles"][1]
-    assert c["kernels"]["feed_forward_output"][0] == pytest.approx(c["kernels"]["feed_forward_output"][1])
+    assert c["kernels"]["feed_forward_output"][0] == pytest.approx(
+        c["kernels"]["feed_forward_output"][1]
+    )
 
 
 def test_compare_errors(tmp_path, reports):
@@ -137,8 +149,12 @@ def test_export_profile_report(reports):
 
 def test_export_errors(tmp_path, reports):
     a, _, _ = reports
-    _one_line_error(["export", str(a), "--csv", str(tmp_path / "x.csv"), "--csv",
-                     str(tmp_path / "y.csv")], r"say what it holds with --what")
-    _one_line_error(["export", str(a), "--csv", str(tmp_path / "x.csv"), "--what", "ops",
-                     "--what", "kernels"], r"1 --csv file\(s\) but 2 --what")
+    _one_line_error(
+        ["export", str(a), "--csv", str(tmp_path / "x.csv"), "--csv", str(tmp_path / "y.csv")],
+        r"say what it holds with --what",
+    )
+    _one_line_error(
+        ["export", str(a), "--csv", str(tmp_path / "x.csv"), "--what", "ops", "--what", "kernels"],
+        r"1 --csv file\(s\) but 2 --what",
+    )
     _one_line_error(["export", str(a), "--csv", str(tmp_path / "no" / "x.csv")], r"cannot write")

@@ -49,7 +49,9 @@ def test_kv_cache_grows_by_one_token_of_keys_and_values_per_step(precision, elem
     # and it is what the decode graph of each step holds: its past plus the new token
     for s in g.steps[:2]:
         dg = gpt2(batch=batch, phase="decode", kv_len=s.kv_len, precision=precision, layers=LAYERS)
-        past = sum(t.nbytes for n, t in dg.tensors.items() if n.endswith((".past_key", ".past_value")))
+        past = sum(
+            t.nbytes for n, t in dg.tensors.items() if n.endswith((".past_key", ".past_value"))
+        )
         assert s.kv_cache_bytes == past + per_token
     assert [s.kv_len for s in g.steps] == list(range(prompt, prompt + 5))
 
@@ -153,7 +155,9 @@ BOUND_BUCKET_8 = 1e-3
 
 def _rel_errors(cached, exact):
     assert [s.kv_len for s in cached.steps] == [s.kv_len for s in exact.steps]
-    return [abs(c.cycles - e.cycles) / e.cycles for c, e in zip(cached.steps, exact.steps, strict=True)]
+    return [
+        abs(c.cycles - e.cycles) / e.cycles for c, e in zip(cached.steps, exact.steps, strict=True)
+    ]
 
 
 def test_cached_timing_is_the_exact_emulation_within_its_bound(exact_and_cached):
@@ -175,6 +179,7 @@ def test_cached_timing_across_a_tile_boundary_of_the_scores():
     cached = generate("gpt2", kv_bucket=8, **kw)
     errs = _rel_errors(cached, exact)
     assert max(errs) <= BOUND_BUCKET_8
+
     def jumps(g):
         return [b.cycles - a.cycles for a, b in zip(g.steps, g.steps[1:], strict=False)]
 
@@ -258,7 +263,10 @@ def test_run_throughput_says_what_it_counts():
         (["gpt2", "--generate", "4", "--seq", "8"], r"--seq does not apply with --generate"),
         (["gpt2", "--generate", "4", "--phase", "decode"], r"--phase does not apply"),
         (["gpt2", "--generate", "4", "--mode", "functional"], r"--mode does not apply"),
-        (["gpt2", "--generate", "1025"], r"1025 token positions: gpt2: kv_len must be in 1\.\.1023"),
+        (
+            ["gpt2", "--generate", "1025"],
+            r"1025 token positions: gpt2: kv_len must be in 1\.\.1023",
+        ),
     ],
 )
 def test_cli_generate_bad_input_is_one_line(args, message):

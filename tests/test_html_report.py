@@ -157,8 +157,7 @@ def pages(files: dict[str, Any]) -> dict[str, Path]:
     """Each page written once (plots take a second or two each)."""
     d = files["dir"]
     return {
-        k: write_report(files[f"{k}_path"], d / f"{k}.html")
-        for k in ("run", "profile", "store")
+        k: write_report(files[f"{k}_path"], d / f"{k}.html") for k in ("run", "profile", "store")
     }
 
 
@@ -266,7 +265,9 @@ def test_sqlite_that_is_not_a_store(tmp_path: Path) -> None:
         load_source(wrong)
 
 
-def test_missing_file_directory_and_unwritable_output(files: dict[str, Any], tmp_path: Path) -> None:
+def test_missing_file_directory_and_unwritable_output(
+    files: dict[str, Any], tmp_path: Path
+) -> None:
     with pytest.raises(ReportError, match=r"nope.json: no such file"):
         load_source(tmp_path / "nope.json")
     with pytest.raises(ReportError, match=r"is a directory"):
@@ -284,7 +285,10 @@ def test_missing_file_directory_and_unwritable_output(files: dict[str, Any], tmp
 @pytest.mark.parametrize(
     ("doc", "match"),
     [
-        ({"schema": "wia-hw.run/1", "kernels": "x"}, r"'kernels' must be a list of objects, got str"),
+        (
+            {"schema": "wia-hw.run/1", "kernels": "x"},
+            r"'kernels' must be a list of objects, got str",
+        ),
         ({"schema": "wia-hw.run/1", "params": [1]}, r"'params' must be an object, got list"),
         (
             {"schema": "wia-hw.run/1", "kernels": [{"name": "k", "counters": 3}]},
@@ -294,7 +298,9 @@ def test_missing_file_directory_and_unwritable_output(files: dict[str, Any], tmp
         ({"schema": "wia-hw.profile/1", "device": 7}, r"'device' must be an object, got int"),
     ],
 )
-def test_malformed_report_is_one_clear_error(tmp_path: Path, doc: dict[str, Any], match: str) -> None:
+def test_malformed_report_is_one_clear_error(
+    tmp_path: Path, doc: dict[str, Any], match: str
+) -> None:
     p = tmp_path / "bad.json"
     p.write_text(json.dumps(doc))
     with pytest.raises(ReportError, match=match):
@@ -552,7 +558,9 @@ def _fig(drv: Any, key: str) -> str:
 
 def test_the_request_check_sees_requests(browser: Any, tmp_path: Path) -> None:
     """Control: a page without the CSP that loads a sibling file shows up in the log."""
-    (tmp_path / "pixel.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"/>')
+    (tmp_path / "pixel.svg").write_text(
+        '<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"/>'
+    )
     (tmp_path / "control.html").write_text('<!DOCTYPE html><img src="pixel.svg">')
     urls = _open(browser, tmp_path / "control.html")
     assert (tmp_path / "pixel.svg").resolve().as_uri() in urls
@@ -572,9 +580,7 @@ def test_run_page_in_chromium(
     assert drv.find_element("tag name", "h1").text == f"{run['workload']} on {run['device']}"
     rows = _rows(drv, "kernel-table")
     assert len(rows) == len(run["kernels"])
-    by_index = {
-        int(r.find_element("css selector", "td").get_attribute("data-v")): r for r in rows
-    }
+    by_index = {int(r.find_element("css selector", "td").get_attribute("data-v")): r for r in rows}
     for i in [0, 3, len(run["kernels"]) - 1, *random.Random(7).sample(range(len(rows)), 4)]:
         k, cells = run["kernels"][i], by_index[i].find_elements("css selector", "td")
         assert cells[1].text == k["name"]  # EVIL comes back as the same text
@@ -630,9 +636,7 @@ def test_sweep_page_in_chromium(
     assert int(_fig(drv, "ok")) == len(ok) == len(_rows(drv, "points-table"))
     assert int(_fig(drv, "failed")) == len(failed) == len(_rows(drv, "failed-table"))
     assert float(_fig(drv, "best_latency_ms")) == min(r["metrics"]["latency_ms"] for r in ok)
-    errors = [
-        tr.find_elements("css selector", "td")[3].text for tr in _rows(drv, "failed-table")
-    ]
+    errors = [tr.find_elements("css selector", "td")[3].text for tr in _rows(drv, "failed-table")]
     assert errors == [r["error"] for r in failed]
     # the front per workload is exactly the brute-force one
     keys = _column(drv, "pareto-table", "point_key")
@@ -641,9 +645,10 @@ def test_sweep_page_in_chromium(
         assert {k for k, w in zip(keys, wls, strict=True) if w == wl} == _brute_front(rows, wl)
     # best throughput is the largest, best energy the smallest, per workload
     best = {
-        (tr.find_elements("css selector", "td")[0].text, tr.find_elements("css selector", "td")[1].text): float(
-            tr.find_elements("css selector", "td")[3].get_attribute("data-v")
-        )
+        (
+            tr.find_elements("css selector", "td")[0].text,
+            tr.find_elements("css selector", "td")[1].text,
+        ): float(tr.find_elements("css selector", "td")[3].get_attribute("data-v"))
         for tr in _rows(drv, "best-table")
     }
     for wl in {r["workload"] for r in ok}:

@@ -64,16 +64,41 @@ def test_the_base_manifest_is_valid(tmp_path):
 @pytest.mark.parametrize(
     ("old", "new", "field", "pattern", "needle"),
     [
-        ("      cycles:", "      cycle:", "operations.0.cost.cycle",
-         r"unknown key 'cycle' \(did you mean 'cycles'\?\)", "cycle:"),
-        ("    compose:", "    compse:", "operations.0.compse",
-         r"unknown key 'compse' \(did you mean 'compose'\?\)", "compse:"),
-        ("parameters:", "paramters:", "paramters",
-         r"unknown field 'paramters' \(did you mean 'parameters'\?\)", "paramters:"),
-        ("min: 1,", "mn: 1,", "parameters.tile.mn",
-         r"unknown key 'mn' \(did you mean 'min'\?\)", "mn: 1"),
-        ("      cycles:", "      flops: '1'\n      cycles:", "operations.0.cost.flops",
-         r"unknown key 'flops' \(known: cycles, macs, energy_pj\)", "flops:"),
+        (
+            "      cycles:",
+            "      cycle:",
+            "operations.0.cost.cycle",
+            r"unknown key 'cycle' \(did you mean 'cycles'\?\)",
+            "cycle:",
+        ),
+        (
+            "    compose:",
+            "    compse:",
+            "operations.0.compse",
+            r"unknown key 'compse' \(did you mean 'compose'\?\)",
+            "compse:",
+        ),
+        (
+            "parameters:",
+            "paramters:",
+            "paramters",
+            r"unknown field 'paramters' \(did you mean 'parameters'\?\)",
+            "paramters:",
+        ),
+        (
+            "min: 1,",
+            "mn: 1,",
+            "parameters.tile.mn",
+            r"unknown key 'mn' \(did you mean 'min'\?\)",
+            "mn: 1",
+        ),
+        (
+            "      cycles:",
+            "      flops: '1'\n      cycles:",
+            "operations.0.cost.flops",
+            r"unknown key 'flops' \(known: cycles, macs, energy_pj\)",
+            "flops:",
+        ),
     ],
 )
 def test_unknown_keys_are_named(tmp_path, old, new, field, pattern, needle):
@@ -112,7 +137,12 @@ def test_same_expression_with_a_safe_range_passes(tmp_path):
 def test_negative_energy_is_refused(tmp_path):
     text = BASE.replace("      cycles:", '      energy_pj: "M * N * K * 0.5 - tile"\n      cycles:')
     p = _write(tmp_path, text)
-    _refused(p, "operations.0.cost.energy_pj", r"is negative \(-15\.5\) for K=1, M=1, N=1, tile=16", "energy_pj:")
+    _refused(
+        p,
+        "operations.0.cost.energy_pj",
+        r"is negative \(-15\.5\) for K=1, M=1, N=1, tile=16",
+        "energy_pj:",
+    )
 
 
 def test_non_numeric_parameter_in_a_cost_is_refused(tmp_path):
@@ -128,14 +158,20 @@ def test_negative_default_without_min_is_flagged(tmp_path):
         "  tile: {type: int", "  offset: {type: float, default: -3.0}\n  tile: {type: int"
     )
     p = _write(tmp_path, text)
-    _refused(p, "parameters.offset.default",
-             r"negative default -3\.0 with no min: declare the range", "offset:")
+    _refused(
+        p,
+        "parameters.offset.default",
+        r"negative default -3\.0 with no min: declare the range",
+        "offset:",
+    )
     ok = text.replace("default: -3.0}", "default: -3.0, min: -10}")
     assert load_extension(_write(tmp_path, ok)).param("offset") == -3.0
 
 
 def test_unknown_name_in_an_expression_suggests_the_closest():
-    with pytest.raises(ExprError, match=r"unknown name 'tiles' \(did you mean 'tile'\? known: M, tile\)"):
+    with pytest.raises(
+        ExprError, match=r"unknown name 'tiles' \(did you mean 'tile'\? known: M, tile\)"
+    ):
         compile_expr("tiles * 2", {"tile", "M"})
 
 

@@ -20,8 +20,9 @@ MODES = ("sampling", "instrumentation", "counters", "trace", "detailed")
 
 
 def _reference_capture(c: Counters, names: tuple[str, ...]) -> dict:
-    return {f: dict(getattr(c, f)) if isinstance(getattr(c, f), dict) else getattr(c, f)
-            for f in names}
+    return {
+        f: dict(getattr(c, f)) if isinstance(getattr(c, f), dict) else getattr(c, f) for f in names
+    }
 
 
 def _random_counters(rng: np.random.Generator) -> Counters:
@@ -78,10 +79,18 @@ def test_profiled_kernels_and_ops_are_the_runs_own_records(mode):
     assert len(rep.kernels) == len(records)
     for idx, (ks, (run, r)) in enumerate(zip(rep.kernels, records, strict=True)):
         assert (ks.index, ks.run, ks.name, ks.op, ks.start_cycle, ks.end_cycle) == (
-            idx, run, r.name, r.op, r.start_cycle, r.end_cycle
+            idx,
+            run,
+            r.name,
+            r.op,
+            r.start_cycle,
+            r.end_cycle,
         )
         assert (ks.flop_count, ks.macs, ks.tiles, ks.core_busy_cycles) == (
-            r.flops, r.macs, r.tiles, list(r.core_busy_cycles)
+            r.flops,
+            r.macs,
+            r.tiles,
+            list(r.core_busy_cycles),
         )
         want = _reference_capture(r.counters, tuple(fields_))
         if "counters" not in facets and not cfg.capture_power:
@@ -118,7 +127,9 @@ def _reference_sample(sampler: Sampler, t: int, at: int) -> tuple:
     return (t, kernels, computing, queue, hbm, max(0, mem.l2_port.free_at - at))
 
 
-@pytest.mark.parametrize(("mode", "interval_us"), [("sampling", 0.3), ("sampling", 2.0), ("detailed", 0.3)])
+@pytest.mark.parametrize(
+    ("mode", "interval_us"), [("sampling", 0.3), ("sampling", 2.0), ("detailed", 0.3)]
+)
 def test_every_sample_is_the_device_state_its_contract_names(monkeypatch, mode, interval_us):
     seen = []
     real = Sampler._sample

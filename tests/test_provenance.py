@@ -93,8 +93,18 @@ def test_provenance_names_the_resolved_spec_and_its_peaks():
 
 
 def test_text_header_and_floor_use_the_resolved_spec(tmp_path):
-    code, out, _ = _cli("run", "gemm", "-a", "M=512", "-a", "N=512", "-a", "K=512",
-                        "--set", "memory.hbm.bandwidth_gbs=100")
+    code, out, _ = _cli(
+        "run",
+        "gemm",
+        "-a",
+        "M=512",
+        "-a",
+        "N=512",
+        "-a",
+        "K=512",
+        "--set",
+        "memory.hbm.bandwidth_gbs=100",
+    )
     assert code == 0
     assert "on wia-npu (modified)" in out
     assert "--set memory.hbm.bandwidth_gbs=100" in out
@@ -126,8 +136,21 @@ def test_profile_reports_carry_provenance(tmp_path):
     assert f"sha256 {p['spec_sha256'][:12]}" in rep.flamegraph_title()
     # CLI: the JSON written with -o and the one printed with --json agree
     out = tmp_path / "p.json"
-    code, text, err = _cli("profile", "gemm", "-a", "M=64", "-a", "N=64", "-a", "K=64",
-                           "--set", "compute.array.cols=64", "--json", "-o", str(out))
+    code, text, err = _cli(
+        "profile",
+        "gemm",
+        "-a",
+        "M=64",
+        "-a",
+        "N=64",
+        "-a",
+        "K=64",
+        "--set",
+        "compute.array.cols=64",
+        "--json",
+        "-o",
+        str(out),
+    )
     assert code == 0, err
     assert json.loads(text)["provenance"]["overrides"] == {"compute.array.cols": 64}
     assert json.loads(out.read_text())["provenance"] == json.loads(text)["provenance"]
@@ -135,8 +158,9 @@ def test_profile_reports_carry_provenance(tmp_path):
 
 def _report(tmp_path: Path, *args: str) -> Path:
     out = tmp_path / "r.json"
-    code, _, err = _cli("run", "gemm", "-a", "M=64", "-a", "N=64", "-a", "K=64", *args,
-                        "-o", str(out), "--json")
+    code, _, err = _cli(
+        "run", "gemm", "-a", "M=64", "-a", "N=64", "-a", "K=64", *args, "-o", str(out), "--json"
+    )
     assert code == 0, err
     return out
 
@@ -177,7 +201,10 @@ def test_graph_runs_are_not_replayable(tmp_path):
     assert r.provenance["run"]["replayable"] is False
     f = tmp_path / "g.json"
     f.write_text(r.to_json())
-    _one_line_error(["run", "--replay", str(f)], r"Graph object, with given inputs or with schedules given as a mapping; it cannot be replayed")
+    _one_line_error(
+        ["run", "--replay", str(f)],
+        r"Graph object, with given inputs or with schedules given as a mapping; it cannot be replayed",
+    )
 
 
 def test_warm_context_records_its_start_cycle():
@@ -192,8 +219,10 @@ def test_warm_context_records_its_start_cycle():
     ("args", "match"),
     [
         (["--ext-param", "transformer_engine.block_q=64"], r"not an extension given with --ext"),
-        (["--ext", "transformer_engine", "--ext-param", "transformer_engine.nope=1"],
-         r"has no parameter 'nope'"),
+        (
+            ["--ext", "transformer_engine", "--ext-param", "transformer_engine.nope=1"],
+            r"has no parameter 'nope'",
+        ),
         (["--ext", "transformer_engine", "--ext-param", "block_q=64"], r"must read ID\.NAME=VALUE"),
     ],
 )

@@ -351,6 +351,7 @@ def test_fp32_bit_exact_against_golden() -> None:
 
 # ---- the fp32 PE mode in the array -------------------------------------------------------
 
+
 @pytest.mark.parametrize("dataflow", ["os", "ws"])
 @pytest.mark.parametrize("pipelined", [False, True])
 def test_array_fp32_mode(dataflow: str, pipelined: bool) -> None:

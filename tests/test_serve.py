@@ -152,7 +152,9 @@ def test_graph_at_reapplies_fusion_and_quantisation():
             "token_type_ids": np.zeros((2, 16), np.int64),
         }
     ]
-    q = quantize_model(apply_fusion(g, FusionConfig()), QuantizationConfig(calibration_batches=1), data)
+    q = quantize_model(
+        apply_fusion(g, FusionConfig()), QuantizationConfig(calibration_batches=1), data
+    )
     big = graph_at(q, 8, 32)
     direct = quantize_model(
         apply_fusion(build("bert-large", batch=8, seq=32, layers=1)),
@@ -178,7 +180,9 @@ def test_max_rate_search_meets_its_bound(server):
     for rate, _, _, _, offered in m.steps:
         mean = max(rate * 0.3, 1000)
         assert abs(offered - mean) < 5 * mean**0.5
-    r = benchmark_server(server, ServerWorkload(p99_bound_ms=4.0, duration_s=0.3, rate_tolerance=0.02))
+    r = benchmark_server(
+        server, ServerWorkload(p99_bound_ms=4.0, duration_s=0.3, rate_tolerance=0.02)
+    )
     assert r.max_rate.rate_rps == m.rate_rps and r.rejected == 0 and r.p99_latency_ms <= 4.0
 
 
@@ -200,7 +204,9 @@ def test_poisson_arrivals_are_seeded():
 
 
 def test_max_batch_size_zero_is_one_line():
-    with pytest.raises(ServeError, match=r"^BatchingConfig.max_batch_size must be an integer >= 1, got 0$"):
+    with pytest.raises(
+        ServeError, match=r"^BatchingConfig.max_batch_size must be an integer >= 1, got 0$"
+    ):
         BatchingConfig(max_batch_size=0)
 
 
@@ -231,7 +237,9 @@ def test_bad_workload():
 def test_non_monotonic_trace_names_file_and_line(tmp_path):
     p = tmp_path / "t.csv"
     p.write_text("# ms,seq\n0.0,16\n1.5,32\n\n1.2,16\n")
-    with pytest.raises(ServeError, match=r"t\.csv:5: timestamp 1\.2 ms is before the previous one \(1\.5 ms\)"):
+    with pytest.raises(
+        ServeError, match=r"t\.csv:5: timestamp 1\.2 ms is before the previous one \(1\.5 ms\)"
+    ):
         load_trace(p, 128)
     p.write_text("0.0\nabc\n")
     with pytest.raises(ServeError, match=r"t\.csv:2: expected 'timestamp_ms\[,seq_len\]'"):

@@ -52,7 +52,9 @@ def test_launch_overhead_must_be_non_negative() -> None:
 def test_launch_overhead_is_paid_once_per_kernel_with_every_core_waiting() -> None:
     base = wia_hw.run("gemm", M=256, N=256, K=256)
     ns = 3333.0
-    r = wia_hw.run("gemm", M=256, N=256, K=256, overrides={"compute.control.launch_overhead_ns": ns})
+    r = wia_hw.run(
+        "gemm", M=256, N=256, K=256, overrides={"compute.control.launch_overhead_ns": ns}
+    )
     spec = load_spec("wia-npu")
     launch = math.ceil(ns * spec.clock_ghz - 1e-9)
     kernels = len(r.kernels)
@@ -73,8 +75,7 @@ def test_more_arrays_per_core_never_slower_and_multiply_the_peak() -> None:
         ]
         assert times[0] >= times[1] >= times[2], (m, n, k, times)
     one, four = (
-        load_spec("wia-edge", {"compute.arrays_per_core": a}).peak_flops("fp16")
-        for a in (1, 4)
+        load_spec("wia-edge", {"compute.arrays_per_core": a}).peak_flops("fp16") for a in (1, 4)
     )
     assert four == 4 * one
 

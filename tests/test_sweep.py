@@ -67,7 +67,9 @@ def test_grid_points_and_keys(tmp_path):
     sw = load_sweep(_write(tmp_path, SMALL))
     pts = sw.points()
     assert len(pts) == 2 * 2  # rows x bandwidth, one workload
-    assert {(p.params["compute.array.rows"], p.params["memory.hbm.bandwidth_gbs"]) for p in pts} == {
+    assert {
+        (p.params["compute.array.rows"], p.params["memory.hbm.bandwidth_gbs"]) for p in pts
+    } == {
         (16, 300),
         (16, 600),
         (32, 300),
@@ -84,11 +86,19 @@ def test_grid_points_and_keys(tmp_path):
     }
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     assert p.key == hashlib.sha256(text.encode()).hexdigest()
-    assert p.key == point_key(p.params, "gemm", {"M": 256, "N": 192, "K": 320}, sw.metrics, sw.base_hash)
+    assert p.key == point_key(
+        p.params, "gemm", {"M": 256, "N": 192, "K": 320}, sw.metrics, sw.base_hash
+    )
     # anything that changes what is computed changes the key
-    assert p.key != point_key(p.params, "gemm", {"M": 256, "N": 192, "K": 321}, sw.metrics, sw.base_hash)
-    assert p.key != point_key(p.params, "gemm", {"M": 256, "N": 192, "K": 320}, sw.metrics[:-1], sw.base_hash)
-    assert p.key != point_key(p.params, "gemm", {"M": 256, "N": 192, "K": 320}, sw.metrics, "0" * 64)
+    assert p.key != point_key(
+        p.params, "gemm", {"M": 256, "N": 192, "K": 321}, sw.metrics, sw.base_hash
+    )
+    assert p.key != point_key(
+        p.params, "gemm", {"M": 256, "N": 192, "K": 320}, sw.metrics[:-1], sw.base_hash
+    )
+    assert p.key != point_key(
+        p.params, "gemm", {"M": 256, "N": 192, "K": 320}, sw.metrics, "0" * 64
+    )
 
 
 def test_random_and_latin_hypercube_are_seeded_and_in_range(tmp_path):
@@ -127,12 +137,18 @@ def test_constraint_filters_parameter_sets(tmp_path):
     )
     with pytest.raises(SpecError, match=r"sweep\.yaml:\d+: constraint: "):
         load_sweep(_write(tmp_path, text))  # `and` is not in the expression language
-    text = SMALL.replace("metrics:", 'constraint: "rows * compute_array_cols <= 16 * 128"\nmetrics:')
+    text = SMALL.replace(
+        "metrics:", 'constraint: "rows * compute_array_cols <= 16 * 128"\nmetrics:'
+    )
     sw = load_sweep(_write(tmp_path, text))
     assert sw.filtered == 2  # rows 32 x cols 128 > 2048, at both bandwidths
     assert {p.params["compute.array.rows"] for p in sw.points()} == {16}
-    chain = SMALL.replace("metrics:", 'constraint: ["200 < memory_hbm_bandwidth_gbs < 500"]\nmetrics:')
-    assert {p.params["memory.hbm.bandwidth_gbs"] for p in load_sweep(_write(tmp_path, chain)).points()} == {300}
+    chain = SMALL.replace(
+        "metrics:", 'constraint: ["200 < memory_hbm_bandwidth_gbs < 500"]\nmetrics:'
+    )
+    assert {
+        p.params["memory.hbm.bandwidth_gbs"] for p in load_sweep(_write(tmp_path, chain)).points()
+    } == {300}
 
 
 def _line_of(path: Path, needle: str) -> int:
@@ -142,19 +158,59 @@ def _line_of(path: Path, needle: str) -> int:
 @pytest.mark.parametrize(
     ("old", "new", "needle", "match"),
     [
-        ("compute.array.rows:", "compute.array.rowz:", "rowz", r"unknown parameter path 'compute\.array\.rowz': no field 'rowz' in compute\.array \(known: rows, cols"),
-        ("compute.array.rows:", "compute.array:", "compute.array:", r"names a section, not a value"),
-        ("compute.array.rows:", "energy.pj_per_mac.fp8:", "fp8", r"no key 'fp8' in energy\.pj_per_mac"),
+        (
+            "compute.array.rows:",
+            "compute.array.rowz:",
+            "rowz",
+            r"unknown parameter path 'compute\.array\.rowz': no field 'rowz' in compute\.array \(known: rows, cols",
+        ),
+        (
+            "compute.array.rows:",
+            "compute.array:",
+            "compute.array:",
+            r"names a section, not a value",
+        ),
+        (
+            "compute.array.rows:",
+            "energy.pj_per_mac.fp8:",
+            "fp8",
+            r"no key 'fp8' in energy\.pj_per_mac",
+        ),
         ("bytes.hbm", "bytes.dram", "metrics:", r"unknown metric 'bytes\.dram'"),
         ("gemm:", "gemmm:", "gemmm", r"workload 'gemmm': unknown workload"),
-        ("{M: 256, N: 192, K: 320}", "{M: 256, N: 192, K: 320, Q: 1}", "gemm:", r"workload 'gemm': .*Q"),
-        ("schema_version: 1", "schema_version: 2", "schema_version", r"schema_version must be 1, got 2"),
+        (
+            "{M: 256, N: 192, K: 320}",
+            "{M: 256, N: 192, K: 320, Q: 1}",
+            "gemm:",
+            r"workload 'gemm': .*Q",
+        ),
+        (
+            "schema_version: 1",
+            "schema_version: 2",
+            "schema_version",
+            r"schema_version must be 1, got 2",
+        ),
         ("base: wia-npu", "base: wia-nope", "base:", r"unknown base spec 'wia-nope'"),
         ("grid:", "grids:", "grids:", r"unknown key 'grids'"),
         ("[16, 32]", "[]", "compute.array.rows", r"empty list of values"),
-        ("[16, 32]", "[16, .nan]", "compute.array.rows", r"values of 'compute\.array\.rows' must be finite numbers"),
-        ("metrics:", 'constraint: "__import__(1) < 2"\nmetrics:', "constraint", r"constraint: .*not allowed"),
-        ("metrics:", 'constraint: "rows < nope"\nmetrics:', "constraint", r"constraint: unknown name 'nope'"),
+        (
+            "[16, 32]",
+            "[16, .nan]",
+            "compute.array.rows",
+            r"values of 'compute\.array\.rows' must be finite numbers",
+        ),
+        (
+            "metrics:",
+            'constraint: "__import__(1) < 2"\nmetrics:',
+            "constraint",
+            r"constraint: .*not allowed",
+        ),
+        (
+            "metrics:",
+            'constraint: "rows < nope"\nmetrics:',
+            "constraint",
+            r"constraint: unknown name 'nope'",
+        ),
         ("metrics:", 'constraint: "rows + 1"\nmetrics:', "constraint", r"compares nothing"),
     ],
 )
@@ -308,12 +364,16 @@ metrics: [latency_ms, energy_j]
 def test_a_file_that_is_not_a_store_is_refused_in_one_line(tmp_path):
     text = tmp_path / "notes.sqlite"
     text.write_text("not a database\n" * 100)
-    with pytest.raises(SweepError, match=r"notes\.sqlite: not a sweep store \(file is not a database\)"):
+    with pytest.raises(
+        SweepError, match=r"notes\.sqlite: not a sweep store \(file is not a database\)"
+    ):
         open_store(text)
     other = tmp_path / "other.sqlite"
     with sqlite3.connect(other) as c:
         c.execute("CREATE TABLE t(x)")
-    with pytest.raises(SweepError, match=r"other\.sqlite: not a sweep store \(no meta/points tables"):
+    with pytest.raises(
+        SweepError, match=r"other\.sqlite: not a sweep store \(no meta/points tables"
+    ):
         open_store(other)
     with sqlite3.connect(other) as c:
         c.execute("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT)")
@@ -338,7 +398,9 @@ def test_unreachable_scheduler_is_one_line(tmp_path, monkeypatch):
 
     monkeypatch.setattr(run_mod, "CONNECT_TIMEOUT_S", 1.0)
     p = _write(tmp_path, SMALL)
-    with pytest.raises(SweepError, match=r"^cannot reach the Dask scheduler at dask://127\.0\.0\.1:9 within 1 s \(") as e:
+    with pytest.raises(
+        SweepError, match=r"^cannot reach the Dask scheduler at dask://127\.0\.0\.1:9 within 1 s \("
+    ) as e:
         wia_hw.sweep(p, executor="dask://127.0.0.1:9", store=tmp_path / "s.sqlite")
     assert "\n" not in str(e.value)
     res = CliRunner().invoke(
@@ -346,7 +408,9 @@ def test_unreachable_scheduler_is_one_line(tmp_path, monkeypatch):
     )
     assert res.exit_code == 2 and "cannot reach the Dask scheduler" in res.output
     assert res.output.strip().count("\n") == 0
-    with pytest.raises(SweepError, match=r"executor must be 'local' or 'dask://HOST:PORT', got 'ray'"):
+    with pytest.raises(
+        SweepError, match=r"executor must be 'local' or 'dask://HOST:PORT', got 'ray'"
+    ):
         wia_hw.sweep(p, executor="ray", store=tmp_path / "s.sqlite")
     with pytest.raises(SweepError, match=r"workers must be a positive integer, got 0"):
         wia_hw.sweep(p, store=tmp_path / "s.sqlite", workers=0)
@@ -391,7 +455,16 @@ def test_sweep_report_cli_writes_png_csv_and_says_parquet_is_skipped(tmp_path):
     png, csv_path, pq = tmp_path / "p.png", tmp_path / "p.csv", tmp_path / "p.parquet"
     res = CliRunner().invoke(
         cli,
-        ["sweep-report", str(store), "--png", str(png), "--csv", str(csv_path), "--parquet", str(pq)],
+        [
+            "sweep-report",
+            str(store),
+            "--png",
+            str(png),
+            "--csv",
+            str(csv_path),
+            "--parquet",
+            str(pq),
+        ],
     )
     assert res.exit_code == 0, res.output
     assert f"{store}: 4 points (2 ok, 2 failed)" in res.output
@@ -419,9 +492,7 @@ def test_cli_sweep_with_progress_bar_and_summary_line(tmp_path):
     res = CliRunner().invoke(cli, ["sweep", str(p), "--store", str(store), "--workers", "2"])
     assert res.exit_code == 0, res.output
     assert "points" in res.output and "ETA" in res.output  # the bar (on stderr)
-    assert (
-        "sweep small: 4 points, 0 already stored, 4 computed (4 ok, 0 failed)" in res.output
-    )
+    assert "sweep small: 4 points, 0 already stored, 4 computed (4 ok, 0 failed)" in res.output
     assert f"on local pool (2 workers) -> {store}" in res.output
     res = CliRunner().invoke(cli, ["sweep", str(p), "--store", str(store), "--json"])
     summary = json.loads(res.stdout.strip().splitlines()[-1])
@@ -439,7 +510,10 @@ def test_inline_base_mapping_and_workload_list(tmp_path):
             "schema_version": 1,
             "base": base,
             "grid": {"clock_ghz": [0.5, 1.0]},
-            "workloads": [{"gemm": {"M": 64, "N": 64, "K": 64}}, {"gemm": {"M": 128, "N": 64, "K": 64}}],
+            "workloads": [
+                {"gemm": {"M": 64, "N": 64, "K": 64}},
+                {"gemm": {"M": 128, "N": 64, "K": 64}},
+            ],
         }
     )
     pts = sw.points()

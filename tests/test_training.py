@@ -199,9 +199,7 @@ def test_recommendation_measures_the_overlap_gain():
     g = small_bert(batch=8, seq=64)
     spec = cluster(4)
     se = train_iteration(g, cluster=spec, bucket_mb=2, overlap=False)
-    recs = wia_hw.analyze_performance(
-        se, wia_hw.AnalysisConfig(priority_threshold="low")
-    )
+    recs = wia_hw.analyze_performance(se, wia_hw.AnalysisConfig(priority_threshold="low"))
     (rec,) = recs.recommendations
     assert rec.title == "Inefficient Communication Pattern"
     ov = train_iteration(g, cluster=spec, bucket_mb=2)

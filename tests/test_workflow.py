@@ -155,9 +155,18 @@ def test_bottleneck_shares_from_the_bound_model():
 @pytest.mark.parametrize(
     ("make", "msg"),
     [
-        (lambda: OptimizationWorkflow(max_iterations=0), "max_iterations must be an integer >= 1, got 0"),
-        (lambda: OptimizationWorkflow(optimization_strategy="random"), "optimization_strategy must be one of iterative"),
-        (lambda: OptimizationWorkflow(convergence_threshold=1.5), r"convergence_threshold must be in \[0, 1\)"),
+        (
+            lambda: OptimizationWorkflow(max_iterations=0),
+            "max_iterations must be an integer >= 1, got 0",
+        ),
+        (
+            lambda: OptimizationWorkflow(optimization_strategy="random"),
+            "optimization_strategy must be one of iterative",
+        ),
+        (
+            lambda: OptimizationWorkflow(convergence_threshold=1.5),
+            r"convergence_threshold must be in \[0, 1\)",
+        ),
         (lambda: OptimizationWorkflow(min_cosine=2), r"min_cosine must be in \[-1, 1\]"),
         (lambda: WorkflowBaseline(metric="energy"), "metric must be latency or throughput"),
         (lambda: WorkflowBaseline(target_value=0), "target_value must be > 0"),

@@ -343,7 +343,12 @@ class CaseStudyResult:
 
 
 def _row(
-    step: str, r: RunResult, base: RunResult, gflop_per_seq: float, spec: DeviceSpec, seed_ms: float | None
+    step: str,
+    r: RunResult,
+    base: RunResult,
+    gflop_per_seq: float,
+    spec: DeviceSpec,
+    seed_ms: float | None,
 ) -> CaseStudyRow:
     prec = "int8" if r.precision == "int8" else r.precision
     return CaseStudyRow(
@@ -390,8 +395,18 @@ def case_study(
     Raises :class:`~wia_hw.WorkloadError` on an unknown or non-transformer model.
     """
     key = (
-        model, str(device), batch, seq, layers, target_latency_ms, max_batch_size,
-        server_duration_s, accuracy, accuracy_layers, calibration_batches, seed,
+        model,
+        str(device),
+        batch,
+        seq,
+        layers,
+        target_latency_ms,
+        max_batch_size,
+        server_duration_s,
+        accuracy,
+        accuracy_layers,
+        calibration_batches,
+        seed,
     )
     if cache and not isinstance(device, DeviceSpec) and key in _CACHE:
         return _CACHE[key]
@@ -426,7 +441,11 @@ def case_study(
     acc = None
     if accuracy:
         a = functional_agreement(
-            g, ["fusion", "int8"], spec=spec, layers=accuracy_layers, seed=seed,
+            g,
+            ["fusion", "int8"],
+            spec=spec,
+            layers=accuracy_layers,
+            seed=seed,
             calibration_batches=calibration_batches,
         )
         acc = a.to_dict()
@@ -479,7 +498,12 @@ def case_study(
         )
     except ServeError as e:
         rows.append(
-            CaseStudyRow(step="dynamic batching", available=False, note=str(e), seed_ms=SEED_FIGURES["p50_ms"])
+            CaseStudyRow(
+                step="dynamic batching",
+                available=False,
+                note=str(e),
+                seed_ms=SEED_FIGURES["p50_ms"],
+            )
         )
     if sb is not None:
         smallest = min(sb.executed_shapes, key=lambda k: k[0])

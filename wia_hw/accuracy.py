@@ -576,7 +576,19 @@ def _tf_forward(p: Mapping[str, np.ndarray], ids: np.ndarray) -> tuple[np.ndarra
     h2 = h + r @ p["ffn.fc2.weight"] + p["ffn.fc2.bias"]
     c = h2[:, 0]
     logits = c @ p["logits.weight"] + p["logits.bias"]
-    return logits, {"e": e, "q": q, "k": k, "v": v, "p": pr, "a": a, "h": h, "z": z, "r": r, "c": c, "s": s}
+    return logits, {
+        "e": e,
+        "q": q,
+        "k": k,
+        "v": v,
+        "p": pr,
+        "a": a,
+        "h": h,
+        "z": z,
+        "r": r,
+        "c": c,
+        "s": s,
+    }
 
 
 def transformer_predict(params: Mapping[str, np.ndarray], ids: np.ndarray) -> np.ndarray:

@@ -205,9 +205,7 @@ class GenerationResult:
     @property
     def kv_cache_bytes(self) -> list[int]:
         """The KV cache after the prefill, then after every decode step."""
-        return [self.prompt_len * self.kv_bytes_per_token] + [
-            s.kv_cache_bytes for s in self.steps
-        ]
+        return [self.prompt_len * self.kv_bytes_per_token] + [s.kv_cache_bytes for s in self.steps]
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (schema ``wia-hw.generate/1``): plain types only."""
@@ -298,7 +296,9 @@ class _Probe:
                 a, b, c = g0.tensors[t], g1.tensors[t], g2.tensors[t]
                 slope = tuple(y - x for x, y in zip(a.shape, b.shape, strict=True))
                 if tuple(z - y for y, z in zip(b.shape, c.shape, strict=True)) != slope:
-                    raise WorkloadError(f"generate: {t!r} does not grow linearly with the KV length")
+                    raise WorkloadError(
+                        f"generate: {t!r} does not grow linearly with the KV length"
+                    )
                 kind = "weight" if a.kind == "weight" else "input"
                 self.inputs.append((Tensor(a.name, a.shape, a.dtype, kind), slope))
         self.attr_slopes: dict[str, dict[str, int]] = {}
@@ -424,8 +424,7 @@ def generate(
     anchor_every = _check_pos("anchor_every", anchor_every)
     if anchor_every % kv_bucket:
         raise WorkloadError(
-            f"generate: anchor_every ({anchor_every}) must be a multiple of kv_bucket "
-            f"({kv_bucket})"
+            f"generate: anchor_every ({anchor_every}) must be a multiple of kv_bucket ({kv_bucket})"
         )
     build = WORKLOADS[model]
     kw = dict(model_kwargs, batch=batch, precision=precision)

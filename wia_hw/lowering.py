@@ -272,25 +272,25 @@ def _gemm_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[Ke
         c_ref = st.ref(op.outputs[0], batch * m, n)
         shared = False
     kern = GemmKernel(
-            name=op.name,
-            op=op.name,
-            group=op.group,
-            op_kind=op.kind,
-            io=(op.inputs, op.outputs),
-            attrs=dict(op.attrs),
-            precision=prec,
-            batch=batch,
-            m=m,
-            n=n,
-            k=k,
-            a=a_ref,
-            b=b_ref,
-            c=c_ref,
-            bias=bias,
-            b_shared=shared,
-            b_transposed=transposed,
-            tiling=tiling,
-        )
+        name=op.name,
+        op=op.name,
+        group=op.group,
+        op_kind=op.kind,
+        io=(op.inputs, op.outputs),
+        attrs=dict(op.attrs),
+        precision=prec,
+        batch=batch,
+        m=m,
+        n=n,
+        k=k,
+        a=a_ref,
+        b=b_ref,
+        c=c_ref,
+        bias=bias,
+        b_shared=shared,
+        b_transposed=transposed,
+        tiling=tiling,
+    )
     if st.schedules:
         tuned = st.schedules.get(gemm_key(kern))
         if tuned is not None:

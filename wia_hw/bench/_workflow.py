@@ -155,7 +155,9 @@ class OptimizationWorkflow:
         for name in ("max_iterations", "verify_layers", "calibration_batches"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise BenchmarkError(f"OptimizationWorkflow.{name} must be an integer >= 1, got {v!r}")
+                raise BenchmarkError(
+                    f"OptimizationWorkflow.{name} must be an integer >= 1, got {v!r}"
+                )
         c = self.convergence_threshold
         if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 <= c < 1:
             raise BenchmarkError(
@@ -340,9 +342,7 @@ def shrink_vocab(graph: Graph, rows: int = FUNCTIONAL_VOCAB_ROWS) -> tuple[Graph
     if not cut:
         return graph, ""
     tensors = [replace(t, shape=cut[n]) if n in cut else t for n, t in graph.tensors.items()]
-    label = ", ".join(
-        f"{n} {cut[n][0]:,} of {graph.tensors[n].shape[0]:,} rows" for n in cut
-    )
+    label = ", ".join(f"{n} {cut[n][0]:,} of {graph.tensors[n].shape[0]:,} rows" for n in cut)
     return (
         Graph(graph.name, tensors, graph.ops, sequences=graph.sequences, params=graph.params),
         label,
@@ -370,7 +370,9 @@ def reduced_model(graph: Graph, layers: int, batch: int = 2, seq: int = 16) -> t
         kw["layers"] = min(layers, int(p["layers"]))
     small, cut = shrink_vocab(fn(**kw))
     full = p.get("layers")
-    what = f"{p['model']} REDUCED to {kw.get('layers', '?')} of {full} layers" if full else p["model"]
+    what = (
+        f"{p['model']} REDUCED to {kw.get('layers', '?')} of {full} layers" if full else p["model"]
+    )
     dims = f"b{batch}" + (f" s{kw['seq']}" if "seq" in kw else "")
     return small, f"{what}, {dims}" + (f", {cut}" if cut else "")
 
@@ -383,7 +385,14 @@ def fuse(graph: Graph, config: Mapping[str, bool] | None = None) -> Graph:
     out = apply_fusion(graph, FusionConfig(**config) if config else FusionConfig())
     if not isinstance(graph, QuantizedGraph):
         return out
-    q = QuantizedGraph(out.name, out.tensors.values(), out.ops, sequences=out.sequences, params=out.params, validate=False)
+    q = QuantizedGraph(
+        out.name,
+        out.tensors.values(),
+        out.ops,
+        sequences=out.sequences,
+        params=out.params,
+        validate=False,
+    )
     q.weights, q.float_weights = graph.weights, graph.float_weights
     q.thresholds, q.config = graph.thresholds, graph.config
     return q
@@ -641,9 +650,8 @@ def optimize_workload(
             if m not in tried and (m != "autotune" or have_autotune)
         ]
         if not todo:
-            step.decision = stop = (
-                f"no optimisation left for {dominant}"
-                + ("" if have_autotune else " (auto-tuning not available)")
+            step.decision = stop = f"no optimisation left for {dominant}" + (
+                "" if have_autotune else " (auto-tuning not available)"
             )
             break
         rec = _top_recommendation(r.profile) if wf.profiling.enable_kernel_profiling else None

@@ -17,7 +17,9 @@ __all__ = ["case_study_cmd"]
 
 @click.command("case-study")
 @click.argument("model", default="bert-large")
-@click.option("-d", "--device", default=DEFAULT_DEVICE, show_default=True, help="Spec name or path.")
+@click.option(
+    "-d", "--device", default=DEFAULT_DEVICE, show_default=True, help="Spec name or path."
+)
 @click.option("-b", "--batch", type=int, default=32, show_default=True, help="Batch size.")
 @click.option("-s", "--seq", type=int, default=128, show_default=True, help="Sequence length.")
 @click.option(

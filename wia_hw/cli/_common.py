@@ -74,8 +74,9 @@ def extension_params(items: tuple[str, ...]) -> dict[str, dict[str, Any]]:
         key, eq, raw = s.partition("=")
         ext_id, dot, name = key.strip().partition(".")
         if not eq or not dot or not ext_id or not name:
-            raise SpecError(f"{s!r} must read ID.NAME=VALUE, e.g. pim.bandwidth_gb_s=4000",
-                            field="--ext-param")
+            raise SpecError(
+                f"{s!r} must read ID.NAME=VALUE, e.g. pim.bandwidth_gb_s=4000", field="--ext-param"
+            )
         out.setdefault(ext_id, {})[name.strip()] = load_yaml_text(raw, f"--ext-param {key}")
     return out
 

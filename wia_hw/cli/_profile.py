@@ -262,7 +262,9 @@ def profile(
         if apply_n is not None:
             _apply(opts, seed, recs.recommendations, apply_n, before)
     written = [
-        p for p in (output, timeline, flamegraph, roofline, memory_timeline) if p and p not in skipped
+        p
+        for p in (output, timeline, flamegraph, roofline, memory_timeline)
+        if p and p not in skipped
     ]
     if written:
         click.echo("wrote " + ", ".join(str(p) for p in written))
@@ -280,8 +282,7 @@ def _apply(opts: RunOptions, seed: int, recs: list[Any], n: int, before: Any) ->
     rec = recs[n - 1]
     if rec.fix is None:
         raise WiaError(
-            f"--apply {n}: {rec.title!r} has no fix the emulator can apply "
-            f"({rec.confidence_basis})"
+            f"--apply {n}: {rec.title!r} has no fix the emulator can apply ({rec.confidence_basis})"
         )
     after = rec.fix.apply(opts.open(seed=seed), opts.workload, opts.run_kwargs())
     click.echo(f"Applied recommendation {n}: {rec.title} ({rec.fix.kind}: {rec.fix.description})")
@@ -293,8 +294,11 @@ def _apply(opts: RunOptions, seed: int, recs: list[Any], n: int, before: Any) ->
     click.echo(f"  Throughput: {throughput_text(before)} -> {throughput_text(after)}")
     old = {k.name: k for k in before.kernels}
     new = {k.name: k for k in after.kernels}
-    rows = [(k.name, k.time_ms, new[k.name].time_ms if k.name in new else None) for k in
-            before.kernels if k.name not in new or new[k.name].cycles != k.cycles]
+    rows = [
+        (k.name, k.time_ms, new[k.name].time_ms if k.name in new else None)
+        for k in before.kernels
+        if k.name not in new or new[k.name].cycles != k.cycles
+    ]
     rows += [(k.name, None, k.time_ms) for k in after.kernels if k.name not in old]
     rows.sort(key=lambda r: -abs((r[2] or 0.0) - (r[1] or 0.0)))
     click.echo(f"  Changed kernels: {len(rows)} (the 10 that changed most):")

@@ -184,8 +184,11 @@ def replay_context(path: Path) -> tuple[Context, dict[str, Any]]:
     except json.JSONDecodeError as e:
         raise WiaError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("wia-hw.run/"):
-        raise WiaError(f"{path}: not a wia-hw run report (schema {data.get('schema')!r})"
-                       if isinstance(data, dict) else f"{path}: not a wia-hw run report")
+        raise WiaError(
+            f"{path}: not a wia-hw run report (schema {data.get('schema')!r})"
+            if isinstance(data, dict)
+            else f"{path}: not a wia-hw run report"
+        )
     prov = data.get("provenance")
     if not isinstance(prov, dict) or not isinstance(prov.get("run"), dict):
         raise WiaError(f"{path}: the report has no provenance (made before wia_hw recorded it)")
@@ -267,9 +270,7 @@ def run_cmd(
     """Run WORKLOAD (bert-large, bert-base, gpt2, resnet50, gemm, or an .onnx file)."""
     if generate is not None or prompt_len is not None:
         given = {"--phase": phase, "--kv-len": kv_len, "--replay": replay}
-        return run_generation(
-            opts, generate, prompt_len, mode, seed, as_json, output, width, given
-        )
+        return run_generation(opts, generate, prompt_len, mode, seed, as_json, output, width, given)
     if replay is not None:
         if opts is not None:
             raise WiaError("--replay takes no WORKLOAD: the report names it")

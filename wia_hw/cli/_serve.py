@@ -105,9 +105,7 @@ def serve_cmd(
         f"P99 latency: {r.p99_latency_ms:.2f} ms\nThroughput: {r.throughput:,.1f} seq/sec "
         "(completed requests per emulated second)"
     )
-    click.echo(
-        "Batch sizes: " + ", ".join(f"{k}: {v}" for k, v in r.batch_size_histogram.items())
-    )
+    click.echo("Batch sizes: " + ", ".join(f"{k}: {v}" for k, v in r.batch_size_histogram.items()))
     click.echo(
         f"Queue depth: max {r.max_queue_depth} of {max_queue}; padding efficiency "
         f"{r.padding_efficiency_pct:.1f}%"

@@ -105,6 +105,8 @@ class AutotuneMethod(StrNamedEnum):
     GRID = "grid"
     RANDOM = "random"
     ML_GUIDED = "ml"
+
+
 COST_MODELS = ("gbt", "ridge")
 
 

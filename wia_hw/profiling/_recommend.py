@@ -670,9 +670,7 @@ class _Analyzer:
         if field_ is not None:
             from ..optimize._fusion import FUSION_PATTERNS
 
-            flags = ",\n".join(
-                f"        {f}={f == field_}" for f in FUSION_PATTERNS.values()
-            )
+            flags = ",\n".join(f"        {f}={f == field_}" for f in FUSION_PATTERNS.values())
             code = (
                 "from wia_hw.runtime import resolve_workload\n\n"
                 "graph = resolve_workload(workload, **run_kwargs)\n"

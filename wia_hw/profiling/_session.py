@@ -109,7 +109,9 @@ class ProfilingSession:
             kstats.append(ks)
         if self._instr:
             self._ops.append(
-                OpSpan(op.name, op.group, op.kind, run, start, cycle, list(range(first, len(kstats))))
+                OpSpan(
+                    op.name, op.group, op.kind, run, start, cycle, list(range(first, len(kstats)))
+                )
             )
 
     def run_end(self, result: Any, trace: list[TraceEvent] | None) -> None:

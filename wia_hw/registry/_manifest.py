@@ -531,7 +531,6 @@ def _unknown(key: Any, known: Sequence[str], what: str = "key") -> str:
     return f"unknown {what} {str(key)!r} (known: {', '.join(known)})"
 
 
-
 def read_manifest(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     return read_yaml_mapping(path, str(path), "an extension manifest")
 
@@ -947,9 +946,7 @@ def _tile_grid(on_array: bool, dev: Mapping[str, Any]) -> list[dict[str, float]]
     return tiles
 
 
-def _param_points(
-    params: Mapping[str, Parameter], used: frozenset[str]
-) -> list[dict[str, float]]:
+def _param_points(params: Mapping[str, Parameter], used: frozenset[str]) -> list[dict[str, float]]:
     """Parameter values a cost expression is evaluated at: the defaults, each numeric
     parameter it reads at its ``min`` and its ``max`` (others at their defaults), and
     all of them at their ``min``s, then at their ``max``es."""
@@ -975,9 +972,7 @@ def check_cost_domain(ext: DeviceExtension) -> None:
     (:func:`_param_points`) on a small tile grid of every built-in device
     (:func:`_tile_grid`). The :class:`SpecError` names the file, the line and the field
     (``operations.N.cost.KEY``), the tile and the parameter values."""
-    params = tuple(
-        (n, p.type, p.default, p.min, p.max) for n, p in sorted(ext.parameters.items())
-    )
+    params = tuple((n, p.type, p.default, p.min, p.max) for n, p in sorted(ext.parameters.items()))
     for op in ext.operations:
         exprs = [(f"cost.{k}", e) for k, e in op.cost.items()]
         exprs += [(f"peak.{k}", e) for k, e in op.peak.items()]

@@ -54,9 +54,7 @@ def render_report(source: Any, *, recommendations: Any = None) -> tuple[str, str
         raise
 
 
-def write_report(
-    source: Any, path: str | os.PathLike[str], *, recommendations: Any = None
-) -> Path:
+def write_report(source: Any, path: str | os.PathLike[str], *, recommendations: Any = None) -> Path:
     """Write the page of ``source`` (see :func:`render_report`) to ``path``; returns
     the path. With a live ``ProfilingReport`` the recommendations' gains are measured
     by re-running its kernels. Raises :class:`ReportError` when the input is not a

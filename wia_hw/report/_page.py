@@ -162,7 +162,7 @@ def table(
                 cells.append(f"<td{cls}>{esc('' if v is None else v)}</td>")
         body.append(f'<tr data-i="{i}">{"".join(cells)}</tr>')
     cls = ' class="sortable"' if sortable else ""
-    cap = f"<caption class=\"muted\">{esc(caption)}</caption>" if caption else ""
+    cap = f'<caption class="muted">{esc(caption)}</caption>' if caption else ""
     return (
         f'<div class="scroll"><table id="{esc(table_id)}"{cls}>{cap}<thead><tr>{head}</tr>'
         f"</thead><tbody>{''.join(body)}</tbody></table></div>"

@@ -185,7 +185,12 @@ def _run_view(d: Mapping[str, Any]) -> dict[str, Any]:
             d.get("achieved_tflops"),
             f"{fmt(d.get('achieved_tflops'))} TFLOPS",
         ),
-        ("peak_tflops", "peak compute", d.get("peak_tflops"), f"{fmt(d.get('peak_tflops'))} TFLOPS"),
+        (
+            "peak_tflops",
+            "peak compute",
+            d.get("peak_tflops"),
+            f"{fmt(d.get('peak_tflops'))} TFLOPS",
+        ),
         (
             "compute_utilization",
             "compute utilisation",
@@ -360,9 +365,7 @@ def _profile_view(d: Mapping[str, Any]) -> dict[str, Any]:
                 f"{fmt(mem.get('peak_usage_gb'))} GB",
             )
         )
-    workloads = ", ".join(
-        f"{r.get('workload')} ({_shape(r.get('params') or {})})" for r in runs
-    )
+    workloads = ", ".join(f"{r.get('workload')} ({_shape(r.get('params') or {})})" for r in runs)
     return {
         "kind": "profile",
         "title": f"{', '.join(str(r.get('workload')) for r in runs) or 'profile'} on "
@@ -385,9 +388,7 @@ def _ops_section(ops: Sequence[dict[str, Any]]) -> str:
         Col("%", "pct", num=True),
         Col("GFLOP", "gflop", num=True),
     ]
-    return section(
-        "ops", "Operation breakdown", table(cols, list(ops), table_id="ops-table")
-    )
+    return section("ops", "Operation breakdown", table(cols, list(ops), table_id="ops-table"))
 
 
 def _kernel_section(v: Mapping[str, Any]) -> str:
@@ -606,7 +607,11 @@ def report_kind(report: Any) -> str:
 
     if isinstance(report, ProfilingReport):
         return "profile"
-    d = report.to_dict() if hasattr(report, "to_dict") and not isinstance(report, Mapping) else report
+    d = (
+        report.to_dict()
+        if hasattr(report, "to_dict") and not isinstance(report, Mapping)
+        else report
+    )
     schema = d.get("schema") if isinstance(d, Mapping) else None
     if schema == RUN_SCHEMA:
         return "run"

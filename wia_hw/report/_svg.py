@@ -63,9 +63,7 @@ def run_roofline_figure(spec: Any, kernels: Sequence[Mapping[str, Any]]) -> tupl
         if not math.isfinite(perf):
             continue
         rf.add_point(flops / hbm, perf, label, precision=prec, time_ms=t_ms)
-    fig = rf.figure(
-        title=f"Roofline: {cfg.name} (HBM intensity; kernels alike over layers summed)"
-    )
+    fig = rf.figure(title=f"Roofline: {cfg.name} (HBM intensity; kernels alike over layers summed)")
     return fig, rf
 
 

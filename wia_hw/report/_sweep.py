@@ -23,6 +23,7 @@ __all__ = ["sweep_report_html"]
 
 PLOT_X, PLOT_Y = "latency_ms", "energy_j"
 
+
 def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -182,8 +183,7 @@ def sweep_report_html(data: SweepData) -> str:
             "points",
             "Points",
             f'<p class="muted">{len(ok)} finished points, in the order they finished. '
-            "Click a header to sort by it.</p>"
-            + table(pcols, rows, table_id="points-table"),
+            "Click a header to sort by it.</p>" + table(pcols, rows, table_id="points-table"),
         )
     )
 

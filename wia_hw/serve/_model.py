@@ -97,9 +97,7 @@ def model_factory(
     if callable(model):
         ref = model(1, workload_kwargs.get("seq"))
         if not isinstance(ref, Graph):
-            raise ServeError(
-                f"the model callable must return a Graph, got {type(ref).__name__}"
-            )
+            raise ServeError(f"the model callable must return a Graph, got {type(ref).__name__}")
         return model, ref
     raise ServeError(
         "create_inference_server takes a workload name, a Graph or a callable "

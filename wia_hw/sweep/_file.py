@@ -177,7 +177,9 @@ class Sweep:
                 key = point_key(params, wname, wargs, self.metrics, self.base_hash)
                 out.setdefault(
                     key,
-                    Point(key, dict(params), _label(wname, wargs), wname, dict(wargs), self.metrics),
+                    Point(
+                        key, dict(params), _label(wname, wargs), wname, dict(wargs), self.metrics
+                    ),
                 )
         return list(out.values())
 
@@ -231,7 +233,9 @@ def _check_path(path: str, base: Mapping[str, Any]) -> str | None:
         if cls is None:  # inside a mapping field: keys the base has
             if not isinstance(node, Mapping) or part not in node:
                 known = ", ".join(map(str, node)) if isinstance(node, Mapping) else "none"
-                return f"unknown parameter path {path!r}: no key {part!r} in {where} (known: {known})"
+                return (
+                    f"unknown parameter path {path!r}: no key {part!r} in {where} (known: {known})"
+                )
             node = node[part]
             if i < len(parts) - 1:
                 return f"unknown parameter path {path!r}: {'.'.join(parts[: i + 1])} is a value"
@@ -322,8 +326,11 @@ def _samples(kind: str, spec: Any, ctx: _Ctx) -> tuple[list[str], list[dict[str,
         return names, sets
     extra = set(spec) - {"n", "seed", "parameters"}
     if extra:
-        raise ctx.err(f"{kind}: unknown key(s) {', '.join(sorted(map(str, extra)))} "
-                      "(known: n, seed, parameters)", f"{kind}.{sorted(map(str, extra))[0]}")
+        raise ctx.err(
+            f"{kind}: unknown key(s) {', '.join(sorted(map(str, extra)))} "
+            "(known: n, seed, parameters)",
+            f"{kind}.{sorted(map(str, extra))[0]}",
+        )
     n, seed, params = spec.get("n"), spec.get("seed"), spec.get("parameters")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ctx.err(f"{kind}.n must be a positive integer, got {n!r}", f"{kind}.n")
@@ -339,11 +346,16 @@ def _samples(kind: str, spec: Any, ctx: _Ctx) -> tuple[list[str], list[dict[str,
         try:
             from scipy.stats import qmc
         except ImportError:
-            raise ctx.err("latin_hypercube needs scipy (pip install 'wia-hw[sweep]')", kind) from None
+            raise ctx.err(
+                "latin_hypercube needs scipy (pip install 'wia-hw[sweep]')", kind
+            ) from None
         kw = "rng" if "rng" in inspect.signature(qmc.LatinHypercube).parameters else "seed"
         u = qmc.LatinHypercube(d=len(names), **{kw: seed}).random(n)
     sets = [
-        {name: _pick(v, float(u[i, j])) for j, (name, v) in enumerate(zip(names, vals, strict=True))}
+        {
+            name: _pick(v, float(u[i, j]))
+            for j, (name, v) in enumerate(zip(names, vals, strict=True))
+        }
         for i in range(n)
     ]
     return names, sets
@@ -358,12 +370,15 @@ def _workloads(spec: Any, here: Path, ctx: _Ctx) -> list[tuple[str, dict[str, An
     elif isinstance(spec, list) and spec:
         for i, item in enumerate(spec):
             if not isinstance(item, Mapping) or len(item) != 1:
-                raise ctx.err("each workloads item must be one NAME: {ARGS} mapping", f"workloads.{i}")
-            (k, v), = item.items()
+                raise ctx.err(
+                    "each workloads item must be one NAME: {ARGS} mapping", f"workloads.{i}"
+                )
+            ((k, v),) = item.items()
             items.append((str(k), v, f"workloads.{i}"))
     else:
-        raise ctx.err("workloads must be a non-empty mapping NAME: {ARGS} (or a list of them)",
-                      "workloads")
+        raise ctx.err(
+            "workloads must be a non-empty mapping NAME: {ARGS} (or a list of them)", "workloads"
+        )
     out = []
     for name, args, at in items:
         if args is None:
@@ -438,7 +453,9 @@ def load_sweep(source: str | Path | Mapping[str, Any]) -> Sweep:
     ctx = _Ctx(display, lines)
     unknown = [k for k in data if k not in _TOP_KEYS]
     if unknown:
-        raise ctx.err(f"unknown key {unknown[0]!r} (known: {', '.join(_TOP_KEYS)})", str(unknown[0]))
+        raise ctx.err(
+            f"unknown key {unknown[0]!r} (known: {', '.join(_TOP_KEYS)})", str(unknown[0])
+        )
     if data.get("schema_version") != SWEEP_SCHEMA_VERSION:
         raise ctx.err(
             f"schema_version must be {SWEEP_SCHEMA_VERSION}, got {data.get('schema_version')!r}",
@@ -485,7 +502,9 @@ def load_sweep(source: str | Path | Mapping[str, Any]) -> Sweep:
         try:
             canonical_json(wargs)
         except (TypeError, ValueError) as e:
-            raise ctx.err(f"workload {wname!r}: arguments must be plain values ({e})", "workloads") from None
+            raise ctx.err(
+                f"workload {wname!r}: arguments must be plain values ({e})", "workloads"
+            ) from None
 
     metrics = data.get("metrics", list(DEFAULT_METRICS))
     if not isinstance(metrics, list) or not metrics:

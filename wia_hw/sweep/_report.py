@@ -92,7 +92,8 @@ def pareto_front(
         front = []
         for i, v in enumerate(vecs):
             dominated = any(
-                all(a <= b for a, b in zip(w, v, strict=True)) and any(a < b for a, b in zip(w, v, strict=True))
+                all(a <= b for a, b in zip(w, v, strict=True))
+                and any(a < b for a, b in zip(w, v, strict=True))
                 for j, w in enumerate(vecs)
                 if j != i
             )

@@ -186,7 +186,9 @@ def sweep(
     point whose values the spec refuses is stored as ``failed`` and the sweep goes on.
     """
     sw = sweep if isinstance(sweep, Sweep) else load_sweep(sweep)
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+    if workers is not None and (
+        isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
+    ):
         raise SweepError(f"workers must be a positive integer, got {workers!r}")
     is_local = isinstance(executor, str) and executor == "local"
     if isinstance(executor, str) and not is_local and not executor.startswith("dask://"):

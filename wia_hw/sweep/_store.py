@@ -81,7 +81,9 @@ class SweepStore:
     @classmethod
     def _check(cls, path: Path, conn: sqlite3.Connection) -> None:
         try:
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            tables = {
+                r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            }
             if "meta" not in tables or "points" not in tables:
                 raise SweepError(
                     f"{path}: not a sweep store (no meta/points tables; "
@@ -203,7 +205,9 @@ class SweepStore:
     # -- writing (the sweep's parent process only) -----------------------------------
     def set_meta(self, key: str, value: str) -> None:
         with self._conn:
-            self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+            self._conn.execute(
+                "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value)
+            )
 
     def record(
         self,

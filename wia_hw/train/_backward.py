@@ -153,8 +153,13 @@ class Kern:
 
     @property
     def flops(self) -> int:
-        op = Op(self.name, self.kind, tuple(f"i{i}" for i in range(len(self.inputs))), ("o",),
-                attrs=dict(self.attrs))
+        op = Op(
+            self.name,
+            self.kind,
+            tuple(f"i{i}" for i in range(len(self.inputs))),
+            ("o",),
+            attrs=dict(self.attrs),
+        )
         return op_flops(op, [s for s, _ in self.inputs], [self.output[0]])
 
 
@@ -263,8 +268,14 @@ class _Builder:
             self.emit(f"{at}.grad_accumulate{j}", "add", [(s, d), (s, d)], (s, d))
         return s, d
 
-    def reduce(self, name: str, srcs: Sequence[tuple[Shape, str]], out: tuple[Shape, str],
-               params: Iterable[str] = (), flops_per: int = 1) -> None:
+    def reduce(
+        self,
+        name: str,
+        srcs: Sequence[tuple[Shape, str]],
+        out: tuple[Shape, str],
+        params: Iterable[str] = (),
+        flops_per: int = 1,
+    ) -> None:
         """A column reduction of ``srcs`` (all of one numel) to ``out``'s numel."""
         n_in = math.prod(srcs[0][0])
         n_out = math.prod(out[0])
@@ -298,12 +309,23 @@ class _Builder:
             (xs, xd), (ws, wd) = ins[0], ins[1]
             m, kk, nn = math.prod(xs[:-1]), ws[0], ws[1]
             if wants[0]:
-                self.emit(f"{n}.grad_input", "bmm", [((1, m, nn), dy[1]), ((1, kk, nn), wd)],
-                          ((1, m, kk), xd), tp=tp, transpose_b=True)
+                self.emit(
+                    f"{n}.grad_input",
+                    "bmm",
+                    [((1, m, nn), dy[1]), ((1, kk, nn), wd)],
+                    ((1, m, kk), xd),
+                    tp=tp,
+                    transpose_b=True,
+                )
                 self.add_grad(op.inputs[0])
             if wants[1]:
-                self.emit(f"{n}.grad_weight", "matmul", [((kk, m), xd), ((m, nn), dy[1])],
-                          ((kk, nn), wd), [op.inputs[1]])
+                self.emit(
+                    f"{n}.grad_weight",
+                    "matmul",
+                    [((kk, m), xd), ((m, nn), dy[1])],
+                    ((kk, nn), wd),
+                    [op.inputs[1]],
+                )
             if len(op.inputs) == 3 and wants[2]:
                 self.reduce(f"{n}.grad_bias", [((m, nn), dy[1])], ins[2], [op.inputs[2]])
             return
@@ -311,12 +333,22 @@ class _Builder:
             (a_s, ad), (b_s, bd) = ins
             m, kk, nn = a_s[0], a_s[1], b_s[1]
             if wants[0]:
-                self.emit(f"{n}.grad_a", "bmm", [((1, m, nn), dy[1]), ((1, kk, nn), bd)],
-                          ((1, m, kk), ad), transpose_b=True)
+                self.emit(
+                    f"{n}.grad_a",
+                    "bmm",
+                    [((1, m, nn), dy[1]), ((1, kk, nn), bd)],
+                    ((1, m, kk), ad),
+                    transpose_b=True,
+                )
                 self.add_grad(op.inputs[0])
             if wants[1]:
-                self.emit(f"{n}.grad_b", "matmul", [((kk, m), ad), ((m, nn), dy[1])], (b_s, bd),
-                          [op.inputs[1]] if op.inputs[1] in params else [])
+                self.emit(
+                    f"{n}.grad_b",
+                    "matmul",
+                    [((kk, m), ad), ((m, nn), dy[1])],
+                    (b_s, bd),
+                    [op.inputs[1]] if op.inputs[1] in params else [],
+                )
                 self.add_grad(op.inputs[1])
             return
         if k == "bmm":
@@ -330,25 +362,37 @@ class _Builder:
                 if tb:  # dA = dY @ B
                     self.emit(f"{n}.grad_a", "bmm", [(y[0], dy[1]), (b_s, bd)], (a_s, ad))
                 else:  # dA = dY @ B^T
-                    self.emit(f"{n}.grad_a", "bmm", [(y[0], dy[1]), (b_s, bd)], (a_s, ad),
-                              transpose_b=True)
+                    self.emit(
+                        f"{n}.grad_a",
+                        "bmm",
+                        [(y[0], dy[1]), (b_s, bd)],
+                        (a_s, ad),
+                        transpose_b=True,
+                    )
                 self.add_grad(op.inputs[0])
             if wants[1]:
                 if tb:  # dB = dY^T @ A: [*, N, M] x [*, M, K]
-                    self.emit(f"{n}.grad_b", "bmm", [(bt + (nn, m), dy[1]), (a_s, ad)],
-                              (b_s, bd), pb)
+                    self.emit(
+                        f"{n}.grad_b", "bmm", [(bt + (nn, m), dy[1]), (a_s, ad)], (b_s, bd), pb
+                    )
                 else:  # dB = A^T @ dY: [*, K, M] x [*, M, N]
-                    self.emit(f"{n}.grad_b", "bmm", [(bt + (kk, m), ad), (y[0], dy[1])],
-                              (b_s, bd), pb)
+                    self.emit(
+                        f"{n}.grad_b", "bmm", [(bt + (kk, m), ad), (y[0], dy[1])], (b_s, bd), pb
+                    )
                 self.add_grad(op.inputs[1])
             return
         if k == "conv2d":
             self.conv(op, ins, y, dy, wants, tp)
             return
         if k == "softmax":
-            self.emit(f"{n}.grad", "softmax", [y, dy], ins[0],
-                      flops=SOFTMAX_GRAD_FLOPS_PER_ELEMENT * math.prod(y[0]),
-                      **dict(op.attrs))
+            self.emit(
+                f"{n}.grad",
+                "softmax",
+                [y, dy],
+                ins[0],
+                flops=SOFTMAX_GRAD_FLOPS_PER_ELEMENT * math.prod(y[0]),
+                **dict(op.attrs),
+            )
             self.add_grad(op.inputs[0])
             return
         if k == "layer_norm":
@@ -356,12 +400,22 @@ class _Builder:
             h = xs[-1]
             numel = math.prod(xs)
             if wants[0]:
-                self.emit(f"{n}.grad_input", "layer_norm", [ins[0], dy] + ins[1:2], ins[0],
-                          flops=LAYER_NORM_GRAD_FLOPS_PER_ELEMENT * numel)
+                self.emit(
+                    f"{n}.grad_input",
+                    "layer_norm",
+                    [ins[0], dy] + ins[1:2],
+                    ins[0],
+                    flops=LAYER_NORM_GRAD_FLOPS_PER_ELEMENT * numel,
+                )
                 self.add_grad(op.inputs[0])
             if len(op.inputs) > 1 and any(wants[1:]):
-                self.reduce(f"{n}.grad_gamma_beta", [ins[0], dy], ((2, h), xd), params,
-                            flops_per=LAYER_NORM_PARAM_GRAD_FLOPS_PER_ELEMENT)
+                self.reduce(
+                    f"{n}.grad_gamma_beta",
+                    [ins[0], dy],
+                    ((2, h), xd),
+                    params,
+                    flops_per=LAYER_NORM_PARAM_GRAD_FLOPS_PER_ELEMENT,
+                )
             return
         if k in UNARY_KINDS:
             if k == "identity":
@@ -372,8 +426,13 @@ class _Builder:
                 self.add_grad(op.inputs[0])
                 return
             src = y if k in _GRAD_FROM_OUTPUT else ins[0]
-            self.emit(f"{n}.grad", k, [src, dy], ins[0],
-                      flops=GRAD_FLOPS.get(k, UNARY_KINDS[k] + 1) * math.prod(y[0]))
+            self.emit(
+                f"{n}.grad",
+                k,
+                [src, dy],
+                ins[0],
+                flops=GRAD_FLOPS.get(k, UNARY_KINDS[k] + 1) * math.prod(y[0]),
+            )
             self.add_grad(op.inputs[0])
             return
         if k in BINARY_KINDS:
@@ -391,8 +450,7 @@ class _Builder:
                 elif k == "div" and j == 1:  # -dY a / b^2
                     self.emit(f"{n}.grad_{j}", "div", [dy, ins[0], ins[1]], out, flops=3 * numel)
                 elif k not in ("add", "sub"):  # dY * other (mul, div, max/min select...)
-                    self.emit(f"{n}.grad_{j}", k, [dy, other], out,
-                              flops=BINARY_KINDS[k] * numel)
+                    self.emit(f"{n}.grad_{j}", k, [dy, other], out, flops=BINARY_KINDS[k] * numel)
                 mine = [i] if i in params else []
                 if math.prod(s_i[0]) != numel:  # broadcast: sum dY over those dims
                     self.reduce(f"{n}.grad_{j}_sum", [out], s_i, mine)
@@ -415,8 +473,13 @@ class _Builder:
             self.add_grad(op.inputs[0], "full" if whole else "piece", y[0])
             return
         if k == "transpose":
-            self.emit(f"{n}.grad", "transpose", [dy], ins[0],
-                      perm=tuple(sorted(range(len(y[0])), key=lambda a: op.attrs["perm"][a])))
+            self.emit(
+                f"{n}.grad",
+                "transpose",
+                [dy],
+                ins[0],
+                perm=tuple(sorted(range(len(y[0])), key=lambda a: op.attrs["perm"][a])),
+            )
             self.add_grad(op.inputs[0])
             return
         if k == "concat":
@@ -431,44 +494,72 @@ class _Builder:
             return
         if k == "global_avgpool":
             xs = ins[0][0]
-            self.emit(f"{n}.grad", "scale", [((xs[0] * xs[1], 1), dy[1])],
-                      ((xs[0] * xs[1], xs[2] * xs[3]), ins[0][1]), flops=math.prod(xs))
+            self.emit(
+                f"{n}.grad",
+                "scale",
+                [((xs[0] * xs[1], 1), dy[1])],
+                ((xs[0] * xs[1], xs[2] * xs[3]), ins[0][1]),
+                flops=math.prod(xs),
+            )
             self.add_grad(op.inputs[0])
             return
         raise WorkloadError(f"op {n!r} ({k}): its gradient is not modelled")
 
-    def conv(self, op: Op, ins: list[tuple[Shape, str]], y: tuple[Shape, str],
-             dy: tuple[Shape, str], wants: list[bool], tp: int) -> None:
+    def conv(
+        self,
+        op: Op,
+        ins: list[tuple[Shape, str]],
+        y: tuple[Shape, str],
+        dy: tuple[Shape, str],
+        wants: list[bool],
+        tp: int,
+    ) -> None:
         n, a = op.name, op.attrs
         (xs, xd), (ws, wd) = ins[0], ins[1]
         if a.get("groups", 1) != 1:
             raise WorkloadError(
                 f"op {n!r} (conv2d): the gradient of a grouped convolution "
-                f"(groups={a.get('groups')}) is not modelled")
+                f"(groups={a.get('groups')}) is not modelled"
+            )
         nb, c, h, w = xs
         o, _, kh, kw = ws
         ho, wo = y[0][2], y[0][3]
         s, p, dl = a.get("stride", 1), a.get("pad", 0), a.get("dilation", 1)
         if wants[1]:  # dW[C, O, kh, kw] = conv(X^T [C, N, H, W], dY^T [O, N, Ho, Wo])
             # only the rows and columns the forward windows touched (a floor in Ho)
-            he, we = s * (ho - 1) + dl * (kh - 1) + 1 - 2 * p, s * (wo - 1) + dl * (kw - 1) + 1 - 2 * p
-            self.emit(f"{n}.grad_weight", "conv2d",
-                      [((c, nb, min(h, he), min(w, we)), xd), ((o, nb, ho, wo), dy[1])],
-                      ((c, o, kh, kw), wd), [op.inputs[1]], pad=p, dilation=s, stride=dl)
+            he, we = (
+                s * (ho - 1) + dl * (kh - 1) + 1 - 2 * p,
+                s * (wo - 1) + dl * (kw - 1) + 1 - 2 * p,
+            )
+            self.emit(
+                f"{n}.grad_weight",
+                "conv2d",
+                [((c, nb, min(h, he), min(w, we)), xd), ((o, nb, ho, wo), dy[1])],
+                ((c, o, kh, kw), wd),
+                [op.inputs[1]],
+                pad=p,
+                dilation=s,
+                stride=dl,
+            )
         if len(op.inputs) == 3 and wants[2]:
             self.reduce(f"{n}.grad_bias", [dy], ins[2], [op.inputs[2]])
         if wants[0]:
             if s == 1 and dl == 1:
                 pad = kh - 1 - p
-                self.emit(f"{n}.grad_input", "conv2d", [dy, ((c, o, kh, kw), wd)], ins[0],
-                          pad=pad)
+                self.emit(f"{n}.grad_input", "conv2d", [dy, ((c, o, kh, kw), wd)], ins[0], pad=pad)
             else:
                 m, kc = nb * ho * wo, c * kh * kw
-                self.emit(f"{n}.grad_col", "matmul", [((m, o), dy[1]), ((o, kc), wd)],
-                          ((m, kc), xd))
+                self.emit(
+                    f"{n}.grad_col", "matmul", [((m, o), dy[1]), ((o, kc), wd)], ((m, kc), xd)
+                )
                 # col2im: every column element is added into its input position
-                self.emit(f"{n}.grad_col2im", "avgpool", [((nb, c, kh * kw, ho * wo), xd)],
-                          ins[0], flops=m * kc)
+                self.emit(
+                    f"{n}.grad_col2im",
+                    "avgpool",
+                    [((nb, c, kh * kw, ho * wo), xd)],
+                    ins[0],
+                    flops=m * kc,
+                )
             self.add_grad(op.inputs[0])
 
 
@@ -494,23 +585,25 @@ def training_kernels(
     parameters, or an op whose
     gradient is not modelled (grouped convolutions)."""
     if optimizer not in OPTIMIZERS:
-        raise WorkloadError(
-            f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
+        raise WorkloadError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     fused = next((op.name for op in graph.ops if "fusion" in op.attrs), None)
     if fused is not None:
         raise WorkloadError(
             f"graph {graph.name!r} is fused (apply_fusion marked op {fused!r}): the backward "
-            "pass is derived from the unfused graph; train the graph before apply_fusion")
+            "pass is derived from the unfused graph; train the graph before apply_fusion"
+        )
     quant = [t.name for t in graph.tensors.values() if t.kind == "weight" and t.dtype == "int8"]
     if quant:
         raise WorkloadError(
             f"graph {graph.name!r} has int8 weights ({quant[0]!r}, ...): a quantised graph is "
-            "inference-only; train it in precision fp16, bf16 or fp32")
+            "inference-only; train it in precision fp16, bf16 or fp32"
+        )
     params = [t for t in graph.tensors.values() if t.kind == "weight" and t.dtype in FLOAT_DTYPES]
     if not params:
         raise WorkloadError(
             f"graph {graph.name!r} has no float parameters to train (int8 graphs are "
-            "inference-only; build it with precision fp16, bf16 or fp32)")
+            "inference-only; build it with precision fp16, bf16 or fp32)"
+        )
     tpf = tp_forward or {}
     fwd = []
     for op in graph.ops:
@@ -640,8 +733,7 @@ def time_kernels(spec: DeviceSpec, kernels: Iterable[Kern]) -> dict[tuple[Any, .
 
 def kern_bytes(k: Kern) -> int:
     """Bytes a kernel reads and writes once each (its compulsory traffic)."""
-    return sum(math.prod(s) * DTYPE_BYTES[d] for s, d in k.inputs) + math.prod(
-        k.output[0]
-    ) * DTYPE_BYTES[k.output[1]]
-
-
+    return (
+        sum(math.prod(s) * DTYPE_BYTES[d] for s, d in k.inputs)
+        + math.prod(k.output[0]) * DTYPE_BYTES[k.output[1]]
+    )

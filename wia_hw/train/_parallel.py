@@ -47,7 +47,9 @@ def shard_graph(graph: Graph, tp: int) -> tuple[Graph, dict[str, int], dict[str,
         return graph, {}, {}
     ops = graph.ops
     tensors = dict(graph.tensors)
-    splits = [op for op in ops if op.kind == "reshape" and op.name.endswith(".attention_split_heads")]
+    splits = [
+        op for op in ops if op.kind == "reshape" and op.name.endswith(".attention_split_heads")
+    ]
     if not splits:
         raise TPError(
             f"tp={tp}: graph {graph.name!r} has no transformer layers to split "
@@ -59,9 +61,7 @@ def shard_graph(graph: Graph, tp: int) -> tuple[Graph, dict[str, int], dict[str,
     dh = tensors[sp.outputs[0]].shape[-1]
     heads = h3 // 3 // dh
     if heads % tp:
-        raise TPError(
-            f"tp={tp} does not divide the {heads} attention heads of {graph.name!r}"
-        )
+        raise TPError(f"tp={tp} does not divide the {heads} attention heads of {graph.name!r}")
     new_w: dict[str, tuple[int, ...]] = {}
     fwd: dict[str, int] = {}
     bwd: dict[str, int] = {}

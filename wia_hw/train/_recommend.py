@@ -26,7 +26,9 @@ from ..profiling._recommend import (
 __all__ = ["recommend_communication"]
 
 
-def recommend_communication(result: Any, cfg: AnalysisConfig | None = None) -> PerformanceRecommendations:
+def recommend_communication(
+    result: Any, cfg: AnalysisConfig | None = None
+) -> PerformanceRecommendations:
     """Recommendations for a training iteration (see the module docstring); filtered
     by ``cfg``'s priority and confidence thresholds like ``analyze_performance``."""
     if not hasattr(result, "rerun"):  # duck-typed: _schedule imports this module

@@ -156,8 +156,7 @@ class TrainingResult:
             f"Training iteration: {self.workload} on {self.cluster} "
             f"(dp={self.dp}, tp={self.tp}, batch {self.batch} per replica, seq {self.seq}, "
             f"{self.optimizer}, {'overlapped' if self.overlap else 'not overlapped'})",
-            f"  Iteration time: {self.iteration_ms:.3f} ms "
-            f"({self.throughput:.1f} samples/s)",
+            f"  Iteration time: {self.iteration_ms:.3f} ms ({self.throughput:.1f} samples/s)",
         ]
         for k, v in self.breakdown().items():
             lines.append(
@@ -276,8 +275,7 @@ def train_iteration(
     dp = _positive("dp", dp)
     if dp * tp > n:
         raise WorkloadError(
-            f"train_iteration: dp x tp = {dp} x {tp} = {dp * tp} devices, "
-            f"{comm.spec.name} has {n}"
+            f"train_iteration: dp x tp = {dp} x {tp} = {dp * tp} devices, {comm.spec.name} has {n}"
         )
     if dp * tp != n:
         raise WorkloadError(
@@ -313,9 +311,7 @@ def train_iteration(
         works = []
         for g in groups:
             try:
-                works.append(
-                    comm.all_reduce(nbytes=nbytes, ranks=g, async_op=True, algorithm=algo)
-                )
+                works.append(comm.all_reduce(nbytes=nbytes, ranks=g, async_op=True, algorithm=algo))
             except CommError as e:
                 raise WorkloadError(f"train_iteration: {e}") from None
         for w in works:
@@ -416,4 +412,3 @@ def train_iteration(
             algorithm=algorithm,
         ),
     )
-
