@@ -38,7 +38,7 @@ from collections import OrderedDict, deque
 from collections.abc import Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from itertools import chain, filterfalse, repeat
+from itertools import chain, repeat
 
 from .config import DeviceSpec
 from .counters import Counters
@@ -114,52 +114,6 @@ class BandwidthPort:
 
 #: BandwidthPort.reserve as defined here (the HBM booking is inlined while it is this)
 _RESERVE = BandwidthPort.reserve
-
-
-def _l1_cut(
-    l1: OrderedDict[int, int],
-    slots: range | list[int],
-    nb: int,
-    nbs: list[int] | None,
-    tot: int,
-    over: int,
-) -> tuple[list[int], list[int], list[int] | None, int, int] | None:
-    """A run some of whose (distinct) blocks are in LRU cache ``l1``, ``over`` = bytes
-    used less capacity: ``(hits, missing slots, their bytes or None when all are nb,
-    their total, victims)`` when walking it block by block evicts none of the hits
-    before it reaches them, else None.
-
-    Walking it, each miss is filled and LRU blocks evicted while over capacity; the
-    hits move to the end as they are reached. The blocks evicted are the shortest
-    prefix of the LRU order holding the bytes the misses bring beyond capacity (the
-    total only grows), ``victims`` of them; if that prefix holds no hit, no hit is
-    evicted, and the outcome is: victims out, hits and misses appended in run order.
-    """
-    hits = list(filter(l1.__contains__, slots))
-    held = set(hits)
-    if nbs is None:
-        missing: list[int] = list(filterfalse(held.__contains__, slots))
-        mnbs = None
-        mtot = len(missing) * nb
-    else:
-        pairs = [(s, b) for s, b in zip(slots, nbs, strict=True) if s not in held]
-        missing = [s for s, _ in pairs]
-        mnbs = [b for _, b in pairs]
-        mtot = tot - sum(map(l1.__getitem__, hits))
-    over += mtot
-    victims = 0
-    if over > 0:
-        freed = 0
-        for key, b in l1.items():
-            if key in held:
-                return None
-            victims += 1
-            freed += b
-            if freed >= over:
-                break
-        else:
-            return None
-    return hits, missing, mnbs, mtot, victims
 
 
 def _fold(stripe: int, channels: int) -> int:
@@ -613,16 +567,7 @@ class MemorySystem:
                 _consume(map(touch1, slots))
                 h1 += n
                 continue
-            cut = None
-            if any(map(in_l1, slots)):  # some hits: at once if no hit is evicted first
-                cut = _l1_cut(l1, slots, nb, nbs, tot, used1 - cap1)
-                if cut is not None:  # go on with the misses as a run of their own
-                    whole, whole_sizes = slots, sizes
-                    hit_keys, slots, nbs, tot, victims = cut
-                    h1 += n - len(slots)
-                    n = len(slots)
-                    sizes = repeat(nb) if nbs is None else nbs
-            if cut is not None or not any(map(in_l1, slots)):  # (the rest) all L1 misses
+            if not any(map(in_l1, slots)):  # all L1 misses
                 if all(map(in_l2, slots)):  # all L2 hits
                     _consume(map(touch2, slots))
                     h2 += n
@@ -709,13 +654,6 @@ class MemorySystem:
                                     else:
                                         odd.append(sp)
                 l2_bytes += tot
-                if cut is not None:  # the victims go, the hits move to the end with the fills
-                    for _ in range(victims):
-                        used1 -= pop1(False)[1]
-                    _consume(map(l1.__delitem__, hit_keys))
-                    upd1(zip(whole, whole_sizes, strict=False))
-                    used1 += tot
-                    continue
                 upd1(zip(slots, sizes, strict=False))  # fill L1, evict
                 used1 += tot
                 while used1 > cap1 and len(l1) > 1:
