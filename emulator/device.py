@@ -433,7 +433,9 @@ class Device:
                 nbytes = sum(
                     (r[2] - r[1]) * (r[4] - r[3]) * r[0].elem_bytes for r in loads + stores
                 )
-                tiles.append(Tile(loads, stores, 0, cyc, nbytes, 0, 0, 0, 0, (r1 - r0, c1 - c0, elems)))
+                tiles.append(
+                    Tile(loads, stores, 0, cyc, nbytes, 0, 0, 0, 0, (r1 - r0, c1 - c0, elems))
+                )
         return tiles
 
     def tiles_of(
@@ -471,9 +473,7 @@ class Device:
             if groups:
                 starts = list(groups)
             elif origins:
-                starts = [
-                    i for i in range(total) if i == 0 or origins[i][:3] != origins[i - 1][:3]
-                ]
+                starts = [i for i in range(total) if i == 0 or origins[i][:3] != origins[i - 1][:3]]
             else:
                 starts = list(range(total))
             rr: list[list[Any]] = [[] for _ in range(cores)]

@@ -421,7 +421,9 @@ class MemorySystem:
             else:
                 row0, row1 = base + bi0 * nbj, base + bi1 * nbj
                 slots = list(
-                    _chain(map(range, range(row0 + bj0, row1, nbj), range(row0 + bj1, row1 + 1, nbj)))
+                    _chain(
+                        map(range, range(row0 + bj0, row1, nbj), range(row0 + bj1, row1 + 1, nbj))
+                    )
                 )
             full_bi1 = min(bi1, rows // br)  # rows of blocks with br rows
             full_bj1 = min(bj1, cols // bc)  # columns of blocks with bc columns
