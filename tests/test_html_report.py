@@ -660,3 +660,21 @@ def test_sweep_page_in_chromium(
         assert _click_header(drv, "points-table", key) == "ascending"
         vals = [float(v) for v in _column(drv, "points-table", key)]
         assert vals == sorted(vals) and len(vals) == len(ok)
+
+
+def test_profile_recommend_saves_the_measured_gains_the_page_shows(tmp_path: Path) -> None:
+    out = tmp_path / "p.json"
+    res = CliRunner().invoke(
+        cli,
+        ["profile", "bert-base", "-b", "1", "-s", "32", "-a", "layers=1", "--recommend"]
+        + ["-o", str(out)],
+    )
+    assert res.exit_code == 0, res.output
+    saved = json.loads(out.read_text())["recommendations"]["recommendations"]
+    assert saved and all("estimated_improvement" in r for r in saved)
+    page = tmp_path / "p.html"
+    res = CliRunner().invoke(cli, ["report", str(out), "-o", str(page)])
+    assert res.exit_code == 0, res.output
+    html = page.read_text()
+    # the stored, replay-measured gains, not re-modelled from the loaded report
+    assert "measured" in html and "modelled" not in html.split('id="recommendations"')[-1]

@@ -15,6 +15,8 @@ measured gain next to the promised ``estimated_improvement``.
 
 from __future__ import annotations
 
+import json
+
 import re
 from pathlib import Path
 from typing import Any
@@ -259,6 +261,10 @@ def profile(
         )
         click.echo("")
         click.echo(recs.format())
+        if output is not None:  # the report file carries them, measured gains and all
+            data = json.loads(Path(output).read_text())
+            data["recommendations"] = recs.to_dict()
+            Path(output).write_text(json.dumps(data, indent=1))
         if apply_n is not None:
             _apply(opts, seed, recs.recommendations, apply_n, before)
     written = [
