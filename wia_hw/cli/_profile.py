@@ -16,7 +16,6 @@ measured gain next to the promised ``estimated_improvement``.
 from __future__ import annotations
 
 import json
-
 import re
 from pathlib import Path
 from typing import Any
