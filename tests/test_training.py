@@ -280,3 +280,17 @@ def test_faster_links_are_never_slower_and_buckets_close_at_their_cap():
             assert b.nbytes >= cap and b.nbytes - sizes[b.params[-1]] < cap
     assert times == sorted(times, reverse=True)
     assert r.compute_cycles == train_iteration(g, cluster=cluster(4), bucket_mb=2).compute_cycles
+
+
+def test_kernel_timings_do_not_depend_on_what_was_timed_before():
+    from wia_hw.train import _backward
+
+    spec = wia_hw.load_spec("wia-npu")
+    tk = training_kernels(small_bert())
+    kerns = list(tk.backward)
+    _backward._CACHE.clear()
+    alone = {sig: time_kernels(spec, [k])[sig] for k in kerns[::-1] if (sig := k.signature)}
+    _backward._CACHE.clear()
+    together = time_kernels(spec, kerns)  # all at once, in graph order
+    _backward._CACHE.clear()
+    assert together == alone

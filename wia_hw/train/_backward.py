@@ -689,10 +689,11 @@ class _OpTimer:
 def time_kernels(spec: DeviceSpec, kernels: Iterable[Kern]) -> dict[tuple[Any, ...], int]:
     """Cycles of each distinct kernel (by :attr:`Kern.signature`) on ``spec``.
 
-    The kernels not timed before on this spec (a process-wide cache) are built into
-    one graph, each reading fresh tensors (cold caches), and run once through
-    :func:`wia_hw.lowering.lower` and the emulator like any workload; an op's cycles are
-    from its first kernel's start to its last's end."""
+    Each kernel not timed before on this spec (a process-wide cache) runs alone, as a
+    one-op graph on a fresh device (cold caches), through :func:`wia_hw.lowering.lower`
+    and the emulator like any workload, so its cycles do not depend on which kernels
+    were timed before; an op's cycles are from its first kernel's start to its last's
+    end."""
     from ..runtime import Context
 
     key = repr(spec)
@@ -707,27 +708,22 @@ def time_kernels(spec: DeviceSpec, kernels: Iterable[Kern]) -> dict[tuple[Any, .
             todo[sig] = k
         else:
             out[sig] = hit
-    if todo:
+    for sig, k in todo.items():  # each alone on a fresh device: history cannot matter
         tensors: list[Tensor] = []
-        ops: list[Op] = []
-        names: dict[str, tuple[Any, ...]] = {}
-        for i, (sig, k) in enumerate(todo.items()):
-            ins = []
-            for j, (s, d) in enumerate(k.inputs):
-                tensors.append(Tensor(f"k{i}.in{j}", s, d, "input"))
-                ins.append(f"k{i}.in{j}")
-            tensors.append(Tensor(f"k{i}.out", k.output[0], k.output[1]))
-            ops.append(Op(f"k{i}", k.kind, tuple(ins), (f"k{i}.out",), k.phase, dict(k.attrs)))
-            names[f"k{i}"] = sig
-        probe = Graph("training-kernels", tensors, ops, validate=False)
+        ins = []
+        for j, (s, d) in enumerate(k.inputs):
+            tensors.append(Tensor(f"in{j}", s, d, "input"))
+            ins.append(f"in{j}")
+        tensors.append(Tensor("out", k.output[0], k.output[1]))
+        op = Op("k", k.kind, tuple(ins), ("out",), k.phase, dict(k.attrs))
+        probe = Graph("training-kernel", tensors, [op], validate=False)
         ctx = Context(spec)
         timer = _OpTimer()
         ctx.observers.append(timer)
         ctx.run(probe)
-        for op_name, sig in names.items():
-            c = timer.cycles[op_name]
-            _CACHE[(key, sig)] = c
-            out[sig] = c
+        c = timer.cycles["k"]
+        _CACHE[(key, sig)] = c
+        out[sig] = c
     return out
 
 
