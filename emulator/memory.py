@@ -475,6 +475,21 @@ class MemorySystem:
         else:
             acc[1].append(sp)
 
+    def _evict_l2(self, used: int, acc: list) -> tuple[int, int]:
+        """Evict LRU L2 blocks while ``used`` bytes exceed L2's capacity (the last
+        block stays); a dirty victim is written back first, its bytes charged to
+        ``acc`` (:meth:`_charge`). Returns the bytes then used and those written back."""
+        l2, cap, charge = self._l2, self.l2_capacity, self._charge
+        wb = 0
+        while used > cap and len(l2) > 1:
+            old, v = l2.popitem(False)
+            onb = v >> 1
+            used -= onb
+            if v & 1:  # written back first
+                wb += onb
+                charge(acc, old, onb)
+        return used, wb
+
     def _hbm_transfer(self, now: int, uniform: int, odd: list[tuple[int, ...]]) -> int:
         """Book one HBM transfer at cycle ``now``: ``uniform`` bytes on every channel plus
         the per-channel vectors ``odd``; returns the cycle the last piece has arrived."""
@@ -551,10 +566,8 @@ class MemorySystem:
         """
         l1, in_l1, touch1, pop1, upd1 = self._l1_ops[core]
         l2, in_l2, touch2, pop2, upd2 = self._l2_ops
-        aligned, stripe, nch = self._aligned, self._stripe, len(self.channels)
-        uni = 0  # bytes on every HBM channel
-        odd: list[tuple[int, ...]] = []  # per-channel vectors of uneven blocks
-        spread_get, block_spread = self._spread.get, self._block_spread
+        acc: list = [0, []]  # the HBM transfer (see _charge)
+        charge, evict = self._charge, self._evict_l2
         h1 = h2 = m2 = 0
         blocks = 0
         l2_bytes = hbm_bytes = 0
@@ -576,49 +589,19 @@ class MemorySystem:
                 elif not any(map(in_l2, slots)):  # all L2 misses: fill, then evict
                     m2 += n
                     hbm_bytes += tot
+                    if nbs is None and self._aligned and not nb % self._stripe:
+                        acc[0] += nb // len(self.channels) * n  # whole stripes: even
+                    else:
+                        for key, b in zip(slots, sizes, strict=False):
+                            charge(acc, key, b)
                     if nbs is None:
-                        if aligned and not nb % stripe:
-                            uni += nb // nch * n
-                        else:
-                            for key in slots:
-                                sp = spread_get(key)  # its bytes per channel (cached)
-                                if sp is None:
-                                    sp = block_spread(key, nb)
-                                if sp.__class__ is int:
-                                    uni += sp
-                                else:
-                                    odd.append(sp)
                         upd2(zip(slots, repeat(nb << 1)))
                     else:
-                        for key, b in zip(slots, nbs, strict=False):
-                            if aligned and not b % stripe:
-                                uni += b // nch
-                            else:
-                                sp = spread_get(key)  # its bytes per channel (cached)
-                                if sp is None:
-                                    sp = block_spread(key, b)
-                                if sp.__class__ is int:
-                                    uni += sp
-                                else:
-                                    odd.append(sp)
                         upd2(zip(slots, [b << 1 for b in nbs], strict=False))
                     used2 += tot
-                    while used2 > cap2 and len(l2) > 1:  # evict LRU blocks
-                        old, v = pop2(False)
-                        onb = v >> 1
-                        used2 -= onb
-                        if v & 1:  # written back first
-                            wb += onb
-                            if aligned and not onb % stripe:
-                                uni += onb // nch
-                            else:
-                                sp = spread_get(old)  # its bytes per channel (cached)
-                                if sp is None:
-                                    sp = block_spread(old, onb)
-                                if sp.__class__ is int:
-                                    uni += sp
-                                else:
-                                    odd.append(sp)
+                    if used2 > cap2:
+                        used2, w = evict(used2, acc)
+                        wb += w
                 else:
                     for key, b in zip(slots, sizes, strict=False):
                         if in_l2(key):
@@ -627,34 +610,12 @@ class MemorySystem:
                             continue
                         m2 += 1
                         hbm_bytes += b
-                        if aligned and not b % stripe:
-                            uni += b // nch
-                        else:
-                            sp = spread_get(key)  # its bytes per channel (cached)
-                            if sp is None:
-                                sp = block_spread(key, b)
-                            if sp.__class__ is int:
-                                uni += sp
-                            else:
-                                odd.append(sp)
+                        charge(acc, key, b)
                         l2[key] = b << 1  # fill L2 (clean)
                         used2 += b
-                        while used2 > cap2 and len(l2) > 1:  # evict LRU blocks
-                            old, v = pop2(False)
-                            onb = v >> 1
-                            used2 -= onb
-                            if v & 1:  # written back first
-                                wb += onb
-                                if aligned and not onb % stripe:
-                                    uni += onb // nch
-                                else:
-                                    sp = spread_get(old)  # its bytes per channel (cached)
-                                    if sp is None:
-                                        sp = block_spread(old, onb)
-                                    if sp.__class__ is int:
-                                        uni += sp
-                                    else:
-                                        odd.append(sp)
+                        if used2 > cap2:
+                            used2, w = evict(used2, acc)
+                            wb += w
                 l2_bytes += tot
                 upd1(zip(slots, sizes, strict=False))  # fill L1, evict
                 used1 += tot
@@ -672,34 +633,12 @@ class MemorySystem:
                 else:
                     m2 += 1
                     hbm_bytes += b
-                    if aligned and not b % stripe:
-                        uni += b // nch
-                    else:
-                        sp = spread_get(key)  # its bytes per channel (cached)
-                        if sp is None:
-                            sp = block_spread(key, b)
-                        if sp.__class__ is int:
-                            uni += sp
-                        else:
-                            odd.append(sp)
+                    charge(acc, key, b)
                     l2[key] = b << 1  # fill L2 (clean)
                     used2 += b
-                    while used2 > cap2 and len(l2) > 1:  # evict LRU blocks
-                        old, v = pop2(False)
-                        onb = v >> 1
-                        used2 -= onb
-                        if v & 1:  # written back first
-                            wb += onb
-                            if aligned and not onb % stripe:
-                                uni += onb // nch
-                            else:
-                                sp = spread_get(old)  # its bytes per channel (cached)
-                                if sp is None:
-                                    sp = block_spread(old, onb)
-                                if sp.__class__ is int:
-                                    uni += sp
-                                else:
-                                    odd.append(sp)
+                    if used2 > cap2:
+                        used2, w = evict(used2, acc)
+                        wb += w
                 l2_bytes += b
                 l1[key] = b  # fill L1 (the key was not there)
                 used1 += b
@@ -721,7 +660,7 @@ class MemorySystem:
             return now + self.l1_latency
         done = self.l2_port.reserve(now, l2_bytes) + self.l2_latency
         if hbm_bytes:
-            done = max(done, self._hbm_transfer(now, uni, odd))
+            done = max(done, self._hbm_transfer(now, acc[0], acc[1]))
         return done
 
     def store(self, core: int, blocks: list[tuple[Key, int]], now: int) -> int:
@@ -739,10 +678,8 @@ class MemorySystem:
         l2, in_l2, touch2, pop2, upd2 = self._l2_ops
         used1, cap1 = self.l1_used[core], self.l1_capacity
         used2, cap2 = self.l2_used, self.l2_capacity
-        aligned, stripe, nch = self._aligned, self._stripe, len(self.channels)
-        uni = 0
-        odd: list[tuple[int, ...]] = []
-        spread_get, block_spread = self._spread.get, self._block_spread
+        acc: list = [0, []]  # write-backs of the victims (see _charge)
+        evict = self._evict_l2
         for slots, nb, nbs, tot in runs:
             total += tot
             sizes = repeat(nb) if nbs is None else nbs
@@ -769,9 +706,7 @@ class MemorySystem:
                 upd2(zip(slots, dirty, strict=False))
                 used2 += tot
                 dirtied += tot
-                fresh = True
             else:
-                fresh = False
                 for key, b in zip(slots, sizes, strict=False):
                     v = l2.get(key)
                     if v is not None:
@@ -783,39 +718,12 @@ class MemorySystem:
                     l2[key] = b << 1 | 1
                     used2 += b
                     dirtied += b
-                    while used2 > cap2 and len(l2) > 1:  # evict LRU blocks
-                        old, v = pop2(False)
-                        onb = v >> 1
-                        used2 -= onb
-                        if v & 1:  # written back first
-                            wb += onb
-                            if aligned and not onb % stripe:
-                                uni += onb // nch
-                            else:
-                                sp = spread_get(old)  # its bytes per channel (cached)
-                                if sp is None:
-                                    sp = block_spread(old, onb)
-                                if sp.__class__ is int:
-                                    uni += sp
-                                else:
-                                    odd.append(sp)
-            if fresh:
-                while used2 > cap2 and len(l2) > 1:  # evict LRU blocks
-                    old, v = pop2(False)
-                    onb = v >> 1
-                    used2 -= onb
-                    if v & 1:  # written back first
-                        wb += onb
-                        if aligned and not onb % stripe:
-                            uni += onb // nch
-                        else:
-                            sp = spread_get(old)  # its bytes per channel (cached)
-                            if sp is None:
-                                sp = block_spread(old, onb)
-                            if sp.__class__ is int:
-                                uni += sp
-                            else:
-                                odd.append(sp)
+                    if used2 > cap2:
+                        used2, w = evict(used2, acc)
+                        wb += w
+            if used2 > cap2:
+                used2, w = evict(used2, acc)
+                wb += w
         self.l1_used[core] = used1
         self.l2_used = used2
         self.dirtied_bytes += dirtied
@@ -825,8 +733,8 @@ class MemorySystem:
         byts["l2"] += total + wb
         byts["hbm"] += wb
         done = self.l2_port.reserve(now, total) + self.l2_latency
-        if uni or odd:  # the victims it evicts are written back first
-            done = max(done, self._hbm_transfer(now, uni, odd))
+        if acc[0] or acc[1]:  # the victims it evicts are written back first
+            done = max(done, self._hbm_transfer(now, acc[0], acc[1]))
         return done
 
     def _writeback(self, slots: Sequence[int], now: int) -> int:
