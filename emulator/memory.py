@@ -737,6 +737,20 @@ class MemorySystem:
             done = max(done, self._hbm_transfer(now, acc[0], acc[1]))
         return done
 
+    def host_write(self, regions: Sequence[Region]) -> None:
+        """The host has written ``regions`` into L2 over its own interface
+        (``memory.host_io: l2``): their blocks become clean L2 blocks, in order, as far
+        as they fit; nothing crosses HBM and no device time passes."""
+        l2 = self._l2
+        for slots, nb, nbs, _tot in self.runs(regions):
+            for slot, b in zip(slots, repeat(nb) if nbs is None else nbs, strict=False):
+                if slot in l2:
+                    continue
+                if self.l2_used + b > self.l2_capacity:
+                    return
+                l2[slot] = b << 1
+                self.l2_used += b
+
     def _writeback(self, slots: Sequence[int], now: int) -> int:
         """Write the dirty blocks among ``slots`` back to HBM at cycle ``now`` (they stay
         cached, clean); returns the cycle the write-backs end."""

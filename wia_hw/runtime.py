@@ -532,22 +532,11 @@ def compulsory_hbm_bytes(
 
 
 def _host_writes_inputs(dev: Device, graph: Graph) -> None:
-    """``memory.host_io: l2``: the host has written the graph's inputs into L2 (clean
-    blocks, in graph order, as far as they fit) before the run starts, over its own
-    interface: they are on chip without crossing HBM or taking device time."""
-    mem = dev.memory
+    """``memory.host_io: l2``: the host has written the graph's inputs into L2 before
+    the run starts (:meth:`~wia_hw.emulator.memory.MemorySystem.host_write`)."""
     st = Storage(graph)
-    for name, t in graph.tensors.items():
-        if t.kind != "input":
-            continue
-        ref = st.ref(name)
-        for key, nb in mem.region_blocks([(ref, 0, ref.rows, 0, ref.cols)]):
-            if key in mem.l2:
-                continue
-            if mem.l2_used + nb > mem.l2_capacity:
-                return
-            mem.l2[key] = [nb, 0]
-            mem.l2_used += nb
+    refs = [st.ref(name) for name, t in graph.tensors.items() if t.kind == "input"]
+    dev.memory.host_write([(r, 0, r.rows, 0, r.cols) for r in refs])
 
 
 def _on_chip_bytes(dev: Device) -> dict[str, int]:
