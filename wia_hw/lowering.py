@@ -180,10 +180,12 @@ def choose_gemm_tiling(
 def _l2_starved(spec: DeviceSpec, elem_bytes: int, tm: int, tn: int) -> bool:
     """Whether output tiles of ``tm x tn`` need more L2 bandwidth than the L2 port has
     when every array runs at its peak rate for ``elem_bytes``-byte operands."""
-    rates = spec.compute.array.macs_per_pe_cycle
-    prec = {1: "int8", 2: "fp16", 4: "fp32"}.get(elem_bytes)
-    rate = rates.get(prec, max(rates.values())) if prec else max(rates.values())
-    demand = elem_bytes * (1 / tm + 1 / tn) * spec.pes * float(rate)
+    prec = {1: "int8", 2: "fp16", 4: "fp32"}.get(elem_bytes, "")
+    if spec.supports(prec):
+        peak = spec.peak_macs_per_cycle(prec)
+    else:  # the fastest precision the array has
+        peak = max(spec.peak_macs_per_cycle(p) for p in spec.compute.array.macs_per_pe_cycle)
+    demand = elem_bytes * (1 / tm + 1 / tn) * float(peak)
     return demand > float(spec.bytes_per_cycle(spec.memory.l2.bandwidth_gbs))
 
 
