@@ -221,3 +221,19 @@ def test_json_with_plots_writes_them_too(tmp_path):
     assert code == 0, err
     assert json.loads(out)["schema"] == "wia-hw.profile/1"
     assert roof.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_builder_arguments_stand_for_the_workload_options() -> None:
+    from click.testing import CliRunner
+
+    from wia_hw.cli import cli
+
+    gemm = ["run", "gemm", "-a", "M=64", "-a", "N=64", "-a", "K=64"]
+    ok = CliRunner().invoke(cli, [*gemm, "-a", "precision=int8", "--json"])
+    assert ok.exit_code == 0, ok.output
+    assert '"precision": "int8"' in ok.output
+    bad = CliRunner().invoke(cli, [*gemm, "-a", "precision=int8", "--precision", "fp16"])
+    assert bad.exit_code == 2
+    assert bad.output.strip() == (
+        "wia-hw: error: -a precision=int8 contradicts --precision fp16; give one of them"
+    )

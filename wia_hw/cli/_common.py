@@ -141,8 +141,16 @@ class RunOptions:
 
     def run_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of ``ctx.run`` for the workload: batch, seq, precision
-        and the builder arguments."""
-        return dict(batch=self.batch, seq=self.seq, precision=self.precision, **self.builder)
+        and the builder arguments (``-a batch=...`` stands for ``--batch`` when that is
+        not given; both at once is a one-line error)."""
+        kw: dict[str, Any] = dict(batch=self.batch, seq=self.seq, precision=self.precision)
+        for name, value in self.builder.items():
+            if kw.get(name) is not None and kw[name] != value:
+                raise WorkloadError(
+                    f"-a {name}={value} contradicts --{name} {kw[name]}; give one of them"
+                )
+            kw[name] = value
+        return kw
 
 
 F = TypeVar("F", bound=Callable[..., Any])
