@@ -25,13 +25,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 
 from .._yaml import load_yaml_text
-from ..emulator.errors import SpecError, WorkloadError
+from ..emulator.errors import SpecError, WiaError, WorkloadError
 from ..spec import DEFAULT_DEVICE, parse_override
 
 __all__ = [
@@ -110,8 +111,6 @@ class RunOptions:
         from ..runtime import open_device
 
         if self.workload.lower().endswith(".onnx"):
-            from pathlib import Path
-
             if not Path(self.workload).is_file():
                 raise WorkloadError(f"no such ONNX file: {self.workload}")
         ctx = open_device(self.device, overrides=self.overrides, seed=seed)
@@ -151,6 +150,19 @@ class RunOptions:
                 )
             kw[name] = value
         return kw
+
+
+def emit_json(text: str, output: Path | None, as_json: bool) -> bool:
+    """Write a report's JSON ``text`` to ``output`` (when given) and to stdout (with
+    ``--json``); returns whether it went to stdout (the command then prints no text)."""
+    if output is not None:
+        try:
+            output.write_text(text + "\n")
+        except OSError as e:
+            raise WiaError(f"cannot write {output}: {e.strerror}") from None
+    if as_json:
+        click.echo(text)
+    return as_json
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import click
 from rich.console import Console
 from rich.table import Table
 
@@ -19,7 +18,7 @@ from ..emulator.errors import WiaError
 from ..generate import GenerationResult, generate
 from ..profiling._report import spec_label
 from ..runtime import RunResult
-from ._common import RunOptions, make_console
+from ._common import RunOptions, emit_json, make_console
 
 __all__ = ["run_generation", "print_generation", "throughput_text"]
 
@@ -145,12 +144,6 @@ def run_generation(
         **kw,
     )
     text = json.dumps(g.to_dict(), indent=2)
-    if output is not None:
-        try:
-            output.write_text(text + "\n")
-        except OSError as e:
-            raise WiaError(f"cannot write {output}: {e.strerror}") from None
-    if as_json:
-        click.echo(text)
+    if emit_json(text, output, as_json):
         return
     print_generation(g, make_console(width))

@@ -23,7 +23,7 @@ from ..emulator.errors import WiaError
 from ..profiling._report import spec_label
 from ..registry import load_extension, register_device_extension
 from ..runtime import Context, RunResult, open_device, spec_sha256
-from ._common import RunOptions, make_console, run_options, width_option
+from ._common import RunOptions, emit_json, make_console, run_options, width_option
 from ._generate import run_generation, throughput_text
 
 __all__ = ["run_cmd", "print_run", "replay_context", "describe_provenance"]
@@ -299,12 +299,6 @@ def run_cmd(
     finally:
         close()
     text = r.to_json()
-    if output is not None:
-        try:
-            output.write_text(text + "\n")
-        except OSError as e:
-            raise WiaError(f"cannot write {output}: {e.strerror}") from None
-    if as_json:
-        click.echo(text)
+    if emit_json(text, output, as_json):
         return
     print_run(r, make_console(width), top)
