@@ -298,6 +298,16 @@ class HBMConfig:
     ``interleave_bytes`` (a power of two; see :func:`~wia_hw.emulator.memory.channel_of`);
     each channel moves ``bandwidth_gbs / channels``. ``latency_ns``: from the last byte
     of a transfer leaving its channel to the data being usable.
+
+    ``refresh_interval_ns`` (tREFI) and ``refresh_cycle_ns`` (tRFC): DRAM refresh. Every
+    tREFI each channel is blocked for tRFC (all-bank refresh); a transfer that meets a
+    window pauses until its end, so a streaming channel moves ``1 - tRFC / tREFI`` of
+    its nominal rate. Channel ``i``'s windows start at ``i * tREFI / channels`` (the
+    controller staggers them so the channels never all stop at once). The defaults are
+    HBM2's, as DRAMsim3 has them for an 8 Gb x128 die (umd-memsys/DRAMsim3
+    ``configs/HBM2_8Gb_x128.ini``: ``tCK = 1`` ns, ``tREFI = 3900``, ``tRFC = 260``
+    cycles). DDR3 (JESD79-3) has tREFI 7.8 us and tRFC 160/260/350 ns for 2/4/8 Gb
+    dies. Both 0: refresh is not modelled (a channel streams at its nominal rate).
     """
 
     size_gib: float
@@ -305,6 +315,8 @@ class HBMConfig:
     channels: int
     latency_ns: float = 100.0
     interleave_bytes: int = DEFAULT_INTERLEAVE_BYTES
+    refresh_interval_ns: float = 3900.0
+    refresh_cycle_ns: float = 260.0
 
     def __post_init__(self) -> None:
         _pos_num(self, "size_gib")
@@ -313,6 +325,20 @@ class HBMConfig:
         _nonneg_num(self, "latency_ns")
         _pos_int(self, "interleave_bytes")
         _pow2(self, "interleave_bytes")
+        _nonneg_num(self, "refresh_interval_ns")
+        _nonneg_num(self, "refresh_cycle_ns")
+        if (self.refresh_interval_ns > 0) != (self.refresh_cycle_ns > 0):
+            raise SpecError(
+                "refresh_interval_ns and refresh_cycle_ns are set together (both 0: no "
+                f"refresh), got {self.refresh_interval_ns} and {self.refresh_cycle_ns}",
+                field="refresh_cycle_ns",
+            )
+        if self.refresh_cycle_ns >= self.refresh_interval_ns > 0:
+            raise SpecError(
+                f"must be below refresh_interval_ns ({self.refresh_interval_ns}), "
+                f"got {self.refresh_cycle_ns}",
+                field="refresh_cycle_ns",
+            )
 
     @property
     def size_bytes(self) -> int:

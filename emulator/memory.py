@@ -68,6 +68,10 @@ class BandwidthPort:
     when it requests (tests check the equivalence), at one call instead of three events.
     A request arriving before one already booked raises ``RuntimeError``: serving it
     after the later arrival would break the FIFO order.
+
+    A DRAM channel also refreshes (:meth:`set_refresh`): the port is blocked during the
+    windows ``[phase + k T, phase + k T + R)``, and a transfer that meets one pauses
+    until its end (:meth:`serve`). ``refresh_stall_cycles`` counts the cycles added.
     """
 
     __slots__ = (
@@ -78,6 +82,10 @@ class BandwidthPort:
         "_num",
         "_den",
         "last_arrival",
+        "refresh_interval",
+        "refresh_cycles",
+        "refresh_phase",
+        "refresh_stall_cycles",
     )
 
     def __init__(self, name: str, bytes_per_cycle: Fraction) -> None:
@@ -90,10 +98,51 @@ class BandwidthPort:
         self.free_at = 0
         self.busy_cycles = 0
         self.last_arrival = 0
+        self.refresh_interval = 1
+        self.refresh_cycles = 0  # 0: no refresh
+        self.refresh_phase = 0
+        self.refresh_stall_cycles = 0
+
+    def set_refresh(self, interval: int, cycles: int, phase: int) -> None:
+        """Block the port ``cycles`` cycles every ``interval`` from cycle ``phase`` on
+        (``cycles`` 0: never)."""
+        if cycles and not 0 < cycles < interval:
+            raise ValueError(f"refresh of {cycles} cycles every {interval}: needs 0 < R < T")
+        self.refresh_interval = max(1, interval)
+        self.refresh_cycles = cycles
+        self.refresh_phase = phase % self.refresh_interval
+
+    def copy_state(self, other: BandwidthPort) -> None:
+        """Take ``other``'s booking state and refresh windows (a stand-in port taking
+        over, or handing back)."""
+        self.free_at, self.busy_cycles = other.free_at, other.busy_cycles
+        self.last_arrival = other.last_arrival
+        self.refresh_interval, self.refresh_cycles = other.refresh_interval, other.refresh_cycles
+        self.refresh_phase = other.refresh_phase
+        self.refresh_stall_cycles = other.refresh_stall_cycles
 
     def cycles(self, nbytes: int) -> int:
         """``transfer_cycles(nbytes, bytes_per_cycle)`` in integer arithmetic."""
         return -(-nbytes * self._den // self._num)
+
+    def serve(self, start: int, dur: int) -> int:
+        """The cycle a transfer of ``dur`` cycles that may start at ``start`` ends, when it
+        pauses during every refresh window it meets (steps once per window met)."""
+        r = self.refresh_cycles
+        if not r:
+            return start + dur
+        t, o = self.refresh_interval, self.refresh_phase
+        k = (start - o) // t  # the window at or before start
+        if start < o + k * t + r:  # inside it: wait for its end
+            start = o + k * t + r
+        end, left = start, dur
+        while True:
+            gap = o + (k + 1) * t - end  # cycles until the next window
+            if left <= gap:
+                return end + left
+            left -= gap
+            k += 1
+            end = o + k * t + r
 
     def reserve(self, now: int, nbytes: int) -> int:
         if nbytes <= 0:
@@ -107,9 +156,14 @@ class BandwidthPort:
         self.last_arrival = now
         start = now if now > self.free_at else self.free_at
         dur = -(-nbytes * self._den // self._num)
-        self.free_at = start + dur
+        if self.refresh_cycles:
+            end = self.serve(start, dur)
+            self.refresh_stall_cycles += end - start - dur
+        else:
+            end = start + dur
+        self.free_at = end
         self.busy_cycles += dur
-        return self.free_at
+        return end
 
 
 #: BandwidthPort.reserve as defined here (the HBM booking is inlined while it is this)
@@ -304,6 +358,11 @@ class MemorySystem:
         self.l2_port = BandwidthPort("l2", spec.bytes_per_cycle(m.l2.bandwidth_gbs))
         per_ch = spec.bytes_per_cycle(m.hbm.bandwidth_gbs) / m.hbm.channels
         self.channels = [BandwidthPort(f"hbm.{i}", per_ch) for i in range(m.hbm.channels)]
+        if m.hbm.refresh_cycle_ns:  # windows staggered evenly over the channels
+            trefi = math.ceil(m.hbm.refresh_interval_ns * spec.clock_ghz)
+            trfc = min(math.ceil(m.hbm.refresh_cycle_ns * spec.clock_ghz), trefi - 1)
+            for i, ch in enumerate(self.channels):
+                ch.set_refresh(trefi, trfc, i * trefi // len(self.channels))
         self.interleave_bytes = m.hbm.interleave_bytes
         # every block slot starts on a stripe boundary: a block of whole stripes then
         # spreads evenly, which needs no address (the common case, kept cheap)
@@ -507,7 +566,16 @@ class MemorySystem:
                         ch.last_arrival = now
                         dur = -(-nb * den // num)
                         fa = ch.free_at
-                        end = ch.free_at = (now if now > fa else fa) + dur
+                        start = now if now > fa else fa
+                        end = start + dur
+                        r = ch.refresh_cycles
+                        if r:  # a window at or across the transfer: pause there
+                            t = ch.refresh_interval
+                            x = (start - ch.refresh_phase) % t
+                            if x < r or x + dur > t:
+                                end = ch.serve(start, dur)
+                                ch.refresh_stall_cycles += end - start - dur
+                        ch.free_at = end
                         ch.busy_cycles += dur
                         if end > done:
                             done = end
@@ -527,7 +595,16 @@ class MemorySystem:
                         ch.reserve(now, uniform)  # raises
                     ch.last_arrival = now
                     fa = ch.free_at
-                    end = ch.free_at = (now if now > fa else fa) + dur
+                    start = now if now > fa else fa
+                    end = start + dur
+                    r = ch.refresh_cycles
+                    if r:  # a window at or across the transfer: pause there
+                        t = ch.refresh_interval
+                        x = (start - ch.refresh_phase) % t
+                        if x < r or x + dur > t:
+                            end = ch.serve(start, dur)
+                            ch.refresh_stall_cycles += end - start - dur
+                    ch.free_at = end
                     ch.busy_cycles += dur
                     if end > done:
                         done = end

@@ -57,8 +57,12 @@ def _summary(samples, cfg=None, env=None):
             r"unknown source 'cosmic'; modelled: thermal, dram_refresh, arbitration_jitter",
         ),
         (
-            {"refresh_cycle_ns": 4000},
+            {"refresh_interval_ns": 3900, "refresh_cycle_ns": 4000},
             r"refresh_cycle_ns must be below refresh_interval_ns \(3900\)",
+        ),
+        (
+            {"refresh_cycle_ns": 300},
+            r"refresh_interval_ns and refresh_cycle_ns are set together",
         ),
         (
             {"arbitration_jitter_cycles": -2},

@@ -23,6 +23,9 @@ from wia_hw.lowering import lower
 from wia_hw.spec import load_spec
 from wia_hw.workloads import build
 
+#: HBM refresh off: the tests of the channels' nominal arithmetic
+NO_REFRESH = {"memory.hbm.refresh_interval_ns": 0, "memory.hbm.refresh_cycle_ns": 0}
+
 
 # -- the address map -------------------------------------------------------------------
 def test_hbm_spread_equals_the_byte_by_byte_channel_map():
@@ -109,7 +112,10 @@ def test_more_channels_cost_at_most_one_interleave_unit_per_block():
     before ``ceil(bytes / peak)``."""
     rng = random.Random(14)
     g = DEFAULT_INTERLEAVE_BYTES
-    specs = {c: load_spec("wia-npu", {"memory.hbm.channels": c}) for c in (1, 2, 4, 8, 16, 32, 64)}
+    specs = {
+        c: load_spec("wia-npu", {"memory.hbm.channels": c, **NO_REFRESH})
+        for c in (1, 2, 4, 8, 16, 32, 64)
+    }
     for trial in range(25):
         rows, cols = rng.randint(1, 700), rng.randint(1, 700)
         for chans in (1, 2, 4, 16, 64):
@@ -131,8 +137,9 @@ def test_more_channels_cost_at_most_one_interleave_unit_per_block():
 
 def test_small_random_reads_are_latency_bound():
     """Reads of 32-512 B at random addresses, one after another (one engine): each takes
-    the HBM latency plus its tiny transfer, so the stream moves a few percent of peak."""
-    spec = load_spec("wia-npu")
+    the HBM latency plus its tiny transfer, so the stream moves a few percent of peak
+    (refresh off: a read meeting a window would wait for it)."""
+    spec = load_spec("wia-npu", NO_REFRESH)
     mem = MemorySystem(spec, Counters())
     rng = random.Random(15)
     bpc = spec.bytes_per_cycle(spec.memory.hbm.bandwidth_gbs)
@@ -300,6 +307,7 @@ def _random_workload(rng: random.Random) -> Graph:
 
 
 AXES = {
+    "refresh time (tRFC)": [("memory.hbm.refresh_cycle_ns", v) for v in (1000, 260, 100)],
     "hbm bandwidth": [("memory.hbm.bandwidth_gbs", v) for v in (150, 300, 600, 1200)],
     "l1 size": [("memory.l1.size_kib", v) for v in (1024, 2048, 8192)],
     "l2 size": [("memory.l2.size_kib", v) for v in (2048, 8192, 32768)],
@@ -338,3 +346,81 @@ def test_more_memory_resources_are_never_slower(seed):
                 else:
                     assert now[1] <= prev[1][1], what
             prev = (value, now)
+
+
+# -- DRAM refresh ----------------------------------------------------------------------
+def _walk_serve(start: int, dur: int, t: int, r: int, o: int) -> int:
+    """A transfer's end, cycle by cycle: it moves one cycle's worth whenever the cycle
+    is outside every window ``[o + k t, o + k t + r)``."""
+    cycle, left = start, dur
+    while left:
+        if (cycle - o) % t >= r:
+            left -= 1
+        cycle += 1
+    return cycle
+
+
+def test_refresh_serve_equals_a_cycle_by_cycle_walk():
+    rng = random.Random(40)
+    for _ in range(3000):
+        t = rng.randint(2, 60)
+        r = rng.randint(1, t - 1)
+        o = rng.randint(0, 3 * t)
+        port = BandwidthPort("hbm.0", Fraction(1))
+        port.set_refresh(t, r, o)
+        start, dur = rng.randint(0, 200), rng.randint(1, 150)
+        assert port.serve(start, dur) == _walk_serve(start, dur, t, r, o % t)
+
+
+def test_a_refreshing_channel_streams_at_one_minus_trfc_over_trefi():
+    """Back-to-back transfers on one channel: over many windows it moves its nominal
+    rate times ``1 - tRFC / tREFI`` (within one window's share at the ends), and the
+    stall counter holds exactly the cycles the windows took."""
+    rng = random.Random(41)
+    for _ in range(20):
+        t = rng.randint(500, 8000)
+        r = rng.randint(1, t // 3)
+        port = BandwidthPort("hbm.0", Fraction(rng.randint(1, 64), rng.randint(1, 3)))
+        port.set_refresh(t, r, rng.randint(0, t - 1))
+        end = 0
+        for _ in range(400):
+            end = port.reserve(end, rng.randint(1, 40_000))
+        assert port.busy_cycles + port.refresh_stall_cycles == end
+        windows = end / t
+        assert abs(port.refresh_stall_cycles - windows * r) <= 2 * r
+
+
+def test_refresh_on_the_inlined_channel_booking_equals_the_ports_own():
+    """The HBM booking inlined in the memory system (plain ports) and the ports' own
+    ``reserve`` (stood-in traced ports) give the same run, refresh windows and all."""
+    from wia_hw.profiling import _ports
+
+    spec = load_spec("a100-systolic", {"compute.cores": 8})
+    assert spec.memory.hbm.refresh_cycle_ns > 0
+    lowered = lower(build("bert-base", batch=2, seq=128, layers=1), spec)
+    runs = []
+    for traced in (False, True):
+        dev = Device(spec)
+        ports = _ports.install(dev.memory) if traced else []
+        for _, kernels in lowered:
+            dev.execute(kernels)
+        dev.flush()
+        stalls = sum(ch.refresh_stall_cycles for ch in dev.memory.channels)
+        if ports:
+            _ports.uninstall(dev.memory, ports)
+        runs.append((dev.now, dict(dev.counters.bytes), stalls))
+    assert runs[0] == runs[1]
+    assert runs[0][2] > 0  # windows were met
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ({"memory.hbm.refresh_interval_ns": 0}, r"refresh_cycle_ns.*set together"),
+        ({"memory.hbm.refresh_cycle_ns": 4000}, r"refresh_cycle_ns.*must be below"),
+        ({"memory.hbm.refresh_cycle_ns": -1}, r"refresh_cycle_ns.*non-negative"),
+    ],
+)
+def test_bad_refresh_fields_are_one_line_errors(overrides, match):
+    with pytest.raises(SpecError, match=match):
+        load_spec("wia-npu", overrides)

@@ -170,6 +170,8 @@ def test_traced_ports_log_every_transfer_as_the_port_serves_it(gc_enabled):
     dev = wia_hw.open_device().device
     mem = dev.memory
     plain = [BandwidthPort(p.name, p.bytes_per_cycle) for p in mem.channels]
+    for p, ch in zip(plain, mem.channels, strict=True):  # with the channels' refresh windows
+        p.set_refresh(ch.refresh_interval, ch.refresh_cycles, ch.refresh_phase)
     plain.append(BandwidthPort(mem.l2_port.name, Fraction(mem.l2_port.bytes_per_cycle)))
     traced = _ports.install(mem)
     want: dict[str, list[tuple[int, int, int]]] = {p.name: [] for p in plain}

@@ -43,9 +43,10 @@ VARIATION_SOURCES: dict[str, str] = {
     "thermal": "the die temperature carries over from one iteration to the next (the "
     "emulator's RC model); when off, every iteration starts at the temperature "
     "the device had when the benchmark began",
-    "dram_refresh": "every refresh_interval_ns (tREFI) an HBM channel is blocked for "
-    "refresh_cycle_ns (tRFC); each channel's phase drawn from "
-    "variation_seed",
+    "dram_refresh": "the HBM channels' refresh windows (every tREFI a channel is blocked "
+    "for tRFC: the spec's memory.hbm figures, or refresh_interval_ns/refresh_cycle_ns) "
+    "at a phase per channel drawn from variation_seed, in place of the spec's even "
+    "stagger",
     "arbitration_jitter": "each HBM transfer is granted 0 to arbitration_jitter_cycles "
     "cycles late, uniformly, drawn from variation_seed",
 }
@@ -83,11 +84,12 @@ class BenchmarkConfig:
 
     ``variation_sources``: modelled run-to-run variation on the emulator, names from
     :data:`VARIATION_SOURCES` (default: ``thermal`` only, the one a plain ``ctx.run``
-    sequence has too); empty turns every source off and repeated runs are then
-    identical. ``variation_seed`` seeds the random ones (refresh phases, grant delays):
-    the same seed gives the same samples. ``refresh_interval_ns`` (tREFI, 3.9 us) and
-    ``refresh_cycle_ns`` (tRFC, 350 ns): HBM2-class all-bank refresh of an 8 Gb die
-    (JEDEC JESD235A; DDR3/DDR4 8 Gb parts list the same tRFC), used by ``dram_refresh``;
+    sequence has too); empty turns every source off, and repeated runs then differ only
+    where the spec's own refresh windows (``memory.hbm.refresh_*``, on the device's
+    timeline) meet them differently. ``variation_seed`` seeds the random ones (refresh
+    phases, grant delays): the same seed gives the same samples.
+    ``refresh_interval_ns`` (tREFI) and ``refresh_cycle_ns`` (tRFC): the timings
+    ``dram_refresh`` uses (``None``, the default: the spec's);
     ``arbitration_jitter_cycles`` (8, a model assumption, not a cited figure) bounds the
     grant delay of ``arbitration_jitter``. See :mod:`wia_hw.bench._variation`.
 
@@ -113,8 +115,8 @@ class BenchmarkConfig:
     )
     variation_sources: tuple[str, ...] = ("thermal",)
     variation_seed: int = 0
-    refresh_interval_ns: float = 3900.0
-    refresh_cycle_ns: float = 350.0
+    refresh_interval_ns: float | None = None
+    refresh_cycle_ns: float | None = None
     arbitration_jitter_cycles: int = 8
     min_sample_time_ms: float = 10.0
     unstable_cv_percent: float = 10.0
@@ -161,6 +163,8 @@ class BenchmarkConfig:
             "refresh_cycle_ns",
         ):
             v = getattr(self, name)
+            if v is None and name.startswith("refresh_"):
+                continue
             if (
                 isinstance(v, bool)
                 or not isinstance(v, (int, float))
@@ -168,7 +172,13 @@ class BenchmarkConfig:
                 or v <= 0
             ):
                 raise BenchmarkError(f"BenchmarkConfig.{name} must be a positive number, got {v!r}")
-        if self.refresh_cycle_ns >= self.refresh_interval_ns:
+        if (self.refresh_interval_ns is None) != (self.refresh_cycle_ns is None):
+            raise BenchmarkError(
+                "BenchmarkConfig.refresh_interval_ns and refresh_cycle_ns are set together "
+                f"(None: the spec's), got {self.refresh_interval_ns!r} and "
+                f"{self.refresh_cycle_ns!r}"
+            )
+        if self.refresh_cycle_ns is not None and self.refresh_cycle_ns >= self.refresh_interval_ns:
             raise BenchmarkError(
                 "BenchmarkConfig.refresh_cycle_ns must be below "
                 f"refresh_interval_ns ({self.refresh_interval_ns:g}), got "

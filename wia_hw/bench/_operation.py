@@ -187,7 +187,7 @@ def _bench_emulator(
     watcher = _Watcher()
     reset = None if "thermal" in cfg.variation_sources else ctx.device.thermal.temperature_c
     last = None
-    ports = install(ctx.device.memory, cfg, ctx.spec.clock_ghz)
+    ports = install(ctx.device.memory, cfg, ctx.spec)
     ctx.observers.append(watcher)
     try:
         for _ in range(cfg.warmup_iterations):

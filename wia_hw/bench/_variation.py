@@ -8,11 +8,11 @@ trace mode stands logging ports in (``wia_hw/profiling/_ports.py``), so the memo
 model itself is untouched and runs outside a benchmark are unchanged.
 
 * **DRAM refresh** (``"dram_refresh"``): every ``refresh_interval_ns`` (tREFI) a channel
-  is blocked for ``refresh_cycle_ns`` (tRFC), all-bank refresh. A transfer that meets a
-  refresh window waits for its end (a transfer in progress pauses and resumes after it).
-  The windows run on the device's absolute timeline; each channel's phase is drawn
-  once, uniformly in [0, tREFI), from ``variation_seed``, so an iteration's alignment
-  with them (and its time) depends on where on the timeline it starts.
+  is blocked for ``refresh_cycle_ns`` (tRFC), all-bank refresh (the port's own
+  :meth:`~wia_hw.emulator.memory.BandwidthPort.serve`), in place of the spec's windows
+  (``memory.hbm.refresh_*``, staggered evenly over the channels): each channel's phase
+  is drawn once, uniformly in [0, tREFI), from ``variation_seed``, so an iteration's
+  alignment with them (and its time) depends on where on the timeline it starts.
 * **Arbitration jitter** (``"arbitration_jitter"``): the channel's arbiter grants each
   transfer 0 to ``arbitration_jitter_cycles`` cycles late, uniformly, from a per-channel
   generator seeded by ``variation_seed``.
@@ -28,72 +28,43 @@ import math
 import random
 from typing import Any
 
+from ..emulator.config import HBMConfig
 from ..emulator.memory import BandwidthPort, MemorySystem
 
 __all__ = ["VariedPort", "install", "uninstall"]
 
 
 class VariedPort(BandwidthPort):
-    """A :class:`BandwidthPort` with refresh windows and arbitration jitter.
+    """A :class:`BandwidthPort` with arbitration jitter, and with refresh windows at a
+    drawn phase.
 
-    ``refresh_interval_cycles``/``refresh_cycles`` (0: no refresh) and ``phase_cycles``
-    place the windows ``[phase + k T, phase + k T + R)``; ``jitter_cycles`` (0: none) is
-    the largest grant delay. ``refresh_stall_cycles`` and ``jitter_stall_cycles`` count
-    the cycles each source added.
+    Constructed from the port it stands in for (its state and, unless ``refresh_cycles``
+    is given, its own refresh windows); ``jitter_cycles`` (0: none) is the largest grant
+    delay. ``refresh_stall_cycles`` and ``jitter_stall_cycles`` count the cycles each
+    source added while it stood in.
     """
 
-    __slots__ = (
-        "orig",
-        "interval",
-        "refresh",
-        "phase",
-        "jitter",
-        "rng",
-        "refresh_stall_cycles",
-        "jitter_stall_cycles",
-    )
+    __slots__ = ("orig", "jitter", "rng", "jitter_stall_cycles")
 
     def __init__(
         self,
         orig: BandwidthPort,
         *,
-        refresh_interval_cycles: int,
-        refresh_cycles: int,
-        phase_cycles: int,
+        refresh_interval_cycles: int = 0,
+        refresh_cycles: int | None = None,
+        phase_cycles: int = 0,
         jitter_cycles: int,
         seed: int,
     ) -> None:
         super().__init__(orig.name, orig.bytes_per_cycle)
-        self.free_at, self.busy_cycles = orig.free_at, orig.busy_cycles
-        self.last_arrival = orig.last_arrival
+        self.copy_state(orig)
+        self.refresh_stall_cycles = 0
+        if refresh_cycles is not None:
+            self.set_refresh(refresh_interval_cycles, refresh_cycles, phase_cycles)
         self.orig = orig
-        self.interval, self.refresh, self.phase = (
-            refresh_interval_cycles,
-            refresh_cycles,
-            phase_cycles,
-        )
         self.jitter = jitter_cycles
         self.rng = random.Random(seed)
-        self.refresh_stall_cycles = 0
         self.jitter_stall_cycles = 0
-
-    def serve(self, start: int, dur: int) -> int:
-        """The cycle a transfer of ``dur`` cycles that may start at ``start`` ends, when it
-        pauses during every refresh window it meets."""
-        if not self.refresh:
-            return start + dur
-        t, r, o = self.interval, self.refresh, self.phase
-        k = (start - o) // t  # the window at or before start
-        if start < o + k * t + r:  # inside it: wait for its end
-            start = o + k * t + r
-        end, left = start, dur
-        while True:
-            gap = o + (k + 1) * t - end  # cycles until the next window
-            if left <= gap:
-                return end + left
-            left -= gap
-            k += 1
-            end = o + k * t + r
 
     def reserve(self, now: int, nbytes: int) -> int:
         if nbytes <= 0:
@@ -114,15 +85,24 @@ class VariedPort(BandwidthPort):
         return end
 
 
-def install(mem: MemorySystem, cfg: Any, clock_ghz: float) -> list[VariedPort]:
+def install(mem: MemorySystem, cfg: Any, spec: Any) -> list[VariedPort]:
     """Stand varied ports in for ``mem``'s HBM channels under ``cfg`` (a
-    BenchmarkConfig); returns them, or ``[]`` when no channel source is enabled."""
+    BenchmarkConfig) on a device of ``spec``; returns them, or ``[]`` when no channel
+    source is enabled.
+
+    With ``dram_refresh`` on, each channel's windows are drawn at a phase from the seed
+    (with the config's tREFI and tRFC where it sets them, else the spec's, else, for a
+    spec with refresh off, HBMConfig's defaults); with it off, each channel keeps the
+    spec's."""
     refresh = "dram_refresh" in cfg.variation_sources
     jitter = "arbitration_jitter" in cfg.variation_sources
     if not (refresh or jitter):
         return []
-    interval = max(1, math.ceil(cfg.refresh_interval_ns * clock_ghz))
-    rfc = math.ceil(cfg.refresh_cycle_ns * clock_ghz) if refresh else 0
+    hbm = spec.memory.hbm
+    trefi_ns = cfg.refresh_interval_ns or hbm.refresh_interval_ns or HBMConfig.refresh_interval_ns
+    trfc_ns = cfg.refresh_cycle_ns or hbm.refresh_cycle_ns or HBMConfig.refresh_cycle_ns
+    interval = max(1, math.ceil(trefi_ns * spec.clock_ghz))
+    rfc = min(math.ceil(trfc_ns * spec.clock_ghz), interval - 1)
     seeder = random.Random(cfg.variation_seed)
     ports = []
     for p in mem.channels:
@@ -131,7 +111,7 @@ def install(mem: MemorySystem, cfg: Any, clock_ghz: float) -> list[VariedPort]:
             VariedPort(
                 p,
                 refresh_interval_cycles=interval,
-                refresh_cycles=rfc,
+                refresh_cycles=rfc if refresh else None,
                 phase_cycles=phase,
                 jitter_cycles=cfg.arbitration_jitter_cycles if jitter else 0,
                 seed=seed,
@@ -146,7 +126,7 @@ def uninstall(mem: MemorySystem, ports: list[VariedPort]) -> tuple[int, int]:
     refresh and jitter added, summed over the channels."""
     if not ports:
         return 0, 0
-    for p in ports:
+    for p in ports:  # the booking state goes back; the spec's windows stay
         p.orig.free_at, p.orig.busy_cycles = p.free_at, p.busy_cycles
         p.orig.last_arrival = p.last_arrival
     mem.channels[:] = [p.orig for p in ports]

@@ -26,9 +26,7 @@ class TracedPort(BandwidthPort):
 
     def __init__(self, orig: BandwidthPort) -> None:
         super().__init__(orig.name, orig.bytes_per_cycle)
-        self.free_at = orig.free_at
-        self.busy_cycles = orig.busy_cycles
-        self.last_arrival = orig.last_arrival
+        self.copy_state(orig)
         self.orig = orig
         self.flat: list[int] = []  # start, end, nbytes of every stretch in turn
 
@@ -73,8 +71,7 @@ def uninstall(mem: MemorySystem, ports: list[TracedPort]) -> dict[str, list[tupl
     gc.disable()
     try:
         for p in ports:
-            p.orig.free_at, p.orig.busy_cycles = p.free_at, p.busy_cycles
-            p.orig.last_arrival = p.last_arrival  # its arrival-order check carries on
+            p.orig.copy_state(p)  # its arrival-order check and windows carry on
             logs[p.name] = p.transfers()
     finally:
         if enabled:
