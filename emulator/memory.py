@@ -144,6 +144,19 @@ class BandwidthPort:
             k += 1
             end = o + k * t + r
 
+    def window_cycles(self, a: int, b: int) -> int:
+        """The cycles of ``[a, b)`` inside refresh windows."""
+        r = self.refresh_cycles
+        if not r or b <= a:
+            return 0
+        t, o = self.refresh_interval, self.refresh_phase
+
+        def upto(x: int) -> int:  # window cycles in [o - t, x), x >= o - t
+            k, rem = divmod(x - o, t)
+            return (k + 1) * r + min(rem, r)
+
+        return upto(b) - upto(a)
+
     def reserve(self, now: int, nbytes: int) -> int:
         if nbytes <= 0:
             return now
@@ -378,6 +391,8 @@ class MemorySystem:
         # per block slot: its bytes per channel, an int when every channel holds the same
         self._spread: dict[int, int | tuple[int, ...]] = {}
         self.hbm_written_tensors: set[str] = set()
+        #: the blocks stored since the last eager-write-back mark (None: not tracked)
+        self._stored: set[int] | None = set() if m.eager_writeback else None
         #: Bytes of L2 blocks that became dirty (each is written back to HBM once, later)
         #: and bytes written back; a kernel's deltas attribute write-backs to the writer.
         self.dirtied_bytes = 0
@@ -757,8 +772,11 @@ class MemorySystem:
         used2, cap2 = self.l2_used, self.l2_capacity
         acc: list = [0, []]  # write-backs of the victims (see _charge)
         evict = self._evict_l2
+        stored = self._stored
         for slots, nb, nbs, tot in runs:
             total += tot
+            if stored is not None:
+                stored.update(slots)
             sizes = repeat(nb) if nbs is None else nbs
             # into L1
             if all(map(in_l1, slots)):
@@ -813,6 +831,89 @@ class MemorySystem:
         if acc[0] or acc[1]:  # the victims it evicts are written back first
             done = max(done, self._hbm_transfer(now, acc[0], acc[1]))
         return done
+
+    def eager_mark(self, now: int) -> tuple[int, list[int], list[int], int, int] | None:
+        """Start an eager-write-back interval at cycle ``now`` (a kernel's start): the
+        cycle each channel and the L2 port are free from, and their busy cycles so
+        far. ``None`` when the spec's ``memory.eager_writeback`` is off."""
+        if self._stored is None:
+            return None
+        self._stored.clear()
+        chans, l2p = self.channels, self.l2_port
+        return (
+            now,
+            [max(now, ch.free_at) for ch in chans],
+            [ch.busy_cycles for ch in chans],
+            max(now, l2p.free_at),
+            l2p.busy_cycles,
+        )
+
+    def eager_writeback(
+        self, mark: tuple[int, list[int], list[int], int, int] | None, now: int
+    ) -> int:
+        """Write dirty L2 blocks back to HBM in the idle time of the interval from
+        ``mark`` (:meth:`eager_mark`) to cycle ``now`` (the kernel's end); returns the
+        bytes written.
+
+        Each channel was idle, over the interval, for its length less the cycles it was
+        booked, less its refresh windows (bookings that run past ``now`` count whole:
+        the idle time is never overstated), and likewise the L2 port (which reads the
+        data out). The blocks eligible are the dirty ones the interval did not store
+        (so each was dirty, with its present contents, before the interval began), least
+        recently used first; each is written while every channel its bytes map to and
+        the L2 port still have idle cycles for its piece, and the first that does not fit
+        ends the pass. Written blocks stay cached, clean: evicting them later costs
+        nothing. No time passes and no transfer is re-timed: the pieces fill gaps that
+        already lay behind ``now``. Their bytes count at HBM and L2 and in
+        ``writeback_bytes``, and their cycles in the ports' ``busy_cycles``.
+        """
+        if mark is None:
+            return 0
+        _, free0, busy0, free2, busy2 = mark
+        chans, l2p = self.channels, self.l2_port
+        idle = [
+            (now - a) - (ch.busy_cycles - b) - ch.window_cycles(a, now)
+            for ch, a, b in zip(chans, free0, busy0, strict=True)
+        ]
+        idle2 = (now - free2) - (l2p.busy_cycles - busy2)
+        if idle2 <= 0 or min(idle) <= 0:
+            return 0
+        stored, l2 = self._stored, self._l2
+        assert stored is not None
+        n = len(chans)
+        written = 0
+        spent = [0] * n
+        for slot, v in l2.items():
+            if not v & 1 or slot in stored:
+                continue
+            nb = v >> 1
+            c2 = l2p.cycles(nb)
+            if c2 > idle2:
+                break
+            if self._aligned and not nb % self._stripe:
+                sp: int | tuple[int, ...] = nb // n
+            else:
+                sp = self._spread.get(slot) or self._block_spread(slot, nb)
+            if sp.__class__ is int:
+                cyc = [chans[0].cycles(sp)] * n  # every channel has the same rate
+            else:
+                cyc = [ch.cycles(p) for ch, p in zip(chans, sp, strict=True)]
+            if any(c > i for c, i in zip(cyc, idle, strict=True)):
+                break
+            idle = [i - c for i, c in zip(idle, cyc, strict=True)]
+            spent = [s + c for s, c in zip(spent, cyc, strict=True)]
+            idle2 -= c2
+            l2p.busy_cycles += c2
+            l2[slot] = v ^ 1  # clean, in place (its LRU position kept)
+            written += nb
+        if written:
+            for ch, c in zip(chans, spent, strict=True):
+                ch.busy_cycles += c
+            self.writeback_bytes += written
+            byts = self.counters.bytes
+            byts["hbm"] += written
+            byts["l2"] += written
+        return written
 
     def host_write(self, regions: Sequence[Region]) -> None:
         """The host has written ``regions`` into L2 over its own interface

@@ -264,10 +264,15 @@ def test_cache_views_by_key():
 
 
 # -- whole runs, pinned ----------------------------------------------------------------
-#: HBM refresh off: the runs below were pinned before refresh was modelled (a run with
-#: refresh on takes the same paths, plus the windows; the trace-mode tests check that
-#: the inlined channel booking equals the ports' own ``reserve`` with refresh on).
-NO_REFRESH = {"memory.hbm.refresh_interval_ns": 0, "memory.hbm.refresh_cycle_ns": 0}
+#: HBM refresh and eager write-back off: the runs below were pinned before either was
+#: modelled (a run with refresh on takes the same paths, plus the windows, and the
+#: trace-mode tests check that the inlined channel booking equals the ports' own
+#: ``reserve`` with refresh on; eager write-back has its own tests).
+NO_REFRESH = {
+    "memory.hbm.refresh_interval_ns": 0,
+    "memory.hbm.refresh_cycle_ns": 0,
+    "memory.eager_writeback": False,
+}
 
 #: name -> (run, cycles, hits, misses, bytes, kernels, write-back bytes), as the
 #: block-by-block memory model of commit 31acf76 gave them.

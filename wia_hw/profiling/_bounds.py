@@ -31,7 +31,10 @@ Throughput ceilings (:data:`CEILINGS`), in tie-break order:
   L2 blocks evicted meanwhile) over its bandwidth. Write-backs the kernel leaves owed in
   L2 (``dirtied_bytes``, written later) are reported beside it, not in this floor: they
   do not happen during the kernel, and counting them would put floors above measured
-  times (an embedding gather would sit at 260 % of its HBM roof).
+  times (an embedding gather would sit at 260 % of its HBM roof). Nor are the L2
+  controller's eager write-backs (``eager_writeback_bytes``, ``memory.eager_writeback``)
+  in the ``hbm`` and ``l2`` floors: they fill the kernel's idle port time, so they never
+  limit it; the profile's ``bytes`` are the kernel's own traffic.
 
 The binding ceiling (``ceiling``) is the one with the largest floor. The kernel's
 ``bound`` is that ceiling when the kernel reaches at least :data:`LATENCY_BOUND_PCT` of

@@ -148,6 +148,11 @@ class KernelProfile:
         cyc = ks.cycles
         ms = dev.cycles_to_ms(cyc)
         nbytes = ks.counter("bytes")
+        if nbytes is not None and ks.eager_writeback_bytes:
+            # the kernel's own traffic: less the L2 controller's eager write-backs in its
+            # idle time (they filled gaps and never delayed it)
+            e = ks.eager_writeback_bytes
+            nbytes = {**nbytes, "hbm": nbytes["hbm"] - e, "l2": nbytes["l2"] - e}
         hits, misses = ks.counter("hits"), ks.counter("misses")
         l1 = l2 = None
         if hits is not None and misses is not None:
@@ -525,6 +530,7 @@ def stats_from_record(
         unit_floors=None if uf is None else uf.to_dict(),
         dirtied_bytes=getattr(r, "dirtied_bytes", 0),
         writeback_bytes=getattr(r, "writeback_bytes", 0),
+        eager_writeback_bytes=getattr(r, "eager_writeback_bytes", 0),
         op_class=getattr(kernel, "vclass", None),
     )
 

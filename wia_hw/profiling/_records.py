@@ -114,7 +114,9 @@ class KernelStats:
     ``unit_floors``: its pipeline and parallelism floors (:class:`._bounds.UnitFloors`
     as a dict; ``None`` when unknown). ``dirtied_bytes``: L2 bytes it left dirty (its
     write-backs, done later); ``writeback_bytes``: write-backs of dirty L2 blocks (any
-    kernel's) during it. ``op_class``: a vector kernel's op class (``softmax``, ...)."""
+    kernel's) during it, ``eager_writeback_bytes`` the part of them written eagerly in
+    its idle time (background traffic, not the kernel's demand). ``op_class``: a vector
+    kernel's op class (``softmax``, ...)."""
 
     index: int
     name: str
@@ -141,6 +143,7 @@ class KernelStats:
     unit_floors: dict[str, float] | None = None
     dirtied_bytes: int = 0
     writeback_bytes: int = 0
+    eager_writeback_bytes: int = 0
     op_class: str | None = None
 
     @property
