@@ -21,10 +21,16 @@ TPU v1 (Jouppi et al., ISCA 2017, arXiv 1704.04760):
 A100 (LLMCompass, ae/figure5/ab/real_hardware/matmul_A100.csv): 20 fp16 GEMMs timed
   with torch.bmm (median after 3 warm-ups, host launch included).
 HBM streaming on a100-systolic: BabelStream on A100-SXM4-80GB, Copy 1,709.4 GB/s and
-  Triad 1,724.8 GB/s of 2,039; emulated as the spec stands and with DRAM refresh on.
+  Triad 1,724.8 GB/s of 2,039; emulated as the spec stands (its HBM refreshes) and, to
+  show what refresh costs, with refresh off.
+Little's law on a100-systolic: Copy's bandwidth against the bytes in flight (cores x
+  one load each), swept over 1..108 cores, against outstanding / round trip up to the
+  refreshed peak (the issue's "the DMA model's in-flight limit and latency give the
+  curve"; see littles_law_point for the derivation).
 
-Usage: python benchmarks/silicon.py [--quick]   (--quick skips the A100 GEMMs over
-10^12 MACs, which take minutes to emulate)
+Usage: python benchmarks/silicon.py [--quick] [--png PATH]   (--quick skips the A100
+GEMMs over 10^12 MACs, which take minutes to emulate; --png plots the Little's-law
+curve)
 """
 
 from __future__ import annotations
@@ -150,58 +156,202 @@ def a100(quick: bool) -> list[float]:
     return errs
 
 
-def hbm_streaming() -> list[float]:
-    """Copy and Triad over 128 MiB arrays, as the spec stands, and with the DRAM
-    refresh of ``benchmark_operation``'s ``dram_refresh`` variation source on (JEDEC
-    HBM2 all-bank refresh of an 8 Gb die: tREFI 3.9 us, tRFC 350 ns; BenchmarkConfig's
-    defaults, set before this benchmark existed): the spec itself does not model refresh.
-    Returns the errors with refresh on."""
-    from wia_hw.bench import BenchmarkConfig
-    from wia_hw.bench._variation import install
+#: ``--set`` overrides that turn DRAM refresh off (both fields 0: a channel streams at
+#: its nominal rate), to show what refresh costs
+NO_REFRESH = {"memory.hbm.refresh_interval_ns": 0, "memory.hbm.refresh_cycle_ns": 0}
 
-    print("HBM streaming on a100-systolic (BabelStream, A100-SXM4-80GB)")
+
+def stream_graph(name: str, n: int):
+    """BabelStream's ``Copy`` (``c = a``: one array in, one out) or ``Triad``
+    (``a = b + s * c``: two in, one out; the scalar multiply rides in the vector unit's
+    slack and is left out) over fp32 arrays of ``n`` elements, as ``[n / 1024, 1024]``."""
+    b = GraphBuilder(name.lower(), "fp32")
+    inputs = 1 if name == "Copy" else 2
+    xs = [b.input(f"x{i}", (n // 1024, 1024)) for i in range(inputs)]
+    if inputs == 1:
+        b.op("cast", "copy", xs, dtype="fp32")
+    else:
+        b.op("add", "triad", xs)
+    return b.graph(), (inputs + 1) * n * 4
+
+
+def hbm_streaming() -> list[float]:
+    """Copy and Triad over 128 MiB arrays on ``a100-systolic`` as the spec stands (its
+    ``memory.hbm`` refreshes: tREFI 3.9 us, tRFC 260 ns), and with refresh turned off
+    (:data:`NO_REFRESH`) to show its cost. Bandwidth is BabelStream's: the arrays'
+    bytes (read and written once each) over the kernel's time, the host launch left
+    out (BabelStream times the kernel alone) and the final write-back of the results
+    left in. Returns the errors of the spec as it stands."""
+    print("HBM streaming on a100-systolic (BabelStream, A100-SXM4-80GB, 128 MiB arrays)")
     n = 1 << 25  # 2^25 fp32 elements: 128 MiB arrays, far over the 40 MiB L2
     errs = []
-    for name, measured, inputs in (("Copy", 1709.4, 1), ("Triad", 1724.8, 2)):
-        b = GraphBuilder(name.lower(), "fp32")
-        xs = [b.input(f"x{i}", (n // 1024, 1024)) for i in range(inputs)]
-        if inputs == 1:
-            b.op("cast", "copy", xs, dtype="fp32")
-        else:
-            b.op("add", "triad", xs)  # a = b + s * c: two arrays in, one out
-        nbytes = (inputs + 1) * n * 4
-        for refresh in (False, True):
-            ctx = wia_hw.open_device("a100-systolic")
-            if refresh:
-                cfg = BenchmarkConfig(variation_sources=("dram_refresh",))
-                install(ctx.device.memory, cfg, ctx.spec.clock_ghz)
-            r = ctx.run(b.graph())
+    for name, measured in (("Copy", 1709.4), ("Triad", 1724.8)):
+        g, nbytes = stream_graph(name, n)
+        for label, over in (("spec (refresh on)", {}), ("refresh off      ", NO_REFRESH)):
+            ctx = wia_hw.open_device("a100-systolic", overrides=over)
+            r = ctx.run(g)
             launch_s = ctx.spec.compute.control.launch_overhead_ns * 1e-9
-            secs = r.latency_ms * 1e-3 - launch_s  # BabelStream times the kernel alone
+            secs = r.latency_ms * 1e-3 - launch_s
             gbs = nbytes / secs / 1e9
             e = err_pct(gbs, measured)
-            if refresh:
+            peak = ctx.spec.memory.hbm.bandwidth_gbs
+            if not over:
                 errs.append(abs(e))
             print(
-                f"  {name:5s} {'with refresh' if refresh else 'spec as is  '}: measured "
-                f"{measured:7.1f} GB/s, emulated {gbs:7.1f} GB/s ({gbs / 2039 * 100:4.1f}% "
-                f"of 2,039), error {e:+6.1f}%"
+                f"  {name:5s} {label}: measured {measured:7.1f} GB/s, emulated {gbs:7.1f} "
+                f"GB/s ({gbs / peak * 100:4.1f}% of {peak:,.0f}), error {e:+6.1f}%"
+                + ("" if over or abs(e) <= 5 else "  <- outside the 5% bound"),
+                flush=True,
             )
     return errs
 
 
+def refresh_wait_cycles(channels, transfer_cycles: int) -> float:
+    """Mean cycles a transfer of ``transfer_cycles`` on every channel waits for refresh,
+    issued at a uniformly random cycle: the exact mean over one refresh period of the
+    channels' own :meth:`~wia_hw.emulator.memory.BandwidthPort.serve` (the transfer ends
+    when its last channel piece does). 0 without refresh."""
+    ch0 = channels[0]
+    if not ch0.refresh_cycles:
+        return 0.0
+    period = ch0.refresh_interval
+    waits = sum(
+        max(ch.serve(t, transfer_cycles) for ch in channels) - t - transfer_cycles
+        for t in range(period)
+    )
+    return waits / period
+
+
+def littles_law_point(spec: str, cores: int, graph, overrides=None) -> dict:
+    """One point of the bandwidth-against-outstanding-bytes curve: ``graph`` (one
+    streaming kernel) on ``spec`` with ``cores`` cores.
+
+    In flight: a core's operand loads are one in-order stream with one transfer in
+    flight (``Device._core``: a load issues when the previous one completes), whatever
+    ``dma.engines_per_core`` is (the second engine carries the result stores, into L2);
+    a streaming tile's load is one storage block per input array. So
+    ``outstanding = cores x load bytes``. A load's round trip unloaded (``MemorySystem
+    .load_runs``) is ``dma.setup_cycles`` + the later of the HBM path (``hbm.latency_ns``
+    in cycles after the most loaded channel's piece, ``ceil(load / (I x C)) x I`` bytes
+    for interleave I and C channels, plus the mean refresh wait) and the L2 path (the L2
+    port's transfer plus ``l2.latency_cycles``, which runs alongside and is the shorter).
+    Little's law: bandwidth = outstanding / round trip, up to the channels' refreshed
+    peak ``peak x (1 - tRFC / tREFI)``, of which the loads get their share of the
+    channels' bytes (write-backs of earlier results take the rest).
+    """
+    ctx = wia_hw.open_device(spec, overrides={**(overrides or {}), "compute.cores": cores})
+    r = ctx.run(graph, trace=True)
+    rec = r.kernels[-1].record
+    dev, s = ctx.device, ctx.spec
+    kernel_cycles = rec.cycles - dev._launch_cycles  # the host launch: no core works
+    loads = [e for e in r.trace if e.kind == "dma" and e.kernel == rec.name]
+    load_bytes = loads[0].nbytes
+    if any(e.nbytes != load_bytes for e in loads):
+        raise RuntimeError("a streaming kernel's loads are expected to be equal")
+    loaded = load_bytes * len(loads)
+    mem = dev.memory
+    chans, hbm = mem.channels, s.memory.hbm
+    stripe = hbm.interleave_bytes * len(chans)
+    piece = chans[0].cycles(-(-load_bytes // stripe) * hbm.interleave_bytes)
+    wait = refresh_wait_cycles(chans, piece)
+    hbm_path = mem.hbm_latency + piece + wait
+    l2_path = mem.l2_port.cycles(load_bytes) + mem.l2_latency
+    round_trip = s.dma.setup_cycles + max(hbm_path, l2_path)
+    ch0 = chans[0]
+    refreshed = 1 - ch0.refresh_cycles / ch0.refresh_interval if ch0.refresh_cycles else 1.0
+    peak_bpc = float(s.bytes_per_cycle(hbm.bandwidth_gbs)) * refreshed
+    share = loaded / max(loaded, rec.counters.bytes["hbm"])  # the loads' part of HBM bytes
+    outstanding = cores * load_bytes
+    predicted = min(peak_bpc * share, outstanding / round_trip)
+    ghz = s.clock_ghz
+    return {
+        "cores": cores,
+        "load_bytes": load_bytes,
+        "outstanding_bytes": outstanding,
+        "emulated_gbs": loaded / kernel_cycles * ghz,
+        "predicted_gbs": predicted * ghz,
+        "cap_gbs": peak_bpc * share * ghz,
+        "round_trip_cycles": round_trip,
+        "refresh_wait_cycles": wait,
+        "measured_round_trip_cycles": sum(e.end - e.start for e in loads) / len(loads),
+        "hbm_gbs": rec.counters.bytes["hbm"] / kernel_cycles * ghz,
+        "l2_path_cycles": l2_path,
+        "hbm_path_cycles": hbm_path,
+        "setup_cycles": s.dma.setup_cycles,
+        "hbm_latency_cycles": mem.hbm_latency,
+        "piece_cycles": piece,
+        "clock_ghz": ghz,
+    }
+
+
+LITTLE_CORES = (1, 2, 4, 8, 16, 32, 48, 64, 80, 96, 108)
+
+
+def littles_law(png: str | None = None) -> list[dict]:
+    """Bandwidth against outstanding bytes: Copy (128 MiB) on ``a100-systolic`` with
+    1..108 cores (``compute.cores``), each point against Little's law
+    (:func:`littles_law_point`). ``png``: also plot the curve there (matplotlib)."""
+    print("Little's law on a100-systolic: Copy, 128 MiB, cores swept (--set compute.cores=N)")
+    g, _ = stream_graph("Copy", 1 << 25)
+    pts = [littles_law_point("a100-systolic", c, g) for c in LITTLE_CORES]
+    p = pts[0]
+    print(
+        f"  round trip of one {p['load_bytes'] // 1024} KiB load: setup {p['setup_cycles']} + "
+        f"HBM latency {p['hbm_latency_cycles']} + largest channel piece {p['piece_cycles']} + "
+        f"mean refresh wait {p['refresh_wait_cycles']:.0f} = {p['round_trip_cycles']:.0f} cycles "
+        f"(the L2 path, {p['l2_path_cycles']} cycles, runs alongside)"
+    )
+    print(
+        "  cores  in flight   emulated  Little's law  ratio | measured round trip, "
+        "in flight / it | HBM incl. write-backs"
+    )
+    for p in pts:
+        rt = p["measured_round_trip_cycles"]
+        print(
+            f"  {p['cores']:5d} {p['outstanding_bytes'] / 1024:7.0f} KiB {p['emulated_gbs']:7.1f} "
+            f"GB/s {p['predicted_gbs']:7.1f} GB/s  {p['emulated_gbs'] / p['predicted_gbs']:5.3f}"
+            f" | {rt:6.0f} cycles, {p['outstanding_bytes'] / rt * p['clock_ghz']:7.1f} GB/s"
+            f" | {p['hbm_gbs']:7.1f} GB/s",
+            flush=True,
+        )
+    if png:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 4))
+        x = [p["outstanding_bytes"] / 2**20 for p in pts]
+        ax.plot(x, [p["emulated_gbs"] for p in pts], "o-", label="emulated (load stream)")
+        ax.plot(x, [p["predicted_gbs"] for p in pts], "--", label="Little's law")
+        ax.set_xlabel("bytes in flight (MiB)")
+        ax.set_ylabel("GB/s")
+        ax.set_title("a100-systolic, Copy 128 MiB: bandwidth vs outstanding bytes")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(png, dpi=120)
+        print(f"  curve written to {png}")
+    return pts
+
+
 def main() -> None:
-    quick = "--quick" in sys.argv[1:]
+    args = sys.argv[1:]
+    quick = "--quick" in args
+    png = args[args.index("--png") + 1] if "--png" in args[:-1] else None
     tpu = tpu_v1()
     print()
     gem = a100(quick)
     print()
     hbm = hbm_streaming()
     print()
+    little = littles_law(png)
+    print()
+    worst = max(abs(p["emulated_gbs"] / p["predicted_gbs"] - 1) for p in little) * 100
     print(
         f"summary: TPU v1 MAPE {sum(tpu) / len(tpu):.1f}% (max {max(tpu):.1f}%), "
         f"A100 GEMM MAPE {sum(gem) / len(gem):.1f}% (max {max(gem):.1f}%), "
-        f"HBM streaming (with refresh) max error {max(hbm):.1f}%"
+        f"HBM streaming max error {max(hbm):.1f}%, "
+        f"Little's law largest gap {worst:.1f}%"
     )
 
 
