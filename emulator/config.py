@@ -399,22 +399,35 @@ class DMAConfig:
 @dataclass(frozen=True, kw_only=True)
 class EnergyConfig:
     """Energy per MAC by precision (pJ), per byte moved at each level (pJ), per vector
-    element op (pJ), and static power (W).
+    element op (pJ), and the coefficients of static power (mW).
 
     ``pj_per_mac`` lists exactly the precisions the array supports (checked by
     :class:`DeviceSpec`: an energy for a precision the array lacks would change nothing).
+
+    Static power is derived, never stated (:attr:`DeviceSpec.static_power_w`): the
+    power the device draws whether or not it works, charged over every cycle of a run.
+    ``static_mw_per_pe``: leakage of one PE's datapath (multiplier and accumulator
+    adder); ``static_mw_per_mib_sram``: leakage of one MiB of on-chip SRAM (every
+    core's L1 and the L2); ``static_mw_per_hbm_channel``: background (standby) and
+    refresh power of one off-chip DRAM channel with its dies. Dynamic energy (per MAC,
+    byte, vector op) is not part of it. The defaults are ``wia-npu``'s figures (see
+    ``specs/wia-npu.yaml`` and ``docs/POWER.md`` for their sources).
     """
 
     pj_per_mac: Mapping[str, float]
     pj_per_byte: Mapping[str, float]
     pj_per_vector_op: float = 0.5
-    static_power_w: float = 20.0
+    static_mw_per_pe: float = 0.00864
+    static_mw_per_mib_sram: float = 264.4
+    static_mw_per_hbm_channel: float = 63.6
 
     def __post_init__(self) -> None:
         _per_key(self, "pj_per_mac", PRECISIONS, "num")
         _per_key(self, "pj_per_byte", LEVELS, "energy")
         _nonneg_num(self, "pj_per_vector_op")
-        _nonneg_num(self, "static_power_w")
+        _nonneg_num(self, "static_mw_per_pe")
+        _nonneg_num(self, "static_mw_per_mib_sram")
+        _nonneg_num(self, "static_mw_per_hbm_channel")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -508,6 +521,31 @@ class DeviceSpec:
     @property
     def peak_bandwidth_gbs(self) -> float:
         return self.memory.hbm.bandwidth_gbs
+
+    @property
+    def sram_mib(self) -> float:
+        """On-chip SRAM in MiB: every core's L1 plus the shared L2."""
+        m = self.memory
+        return (self.compute.cores * m.l1.size_kib + m.l2.size_kib) / 1024
+
+    @property
+    def static_power_breakdown_w(self) -> dict[str, float]:
+        """Static power by source, in W: ``pe`` (PEs x ``static_mw_per_pe``), ``sram``
+        (:attr:`sram_mib` x ``static_mw_per_mib_sram``) and ``hbm`` (HBM channels x
+        ``static_mw_per_hbm_channel``). Each term grows with its resource, so more
+        cores, PEs, SRAM or channels never lower static power."""
+        en = self.energy
+        return {
+            "pe": self.pes * en.static_mw_per_pe * 1e-3,
+            "sram": self.sram_mib * en.static_mw_per_mib_sram * 1e-3,
+            "hbm": self.memory.hbm.channels * en.static_mw_per_hbm_channel * 1e-3,
+        }
+
+    @property
+    def static_power_w(self) -> float:
+        """The device's static power in W: the sum of :attr:`static_power_breakdown_w`.
+        Charged over every cycle of a run (energy) and fed to the thermal model."""
+        return sum(self.static_power_breakdown_w.values())
 
     def bytes_per_cycle(self, bandwidth_gbs: float) -> Fraction:
         """A bandwidth in GB/s (1e9 B/s) as an exact fraction of bytes per device cycle."""

@@ -940,7 +940,7 @@ class Device:
         self._heat_given_pj += pj
         self._heat_pj = 0.0
         seconds = dt / self.spec.clock_hz
-        self.thermal.advance(seconds, pj * 1e-12 / seconds + en.static_power_w)
+        self.thermal.advance(seconds, pj * 1e-12 / seconds + self.spec.static_power_w)
         self._heat_cycle = now
 
     def _account_energy(
@@ -965,10 +965,10 @@ class Device:
             for lvl, nb in delta.bytes.items():
                 pj += nb * en.pj_per_byte[lvl]
         seconds = cycles / self.spec.clock_hz
-        static_pj = en.static_power_w * seconds * 1e12
+        static_pj = self.spec.static_power_w * seconds * 1e12
         pj += static_pj + extra_pj
         self.counters.energy_pj += pj
-        power = pj * 1e-12 / seconds if seconds > 0 else en.static_power_w
+        power = pj * 1e-12 / seconds if seconds > 0 else self.spec.static_power_w
         # the rest of the dynamic energy goes to the thermal model, then it steps to now
         self._heat_pj = max(0.0, pj - static_pj - self._heat_given_pj)
         self._heat_bytes = dict(self.counters.bytes)

@@ -65,6 +65,25 @@ def specs_show(spec: str, sets: tuple[str, ...]) -> None:
         if d.supports("fp16")
         else f"#   HBM: {d.peak_bandwidth_gbs} GB/s"
     )
+    en, parts, m = d.energy, d.static_power_breakdown_w, d.memory
+    pes_per_core = d.pes // d.compute.cores
+    l1_mib = m.l1.size_kib / 1024
+    per_core_w = (pes_per_core * en.static_mw_per_pe + l1_mib * en.static_mw_per_mib_sram) * 1e-3
+    click.echo(f"#   static power: {d.static_power_w:.2f} W (leakage and DRAM background)")
+    click.echo(f"#     PEs:  {parts['pe']:.2f} W = {d.pes:,} PEs x {en.static_mw_per_pe:g} mW")
+    click.echo(
+        f"#     SRAM: {parts['sram']:.2f} W = {d.sram_mib:g} MiB x "
+        f"{en.static_mw_per_mib_sram:g} mW/MiB ({d.compute.cores} x L1 {l1_mib:g} MiB "
+        f"+ L2 {m.l2.size_kib / 1024:g} MiB)"
+    )
+    click.echo(
+        f"#     HBM:  {parts['hbm']:.2f} W = {m.hbm.channels} channels x "
+        f"{en.static_mw_per_hbm_channel:g} mW"
+    )
+    click.echo(
+        f"#     per core: {per_core_w:.2f} W ({pes_per_core:,} PEs + L1), "
+        f"{d.compute.cores} core{'s' if d.compute.cores > 1 else ''}"
+    )
 
 
 @specs.command("validate")
