@@ -881,8 +881,11 @@ class MemorySystem:
         stored, l2 = self._stored, self._l2
         assert stored is not None
         n = len(chans)
+        ch0, aligned, stripe = chans[0], self._aligned, self._stripe
         written = 0
-        spent = [0] * n
+        base = 0  # cycles spent on every channel by evenly spread blocks
+        avail = idle  # per channel: idle cycles less those of uneven blocks
+        lo = min(avail)
         for slot, v in l2.items():
             if not v & 1 or slot in stored:
                 continue
@@ -890,25 +893,28 @@ class MemorySystem:
             c2 = l2p.cycles(nb)
             if c2 > idle2:
                 break
-            if self._aligned and not nb % self._stripe:
+            if aligned and not nb % stripe:
                 sp: int | tuple[int, ...] = nb // n
             else:
                 sp = self._spread.get(slot) or self._block_spread(slot, nb)
             if sp.__class__ is int:
-                cyc = [chans[0].cycles(sp)] * n  # every channel has the same rate
+                cu = ch0.cycles(sp)  # every channel has the same rate
+                if base + cu > lo:
+                    break
+                base += cu
             else:
                 cyc = [ch.cycles(p) for ch, p in zip(chans, sp, strict=True)]
-            if any(c > i for c, i in zip(cyc, idle, strict=True)):
-                break
-            idle = [i - c for i, c in zip(idle, cyc, strict=True)]
-            spent = [s + c for s, c in zip(spent, cyc, strict=True)]
+                if any(base + c > a for c, a in zip(cyc, avail, strict=True)):
+                    break
+                avail = [a - c for a, c in zip(avail, cyc, strict=True)]
+                lo = min(avail)
             idle2 -= c2
             l2p.busy_cycles += c2
             l2[slot] = v ^ 1  # clean, in place (its LRU position kept)
             written += nb
         if written:
-            for ch, c in zip(chans, spent, strict=True):
-                ch.busy_cycles += c
+            for ch, i, a in zip(chans, idle, avail, strict=True):
+                ch.busy_cycles += base + i - a
             self.writeback_bytes += written
             byts = self.counters.bytes
             byts["hbm"] += written
