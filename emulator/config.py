@@ -355,6 +355,14 @@ class MemoryConfig:
     ``l2``: the host writes the inputs into L2 over its own interface before the run (as
     far as they fit) and reads the results from L2, so neither crosses HBM; a TPU's host
     reads and writes its Unified Buffer over PCIe this way.
+
+    ``eager_writeback``: the L2 controller writes dirty blocks back to HBM while the
+    channels and the L2 port would otherwise idle (eager write-back, Lee, Tyson and
+    Farrens, MICRO 2000), least recently used first, so that evicting them later costs
+    nothing. After each kernel, the dirty blocks the kernel did not store are written
+    back in the kernel's idle channel and L2-port time, as far as it reaches (see
+    :meth:`~wia_hw.emulator.memory.MemorySystem.eager_writeback`). ``false``: dirty
+    blocks are written back only when evicted (or at the end of a run).
     """
 
     l1: CacheConfig
@@ -362,8 +370,13 @@ class MemoryConfig:
     hbm: HBMConfig
     block_bytes: int = 65536
     host_io: str = "dram"
+    eager_writeback: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.eager_writeback, bool):
+            raise SpecError(
+                f"must be true or false, got {self.eager_writeback!r}", field="eager_writeback"
+            )
         if self.host_io not in ("dram", "l2"):
             raise SpecError(f"must be dram or l2, got {self.host_io!r}", field="host_io")
         _pos_int(self, "block_bytes")
