@@ -38,6 +38,34 @@ def test_a100_systolic_peaks_are_llmcompass_and_the_whitepaper() -> None:
     assert s.compute.control.launch_overhead_ns == 21000  # overhead_dict["A100"].matmul
 
 
+@pytest.mark.parametrize(
+    ("name", "trefi_ns", "trfc_ns"),
+    [
+        # HBM2 8 Gb x128 (DRAMsim3 configs/HBM2_8Gb_x128.ini: tCK 1 ns, tREFI 3900 and
+        # tRFC 260 cycles)
+        ("a100-systolic", 3900, 260),
+        # DDR3 (JESD79-3): tREFI 7.8 us up to 85 C, tRFC 260 ns for a 4 Gb die
+        ("tpu-v1", 7800, 260),
+    ],
+)
+def test_refresh_is_the_published_dram_timing(name, trefi_ns, trfc_ns) -> None:
+    from wia_hw.emulator.counters import Counters
+    from wia_hw.emulator.memory import MemorySystem
+
+    s = load_spec(name)
+    hbm = s.memory.hbm
+    assert (hbm.refresh_interval_ns, hbm.refresh_cycle_ns) == (trefi_ns, trfc_ns)
+    chans = MemorySystem(s, Counters()).channels
+    trefi, trfc = math.ceil(trefi_ns * s.clock_ghz), math.ceil(trfc_ns * s.clock_ghz)
+    assert {(c.refresh_interval, c.refresh_cycles) for c in chans} == {(trefi, trfc)}
+    # windows staggered evenly: channel i's start i * tREFI / channels into the period
+    assert [c.refresh_phase for c in chans] == [i * trefi // len(chans) for i in range(len(chans))]
+    # whole-cycle windows keep the published duty cycle, so the streaming ceiling the
+    # refresh leaves is the published one: A100 1,903 GB/s of 2,039, TPU v1 32.9 of 34
+    ceiling = s.peak_bandwidth_gbs * (1 - trfc / trefi)
+    assert ceiling == pytest.approx(s.peak_bandwidth_gbs * (1 - trfc_ns / trefi_ns), rel=1e-3)
+
+
 @pytest.mark.parametrize("bad", [0, -1, 1.5])
 def test_arrays_per_core_must_be_a_positive_integer(bad) -> None:
     with pytest.raises(SpecError, match="arrays_per_core"):
