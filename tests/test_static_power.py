@@ -5,6 +5,8 @@ it with its breakdown (issue #15, "Static power"; sources in ``docs/POWER.md``).
 from __future__ import annotations
 
 import random
+import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -155,3 +157,25 @@ def test_specs_show_prints_the_derived_figure_and_breakdown(name):
     assert f"SRAM: {parts['sram']:.2f} W = {s.sram_mib:g} MiB" in out.output
     assert f"HBM:  {parts['hbm']:.2f} W = {s.memory.hbm.channels} channels" in out.output
     assert "per core:" in out.output and "2 cores" in out.output
+
+
+def _power_page_blocks() -> list[tuple[str, str]]:
+    page = Path(__file__).resolve().parent.parent / "docs" / "POWER.md"
+    return re.findall(r"```(\w*)\n(.*?)```", page.read_text(), flags=re.S)
+
+
+def test_power_page_shows_what_specs_show_prints():
+    blocks = _power_page_blocks()
+    i = next(i for i, (lang, b) in enumerate(blocks) if lang == "sh" and "specs show" in b)
+    name = blocks[i][1].split()[-1]
+    out = CliRunner().invoke(cli, ["specs", "show", name])
+    assert out.exit_code == 0, out.output
+    shown = blocks[i + 1][1].strip().splitlines()
+    assert out.output.strip().splitlines()[-len(shown) :] == shown
+
+
+def test_power_page_python_example_prints_what_the_page_shows(capsys):
+    blocks = _power_page_blocks()
+    i = next(i for i, (lang, _) in enumerate(blocks) if lang == "python")
+    exec(compile(blocks[i][1], "POWER.md example", "exec"), {"__name__": "example"})
+    assert capsys.readouterr().out.strip().splitlines() == blocks[i + 1][1].strip().splitlines()
