@@ -25,6 +25,7 @@ from wia_hw.optimize import (
     load_schedules,
 )
 from wia_hw.optimize._autotune import (
+    _BOUNDS,
     _MEASURED,
     _cache_key,
     candidate_pool,
@@ -32,6 +33,7 @@ from wia_hw.optimize._autotune import (
     measure_cycles,
     schedule_features,
 )
+from wia_hw.optimize._fast_eval import canonical_tiling
 from wia_hw.optimize._schedules import spec_hash
 from wia_hw.runtime import open_device, resolve_workload
 
@@ -104,7 +106,7 @@ def test_measurement_equals_the_emulator_on_random_candidates():
         kern = _gemm_kernel(*shape)
         pool = candidate_pool(kern, SPEC, max_tiles=64)
         for t in rng.sample(pool, 4):
-            _MEASURED.pop((sha, _cache_key(kern), t), None)
+            _MEASURED.pop((sha, _cache_key(kern), canonical_tiling(kern, t)), None)
             cycles, hit = measure_cycles(kern, t, SPEC, sha)
             assert not hit
             rec = Device(SPEC).execute([replace(kern, tiling=t)])[0]
@@ -148,7 +150,8 @@ def test_methods_improve_monotonically_and_stay_physical(method):
     )
     assert t.trials == min(CFG["max_trials"], t.pool_size) == len(t.history) - 1
     assert t.best_cycles >= t.floor_cycles > 0
-    assert res.candidates == res.measured + res.cache_hits >= t.trials + 1
+    assert res.candidates == res.measured + res.pruned + res.cut + res.cache_hits >= t.trials + 1
+    assert len(res.cold_walls_s) == res.cold
 
 
 def test_ml_cost_models_are_deterministic_under_a_seed():
@@ -345,16 +348,19 @@ def test_tiling_in_file_is_used_verbatim(tmp_path):
 
 
 def test_measurements_file_makes_a_later_session_a_lookup(tmp_path):
-    """Measurements written by one session answer the next one's every candidate: no
-    emulator run, the same schedules and histories."""
+    """Measurements written by one session answer the next one's every candidate it
+    ran whole: no whole emulator run, the same schedules and histories (the candidates
+    pruned or cut are decided again, the same way)."""
     g = resolve_workload("gemm", M=256, N=512, K=512)
     cfg = AutotuneConfig(method="random", **CFG)
     mfile = tmp_path / "m.json"
     first = autotune_model(g, cfg, measurements_file=mfile)
     text = mfile.read_text()
     _MEASURED.clear()
+    _BOUNDS.clear()
     again = autotune_model(g, cfg, measurements_file=mfile)
-    assert again.measured == 0 and again.cache_hits == first.candidates
+    assert again.measured == 0 and again.cache_hits == first.measured
+    assert (again.pruned, again.cut) == (first.pruned, first.cut)
     (a,), (b,) = first.kernels.values(), again.kernels.values()
     assert a.history == b.history and a.best == b.best
     assert mfile.read_text() == text  # nothing new: the same bytes

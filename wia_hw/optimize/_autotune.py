@@ -77,6 +77,7 @@ from ..emulator.enums import StrNamedEnum
 from ..emulator.kernels import GemmKernel, GemmTiling
 from ..graph import Graph
 from ..lowering import gemm_key, lower
+from ._fast_eval import canonical_tiling, cycles_lower_bound, run_within
 from ._schedules import AutotuneError, ScheduleError, save_schedules, spec_hash
 
 __all__ = [
@@ -123,7 +124,9 @@ class AutotuneConfig:
     GEMM kernel). ``seed``: every random choice. ``batch_size``/``epsilon``: the ML
     tuner's candidates per round and exploration probability. ``cost_model``: ``gbt``
     (scikit-learn) or ``ridge`` (numpy). ``max_tiles``: the largest tile count a
-    candidate may have.
+    candidate may have. ``prune``: decide a candidate that cannot beat the best so far
+    without a whole emulator run (see the module docstring; the best found is the
+    same either way).
     """
 
     method: str = "ml"
@@ -135,6 +138,7 @@ class AutotuneConfig:
     epsilon: float = 0.1
     cost_model: str = "gbt"
     max_tiles: int = 256
+    prune: bool = True
 
     def __post_init__(self) -> None:
         try:
@@ -164,6 +168,8 @@ class AutotuneConfig:
                     f"AutotuneConfig.{name} must be a positive integer, got {v!r}"
                     + (": a budget of 0 tunes nothing" if name == "max_trials" else "")
                 )
+        if not isinstance(self.prune, bool):
+            raise AutotuneError(f"AutotuneConfig.prune must be True or False, got {self.prune!r}")
         if not 0.0 <= float(self.epsilon) <= 1.0:
             raise AutotuneError(f"AutotuneConfig.epsilon must be in [0, 1], got {self.epsilon!r}")
         if isinstance(self.kernels_to_tune, str):
@@ -207,9 +213,11 @@ class KernelTuning:
 class AutotuneResult:
     """What :func:`autotune_model` found: ``kernels`` by key, the ``method`` and
     ``seed``, the ``device`` name and ``spec_sha256``, ``wall_s`` of the search,
-    ``measured`` (emulator runs made), ``cache_hits`` (candidates found in the cache),
-    ``eval_s`` (wall seconds spent evaluating candidates) and ``cold_s`` (of which in
-    emulator runs)."""
+    ``measured`` (whole emulator runs made), ``cache_hits`` (candidates found in the
+    cache), ``pruned`` (decided by the lower bound, no emulator run), ``cut`` (emulator
+    runs stopped at the best cycles so far), ``eval_s`` (wall seconds spent evaluating
+    candidates), ``cold_s`` (of which on the candidates the cache did not answer) and
+    ``cold_walls_s`` (the wall seconds of each of those, in order)."""
 
     method: str
     seed: int
@@ -222,11 +230,19 @@ class AutotuneResult:
     cache_hits: int
     eval_s: float
     cold_s: float = 0.0
+    pruned: int = 0
+    cut: int = 0
+    cold_walls_s: list[float] = field(default_factory=list)
+
+    @property
+    def cold(self) -> int:
+        """Candidates the cache did not answer (whole runs, pruned, cut)."""
+        return self.measured + self.pruned + self.cut
 
     @property
     def candidates(self) -> int:
-        """Candidates evaluated (emulator runs and cache hits)."""
-        return self.measured + self.cache_hits
+        """Candidates evaluated (cache misses and hits)."""
+        return self.cold + self.cache_hits
 
     @property
     def candidates_per_s(self) -> float:
@@ -235,8 +251,9 @@ class AutotuneResult:
 
     @property
     def cold_candidates_per_s(self) -> float:
-        """Emulator runs (cache misses) per wall second they took."""
-        return self.measured / self.cold_s if self.cold_s > 0 else float("inf")
+        """Cache misses (whole runs, pruned and cut candidates) per wall second they
+        took."""
+        return self.cold / self.cold_s if self.cold_s > 0 else float("inf")
 
     @property
     def schedules(self) -> dict[str, GemmTiling]:
@@ -322,21 +339,30 @@ def _cache_key(k: GemmKernel) -> str:
     return f"{gemm_key(k)} | {' '.join(parts)}"
 
 
-def _run(
-    kernel: GemmKernel, tiling: GemmTiling, spec: DeviceSpec, spec_sha: str | None
-) -> tuple[tuple[int, tuple[int, int, int]], bool]:
-    h = spec_sha or spec_hash(spec)
-    key = (h, _cache_key(kernel), tiling)
-    hit = _MEASURED.get(key)
-    if hit is not None:
-        return hit, True
-    rec = Device(spec).execute([replace(kernel, tiling=tiling)])[0]
+#: (spec hash, kernel key, tiling) -> a lower bound of the cycles of a candidate not
+#: measured whole (from :func:`cycles_lower_bound`, or an emulator run cut there).
+_BOUNDS: dict[tuple[str, str, GemmTiling], int] = {}
+
+
+def _store(key: tuple[str, str, GemmTiling], rec: Any) -> tuple[int, tuple[int, int, int]]:
     b = rec.counters.bytes
     out = (int(rec.end_cycle - rec.start_cycle), (b["l1"], b["l2"], b["hbm"]))
     if len(_MEASURED) > 200_000:
         _MEASURED.clear()
     _MEASURED[key] = out
-    return out, False
+    return out
+
+
+def _run(
+    kernel: GemmKernel, tiling: GemmTiling, spec: DeviceSpec, spec_sha: str | None
+) -> tuple[tuple[int, tuple[int, int, int]], bool]:
+    h = spec_sha or spec_hash(spec)
+    tiling = canonical_tiling(kernel, tiling)
+    key = (h, _cache_key(kernel), tiling)
+    hit = _MEASURED.get(key)
+    if hit is not None:
+        return hit, True
+    return _store(key, Device(spec).execute([replace(kernel, tiling=tiling)])[0]), False
 
 
 def measure_cycles(
@@ -344,7 +370,8 @@ def measure_cycles(
 ) -> tuple[int, bool]:
     """Cycles of ``kernel`` with ``tiling`` alone on a fresh device of ``spec`` (the
     emulator's own count: ``end_cycle - start_cycle`` of its record), and whether the
-    cache answered. Cached by (spec hash, kernel key, tiling)."""
+    cache answered. Cached by (spec hash, kernel key, tiling); tilings that give the
+    emulator the same tiles (:func:`canonical_tiling`) share an entry."""
     (cycles, _), hit = _run(kernel, tiling, spec, spec_sha)
     return cycles, hit
 
@@ -604,21 +631,44 @@ def _model(kind: str, seed: int) -> Any:
 
 
 class _Evaluator:
-    def __init__(self, spec: DeviceSpec, sha: str) -> None:
-        self.spec, self.sha = spec, sha
-        self.measured = self.hits = 0
-        self.seconds = self.cold_seconds = 0.0
+    """Evaluates candidates: ``ev(kernel, tiling, below)`` is the candidate's cycles
+    when they are below ``below`` (``None``: always), else a lower bound of them that
+    is at least ``below`` (the candidate does not beat the best). Counts each kind."""
 
-    def __call__(self, kernel: GemmKernel, t: GemmTiling) -> int:
+    def __init__(self, spec: DeviceSpec, sha: str, prune: bool = True) -> None:
+        self.spec, self.sha, self.prune = spec, sha, prune
+        self.measured = self.hits = self.pruned = self.cut = 0
+        self.seconds = self.cold_seconds = 0.0
+        self.cold_walls: list[float] = []
+
+    def __call__(self, kernel: GemmKernel, t: GemmTiling, below: int | None = None) -> int:
         t0 = time.perf_counter()
-        cycles, hit = measure_cycles(kernel, t, self.spec, self.sha)
+        t = canonical_tiling(kernel, t)
+        key = (self.sha, _cache_key(kernel), t)
+        hit = _MEASURED.get(key)
+        if hit is not None:
+            self.hits += 1
+            self.seconds += time.perf_counter() - t0
+            return hit[0]
+        if not self.prune:
+            below = None
+        cycles = _BOUNDS.get(key, 0)
+        if below is not None and cycles < below:
+            cycles = _BOUNDS[key] = max(cycles, cycles_lower_bound(kernel, t, self.spec))
+        if below is not None and cycles >= below:
+            self.pruned += 1
+        else:
+            rec = run_within(replace(kernel, tiling=t), self.spec, below)
+            if rec is None:  # not done by cycle `below`: at least that many
+                self.cut += 1
+                cycles = _BOUNDS[key] = below  # type: ignore[assignment]
+            else:
+                self.measured += 1
+                cycles = _store(key, rec)[0]
         dt = time.perf_counter() - t0
         self.seconds += dt
-        if hit:
-            self.hits += 1
-        else:
-            self.measured += 1
-            self.cold_seconds += dt
+        self.cold_seconds += dt
+        self.cold_walls.append(dt)
         return cycles
 
 
@@ -640,7 +690,7 @@ def _search(
 
     def take(t: GemmTiling) -> int:
         nonlocal best, best_cycles
-        c = ev(kernel, t)
+        c = ev(kernel, t, best_cycles)
         if c < best_cycles:
             best, best_cycles = t, c
         history.append(best_cycles)
@@ -760,7 +810,7 @@ def autotune_model(
     sha = spec_hash(spec)
     if measurements_file is not None:
         load_measurements(measurements_file)
-    ev = _Evaluator(spec, sha)
+    ev = _Evaluator(spec, sha, cfg.prune)
     start = time.perf_counter()
     limit = cfg.time_budget_seconds
     tuned: dict[str, KernelTuning] = {}
@@ -798,6 +848,9 @@ def autotune_model(
         cache_hits=ev.hits,
         eval_s=ev.seconds,
         cold_s=ev.cold_seconds,
+        pruned=ev.pruned,
+        cut=ev.cut,
+        cold_walls_s=ev.cold_walls,
     )
     if schedules_file is not None:
         result.save(schedules_file)
