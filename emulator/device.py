@@ -16,9 +16,10 @@ loop runs per clock cycle. Kernels run one after another with a barrier between 
 
 from __future__ import annotations
 
+import gc
 import inspect
 import math
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -47,7 +48,7 @@ from .kernels import (
 from .memory import MemorySystem
 from .power import ThermalModel
 
-__all__ = ["CoreState", "Device", "KernelRecord", "TraceEvent", "Tile"]
+__all__ = ["CoreState", "Device", "KernelRecord", "TraceEvent", "TraceLog", "Tile"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,104 @@ class TraceEvent:
     nbytes: int = 0
     l1_misses: int = 0
     l2_misses: int = 0
+
+
+#: TraceEvent's fields, in order: one row of a TraceLog
+_TRACE_FIELDS = ("kind", "track", "start", "end", "kernel", "nbytes", "l1_misses", "l2_misses")
+_ROW = len(_TRACE_FIELDS)
+
+
+class TraceLog(Sequence[TraceEvent]):
+    """A device's event trace: one :class:`TraceEvent` per tile compute, operand load and
+    result store (and PIM kernel), in the order the device booked them.
+
+    While the device runs, an event is one row of the eight fields (``kind, track,
+    start, end, kernel, nbytes, l1_misses, l2_misses``) appended to a flat list: no
+    object per event (a traced BERT-Large run books some 15,000). The
+    :class:`TraceEvent` objects are built when an event is first read (indexing,
+    iteration, ``==``) and kept, so a log read twice gives the same objects; equal to
+    ``TraceEvent(*row)`` field by field. :meth:`rows` gives the rows as tuples without
+    building them (what the profiling report's JSON and timeline read). ``append`` and
+    ``extend`` add events at the end; a log is otherwise read-only.
+    """
+
+    __slots__ = ("_flat", "_built")
+
+    def __init__(self, events: Iterable[TraceEvent] = ()) -> None:
+        self._flat: list[Any] = []  # the rows, field after field
+        self._built: list[TraceEvent] = []  # the first len(_built) events, built
+        self.extend(events)
+
+    def append(self, event: TraceEvent) -> None:
+        """Add ``event`` at the end (a :class:`TraceEvent`; else ``TypeError``)."""
+        if not isinstance(event, TraceEvent):
+            raise TypeError(f"a TraceLog holds TraceEvents, got {type(event).__name__}")
+        if len(self._built) * _ROW == len(self._flat):  # all built so far: keep this one
+            self._built.append(event)
+        d = event.__dict__
+        self._flat.extend([d[f] for f in _TRACE_FIELDS])
+
+    def extend(self, events: Iterable[TraceEvent]) -> None:
+        """Add ``events`` at the end (another log's rows are copied, nothing built)."""
+        if isinstance(events, TraceLog):
+            self._flat.extend(events._flat)
+        else:
+            for e in events:
+                self.append(e)
+
+    def rows(self) -> Iterator[tuple[Any, ...]]:
+        """The events as tuples of their eight fields, in order, without building them."""
+        it = iter(self._flat)
+        return zip(*([it] * _ROW), strict=True)
+
+    def _events(self) -> list[TraceEvent]:
+        """Every event, built: those not built yet are made now, all at once."""
+        built, flat = self._built, self._flat
+        if len(built) * _ROW < len(flat):
+            new = object.__new__
+            enabled = gc.isenabled()
+            gc.disable()  # objects of strings and ints: no cycle for the collector to find
+            try:
+                it = iter(flat[len(built) * _ROW :])
+                for row in zip(*([it] * _ROW), strict=True):
+                    e = new(TraceEvent)  # as TraceEvent(*row), without frozen __setattr__
+                    d = e.__dict__
+                    (
+                        d["kind"],
+                        d["track"],
+                        d["start"],
+                        d["end"],
+                        d["kernel"],
+                        d["nbytes"],
+                        d["l1_misses"],
+                        d["l2_misses"],
+                    ) = row
+                    built.append(e)
+            finally:
+                if enabled:
+                    gc.enable()
+        return built
+
+    def __len__(self) -> int:
+        return len(self._flat) // _ROW
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._events()[i]
+
+    def __iter__(self) -> Iterator[TraceEvent]:
+        return iter(self._events())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TraceLog):
+            return self._flat == other._flat
+        if isinstance(other, list):
+            return self._events() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like a list
+
+    def __repr__(self) -> str:
+        return f"TraceLog({self._events()!r})"
 
 
 class CoreState:
@@ -130,6 +229,10 @@ class KernelRecord:
     #: written back during it (of any kernel's dirty blocks; part of counters.bytes.hbm).
     dirtied_bytes: int = 0
     writeback_bytes: int = 0
+    #: the part of ``writeback_bytes`` the L2 controller wrote eagerly in the kernel's
+    #: idle HBM time (``memory.eager_writeback``): background traffic that never
+    #: delayed the kernel (in counters.bytes at HBM and L2, and in its energy)
+    eager_writeback_bytes: int = 0
 
     @property
     def cycles(self) -> int:
@@ -141,10 +244,13 @@ class Device:
 
     The device keeps its state between calls of :meth:`execute` (time, caches,
     temperature, counters), like a real device between launches.
-    ``trace`` (a list) receives a :class:`TraceEvent` per tile compute, load and store.
+    ``trace``: ``None`` (no trace), or a list or :class:`TraceLog` to record a
+    :class:`TraceEvent` per tile compute, load and store (see :attr:`trace`).
     """
 
-    def __init__(self, spec: DeviceSpec, *, trace: list[TraceEvent] | None = None) -> None:
+    def __init__(
+        self, spec: DeviceSpec, *, trace: TraceLog | list[TraceEvent] | None = None
+    ) -> None:
         self.spec = spec
         self.env = simpy.Environment()
         self.counters = Counters()
@@ -180,6 +286,20 @@ class Device:
         self._run_memo: dict[int, tuple[Region, Any]] = {}
 
     # -- public ----------------------------------------------------------------------
+    @property
+    def trace(self) -> TraceLog | None:
+        """The :class:`TraceLog` the device records its events into (``None``: none).
+        Assigning a list records into a new log that starts with the list's events (the
+        list itself is not filled); assigning a log records into that log; ``None``
+        stops recording. Recording never changes timing."""
+        return self._trace
+
+    @trace.setter
+    def trace(self, value: TraceLog | list[TraceEvent] | None) -> None:
+        log = value if value is None or isinstance(value, TraceLog) else TraceLog(value)
+        self._trace = log
+        self._trace_flat = None if log is None else log._flat  # where rows are appended
+
     @property
     def now(self) -> int:
         return int(self.env.now)
@@ -518,6 +638,7 @@ class Device:
             [t.origin for t in tiles] if isinstance(k, GemmKernel) else (),
         )
         wb0 = (self.memory.dirtied_bytes, self.memory.writeback_bytes)
+        eager = self.memory.eager_mark(self.now)
         busy = [0] * cores
         procs = []
         for c, share in enumerate(shares):
@@ -527,6 +648,7 @@ class Device:
         if procs:
             yield env.all_of(procs)
         end = self.now
+        eager_b = self.memory.eager_writeback(eager, end)  # dirty blocks out in idle time
         elapsed = end - start
         c_ = self.counters
         work = elapsed - self._launch_cycles
@@ -589,6 +711,7 @@ class Device:
                 extra=dict(getattr(k, "extra", {})),
                 dirtied_bytes=self.memory.dirtied_bytes - wb0[0],
                 writeback_bytes=self.memory.writeback_bytes - wb0[1],
+                eager_writeback_bytes=eager_b,
             )
         )
 
@@ -645,8 +768,8 @@ class Device:
             extra["saved_cycles"] = extra["npu_cycles_estimate"] - elapsed
         if "npu_hbm_bytes_estimate" in extra:
             extra["saved_hbm_bytes"] = extra["npu_hbm_bytes_estimate"] - delta.bytes["hbm"]
-        if self.trace is not None:
-            self.trace.append(TraceEvent("compute", "pim", ready, end, k.name))
+        if self._trace_flat is not None:  # a TraceLog row (see TraceLog)
+            self._trace_flat.extend(("compute", "pim", ready, end, k.name, 0, 0, 0))
         out.append(
             KernelRecord(
                 name=k.name,
@@ -687,8 +810,9 @@ class Device:
         store_done = t0
         pending: list[tuple[int, list[Region]]] = []
         stalls = self.counters.stall_cycles
-        trace = self.trace
+        trace = self._trace_flat  # the trace's flat rows (see TraceLog), or None
         track = f"core{core}"
+        dma_tracks = [f"dma{core}"] + [f"dma{core}.{e}" for e in range(1, len(engines))]
         l1_port = mem.l1_ports[core]
         misses = self.counters.misses
         st = self.core_state[core] if self.core_state is not None else None
@@ -721,14 +845,14 @@ class Device:
             ld = mem.load_runs(core, runs, now) + setup
             engines[eng] = ld
             if trace is not None:
-                trace.append(
-                    TraceEvent(
+                trace.extend(
+                    (
                         "dma",
-                        f"dma{core}.{eng}" if eng else f"dma{core}",
+                        dma_tracks[eng],
                         now,
                         ld,
                         k.name,
-                        sum(r[3] for r in runs),
+                        sum([r[3] for r in runs]),
                         misses["l1"] - m1,
                         misses["l2"] - m2,
                     )
@@ -741,9 +865,7 @@ class Device:
                 comp_done = max(comp_done, done)
                 if trace is not None:
                     if held is not None:
-                        trace.append(
-                            TraceEvent("compute", track, held[0], min(held[1], cs), k.name)
-                        )
+                        trace.extend(("compute", track, held[0], min(held[1], cs), k.name, 0, 0, 0))
                     held = (cs, done)
             else:
                 cs = max(ld, comp_done)
@@ -757,7 +879,7 @@ class Device:
                 comp_done = done = cs + eff
                 arr[0] = 0  # the array is idle again when it is done
                 if trace is not None:
-                    trace.append(TraceEvent("compute", track, cs, comp_done, k.name))
+                    trace.extend(("compute", track, cs, comp_done, k.name, 0, 0, 0))
             self.counters.bytes["l1"] += tile.l1_bytes
             slot_free[idx & 1] = done  # its operand buffer is free once it is done
             if tile.stores:
@@ -766,7 +888,7 @@ class Device:
                 st.tile, st.prev_compute, st.compute = idx, st.compute, (cs, done)
                 st.load, st.pending_stores = (now, ld), len(pending)
         if held is not None and trace is not None:
-            trace.append(TraceEvent("compute", track, held[0], held[1], k.name))
+            trace.extend(("compute", track, held[0], held[1], k.name, 0, 0, 0))
         stalls["thermal"] += arr[4] + arr[5]  # pipelined: lost issue slots + last drain
         if pending:
             store_done = yield from self._drain(
@@ -828,9 +950,9 @@ class Device:
         simulation time); returns its completion cycle, descriptor setup included."""
         runs = self._runs(regions)
         done = self.memory.store_runs(core, runs, now) + self.spec.dma.setup_cycles
-        if self.trace is not None:
-            self.trace.append(
-                TraceEvent("store", f"dma{core}", now, done, kernel, sum(r[3] for r in runs))
+        if self._trace_flat is not None:  # a TraceLog row
+            self._trace_flat.extend(
+                ("store", f"dma{core}", now, done, kernel, sum([r[3] for r in runs]), 0, 0)
             )
         return done
 

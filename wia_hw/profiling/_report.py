@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from ._kernel import KernelProfile
 from ._metrics import DeviceInfo, bandwidth_gbs, compute_utilization, hit_rate
 from ._ports import merged
 from ._records import KernelStats, OpSpan, RunInfo, Sample
+from ._timeline import event_rows
 
 __all__ = [
     "ProfilingReport",
@@ -78,7 +80,7 @@ class ProfilingReport:
     ops: list[OpSpan] = field(default_factory=list)
     kernels: list[KernelStats] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
-    device_events: list[TraceEvent] | None = None
+    device_events: Sequence[TraceEvent] | None = None  # a TraceLog from a session
     port_events: dict[str, list[tuple[int, int, int]]] | None = None
     memory: Any = None
     communication: dict[str, Any] = field(default_factory=dict)
@@ -297,10 +299,7 @@ class ProfilingReport:
             "call_graph": self.call_graph(),
             "device_events": None
             if self.device_events is None
-            else [
-                [e.kind, e.track, e.start, e.end, e.kernel, e.nbytes, e.l1_misses, e.l2_misses]
-                for e in self.device_events
-            ],
+            else [list(row) for row in event_rows(self.device_events)],
             "port_events": None
             if self.port_events is None
             else {k: [list(e) for e in merged(v)] for k, v in self.port_events.items()},

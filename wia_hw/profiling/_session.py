@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..emulator.device import KernelRecord, TraceEvent
+from ..emulator.device import KernelRecord, TraceEvent, TraceLog
 from ..emulator.errors import WiaError
 from . import _ports
 from ._callsite import user_stack
@@ -114,14 +114,14 @@ class ProfilingSession:
                 )
             )
 
-    def run_end(self, result: Any, trace: list[TraceEvent] | None) -> None:
+    def run_end(self, result: Any, trace: Sequence[TraceEvent] | None) -> None:
         if self._run is not None:
             self._run.end_cycle = self.ctx.device.now
             self._run.writeback_cycles = self._run.end_cycle - self._run.start_cycle - self._run_ops
         self._program.append("flush")
         self._program_stats.append(None)
         if trace is not None and self._trace:
-            self._events.extend(trace)
+            self._events.extend(trace)  # a device's TraceLog: its rows, nothing built
         self._run = None
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -148,7 +148,7 @@ class ProfilingSession:
         self._program_stats: list[int | None] = []
         self._start_temperature_c = dev.thermal.temperature_c
         self._op_kernels: Sequence[Any] = ()
-        self._events: list[TraceEvent] = []
+        self._events = TraceLog()
         self._sampler = None
         # the traced ports first: a sampler reads the ports the device books (detailed)
         self._ports = _ports.install(dev.memory) if self._trace else None

@@ -24,14 +24,27 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..emulator.device import TraceEvent, TraceLog
 from ._ports import merged
 
-__all__ = ["chrome_trace", "check_trace_events"]
+__all__ = ["chrome_trace", "check_trace_events", "event_rows"]
 
 _PID = 1
+
+
+def event_rows(events: Sequence[TraceEvent]) -> Iterable[tuple[Any, ...]]:
+    """``events`` as tuples ``(kind, track, start, end, kernel, nbytes, l1_misses,
+    l2_misses)``, in order: a :class:`~wia_hw.emulator.device.TraceLog`'s rows as they
+    are (no event object built), any other sequence's events field by field."""
+    if isinstance(events, TraceLog):
+        return events.rows()
+    return (
+        (e.kind, e.track, e.start, e.end, e.kernel, e.nbytes, e.l1_misses, e.l2_misses)
+        for e in events
+    )
 
 
 def chrome_trace(report: Any) -> dict[str, Any]:
@@ -142,9 +155,7 @@ def chrome_trace(report: Any) -> dict[str, Any]:
         for c in range(dev.cores):
             tid(f"dma{c} load")
         lanes: dict[str, list[int]] = {}
-        for e in report.device_events:
-            kind, track, start, end, kernel = e.kind, e.track, e.start, e.end, e.kernel
-            nbytes, m1, m2 = e.nbytes, e.l1_misses, e.l2_misses
+        for kind, track, start, end, kernel, nbytes, m1, m2 in event_rows(report.device_events):
             if kind == "compute":
                 span(f"core {track[4:]}", kernel, start, end, "compute")
             elif kind == "dma":
