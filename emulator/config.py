@@ -430,7 +430,7 @@ class EnergyConfig:
     pj_per_mac: Mapping[str, float]
     pj_per_byte: Mapping[str, float]
     pj_per_vector_op: float = 0.5
-    static_mw_per_pe: float = 0.00864
+    static_mw_per_pe: float = 0.0201
     static_mw_per_mib_sram: float = 264.4
     static_mw_per_hbm_channel: float = 63.6
 
