@@ -2,7 +2,8 @@
 tuner over several seeds, the end-to-end latency the tuned schedules give, and the
 speed of candidate evaluation.
 
-Usage: ``python benchmarks/autotune.py [--seeds 5] [--trials 48] [--device wia-npu]``
+Usage: ``python benchmarks/autotune.py [--seeds 5] [--trials 48] [--device wia-npu]
+[--no-prune]``
 
 What it prints:
 
@@ -15,8 +16,13 @@ What it prints:
    the medians must favour the ML-guided tuner.
 3. End-to-end: ``wia_hw.run`` of BERT-Large without schedules and with the ML-guided
    tuner's schedules (seed 0) from a JSON file, with the run's roofline floor.
-4. Candidates per second: emulator runs per second on a cache miss (the first time a
-   candidate is met), look-ups per second on a cache hit, and all evaluations together.
+4. Candidate evaluation: cold candidates (cache misses, the first time a candidate is
+   met) per second and the wall time of each (median, P90, share under 1 ms), split by
+   how each was decided: ``pruned`` (its lower bound is at or above the best so far, no
+   emulator run), ``cut`` (the emulator stopped at the best's cycle) or ``run`` (a whole
+   emulator run: it beat the best, or was the default); then cache hits, and all
+   evaluations together. ``--no-prune`` runs every candidate whole (the figures
+   before pruning).
 """
 
 from __future__ import annotations
@@ -42,6 +48,17 @@ def curve(res: wia_hw.AutotuneResult, trials: int, clock_ghz: float) -> list[flo
     return out
 
 
+def stats(walls: list[float]) -> str:
+    """Median, P90 and share at or under 1 ms of wall times in seconds."""
+    w = sorted(walls)
+    p90 = w[min(len(w) - 1, int(0.9 * len(w)))]
+    under = sum(1 for x in w if x <= 1e-3) / len(w)
+    return (
+        f"median {1e3 * statistics.median(w):.2f}, P90 {1e3 * p90:.2f}, "
+        f"max {1e3 * w[-1]:.2f}; {100 * under:.0f}% <= 1 ms"
+    )
+
+
 def first_reach(c: list[float], target: float) -> int:
     return next((t for t, v in enumerate(c) if v <= target + 1e-12), len(c))
 
@@ -51,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--trials", type=int, default=48)
     ap.add_argument("--device", default="wia-npu")
+    ap.add_argument("--no-prune", action="store_true", help="run every candidate whole")
     args = ap.parse_args(argv)
 
     ctx = open_device(args.device)
@@ -64,17 +82,22 @@ def main(argv: list[str] | None = None) -> int:
     curves: dict[str, list[list[float]]] = {"random": [], "ml": []}
     results: dict[tuple[str, int], wia_hw.AutotuneResult] = {}
     wall: dict[str, float] = {"random": 0.0, "ml": 0.0, "grid": 0.0}
-    measured = hits = 0
+    hits = 0
     cold_s = eval_s = 0.0
+    walls: list[tuple[str, float]] = []
     for method in ("grid", "random", "ml"):
         for seed in range(1 if method == "grid" else args.seeds):
             cfg = AutotuneConfig(
-                method=method, max_trials=args.trials, time_budget_seconds=None, seed=seed
+                method=method,
+                max_trials=args.trials,
+                time_budget_seconds=None,
+                seed=seed,
+                prune=not args.no_prune,
             )
             res = autotune_model(graph, cfg, device=ctx)
             results[(method, seed)] = res
             wall[method] += res.wall_s
-            measured += res.measured
+            walls += res.cold_walls_s
             hits += res.cache_hits
             cold_s += res.cold_s
             eval_s += res.eval_s
@@ -137,17 +160,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     ok = tuned.latency_ms < base.latency_ms and tuned.latency_ms >= tuned.roofline_floor_ms
 
-    print("\n4. Candidate evaluation")
+    print("\n4. Candidate evaluation (wall ms per candidate)")
+    cold = len(walls)
     print(
-        f"  emulator runs (cache misses): {measured} in {cold_s:.2f} s = "
-        f"{measured / cold_s:.0f} candidates/s ({1e3 * cold_s / max(1, measured):.2f} ms each)"
+        f"  cold candidates (cache misses): {cold} in {cold_s:.2f} s = "
+        f"{cold / cold_s:.0f} candidates/s; {stats([w for _, w in walls])}"
     )
+    for kind in ("pruned", "cut", "run"):
+        ws = [w for k, w in walls if k == kind]
+        if ws:
+            print(f"    {kind:6} {len(ws):5d} ({100 * len(ws) / cold:4.1f}%): {stats(ws)}")
     hit_s = max(eval_s - cold_s, 1e-9)
     print(
         f"  cache hits: {hits} in {hit_s * 1e3:.1f} ms = {hits / hit_s:,.0f} candidates/s "
         f"({1e6 * hit_s / max(1, hits):.1f} us each)"
     )
-    total = measured + hits
+    total = cold + hits
     print(
         f"  all evaluations incl. cache hits: {total} in {eval_s:.2f} s = "
         f"{total / eval_s:.0f} candidates/s"

@@ -24,6 +24,7 @@ from wia_hw.lowering import lower
 from wia_hw.optimize import AutotuneConfig, AutotuneError, autotune_model
 from wia_hw.optimize._autotune import _BOUNDS, _MEASURED, candidate_pool
 from wia_hw.optimize._fast_eval import (
+    PartialRun,
     _device,
     _gemm_facts,
     _tile_facts,
@@ -168,6 +169,35 @@ def test_run_within_is_execute_or_none():
             ), (name, t, limit)
         for limit in (rec.cycles, max(1, rec.cycles // 2), 1):
             assert run_within(k, spec, limit) is None, (name, t, limit)
+
+
+def _same(a, b) -> bool:
+    return (a.cycles, a.counters.bytes, a.counters.misses, a.counters.hits) == (
+        b.cycles,
+        b.counters.bytes,
+        b.counters.misses,
+        b.counters.hits,
+    ) and dict(a.counters.stall_cycles) == dict(b.counters.stall_cycles)
+
+
+def test_a_continued_run_is_the_uninterrupted_run():
+    """A run stopped at several limits and continued gives execute's record; asked
+    again at or below its end afterwards, it says not ended before that limit."""
+    rng = random.Random(8)
+    n = 0
+    for name, spec, kern, t in _cases(8, seed=33):
+        k = replace(kern, tiling=t)
+        rec = Device(spec).execute([k])[0]
+        run = PartialRun(k, spec)
+        limits = sorted({max(1, int(rec.cycles * rng.random())) for _ in range(4)})
+        for limit in limits:
+            assert run.advance(limit) is None, (name, t, limit)
+            assert run.reached_cycles == limit
+        got = run.advance(rec.cycles + 1 if n % 2 else None)
+        assert got is not None and _same(got, rec), (name, t, limits)
+        assert run.advance(rec.cycles) is None and run.advance(None) is got
+        n += 1
+    assert n == 32
 
 
 def test_run_within_rejects_a_limit_below_one():

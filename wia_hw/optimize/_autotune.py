@@ -64,6 +64,7 @@ import math
 import os
 import time
 import zlib
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -77,7 +78,7 @@ from ..emulator.enums import StrNamedEnum
 from ..emulator.kernels import GemmKernel, GemmTiling
 from ..graph import Graph
 from ..lowering import gemm_key, lower
-from ._fast_eval import canonical_tiling, cycles_lower_bound, run_within
+from ._fast_eval import PartialRun, canonical_tiling, cycles_lower_bound
 from ._schedules import AutotuneError, ScheduleError, save_schedules, spec_hash
 
 __all__ = [
@@ -217,7 +218,8 @@ class AutotuneResult:
     cache), ``pruned`` (decided by the lower bound, no emulator run), ``cut`` (emulator
     runs stopped at the best cycles so far), ``eval_s`` (wall seconds spent evaluating
     candidates), ``cold_s`` (of which on the candidates the cache did not answer) and
-    ``cold_walls_s`` (the wall seconds of each of those, in order)."""
+    ``cold_walls_s`` (each of those in order: how it was decided, ``run``, ``cut`` or
+    ``pruned``, and its wall seconds)."""
 
     method: str
     seed: int
@@ -232,7 +234,7 @@ class AutotuneResult:
     cold_s: float = 0.0
     pruned: int = 0
     cut: int = 0
-    cold_walls_s: list[float] = field(default_factory=list)
+    cold_walls_s: list[tuple[str, float]] = field(default_factory=list)
 
     @property
     def cold(self) -> int:
@@ -342,6 +344,11 @@ def _cache_key(k: GemmKernel) -> str:
 #: (spec hash, kernel key, tiling) -> a lower bound of the cycles of a candidate not
 #: measured whole (from :func:`cycles_lower_bound`, or an emulator run cut there).
 _BOUNDS: dict[tuple[str, str, GemmTiling], int] = {}
+#: (spec hash, kernel key, tiling) -> the emulator run of a candidate stopped at the best
+#: cycles of its search (continued, not restarted, when asked again with a higher best);
+#: least recently used first, at most _MAX_SUSPENDED of them
+_SUSPENDED: OrderedDict[tuple[str, str, GemmTiling], PartialRun] = OrderedDict()
+_MAX_SUSPENDED = 256
 
 
 def _store(key: tuple[str, str, GemmTiling], rec: Any) -> tuple[int, tuple[int, int, int]]:
@@ -639,7 +646,7 @@ class _Evaluator:
         self.spec, self.sha, self.prune = spec, sha, prune
         self.measured = self.hits = self.pruned = self.cut = 0
         self.seconds = self.cold_seconds = 0.0
-        self.cold_walls: list[float] = []
+        self.cold_walls: list[tuple[str, float]] = []
 
     def __call__(self, kernel: GemmKernel, t: GemmTiling, below: int | None = None) -> int:
         t0 = time.perf_counter()
@@ -657,18 +664,25 @@ class _Evaluator:
             cycles = _BOUNDS[key] = max(cycles, cycles_lower_bound(kernel, t, self.spec))
         if below is not None and cycles >= below:
             self.pruned += 1
+            kind = "pruned"
         else:
-            rec = run_within(replace(kernel, tiling=t), self.spec, below)
+            run = _SUSPENDED.pop(key, None) or PartialRun(replace(kernel, tiling=t), self.spec)
+            rec = run.advance(below)
             if rec is None:  # not done by cycle `below`: at least that many
                 self.cut += 1
+                kind = "cut"
                 cycles = _BOUNDS[key] = below  # type: ignore[assignment]
+                _SUSPENDED[key] = run
+                if len(_SUSPENDED) > _MAX_SUSPENDED:
+                    _SUSPENDED.popitem(last=False)
             else:
                 self.measured += 1
+                kind = "run"
                 cycles = _store(key, rec)[0]
         dt = time.perf_counter() - t0
         self.seconds += dt
         self.cold_seconds += dt
-        self.cold_walls.append(dt)
+        self.cold_walls.append((kind, dt))
         return cycles
 
 

@@ -35,7 +35,7 @@ from ..emulator.cycles import systolic_steps
 from ..emulator.device import Device
 from ..emulator.kernels import GemmKernel, GemmTiling, TensorRef
 
-__all__ = ["canonical_tiling", "cycles_lower_bound", "run_within"]
+__all__ = ["PartialRun", "canonical_tiling", "cycles_lower_bound", "run_within"]
 
 
 def canonical_tiling(kernel: GemmKernel, tiling: GemmTiling) -> GemmTiling:
@@ -250,27 +250,57 @@ def cycles_lower_bound(
     return max(best, launch + hbm * rate.denominator // rate.numerator + hbm_lat + setup)
 
 
+class PartialRun:
+    """The emulator's run of ``kernel`` alone on a fresh ``Device(spec)``, advanced on
+    demand: :meth:`advance` runs it up to a cycle and returns its record when it has
+    ended before that cycle, so a candidate stopped at one limit continues from where
+    it stopped when a larger limit is asked, instead of starting again.
+
+    The run is ``Device(spec).execute([kernel])``'s own (the kernel's SimPy process on a
+    fresh device), stopped by SimPy at the limit (``env.run(until=limit)``). Nothing
+    before the limit differs: the stop is one event at the limit, and the device's
+    clock shortcut (``emulator.device._advance``: move the clock without an event when
+    none is due at or before the target) decides the same for every target below it.
+    For a target at or past the limit the process yields a timeout instead of moving
+    the clock; no other event is due before that target, so when the run continues
+    the process resumes at the same cycle before anything else happens, as it would
+    have: the continued run is the uninterrupted one (``tests/test_fast_eval.py``).
+    """
+
+    __slots__ = ("device", "_out", "_proc")
+
+    def __init__(self, kernel: GemmKernel, spec: DeviceSpec) -> None:
+        self.device = Device(spec)
+        self._out: list[Any] = []
+        self._proc = self.device.env.process(self.device._kernel(kernel, self._out))
+
+    @property
+    def reached_cycles(self) -> int:
+        """The cycle the run has reached (its end, once it has ended)."""
+        return self.device.now
+
+    def advance(self, limit_cycles: int | None) -> Any:
+        """Run up to cycle ``limit_cycles`` (``None``: to the end); the kernel's record
+        when it has ended before that cycle, else ``None`` (its cycles are then at
+        least ``limit_cycles``). ``ValueError`` for a limit below 1."""
+        if limit_cycles is not None and limit_cycles < 1:
+            raise ValueError(f"limit_cycles must be at least 1, got {limit_cycles}")
+        if not self._out:
+            env = self.device.env
+            if limit_cycles is None:
+                env.run(until=self._proc)
+            elif limit_cycles > env.now:
+                env.run(until=limit_cycles)
+        if self._out and (limit_cycles is None or self._out[0].end_cycle < limit_cycles):
+            return self._out[0]
+        return None
+
+
 def run_within(kernel: GemmKernel, spec: DeviceSpec, limit_cycles: int | None) -> Any:
     """The emulator's record of ``kernel`` alone on a fresh ``Device(spec)``, exactly as
-    ``Device(spec).execute([kernel])[0]``, or ``None`` when the kernel has not finished
-    within ``limit_cycles`` (then its cycles are at least ``limit_cycles``).
-
-    The run is ``execute``'s own (the kernel's SimPy process on a fresh device), with
-    SimPy stopped at cycle ``limit_cycles`` (``env.run(until=...)``). Before that cycle
-    nothing differs: the stop is one event at ``limit_cycles``, and the device's
-    clock shortcut (moving the clock without an event when none is due at or before
-    the target, ``emulator.device._advance``) decides the same for every target below
-    it. A kernel that ends before the limit has its record; one that would end at or
-    after it is stopped there (a process that needs a later cycle ends later).
-    ``None`` for ``limit_cycles``: no limit. ``ValueError`` for a limit below 1.
+    ``Device(spec).execute([kernel])[0]``, or ``None`` when the kernel has not ended
+    before cycle ``limit_cycles`` (then its cycles are at least ``limit_cycles``):
+    ``PartialRun(kernel, spec).advance(limit_cycles)``. ``None`` for ``limit_cycles``:
+    no limit. ``ValueError`` for a limit below 1.
     """
-    if limit_cycles is not None and limit_cycles < 1:
-        raise ValueError(f"run_within: limit_cycles must be at least 1, got {limit_cycles}")
-    dev = Device(spec)
-    out: list[Any] = []
-    proc = dev.env.process(dev._kernel(kernel, out))
-    if limit_cycles is None:
-        dev.env.run(until=proc)
-    else:
-        dev.env.run(until=dev.now + limit_cycles)
-    return out[0] if out else None
+    return PartialRun(kernel, spec).advance(limit_cycles)
