@@ -26,6 +26,7 @@ from wia_hw.optimize._autotune import _BOUNDS, _MEASURED, candidate_pool
 from wia_hw.optimize._fast_eval import (
     PartialRun,
     _device,
+    _first_loads,
     _gemm_facts,
     _tile_facts,
     canonical_tiling,
@@ -102,8 +103,9 @@ def test_lower_bound_is_never_above_the_emulator():
 
 @pytest.mark.parametrize("name", SPECS)
 def test_tile_facts_are_the_emulators_tiles(name):
-    """The closed-form per-core facts (contiguous schedule) equal those read from the
-    emulator's own tiles and partition; on a round-robin spec the bound reads those."""
+    """The closed-form per-core facts and first-tile operand regions (contiguous
+    schedule) equal those read from the emulator's own tiles and partition; on a
+    round-robin spec the bound reads those."""
     spec = _spec(name)
     dev = _device(spec)
     rng = random.Random(5)
@@ -113,6 +115,10 @@ def test_tile_facts_are_the_emulators_tiles(name):
         k = replace(kern, tiling=_random_tiling(rng, kern, 64))
         if spec.compute.tile_schedule == "contiguous":
             assert _gemm_facts(dev, k) == _tile_facts(dev, k)
+            tiles, groups = dev.tiles_of(k)
+            shares = Device.partition(tiles, groups, spec.compute.cores)
+            firsts = [share[0].loads if share else [] for share in shares]
+            assert _first_loads(k, spec.compute.cores) == firsts
         else:
             facts = _tile_facts(dev, k)
             tiles, _ = dev.tiles_of(k)

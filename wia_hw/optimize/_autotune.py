@@ -25,13 +25,35 @@ tuned once) and searches, per key, the schedule that takes the fewest cycles.
   not both, so it is not searched; each schedule records the dataflow it was tuned for
   and its spec hash, so it never applies to another array.
 
-**Measurement.** One candidate's cost is its cycles on a fresh device
+**Measurement.** A candidate's cost is its cycles on a fresh device
 (:class:`~wia_hw.emulator.device.Device`, cold caches) running that kernel alone: the
-emulator itself, not a model of it. Runs are cached by (spec hash, kernel key,
-tiling) for the life of the process, so a candidate met again (another seed, another
-method, the same key in another graph) costs a dictionary look-up. A first run costs
-what the emulator takes for that kernel (about 1 to 20 ms on BERT-Large's GEMMs);
-``AutotuneResult.candidates_per_s`` reports the figure measured.
+emulator itself, not a model of it. The search only needs to know whether a candidate
+beats the best so far, so a cache miss is decided in the cheapest exact way
+(:mod:`._fast_eval`):
+
+1. ``pruned``: a closed-form lower bound of its cycles (:func:`cycles_lower_bound`:
+   each core's array chain with no operand ever late, its last result store, and HBM's
+   compulsory bytes; never above the emulator's count, tested on random cases over
+   the shipped specs) is already at or above the best: it cannot win, and no emulator
+   runs (tens of microseconds to under a millisecond);
+2. ``cut``: else the emulator runs the kernel and is stopped at the best's cycle if
+   it has not ended (:class:`PartialRun`; the run is kept, and continued rather than
+   restarted if a later search asks again against a higher best);
+3. ``run``: a kernel that ends before that cycle (it beats the best), and every
+   default tiling (trial 0), has its whole run, exactly ``Device(spec).execute``'s
+   record, cached.
+
+So the best tiling, its cycles and the best-so-far after every trial are those of a
+search that runs every candidate whole (``AutotuneConfig(prune=False)`` does; tested).
+The ML tuner learns a pruned or cut candidate's cycles as the bound found, which is
+all that is known of them. Whole runs are cached by (spec hash, kernel key, tiling)
+for the life of the process (tilings that give the emulator the same tiles share an
+entry, :func:`canonical_tiling`), so a candidate met again costs a dictionary look-up.
+A whole or cut run costs what the emulator takes, about 60 to 120 us per tile (1 to 35
+ms on BERT-Large's GEMMs): the shared L2's LRU order depends on how the cores' loads
+interleave, and HBM refresh on the absolute cycle, so no periodic extrapolation of a
+run is exact. ``AutotuneResult`` counts each kind and the wall time of each cold
+candidate (``cold_walls_s``, ``cold_candidates_per_s``).
 
 **Methods** (``AutotuneConfig.method``):
 
@@ -342,8 +364,9 @@ def _cache_key(k: GemmKernel) -> str:
 
 
 #: (spec hash, kernel key, tiling) -> a lower bound of the cycles of a candidate not
-#: measured whole (from :func:`cycles_lower_bound`, or an emulator run cut there).
-_BOUNDS: dict[tuple[str, str, GemmTiling], int] = {}
+#: measured whole (from :func:`cycles_lower_bound`, or an emulator run cut there), and
+#: whether the whole closed-form bound has been computed (it is then not asked again).
+_BOUNDS: dict[tuple[str, str, GemmTiling], tuple[int, bool]] = {}
 #: (spec hash, kernel key, tiling) -> the emulator run of a candidate stopped at the best
 #: cycles of its search (continued, not restarted, when asked again with a higher best);
 #: least recently used first, at most _MAX_SUSPENDED of them
@@ -659,9 +682,12 @@ class _Evaluator:
             return hit[0]
         if not self.prune:
             below = None
-        cycles = _BOUNDS.get(key, 0)
-        if below is not None and cycles < below:
-            cycles = _BOUNDS[key] = max(cycles, cycles_lower_bound(kernel, t, self.spec))
+        cycles, whole = _BOUNDS.get(key, (0, False))
+        if below is not None and cycles < below and not whole:
+            got = cycles_lower_bound(kernel, t, self.spec, stop_at=below)
+            whole = got < below  # (below stop_at it is the whole bound)
+            cycles = max(cycles, got)
+            _BOUNDS[key] = (cycles, whole)
         if below is not None and cycles >= below:
             self.pruned += 1
             kind = "pruned"
@@ -671,7 +697,8 @@ class _Evaluator:
             if rec is None:  # not done by cycle `below`: at least that many
                 self.cut += 1
                 kind = "cut"
-                cycles = _BOUNDS[key] = below  # type: ignore[assignment]
+                cycles = below
+                _BOUNDS[key] = (below, whole)
                 _SUSPENDED[key] = run
                 if len(_SUSPENDED) > _MAX_SUSPENDED:
                     _SUSPENDED.popitem(last=False)

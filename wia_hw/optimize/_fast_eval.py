@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from fractions import Fraction
+from itertools import groupby
 from typing import Any
 
 from ..emulator.config import DeviceSpec
+from ..emulator.counters import Counters
 from ..emulator.cycles import systolic_steps
 from ..emulator.device import Device
 from ..emulator.kernels import GemmKernel, GemmTiling, TensorRef
+from ..emulator.memory import MemorySystem
 
 __all__ = ["PartialRun", "canonical_tiling", "cycles_lower_bound", "run_within"]
 
@@ -55,6 +57,10 @@ def canonical_tiling(kernel: GemmKernel, tiling: GemmTiling) -> GemmTiling:
 
 #: per spec (by id, the spec kept): a Device whose tiling and array timing are used
 _DEVICES: dict[int, tuple[DeviceSpec, Device]] = {}
+#: per (spec id, operands): a MemorySystem for the block layouts of a fresh device
+_LAYOUTS: dict[tuple, tuple[DeviceSpec, MemorySystem]] = {}
+#: per spec (by id, the spec kept): the figures of _consts
+_CONSTS: dict[int, tuple[DeviceSpec, dict[str, Any]]] = {}
 
 
 def _device(spec: DeviceSpec) -> Device:
@@ -66,63 +72,173 @@ def _device(spec: DeviceSpec) -> Device:
     return hit[1]
 
 
-def _cycles(nbytes: int, rate: Fraction) -> int:
-    """Cycles of ``nbytes`` at ``rate`` bytes per cycle, rounded up (a port's booking)."""
-    return -(-nbytes * rate.denominator // rate.numerator)
+def _layouts(spec: DeviceSpec, k: GemmKernel) -> MemorySystem:
+    """A MemorySystem that lays out ``k``'s tensors as a fresh device running ``k``
+    does (its first loads are asked for first, A before B before the bias), cached per
+    spec and operands; only its layouts (block slots and bytes) are used."""
+    key = (id(spec), *((r.name, r.rows, r.cols, r.elem_bytes, r.offset) if r else None
+                       for r in (k.a, k.b, k.bias, k.c)))
+    hit = _LAYOUTS.get(key)
+    if hit is None or hit[0] is not spec:
+        if len(_LAYOUTS) > 256:
+            _LAYOUTS.clear()
+        hit = _LAYOUTS[key] = (spec, MemorySystem(spec, Counters()))
+    return hit[1]
+
+
+def _rest(dev: Device, facts: list[tuple[int, int, int, int, int]], store: bool) -> int:
+    """Cycles from a core's first operand load's end to its end at the earliest: its
+    tiles back to back on the array, then (``store``) its last tile's result store."""
+    c = _consts(dev.spec)
+    l1_num, l1_den = c["l1_rate"]
+    timing = dev._array_timing
+    prev_steps = 0
+    cs = a_last = port_free = 0  # first pass accepted; last pass; L1 port free
+    comp_done = done = 0  # all tiles computed; the last tile computed
+    for (passes, steps, l1_bytes, array_cycles, _), g in groupby(facts):
+        n = sum(1 for _ in g)
+        port = -(-l1_bytes * l1_den // l1_num)
+        if dev._pipelined and steps:
+            cross, inner, lat, _ = timing(prev_steps, steps)
+            if prev_steps:
+                cs = max(cs, a_last + cross, port_free)
+            if n > 1:  # n - 1 more equal tiles: each one step later
+                same = timing(steps, steps)[0]
+                cs += (n - 1) * max((passes - 1) * inner + same, port)
+            a_last = cs + (passes - 1) * inner
+            port_free = cs + port
+            done = max(a_last + lat, port_free)
+            prev_steps = steps
+        else:
+            cs = max(cs, comp_done)
+            done = cs + n * max(array_cycles, port)
+            prev_steps = 0
+        comp_done = max(comp_done, done)
+    end = comp_done
+    sb = facts[-1][4] if store else 0
+    if sb:  # the last tile's results are stored once it is done
+        num, den = c["l2_rate"]
+        end = max(end, done + c["setup"] + c["l2_lat"] + -(-sb * den // num))
+    return end
+
+
+def _consts(spec: DeviceSpec) -> dict[str, Any]:
+    """The spec's figures the bound uses (rates as (numerator, denominator) bytes per
+    cycle), computed once per spec."""
+    hit = _CONSTS.get(id(spec))
+    if hit is None or hit[0] is not spec:
+        m = spec.memory
+
+        def rate(gbs: float) -> tuple[int, int]:
+            r = spec.bytes_per_cycle(gbs)
+            return r.numerator, r.denominator
+
+        hit = _CONSTS[id(spec)] = (
+            spec,
+            {
+                "l1_rate": rate(m.l1.bandwidth_gbs),
+                "l2_rate": rate(m.l2.bandwidth_gbs),
+                "hbm_rate": rate(m.hbm.bandwidth_gbs),  # all channels together
+                "setup": spec.dma.setup_cycles,
+                "l1_lat": m.l1.latency_cycles,
+                "l2_lat": m.l2.latency_cycles,
+                "hbm_lat": math.ceil(m.hbm.latency_ns * spec.clock_ghz),
+            },
+        )
+    return hit[1]
 
 
 def _gemm_facts(dev: Device, k: GemmKernel) -> list[list[tuple[int, int, int, int, int]]]:
     """Per core, in order, each tile's (passes, pass steps, L1 bytes, array cycles, result
     data bytes or 0), as ``Device._gemm_tiles`` and ``Device.partition`` (contiguous
-    schedule) make them, from the tile's dimensions alone (no regions built)."""
+    schedule) make them, from the tiles' dimensions alone (no regions built)."""
     t = k.tiling
     spec = dev.spec
     R, C, df = dev._rows, dev._cols, dev._df
     rate = spec.compute.array.rate(k.precision)
     arrays = spec.compute.arrays_per_core
     e, e_c = k.a.elem_bytes, k.c.elem_bytes
+
+    def sides(extent: int, tile: int) -> list[int]:
+        return [min(extent, (i + 1) * tile) - i * tile for i in range(-(-extent // tile))]
+
+    bs, ms, ns, ks = sides(k.batch, t.tb), sides(k.m, t.tm), sides(k.n, t.tn), sides(k.k, t.tk)
+    kt = len(ks)
+    geo: dict[tuple[int, int, int, int, int], tuple[int, int, int, int, int]] = {}
+
+    def fact(nb: int, mi: int, ni: int, ki: int, kk: int) -> tuple[int, int, int, int, int]:
+        last = kk == kt - 1
+        p_, pc_, l1_, _, _ = dev._gemm_geometry(df, R, C, rate, nb, mi, ni, ki, e, e_c, last=False)
+        steps = systolic_steps(ki if df == "os" else mi, rate)
+        if arrays > 1:  # passes dealt to the core's arrays in rounds
+            p_ = -(-p_ // arrays)
+        out_bytes = nb * mi * ni * e_c
+        extra = 0 if kt == 1 else out_bytes * (2 if kk else 1)  # partial sums in L1
+        return (p_, steps, l1_ + extra + (out_bytes if last else 0), p_ * pc_,
+                out_bytes if last else 0)
+
+    facts = []
+    app = facts.append
+    mn = t.order == "mn"
+    outer, inner = (ms, ns) if mn else (ns, ms)
+    for nb in bs:
+        for od in outer:
+            for idim in inner:
+                mi, ni = (od, idim) if mn else (idim, od)
+                for kk, ki in enumerate(ks):
+                    key = (nb, mi, ni, ki, kk if kk < 2 or kk == kt - 1 else 1)
+                    f = geo.get(key)
+                    if f is None:
+                        f = geo[key] = fact(nb, mi, ni, ki, kk)
+                    app(f)
+    total = len(facts)
+    cores = spec.compute.cores
+    out, lo = [], 0
+    for c in range(cores):
+        hi = lo + total // cores + (1 if c < total % cores else 0)
+        out.append(facts[lo:hi])
+        lo = hi
+    return out
+
+
+def _first_loads(k: GemmKernel, cores: int) -> list[list[tuple]]:
+    """The operand regions of each core's first tile, as ``Device._gemm_tiles`` makes
+    them, under the contiguous schedule (core ``c``'s first tile is the first of its
+    fair share in loop order); ``[]`` for a core without tiles."""
+    t = k.tiling
     mt, nt = -(-k.m // t.tm), -(-k.n // t.tn)
     kt, bt = -(-k.k // t.tk), -(-k.batch // t.tb)
     n_outer, n_inner = (mt, nt) if t.order == "mn" else (nt, mt)
     total = bt * mt * nt * kt
-    cores = spec.compute.cores
-    geo: dict[tuple[int, int, int, int, bool], tuple[int, int, int, int, int]] = {}
-    out: list[list[tuple[int, int, int, int, int]]] = []
+    out: list[list[tuple]] = []
     lo = 0
     for c in range(cores):
         hi = lo + total // cores + (1 if c < total % cores else 0)
-        facts = []
-        for idx in range(lo, hi):
-            rest, kk = divmod(idx, kt)
-            rest, q = divmod(rest, n_inner)
-            bb, o = divmod(rest, n_outer)
-            i, j = (o, q) if t.order == "mn" else (q, o)
-            nb = min(k.batch, (bb + 1) * t.tb) - bb * t.tb
-            mi = min(k.m, (i + 1) * t.tm) - i * t.tm
-            ni = min(k.n, (j + 1) * t.tn) - j * t.tn
-            ki = min(k.k, (kk + 1) * t.tk) - kk * t.tk
-            last = kk == kt - 1
-            key = (nb, mi, ni, ki, last, kk == 0)
-            f = geo.get(key)
-            if f is None:
-                p_, pc_, l1_, slot_, busy_ = dev._gemm_geometry(
-                    df, R, C, rate, nb, mi, ni, ki, e, e_c, last=False
-                )
-                steps = systolic_steps(ki if df == "os" else mi, rate)
-                if arrays > 1:
-                    p_ = -(-p_ // arrays)
-                out_bytes = nb * mi * ni * e_c
-                extra = 0 if kt == 1 else out_bytes * (2 if kk else 1)
-                f = geo[key] = (
-                    p_,
-                    steps,
-                    l1_ + extra + (out_bytes if last else 0),
-                    p_ * pc_,
-                    out_bytes if last else 0,
-                )
-            facts.append(f)
-        out.append(facts)
+        if hi == lo:
+            out.append([])
+            continue
+        rest, kk = divmod(lo, kt)
+        rest, q = divmod(rest, n_inner)
+        bb, o = divmod(rest, n_outer)
         lo = hi
+        i, j = (o, q) if t.order == "mn" else (q, o)
+        b0, b1 = bb * t.tb, min(k.batch, (bb + 1) * t.tb)
+        nb = b1 - b0
+        m0, m1 = i * t.tm, min(k.m, (i + 1) * t.tm)
+        n0, n1 = j * t.tn, min(k.n, (j + 1) * t.tn)
+        k0, k1 = kk * t.tk, min(k.k, (kk + 1) * t.tk)
+        ar = (b0 * k.m, b1 * k.m) if t.tb > 1 or nb > 1 else (b0 * k.m + m0, b0 * k.m + m1)
+        if k.b_shared:
+            b_key: tuple[int, ...] = (k0, k1, n0, n1)
+        elif k.b_transposed:
+            br_ = (b0 * k.n, b1 * k.n) if nb > 1 else (b0 * k.n + n0, b0 * k.n + n1)
+            b_key = (br_[0], br_[1], k0, k1)
+        else:
+            b_key = (b0 * k.k + k0, (b1 - 1) * k.k + k1, n0, n1)
+        loads = [Device._a_region(k, ar, k0, k1), (k.b, *b_key)]
+        if kk == kt - 1 and k.bias is not None:
+            loads.append((k.bias, 0, 1, n0, n1))
+        out.append(loads)
     return out
 
 
@@ -144,37 +260,28 @@ def _tile_facts(dev: Device, k: GemmKernel) -> list[list[tuple[int, int, int, in
     return out
 
 
-def _runs(facts: list[tuple[int, ...]]) -> list[tuple[tuple[int, ...], int]]:
-    """``facts`` as (fact, count) runs of equal consecutive items."""
-    out: list[tuple[tuple[int, ...], int]] = []
-    prev, n = None, 0
-    for f in facts:
-        if f == prev:
-            n += 1
-        else:
-            if n:
-                out.append((prev, n))
-            prev, n = f, 1
-    if n:
-        out.append((prev, n))
-    return out
-
-
 def cycles_lower_bound(
-    kernel: GemmKernel, tiling: GemmTiling, spec: DeviceSpec
+    kernel: GemmKernel, tiling: GemmTiling, spec: DeviceSpec, stop_at: int | None = None
 ) -> int:
     """A lower bound, in cycles, of ``end_cycle - start_cycle`` of ``kernel`` with
-    ``tiling`` run alone on a fresh ``Device(spec)``: the larger of
+    ``tiling`` run alone on a fresh ``Device(spec)``: the largest of
 
-    * **a core's chain**, for every core: the kernel launch, its first operand load
-      (at least ``setup + l2.latency + 1``: its L1 is empty, so the load crosses the
-      L2 port), then its tiles back to back on the array as ``Device._core`` books
-      them with no operand ever late (pipelined: a tile's first pass is accepted
-      ``systolic_issue_interval`` after the previous tile's last pass and not before
-      the L1 port has delivered the previous tile's bytes; its last pass is done
-      ``systolic_tile_cycles`` after acceptance; not pipelined: each tile takes
-      ``max(array cycles, L1 port cycles)``), then its last tile's result store when
-      it has one (over the L2 port: ``setup + l2.latency + ceil(bytes / rate)``);
+    * **each core's chain**: the kernel launch, the core's first operand load, then its
+      tiles back to back on the array as ``Device._core`` books them with no operand
+      ever late (pipelined: a tile's first pass is accepted ``systolic_issue_interval``
+      after the previous tile's last pass and not before the L1 port has delivered the
+      previous tile's bytes; its last pass is done ``systolic_tile_cycles`` after
+      acceptance; not pipelined: each tile takes ``max(array cycles, L1 port
+      cycles)``), then its last tile's result store when it has one (over the L2 port:
+      ``setup + l2.latency + ceil(bytes / rate)``). The first loads: every core issues
+      its first load at the launch's end, in core order, into an empty L1 and L2, so
+      core ``c``'s ends no earlier than the DMA setup plus the later of ``l2.latency``
+      after the L2 port has moved the first tiles' blocks of cores ``0..c`` (each a
+      booking of its distinct blocks' bytes, rounded up) and ``hbm.latency`` after HBM
+      has moved, over all channels at best evenly, the blocks core ``c`` is the first to
+      touch; and the last of them ends no earlier than ``hbm.latency`` after HBM has
+      moved every block the first tiles touch, so the kernel also ends no earlier than
+      that plus the shortest of the chains after it;
     * **HBM**: the launch, then the operands' bytes (every element of A, B and the
       bias crosses HBM at least once into the empty L2), at best spread evenly over
       the channels at their rate, then ``hbm.latency`` and the DMA setup. Counted
@@ -183,26 +290,20 @@ def cycles_lower_bound(
       may map onto fewer blocks.
 
     Throttling, contention, refresh, misses and stalls only add cycles, so the
-    emulator's count is never below this (``tests/test_fast_eval.py``). Costs a loop
-    over the tiles' dimensions: a fraction of a millisecond for 256 tiles.
+    emulator's count is never below this (``tests/test_fast_eval.py``). With
+    ``stop_at``, the first-load terms (which need the tiles' blocks) are left out when
+    the rest already reaches ``stop_at``. Costs a fraction of a millisecond (a loop
+    over the tiles' dimensions; the first loads, over the emulator's own tiles).
     """
     dev = _device(spec)
     k = replace(kernel, tiling=tiling)
-    if spec.compute.tile_schedule == "contiguous":
-        per_core = _gemm_facts(dev, k)
-    else:
-        per_core = _tile_facts(dev, k)
-    m = spec.memory
-    l1_rate = spec.bytes_per_cycle(m.l1.bandwidth_gbs)
-    l2_rate = spec.bytes_per_cycle(m.l2.bandwidth_gbs)
-    setup = spec.dma.setup_cycles
-    l2_lat = m.l2.latency_cycles
+    contiguous = spec.compute.tile_schedule == "contiguous"
+    per_core = _gemm_facts(dev, k) if contiguous else _tile_facts(dev, k)
+    c = _consts(spec)
+    l2_num, l2_den = c["l2_rate"]
+    hbm_num, hbm_den = c["hbm_rate"]
+    setup, l2_lat, hbm_lat = c["setup"], c["l2_lat"], c["hbm_lat"]
     launch = dev._launch_cycles
-    pipelined = dev._pipelined
-    timing = dev._array_timing
-    # an empty L1 misses, over the L2 port; a load of no block (a view whose offset
-    # maps outside the layout its storage got) takes the L1 latency
-    first_load = min(m.l1.latency_cycles, l2_lat + 1)
     # tensors laid out by their own shape on the fresh device: the first reference
     # of each storage name met (A, B, the bias, then C), when it has no offset
     own: dict[str, TensorRef] = {}
@@ -210,44 +311,52 @@ def cycles_lower_bound(
         if ref is not None and ref.name not in own:
             own[ref.name] = ref
     own = {n: r for n, r in own.items() if r.offset == 0}
-    c_own = own.get(k.c.name) is k.c
-    best = 0
-    for facts in per_core:
-        if not facts:
-            continue
-        t = launch + setup + first_load  # the first load
-        prev_steps = 0
-        cs = a_last = port_free = t  # first pass accepted; last pass; L1 port free
-        comp_done = done = t  # all tiles computed; the last tile computed
-        for (passes, steps, l1_bytes, array_cycles, _), n in _runs(facts):
-            port = -(-l1_bytes * l1_rate.denominator // l1_rate.numerator)
-            if pipelined and steps:
-                cross, inner, lat, _ = timing(prev_steps, steps)
-                if prev_steps:
-                    cs = max(cs, a_last + cross, port_free)
-                if n > 1:  # n - 1 more equal tiles: each one step later
-                    same = timing(steps, steps)[0]
-                    cs += (n - 1) * max((passes - 1) * inner + same, port)
-                a_last = cs + (passes - 1) * inner
-                port_free = cs + port
-                done = max(a_last + lat, port_free)
-                prev_steps = steps
-            else:
-                cs = max(cs, comp_done)
-                done = cs + n * max(array_cycles, port)
-                prev_steps = 0
-            comp_done = max(comp_done, done)
-        end = comp_done
-        sb = facts[-1][4] if c_own else 0
-        if sb:  # the last tile's results are stored once it is done
-            end = max(end, done + setup + l2_lat + _cycles(sb, l2_rate))
-        best = max(best, end)
+    rests = [_rest(dev, facts, own.get(k.c.name) is k.c) if facts else None for facts in per_core]
+    # an empty L1 misses, over the L2 port; a load of no block (a view whose offset
+    # maps outside the layout its storage got) takes the L1 latency
+    first_load = launch + setup + min(c["l1_lat"], l2_lat + 1)
+    best = max(first_load + r for r in rests if r is not None)
     # HBM: every operand element once, at best evenly over the channels
     reads = {r.name: r.nbytes for r in (k.a, k.b, k.bias) if r is not None and own.get(r.name) is r}
-    rate = spec.bytes_per_cycle(m.hbm.bandwidth_gbs)  # all channels together
-    hbm_lat = math.ceil(m.hbm.latency_ns * spec.clock_ghz)
     hbm = sum(reads.values())
-    return max(best, launch + hbm * rate.denominator // rate.numerator + hbm_lat + setup)
+    best = max(best, launch + hbm * hbm_den // hbm_num + hbm_lat + setup)
+    if stop_at is not None and best >= stop_at:
+        return best
+    # the first loads: their regions, and the emulator's blocks of them
+    if contiguous:
+        firsts = _first_loads(k, spec.compute.cores)
+    else:
+        tiles, groups = dev.tiles_of(k)
+        shares = Device.partition(
+            tiles, groups, spec.compute.cores, spec.compute.tile_schedule,
+            [t.origin for t in tiles],
+        )
+        firsts = [share[0].loads if share else [] for share in shares]
+    mem = _layouts(spec, k)
+    seen: dict[int, int] = {}  # blocks the first loads touched so far: their bytes
+    l2_end = 0  # the L2 port's bookings so far, from the launch's end
+    after: list[int] = []  # the chains of the cores whose first load moved blocks
+    for loads, rest in zip(firsts, rests, strict=True):
+        if not loads or rest is None:
+            continue
+        blocks: dict[int, int] = {}
+        for slots, nb, nbs, _ in mem.runs(loads):
+            blocks.update(zip(slots, [nb] * len(slots) if nbs is None else nbs, strict=True))
+        if not blocks:
+            continue
+        l2_end += -(-sum(blocks.values()) * l2_den // l2_num)
+        new = sum(b for s, b in blocks.items() if s not in seen)
+        seen.update(blocks)
+        ld = launch + setup + max(
+            l2_lat + l2_end, hbm_lat + new * hbm_den // hbm_num
+        )
+        best = max(best, ld + rest)
+        after.append(rest)
+    if after:  # the first load that ends last moved the last of all their HBM bytes
+        union = sum(seen.values())
+        last = launch + setup + hbm_lat + union * hbm_den // hbm_num
+        best = max(best, last + min(after))
+    return best
 
 
 class PartialRun:
