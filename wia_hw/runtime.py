@@ -26,7 +26,7 @@ from ._memory_plan import AllocInfo, DeviceBuffer, RunMemory
 from .emulator.allocator import CachingAllocator
 from .emulator.config import ClusterSpec, DeviceSpec
 from .emulator.counters import Counters
-from .emulator.device import Device, KernelRecord, TraceEvent
+from .emulator.device import Device, KernelRecord, TraceLog
 from .emulator.errors import SpecError, WorkloadError
 from .emulator.extension_kernels import execute_kernels, extension_summary
 from .emulator.kernels import MemoryKernel
@@ -111,7 +111,7 @@ class RunResult:
     peak_temperature_c: float
     roofline_floor_ms: float
     outputs: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
-    trace: list[TraceEvent] | None = field(default=None, repr=False)
+    trace: TraceLog | None = field(default=None, repr=False)  # TraceEvents, with trace=True
     #: The ProfilingReport when the run was made with ``run(..., profile=cfg)``.
     profile: Any = field(default=None, repr=False)
     #: Per extension that ran kernels: ``kernels``, ``cycles`` and the figures its
