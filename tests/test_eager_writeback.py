@@ -43,7 +43,11 @@ def test_a_pass_writes_only_blocks_dirty_before_the_interval_lru_first():
     # during the interval: t1 is stored again, t3 is new
     for ref in (refs[1], refs[3]):
         now = mem.store(0, mem.region_blocks([(ref, 0, ref.rows, 0, ref.cols)]), now)
-    stored = {mem.slot_of(k) for r in (refs[1], refs[3]) for k, _ in mem.region_blocks([(r, 0, r.rows, 0, r.cols)])}
+    stored = {
+        mem.slot_of(k)
+        for r in (refs[1], refs[3])
+        for k, _ in mem.region_blocks([(r, 0, r.rows, 0, r.cols)])
+    }
     hbm0, wb0 = mem.counters.bytes["hbm"], mem.writeback_bytes
     written = mem.eager_writeback(mark, now + 1_000_000)  # ample idle time
     eligible = before - stored
@@ -56,7 +60,9 @@ def test_a_pass_fits_the_idle_time_and_goes_least_recent_first():
     """With idle time for some blocks only, the least recently used dirty ones are
     written, as many as the channels' idle cycles hold, and no more."""
     rng = random.Random(7)
-    spec = load_spec("wia-npu", {"memory.hbm.refresh_interval_ns": 0, "memory.hbm.refresh_cycle_ns": 0})
+    spec = load_spec(
+        "wia-npu", {"memory.hbm.refresh_interval_ns": 0, "memory.hbm.refresh_cycle_ns": 0}
+    )
     for _ in range(20):
         mem = MemorySystem(spec, Counters())
         refs = [TensorRef(f"t{i}", 256, 256, 2) for i in range(rng.randint(2, 8))]
@@ -67,7 +73,9 @@ def test_a_pass_fits_the_idle_time_and_goes_least_recent_first():
         nb = mem.block_bytes  # each tensor is one block
         per_block = mem.channels[0].cycles(nb // len(mem.channels))
         l2_block = mem.l2_port.cycles(nb)
-        gap = rng.randint(0, len(order) + 1) * max(per_block, l2_block) + rng.randint(0, per_block - 1)
+        gap = rng.randint(0, len(order) + 1) * max(per_block, l2_block) + rng.randint(
+            0, per_block - 1
+        )
         start = max([now, mem.l2_port.free_at, *(ch.free_at for ch in mem.channels)])
         mark = mem.eager_mark(start)
         written = mem.eager_writeback(mark, start + gap)
