@@ -1,26 +1,33 @@
-"""Cheap, exact answers about one GEMM candidate alone on a fresh device, without the
-emulator: an equivalent tiling (:func:`canonical_tiling`) and a lower bound of its
-cycles (:func:`cycles_lower_bound`).
+"""Cheap, exact answers about one GEMM candidate alone on a fresh device, for the
+autotuner: an equivalent tiling (:func:`canonical_tiling`), a lower bound of its cycles
+(:func:`cycles_lower_bound`), and the emulator's own run, stoppable at a cycle and
+continued later (:class:`PartialRun`).
 
 The autotuner asks one question of a candidate: does it take fewer cycles than the
 best found so far? When the lower bound is already at or above that best, the answer
-is no, exactly, and the emulator need not run; otherwise the emulator runs (cached).
-So a search that prunes with the bound picks the same best tiling, with the same
-cycles, as one that runs every candidate (``tests/test_fast_eval.py`` checks both the
-bound and that identity).
+is no, exactly, and the emulator need not run; otherwise the emulator runs, stopped at
+the best's cycle when it has not ended by then (again: no). So a search that prunes
+picks the same best tiling, with the same cycles and the same best after every trial,
+as one that runs every candidate whole (``tests/test_fast_eval.py`` checks the bound
+against the live emulator, the continued runs, and that identity).
 
 Why a bound and not the cycles themselves: a single GEMM's run is not periodic in a
 way that can be extrapolated exactly. The shared L2's LRU order depends on how the
-cores' loads interleave in time, edge blocks spread over the HBM channels by their
+cores' loads interleave in time (the bound misses mostly the cores' last stores, which
+evict dirty L2 blocks to HBM), edge blocks spread over the HBM channels by their
 absolute address, and the HBM channels refresh every ``tREFI`` cycles from a fixed
 phase, so a transfer's end depends on the absolute cycle it starts at (a per-tile
-period would have to be a multiple of ``tREFI`` for the timeline to repeat). The
-emulator spends its time in that memory model (about 40% of a run), the device's
-per-tile bookkeeping (25%), builtins they call (18%) and SimPy (7%), so no shortcut
-around one of them brings a run of hundreds of tiles near a millisecond.
+period would have to be a multiple of ``tREFI`` for the timeline to repeat). Profiled
+on BERT-Large's GEMMs, the emulator spends its time in the memory model (about 40% of
+a run), the device's per-tile bookkeeping (25%), the builtins they call (18%) and SimPy
+(7%); building the device is 2%. No shortcut around one of them brings a run of
+hundreds of tiles near a millisecond.
 
-Both functions take the emulator's own tiling (``Device.tiles_of``,
-``Device.partition``), array timing and block layout, so they follow it as it changes.
+The bound reads the emulator's own tiling (``Device._gemm_geometry``,
+``Device._a_region``, or ``Device.tiles_of`` and ``Device.partition`` for schedules
+other than contiguous), array timing and block layout, so it follows them as they
+change; where it re-derives the tiles' dimensions and first regions in closed form, a
+test compares them with ``Device.tiles_of``.
 """
 
 from __future__ import annotations
