@@ -27,6 +27,7 @@ from wia_hw.optimize import (
 from wia_hw.optimize._autotune import (
     _BOUNDS,
     _MEASURED,
+    _SUSPENDED,
     _cache_key,
     candidate_pool,
     kernel_floor_cycles,
@@ -358,6 +359,7 @@ def test_measurements_file_makes_a_later_session_a_lookup(tmp_path):
     text = mfile.read_text()
     _MEASURED.clear()
     _BOUNDS.clear()
+    _SUSPENDED.clear()
     again = autotune_model(g, cfg, measurements_file=mfile)
     assert again.measured == 0 and again.cache_hits == first.measured
     assert (again.pruned, again.cut) == (first.pruned, first.cut)

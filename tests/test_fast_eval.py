@@ -22,7 +22,7 @@ from wia_hw.emulator.kernels import GemmKernel, GemmTiling
 
 from wia_hw.lowering import lower
 from wia_hw.optimize import AutotuneConfig, AutotuneError, autotune_model
-from wia_hw.optimize._autotune import _BOUNDS, _MEASURED, candidate_pool
+from wia_hw.optimize._autotune import _BOUNDS, _MEASURED, _SUSPENDED, candidate_pool
 from wia_hw.optimize._fast_eval import (
     PartialRun,
     _device,
@@ -220,8 +220,7 @@ def test_pruned_search_finds_what_the_whole_search_finds(method):
     g = resolve_workload("gemm", M=384, N=512, K=768)
     out = {}
     for prune in (True, False):
-        _MEASURED.clear()
-        _BOUNDS.clear()
+        _clear()
         cfg = AutotuneConfig(
             method=method, time_budget_seconds=None, max_trials=40, seed=1, prune=prune
         )
@@ -231,6 +230,30 @@ def test_pruned_search_finds_what_the_whole_search_finds(method):
     assert out[True].pruned + out[True].cut > 0
     assert out[True].measured < out[False].measured
     assert out[False].pruned == out[False].cut == 0
+
+
+def _clear() -> None:
+    _MEASURED.clear()
+    _BOUNDS.clear()
+    _SUSPENDED.clear()
+
+
+def test_a_search_does_not_depend_on_what_the_caches_hold():
+    """The ML tuner learns from what the evaluations answer; with pruning, an answer
+    depends only on the candidate and the best so far, so a search after another one
+    that measured many candidates whole gives what it gives in a fresh process."""
+    g = resolve_workload("gemm", M=384, N=512, K=768)
+    cfg = AutotuneConfig(
+        method="ml", time_budget_seconds=None, max_trials=24, batch_size=4, seed=2
+    )
+    _clear()
+    fresh = autotune_model(g, cfg, device="wia-npu")
+    _clear()
+    autotune_model(g, replace(cfg, prune=False), device="wia-npu")  # every one whole
+    warm = autotune_model(g, cfg, device="wia-npu")
+    (a,), (b,) = fresh.kernels.values(), warm.kernels.values()
+    assert (a.best, a.best_cycles, a.history) == (b.best, b.best_cycles, b.history)
+    assert fresh.pruned + fresh.cut > 0 and warm.cache_hits > fresh.cache_hits
 
 
 def test_prune_must_be_a_bool():

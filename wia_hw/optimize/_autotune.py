@@ -45,8 +45,9 @@ beats the best so far, so a cache miss is decided in the cheapest exact way
 
 So the best tiling, its cycles and the best-so-far after every trial are those of a
 search that runs every candidate whole (``AutotuneConfig(prune=False)`` does; tested).
-The ML tuner learns a pruned or cut candidate's cycles as the bound found, which is
-all that is known of them. Whole runs are cached by (spec hash, kernel key, tiling)
+The ML tuner learns a candidate that does not beat the best as ``max(bound, best)``:
+all that a fresh process knows of it, whatever the caches hold, so a search's result
+never depends on the searches run before it in the process. Whole runs are cached by (spec hash, kernel key, tiling)
 for the life of the process (tilings that give the emulator the same tiles share an
 entry, :func:`canonical_tiling`), so a candidate met again costs a dictionary look-up.
 A whole or cut run costs what the emulator takes, about 60 to 120 us per tile (1 to 35
@@ -363,10 +364,8 @@ def _cache_key(k: GemmKernel) -> str:
     return f"{gemm_key(k)} | {' '.join(parts)}"
 
 
-#: (spec hash, kernel key, tiling) -> a lower bound of the cycles of a candidate not
-#: measured whole (from :func:`cycles_lower_bound`, or an emulator run cut there), and
-#: whether the whole closed-form bound has been computed (it is then not asked again).
-_BOUNDS: dict[tuple[str, str, GemmTiling], tuple[int, bool]] = {}
+#: (spec hash, kernel key, tiling) -> :func:`cycles_lower_bound` of the candidate
+_BOUNDS: dict[tuple[str, str, GemmTiling], int] = {}
 #: (spec hash, kernel key, tiling) -> the emulator run of a candidate stopped at the best
 #: cycles of its search (continued, not restarted, when asked again with a higher best);
 #: least recently used first, at most _MAX_SUSPENDED of them
@@ -662,8 +661,11 @@ def _model(kind: str, seed: int) -> Any:
 
 class _Evaluator:
     """Evaluates candidates: ``ev(kernel, tiling, below)`` is the candidate's cycles
-    when they are below ``below`` (``None``: always), else a lower bound of them that
-    is at least ``below`` (the candidate does not beat the best). Counts each kind."""
+    when they are below ``below`` (``None``: always), else ``max(bound, below)``, where
+    ``bound`` is :func:`cycles_lower_bound` (the candidate does not beat the best).
+    Either answer depends only on the candidate and ``below``, never on what the caches
+    hold, so a search gives the same result in a fresh process and after others.
+    Counts each kind of evaluation."""
 
     def __init__(self, spec: DeviceSpec, sha: str, prune: bool = True) -> None:
         self.spec, self.sha, self.prune = spec, sha, prune
@@ -676,29 +678,34 @@ class _Evaluator:
         t = canonical_tiling(kernel, t)
         key = (self.sha, _cache_key(kernel), t)
         hit = _MEASURED.get(key)
-        if hit is not None:
+        if not self.prune:
+            below = None
+        bound = 0
+        if hit is not None and (below is None or hit[0] < below):
             self.hits += 1
             self.seconds += time.perf_counter() - t0
             return hit[0]
-        if not self.prune:
-            below = None
-        cycles, whole = _BOUNDS.get(key, (0, False))
-        if below is not None and cycles < below and not whole:
-            got = cycles_lower_bound(kernel, t, self.spec, stop_at=below)
-            whole = got < below  # (below stop_at it is the whole bound)
-            cycles = max(cycles, got)
-            _BOUNDS[key] = (cycles, whole)
-        if below is not None and cycles >= below:
+        if below is not None:
+            bound = _BOUNDS.get(key)
+            if bound is None:
+                bound = _BOUNDS[key] = cycles_lower_bound(kernel, t, self.spec)
+                if len(_BOUNDS) > 200_000:
+                    _BOUNDS.clear()
+            if hit is not None:  # known not to win: the answer a fresh process gives
+                self.hits += 1
+                self.seconds += time.perf_counter() - t0
+                return max(bound, below)
+        if below is not None and bound >= below:
             self.pruned += 1
             kind = "pruned"
+            cycles = bound
         else:
             run = _SUSPENDED.pop(key, None) or PartialRun(replace(kernel, tiling=t), self.spec)
             rec = run.advance(below)
-            if rec is None:  # not done by cycle `below`: at least that many
+            if rec is None:  # not ended by cycle `below`: at least that many
                 self.cut += 1
                 kind = "cut"
-                cycles = below
-                _BOUNDS[key] = (below, whole)
+                cycles = below  # type: ignore[assignment]  # (max(bound, below))
                 _SUSPENDED[key] = run
                 if len(_SUSPENDED) > _MAX_SUSPENDED:
                     _SUSPENDED.popitem(last=False)

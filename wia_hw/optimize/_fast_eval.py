@@ -284,11 +284,12 @@ def cycles_lower_bound(
       its first load at the launch's end, in core order, into an empty L1 and L2, so
       core ``c``'s ends no earlier than the DMA setup plus the later of ``l2.latency``
       after the L2 port has moved the first tiles' blocks of cores ``0..c`` (each a
-      booking of its distinct blocks' bytes, rounded up) and ``hbm.latency`` after HBM
-      has moved, over all channels at best evenly, the blocks core ``c`` is the first to
-      touch; and the last of them ends no earlier than ``hbm.latency`` after HBM has
-      moved every block the first tiles touch, so the kernel also ends no earlier than
-      that plus the shortest of the chains after it;
+      booking of its distinct blocks' bytes, rounded up) and, when core ``c`` is the
+      first to touch some blocks, ``hbm.latency`` after HBM has moved those, over all
+      channels at best evenly; and the last of the loads that read HBM ends no earlier
+      than ``hbm.latency`` after HBM has moved every block the first tiles touch, so
+      the kernel also ends no earlier than that plus the shortest of those cores'
+      chains after it;
     * **HBM**: the launch, then the operands' bytes (every element of A, B and the
       bias crosses HBM at least once into the empty L2), at best spread evenly over
       the channels at their rate, then ``hbm.latency`` and the DMA setup. Counted
@@ -342,7 +343,7 @@ def cycles_lower_bound(
     mem = _layouts(spec, k)
     seen: dict[int, int] = {}  # blocks the first loads touched so far: their bytes
     l2_end = 0  # the L2 port's bookings so far, from the launch's end
-    after: list[int] = []  # the chains of the cores whose first load moved blocks
+    after: list[int] = []  # the chains of the cores whose first load reads HBM
     for loads, rest in zip(firsts, rests, strict=True):
         if not loads or rest is None:
             continue
@@ -354,11 +355,12 @@ def cycles_lower_bound(
         l2_end += -(-sum(blocks.values()) * l2_den // l2_num)
         new = sum(b for s, b in blocks.items() if s not in seen)
         seen.update(blocks)
-        ld = launch + setup + max(
-            l2_lat + l2_end, hbm_lat + new * hbm_den // hbm_num
-        )
+        ld = launch + setup + l2_lat + l2_end
+        if new:  # blocks no earlier core touched: this load fetches them from HBM
+            ld = max(ld, launch + setup + hbm_lat + new * hbm_den // hbm_num)
         best = max(best, ld + rest)
-        after.append(rest)
+        if new:
+            after.append(rest)
     if after:  # the first load that ends last moved the last of all their HBM bytes
         union = sum(seen.values())
         last = launch + setup + hbm_lat + union * hbm_den // hbm_num
