@@ -217,15 +217,31 @@ def hbm_streaming() -> list[float]:
     return errs
 
 
+def refresh_windows(channel) -> tuple[int, int]:
+    """``(tREFI, tRFC)`` in cycles of the refresh windows a channel pauses in, ``(1, 0)``
+    when it has none (no refresh, or refresh charged as a lower rate instead)."""
+    cycles = getattr(channel, "refresh_cycles", 0)
+    return (channel.refresh_interval, cycles) if cycles else (1, 0)
+
+
+def refreshed_peak_bpc(channels) -> float:
+    """The channels' sustained bytes per cycle: each one's rate, times the share of its
+    time outside refresh windows (when refresh is charged as windows)."""
+    total = 0.0
+    for ch in channels:
+        t, r = refresh_windows(ch)
+        total += float(ch.bytes_per_cycle) * (1 - r / t)
+    return total
+
+
 def refresh_wait_cycles(channels, transfer_cycles: int) -> float:
-    """Mean cycles a transfer of ``transfer_cycles`` on every channel waits for refresh,
-    issued at a uniformly random cycle: the exact mean over one refresh period of the
-    channels' own :meth:`~wia_hw.emulator.memory.BandwidthPort.serve` (the transfer ends
-    when its last channel piece does). 0 without refresh."""
-    ch0 = channels[0]
-    if not ch0.refresh_cycles:
+    """Mean cycles a transfer of ``transfer_cycles`` on every channel waits for refresh
+    windows, issued at a uniformly random cycle: the exact mean over one refresh period
+    of the channels' own :meth:`~wia_hw.emulator.memory.BandwidthPort.serve` (the
+    transfer ends when its last channel piece does). 0 without windows."""
+    period, cycles = refresh_windows(channels[0])
+    if not cycles:
         return 0.0
-    period = ch0.refresh_interval
     waits = sum(
         max(ch.serve(t, transfer_cycles) for ch in channels) - t - transfer_cycles
         for t in range(period)
@@ -268,9 +284,7 @@ def littles_law_point(spec: str, cores: int, graph, overrides=None) -> dict:
     hbm_path = mem.hbm_latency + piece + wait
     l2_path = mem.l2_port.cycles(load_bytes) + mem.l2_latency
     round_trip = s.dma.setup_cycles + max(hbm_path, l2_path)
-    ch0 = chans[0]
-    refreshed = 1 - ch0.refresh_cycles / ch0.refresh_interval if ch0.refresh_cycles else 1.0
-    peak_bpc = float(s.bytes_per_cycle(hbm.bandwidth_gbs)) * refreshed
+    peak_bpc = refreshed_peak_bpc(chans)
     share = loaded / max(loaded, rec.counters.bytes["hbm"])  # the loads' part of HBM bytes
     outstanding = cores * load_bytes
     predicted = min(peak_bpc * share, outstanding / round_trip)

@@ -6,9 +6,11 @@ In flight: a core's operand loads are one in-order stream with one transfer in f
 result stores, into L2), and a streaming (Copy) tile loads one storage block, so
 ``outstanding = cores x block_bytes``. Unloaded round trip of a load:
 ``dma.setup_cycles + hbm latency + the most loaded channel's piece + the mean refresh
-wait`` (the L2 path runs alongside and is shorter). The prediction is
+wait`` (the L2 path runs alongside and is shorter; the wait is the mean over issue
+cycles of the channels' own ``BandwidthPort.serve`` when refresh pauses a channel in
+windows, 0 when the channels' rate carries it). The prediction is
 ``min(peak x (1 - tRFC / tREFI), outstanding / round trip)``, every term derived here
-from the spec and the model's own refresh law (``BandwidthPort.serve``), none pinned.
+from the spec and the model, none pinned.
 
 The spec is ``a100-systolic`` with its HBM at 300 GB/s (``--set``), so a few cores
 already saturate it and both regimes run in a few seconds; the 12 MiB arrays (in and
@@ -53,7 +55,7 @@ def _refresh_wait(overrides: tuple, piece_cycles: int) -> float:
     uniformly random cycle: the mean over one period of the channels' own ``serve``."""
     mem = wia_hw.open_device(SPEC, overrides=dict(overrides)).device.memory
     chans = mem.channels
-    if not chans[0].refresh_cycles:
+    if not getattr(chans[0], "refresh_cycles", 0):  # no windows (none, or as a rate)
         return 0.0
     period = chans[0].refresh_interval
     total = sum(
