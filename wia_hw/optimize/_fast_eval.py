@@ -32,7 +32,6 @@ test compares them with ``Device.tiles_of``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from itertools import groupby
 from typing import Any
@@ -130,26 +129,27 @@ def _rest(dev: Device, facts: list[tuple[int, int, int, int, int]], store: bool)
 
 
 def _consts(spec: DeviceSpec) -> dict[str, Any]:
-    """The spec's figures the bound uses (rates as (numerator, denominator) bytes per
-    cycle), computed once per spec."""
+    """The figures the bound uses, read from a fresh device's memory system (its ports'
+    rates, as (numerator, denominator) bytes per cycle, and its latencies), once per
+    spec. HBM's rate is the sum of its channels' (what they move per cycle, refresh
+    included when the emulator charges it as a rate)."""
     hit = _CONSTS.get(id(spec))
     if hit is None or hit[0] is not spec:
-        m = spec.memory
+        mem = _device(spec).memory
 
-        def rate(gbs: float) -> tuple[int, int]:
-            r = spec.bytes_per_cycle(gbs)
+        def rate(r: Any) -> tuple[int, int]:
             return r.numerator, r.denominator
 
         hit = _CONSTS[id(spec)] = (
             spec,
             {
-                "l1_rate": rate(m.l1.bandwidth_gbs),
-                "l2_rate": rate(m.l2.bandwidth_gbs),
-                "hbm_rate": rate(m.hbm.bandwidth_gbs),  # all channels together
+                "l1_rate": rate(mem.l1_ports[0].bytes_per_cycle),
+                "l2_rate": rate(mem.l2_port.bytes_per_cycle),
+                "hbm_rate": rate(sum(ch.bytes_per_cycle for ch in mem.channels)),
                 "setup": spec.dma.setup_cycles,
-                "l1_lat": m.l1.latency_cycles,
-                "l2_lat": m.l2.latency_cycles,
-                "hbm_lat": math.ceil(m.hbm.latency_ns * spec.clock_ghz),
+                "l1_lat": mem.l1_latency,
+                "l2_lat": mem.l2_latency,
+                "hbm_lat": mem.hbm_latency,
             },
         )
     return hit[1]
