@@ -300,10 +300,13 @@ class HBMConfig:
     of a transfer leaving its channel to the data being usable.
 
     ``refresh_interval_ns`` (tREFI) and ``refresh_cycle_ns`` (tRFC): DRAM refresh. Every
-    tREFI each channel is blocked for tRFC (all-bank refresh); a transfer that meets a
-    window pauses until its end, so a streaming channel moves ``1 - tRFC / tREFI`` of
-    its nominal rate. Channel ``i``'s windows start at ``i * tREFI / channels`` (the
-    controller staggers them so the channels never all stop at once). The defaults are
+    tREFI each channel is blocked for tRFC (all-bank refresh), so a channel moves
+    ``1 - tRFC / tREFI`` of its nominal rate: the emulator's channels run at that rate
+    (both in whole cycles), the refresh's mean cost, which keeps a kernel's time
+    independent of where on the timeline it runs (cached and replayed timings stay
+    exact). The windows themselves, where a transfer that meets one pauses until its
+    end, are the benchmark's ``dram_refresh`` variation source (run-to-run variation).
+    The defaults are
     HBM2's, as DRAMsim3 has them for an 8 Gb x128 die (umd-memsys/DRAMsim3
     ``configs/HBM2_8Gb_x128.ini``: ``tCK = 1`` ns, ``tREFI = 3900``, ``tRFC = 260``
     cycles). DDR3 (JESD79-3) has tREFI 7.8 us and tRFC 160/260/350 ns for 2/4/8 Gb

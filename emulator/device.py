@@ -229,6 +229,10 @@ class KernelRecord:
     #: written back during it (of any kernel's dirty blocks; part of counters.bytes.hbm).
     dirtied_bytes: int = 0
     writeback_bytes: int = 0
+    #: the part of ``writeback_bytes`` the L2 controller wrote eagerly in the kernel's
+    #: idle HBM time (``memory.eager_writeback``): background traffic that never
+    #: delayed the kernel (in counters.bytes at HBM and L2, and in its energy)
+    eager_writeback_bytes: int = 0
 
     @property
     def cycles(self) -> int:
@@ -634,6 +638,7 @@ class Device:
             [t.origin for t in tiles] if isinstance(k, GemmKernel) else (),
         )
         wb0 = (self.memory.dirtied_bytes, self.memory.writeback_bytes)
+        eager = self.memory.eager_mark(self.now)
         busy = [0] * cores
         procs = []
         for c, share in enumerate(shares):
@@ -643,6 +648,7 @@ class Device:
         if procs:
             yield env.all_of(procs)
         end = self.now
+        eager_b = self.memory.eager_writeback(eager, end)  # dirty blocks out in idle time
         elapsed = end - start
         c_ = self.counters
         work = elapsed - self._launch_cycles
@@ -705,6 +711,7 @@ class Device:
                 extra=dict(getattr(k, "extra", {})),
                 dirtied_bytes=self.memory.dirtied_bytes - wb0[0],
                 writeback_bytes=self.memory.writeback_bytes - wb0[1],
+                eager_writeback_bytes=eager_b,
             )
         )
 

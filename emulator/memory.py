@@ -44,7 +44,16 @@ from .config import DeviceSpec
 from .counters import Counters
 from .kernels import Region, TensorRef
 
-__all__ = ["BandwidthPort", "BlockLayout", "MemorySystem", "Region", "channel_of", "hbm_spread"]
+__all__ = [
+    "BandwidthPort",
+    "BlockLayout",
+    "MemorySystem",
+    "Region",
+    "channel_of",
+    "hbm_spread",
+    "refresh_cycles",
+    "refresh_factor",
+]
 
 Key = tuple[int, int, int]
 
@@ -55,6 +64,23 @@ Run = tuple["range | list[int]", int, "list[int] | None", int]
 #: Run an iterator to its end at C speed (``deque(it, maxlen=0)``).
 _consume = deque(maxlen=0).extend
 _chain = chain.from_iterable
+
+
+def refresh_cycles(spec: DeviceSpec) -> tuple[int, int]:
+    """``(tREFI, tRFC)`` of the spec's DRAM refresh in whole cycles (``(1, 0)``: none)."""
+    hbm = spec.memory.hbm
+    if not hbm.refresh_cycle_ns:
+        return 1, 0
+    trefi = math.ceil(hbm.refresh_interval_ns * spec.clock_ghz)
+    return trefi, min(math.ceil(hbm.refresh_cycle_ns * spec.clock_ghz), trefi - 1)
+
+
+def refresh_factor(spec: DeviceSpec) -> Fraction:
+    """The share of a DRAM channel's time left for transfers by refresh, ``1 - tRFC /
+    tREFI`` in whole cycles: the channels move their nominal rate times this (see
+    :class:`~wia_hw.emulator.config.HBMConfig`)."""
+    trefi, trfc = refresh_cycles(spec)
+    return 1 - Fraction(trfc, trefi)
 
 
 class BandwidthPort:
@@ -369,13 +395,10 @@ class MemorySystem:
             BandwidthPort(f"l1.{c}", spec.bytes_per_cycle(m.l1.bandwidth_gbs)) for c in range(cores)
         ]
         self.l2_port = BandwidthPort("l2", spec.bytes_per_cycle(m.l2.bandwidth_gbs))
-        per_ch = spec.bytes_per_cycle(m.hbm.bandwidth_gbs) / m.hbm.channels
+        #: a channel's rate between refreshes (bytes per cycle)
+        self.channel_nominal_bpc = spec.bytes_per_cycle(m.hbm.bandwidth_gbs) / m.hbm.channels
+        per_ch = self.channel_nominal_bpc * refresh_factor(spec)
         self.channels = [BandwidthPort(f"hbm.{i}", per_ch) for i in range(m.hbm.channels)]
-        if m.hbm.refresh_cycle_ns:  # windows staggered evenly over the channels
-            trefi = math.ceil(m.hbm.refresh_interval_ns * spec.clock_ghz)
-            trfc = min(math.ceil(m.hbm.refresh_cycle_ns * spec.clock_ghz), trefi - 1)
-            for i, ch in enumerate(self.channels):
-                ch.set_refresh(trefi, trfc, i * trefi // len(self.channels))
         self.interleave_bytes = m.hbm.interleave_bytes
         # every block slot starts on a stripe boundary: a block of whole stripes then
         # spreads evenly, which needs no address (the common case, kept cheap)

@@ -109,11 +109,16 @@ def load_extension_text(text, tmp_path):
     return load_extension(path)
 
 
-def test_attention_fix_registers_the_transformer_engine(bert, tmp_path):
-    report, recs = bert
+#: attention at a sequence where flash attention wins on wia-npu (at BERT's s128 the
+#: unfused chain is faster: its S and P write-backs hide in the GEMMs' idle HBM time)
+LONG = ("gpt2", {"batch": 1, "seq": 1024, "layers": 1})
+
+
+def test_attention_fix_registers_the_transformer_engine(tmp_path):
+    report, recs = _profile(*LONG)
     rec = next(r for r in recs.considered if r.category == "attention")
     assert 'register_device_extension(ctx, "transformer_engine")' in rec.code_example
-    after = _apply_code(rec, *BERT, None, tmp_path)
+    after = _apply_code(rec, *LONG, None, tmp_path)
     _check_gain(report, rec, after)
     assert "transformer_engine" in after.extensions
 
@@ -355,7 +360,7 @@ def test_cli_apply_a_manifest_fix():
     res = CliRunner().invoke(cli, args + ["counters", "--priority", "low", "--apply", "2"])
     assert res.exit_code == 0, res.output
     assert "Applied recommendation 2: Memory-Bound Elementwise Chain (manifest:" in res.output
-    assert "layer0.ffn_residual+layer0.ffn_layer_norm: - -> " in res.output
+    assert re.search(r"layer0\.(ffn|attention)_residual\+layer0\.\1_layer_norm: - -> ", res.output)
     measured, promised = _gain_line(res.output)
     assert measured == promised > 0
 

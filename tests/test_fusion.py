@@ -10,6 +10,7 @@ import pytest
 import wia_hw
 from wia_hw import FusionConfig, GraphBuilder, WorkloadError, apply_fusion
 from wia_hw.graph import Graph, Op
+from wia_hw.spec import load_spec
 from wia_hw.workloads import build
 
 
@@ -134,16 +135,22 @@ def test_streaming_sizes_save_at_least_the_intermediate():
     assert r1.latency_ms < r0.latency_ms
 
 
-@pytest.mark.parametrize("bh,s,d", [(2, 64, 16), (16, 512, 64)])
+@pytest.mark.parametrize("bh,s,d", [(2, 64, 16), (16, 1024, 64)])
 def test_flash_attention_saves_the_scores_and_probabilities(bh, s, d):
+    """Where flash attention is chosen (not slower on the device), it saves at least S
+    and P's HBM traffic: unfused, each is written back once (exactly that while they fit
+    in L2; S and P of 16 x 1024 x 1024 fp16, 32 MiB each, do not, and are read back
+    too). At 16 x 512 x 64 wia-npu's eager write-back hides the unfused write-backs in
+    the GEMMs' idle HBM time, and the unfused chain is the faster one there."""
     g = _attention(bh, s, d)
     r0, r1 = wia_hw.run(g), wia_hw.run(apply_fusion(g))
     assert [(k.name, k.provider) for k in r1.kernels] == [
         ("scores+softmax+context", "transformer_engine")
     ]
-    # S and P (bh x s x s fp16 each) are written back unfused and never fused
     saved = g.tensors["scores"].nbytes + g.tensors["probs"].nbytes
-    assert r0.counters.bytes["hbm"] - r1.counters.bytes["hbm"] == saved
+    fits = saved <= load_spec("wia-npu").memory.l2.size_bytes
+    moved = r0.counters.bytes["hbm"] - r1.counters.bytes["hbm"]
+    assert moved == saved if fits else moved > saved
     assert r1.latency_ms <= r0.latency_ms
 
 

@@ -101,8 +101,10 @@ def test_every_number_recomputes_from_the_counters_in_the_report():
         balance = sum(k["core_busy_cycles"]) / (dev["cores"] * cyc)
         assert p["occupancy"] == pytest.approx(100 * mapping * balance)
         assert p["flops"] == pytest.approx(k["flop_count"] / ksecs)
-        if kc["bytes"]["hbm"]:
-            assert p["arithmetic_intensity"] == pytest.approx(k["flop_count"] / kc["bytes"]["hbm"])
+        own = kc["bytes"]["hbm"] - k["eager_writeback_bytes"]  # less the eager write-backs
+        assert p["bytes"]["hbm"] == own and 0 <= k["eager_writeback_bytes"] <= k["writeback_bytes"]
+        if own:
+            assert p["arithmetic_intensity"] == pytest.approx(k["flop_count"] / own)
         assert k["power_w"] == pytest.approx(kc["energy_pj"] * 1e-12 / ksecs)
         assert kc["cycles"] == cyc
 

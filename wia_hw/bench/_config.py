@@ -45,8 +45,8 @@ VARIATION_SOURCES: dict[str, str] = {
     "the device had when the benchmark began",
     "dram_refresh": "the HBM channels' refresh windows (every tREFI a channel is blocked "
     "for tRFC: the spec's memory.hbm figures, or refresh_interval_ns/refresh_cycle_ns) "
-    "at a phase per channel drawn from variation_seed, in place of the spec's even "
-    "stagger",
+    "at a phase per channel drawn from variation_seed, each channel at its nominal rate "
+    "between them, in place of the spec's mean-cost refresh",
     "arbitration_jitter": "each HBM transfer is granted 0 to arbitration_jitter_cycles "
     "cycles late, uniformly, drawn from variation_seed",
 }
@@ -84,9 +84,8 @@ class BenchmarkConfig:
 
     ``variation_sources``: modelled run-to-run variation on the emulator, names from
     :data:`VARIATION_SOURCES` (default: ``thermal`` only, the one a plain ``ctx.run``
-    sequence has too); empty turns every source off, and repeated runs then differ only
-    where the spec's own refresh windows (``memory.hbm.refresh_*``, on the device's
-    timeline) meet them differently. ``variation_seed`` seeds the random ones (refresh
+    sequence has too); empty turns every source off and repeated runs are then
+    identical (the spec's refresh is its mean cost). ``variation_seed`` seeds the random ones (refresh
     phases, grant delays): the same seed gives the same samples.
     ``refresh_interval_ns`` (tREFI) and ``refresh_cycle_ns`` (tRFC): the timings
     ``dram_refresh`` uses (``None``, the default: the spec's);

@@ -9,10 +9,11 @@ model itself is untouched and runs outside a benchmark are unchanged.
 
 * **DRAM refresh** (``"dram_refresh"``): every ``refresh_interval_ns`` (tREFI) a channel
   is blocked for ``refresh_cycle_ns`` (tRFC), all-bank refresh (the port's own
-  :meth:`~wia_hw.emulator.memory.BandwidthPort.serve`), in place of the spec's windows
-  (``memory.hbm.refresh_*``, staggered evenly over the channels): each channel's phase
+  :meth:`~wia_hw.emulator.memory.BandwidthPort.serve`), and moves its nominal rate
+  between the windows, in place of the spec's mean-cost refresh (``memory.hbm.
+  refresh_*``: the channels at ``1 - tRFC / tREFI`` of that rate). Each channel's phase
   is drawn once, uniformly in [0, tREFI), from ``variation_seed``, so an iteration's
-  alignment with them (and its time) depends on where on the timeline it starts.
+  alignment with the windows (and its time) depends on where on the timeline it starts.
 * **Arbitration jitter** (``"arbitration_jitter"``): the channel's arbiter grants each
   transfer 0 to ``arbitration_jitter_cycles`` cycles late, uniformly, from a per-channel
   generator seeded by ``variation_seed``.
@@ -38,9 +39,9 @@ class VariedPort(BandwidthPort):
     """A :class:`BandwidthPort` with arbitration jitter, and with refresh windows at a
     drawn phase.
 
-    Constructed from the port it stands in for (its state and, unless ``refresh_cycles``
-    is given, its own refresh windows); ``jitter_cycles`` (0: none) is the largest grant
-    delay. ``refresh_stall_cycles`` and ``jitter_stall_cycles`` count the cycles each
+    Constructed from the port it stands in for (its state, and its rate unless
+    ``bytes_per_cycle`` is given); ``refresh_cycles`` (with its interval and phase) sets
+    refresh windows; ``jitter_cycles`` (0: none) is the largest grant delay. ``refresh_stall_cycles`` and ``jitter_stall_cycles`` count the cycles each
     source added while it stood in.
     """
 
@@ -55,8 +56,10 @@ class VariedPort(BandwidthPort):
         phase_cycles: int = 0,
         jitter_cycles: int,
         seed: int,
+        bytes_per_cycle: Any = None,
     ) -> None:
-        super().__init__(orig.name, orig.bytes_per_cycle)
+        rate = orig.bytes_per_cycle if bytes_per_cycle is None else bytes_per_cycle
+        super().__init__(orig.name, rate)
         self.copy_state(orig)
         self.refresh_stall_cycles = 0
         if refresh_cycles is not None:
@@ -90,10 +93,10 @@ def install(mem: MemorySystem, cfg: Any, spec: Any) -> list[VariedPort]:
     BenchmarkConfig) on a device of ``spec``; returns them, or ``[]`` when no channel
     source is enabled.
 
-    With ``dram_refresh`` on, each channel's windows are drawn at a phase from the seed
-    (with the config's tREFI and tRFC where it sets them, else the spec's, else, for a
-    spec with refresh off, HBMConfig's defaults); with it off, each channel keeps the
-    spec's."""
+    With ``dram_refresh`` on, each channel runs at its nominal rate with refresh windows
+    at a phase drawn from the seed (the config's tREFI and tRFC where it sets them, else
+    the spec's, else, for a spec with refresh off, HBMConfig's defaults); with it off,
+    each channel keeps the spec's rate."""
     refresh = "dram_refresh" in cfg.variation_sources
     jitter = "arbitration_jitter" in cfg.variation_sources
     if not (refresh or jitter):
@@ -115,6 +118,7 @@ def install(mem: MemorySystem, cfg: Any, spec: Any) -> list[VariedPort]:
                 phase_cycles=phase,
                 jitter_cycles=cfg.arbitration_jitter_cycles if jitter else 0,
                 seed=seed,
+                bytes_per_cycle=mem.channel_nominal_bpc if refresh else None,
             )
         )
     mem.channels[:] = ports
@@ -126,7 +130,7 @@ def uninstall(mem: MemorySystem, ports: list[VariedPort]) -> tuple[int, int]:
     refresh and jitter added, summed over the channels."""
     if not ports:
         return 0, 0
-    for p in ports:  # the booking state goes back; the spec's windows stay
+    for p in ports:  # the booking state goes back; the spec's rate stays
         p.orig.free_at, p.orig.busy_cycles = p.free_at, p.busy_cycles
         p.orig.last_arrival = p.last_arrival
     mem.channels[:] = [p.orig for p in ports]

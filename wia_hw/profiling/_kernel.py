@@ -147,10 +147,11 @@ class KernelProfile:
         """Derive every field from a kernel's raw record (see :mod:`._metrics`)."""
         cyc = ks.cycles
         ms = dev.cycles_to_ms(cyc)
-        nbytes = ks.counter("bytes")
+        crossed = nbytes = ks.counter("bytes")
         if nbytes is not None and ks.eager_writeback_bytes:
-            # the kernel's own traffic: less the L2 controller's eager write-backs in its
-            # idle time (they filled gaps and never delayed it)
+            # the kernel's own traffic (its floors, intensity and roofline point): less the
+            # L2 controller's eager write-backs in its idle time, which filled gaps and
+            # never delayed it (the bandwidth line still counts every byte that crossed)
             e = ks.eager_writeback_bytes
             nbytes = {**nbytes, "hbm": nbytes["hbm"] - e, "l2": nbytes["l2"] - e}
         hits, misses = ks.counter("hits"), ks.counter("misses")
@@ -171,7 +172,7 @@ class KernelProfile:
             name=ks.name,
             duration_ms=ms,
             compute_utilization=compute_utilization(ks.flop_count, cyc, ks.precision, dev),
-            memory_bandwidth_gbs=None if nbytes is None else bandwidth_gbs(nbytes["hbm"], cyc, dev),
+            memory_bandwidth_gbs=None if crossed is None else bandwidth_gbs(crossed["hbm"], cyc, dev),
             peak_bandwidth_gbs=dev.peak_bandwidth_gbs,
             l1_cache_hit_rate=l1,
             l2_cache_hit_rate=l2,
