@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import statistics
 import tempfile
 import time
@@ -129,6 +130,7 @@ def main() -> None:
     gcs: dict[str, list[float]] = {m: [] for m in TARGETS}
     gc_plain: list[float] = []
     reports: dict[str, object] = {}
+    load0 = os.getloadavg()[0]
     _once(workload, kw, None)  # warm imports and caches
     for r in range(reps):
         for m in TARGETS:  # back-to-back pairs
@@ -149,7 +151,9 @@ def main() -> None:
             cpu[m].append(c1 / c0 - 1.0)
     print(
         f"{workload} {kw}: {reps} pairs per mode; unprofiled run best "
-        f"{min(plain) * 1e3:.1f} ms, median {statistics.median(plain) * 1e3:.1f} ms"
+        f"{min(plain) * 1e3:.1f} ms, median {statistics.median(plain) * 1e3:.1f} ms; "
+        f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
+        f"on {os.cpu_count()} CPUs"
     )
     print(
         f"{'mode':<16}{'overhead':>9}{'(cpu)':>8}{'spread':>16}{'best/best':>10}"
