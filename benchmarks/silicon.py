@@ -320,11 +320,13 @@ def littles_law(png: str | None = None) -> list[dict]:
     g, _ = stream_graph("Copy", 1 << 25)
     pts = [littles_law_point("a100-systolic", c, g) for c in LITTLE_CORES]
     p = pts[0]
+    wait = p["refresh_wait_cycles"]
     print(
         f"  round trip of one {p['load_bytes'] // 1024} KiB load: setup {p['setup_cycles']} + "
-        f"HBM latency {p['hbm_latency_cycles']} + largest channel piece {p['piece_cycles']} + "
-        f"mean refresh wait {p['refresh_wait_cycles']:.0f} = {p['round_trip_cycles']:.0f} cycles "
-        f"(the L2 path, {p['l2_path_cycles']} cycles, runs alongside)"
+        f"HBM latency {p['hbm_latency_cycles']} + largest channel piece {p['piece_cycles']}"
+        + (f" + mean refresh wait {wait:.0f}" if wait else "")
+        + f" = {p['round_trip_cycles']:.0f} cycles (the L2 path, {p['l2_path_cycles']} cycles, "
+        "runs alongside)"
     )
     print(
         "  cores  in flight   emulated  Little's law  ratio | measured round trip, "
