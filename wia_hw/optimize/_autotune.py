@@ -50,10 +50,10 @@ all that a fresh process knows of it, whatever the caches hold, so a search's re
 never depends on the searches run before it in the process. Whole runs are cached by (spec hash, kernel key, tiling)
 for the life of the process (tilings that give the emulator the same tiles share an
 entry, :func:`canonical_tiling`), so a candidate met again costs a dictionary look-up.
-A whole or cut run costs what the emulator takes, about 60 to 120 us per tile (1 to 35
+A whole or cut run costs what the emulator takes, about 30 to 120 us per tile (1 to 35
 ms on BERT-Large's GEMMs): the shared L2's LRU order depends on how the cores' loads
-interleave, and HBM refresh on the absolute cycle, so no periodic extrapolation of a
-run is exact. ``AutotuneResult`` counts each kind and the wall time of each cold
+interleave and edge blocks spread over the HBM channels by address, so no periodic
+extrapolation of a run is known to be exact. ``AutotuneResult`` counts each kind and the wall time of each cold
 candidate (``cold_walls_s``, ``cold_candidates_per_s``).
 
 **Methods** (``AutotuneConfig.method``):

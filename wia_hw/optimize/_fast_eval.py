@@ -12,12 +12,11 @@ as one that runs every candidate whole (``tests/test_fast_eval.py`` checks the b
 against the live emulator, the continued runs, and that identity).
 
 Why a bound and not the cycles themselves: a single GEMM's run is not periodic in a
-way that can be extrapolated exactly. The shared L2's LRU order depends on how the
-cores' loads interleave in time (the bound misses mostly the cores' last stores, which
-evict dirty L2 blocks to HBM), edge blocks spread over the HBM channels by their
-absolute address, and the HBM channels refresh every ``tREFI`` cycles from a fixed
-phase, so a transfer's end depends on the absolute cycle it starts at (a per-tile
-period would have to be a multiple of ``tREFI`` for the timeline to repeat). Profiled
+way known to extrapolate exactly. The shared L2's LRU order depends on how the cores'
+loads interleave in time (the bound misses mostly the cores' last stores, which evict
+dirty L2 blocks to HBM), and edge blocks spread over the HBM channels by their
+absolute address. (Refresh windows at absolute cycles were a third obstacle; the
+emulator now charges refresh as a channel rate, which is shift-invariant.) Profiled
 on BERT-Large's GEMMs, the emulator spends its time in the memory model (about 40% of
 a run), the device's per-tile bookkeeping (25%), the builtins they call (18%) and SimPy
 (7%); building the device is 2%. No shortcut around one of them brings a run of
