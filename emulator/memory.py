@@ -293,7 +293,10 @@ class BlockLayout:
         side = 1 << (int(math.isqrt(elems)).bit_length() - 1)
         bc = min(1 << (ref.cols - 1).bit_length(), side)
         br = max(1, elems // bc)
-        return cls(tid, ref.rows, ref.cols, br, bc, ref.elem_bytes)
+        # a view at an offset, met before its storage: the storage reaches at least to
+        # the view's end (rows of the view's width), so the view maps onto it
+        rows = -(-(ref.offset + ref.rows * ref.cols) // ref.cols)
+        return cls(tid, rows, ref.cols, br, bc, ref.elem_bytes)
 
     @property
     def block_rows(self) -> int:

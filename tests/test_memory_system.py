@@ -426,3 +426,18 @@ def test_refresh_on_the_inlined_channel_booking_equals_the_ports_own():
 def test_bad_refresh_fields_are_one_line_errors(overrides, match):
     with pytest.raises(SpecError, match=match):
         load_spec("wia-npu", overrides)
+
+
+def test_a_view_at_an_offset_met_before_its_storage_reads_its_bytes():
+    """A kernel timed alone may name a view (a slice at an offset) before anything lays
+    its storage out: the storage then reaches at least to the view's end, so the view's
+    regions cover at least its bytes, in distinct blocks."""
+    rng = random.Random(44)
+    spec = load_spec("wia-npu")
+    for _ in range(50):
+        mem = MemorySystem(spec, Counters())
+        rows, cols = rng.randint(1, 600), rng.randint(1, 900)
+        ref = TensorRef("qkv", rows, cols, 2, offset=rng.randint(0, 3) * rows * cols)
+        blocks = mem.region_blocks([(ref, 0, rows, 0, cols)])
+        assert len({k for k, _ in blocks}) == len(blocks)
+        assert sum(nb for _, nb in blocks) >= ref.nbytes
