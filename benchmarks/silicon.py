@@ -260,11 +260,13 @@ def littles_law_point(spec: str, cores: int, graph, overrides=None) -> dict:
     ``outstanding = cores x load bytes``. A load's round trip unloaded (``MemorySystem
     .load_runs``) is ``dma.setup_cycles`` + the later of the HBM path (``hbm.latency_ns``
     in cycles after the most loaded channel's piece, ``ceil(load / (I x C)) x I`` bytes
-    for interleave I and C channels, plus the mean refresh wait) and the L2 path (the L2
-    port's transfer plus ``l2.latency_cycles``, which runs alongside and is the shorter).
-    Little's law: bandwidth = outstanding / round trip, up to the channels' refreshed
-    peak ``peak x (1 - tRFC / tREFI)``, of which the loads get their share of the
-    channels' bytes (write-backs of earlier results take the rest).
+    for interleave I and C channels at the channel's rate, plus the mean refresh wait
+    when the channels pause in refresh windows rather than run at the refreshed rate)
+    and the L2 path (the L2 port's transfer plus ``l2.latency_cycles``, which runs
+    alongside and is the shorter). Little's law: bandwidth = outstanding / round trip,
+    up to the channels' refreshed peak ``peak x (1 - tRFC / tREFI)``, of which the
+    loads get their share of the channels' bytes (write-backs of earlier results take
+    the rest).
     """
     ctx = wia_hw.open_device(spec, overrides={**(overrides or {}), "compute.cores": cores})
     r = ctx.run(graph, trace=True)
