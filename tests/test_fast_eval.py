@@ -110,8 +110,13 @@ def test_tile_facts_are_the_emulators_tiles(name):
     dev = _device(spec)
     rng = random.Random(5)
     for _ in range(30):
-        kern = _kernel(spec, rng.randint(1, 300), rng.randint(1, 300), rng.randint(1, 600),
-                       rng.choice((1, 2, 5)))
+        kern = _kernel(
+            spec,
+            rng.randint(1, 300),
+            rng.randint(1, 300),
+            rng.randint(1, 600),
+            rng.choice((1, 2, 5)),
+        )
         k = replace(kern, tiling=_random_tiling(rng, kern, 64))
         if spec.compute.tile_schedule == "contiguous":
             assert _gemm_facts(dev, k) == _tile_facts(dev, k)
@@ -243,9 +248,7 @@ def test_a_search_does_not_depend_on_what_the_caches_hold():
     depends only on the candidate and the best so far, so a search after another one
     that measured many candidates whole gives what it gives in a fresh process."""
     g = resolve_workload("gemm", M=384, N=512, K=768)
-    cfg = AutotuneConfig(
-        method="ml", time_budget_seconds=None, max_trials=24, batch_size=4, seed=2
-    )
+    cfg = AutotuneConfig(method="ml", time_budget_seconds=None, max_trials=24, batch_size=4, seed=2)
     _clear()
     fresh = autotune_model(g, cfg, device="wia-npu")
     _clear()

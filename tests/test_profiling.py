@@ -508,3 +508,18 @@ def test_cli_profile_skips_library_frames_unless_asked(tmp_path):
     assert "click/core.py" not in output  # allocation sites
     kept, _ = stacks("--keep-library-frames")
     assert "invoke (core.py:" in kept
+
+
+def test_the_runs_allocations_carry_the_users_call_site():
+    """The runtime's allocations inside a ``ctx.run`` take the stack the session walked
+    at the run's start: the line of that ``ctx.run`` call, one per run."""
+    ctx = wia_hw.open_device()
+    with start_profiling(ctx, ProfilingConfig(mode="counters")) as s:
+        first = inspect.currentframe().f_lineno + 1
+        ctx.run("bert-base", batch=1, seq=32, layers=1)
+        second = inspect.currentframe().f_lineno + 1
+        ctx.run("gemm", M=64, N=64, K=64)
+    sites = s.report.memory.top_sites
+    lines = {(x.description.split(" of ")[-1], x.file, x.line) for x in sites}
+    assert ("bert-base", __file__, first) in lines and ("gemm", __file__, second) in lines
+    assert all(x.file == __file__ for x in sites)

@@ -81,8 +81,13 @@ def _layouts(spec: DeviceSpec, k: GemmKernel) -> MemorySystem:
     """A MemorySystem that lays out ``k``'s tensors as a fresh device running ``k``
     does (its first loads are asked for first, A before B before the bias), cached per
     spec and operands; only its layouts (block slots and bytes) are used."""
-    key = (id(spec), *((r.name, r.rows, r.cols, r.elem_bytes, r.offset) if r else None
-                       for r in (k.a, k.b, k.bias, k.c)))
+    key = (
+        id(spec),
+        *(
+            (r.name, r.rows, r.cols, r.elem_bytes, r.offset) if r else None
+            for r in (k.a, k.b, k.bias, k.c)
+        ),
+    )
     hit = _LAYOUTS.get(key)
     if hit is None or hit[0] is not spec:
         if len(_LAYOUTS) > 256:
@@ -180,8 +185,13 @@ def _gemm_facts(dev: Device, k: GemmKernel) -> list[list[tuple[int, int, int, in
             p_ = -(-p_ // arrays)
         out_bytes = nb * mi * ni * e_c
         extra = 0 if kt == 1 else out_bytes * (2 if kk else 1)  # partial sums in L1
-        return (p_, steps, l1_ + extra + (out_bytes if last else 0), p_ * pc_,
-                out_bytes if last else 0)
+        return (
+            p_,
+            steps,
+            l1_ + extra + (out_bytes if last else 0),
+            p_ * pc_,
+            out_bytes if last else 0,
+        )
 
     facts = []
     app = facts.append
@@ -252,7 +262,10 @@ def _tile_facts(dev: Device, k: GemmKernel) -> list[list[tuple[int, int, int, in
     """:func:`_gemm_facts` from the emulator's own tiles and partition (any schedule)."""
     tiles, groups = dev.tiles_of(k)
     shares = Device.partition(
-        tiles, groups, dev.spec.compute.cores, dev.spec.compute.tile_schedule,
+        tiles,
+        groups,
+        dev.spec.compute.cores,
+        dev.spec.compute.tile_schedule,
         [t.origin for t in tiles],
     )
     out = []
@@ -335,7 +348,10 @@ def cycles_lower_bound(
     else:
         tiles, groups = dev.tiles_of(k)
         shares = Device.partition(
-            tiles, groups, spec.compute.cores, spec.compute.tile_schedule,
+            tiles,
+            groups,
+            spec.compute.cores,
+            spec.compute.tile_schedule,
             [t.origin for t in tiles],
         )
         firsts = [share[0].loads if share else [] for share in shares]

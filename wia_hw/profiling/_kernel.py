@@ -172,7 +172,9 @@ class KernelProfile:
             name=ks.name,
             duration_ms=ms,
             compute_utilization=compute_utilization(ks.flop_count, cyc, ks.precision, dev),
-            memory_bandwidth_gbs=None if crossed is None else bandwidth_gbs(crossed["hbm"], cyc, dev),
+            memory_bandwidth_gbs=None
+            if crossed is None
+            else bandwidth_gbs(crossed["hbm"], cyc, dev),
             peak_bandwidth_gbs=dev.peak_bandwidth_gbs,
             l1_cache_hit_rate=l1,
             l2_cache_hit_rate=l2,

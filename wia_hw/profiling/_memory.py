@@ -352,6 +352,9 @@ class MemoryProfilingSession:
         self._events: list[tuple[Any, ...]] = []
         self._stacks: list[tuple[Frame, ...]] = []
         self._stack_ids: dict[tuple[Frame, ...], int] = {}
+        #: the user's stack of the ``ctx.run`` in progress, set by the profiling session
+        #: (``None``: each allocation walks the stack itself)
+        self.run_stack: tuple[Frame, ...] | None = None
         self._active = False
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -380,12 +383,18 @@ class MemoryProfilingSession:
             self.stop()
 
     # -- recording ---------------------------------------------------------------------
-    def _stack_index(self) -> int:
+    def _stack_index(self, runtime: bool = False) -> int:
+        """The index of the calling user code's stack; for an allocation the runtime
+        makes inside a ``ctx.run`` (``runtime``), the stack the profiling session took at
+        the run's start (:attr:`run_stack`: the same user frames, walked once per run
+        instead of once per allocation)."""
         if not self.config.track_call_stacks:
             return -1
-        st = user_stack(
-            self.config.stack_depth, keep_library_frames=self.config.keep_library_frames
-        )
+        st = self.run_stack if runtime else None
+        if st is None:
+            st = user_stack(
+                self.config.stack_depth, keep_library_frames=self.config.keep_library_frames
+            )
         idx = self._stack_ids.get(st)
         if idx is None:
             idx = self._stack_ids[st] = len(self._stacks)
@@ -412,7 +421,7 @@ class MemoryProfilingSession:
                         what,
                         getattr(info, "name", ev.tag),
                         getattr(info, "workload", ""),
-                        self._stack_index(),
+                        self._stack_index(runtime=not sync),
                         cost,
                     )
                 )

@@ -67,13 +67,12 @@ class ProfilingSession:
         return self.active and self._trace
 
     def run_begin(self, ctx: Any, graph: Any, lowered: Sequence[Any]) -> None:
+        stack = user_stack(keep_library_frames=self.config.keep_library_frames)
         self._run = RunInfo(
-            len(self._runs),
-            graph.name,
-            dict(graph.params),
-            ctx.device.now,
-            stack=user_stack(keep_library_frames=self.config.keep_library_frames),
+            len(self._runs), graph.name, dict(graph.params), ctx.device.now, stack=stack
         )
+        if self._mem is not None and self._mem.config.stack_depth == 16:  # user_stack's limit
+            self._mem.run_stack = stack  # the run's allocations share its user frames
         self._runs.append(self._run)
         self._graphs.append(graph)
         self._run_ops = 0
@@ -115,6 +114,8 @@ class ProfilingSession:
             )
 
     def run_end(self, result: Any, trace: Sequence[TraceEvent] | None) -> None:
+        if self._mem is not None:
+            self._mem.run_stack = None
         if self._run is not None:
             self._run.end_cycle = self.ctx.device.now
             self._run.writeback_cycles = self._run.end_cycle - self._run.start_cycle - self._run_ops
