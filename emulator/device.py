@@ -389,13 +389,7 @@ class Device:
                         a_reg = a_regions.get((ar, k0, k1))
                         if a_reg is None:
                             a_reg = a_regions[(ar, k0, k1)] = self._a_region(k, ar, k0, k1)
-                        if k.b_shared:
-                            b_key: tuple[int, ...] = (k0, k1, n0, n1)
-                        elif k.b_transposed:
-                            br_ = (b0 * k.n, b1 * k.n) if nb > 1 else (b0 * k.n + n0, b0 * k.n + n1)
-                            b_key = (br_[0], br_[1], k0, k1)
-                        else:
-                            b_key = (b0 * k.k + k0, (b1 - 1) * k.k + k1, n0, n1)
+                        b_key = self._b_key(k, b0, b1, k0, k1, n0, n1)
                         b_reg = b_regions.get(b_key)
                         if b_reg is None:
                             b_reg = b_regions[b_key] = (k.b, *b_key)
@@ -442,6 +436,21 @@ class Device:
         c0 = k0 * a.cols // k.k
         c1 = max(c0 + 1, -(-k1 * a.cols // k.k))
         return (a, r0, min(r1, a.rows), c0, min(c1, a.cols))
+
+    @staticmethod
+    def _b_key(
+        k: GemmKernel, b0: int, b1: int, k0: int, k1: int, n0: int, n1: int
+    ) -> tuple[int, int, int, int]:
+        """The rows and columns of B's storage a tile of batches ``[b0, b1)``, K range
+        ``[k0, k1)`` and N range ``[n0, n1)`` reads: shared weights ``[k, n]``, a
+        transposed B ``[batch*n, k]`` or a batched B ``[batch*k, n]``."""
+        if k.b_shared:
+            return (k0, k1, n0, n1)
+        if k.b_transposed:
+            if b1 - b0 > 1:
+                return (b0 * k.n, b1 * k.n, k0, k1)
+            return (b0 * k.n + n0, b0 * k.n + n1, k0, k1)
+        return (b0 * k.k + k0, (b1 - 1) * k.k + k1, n0, n1)
 
     @staticmethod
     def _gemm_geometry(

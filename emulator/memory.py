@@ -131,7 +131,8 @@ class BandwidthPort:
 
     def set_refresh(self, interval: int, cycles: int, phase: int) -> None:
         """Block the port ``cycles`` cycles every ``interval`` from cycle ``phase`` on
-        (``cycles`` 0: never)."""
+        (``cycles`` 0: never). Set on every HBM channel of a memory system or on none:
+        its inlined booking looks at the first channel to know whether windows exist."""
         if cycles and not 0 < cycles < interval:
             raise ValueError(f"refresh of {cycles} cycles every {interval}: needs 0 < R < T")
         self.refresh_interval = max(1, interval)
@@ -594,11 +595,16 @@ class MemorySystem:
         """Book one HBM transfer at cycle ``now``: ``uniform`` bytes on every channel plus
         the per-channel vectors ``odd``; returns the cycle the last piece has arrived."""
         done = now
+        chans = self.channels
+        # plain ports (not traced, not spied on, no refresh windows): the booking inlined
+        plain = (
+            chans[0].__class__ is BandwidthPort
+            and BandwidthPort.reserve is _RESERVE
+            and not chans[0].refresh_cycles
+        )
         if odd:
             per = map(sum, zip(*odd, strict=True), repeat(uniform))  # uniform + column sums
-            chans = self.channels
-            if chans[0].__class__ is BandwidthPort and BandwidthPort.reserve is _RESERVE:
-                # plain ports (not traced, not spied on): the booking inlined
+            if plain:
                 num, den = chans[0]._num, chans[0]._den  # every channel has the same rate
                 for ch, nb in zip(chans, per, strict=False):
                     if nb:
@@ -607,16 +613,7 @@ class MemorySystem:
                         ch.last_arrival = now
                         dur = -(-nb * den // num)
                         fa = ch.free_at
-                        start = now if now > fa else fa
-                        end = start + dur
-                        r = ch.refresh_cycles
-                        if r:  # a window at or across the transfer: pause there
-                            t = ch.refresh_interval
-                            x = (start - ch.refresh_phase) % t
-                            if x < r or x + dur > t:
-                                end = ch.serve(start, dur)
-                                ch.refresh_stall_cycles += end - start - dur
-                        ch.free_at = end
+                        end = ch.free_at = (now if now > fa else fa) + dur
                         ch.busy_cycles += dur
                         if end > done:
                             done = end
@@ -627,25 +624,14 @@ class MemorySystem:
                         if end > done:
                             done = end
         elif uniform:
-            chans = self.channels
-            if chans[0].__class__ is BandwidthPort and BandwidthPort.reserve is _RESERVE:
-                # plain ports (not traced, not spied on): the booking inlined
+            if plain:
                 dur = chans[0].cycles(uniform)  # every channel has the same rate
                 for ch in chans:
                     if now < ch.last_arrival:
                         ch.reserve(now, uniform)  # raises
                     ch.last_arrival = now
                     fa = ch.free_at
-                    start = now if now > fa else fa
-                    end = start + dur
-                    r = ch.refresh_cycles
-                    if r:  # a window at or across the transfer: pause there
-                        t = ch.refresh_interval
-                        x = (start - ch.refresh_phase) % t
-                        if x < r or x + dur > t:
-                            end = ch.serve(start, dur)
-                            ch.refresh_stall_cycles += end - start - dur
-                    ch.free_at = end
+                    end = ch.free_at = (now if now > fa else fa) + dur
                     ch.busy_cycles += dur
                     if end > done:
                         done = end

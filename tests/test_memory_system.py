@@ -392,8 +392,8 @@ def test_a_refreshing_channel_streams_at_one_minus_trfc_over_trefi():
 
 def test_refresh_on_the_inlined_channel_booking_equals_the_ports_own():
     """With refresh windows on the channels (the benchmark's ``dram_refresh`` source),
-    the HBM booking inlined in the memory system (plain ports) and the ports' own
-    ``reserve`` (stood-in traced ports) give the same run."""
+    the memory system books through the ports' own ``reserve``, and the traced ports
+    (which inline the booking themselves) give the same run."""
     from wia_hw.profiling import _ports
 
     spec = load_spec("a100-systolic", {"compute.cores": 8})

@@ -244,13 +244,7 @@ def _first_loads(k: GemmKernel, cores: int) -> list[list[tuple]]:
         n0, n1 = j * t.tn, min(k.n, (j + 1) * t.tn)
         k0, k1 = kk * t.tk, min(k.k, (kk + 1) * t.tk)
         ar = (b0 * k.m, b1 * k.m) if t.tb > 1 or nb > 1 else (b0 * k.m + m0, b0 * k.m + m1)
-        if k.b_shared:
-            b_key: tuple[int, ...] = (k0, k1, n0, n1)
-        elif k.b_transposed:
-            br_ = (b0 * k.n, b1 * k.n) if nb > 1 else (b0 * k.n + n0, b0 * k.n + n1)
-            b_key = (br_[0], br_[1], k0, k1)
-        else:
-            b_key = (b0 * k.k + k0, (b1 - 1) * k.k + k1, n0, n1)
+        b_key = Device._b_key(k, b0, b1, k0, k1, n0, n1)
         loads = [Device._a_region(k, ar, k0, k1), (k.b, *b_key)]
         if kk == kt - 1 and k.bias is not None:
             loads.append((k.bias, 0, 1, n0, n1))
