@@ -222,6 +222,9 @@ class CachingAllocator:
         self.config = config
         self.stats = AllocatorStats()
         self.listeners: list[Callable[[AllocEvent], None]] = []
+        #: called before a free or a release of cached segments changes the free ranges
+        #: (a profiler that snapshots the ranges at a peak takes them then, once)
+        self.before_free: list[Callable[[], None]] = []
         self.segments: dict[int, Segment] = {}
         self._space: list[tuple[int, int]] = [(0, capacity_bytes)]  # free address ranges
         self._free: list[tuple[int, int, int]] = []  # (size, address, id)
@@ -276,6 +279,8 @@ class CachingAllocator:
                 f"block {block.id} at {block.address:#x} is not allocated here "
                 "(double free, or a block of another allocator)"
             )
+        for fn in self.before_free:
+            fn()
         del self._live[block.id]
         st = self.stats
         st.allocated_bytes -= block.size
@@ -308,6 +313,8 @@ class CachingAllocator:
 
     def empty_cache(self, *, now: int = 0) -> int:
         """Release every wholly free segment to the device; returns the cycles it took."""
+        for fn in self.before_free:
+            fn()
         cycles = self._release_unused(now)
         self.stats.device_cycles += cycles
         return cycles

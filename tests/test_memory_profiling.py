@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import random
+from typing import Any
 
 import pytest
 from wia_hw.emulator.allocator import KIB, MIB, AllocatorConfig, CachingAllocator
@@ -187,3 +189,32 @@ def test_config_and_session_errors():
     rep = stop_memory_profiling(no_stacks)
     assert rep.leaks[0].stack_trace == () and rep.leaks[0].allocation_site.file == "<unknown>"
     ctx.free(buf)
+
+
+def test_peak_fragmentation_is_the_free_ranges_the_peak_left():
+    """The free ranges at the peak, taken lazily (before the next free or cache release),
+    equal those an observer takes at every new peak as it happens; random sequences of
+    allocations, frees and cache releases."""
+    rng = random.Random(31)
+    for trial in range(6):
+        ctx = wia_hw.open_device()
+        a = ctx.allocator
+        eager: dict[str, Any] = {"peak": a.stats.allocated_bytes, "ranges": a.free_ranges()}
+
+        def watch(ev, eager=eager, a=a):
+            if ev.kind == "malloc" and ev.allocated_bytes > eager["peak"]:
+                eager["peak"], eager["ranges"] = ev.allocated_bytes, a.free_ranges()
+
+        a.listeners.append(watch)
+        live = []
+        with start_memory_profiling(ctx) as s:
+            for _ in range(120):
+                r = rng.random()
+                if r < 0.55 or not live:
+                    live.append(ctx.allocate(rng.choice([1, 7, 64, 300, 2048]) * KIB))
+                elif r < 0.95:
+                    ctx.free(live.pop(rng.randrange(len(live))))
+                else:
+                    a.empty_cache()
+        a.listeners.remove(watch)
+        assert s.report.free_ranges_peak == eager["ranges"], trial

@@ -370,8 +370,10 @@ class MemoryProfilingSession:
         self._peak_cycle = self._start_cycle
         self._peak_reserved = self._baseline_reserved
         self._peak_ranges = a.free_ranges() if self.config.detect_fragmentation else []
+        self._peak_pending = False
         self._device_cycles = 0
         a.listeners.append(self._on_event)
+        a.before_free.append(self._take_peak_ranges)
         self._active = True
         return self
 
@@ -401,6 +403,12 @@ class MemoryProfilingSession:
             self._stacks.append(st)
         return idx
 
+    def _take_peak_ranges(self) -> None:
+        """The allocator's free ranges, as the peak left them (see :meth:`_on_event`)."""
+        if self._peak_pending:
+            self._peak_ranges = self.ctx.allocator.free_ranges()
+            self._peak_pending = False
+
     def _on_event(self, ev: AllocEvent) -> None:
         info = ev.info
         what = getattr(info, "kind", ev.tag or "other")
@@ -427,8 +435,10 @@ class MemoryProfilingSession:
                 )
             if self.config.peak_usage_tracking and ev.allocated_bytes > self._peak:
                 self._peak, self._peak_cycle = ev.allocated_bytes, ev.now
-                if self.config.detect_fragmentation:
-                    self._peak_ranges = self.ctx.allocator.free_ranges()
+                # the free ranges at the peak, taken when they are about to change (a
+                # free or a cache release; a later malloc makes a new peak): one walk
+                # per peak that stands, not one per malloc that raises it
+                self._peak_pending = self.config.detect_fragmentation
         elif ev.kind == "free":
             self._alloc = ev.allocated_bytes
             if self.config.track_deallocations:
@@ -458,7 +468,9 @@ class MemoryProfilingSession:
         if not self._active:
             raise WiaError("this memory profiling session is not running")
         a = self.ctx.allocator
+        self._take_peak_ranges()
         a.listeners.remove(self._on_event)
+        a.before_free.remove(self._take_peak_ranges)
         self._active = False
         cfg = self.config
         mallocs = [e for e in self._events if e[_E_KIND] == "malloc"]
