@@ -51,7 +51,6 @@ __all__ = [
     "Region",
     "channel_of",
     "hbm_spread",
-    "refresh_cycles",
     "refresh_factor",
 ]
 
@@ -66,20 +65,15 @@ _consume = deque(maxlen=0).extend
 _chain = chain.from_iterable
 
 
-def refresh_cycles(spec: DeviceSpec) -> tuple[int, int]:
-    """``(tREFI, tRFC)`` of the spec's DRAM refresh in whole cycles (``(1, 0)``: none)."""
-    hbm = spec.memory.hbm
-    if not hbm.refresh_cycle_ns:
-        return 1, 0
-    trefi = math.ceil(hbm.refresh_interval_ns * spec.clock_ghz)
-    return trefi, min(math.ceil(hbm.refresh_cycle_ns * spec.clock_ghz), trefi - 1)
-
-
 def refresh_factor(spec: DeviceSpec) -> Fraction:
     """The share of a DRAM channel's time left for transfers by refresh, ``1 - tRFC /
     tREFI`` in whole cycles: the channels move their nominal rate times this (see
     :class:`~wia_hw.emulator.config.HBMConfig`)."""
-    trefi, trfc = refresh_cycles(spec)
+    hbm = spec.memory.hbm
+    if not hbm.refresh_cycle_ns:
+        return Fraction(1)
+    trefi = math.ceil(hbm.refresh_interval_ns * spec.clock_ghz)
+    trfc = min(math.ceil(hbm.refresh_cycle_ns * spec.clock_ghz), trefi - 1)
     return 1 - Fraction(trfc, trefi)
 
 

@@ -38,7 +38,7 @@ class TracedPort(BandwidthPort):
 
     def reserve(self, now: int, nbytes: int) -> int:
         # BandwidthPort.reserve's booking inlined (as MemorySystem inlines it for plain
-        # ports; a refresh window met goes through serve), plus the log entry: one
+        # ports; with refresh windows, through serve), plus the log entry: one
         # Python call per transfer where calling the base's reserve made two or three
         # (a traced BERT-Large run books some 93,000). A test checks it against the
         # base class's reserve, refresh windows included.
@@ -48,14 +48,11 @@ class TracedPort(BandwidthPort):
         free = self.free_at
         start = now if now > free else free
         dur = -(-nbytes * self._den // self._num)
-        end = start + dur
-        r = self.refresh_cycles
-        if r:  # a window at or across the transfer: pause there
-            t = self.refresh_interval
-            x = (start - self.refresh_phase) % t
-            if x < r or x + dur > t:
-                end = self.serve(start, dur)
-                self.refresh_stall_cycles += end - start - dur
+        if self.refresh_cycles:  # refresh windows (a benchmark's): the port's own walk
+            end = self.serve(start, dur)
+            self.refresh_stall_cycles += end - start - dur
+        else:
+            end = start + dur
         self.free_at = end
         self.busy_cycles += dur
         log = self.flat
