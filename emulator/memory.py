@@ -838,7 +838,7 @@ class MemorySystem:
             done = max(done, self._hbm_transfer(now, acc[0], acc[1]))
         return done
 
-    def eager_mark(self, now: int) -> tuple[int, list[int], list[int], int, int] | None:
+    def eager_mark(self, now: int) -> tuple[list[int], list[int], int, int] | None:
         """Start an eager-write-back interval at cycle ``now`` (a kernel's start): the
         cycle each channel and the L2 port are free from, and their busy cycles so
         far. ``None`` when the spec's ``memory.eager_writeback`` is off."""
@@ -847,7 +847,6 @@ class MemorySystem:
         self._stored.clear()
         chans, l2p = self.channels, self.l2_port
         return (
-            now,
             [max(now, ch.free_at) for ch in chans],
             [ch.busy_cycles for ch in chans],
             max(now, l2p.free_at),
@@ -855,7 +854,7 @@ class MemorySystem:
         )
 
     def eager_writeback(
-        self, mark: tuple[int, list[int], list[int], int, int] | None, now: int
+        self, mark: tuple[list[int], list[int], int, int] | None, now: int
     ) -> int:
         """Write dirty L2 blocks back to HBM in the idle time of the interval from
         ``mark`` (:meth:`eager_mark`) to cycle ``now`` (the kernel's end); returns the
@@ -875,7 +874,7 @@ class MemorySystem:
         """
         if mark is None:
             return 0
-        _, free0, busy0, free2, busy2 = mark
+        free0, busy0, free2, busy2 = mark
         chans, l2p = self.channels, self.l2_port
         idle = [
             (now - a) - (ch.busy_cycles - b) - ch.window_cycles(a, now)
@@ -886,8 +885,7 @@ class MemorySystem:
             return 0
         stored, l2 = self._stored, self._l2
         assert stored is not None
-        n = len(chans)
-        ch0, aligned, stripe = chans[0], self._aligned, self._stripe
+        ch0, spread_get, block_spread = chans[0], self._spread.get, self._block_spread
         written = 0
         base = 0  # cycles spent on every channel by evenly spread blocks
         avail = idle  # per channel: idle cycles less those of uneven blocks
@@ -899,10 +897,7 @@ class MemorySystem:
             c2 = l2p.cycles(nb)
             if c2 > idle2:
                 break
-            if aligned and not nb % stripe:
-                sp: int | tuple[int, ...] = nb // n
-            else:
-                sp = self._spread.get(slot) or self._block_spread(slot, nb)
+            sp = spread_get(slot) or block_spread(slot, nb)  # its bytes per channel
             if sp.__class__ is int:
                 cu = ch0.cycles(sp)  # every channel has the same rate
                 if base + cu > lo:
