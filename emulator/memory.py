@@ -853,9 +853,7 @@ class MemorySystem:
             l2p.busy_cycles,
         )
 
-    def eager_writeback(
-        self, mark: tuple[list[int], list[int], int, int] | None, now: int
-    ) -> int:
+    def eager_writeback(self, mark: tuple[list[int], list[int], int, int] | None, now: int) -> int:
         """Write dirty L2 blocks back to HBM in the idle time of the interval from
         ``mark`` (:meth:`eager_mark`) to cycle ``now`` (the kernel's end); returns the
         bytes written.
