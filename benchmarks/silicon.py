@@ -217,38 +217,6 @@ def hbm_streaming() -> list[float]:
     return errs
 
 
-def refresh_windows(channel) -> tuple[int, int]:
-    """``(tREFI, tRFC)`` in cycles of the refresh windows a channel pauses in, ``(1, 0)``
-    when it has none (no refresh, or refresh charged as a lower rate instead)."""
-    cycles = getattr(channel, "refresh_cycles", 0)
-    return (channel.refresh_interval, cycles) if cycles else (1, 0)
-
-
-def refreshed_peak_bpc(channels) -> float:
-    """The channels' sustained bytes per cycle: each one's rate, times the share of its
-    time outside refresh windows (when refresh is charged as windows)."""
-    total = 0.0
-    for ch in channels:
-        t, r = refresh_windows(ch)
-        total += float(ch.bytes_per_cycle) * (1 - r / t)
-    return total
-
-
-def refresh_wait_cycles(channels, transfer_cycles: int) -> float:
-    """Mean cycles a transfer of ``transfer_cycles`` on every channel waits for refresh
-    windows, issued at a uniformly random cycle: the exact mean over one refresh period
-    of the channels' own :meth:`~wia_hw.emulator.memory.BandwidthPort.serve` (the
-    transfer ends when its last channel piece does). 0 without windows."""
-    period, cycles = refresh_windows(channels[0])
-    if not cycles:
-        return 0.0
-    waits = sum(
-        max(ch.serve(t, transfer_cycles) for ch in channels) - t - transfer_cycles
-        for t in range(period)
-    )
-    return waits / period
-
-
 def littles_law_point(spec: str, cores: int, graph, overrides=None) -> dict:
     """One point of the bandwidth-against-outstanding-bytes curve: ``graph`` (one
     streaming kernel) on ``spec`` with ``cores`` cores.
@@ -260,9 +228,8 @@ def littles_law_point(spec: str, cores: int, graph, overrides=None) -> dict:
     ``outstanding = cores x load bytes``. A load's round trip unloaded (``MemorySystem
     .load_runs``) is ``dma.setup_cycles`` + the later of the HBM path (``hbm.latency_ns``
     in cycles after the most loaded channel's piece, ``ceil(load / (I x C)) x I`` bytes
-    for interleave I and C channels at the channel's rate, plus the mean refresh wait
-    when the channels pause in refresh windows rather than run at the refreshed rate)
-    and the L2 path (the L2 port's transfer plus ``l2.latency_cycles``, which runs
+    for interleave I and C channels at the channel's rate, which refresh lowers) and the
+    L2 path (the L2 port's transfer plus ``l2.latency_cycles``, which runs
     alongside and is the shorter). Little's law: bandwidth = outstanding / round trip,
     up to the channels' refreshed peak ``peak x (1 - tRFC / tREFI)``, of which the
     loads get their share of the channels' bytes (write-backs of earlier results take
@@ -282,11 +249,10 @@ def littles_law_point(spec: str, cores: int, graph, overrides=None) -> dict:
     chans, hbm = mem.channels, s.memory.hbm
     stripe = hbm.interleave_bytes * len(chans)
     piece = chans[0].cycles(-(-load_bytes // stripe) * hbm.interleave_bytes)
-    wait = refresh_wait_cycles(chans, piece)
-    hbm_path = mem.hbm_latency + piece + wait
+    hbm_path = mem.hbm_latency + piece
     l2_path = mem.l2_port.cycles(load_bytes) + mem.l2_latency
     round_trip = s.dma.setup_cycles + max(hbm_path, l2_path)
-    peak_bpc = refreshed_peak_bpc(chans)
+    peak_bpc = float(sum(ch.bytes_per_cycle for ch in chans))  # refresh is in the rate
     share = loaded / max(loaded, rec.counters.bytes["hbm"])  # the loads' part of HBM bytes
     outstanding = cores * load_bytes
     predicted = min(peak_bpc * share, outstanding / round_trip)
@@ -299,7 +265,6 @@ def littles_law_point(spec: str, cores: int, graph, overrides=None) -> dict:
         "predicted_gbs": predicted * ghz,
         "cap_gbs": peak_bpc * share * ghz,
         "round_trip_cycles": round_trip,
-        "refresh_wait_cycles": wait,
         "measured_round_trip_cycles": sum(e.end - e.start for e in loads) / len(loads),
         "hbm_gbs": rec.counters.bytes["hbm"] / kernel_cycles * ghz,
         "l2_path_cycles": l2_path,
@@ -322,11 +287,9 @@ def littles_law(png: str | None = None) -> list[dict]:
     g, _ = stream_graph("Copy", 1 << 25)
     pts = [littles_law_point("a100-systolic", c, g) for c in LITTLE_CORES]
     p = pts[0]
-    wait = p["refresh_wait_cycles"]
     print(
         f"  round trip of one {p['load_bytes'] // 1024} KiB load: setup {p['setup_cycles']} + "
         f"HBM latency {p['hbm_latency_cycles']} + largest channel piece {p['piece_cycles']}"
-        + (f" + mean refresh wait {wait:.0f}" if wait else "")
         + f" = {p['round_trip_cycles']:.0f} cycles (the L2 path, {p['l2_path_cycles']} cycles, "
         "runs alongside)"
     )

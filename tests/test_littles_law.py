@@ -20,7 +20,6 @@ full-size curve (2,039 GB/s, 1..108 cores) is in ``benchmarks/silicon.py``.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import pytest
@@ -49,21 +48,6 @@ def _stream_graph(inputs: int):
     return b.graph()
 
 
-@functools.cache
-def _refresh_wait(overrides: tuple, piece_cycles: int) -> float:
-    """Mean refresh wait of a transfer of ``piece_cycles`` on every channel, issued at a
-    uniformly random cycle: the mean over one period of the channels' own ``serve``."""
-    mem = wia_hw.open_device(SPEC, overrides=dict(overrides)).device.memory
-    chans = mem.channels
-    if not getattr(chans[0], "refresh_cycles", 0):  # no windows (none, or as a rate)
-        return 0.0
-    period = chans[0].refresh_interval
-    total = sum(
-        max(ch.serve(t, piece_cycles) for ch in chans) - t - piece_cycles for t in range(period)
-    )
-    return total / period
-
-
 def _point(cores: int, extra: dict | None = None, inputs: int = 1) -> dict:
     over = {**BASE, **(extra or {}), "compute.cores": cores}
     ctx = wia_hw.open_device(SPEC, overrides=over)
@@ -79,8 +63,7 @@ def _point(cores: int, extra: dict | None = None, inputs: int = 1) -> dict:
     hbm = s.memory.hbm
     stripe = hbm.interleave_bytes * hbm.channels
     piece = mem.channels[0].cycles(-(-load_bytes // stripe) * hbm.interleave_bytes)
-    wait = _refresh_wait(tuple(sorted(over.items())), piece)
-    hbm_path = math.ceil(hbm.latency_ns * s.clock_ghz) + piece + wait
+    hbm_path = math.ceil(hbm.latency_ns * s.clock_ghz) + piece  # the refreshed rate's piece
     l2_path = mem.l2_port.cycles(load_bytes) + s.memory.l2.latency_cycles
     assert l2_path < hbm_path  # the L2 path runs alongside and is the shorter
     round_trip = s.dma.setup_cycles + hbm_path
@@ -93,7 +76,7 @@ def _point(cores: int, extra: dict | None = None, inputs: int = 1) -> dict:
         "little": outstanding / round_trip,
         "peak": peak,
         "predicted": min(peak, outstanding / round_trip),
-        "min_round_trip": round_trip - wait,
+        "min_round_trip": round_trip,
         "measured_round_trip": sum(e.end - e.start for e in loads) / len(loads),
     }
 
