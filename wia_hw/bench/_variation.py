@@ -70,22 +70,13 @@ class VariedPort(BandwidthPort):
         self.jitter_stall_cycles = 0
 
     def reserve(self, now: int, nbytes: int) -> int:
-        if nbytes <= 0:
-            return now
-        if now < self.last_arrival:
-            return super().reserve(now, nbytes)  # raises, as the port does
-        self.last_arrival = now
-        start = now if now > self.free_at else self.free_at
-        if self.jitter:
+        # the grant delay moves the start; the port's own booking does the rest (its
+        # order check, the refresh windows and the stall count)
+        if self.jitter and nbytes > 0 and now >= self.last_arrival:
             delay = self.rng.randint(0, self.jitter)
-            start += delay
+            self.free_at = (now if now > self.free_at else self.free_at) + delay
             self.jitter_stall_cycles += delay
-        dur = self.cycles(nbytes)
-        end = self.serve(start, dur)
-        self.refresh_stall_cycles += end - start - dur
-        self.free_at = end
-        self.busy_cycles += dur
-        return end
+        return super().reserve(now, nbytes)
 
 
 def install(mem: MemorySystem, cfg: Any, spec: Any) -> list[VariedPort]:
