@@ -68,7 +68,8 @@ def specs_show(spec: str, sets: tuple[str, ...]) -> None:
     en, parts, m = d.energy, d.static_power_breakdown_w, d.memory
     pes_per_core = d.pes // d.compute.cores
     l1_mib = m.l1.size_kib / 1024
-    per_core_w = (pes_per_core * en.static_mw_per_pe + l1_mib * en.static_mw_per_mib_sram) * 1e-3
+    # a core's share of the derived terms: its PEs, and its L1's part of the SRAM term
+    per_core_w = parts["pe"] / d.compute.cores + parts["sram"] * l1_mib / d.sram_mib
     click.echo(f"#   static power: {d.static_power_w:.2f} W (leakage and DRAM background)")
     click.echo(f"#     PEs:  {parts['pe']:.2f} W = {d.pes:,} PEs x {en.static_mw_per_pe:g} mW")
     click.echo(
