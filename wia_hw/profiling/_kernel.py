@@ -479,16 +479,75 @@ def _peak_macs(spec: Any, precision: str) -> float | None:
 def ideal_cycles(k: Any, spec: Any) -> float | None:
     """Cycles kernel ``k``'s work takes on its units at full rate on ``spec`` (see
     :class:`KernelStats`); ``None`` for a kernel type this does not know."""
-    if isinstance(k, GemmKernel):
-        rate = _peak_macs(spec, k.precision)
-        return None if rate is None else k.macs / rate
-    if isinstance(k, VectorKernel):
-        v = spec.compute.vector
-        cpe = v.cycles_per_element.get(k.vclass)
-        if cpe is None:
+    return StatsMaker(spec=spec).ideal_cycles(k)
+
+
+class StatsMaker:
+    """Builds :class:`KernelStats` from emulator records for one device and one set of
+    counter fields, with what every record shares worked out once (the split of the
+    fields into numbers and dicts, each precision's and vector class's full rate): a
+    profiling session builds one per kernel it saw."""
+
+    def __init__(self, fields_: Sequence[str] | None = None, spec: Any = None) -> None:
+        self.fields = _ALL_FIELDS if fields_ is None else tuple(fields_)
+        self.spec = spec
+        self._gemm: dict[str, float | None] = {}
+        self._vector: dict[str, tuple[float, int] | None] = {}
+
+    def ideal_cycles(self, k: Any) -> float | None:
+        """:func:`ideal_cycles` of ``k`` on this maker's device, rates looked up once."""
+        if self.spec is None or k is None:
             return None
-        return k.elements * float(cpe) / (v.lanes * spec.compute.cores)
-    return None
+        if isinstance(k, GemmKernel):
+            rate = self._gemm.get(k.precision, 0.0)
+            if rate == 0.0:
+                rate = self._gemm[k.precision] = _peak_macs(self.spec, k.precision)
+            return None if rate is None else k.macs / rate
+        if isinstance(k, VectorKernel):
+            vc = self._vector.get(k.vclass, 0)
+            if vc == 0:
+                v = self.spec.compute.vector
+                cpe = v.cycles_per_element.get(k.vclass)
+                vc = self._vector[k.vclass] = (
+                    None if cpe is None else (float(cpe), v.lanes * self.spec.compute.cores)
+                )
+            return None if vc is None else k.elements * vc[0] / vc[1]
+        return None
+
+    def __call__(
+        self, r: KernelRecord, index: int = 0, run: int = -1, kernel: Any = None
+    ) -> KernelStats:
+        # positional, in KernelStats' field order (a third of the keyword call's cost;
+        # test_profiling_records checks every field against the record)
+        return KernelStats(
+            index,
+            r.name,
+            r.op,
+            r.group,
+            r.kind,
+            r.provider,
+            r.precision,
+            run,
+            r.start_cycle,
+            r.end_cycle,
+            r.flops,
+            r.macs,
+            r.slot_macs,
+            r.tiles,
+            r.cores_used,
+            r.core_busy_cycles,  # the record's own list, read-only like its counters
+            r.frequency_factor,
+            self.ideal_cycles(kernel),
+            r.compulsory_bytes,
+            capture_counters(r.counters, self.fields),
+            r.power_w,
+            r.temperature_c,
+            None,  # unit_floors
+            r.dirtied_bytes,
+            r.writeback_bytes,
+            r.eager_writeback_bytes,
+            getattr(kernel, "vclass", None),
+        )
 
 
 def stats_from_record(
@@ -505,37 +564,10 @@ def stats_from_record(
     deltas (every field when ``None``); ``kernel`` and ``spec`` (the launched kernel and
     the device) give its ``ideal_cycles`` and, with ``floors``, its ``unit_floors``
     (a session leaves them to :meth:`ProfilingReport.fill_unit_floors`)."""
-    names = _ALL_FIELDS if fields_ is None else tuple(fields_)
-    uf = None if kernel is None or spec is None or not floors else unit_floors(kernel, spec)
-    return KernelStats(
-        index=index,
-        name=r.name,
-        op=r.op,
-        group=r.group,
-        kind=r.kind,
-        provider=r.provider,
-        precision=r.precision,
-        run=run,
-        start_cycle=r.start_cycle,
-        end_cycle=r.end_cycle,
-        flop_count=r.flops,
-        macs=r.macs,
-        slot_macs=r.slot_macs,
-        tiles=r.tiles,
-        cores_used=r.cores_used,
-        core_busy_cycles=list(r.core_busy_cycles),
-        frequency_factor=r.frequency_factor,
-        ideal_cycles=None if kernel is None or spec is None else ideal_cycles(kernel, spec),
-        compulsory_bytes=r.compulsory_bytes,
-        counters=capture_counters(r.counters, names),
-        power_w=r.power_w,
-        temperature_c=r.temperature_c,
-        unit_floors=None if uf is None else uf.to_dict(),
-        dirtied_bytes=getattr(r, "dirtied_bytes", 0),
-        writeback_bytes=getattr(r, "writeback_bytes", 0),
-        eager_writeback_bytes=getattr(r, "eager_writeback_bytes", 0),
-        op_class=getattr(kernel, "vclass", None),
-    )
+    ks = StatsMaker(fields_, spec)(r, index, run, kernel)
+    if kernel is not None and spec is not None and floors:
+        ks.unit_floors = unit_floors(kernel, spec).to_dict()
+    return ks
 
 
 def _one_op_graph(

@@ -29,17 +29,16 @@ COUNTER_FIELDS: dict[Counter, tuple[str, ...]] = {
 
 
 #: The fields of :class:`~wia_hw.Counters` that hold a dict (per level, cause, precision).
-_DICT_FIELDS = frozenset(
-    f for f, t in Counters.__annotations__.items() if str(t).startswith("dict")
-)
 
 
 def capture_counters(c: Counters, fields_: tuple[str, ...]) -> dict[str, Any]:
-    """The named fields of ``c`` in JSON form (dicts copied). Runs once per kernel in
-    the counter modes: it reads the instance dict directly (every name in
-    ``fields_`` is a dataclass field of :class:`~wia_hw.Counters`)."""
+    """The named fields of ``c``, in ``fields_``'s order. Runs once per kernel in the
+    counter modes: it reads the instance dict directly (every name in ``fields_`` is a
+    dataclass field of :class:`~wia_hw.Counters`) and copies nothing: a kernel
+    record's counters are a delta the emulator made for it and never changes, so its
+    dicts (``bytes``, ``hits``, ...) are shared, read-only, with the record."""
     d = vars(c)
-    return {f: d[f].copy() if f in _DICT_FIELDS else d[f] for f in fields_}
+    return {f: d[f] for f in fields_}
 
 
 @dataclass

@@ -378,6 +378,29 @@ def _write(path: str | os.PathLike[str], text: str) -> Path:
     return p
 
 
+def _get_kernels(self: ProfilingReport) -> list[KernelStats]:
+    k = self.__dict__["_kernels"]
+    if callable(k):  # a session's builder: the per-kernel statistics, made on first use
+        k = self.__dict__["_kernels"] = k()
+    return k
+
+
+def _set_kernels(self: ProfilingReport, value: Any) -> None:
+    self.__dict__["_kernels"] = value
+
+
+# ``kernels`` is a dataclass field (set in __init__, compared, saved) read through a
+# property: a profiling session hands a function that builds the list, and the list is
+# built when the report is first read (collect in the run, decode afterwards, as
+# ``fill_unit_floors`` does), so the session's stop costs the run almost nothing
+ProfilingReport.kernels = property(  # type: ignore[assignment]
+    _get_kernels,
+    _set_kernels,
+    doc="The kernel launches' :class:`KernelStats` (built from the session's "
+    "records when first read).",
+)
+
+
 def save_profile_report(
     report: ProfilingReport, path: str | os.PathLike[str], format: OutputFormat | str | None = None
 ) -> Path:

@@ -19,7 +19,7 @@ from ..emulator.errors import WiaError
 from . import _ports
 from ._callsite import user_stack
 from ._config import OutputFormat, ProfileMode, ProfilingConfig
-from ._kernel import stats_from_record
+from ._kernel import StatsMaker
 from ._memory import MemoryProfilingConfig, MemoryProfilingSession
 from ._metrics import DeviceInfo
 from ._records import COUNTER_FIELDS, OpSpan, RunInfo
@@ -82,36 +82,12 @@ class ProfilingSession:
         self._op_start = cycle
 
     def op_end(self, op: Any, records: Sequence[KernelRecord], cycle: int) -> None:
-        # runs once per op of every profiled run: no work the mode does not need
-        run = self._run.index if self._run is not None else -1
+        # runs once per op of every profiled run: it keeps references only (the
+        # records are the emulator's own, never changed after their kernel); stop()
+        # builds the program, the op spans and the per-kernel statistics from them
         start = self._op_start
         self._run_ops += cycle - start
-        kernels = self._op_kernels
-        n = len(kernels)
-        self._program.extend(kernels)
-        if not self._kernels_on:
-            self._program_stats.extend([None] * n)
-            return
-        kstats = self._kstats
-        first = len(kstats)
-        matched = n == len(records)
-        self._program_stats.extend(range(first, first + n) if matched else [None] * n)
-        launched = kernels if matched else [None] * len(records)
-        fields_, spec = self._fields, self.ctx.spec
-        drop_counters, drop_power = self._drop_counters, self._drop_power
-        for i, (r, k) in enumerate(zip(records, launched, strict=True)):
-            ks = stats_from_record(r, first + i, run, fields_, k, spec, floors=False)
-            if drop_counters:
-                ks.counters = None
-            if drop_power:
-                ks.power_w = ks.temperature_c = None
-            kstats.append(ks)
-        if self._instr:
-            self._ops.append(
-                OpSpan(
-                    op.name, op.group, op.kind, run, start, cycle, list(range(first, len(kstats)))
-                )
-            )
+        self._raw.append((op, self._op_kernels, records, start, cycle, self._run))
 
     def run_end(self, result: Any, trace: Sequence[TraceEvent] | None) -> None:
         if self._mem is not None:
@@ -119,11 +95,62 @@ class ProfilingSession:
         if self._run is not None:
             self._run.end_cycle = self.ctx.device.now
             self._run.writeback_cycles = self._run.end_cycle - self._run.start_cycle - self._run_ops
-        self._program.append("flush")
-        self._program_stats.append(None)
+        self._raw.append(None)  # the run's final write-back ("flush" in the program)
         if trace is not None and self._trace:
             self._events.extend(trace)  # a device's TraceLog: its rows, nothing built
         self._run = None
+
+    def _unpack(self) -> tuple[list[Any], list[int | None], list[OpSpan], Any]:
+        """The program (kernels and flushes in order), each entry's index into the
+        kernel statistics, the op spans, and a function that builds the per-kernel
+        statistics (the report calls it when first read), from what the observer
+        methods kept."""
+        program: list[Any] = []
+        program_stats: list[int | None] = []
+        ops: list[OpSpan] = []
+        raw, self._raw = self._raw, []
+        nk = 0
+        for entry in raw:
+            if entry is None:
+                program.append("flush")
+                program_stats.append(None)
+                continue
+            op, kernels, records, start, cycle, info = entry
+            n = len(kernels)
+            program.extend(kernels)
+            if not self._kernels_on:
+                program_stats.extend([None] * n)
+                continue
+            first, nk = nk, nk + len(records)
+            program_stats.extend(range(first, first + n) if n == len(records) else [None] * n)
+            if self._instr:
+                run = info.index if info is not None else -1
+                ops.append(
+                    OpSpan(op.name, op.group, op.kind, run, start, cycle, list(range(first, nk)))
+                )
+        if not self._kernels_on:
+            return program, program_stats, ops, []
+        make = StatsMaker(self._fields, self.ctx.spec)
+        drop_counters, drop_power = self._drop_counters, self._drop_power
+
+        def build() -> list[Any]:
+            kstats: list[Any] = []
+            for entry in raw:
+                if entry is None:
+                    continue
+                _op, kernels, records, _start, _cycle, info = entry
+                run = info.index if info is not None else -1
+                launched = kernels if len(kernels) == len(records) else [None] * len(records)
+                for r, k in zip(records, launched, strict=True):
+                    ks = make(r, len(kstats), run, k)
+                    if drop_counters:
+                        ks.counters = None
+                    if drop_power:
+                        ks.power_w = ks.temperature_c = None
+                    kstats.append(ks)
+            return kstats
+
+        return program, program_stats, ops, build
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> ProfilingSession:
@@ -143,10 +170,7 @@ class ProfilingSession:
         self._run: RunInfo | None = None
         self._run_ops = 0
         self._op_start = 0
-        self._ops: list[OpSpan] = []
-        self._kstats: list[Any] = []
-        self._program: list[Any] = []
-        self._program_stats: list[int | None] = []
+        self._raw: list[Any] = []  # (op, kernels, records, start, end, run) or None
         self._start_temperature_c = dev.thermal.temperature_c
         self._op_kernels: Sequence[Any] = ()
         self._events = TraceLog()
@@ -184,6 +208,7 @@ class ProfilingSession:
         samples = self._sampler.stop() if self._sampler is not None else []
         port_events = _ports.uninstall(dev.memory, self._ports) if self._ports else None
         memory = self._mem.stop() if self._mem is not None else None
+        program, program_stats, ops, kstats = self._unpack()
         host = time.perf_counter() - self._t0
         comm: dict[str, Any] = {}
         if cfg.capture_communication:
@@ -200,8 +225,8 @@ class ProfilingSession:
             end_cycle=end,
             counters=dev.counters.delta(self._before),
             runs=self._runs,
-            ops=self._ops,
-            kernels=self._kstats,
+            ops=ops,
+            kernels=kstats,
             samples=samples,
             device_events=self._events if self._trace else None,
             port_events=port_events,
@@ -213,9 +238,9 @@ class ProfilingSession:
                 "note": "profiling observes the emulator without changing its "
                 "timing; no mode models a device-side cost",
             },
-            program=list(self._program),
+            program=program,
             spec=ctx.spec,
-            program_stats=list(self._program_stats),
+            program_stats=program_stats,
             start_temperature_c=self._start_temperature_c,
             graphs=list(self._graphs),
             providers=dict(ctx.providers),
