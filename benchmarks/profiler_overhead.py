@@ -14,7 +14,9 @@ median beside it): what the profiler's allocations cost besides its own code. "o
 the time spent in the profiler's own hooks (observer calls, sampler reads, start and
 stop) over the rest of the run, timed call by call in 5 separate runs (the median); the trace modes'
 recording inside the emulator (event list, traced ports) is not in it. A profiled run's time covers ``start_profiling`` + ``ctx.run`` + ``stop_profiling``;
-writing the outputs (JSON report, timeline, flamegraph) is timed apart, after the run.
+writing the outputs (JSON report, timeline, flamegraph) is timed apart, after the run
+(the JSON's time includes building the report's per-kernel statistics from the run's
+records, which a report does when first read).
 The seed's targets (section 8.2.1): sampling < 2 %, instrumentation < 15 %, trace < 30 %,
 hardware counters < 1 %.
 
