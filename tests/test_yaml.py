@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import random
 import re
+from importlib import resources
 
 import pytest
 from click.testing import CliRunner
@@ -18,6 +20,7 @@ from wia_hw._yaml import (
     read_yaml_mapping,
 )
 from wia_hw.cli import cli
+from wia_hw.spec import load_spec
 
 
 def _laughs(levels: int = 9, width: int = 9) -> str:
@@ -175,6 +178,33 @@ def test_set_and_arg_values_go_through_the_same_reader():
     res = CliRunner().invoke(cli, ["run", "gemm", "-a", "M={a: 1, a: 2}"])
     assert res.exit_code == 2
     assert "--arg M:1: duplicate key 'a'" in res.output
+
+
+def test_exponent_floats_are_numbers_as_in_yaml_1_2(tmp_path):
+    # PyYAML reads YAML 1.1, where 1e-9 (no dot) is a string; users and YAML 1.2 read
+    # a number, and a spec field, override or argument must take it as one
+    rng = random.Random(5)
+    for _ in range(200):
+        mant = rng.choice(["", "-", "+"]) + str(rng.randint(0, 999)) + rng.choice(["", ".", ".25"])
+        text = f"{mant}{rng.choice('eE')}{rng.choice(['', '-', '+'])}{rng.randint(0, 30)}"
+        assert load_yaml_text(text, "x") == float(text)
+    for text, want in [("123", 123), ("1_000", 1000), ("1.5", 1.5), ("0x10", 16)]:
+        assert load_yaml_text(text, "x") == want  # integers and dotted floats as before
+    for text in ("1e", "e5", "1e5x", "1.2.3e4"):
+        assert load_yaml_text(text, "x") == text
+    assert (
+        load_spec("wia-npu", overrides={"clock_ghz": load_yaml_text("1.5e0", "x")}).clock_ghz == 1.5
+    )
+    p = tmp_path / "s.yaml"
+    base = (resources.files("wia_hw.specs") / "wia-edge.yaml").read_text()
+    p.write_text(base.replace("bandwidth_gbs: 51.2", "bandwidth_gbs: 5.12e1", 1))
+    assert "5.12e1" in p.read_text()
+    assert load_spec(str(p)).memory.hbm.bandwidth_gbs == 51.2
+    res = CliRunner().invoke(
+        cli, ["run", "gemm", "-a", "M=64", "--set", "memory.hbm.bandwidth_gbs=1e400"]
+    )
+    assert res.exit_code == 2
+    assert "memory.hbm.bandwidth_gbs: must be a positive number, got inf" in res.output
 
 
 @pytest.mark.parametrize("group", ["specs", "ext"])

@@ -5,6 +5,8 @@ sweep files, ``--set``/``--arg`` values) goes through :func:`read_yaml_mapping` 
 :func:`load_yaml_text`. They use PyYAML's safe machinery only (a subclass of
 ``yaml.SafeLoader``: plain data, no Python tags, nothing evaluated), compose the document
 once and construct the data from that node tree, so the data and the line index agree.
+A float written with an exponent and no dot (``1e-9``, ``6E2``) is a number, as in YAML
+1.2 (PyYAML's YAML 1.1 would read it as a string, and a spec field would refuse it).
 
 Refused, each with one :class:`~wia_hw.SpecError` reading ``file:line: message``:
 
@@ -24,6 +26,7 @@ Refused, each with one :class:`~wia_hw.SpecError` reading ``file:line: message``
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -59,6 +62,10 @@ MAX_DEPTH = 100
 MAX_INT_DIGITS = 100
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+#: A float written with an exponent and no dot (``1e-9``, ``5E3``): a number in YAML 1.2
+#: and to every reader, a string in PyYAML's YAML 1.1 (which needs ``1.0e-9``)
+_EXPONENT_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
 _INT_TAG = "tag:yaml.org,2002:int"
 
 
@@ -133,6 +140,10 @@ class _BoundedSafeLoader(yaml.SafeLoader):
                 node.start_mark,
             )
         return node
+
+
+# after SafeLoader's own resolvers, so integers and dotted floats resolve as before
+_BoundedSafeLoader.add_implicit_resolver(_FLOAT_TAG, _EXPONENT_FLOAT, list("-+0123456789"))
 
 
 _KEYS = SafeConstructor()
