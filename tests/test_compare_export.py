@@ -158,3 +158,9 @@ def test_export_errors(tmp_path, reports):
         r"1 --csv file\(s\) but 2 --what",
     )
     _one_line_error(["export", str(a), "--csv", str(tmp_path / "no" / "x.csv")], r"cannot write")
+    for name in ("k.xlsx", "k.json", "kernels"):  # CSV text in a file named otherwise
+        _one_line_error(
+            ["export", str(a), "--csv", str(tmp_path / name)],
+            r"export writes CSV text \(or - for stdout\); name the file \*\.csv or \*\.txt",
+        )
+        assert not (tmp_path / name).exists()

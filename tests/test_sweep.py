@@ -481,6 +481,39 @@ def test_sweep_report_cli_writes_png_csv_and_says_parquet_is_skipped(tmp_path):
         assert not pq.exists()
 
 
+def test_sweep_report_without_energy_skips_the_plot_and_keeps_the_rest(tmp_path):
+    p = _write(tmp_path, SMALL.replace(", energy_j", ""))
+    store = tmp_path / "s.sqlite"
+    wia_hw.sweep(p, store=store, workers=1)
+    png, csv_path = tmp_path / "p.png", tmp_path / "p.csv"
+    args = ["sweep-report", str(store), "--png", str(png), "--csv", str(csv_path)]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert "best points: gemm" in res.output  # the tables, then the CSV
+    assert "and no point has energy_j (add it to the sweep's metrics)" in res.output
+    assert not png.exists() and csv_path.exists()
+    # explicit objectives: points without one are left out, not a KeyError
+    rows = [_row("a", 1.0, 2.0), {**_row("b", 0.5, 0.0), "metrics": {"latency_ms": 0.5}}]
+    assert [r["point_key"] for r in pareto_front(rows, ("latency_ms", "energy_j"))["w"]] == ["a"]
+
+
+@pytest.mark.parametrize(
+    "option, name, says",
+    [
+        ("--png", "p.txt", "the Pareto plot is drawn; name the file *.png or *.svg or *.pdf"),
+        ("--csv", "p.xlsx", "the points are written as CSV text; name the file *.csv or *.txt"),
+        ("--parquet", "p.csv", "the points are written as Parquet; name the file *.parquet"),
+    ],
+)
+def test_sweep_report_output_kinds_follow_the_suffix(tmp_path, option, name, says):
+    store = tmp_path / "s.sqlite"
+    wia_hw.sweep(_write(tmp_path, SMALL), store=store, workers=1)
+    res = CliRunner().invoke(cli, ["sweep-report", str(store), option, str(tmp_path / name)])
+    assert res.exit_code == 2
+    assert res.output.strip() == f"wia-hw: error: {option} {tmp_path / name}: {says}"
+    assert not (tmp_path / name).exists()
+
+
 def test_example_sweep_files_load():
     for f in sorted((ROOT / "examples" / "sweeps").glob("*.yaml")):
         assert load_sweep(f).points()

@@ -44,7 +44,13 @@ __all__ = [
     "extension_params",
     "make_console",
     "width_option",
+    "check_suffix",
+    "can_plot",
+    "NO_PLOT",
 ]
+
+#: What a skipped plot says (one line on stderr).
+NO_PLOT = "plotting needs matplotlib: pip install 'wia-hw[plot]'"
 
 #: Width given to a console that is not a terminal: wide enough that no table is cut
 #: (rich tables are not expanded, so each takes its natural width).
@@ -150,6 +156,26 @@ class RunOptions:
                 )
             kw[name] = value
         return kw
+
+
+def can_plot() -> bool:
+    """Whether matplotlib imports (the plots are optional: without it a command skips
+    each with one line, :data:`NO_PLOT`, and prints everything else)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def check_suffix(option: str, path: str | Path, suffixes: tuple[str, ...], what: str) -> None:
+    """Refuse, before any work, an output file ``path`` of ``option`` whose suffix is not
+    one of ``suffixes`` (``-``, stdout, passes): the suffix says what a file holds, and
+    ``what`` says what this option writes."""
+    if str(path) != "-" and Path(path).suffix.lower() not in suffixes:
+        raise WiaError(
+            f"{option} {path}: {what}; name the file {' or '.join('*' + s for s in suffixes)}"
+        )
 
 
 def emit_json(text: str, output: Path | None, as_json: bool) -> bool:

@@ -23,6 +23,7 @@ from typing import Any
 import click
 
 from ..emulator.errors import WiaError
+from ._common import check_suffix
 from ._compare import flatten, read_report, report_kind
 
 __all__ = ["export_cmd", "export_rows", "WHAT"]
@@ -57,6 +58,10 @@ def _csv_text(cols: list[str], rows: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
+#: What a --csv file may be called: CSV text is what it gets.
+CSV_SUFFIXES = (".csv", ".txt")
+
+
 @click.command("export")
 @click.argument("report", type=click.Path(path_type=Path))
 @click.option(
@@ -65,7 +70,7 @@ def _csv_text(cols: list[str], rows: list[dict[str, Any]]) -> str:
     multiple=True,
     required=True,
     metavar="FILE",
-    help="CSV file to write (repeatable; - for stdout).",
+    help="CSV file to write, *.csv or *.txt (repeatable; - for stdout).",
 )
 @click.option(
     "--what",
@@ -75,6 +80,8 @@ def _csv_text(cols: list[str], rows: list[dict[str, Any]]) -> str:
 )
 def export_cmd(report: Path, csv_files: tuple[str, ...], what: tuple[str, ...]) -> None:
     """Export the kernels, ops or counters of a run or profile REPORT as CSV."""
+    for f in csv_files:
+        check_suffix("--csv", f, CSV_SUFFIXES, "export writes CSV text (or - for stdout)")
     d = read_report(report)
     if what and len(what) != len(csv_files):
         raise WiaError(

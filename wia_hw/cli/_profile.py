@@ -36,7 +36,7 @@ from ..profiling import (
     start_profiling,
     stop_profiling,
 )
-from ._common import RunOptions, run_options
+from ._common import NO_PLOT, RunOptions, can_plot, run_options
 from ._generate import throughput_text
 
 __all__ = ["profile"]
@@ -44,18 +44,6 @@ __all__ = ["profile"]
 
 #: Flamegraph file kinds by suffix: drawn, or collapsed stacks.
 FLAMEGRAPH_SUFFIXES = (".svg", ".png", ".folded", ".txt")
-#: What a skipped plot says (one line on stderr).
-NO_PLOT = "plotting needs matplotlib: pip install 'wia-hw[plot]'"
-
-
-def _can_plot() -> bool:
-    """Whether matplotlib imports (the plots are optional: without it they are skipped
-    with one line each, and everything else is printed)."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 @click.command("profile")
@@ -204,11 +192,11 @@ def profile(
         save_profile_report(report, output, "json")
     if timeline is not None:
         report.save_timeline(timeline)
-    can_plot = _can_plot()
+    plottable = can_plot()
     skipped: list[Path] = []
 
     def plot(path: Path, draw: Any) -> None:
-        if can_plot:
+        if plottable:
             draw(path)
         else:
             skipped.append(path)

@@ -22,8 +22,12 @@ from ..sweep import (
     write_csv,
     write_parquet,
 )
+from ._common import NO_PLOT, can_plot, check_suffix
 
 __all__ = ["sweep_cmd", "sweep_report_cmd"]
+
+#: What matplotlib draws the Pareto plot as, by the file's suffix.
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
 def _scheduler(address: str) -> str:
@@ -135,7 +139,12 @@ def _params(r: dict[str, Any]) -> str:
 @click.command("sweep-report")
 @click.argument("store", type=click.Path(dir_okay=False))
 @click.option("--sweep", "sweep_name", default=None, help="Only this sweep of the store.")
-@click.option("--png", default=None, type=click.Path(dir_okay=False), help="Pareto plot PNG.")
+@click.option(
+    "--png",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Pareto plot: *.png, *.svg or *.pdf.",
+)
 @click.option("--csv", "csv_path", default=None, type=click.Path(dir_okay=False), help="CSV.")
 @click.option(
     "--parquet", default=None, type=click.Path(dir_okay=False), help="Parquet (needs pyarrow)."
@@ -144,6 +153,12 @@ def sweep_report_cmd(
     store: str, sweep_name: str | None, png: str | None, csv_path: str | None, parquet: str | None
 ) -> None:
     """Best points per metric and the Pareto front (latency vs energy) of STORE."""
+    if png:
+        check_suffix("--png", png, PLOT_SUFFIXES, "the Pareto plot is drawn")
+    if csv_path:
+        check_suffix("--csv", csv_path, (".csv", ".txt"), "the points are written as CSV text")
+    if parquet:
+        check_suffix("--parquet", parquet, (".parquet",), "the points are written as Parquet")
     st = open_store(store)
     try:
         rows = st.points(sweep_name)
@@ -176,8 +191,19 @@ def sweep_report_cmd(
     if len(failed) > 10:
         out.print(f"... and {len(failed) - 10} more failed points")
     if png:
-        plot_pareto(rows, png)
-        click.echo(f"wrote {png}")
+        axes = ("latency_ms", "energy_j")
+        missing = [m for m in axes if not any(m in (r["metrics"] or {}) for r in rows)]
+        if missing:
+            click.echo(
+                f"wia-hw: skipped {png}: the Pareto plot is {' against '.join(axes)}, and "
+                f"no point has {' or '.join(missing)} (add it to the sweep's metrics)",
+                err=True,
+            )
+        elif not can_plot():
+            click.echo(f"wia-hw: skipped {png}: {NO_PLOT}", err=True)
+        else:
+            plot_pareto(rows, png)
+            click.echo(f"wrote {png}")
     if csv_path:
         write_csv(rows, csv_path)
         click.echo(f"wrote {csv_path}")

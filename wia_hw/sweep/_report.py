@@ -79,12 +79,14 @@ def pareto_front(
     """workload -> the ``ok`` rows no other row of that workload dominates, sorted by
     the first objective. A row dominates another when it is no worse in every
     objective and better in one (all minimised). ``objectives`` default: those of
-    :data:`PARETO_OBJECTIVES` every row has."""
+    :data:`PARETO_OBJECTIVES` every row has; given, the rows without one of them are
+    left out."""
     out = {}
     for wl, rs in _by_workload(rows).items():
         objs = objectives or tuple(
             o for o in PARETO_OBJECTIVES if all(o in r["metrics"] for r in rs)
         )
+        rs = [r for r in rs if all(o in r["metrics"] for o in objs)]  # given: those that have them
         if len(objs) < 2:
             out[wl] = []
             continue
