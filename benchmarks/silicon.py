@@ -222,8 +222,9 @@ def littles_law_point(spec: str, cores: int, graph, overrides=None) -> dict:
     streaming kernel) on ``spec`` with ``cores`` cores.
 
     In flight: a core's operand loads are one in-order stream with one transfer in
-    flight (``Device._core``: a load issues when the previous one completes), whatever
-    ``dma.engines_per_core`` is (the second engine carries the result stores, into L2);
+    flight on a100-systolic (``dma.loads_in_flight`` 1, ``Device._core``: a load issues
+    when the previous one completes; the second engine carries the result stores, into
+    L2);
     a streaming tile's load is one storage block per input array. So
     ``outstanding = cores x load bytes``. A load's round trip unloaded (``MemorySystem
     .load_runs``) is ``dma.setup_cycles`` + the later of the HBM path (``hbm.latency_ns``

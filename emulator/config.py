@@ -398,17 +398,25 @@ class DMAConfig:
 
     ``engines_per_core``: how many transfers a core has in flight at once; an engine is
     held from a transfer's issue to its completion. A core issues two in-order streams,
-    its operand loads and its result stores, one transfer in flight each: with one
-    engine they take turns, with two or more a result drains while the next operands
-    load (more than two change nothing). ``setup_cycles``: the fixed cost of one
-    descriptor, added to every transfer's completion (and to the engine's busy time).
+    its operand loads and its result stores: with one engine they take turns, with two
+    or more a result drains while the next operands load (more than ``loads_in_flight``
+    + 1 change nothing). ``loads_in_flight``: how many of the operand loads may be in
+    flight at once (each on an engine): with 1 a load issues when the previous one has
+    completed, so the memory's latency and the set-up fall between every two; with 2
+    the next tile's operands are asked for while the current tile's still arrive (a
+    prefetching fetcher, such as a FIFO-fed weight fetcher), and they queue behind them
+    at the memory. A load still waits for its operand buffer (double-buffered: the
+    tile two back must be done, so more than 2 change nothing). ``setup_cycles``: the fixed cost of one descriptor,
+    added to every transfer's completion (and to the engine's busy time).
     """
 
     engines_per_core: int = 1
+    loads_in_flight: int = 1
     setup_cycles: int = 32
 
     def __post_init__(self) -> None:
         _pos_int(self, "engines_per_core")
+        _pos_int(self, "loads_in_flight")
         _nonneg_int(self, "setup_cycles")
 
 

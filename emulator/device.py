@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 import inspect
 import math
+from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -814,6 +815,9 @@ class Device:
         t0 = self.now
         engines = [t0] * self.spec.dma.engines_per_core  # the cycle each DMA engine is free
         ld = t0  # the cycle the last operand load completes
+        # the completions of the last `loads_in_flight` loads: a load issues once the
+        # one that many back has completed (1: the previous one)
+        lds = deque([t0] * self.spec.dma.loads_in_flight, maxlen=self.spec.dma.loads_in_flight)
         slot_free = [t0, t0]
         comp_done = t0
         store_done = t0
@@ -844,15 +848,21 @@ class Device:
                     core, engines, pending, ready, k.name, store_done
                 )
             eng = engines.index(min(engines))
-            ls = max(ready, engines[eng], ld)  # loads go one at a time, in order
+            ls = max(ready, engines[eng], lds[0])  # loads issue in order, a few in flight
             if ls > env.now and not _advance(env, ls):
                 yield env.timeout(ls - env.now)
+            if ld > env.now:
+                # a prefetch (the previous load is still in flight): the loads other
+                # cores need now are asked for first, as a controller serves demand
+                # before prefetch
+                yield env.timeout(0)
             now = int(env.now)
             runs = self._runs(tile.loads)
             if trace is not None:
                 m1, m2 = misses["l1"], misses["l2"]
             ld = mem.load_runs(core, runs, now) + setup
             engines[eng] = ld
+            lds.append(ld)
             if trace is not None:
                 trace.extend(
                     (

@@ -2,7 +2,8 @@
 in flight over a load's round trip, up to the HBM channels' refreshed peak.
 
 In flight: a core's operand loads are one in-order stream with one transfer in flight
-(a load issues when the previous one completes; the second DMA engine carries the
+on a100-systolic (``dma.loads_in_flight`` 1: a load issues when the previous one
+completes; the second DMA engine carries the
 result stores, into L2), and a streaming (Copy) tile loads one storage block, so
 ``outstanding = cores x block_bytes``. Unloaded round trip of a load:
 ``dma.setup_cycles + hbm latency + the most loaded channel's piece + the mean refresh

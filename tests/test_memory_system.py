@@ -289,6 +289,32 @@ def test_dma_engines_bound_the_transfers_in_flight_and_speed_up_stores():
     assert cycles[4] == cycles[2]
 
 
+def test_loads_in_flight_overlap_the_operand_loads_up_to_the_buffers():
+    """With ``dma.loads_in_flight`` N (and engines enough), a core's operand loads
+    overlap N deep: the next tile's operands are asked for while the current tile's
+    still arrive, so a load-bound stream gets faster; a load still waits for its operand
+    buffer (two: the tile two back must be done), so N above 2 changes nothing. With
+    N = 1 no two loads of a core overlap."""
+    g = _stream_graph(1024, 2048)
+    cycles, moved = {}, {}
+    for n in (1, 2, 3):
+        over = {"dma.loads_in_flight": n, "dma.engines_per_core": 4}
+        r = wia_hw.run(g, device="wia-edge", overrides=over, trace=True)
+        cycles[n] = r.cycles
+        moved[n] = dict(r.counters.bytes)
+        loads = sorted((ev.start, ev.end) for ev in r.trace if ev.kind == "dma")
+        depth = max(sum(1 for s, t in loads if s <= start < t) for start, _ in loads)
+        assert depth == min(n, 2)
+    assert moved[1] == moved[2] == moved[3]  # earlier, not more: the same bytes move
+    assert cycles[2] < cycles[1]
+    assert cycles[3] == cycles[2]
+    # one engine: the loads take turns with each other whatever N is
+    one = {"dma.engines_per_core": 1}
+    r1 = wia_hw.run(g, device="wia-edge", overrides={**one, "dma.loads_in_flight": 1})
+    r2 = wia_hw.run(g, device="wia-edge", overrides={**one, "dma.loads_in_flight": 2})
+    assert r1.cycles == r2.cycles
+
+
 # -- monotone in resources -----------------------------------------------------------------
 def _random_workload(rng: random.Random) -> Graph:
     kind = rng.choice(["gemm", "gemm", "bert-base", "gpt2"])
@@ -313,6 +339,7 @@ AXES = {
     "l2 size": [("memory.l2.size_kib", v) for v in (2048, 8192, 32768)],
     "l2 bandwidth": [("memory.l2.bandwidth_gbs", v) for v in (1000, 2000, 4000, 8000)],
     "dma engines": [("dma.engines_per_core", v) for v in (1, 2, 3)],
+    "loads in flight": [("dma.loads_in_flight", v) for v in (1, 2, 3)],
     "cores": [("compute.cores", v) for v in (1, 2, 4)],
 }
 
@@ -332,7 +359,10 @@ def test_more_memory_resources_are_never_slower(seed):
     for axis, points in AXES.items():
         prev = None
         for path, value in points:
-            dev = Device(load_spec("wia-npu", {path: value}))
+            over = {path: value}
+            if path == "dma.loads_in_flight":  # engines enough for the loads to overlap
+                over["dma.engines_per_core"] = 4
+            dev = Device(load_spec("wia-npu", over))
             for _, kernels in lowered:
                 dev.execute(kernels)
             computed = dev.now
