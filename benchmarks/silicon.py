@@ -188,7 +188,7 @@ def stream_graph(name: str, n: int):
 
 def hbm_streaming() -> list[float]:
     """Copy and Triad over 128 MiB arrays on ``a100-systolic`` as the spec stands (its
-    ``memory.hbm`` refreshes: tREFI 3.9 us, tRFC 260 ns), and with refresh turned off
+    ``memory.hbm`` refreshes: tREFI 3.9 us, tRFC 450 ns), and with refresh turned off
     (:data:`NO_REFRESH`) to show its cost. Bandwidth is BabelStream's: the arrays'
     bytes (read and written once each) over the kernel's time, the host launch left
     out (BabelStream times the kernel alone) and the final write-back of the results
