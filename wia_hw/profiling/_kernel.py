@@ -484,9 +484,9 @@ def ideal_cycles(k: Any, spec: Any) -> float | None:
 
 class StatsMaker:
     """Builds :class:`KernelStats` from emulator records for one device and one set of
-    counter fields, with what every record shares worked out once (the split of the
-    fields into numbers and dicts, each precision's and vector class's full rate): a
-    profiling session builds one per kernel it saw."""
+    counter fields, with what every record shares worked out once (each precision's and
+    vector class's full rate): a profiling session makes one and builds every kernel's
+    statistics with it."""
 
     def __init__(self, fields_: Sequence[str] | None = None, spec: Any = None) -> None:
         self.fields = _ALL_FIELDS if fields_ is None else tuple(fields_)
