@@ -406,8 +406,9 @@ class DMAConfig:
     the next tile's operands are asked for while the current tile's still arrive (a
     prefetching fetcher, such as a FIFO-fed weight fetcher), and they queue behind them
     at the memory. A load still waits for its operand buffer (double-buffered: the
-    tile two back must be done, so more than 2 change nothing). ``setup_cycles``: the fixed cost of one descriptor,
-    added to every transfer's completion (and to the engine's busy time).
+    tile two back must be done, so more than 2 change nothing). ``setup_cycles``: the
+    fixed cost of one descriptor, added to every transfer's completion (and to the
+    engine's busy time).
     """
 
     engines_per_core: int = 1

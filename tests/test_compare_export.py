@@ -161,6 +161,6 @@ def test_export_errors(tmp_path, reports):
     for name in ("k.xlsx", "k.json", "kernels"):  # CSV text in a file named otherwise
         _one_line_error(
             ["export", str(a), "--csv", str(tmp_path / name)],
-            r"export writes CSV text \(or - for stdout\); name the file \*\.csv or \*\.txt",
+            r"unknown kind .*: export writes CSV text: \*\.csv or \*\.txt, or -",
         )
         assert not (tmp_path / name).exists()

@@ -3,13 +3,11 @@ in flight over a load's round trip, up to the HBM channels' refreshed peak.
 
 In flight: a core's operand loads are one in-order stream with one transfer in flight
 on a100-systolic (``dma.loads_in_flight`` 1: a load issues when the previous one
-completes; the second DMA engine carries the
-result stores, into L2), and a streaming (Copy) tile loads one storage block, so
-``outstanding = cores x block_bytes``. Unloaded round trip of a load:
-``dma.setup_cycles + hbm latency + the most loaded channel's piece + the mean refresh
-wait`` (the L2 path runs alongside and is shorter; the wait is the mean over issue
-cycles of the channels' own ``BandwidthPort.serve`` when refresh pauses a channel in
-windows, 0 when the channels' rate carries it). The prediction is
+completes; the second DMA engine carries the result stores, into L2), and a streaming
+(Copy) tile loads one storage block, so ``outstanding = cores x block_bytes``.
+Unloaded round trip of a load: ``dma.setup_cycles + hbm latency + the most loaded
+channel's piece`` at the channels' refreshed rate (the L2 path runs alongside and is
+shorter). The prediction is
 ``min(peak x (1 - tRFC / tREFI), outstanding / round trip)``, every term derived here
 from the spec and the model, none pinned.
 

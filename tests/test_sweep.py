@@ -500,9 +500,9 @@ def test_sweep_report_without_energy_skips_the_plot_and_keeps_the_rest(tmp_path)
 @pytest.mark.parametrize(
     "option, name, says",
     [
-        ("--png", "p.txt", "the Pareto plot is drawn; name the file *.png or *.svg or *.pdf"),
-        ("--csv", "p.xlsx", "the points are written as CSV text; name the file *.csv or *.txt"),
-        ("--parquet", "p.csv", "the points are written as Parquet; name the file *.parquet"),
+        ("--png", "p.txt", "unknown kind '.txt': the Pareto plot is drawn as .png, .svg or .pdf"),
+        ("--csv", "p.xlsx", "unknown kind '.xlsx': the points are CSV text: .csv or .txt"),
+        ("--parquet", "p.csv", "unknown kind '.csv': the points are Parquet: .parquet"),
     ],
 )
 def test_sweep_report_output_kinds_follow_the_suffix(tmp_path, option, name, says):

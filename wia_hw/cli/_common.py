@@ -45,10 +45,13 @@ __all__ = [
     "make_console",
     "width_option",
     "check_suffix",
+    "CSV_SUFFIXES",
     "can_plot",
     "NO_PLOT",
 ]
 
+#: What a file of CSV text may be called.
+CSV_SUFFIXES = (".csv", ".txt")
 #: What a skipped plot says (one line on stderr).
 NO_PLOT = "plotting needs matplotlib: pip install 'wia-hw[plot]'"
 
@@ -168,14 +171,13 @@ def can_plot() -> bool:
     return True
 
 
-def check_suffix(option: str, path: str | Path, suffixes: tuple[str, ...], what: str) -> None:
+def check_suffix(option: str, path: str | Path, suffixes: tuple[str, ...], kinds: str) -> None:
     """Refuse, before any work, an output file ``path`` of ``option`` whose suffix is not
     one of ``suffixes`` (``-``, stdout, passes): the suffix says what a file holds, and
-    ``what`` says what this option writes."""
-    if str(path) != "-" and Path(path).suffix.lower() not in suffixes:
-        raise WiaError(
-            f"{option} {path}: {what}; name the file {' or '.join('*' + s for s in suffixes)}"
-        )
+    ``kinds`` says which suffix writes what."""
+    suffix = Path(path).suffix
+    if str(path) != "-" and suffix.lower() not in suffixes:
+        raise WiaError(f"{option} {path}: unknown kind {suffix or '(no suffix)'!r}: {kinds}")
 
 
 def emit_json(text: str, output: Path | None, as_json: bool) -> bool:

@@ -23,7 +23,7 @@ from typing import Any
 import click
 
 from ..emulator.errors import WiaError
-from ._common import check_suffix
+from ._common import CSV_SUFFIXES, check_suffix
 from ._compare import flatten, read_report, report_kind
 
 __all__ = ["export_cmd", "export_rows", "WHAT"]
@@ -58,10 +58,6 @@ def _csv_text(cols: list[str], rows: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-#: What a --csv file may be called: CSV text is what it gets.
-CSV_SUFFIXES = (".csv", ".txt")
-
-
 @click.command("export")
 @click.argument("report", type=click.Path(path_type=Path))
 @click.option(
@@ -81,7 +77,7 @@ CSV_SUFFIXES = (".csv", ".txt")
 def export_cmd(report: Path, csv_files: tuple[str, ...], what: tuple[str, ...]) -> None:
     """Export the kernels, ops or counters of a run or profile REPORT as CSV."""
     for f in csv_files:
-        check_suffix("--csv", f, CSV_SUFFIXES, "export writes CSV text (or - for stdout)")
+        check_suffix("--csv", f, CSV_SUFFIXES, "export writes CSV text: *.csv or *.txt, or -")
     d = read_report(report)
     if what and len(what) != len(csv_files):
         raise WiaError(

@@ -36,7 +36,7 @@ from ..profiling import (
     start_profiling,
     stop_profiling,
 )
-from ._common import NO_PLOT, RunOptions, can_plot, run_options
+from ._common import NO_PLOT, RunOptions, can_plot, check_suffix, run_options
 from ._generate import throughput_text
 
 __all__ = ["profile"]
@@ -175,10 +175,12 @@ def profile(
         )
     except (TypeError, ValueError) as e:
         raise click.BadParameter(str(e)) from None
-    if flamegraph is not None and flamegraph.suffix.lower() not in FLAMEGRAPH_SUFFIXES:
-        raise WiaError(
-            f"--flamegraph {flamegraph}: unknown kind {flamegraph.suffix or '(no suffix)'!r}: "
-            ".svg or .png draw it, .folded or .txt write collapsed stacks"
+    if flamegraph is not None:
+        check_suffix(
+            "--flamegraph",
+            flamegraph,
+            FLAMEGRAPH_SUFFIXES,
+            ".svg or .png draw it, .folded or .txt write collapsed stacks",
         )
     if apply_n is not None and as_json:
         raise click.UsageError("--apply prints before and after as text; drop --json")

@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..sweep import (
+    PARETO_OBJECTIVES,
+    PARETO_PLOT_AXES,
     best_points,
     better,
     open_store,
@@ -22,7 +24,7 @@ from ..sweep import (
     write_csv,
     write_parquet,
 )
-from ._common import NO_PLOT, can_plot, check_suffix
+from ._common import CSV_SUFFIXES, NO_PLOT, can_plot, check_suffix
 
 __all__ = ["sweep_cmd", "sweep_report_cmd"]
 
@@ -154,11 +156,11 @@ def sweep_report_cmd(
 ) -> None:
     """Best points per metric and the Pareto front (latency vs energy) of STORE."""
     if png:
-        check_suffix("--png", png, PLOT_SUFFIXES, "the Pareto plot is drawn")
+        check_suffix("--png", png, PLOT_SUFFIXES, "the Pareto plot is drawn as .png, .svg or .pdf")
     if csv_path:
-        check_suffix("--csv", csv_path, (".csv", ".txt"), "the points are written as CSV text")
+        check_suffix("--csv", csv_path, CSV_SUFFIXES, "the points are CSV text: .csv or .txt")
     if parquet:
-        check_suffix("--parquet", parquet, (".parquet",), "the points are written as Parquet")
+        check_suffix("--parquet", parquet, (".parquet",), "the points are Parquet: .parquet")
     st = open_store(store)
     try:
         rows = st.points(sweep_name)
@@ -178,7 +180,7 @@ def sweep_report_cmd(
         out.print(t)
         front = fronts.get(wl, [])
         if front:
-            objs = [o for o in ("latency_ms", "energy_j", "area_mm2") if o in front[0]["metrics"]]
+            objs = [o for o in PARETO_OBJECTIVES if o in front[0]["metrics"]]
             t = Table(title=f"Pareto front ({' vs '.join(objs)}): {wl}", title_justify="left")
             for c in (*objs, "parameters"):
                 t.add_column(c, justify="left" if c == "parameters" else "right")
@@ -191,7 +193,7 @@ def sweep_report_cmd(
     if len(failed) > 10:
         out.print(f"... and {len(failed) - 10} more failed points")
     if png:
-        axes = ("latency_ms", "energy_j")
+        axes = PARETO_PLOT_AXES
         missing = [m for m in axes if not any(m in (r["metrics"] or {}) for r in rows)]
         if missing:
             click.echo(

@@ -33,6 +33,7 @@ from ._file import (
 from ._report import (
     MAXIMIZE,
     PARETO_OBJECTIVES,
+    PARETO_PLOT_AXES,
     best_points,
     better,
     pareto_front,
@@ -48,6 +49,7 @@ __all__ = [
     "DEFAULT_METRICS",
     "MAXIMIZE",
     "PARETO_OBJECTIVES",
+    "PARETO_PLOT_AXES",
     "RUN_METRICS",
     "SAMPLERS",
     "STORE_FORMAT",

@@ -16,6 +16,7 @@ from typing import Any
 __all__ = [
     "MAXIMIZE",
     "PARETO_OBJECTIVES",
+    "PARETO_PLOT_AXES",
     "better",
     "best_points",
     "pareto_front",
@@ -42,6 +43,8 @@ MAXIMIZE = frozenset(
 )
 #: The Pareto front's objectives (all minimised), when the points have them.
 PARETO_OBJECTIVES = ("latency_ms", "energy_j", "area_mm2")
+#: The Pareto plot's x and y (:func:`plot_pareto`).
+PARETO_PLOT_AXES = ("latency_ms", "energy_j")
 
 
 def better(metric: str) -> str:
@@ -160,8 +163,8 @@ def write_parquet(rows: Iterable[Mapping[str, Any]], path: str | os.PathLike[str
 def plot_pareto(
     rows: Iterable[Mapping[str, Any]],
     path: str | os.PathLike[str],
-    x: str = "latency_ms",
-    y: str = "energy_j",
+    x: str = PARETO_PLOT_AXES[0],
+    y: str = PARETO_PLOT_AXES[1],
 ) -> Path:
     """A PNG: every ``ok`` point (``x`` against ``y``), one panel per workload, with
     its Pareto front drawn as a line. Needs matplotlib (``wia-hw[plot]``)."""
