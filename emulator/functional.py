@@ -24,6 +24,7 @@ import numpy as np
 
 from .errors import WorkloadError
 from .golden import float_matmul, int8_matmul, round_to_precision, wrap_int32
+from .window import parse_window
 
 __all__ = ["evaluate", "cast_to", "random_input", "GemmOperands", "gemm_operands"]
 
@@ -106,18 +107,29 @@ def _softmax(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
 
 
 def _pool(x: np.ndarray, attrs: Mapping[str, Any], kind: str) -> np.ndarray:
-    kk = int(attrs.get("kernel", 2))
-    st = int(attrs.get("stride", kk))
-    pad = int(attrs.get("pad", 0))
+    win = parse_window(kind, kind, attrs)
+    (kh, kw), (sh, sw), (pt, pl, pb, pr) = win.kernel, win.stride, win.pad
+    n, c, h, w = x.shape
+    ho, wo = win.output_hw(h, w)
+    # ceil mode: windows may run past the far padding; those cells are never counted
+    eb = max(0, (ho - 1) * sh + kh - (h + pt + pb))
+    er = max(0, (wo - 1) * sw + kw - (w + pl + pr))
     fill = -np.inf if kind == "maxpool" else 0.0
     xp = np.pad(
-        x.astype(np.float32), ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=fill
+        x.astype(np.float32), ((0, 0), (0, 0), (pt, pb + eb), (pl, pr + er)), constant_values=fill
     )
-    n, c, h, w = xp.shape
-    ho, wo = (h - kk) // st + 1, (w - kk) // st + 1
-    win = np.lib.stride_tricks.sliding_window_view(xp, (kk, kk), axis=(2, 3))
-    win = win[:, :, ::st, ::st][:, :, :ho, :wo]
-    return win.max(axis=(-1, -2)) if kind == "maxpool" else win.mean(axis=(-1, -2))
+    win_v = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))
+    win_v = win_v[:, :, ::sh, ::sw][:, :, :ho, :wo]
+    if kind == "maxpool":
+        return win_v.max(axis=(-1, -2))
+    # the divisor: the window's cells inside the input, or inside input and padding
+    inside = np.zeros(xp.shape[2:], dtype=np.float32)
+    if attrs.get("count_include_pad", True):
+        inside[: pt + h + pb, : pl + w + pr] = 1
+    else:
+        inside[pt : pt + h, pl : pl + w] = 1
+    count = np.lib.stride_tricks.sliding_window_view(inside, (kh, kw))[::sh, ::sw][:ho, :wo]
+    return win_v.sum(axis=(-1, -2)) / np.maximum(count.sum(axis=(-1, -2)), 1)
 
 
 def _im2col(
@@ -125,13 +137,13 @@ def _im2col(
 ) -> tuple[np.ndarray, np.ndarray, int, int]:
     """Patch matrices ``[groups, n*ho*wo, cg*kh*kw]`` and weights ``[groups, cg*kh*kw,
     o/groups]`` of a convolution, with its output height and width."""
-    st, pad = int(attrs.get("stride", 1)), int(attrs.get("pad", 0))
-    dil, g = int(attrs.get("dilation", 1)), int(attrs.get("groups", 1))
+    g = int(attrs.get("groups", 1))
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    ho = (h + 2 * pad - dil * (kh - 1) - 1) // st + 1
-    wo = (wd + 2 * pad - dil * (kw - 1) - 1) // st + 1
+    win = parse_window("conv2d", "conv2d", attrs, (kh, kw))
+    (sh, sw), (pt, pl, pb, pr), (dh, dw) = win.stride, win.pad, win.dilation
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    ho, wo = win.output_hw(h, wd)
     a3, b3 = [], []
     for gi in range(g):  # im2col per group
         xs = xp[:, gi * cg : (gi + 1) * cg]
@@ -139,7 +151,7 @@ def _im2col(
         for i in range(kh):
             for j in range(kw):
                 cols[..., i, j] = xs[
-                    :, :, i * dil : i * dil + st * ho : st, j * dil : j * dil + st * wo : st
+                    :, :, i * dh : i * dh + sh * ho : sh, j * dw : j * dw + sw * wo : sw
                 ].transpose(0, 2, 3, 1)
         a3.append(cols.reshape(n * ho * wo, cg * kh * kw))
         b3.append(w[gi * (o // g) : (gi + 1) * (o // g)].reshape(o // g, -1).T)

@@ -426,14 +426,6 @@ def test_unknown_ops_are_all_named_with_counts_in_one_line():
 
 
 @needs_onnx
-def test_unsupported_conv_shape_names_the_node():
-    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], name="rect", kernel_shape=[1, 3])]
-    m = model(nodes, [vi("x", [1, 2, 8, 8])], [vi("y", [1, 4, 8, 6])], [init("w", (4, 2, 1, 3))])
-    with pytest.raises(WorkloadError, match=r"ONNX node 'rect' \(Conv\): kernel_shape \[1, 3\]"):
-        from_onnx(m)
-
-
-@needs_onnx
 def test_missing_file_names_the_path(tmp_path):
     path = tmp_path / "nope.onnx"
     with pytest.raises(WorkloadError, match=r"ONNX file not found: '.*nope\.onnx'"):

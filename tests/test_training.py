@@ -294,3 +294,41 @@ def test_kernel_timings_do_not_depend_on_what_was_timed_before():
     together = time_kernels(spec, kerns)  # all at once, in graph order
     _backward._CACHE.clear()
     assert together == alone
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_conv_backward_shapes_for_any_window(seed):
+    """Rectangular kernels, strides, dilations and asymmetric pads: each gradient
+    convolution's own shape rule gives the gradient's shape, and dW and dX do the
+    forward's MACs (dX as a full convolution when stride and dilation are 1)."""
+    from wia_hw.graph import Op, infer_shapes
+
+    rng = np.random.default_rng(seed)
+    kh, kw = (int(v) for v in rng.integers(1, 5, size=2))
+    stride = [int(v) for v in rng.integers(1, 3, size=2)] if seed % 2 else 1
+    dil = [int(v) for v in rng.integers(1, 3, size=2)] if seed % 3 == 1 else 1
+    pad = [int(rng.integers(0, k)) for k in (kh, kw, kh, kw)]
+    c, o = (int(v) for v in rng.integers(1, 6, size=2))
+    g = GraphBuilder("conv", "fp16")
+    x = g.input("x", (2, c, 11, 9))
+    h = g.op("conv2d", "c0", [x, g.weight("w0", (c, c, 1, 1))])  # so x's grad is wanted
+    g.op("conv2d", "c1", [h, g.weight("w1", (o, c, kh, kw))], stride=stride, pad=pad, dilation=dil)
+    graph = g.graph()
+    fwd = [op for op in graph.ops if op.name == "c1"][0]
+    macs = graph.flops(fwd) // 2
+    by = {k.name: k for k in training_kernels(graph).backward}
+    dw = by["c1.grad_weight"]
+    got = infer_shapes(
+        Op(dw.name, "conv2d", ("a", "b"), ("y",), attrs=dict(dw.attrs)), [s for s, _ in dw.inputs]
+    )
+    assert got == [dw.output[0]] == [(c, o, kh, kw)]
+    assert dw.macs == macs
+    if stride in (1, [1, 1]) and dil in (1, [1, 1]):
+        dx = by["c1.grad_input"]
+        got = infer_shapes(
+            Op(dx.name, "conv2d", ("a", "b"), ("y",), attrs=dict(dx.attrs)),
+            [s for s, _ in dx.inputs],
+        )
+        assert got == [dx.output[0]] == [(2, c, 11, 9)]
+    else:
+        assert by["c1.grad_col"].macs == macs

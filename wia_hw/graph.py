@@ -28,6 +28,13 @@ binary (``add`` ...)    a, b (numpy broadcasting)                    broadcast s
 ``slice``               x                                            ``axis``, ``start``, ``stop``
 ======================  ===========================================  =================
 
+Window attributes (``conv2d``, ``maxpool``, ``avgpool``; :func:`window` reads them):
+``stride`` and ``dilation`` are an int or ``[h, w]``; ``pad`` an int, ``[h, w]`` or
+``[top, left, bottom, right]`` (ONNX's ``pads`` order); a pool's ``kernel`` an int or
+``[kh, kw]`` (``stride`` defaults to it); pools take ``ceil_mode`` and ``avgpool``
+``count_include_pad`` (default true: padded cells count in the divisor; cells past the
+padding, reached only by ``ceil_mode``, never do).
+
 ``reshape`` is a view (no data moves); ``transpose``, ``concat`` and ``slice`` copy,
 except a ``slice`` that keeps one contiguous block of its input (every axis before
 ``axis`` has size 1, e.g. taking q, k or v from a ``[3, ...]`` tensor): that is a view
@@ -45,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .emulator.errors import WorkloadError
+from .emulator.window import Window, parse_window
 
 __all__ = [
     "DTYPE_BYTES",
@@ -60,6 +68,8 @@ __all__ = [
     "op_macs",
     "conv_output_hw",
     "is_view",
+    "Window",
+    "window",
 ]
 
 #: Bytes per element of each dtype.
@@ -190,13 +200,26 @@ class Op:
         object.__setattr__(self, "attrs", dict(self.attrs))
 
 
+def window(op: Op, kernel: tuple[int, int] | None = None) -> Window:
+    """The window of a ``conv2d`` (``kernel``: its weight's ``(kh, kw)``) or pooling
+    op, from its attributes (see the module text); a one-line error names the op and
+    the attribute that is malformed."""
+    return parse_window(op.name, op.kind, op.attrs, kernel)
+
+
 def conv_output_hw(
-    h: int, w: int, kh: int, kw: int, stride: int, pad: int, dilation: int = 1
+    h: int,
+    w: int,
+    kh: int,
+    kw: int,
+    stride: int | Sequence[int],
+    pad: int | Sequence[int],
+    dilation: int | Sequence[int] = 1,
 ) -> tuple[int, int]:
-    """Output height and width of a convolution or pooling window."""
-    ho = (h + 2 * pad - dilation * (kh - 1) - 1) // stride + 1
-    wo = (w + 2 * pad - dilation * (kw - 1) - 1) // stride + 1
-    return ho, wo
+    """Output height and width of a convolution or pooling window (``stride``,
+    ``pad`` and ``dilation`` as :func:`window` reads them)."""
+    attrs = {"stride": stride, "pad": pad, "dilation": dilation}
+    return parse_window("conv_output_hw", "conv2d", attrs, (kh, kw)).output_hw(h, w)
 
 
 def _broadcast(op: str, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -263,9 +286,7 @@ def infer_shapes(op: Op, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, .
             raise WorkloadError(
                 f"op {n!r} (conv2d): input {list(x)} and weight {list(w)} do not agree (groups={g})"
             )
-        ho, wo = conv_output_hw(
-            x[2], x[3], w[2], w[3], a.get("stride", 1), a.get("pad", 0), a.get("dilation", 1)
-        )
+        ho, wo = window(op, (w[2], w[3])).output_hw(x[2], x[3])
         if ho < 1 or wo < 1:
             raise WorkloadError(f"op {n!r} (conv2d): output would be empty for input {list(x)}")
         return [(x[0], w[0], ho, wo)]
@@ -295,8 +316,15 @@ def infer_shapes(op: Op, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, .
         x = shapes[0]
         if len(x) != 4:
             raise WorkloadError(f"op {n!r} ({k}): input {list(x)} must be [N, C, H, W]")
-        kk = a.get("kernel", 2)
-        ho, wo = conv_output_hw(x[2], x[3], kk, kk, a.get("stride", kk), a.get("pad", 0))
+        win = window(op)
+        ho, wo = win.output_hw(x[2], x[3])
+        if ho < 1 or wo < 1:
+            raise WorkloadError(f"op {n!r} ({k}): output would be empty for input {list(x)}")
+        if any(p >= q for p, q in zip(win.pad, win.kernel * 2, strict=True)):
+            raise WorkloadError(
+                f"op {n!r} ({k}): pad {list(win.pad)} must be smaller than the "
+                f"window {list(win.kernel)} (a window of padding only)"
+            )
         return [(x[0], x[1], ho, wo)]
     if k == "global_avgpool":
         need(1)
@@ -358,15 +386,7 @@ def gemm_dims(op: Op, shapes: Sequence[tuple[int, ...]]) -> tuple[int, int, int,
     if op.kind == "conv2d":
         x, w = shapes[0], shapes[1]
         g = op.attrs.get("groups", 1)
-        ho, wo = conv_output_hw(
-            x[2],
-            x[3],
-            w[2],
-            w[3],
-            op.attrs.get("stride", 1),
-            op.attrs.get("pad", 0),
-            op.attrs.get("dilation", 1),
-        )
+        ho, wo = window(op, (w[2], w[3])).output_hw(x[2], x[3])
         # im2col per group: M = N*Ho*Wo, K = (C/g)*kh*kw, N = O/g; groups are the batch.
         return g, x[0] * ho * wo, w[0] // g, w[1] * w[2] * w[3]
     raise WorkloadError(f"op {op.name!r} ({op.kind}) is not a GEMM")
@@ -417,8 +437,7 @@ def op_flops(
     if op.kind == "layer_norm":
         return LAYER_NORM_FLOPS_PER_ELEMENT * out
     if op.kind in ("maxpool", "avgpool"):
-        kk = op.attrs.get("kernel", 2)
-        return out * kk * kk
+        return out * window(op).area
     if op.kind == "global_avgpool":
         return math.prod(in_shapes[0])
     return 0

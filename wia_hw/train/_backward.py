@@ -70,6 +70,7 @@ from ..graph import (
     Op,
     Tensor,
     op_flops,
+    window,
 )
 
 __all__ = [
@@ -524,29 +525,29 @@ class _Builder:
         nb, c, h, w = xs
         o, _, kh, kw = ws
         ho, wo = y[0][2], y[0][3]
-        s, p, dl = a.get("stride", 1), a.get("pad", 0), a.get("dilation", 1)
+        win = window(op, (kh, kw))
+        (sh, sw), (dh, dw), (pt, pl, pb, pr) = win.stride, win.dilation, win.pad
         if wants[1]:  # dW[C, O, kh, kw] = conv(X^T [C, N, H, W], dY^T [O, N, Ho, Wo])
             # only the rows and columns the forward windows touched (a floor in Ho)
-            he, we = (
-                s * (ho - 1) + dl * (kh - 1) + 1 - 2 * p,
-                s * (wo - 1) + dl * (kw - 1) + 1 - 2 * p,
-            )
+            he = sh * (ho - 1) + dh * (kh - 1) + 1 - pt - pb
+            we = sw * (wo - 1) + dw * (kw - 1) + 1 - pl - pr
             self.emit(
                 f"{n}.grad_weight",
                 "conv2d",
                 [((c, nb, min(h, he), min(w, we)), xd), ((o, nb, ho, wo), dy[1])],
                 ((c, o, kh, kw), wd),
                 [op.inputs[1]],
-                pad=p,
-                dilation=s,
-                stride=dl,
+                pad=win.pad,
+                dilation=win.stride,
+                stride=win.dilation,
             )
         if len(op.inputs) == 3 and wants[2]:
             self.reduce(f"{n}.grad_bias", [dy], ins[2], [op.inputs[2]])
         if wants[0]:
-            if s == 1 and dl == 1:
-                pad = kh - 1 - p
-                self.emit(f"{n}.grad_input", "conv2d", [dy, ((c, o, kh, kw), wd)], ins[0], pad=pad)
+            # stride and dilation 1: dX is the full convolution of dY with W
+            full = (kh - 1 - pt, kw - 1 - pl, kh - 1 - pb, kw - 1 - pr)
+            if win.stride == (1, 1) and win.dilation == (1, 1) and min(full) >= 0:
+                self.emit(f"{n}.grad_input", "conv2d", [dy, ((c, o, kh, kw), wd)], ins[0], pad=full)
             else:
                 m, kc = nb * ho * wo, c * kh * kw
                 self.emit(

@@ -38,13 +38,16 @@ HardSwish LRN Dropout IsNaN IsInf Not
 LeakyRelu Elu Softplus; PRelu          ``leakyrelu``, ``elu``, ``softplus``; ``prelu``
                                        (binary, the slope a weight)
 Softmax, LayerNormalization            ``softmax``, ``layer_norm`` (last axis only)
-Conv                                   ``conv2d`` (2-D, square kernel, symmetric pads;
-                                       grouped and depthwise through ``groups``)
+Conv                                   ``conv2d`` (1-D or 2-D: any kernel, strides,
+                                       dilations, pads; grouped and depthwise through
+                                       ``groups``; 1-D as height 1 between views)
 BatchNormalization                     folded into the Conv before it when that Conv
                                        feeds only it and the BN parameters are
                                        constants; else ``mul`` + ``add`` by
                                        per-channel constants
 MaxPool AveragePool GlobalAveragePool  ``maxpool``, ``avgpool``, ``global_avgpool``
+                                       (1-D or 2-D; pads, ceil_mode,
+                                       count_include_pad as ONNX)
 ReduceMean ReduceSum ReduceMax         ``global_avgpool`` over the reduced trailing
 ReduceMin                              axes (one add or compare per input element),
                                        between ``reshape`` views
@@ -284,6 +287,9 @@ class _Importer:
     def __init__(self, onnx: Any, proto: Any, name: str) -> None:
         self.onnx = onnx
         self.g = proto.graph
+        self.opset = next(
+            (o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 21
+        )
         self.dtypes = _elem_dtypes(onnx)
         self.b = GraphBuilder(name, "fp32")
         self.inits: dict[str, Any] = {t.name: t for t in self.g.initializer}
@@ -432,57 +438,58 @@ def _common_prefix(nodes: Any) -> int:
     return len(common or [])
 
 
-def _square(name: str, op_type: str, what: str, values: list[int]) -> int:
-    if len(set(values)) != 1:
+def _as_2d(a: dict[str, Any]) -> dict[str, Any]:
+    """A 1-D Conv/pool node's attributes as those of a 2-D one of height 1."""
+    a = dict(a)
+    for key, one in (("kernel_shape", 1), ("strides", 1), ("dilations", 1)):
+        if key in a:
+            a[key] = [one, *a[key]]
+    if "pads" in a:
+        a["pads"] = [0, a["pads"][0], 0, a["pads"][-1]] if len(a["pads"]) == 2 else a["pads"]
+    return a
+
+
+def _window(node: Any, name: str, a: dict[str, Any], kernel: list[int], in_hw: Any) -> dict:
+    """The window attributes (``kernel``, ``stride``, ``pad``, ``dilation``) of a 2-D
+    Conv/pool node, as :func:`wia_hw.graph.window` reads them: ``pads`` as given,
+    ``auto_pad`` ``SAME_UPPER``/``SAME_LOWER`` resolved to ONNX's pads (the odd pad at
+    the end or at the start)."""
+    k = [int(v) for v in kernel]
+    stride = [int(v) for v in a.get("strides", [1, 1])]
+    dil = [int(v) for v in a.get("dilations", [1, 1])]
+    if len(k) != 2 or len(stride) != 2 or len(dil) != 2:
         raise WorkloadError(
-            f"ONNX node {name!r} ({op_type}): {what} {values} are not "
-            "equal; wia-hw models square windows and symmetric pads only"
+            f"ONNX node {name!r} ({node.op_type}): kernel_shape {k}, strides {stride} "
+            f"or dilations {dil} is not 2-D"
         )
-    return values[0]
-
-
-def _window(
-    imp: _Importer,
-    node: Any,
-    name: str,
-    a: dict[str, Any],
-    kernel: list[int],
-    in_hw: tuple[int, int],
-) -> tuple[int, int, int, int]:
-    """(kernel, stride, pad, dilation) of a 2-D Conv/pool node."""
-    k = _square(name, node.op_type, "kernel_shape", list(kernel))
-    stride = _square(name, node.op_type, "strides", list(a.get("strides", [1, 1])))
-    dil = _square(name, node.op_type, "dilations", list(a.get("dilations", [1, 1])))
     auto = a.get("auto_pad", b"NOTSET")
     auto = auto.decode() if isinstance(auto, bytes) else auto
     if auto in ("NOTSET", ""):
-        pad = _square(name, node.op_type, "pads", list(a.get("pads", [0, 0, 0, 0])))
+        pad = [int(v) for v in a.get("pads", [0, 0, 0, 0])]
+        if len(pad) != 4:
+            raise WorkloadError(f"ONNX node {name!r} ({node.op_type}): pads {pad} is not 2-D")
     elif auto == "VALID":
-        pad = 0
-    else:  # SAME_UPPER / SAME_LOWER: symmetric when the total padding is even
-        totals = [
-            max((math.ceil(x / stride) - 1) * stride + (k - 1) * dil + 1 - x, 0) for x in in_hw
-        ]
-        if any(t % 2 for t in totals) or totals[0] != totals[1]:
-            raise WorkloadError(
-                f"ONNX node {name!r} ({node.op_type}): auto_pad {auto} "
-                f"needs asymmetric padding {totals} on {list(in_hw)}"
+        pad = [0, 0, 0, 0]
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):
+        pad = [0, 0, 0, 0]
+        for i, x in enumerate(in_hw):
+            total = max((-(-x // stride[i]) - 1) * stride[i] + (k[i] - 1) * dil[i] + 1 - x, 0)
+            small = total // 2
+            pad[i], pad[i + 2] = (
+                (small, total - small) if auto == "SAME_UPPER" else (total - small, small)
             )
-        pad = totals[0] // 2
-    if a.get("ceil_mode", 0):
-        # ceil_mode rounds the output size up: the window that starts in the last
-        # partial stride is one more pad on the far side. wia-hw pads symmetrically, so
-        # it takes one more pad on both sides when that gives ONNX's size (it does for
-        # strides up to 3); the op's shape check reports any other case.
-        from ..graph import conv_output_hw
+    else:
+        raise WorkloadError(f"ONNX node {name!r} ({node.op_type}): unknown auto_pad {auto!r}")
 
-        ceil = [-(-(x + 2 * pad - dil * (k - 1) - 1) // stride) + 1 for x in in_hw]
-        if (
-            list(conv_output_hw(*in_hw, k, k, stride, pad, dil)) != ceil
-            and list(conv_output_hw(*in_hw, k, k, stride, pad + 1, dil)) == ceil
-        ):
-            pad += 1
-    return k, stride, pad, dil
+    def compact(v: list[int]) -> int | list[int]:  # an int when every entry is equal
+        return v[0] if len(set(v)) == 1 else v
+
+    return {
+        "kernel": compact(k),
+        "stride": compact(stride),
+        "pad": compact(pad),
+        "dilation": compact(dil),
+    }
 
 
 def _map_node(imp: _Importer, node: Any, name: str) -> None:
@@ -555,7 +562,16 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
     elif t == "Gemm":
         _gemm(imp, node, name, a, out, grp, dt)
     elif t == "Softmax":
-        imp.add("softmax", name, [v(0)], out, grp, dt, axis=a.get("axis", -1))
+        shape = imp.shape(ins[0])
+        rank = len(shape)
+        axis = a.get("axis", -1 if imp.opset >= 13 else 1) % max(rank, 1)
+        if imp.opset >= 13 or axis >= rank - 1:
+            imp.add("softmax", name, [v(0)], out, grp, dt, axis=axis - rank if rank else -1)
+        else:  # before opset 13: one softmax over the flattened dims from ``axis`` on
+            rows = (math.prod(shape[:axis]), math.prod(shape[axis:]))
+            flat = imp.add("reshape", f"{name}.flat", [v(0)], f"{out}.flat", grp, dt, shape=rows)
+            y = imp.add("softmax", name, [flat], f"{out}.2d", grp, dt, axis=-1)
+            imp.add("reshape", f"{name}.unflat", [y], out, grp, dt, shape=shape)
     elif t == "LayerNormalization":
         rank = len(imp.shape(ins[0]))
         if a.get("axis", -1) % rank != rank - 1:
@@ -571,10 +587,18 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
         )
     elif t == "Conv":
         x, w = imp.shape(ins[0]), imp.shape(ins[1])
-        if len(x) != 4:
-            raise fail(f"input {list(x)} is not 2-D [N, C, H, W]")
-        k, stride, pad, dil = _window(imp, node, name, a, list(w[2:]), x[2:])
+        if len(x) not in (3, 4) or len(w) != len(x):
+            raise fail(f"input {list(x)} is not 1-D [N, C, L] or 2-D [N, C, H, W]")
         inputs = [v(0), v(1)] + ([v(2)] if has(2) else [])
+        if len(x) == 3:  # 1-D: a conv2d of height 1 on views of the input and weight
+            a, x, w = _as_2d(a), (x[0], x[1], 1, x[2]), (w[0], w[1], 1, w[2])
+            inputs[0] = imp.add(
+                "reshape", f"{name}.x2d", [inputs[0]], f"{out}.x2d", grp, None, shape=x
+            )
+            inputs[1] = imp.add(
+                "reshape", f"{name}.w2d", [inputs[1]], f"{out}.w2d", grp, None, shape=w
+            )
+        win = _window(node, name, a, list(w[2:]), x[2:])
         bn = imp.folded.get(out)
         if bn is not None:  # BN folded in: scale into the weights, shift into the bias
             out = bn.output[0]
@@ -583,18 +607,22 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
                 inputs.append(
                     imp.b.weight(f"{name}.folded_bias", (w[0],), imp.b.tensor(inputs[1]).dtype)
                 )
-        imp.add(
+        final, out = out, f"{out}.y2d" if len(imp.shape(ins[0])) == 3 else out
+        y = imp.add(
             "conv2d",
             name,
             inputs,
             out,
             grp,
             dt,
-            stride=stride,
-            pad=pad,
-            dilation=dil,
+            stride=win["stride"],
+            pad=win["pad"],
+            dilation=win["dilation"],
             groups=a.get("group", 1),
         )
+        if out != final:  # back to [N, O, L]
+            (n_, o_, _, l_), out = imp.shape(y), final
+            imp.add("reshape", f"{name}.y1d", [y], out, grp, dt, shape=(n_, o_, l_))
         if bn is not None:
             node = bn
     elif t == "BatchNormalization":
@@ -614,24 +642,37 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
         imp.add("add", name, [y, imp.b.weight(f"{name}.folded_shift", shape, xd)], out, grp, dt)
     elif t in ("MaxPool", "AveragePool"):
         x = imp.shape(ins[0])
-        if len(x) != 4:
-            raise fail(f"input {list(x)} is not 2-D [N, C, H, W]")
-        k, stride, pad, dil = _window(imp, node, name, a, list(a["kernel_shape"]), x[2:])
-        if dil != 1:
-            raise fail(f"dilation {dil} is not modelled for pooling")
-        imp.add(
-            "maxpool" if t == "MaxPool" else "avgpool",
-            name,
-            [v(0)],
-            out,
-            grp,
-            dt,
-            kernel=k,
-            stride=stride,
-            pad=pad,
-        )
+        if len(x) not in (3, 4):
+            raise fail(f"input {list(x)} is not 1-D [N, C, L] or 2-D [N, C, H, W]")
+        if "kernel_shape" not in a:
+            raise fail("has no kernel_shape attribute")
+        src, final = v(0), out
+        if len(x) == 3:  # 1-D: a pool of height 1 on a view
+            a, x = _as_2d(a), (x[0], x[1], 1, x[2])
+            src = imp.add("reshape", f"{name}.x2d", [src], f"{out}.x2d", grp, None, shape=x)
+            out = f"{out}.y2d"
+        win = _window(node, name, a, list(a["kernel_shape"]), x[2:])
+        if win["dilation"] != 1:
+            raise fail(f"dilations {win['dilation']} are not modelled for pooling")
+        del win["dilation"]
+        if a.get("ceil_mode", 0):
+            win["ceil_mode"] = True
+        if t == "AveragePool":  # ONNX's default excludes the padding from the divisor
+            win["count_include_pad"] = bool(a.get("count_include_pad", 0))
+        y = imp.add("maxpool" if t == "MaxPool" else "avgpool", name, [src], out, grp, dt, **win)
+        if out != final:  # back to [N, C, L]
+            (n_, c_, _, l_), out = imp.shape(y), final
+            imp.add("reshape", f"{name}.y1d", [y], out, grp, dt, shape=(n_, c_, l_))
     elif t == "GlobalAveragePool":
-        imp.add("global_avgpool", name, [v(0)], out, grp, dt)
+        x = imp.shape(ins[0])
+        if len(x) == 3:  # 1-D: over a view of height 1, then back to [N, C, 1]
+            src = imp.add(
+                "reshape", f"{name}.x2d", [v(0)], f"{out}.x2d", grp, None, shape=(*x[:2], 1, x[2])
+            )
+            y = imp.add("global_avgpool", name, [src], f"{out}.y2d", grp, dt)
+            imp.add("reshape", f"{name}.y1d", [y], out, grp, dt, shape=(x[0], x[1], 1))
+        else:
+            imp.add("global_avgpool", name, [v(0)], out, grp, dt)
     elif t == "Transpose":
         rank = len(imp.shape(ins[0]))
         imp.add(

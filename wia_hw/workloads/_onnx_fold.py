@@ -139,6 +139,33 @@ class _Folder:
         end = max(0, min(rank, end + rank if end < 0 else end))
         return np.array(shape[start:end], dtype=np.int64)
 
+    def _runnable(self, n: Any) -> Any:
+        """``n`` alone, or, when the model's opset gives ``n`` an older version of its
+        op than the newest (Unsqueeze's ``axes`` attribute before opset 13, say), ``n``
+        in a one-node model at that opset: the reference evaluator runs a bare node at
+        the newest version."""
+        version = self.opsets.get(n.domain or "")
+        if version is None:
+            return n
+        defs, helper = self.onnx.defs, self.onnx.helper
+        try:
+            then = defs.get_schema(n.op_type, version, n.domain or "").since_version
+            now = defs.get_schema(n.op_type, n.domain or "").since_version
+        except defs.SchemaError:
+            return n
+        if then == now:
+            return n
+        untyped = self.onnx.TypeProto()
+        graph = helper.make_graph(
+            [n],
+            "fold",
+            [helper.make_value_info(i, untyped) for i in n.input if i],
+            [helper.make_value_info(o, untyped) for o in n.output],
+        )
+        return helper.make_model(
+            graph, opset_imports=[helper.make_opsetid(d, v) for d, v in self.opsets.items()]
+        )
+
     def evaluate(self, node: Any, inputs: list[Any]) -> list[Any]:
         from onnx.reference import ReferenceEvaluator
 
@@ -158,7 +185,9 @@ class _Folder:
         n.attribute.extend(node.attribute)
         feeds = {nm: x for nm, x in zip(names, inputs, strict=True) if nm}
         try:
-            got = ReferenceEvaluator(n, opsets=self.opsets).run(None, feeds)
+            proto = self._runnable(n)
+            opsets = self.opsets if proto is n else None
+            got = ReferenceEvaluator(proto, opsets=opsets).run(None, feeds)
         except Exception as e:  # noqa: BLE001 - the reference evaluator raises anything
             got = _fallback(node, inputs)
             if got is not None:

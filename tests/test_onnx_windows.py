@@ -1,0 +1,276 @@
+"""Convolution and pooling windows as ONNX writes them: rectangular kernels, strides
+and dilations, asymmetric pads (Caffe-converted pools), ``auto_pad`` SAME_UPPER and
+SAME_LOWER, ``ceil_mode`` and ``count_include_pad``. Each case is imported (its shape
+is checked against ONNX shape inference by the importer) and its op is evaluated by
+wia-hw's functional model and by ONNX's reference evaluator, on seeded random data.
+Then the model zoo's own (weight-stripped) CNNs that the onnx package ships, at opset 9,
+import with the MACs ONNX shape inference gives and run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from wia_hw.emulator.errors import WorkloadError
+from wia_hw.emulator.functional import evaluate
+
+import wia_hw
+from wia_hw.graph import GraphBuilder
+from wia_hw.workloads import from_onnx
+
+onnx = pytest.importorskip("onnx")
+from onnx import helper, numpy_helper, shape_inference  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+F32 = onnx.TensorProto.FLOAT
+
+#: (op type, input [N, C, H, W], weight [O, C, kh, kw] or None, attributes)
+CASES = {
+    "conv_1x7_pads_0_3": ("Conv", (2, 3, 9, 11), (4, 3, 1, 7), {"pads": [0, 3, 0, 3]}),
+    "conv_7x1_stride_2_1": ("Conv", (1, 2, 13, 6), (3, 2, 7, 1), {"strides": [2, 1]}),
+    "conv_asym_pads_s2": (
+        "Conv",
+        (1, 3, 10, 9),
+        (5, 3, 3, 3),
+        {"pads": [0, 0, 1, 1], "strides": [2, 2]},
+    ),
+    "conv_dil_2_1": (
+        "Conv",
+        (1, 2, 12, 12),
+        (2, 2, 3, 3),
+        {"dilations": [2, 1], "pads": [1, 2, 3, 0]},
+    ),
+    "conv_same_upper_s2": (
+        "Conv",
+        (1, 2, 11, 10),
+        (3, 2, 4, 3),
+        {"auto_pad": "SAME_UPPER", "strides": [2, 2]},
+    ),
+    "conv_same_lower": ("Conv", (1, 2, 7, 8), (3, 2, 2, 4), {"auto_pad": "SAME_LOWER"}),
+    "conv_grouped_rect": ("Conv", (1, 4, 8, 9), (4, 2, 3, 1), {"group": 2, "pads": [1, 0, 1, 0]}),
+    "maxpool_caffe_pads": (
+        "MaxPool",
+        (1, 3, 13, 13),
+        None,
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, 1, 1]},
+    ),
+    "maxpool_ceil": (
+        "MaxPool",
+        (2, 2, 12, 11),
+        None,
+        {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},
+    ),
+    "maxpool_rect_same": (
+        "MaxPool",
+        (1, 2, 9, 10),
+        None,
+        {"kernel_shape": [2, 3], "strides": [2, 3], "auto_pad": "SAME_UPPER"},
+    ),
+    "avgpool_exclude_pad": (
+        "AveragePool",
+        (1, 3, 9, 9),
+        None,
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+    ),
+    "avgpool_include_pad": (
+        "AveragePool",
+        (1, 3, 9, 9),
+        None,
+        {"kernel_shape": [3, 3], "pads": [1, 0, 2, 1], "count_include_pad": 1},
+    ),
+    "avgpool_ceil_pads": (
+        "AveragePool",
+        (1, 2, 10, 10),
+        None,
+        {
+            "kernel_shape": [3, 3],
+            "strides": [2, 2],
+            "pads": [1, 1, 1, 1],
+            "ceil_mode": 1,
+            "count_include_pad": 1,
+        },
+    ),
+    "avgpool_ceil_exclude": (
+        "AveragePool",
+        (1, 2, 11, 8),
+        None,
+        {"kernel_shape": [2, 3], "strides": [2, 2], "pads": [0, 1, 0, 1], "ceil_mode": 1},
+    ),
+}
+
+
+def _model(op: str, x: tuple, w: tuple | None, attrs: dict, rng: np.random.Generator):
+    inits = []
+    ins = ["x"]
+    if w is not None:
+        inits.append(numpy_helper.from_array(rng.standard_normal(w).astype(np.float32), "w"))
+        ins.append("w")
+    node = helper.make_node(op, ins, ["y"], name="n0", **attrs)
+    g = helper.make_graph(
+        [node],
+        "case",
+        [helper.make_tensor_value_info("x", F32, list(x))],
+        [helper.make_tensor_value_info("y", F32, None)],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_window_matches_onnx_reference(case):
+    op, xs, ws, attrs = CASES[case]
+    rng = np.random.default_rng(sum(map(ord, case)))
+    m = _model(op, xs, ws, attrs, rng)
+    x = rng.standard_normal(xs).astype(np.float32)
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x})
+    g = from_onnx(m)  # the importer checks its output shape against ONNX's
+    (o,) = [o for o in g.ops if o.kind in ("conv2d", "maxpool", "avgpool")]
+    assert g.tensors[o.outputs[0]].shape == want.shape
+    inputs = [x] + ([numpy_helper.to_array(m.graph.initializer[0])] if ws else [])
+    got = evaluate(o.kind, o.attrs, inputs, want.shape, "fp32")
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if ws:  # MACs: every output element, one window of C/g inputs
+        cin = xs[1] // attrs.get("group", 1)
+        assert g.macs() == want.size * cin * ws[2] * ws[3]
+
+
+def test_symmetric_windows_keep_int_attributes():
+    op, xs, ws, attrs = (
+        "Conv",
+        (1, 2, 8, 8),
+        (3, 2, 3, 3),
+        {"pads": [1, 1, 1, 1], "strides": [2, 2]},
+    )
+    g = from_onnx(_model(op, xs, ws, attrs, np.random.default_rng(0)))
+    assert g.ops[0].attrs == {"stride": 2, "pad": 1, "dilation": 1, "groups": 1}
+
+
+@pytest.mark.parametrize(
+    "attrs, match",
+    [
+        ({"kernel": 3, "pad": [1, 2, 3]}, r"op 'p' \(maxpool\): pad \[1, 2, 3\] is not an int"),
+        ({"kernel": 3, "pad": -1}, r"op 'p' \(maxpool\): pad -1 must not be negative"),
+        ({"kernel": [3, 0]}, r"op 'p' \(maxpool\): kernel \[3, 0\] must be at least 1"),
+        ({"kernel": 3, "stride": "2"}, r"op 'p' \(maxpool\): stride '2' is not an int or \[h, w\]"),
+        (
+            {"kernel": 2, "pad": [0, 0, 2, 0]},
+            r"op 'p' \(maxpool\): pad \[0, 0, 2, 0\] must be smaller than the window",
+        ),
+    ],
+)
+def test_malformed_window_attributes_name_the_op(attrs, match):
+    b = GraphBuilder("bad")
+    x = b.input("x", (1, 1, 6, 6))
+    with pytest.raises(WorkloadError, match=match):
+        b.op("maxpool", "p", [x], **attrs)
+
+
+def test_three_d_conv_names_the_node():
+    m = _model("Conv", (1, 2, 4, 4, 4), (3, 2, 1, 1, 1), {}, np.random.default_rng(0))
+    with pytest.raises(WorkloadError, match=r"ONNX node 'n0' \(Conv\): input \[1, 2, 4, 4, 4\]"):
+        from_onnx(m)
+
+
+ZOO = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+ZOO_MODELS = sorted(p.stem for p in ZOO.glob("light_*.onnx"))
+
+
+def _zoo_macs(path: Path) -> int:
+    """Conv and Gemm MACs from ONNX's own shape inference, without the importer."""
+    m = shape_inference.infer_shapes(onnx.load(str(path)))
+    shapes = {
+        v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+        for v in list(m.graph.value_info) + list(m.graph.input) + list(m.graph.output)
+    }
+    shapes.update({t.name: list(t.dims) for t in m.graph.initializer})
+    macs = 0
+    for n in m.graph.node:
+        if n.op_type == "Conv":
+            y, w = shapes[n.output[0]], shapes[n.input[1]]
+            macs += int(np.prod(y)) * int(np.prod(w[1:]))
+        elif n.op_type == "Gemm":
+            (a,) = [x.i for x in n.attribute if x.name == "transA"] or [0]
+            (b,) = [x.i for x in n.attribute if x.name == "transB"] or [0]
+            sa, sb = shapes[n.input[0]], shapes[n.input[1]]
+            macs += (sa[1] if a else sa[0]) * (sa[0] if a else sa[1]) * (sb[0] if b else sb[1])
+    return macs
+
+
+@pytest.mark.skipif(not ZOO_MODELS, reason="this onnx package ships no model zoo files")
+@pytest.mark.parametrize("name", ZOO_MODELS)
+def test_model_zoo_cnns_import_at_opset_9(name):
+    path = ZOO / f"{name}.onnx"
+    g = from_onnx(path)
+    assert g.params["opset"] == 9
+    assert g.macs() == _zoo_macs(path)
+
+
+@pytest.mark.skipif("light_bvlc_alexnet" not in ZOO_MODELS, reason="no model zoo files")
+def test_model_zoo_alexnet_runs():
+    res = wia_hw.run(from_onnx(ZOO / "light_bvlc_alexnet.onnx"), device="wia-npu")
+    assert res.latency_ms > 0
+    assert res.counters.macs == _zoo_macs(ZOO / "light_bvlc_alexnet.onnx")
+
+
+#: 1-D cases (audio front-ends, TCNs): (op type, input [N, C, L], weight or None, attributes)
+CASES_1D = {
+    "conv1d_pads_stride": ("Conv", (2, 3, 17), (4, 3, 5), {"pads": [2, 1], "strides": [2]}),
+    "conv1d_dilated_grouped": ("Conv", (1, 4, 20), (6, 2, 3), {"dilations": [3], "group": 2}),
+    "conv1d_same_upper": ("Conv", (1, 2, 9), (3, 2, 4), {"auto_pad": "SAME_UPPER", "strides": [2]}),
+    "maxpool1d_ceil": (
+        "MaxPool",
+        (1, 3, 10),
+        None,
+        {"kernel_shape": [3], "strides": [2], "ceil_mode": 1},
+    ),
+    "avgpool1d_pads": ("AveragePool", (2, 2, 9), None, {"kernel_shape": [4], "pads": [1, 2]}),
+    "global_avgpool1d": ("GlobalAveragePool", (2, 3, 7), None, {}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES_1D))
+def test_one_d_windows_match_onnx_reference(case):
+    """A 1-D op imports as its 2-D op of height 1 between views: same output shape,
+    same values (the views and the 2-D op evaluated in order), MACs as ONNX's."""
+    op, xs, ws, attrs = CASES_1D[case]
+    rng = np.random.default_rng(sum(map(ord, case)))
+    m = _model(op, xs, ws, attrs, rng)
+    x = rng.standard_normal(xs).astype(np.float32)
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x})
+    g = from_onnx(m)
+    vals = {"x": x}
+    if ws:
+        vals["w"] = numpy_helper.to_array(m.graph.initializer[0])
+    for o in g.ops:
+        shape = g.tensors[o.outputs[0]].shape
+        vals[o.outputs[0]] = evaluate(o.kind, o.attrs, [vals[i] for i in o.inputs], shape, "fp32")
+    np.testing.assert_allclose(vals["y"], want, rtol=1e-5, atol=1e-5)
+    if ws:
+        assert g.macs() == want.size * (xs[1] // attrs.get("group", 1)) * ws[2]
+
+
+def test_old_opset_softmax_flattens_from_its_axis():
+    """Before opset 13, Softmax normalises over every dim from ``axis`` on (default 1);
+    from 13, over ``axis`` alone (default -1)."""
+    node = helper.make_node("Softmax", ["x"], ["y"], name="sm")
+    g = helper.make_graph(
+        [node],
+        "sm",
+        [helper.make_tensor_value_info("x", F32, [2, 3, 4])],
+        [helper.make_tensor_value_info("y", F32, None)],
+    )
+    for opset in (11, 13):
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        x = np.random.default_rng(opset).standard_normal((2, 3, 4)).astype(np.float32)
+        want = x.reshape(2, 12) if opset == 11 else x
+        want = np.exp(want - want.max(-1, keepdims=True))  # opset 13: axis -1 by default
+        want = (want / want.sum(-1, keepdims=True)).reshape(2, 3, 4)
+        gr = from_onnx(m)
+        vals = {"x": x}
+        for o in gr.ops:
+            shape = gr.tensors[o.outputs[0]].shape
+            vals[o.outputs[0]] = evaluate(
+                o.kind, o.attrs, [vals[i] for i in o.inputs], shape, "fp32"
+            )
+        np.testing.assert_allclose(vals["y"], want, rtol=1e-5)
