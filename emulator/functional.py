@@ -106,6 +106,54 @@ def _softmax(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
     return e / e.sum(axis=axis, keepdims=True)
 
 
+def _clip(v: np.ndarray, attrs: Mapping[str, Any], op: str) -> np.ndarray:
+    lo, hi = attrs.get("min"), attrs.get("max")
+    if "dynamic" in (lo, hi):
+        raise WorkloadError(
+            f"op {op!r} (clip): its bounds are computed at run time; functional mode "
+            "needs constant bounds"
+        )
+    return np.clip(v, -np.inf if lo is None else lo, np.inf if hi is None else hi)
+
+
+#: Float activations with attributes: kind -> f(x as fp32, attrs, op name).
+_ACTIVATIONS: dict[str, Callable[[np.ndarray, Mapping[str, Any], str], np.ndarray]] = {
+    "clip": _clip,
+    "leakyrelu": lambda v, a, _: np.where(v >= 0, v, v * np.float32(a.get("alpha", 0.01))),
+    "elu": lambda v, a, _: np.where(v > 0, v, np.float32(a.get("alpha", 1.0)) * np.expm1(v)),
+    "hardsigmoid": lambda v, a, _: np.clip(
+        np.float32(a.get("alpha", 0.2)) * v + np.float32(a.get("beta", 0.5)), 0, 1
+    ),
+    "hardswish": lambda v, a, _: v * np.clip(v / np.float32(6) + np.float32(0.5), 0, 1),
+    "softplus": lambda v, a, _: np.logaddexp(np.float32(0), v),
+}
+_COMPARE = {
+    "equal": np.equal,
+    "less": np.less,
+    "greater": np.greater,
+    "lessorequal": np.less_equal,
+    "greaterorequal": np.greater_equal,
+}
+_LOGICAL = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}
+_REDUCE = {"mean": np.mean, "sum": np.sum, "max": np.max, "min": np.min}
+
+
+def _lrn(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
+    """ONNX LRN: ``x / (bias + alpha / size * sum of x^2 over size channels)^beta``,
+    the channel window ``[c - floor((size-1)/2), c + ceil((size-1)/2)]``."""
+    size = int(attrs.get("size") or 1)
+    alpha, beta = float(attrs.get("alpha", 1e-4)), float(attrs.get("beta", 0.75))
+    bias = float(attrs.get("bias", 1.0))
+    lo, hi = (size - 1) // 2, -(-(size - 1) // 2)
+    sq = np.square(x)
+    pad = [(0, 0)] * x.ndim
+    pad[1] = (lo, hi)
+    sq = np.pad(sq, pad)
+    c = x.shape[1]
+    total = sum(sq[:, j : j + c] for j in range(size))
+    return x / (bias + alpha / size * total) ** beta
+
+
 def _pool(x: np.ndarray, attrs: Mapping[str, Any], kind: str) -> np.ndarray:
     win = parse_window(kind, kind, attrs)
     (kh, kw), (sh, sw), (pt, pl, pb, pr) = win.kernel, win.stride, win.pad
@@ -284,6 +332,32 @@ def evaluate(
             "identity": lambda v: v,
             "cast": lambda v: v,
         }[kind](xf)
+    elif kind in _ACTIVATIONS:
+        out = _ACTIVATIONS[kind](x.astype(np.float32), attrs, op_name)
+    elif kind == "lrn":
+        out = _lrn(x.astype(np.float32), attrs)
+    elif kind in ("compare", "logical", "prelu"):
+        a, b = inputs
+        if kind == "prelu":
+            af = a.astype(np.float32)
+            out = np.where(af > 0, af, af * b.astype(np.float32))
+        else:
+            how = str(attrs.get("op", "")).lower()
+            table = _COMPARE if kind == "compare" else _LOGICAL
+            if how not in table:
+                raise WorkloadError(
+                    f"op {op_name!r} ({kind}): attribute op {how!r} is not one of "
+                    f"{', '.join(table)}"
+                )
+            out = table[how](a, b)
+    elif kind == "not":
+        out = np.logical_not(x)
+    elif kind == "isnan":
+        if attrs.get("op") == "isinf":
+            pos, neg = attrs.get("detect_positive", 1), attrs.get("detect_negative", 1)
+            out = (np.isposinf(x) & bool(pos)) | (np.isneginf(x) & bool(neg))
+        else:
+            out = np.isnan(x)
     elif kind in ("add", "sub", "mul", "div", "max", "min", "pow"):
         a, b = (
             v.astype(np.float32)
@@ -307,8 +381,15 @@ def evaluate(
         out = table[ids.astype(np.int64)]
     elif kind in ("maxpool", "avgpool"):
         out = _pool(x, attrs, kind)
-    elif kind == "global_avgpool":
-        out = x.astype(np.float32).mean(axis=(2, 3), keepdims=True)
+    elif kind == "global_avgpool":  # ``reduce``: mean (default), sum, max or min
+        how = attrs.get("reduce", "mean")
+        if how not in _REDUCE:
+            raise WorkloadError(
+                f"op {op_name!r} (global_avgpool): reduce {how!r} is not one of "
+                f"{', '.join(_REDUCE)}"
+            )
+        xf = x.astype(np.float32) if how in ("mean", "sum") else x
+        out = _REDUCE[how](xf, axis=(2, 3), keepdims=True)
     elif kind == "reshape":
         out = x.reshape(tuple(out_shape))
     elif kind == "transpose":

@@ -323,7 +323,7 @@ def _vector_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[
             for i, s in zip(op.inputs, ins, strict=True)
         )
     else:
-        cols = shape[-1]
+        cols = shape[-1] if shape else 1  # a scalar is one row of one element
         rows = max(1, math.prod(shape) // cols)
         in_refs = tuple(st.ref(i) for i in op.inputs)
     out_refs = (

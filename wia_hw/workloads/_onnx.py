@@ -307,6 +307,7 @@ class _Importer:
         self.folded: dict[str, Any] = {}  # Conv output name -> the BN node folded into it
         self.skip: set[int] = set()  # ids of BN nodes folded away
         self.node_index = -1  # the node being mapped
+        self.empty: set[str] = set()  # zero-length Split pieces (dropped from a Concat)
         self.origin: dict[int, list[str]] = {}  # node index -> names of its ops
         self.mask_allowed: dict[str, Any] = {}  # Where's merged weight -> kept elements
         self.prefix = _common_prefix(self.g.node)  # path components all names share
@@ -340,6 +341,11 @@ class _Importer:
         """Our tensor for an ONNX value; constants become weights on first use."""
         if self.defined(value):
             return value
+        if value in self.empty:
+            raise WorkloadError(
+                f"ONNX node {node!r}: input {value!r} is an empty tensor (a zero-length "
+                "Split piece); wia-hw models empty tensors only as Concat inputs"
+            )
         if value in self.consts:
             t = self.consts[value]
             return self.b.weight(value, tuple(t.dims), self.dtype(value, t.data_type, node))
@@ -438,6 +444,35 @@ def _common_prefix(nodes: Any) -> int:
     return len(common or [])
 
 
+#: The attributes (ONNX name, default) each unary op's functional model reads.
+_UNARY_ATTRS = {
+    "LeakyRelu": (("alpha", 0.01),),
+    "Elu": (("alpha", 1.0),),
+    "HardSigmoid": (("alpha", 0.2), ("beta", 0.5)),
+    "LRN": (("size", None), ("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)),
+    "IsInf": (("detect_positive", 1), ("detect_negative", 1)),
+}
+
+
+def _unary_attrs(imp: _Importer, node: Any, a: dict[str, Any]) -> dict[str, Any]:
+    """What a unary op computes beyond its kind: its ONNX attributes with their
+    defaults; Clip's bounds (attributes before opset 11, constant inputs from 11; a
+    bound that is not a constant is recorded as such and functional mode refuses it);
+    IsInf against IsNaN."""
+    t = node.op_type
+    out = {k: a.get(k, d) for k, d in _UNARY_ATTRS.get(t, ())}
+    if t in ("IsNaN", "IsInf"):
+        out["op"] = t.lower()
+    if t == "Clip":
+        for i, key in ((1, "min"), (2, "max")):
+            if key in a:
+                out[key] = float(a[key])
+            elif len(node.input) > i and node.input[i]:
+                vals = imp.const_values(node.input[i])
+                out[key] = float(vals.reshape(-1)[0]) if vals is not None else "dynamic"
+    return out
+
+
 def _as_2d(a: dict[str, Any]) -> dict[str, Any]:
     """A 1-D Conv/pool node's attributes as those of a 2-D one of height 1."""
     a = dict(a)
@@ -514,6 +549,18 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
         # Sum, Max and Min take 1..n inputs: one binary op per extra input
         kind = _BINARY.get(t, "add")
         args = [v(i) for i in range(len(ins)) if has(i)]
+        if t == "PRelu" and imp.opset < 7:  # before opset 7: one slope per channel
+            x, slope = imp.shape(args[0]), imp.shape(args[1])
+            if len(x) >= 3 and slope == (x[1],):
+                args[1] = imp.add(
+                    "reshape",
+                    f"{name}.slope",
+                    [args[1]],
+                    f"{out}.slope",
+                    grp,
+                    None,
+                    shape=(x[1],) + (1,) * (len(x) - 2),
+                )
         if len(args) == 1:
             imp.add("identity", name, args, out, grp, dt)
         y = args[0]
@@ -526,9 +573,10 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
                 out if last else f"{out}.{j}",
                 grp,
                 dt,
+                **({"op": t.lower()} if kind in ("compare", "logical") else {}),
             )
     elif t in _UNARY:
-        imp.add(_UNARY[t], name, [v(0)], out, grp, dt)
+        imp.add(_UNARY[t], name, [v(0)], out, grp, dt, **_unary_attrs(imp, node, a))
     elif t in _REDUCES:
         _reduce(imp, node, name, a, out, grp, dt, fail)
     elif t == "Split":
@@ -685,9 +733,11 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
             perm=tuple(a.get("perm", range(rank - 1, -1, -1))),
         )
     elif t == "Concat":
-        imp.add(
-            "concat", name, [v(i) for i in range(len(ins)) if has(i)], out, grp, dt, axis=a["axis"]
-        )
+        parts = [v(i) for i in range(len(ins)) if has(i) and ins[i] not in imp.empty]
+        if len(parts) == 1:
+            imp.add("identity", name, parts, out, grp, dt)
+        else:
+            imp.add("concat", name, parts, out, grp, dt, axis=a["axis"])
     elif t == "Slice":
         _slice(imp, node, name, out, grp, dt, fail)
     elif t == "Gather":
@@ -758,8 +808,12 @@ def _slice(
     ins = list(node.input)
     x = imp.shape(ins[0])
     args = []
+    a = _attrs(node)
     for i in range(1, 5):
-        if len(ins) > i and ins[i]:
+        key = ("starts", "ends", "axes", "steps")[i - 1]
+        if key in a:  # before opset 10: attributes, not inputs
+            args.append([int(e) for e in a[key]])
+        elif len(ins) > i and ins[i]:
             if ins[i] not in imp.consts:
                 raise fail("starts, ends, axes and steps must be constants")
             args.append([int(e) for e in imp.const_array(ins[i]).reshape(-1)])
@@ -767,6 +821,8 @@ def _slice(
             args.append(None)
     starts, ends, axes, steps = args
     axes = axes if axes is not None else list(range(len(starts)))
+    if starts is None or ends is None:
+        raise fail("has no starts or ends")
     if steps is not None and any(s != 1 for s in steps):
         raise fail(f"steps {steps} are not modelled (only step 1)")
     cuts = []
@@ -1070,7 +1126,9 @@ def _split(
     src = imp.value(ins[0], name)
     start = 0
     for k, (o, size) in enumerate(zip(outs, sizes, strict=True)):
-        if o:
+        if o and size == 0:  # an empty piece (a rotary dim that takes the whole head)
+            imp.empty.add(o)
+        elif o:
             imp.add(
                 "slice",
                 name if k == 0 else f"{name}.{k}",

@@ -1,0 +1,181 @@
+"""ONNX as older exporters and opsets write it, and edge shapes real graphs contain:
+Slice with attributes (opset < 10), PRelu with one slope per channel (opset < 7), a
+Split with a zero-length piece that a Concat drops (rotary embedding over the whole
+head), and scalar (rank-0) elementwise results (a loss's mean)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from wia_hw.emulator.errors import WorkloadError
+from wia_hw.emulator.functional import evaluate
+
+import wia_hw
+from wia_hw.workloads import from_onnx
+
+onnx = pytest.importorskip("onnx")
+from onnx import helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
+
+F32 = onnx.TensorProto.FLOAT
+
+
+def _model(nodes, inputs, outputs, opset, inits=()):
+    g = helper.make_graph(
+        nodes,
+        "edge",
+        [helper.make_tensor_value_info(n, F32, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, F32, None) for n in outputs],
+        list(inits),
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _values(g, feeds):
+    """Every tensor of ``g`` by wia-hw's functional model, op by op."""
+    vals = dict(feeds)
+    for o in g.ops:
+        shape = g.tensors[o.outputs[0]].shape
+        vals[o.outputs[0]] = evaluate(o.kind, o.attrs, [vals[i] for i in o.inputs], shape, "fp32")
+    return vals
+
+
+def test_slice_attributes_before_opset_10():
+    node = helper.make_node("Slice", ["x"], ["y"], name="s", starts=[1], ends=[-1], axes=[1])
+    m = _model([node], [("x", [2, 7, 3])], ["y"], opset=9)
+    x = np.random.default_rng(0).standard_normal((2, 7, 3)).astype(np.float32)
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x})
+    g = from_onnx(m)
+    assert [o.kind for o in g.ops] == ["slice"]
+    np.testing.assert_array_equal(_values(g, {"x": x})["y"], want)
+
+
+def test_prelu_before_opset_7_has_one_slope_per_channel():
+    rng = np.random.default_rng(1)
+    slope = numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "a")
+    node = helper.make_node("PRelu", ["x", "a"], ["y"], name="p")
+    m = _model([node], [("x", [2, 3, 4, 5])], ["y"], opset=6, inits=[slope])
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    g = from_onnx(m)
+    got = _values(g, {"x": x, "a": numpy_helper.to_array(slope)})["y"]
+    want = np.where(x > 0, x, x * numpy_helper.to_array(slope).reshape(3, 1, 1))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def _rotary_like(second):
+    """Split x [2, 4, 8] on the last axis into [8, 0]; rotate the first; concat back."""
+    sizes = numpy_helper.from_array(np.array([8, 0], np.int64), "sizes")
+    nodes = [
+        helper.make_node("Split", ["x", "sizes"], ["a", "b"], name="split", axis=-1),
+        helper.make_node("Neg", ["a"], ["na"], name="neg"),
+        helper.make_node("Concat", ["na", "b"], ["y"], name="cat", axis=-1)
+        if second == "concat"
+        else helper.make_node("Relu", ["b"], ["y"], name="reads_empty"),
+    ]
+    return _model(nodes, [("x", [2, 4, 8])], ["y"], opset=18, inits=[sizes])
+
+
+def test_split_with_an_empty_piece_that_a_concat_drops():
+    m = _rotary_like("concat")
+    x = np.random.default_rng(2).standard_normal((2, 4, 8)).astype(np.float32)
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x})
+    g = from_onnx(m)
+    np.testing.assert_array_equal(_values(g, {"x": x})["y"], want)
+    assert wia_hw.run(g, device="wia-npu").latency_ms > 0
+
+
+def test_an_op_that_reads_an_empty_piece_is_named():
+    with pytest.raises(
+        WorkloadError, match=r"ONNX node 'reads_empty': input 'b' is an empty tensor"
+    ):
+        from_onnx(_rotary_like("relu"))
+
+
+def test_scalar_elementwise_results_run():
+    """A loss's mean: ReduceMean to a scalar, then a scalar Div (rank-0 tensors)."""
+    two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
+    nodes = [
+        helper.make_node("ReduceMean", ["x"], ["m"], name="mean", keepdims=0),
+        helper.make_node("Div", ["m", "two"], ["y"], name="half"),
+    ]
+    m = _model(nodes, [("x", [4, 6])], ["y"], opset=13, inits=[two])
+    g = from_onnx(m)
+    assert g.tensors["y"].shape == ()
+    res = wia_hw.run(g, device="wia-npu")
+    assert res.latency_ms > 0 and res.flops == g.flops()
+
+
+BOOL = onnx.TensorProto.BOOL
+#: (op type, attributes, input kind, opset, extra constant inputs)
+ELEMENTWISE = {
+    "leakyrelu": ("LeakyRelu", {"alpha": 0.1}, "f", 17, ()),
+    "elu": ("Elu", {"alpha": 0.7}, "f", 17, ()),
+    "hardsigmoid": ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, "f", 17, ()),
+    "hardswish": ("HardSwish", {}, "f", 17, ()),
+    "softplus": ("Softplus", {}, "f", 17, ()),
+    "clip_attrs_opset6": ("Clip", {"min": -0.5, "max": 0.25}, "f", 6, ()),
+    "clip_inputs": ("Clip", {}, "f", 13, (np.float32(-0.3), np.float32(0.6))),
+    "clip_min_only": ("Clip", {}, "f", 13, (np.float32(0.1),)),
+    "lrn_3": ("LRN", {"size": 3, "alpha": 0.02, "beta": 0.6, "bias": 1.5}, "f", 17, ()),
+    "lrn_4": ("LRN", {"size": 4}, "f", 17, ()),
+    "equal": ("Equal", {}, "ff", 17, ()),
+    "less": ("Less", {}, "ff", 17, ()),
+    "greater_or_equal": ("GreaterOrEqual", {}, "ff", 17, ()),
+    "xor": ("Xor", {}, "bb", 17, ()),
+    "or": ("Or", {}, "bb", 17, ()),
+    "not": ("Not", {}, "b", 17, ()),
+    "isnan": ("IsNaN", {}, "f", 17, ()),
+    "isinf_positive_only": ("IsInf", {"detect_negative": 0}, "f", 17, ()),
+    "reduce_sum": ("ReduceSum", {"keepdims": 1}, "f", 11, ()),
+    "reduce_max": ("ReduceMax", {"keepdims": 0}, "f", 11, ()),
+    "reduce_min": ("ReduceMin", {"axes": [2, 3]}, "f", 11, ()),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ELEMENTWISE))
+def test_elementwise_semantics_match_onnx_reference(case):
+    """Each op's attributes reach its functional model: values as ONNX's reference."""
+    op, attrs, kinds, opset, consts = ELEMENTWISE[case]
+    rng = np.random.default_rng(sum(map(ord, case)))
+    # onnx 1.23's reference LRN loops its channels over range(N): N = C keeps it right
+    shape = (5, 5, 2, 3) if op == "LRN" else (2, 5, 3, 4)
+    feeds, names, vis = {}, [], []
+    for j, k in enumerate(kinds):
+        n = f"x{j}"
+        if k == "b":
+            feeds[n] = rng.random(shape) > 0.5
+        else:
+            v = rng.standard_normal(shape).astype(np.float32)
+            if j == 1:  # some ties for the comparisons
+                v = np.where(rng.random(shape) < 0.3, feeds["x0"], v)
+            if op in ("IsNaN", "IsInf"):
+                v.flat[::7], v.flat[3::11], v.flat[5::13] = np.nan, np.inf, -np.inf
+            feeds[n] = v
+        names.append(n)
+        vis.append(helper.make_tensor_value_info(n, BOOL if k == "b" else F32, list(shape)))
+    inits = [numpy_helper.from_array(np.array(c), f"c{j}") for j, c in enumerate(consts)]
+    node = helper.make_node(op, names + [i.name for i in inits], ["y"], name="n", **attrs)
+    g = helper.make_graph(
+        node and [node], "e", vis, [helper.make_tensor_value_info("y", 0, None)], inits
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    (want,) = ReferenceEvaluator(m).run(None, feeds)
+    graph = from_onnx(m)
+    got = _values(graph, feeds)["y"]
+    assert got.shape == want.shape
+    if want.dtype == bool:
+        np.testing.assert_array_equal(got.astype(bool), want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_clip_with_a_bound_computed_at_run_time_is_refused_in_functional_mode():
+    nodes = [
+        helper.make_node("ReduceMax", ["x"], ["hi"], name="top", keepdims=0),
+        helper.make_node("Clip", ["x", "", "hi"], ["y"], name="clamp"),
+    ]
+    m = _model(nodes, [("x", [3, 4])], ["y"], opset=13)
+    g = from_onnx(m)
+    assert wia_hw.run(g, device="wia-npu").latency_ms > 0  # timing needs no values
+    with pytest.raises(WorkloadError, match=r"op 'clamp' \(clip\): its bounds are computed"):
+        wia_hw.run(g, device="wia-npu", mode="functional")
