@@ -103,6 +103,8 @@ def _softmax(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
         x = np.where(mask, -np.inf, x)
     x = x - x.max(axis=axis, keepdims=True)
     e = np.exp(x)
+    if attrs.get("log"):  # LogSoftmax: x - max - log(sum(exp))
+        return x - np.log(e.sum(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
 
 
@@ -135,7 +137,26 @@ _COMPARE = {
     "greaterorequal": np.greater_equal,
 }
 _LOGICAL = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}
-_REDUCE = {"mean": np.mean, "sum": np.sum, "max": np.max, "min": np.min}
+
+
+def _arg(pick: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """ArgMax/ArgMin over the flattened ``axis`` dims (the first index of the extreme)."""
+
+    def f(x: np.ndarray, axis: tuple[int, int], keepdims: bool) -> np.ndarray:
+        flat = x.reshape(*x.shape[: axis[0]], -1)
+        return pick(flat, axis=-1).reshape(*x.shape[: axis[0]], 1, 1)
+
+    return f
+
+
+_REDUCE = {
+    "mean": np.mean,
+    "sum": np.sum,
+    "max": np.max,
+    "min": np.min,
+    "argmax": _arg(np.argmax),
+    "argmin": _arg(np.argmin),
+}
 
 
 def _lrn(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
@@ -317,6 +338,15 @@ def evaluate(
         "scale",
         "identity",
         "cast",
+        "log",
+        "reciprocal",
+        "abs",
+        "sin",
+        "cos",
+        "floor",
+        "ceil",
+        "round",
+        "sign",
     ):
         xf = x.astype(np.float32) if kind not in ("identity", "cast") else x
         out = {
@@ -328,6 +358,15 @@ def evaluate(
             "exp": np.exp,
             "sqrt": np.sqrt,
             "neg": np.negative,
+            "log": np.log,
+            "reciprocal": np.reciprocal,
+            "abs": np.abs,
+            "sin": np.sin,
+            "cos": np.cos,
+            "floor": np.floor,
+            "ceil": np.ceil,
+            "round": np.round,  # half to even, as ONNX's Round
+            "sign": np.sign,
             "scale": lambda v: v * np.float32(attrs.get("factor", 1.0)),
             "identity": lambda v: v,
             "cast": lambda v: v,
@@ -389,7 +428,11 @@ def evaluate(
                 f"{', '.join(_REDUCE)}"
             )
         xf = x.astype(np.float32) if how in ("mean", "sum") else x
-        out = _REDUCE[how](xf, axis=(2, 3), keepdims=True)
+        if attrs.get("select_last_index") and how in ("argmax", "argmin"):
+            n = x.shape[2] * x.shape[3]  # the last extreme: the first one from the end
+            out = n - 1 - _REDUCE[how](xf[:, :, ::-1, ::-1], axis=(2, 3), keepdims=True)
+        else:
+            out = _REDUCE[how](xf, axis=(2, 3), keepdims=True)
     elif kind == "reshape":
         out = x.reshape(tuple(out_shape))
     elif kind == "transpose":

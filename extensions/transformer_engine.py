@@ -503,6 +503,8 @@ def _attention_chain_ok(graph: Graph) -> Any:
             return False
         if soft.attrs.get("axis", -1) not in (-1, len(graph.tensors[soft.inputs[0]].shape) - 1):
             return False
+        if soft.attrs.get("log"):  # a log-softmax is no attention's softmax
+            return False
         if ctx.inputs[0] != soft.outputs[0]:
             return False
         qs = graph.tensors[scores.inputs[0]].shape

@@ -179,3 +179,69 @@ def test_clip_with_a_bound_computed_at_run_time_is_refused_in_functional_mode():
     assert wia_hw.run(g, device="wia-npu").latency_ms > 0  # timing needs no values
     with pytest.raises(WorkloadError, match=r"op 'clamp' \(clip\): its bounds are computed"):
         wia_hw.run(g, device="wia-npu", mode="functional")
+
+
+MATH = {
+    "log": ("Log", {}, 13),
+    "reciprocal": ("Reciprocal", {}, 13),
+    "abs": ("Abs", {}, 13),
+    "sin": ("Sin", {}, 13),
+    "cos": ("Cos", {}, 13),
+    "floor": ("Floor", {}, 13),
+    "ceil": ("Ceil", {}, 13),
+    "round": ("Round", {}, 13),
+    "sign": ("Sign", {}, 13),
+    "logsoftmax": ("LogSoftmax", {}, 13),
+    "logsoftmax_axis1": ("LogSoftmax", {"axis": 1}, 13),
+    "logsoftmax_opset11": ("LogSoftmax", {}, 11),
+    "argmax_last": ("ArgMax", {"axis": -1}, 13),
+    "argmin_last_keep0": ("ArgMin", {"axis": 3, "keepdims": 0}, 13),
+    "argmax_select_last": ("ArgMax", {"axis": 3, "select_last_index": 1}, 13),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MATH))
+def test_math_ops_run_at_run_time_as_onnx_reference(case):
+    """Ops once folded only when constant now run on activations."""
+    op, attrs, opset = MATH[case]
+    rng = np.random.default_rng(sum(map(ord, case)))
+    x = rng.standard_normal((2, 5, 3, 4)).astype(np.float32) * 3
+    if op == "Log":
+        x = np.abs(x) + 0.1
+    if op == "Round":
+        x = np.round(x * 2) / 2  # halves: ties to even
+    if op.startswith("Arg"):
+        x = np.round(x)  # ties: the first (or last) index
+    node = helper.make_node(op, ["x"], ["y"], name="n", **attrs)
+    g = helper.make_graph(
+        [node],
+        "m",
+        [helper.make_tensor_value_info("x", F32, list(x.shape))],
+        [helper.make_tensor_value_info("y", 0, None)],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x})
+    if opset < 13:  # onnx's reference runs the newest LogSoftmax; opset 11 flattens from 1
+        flat = x.reshape(2, -1)
+        want = (flat - flat.max(1, keepdims=True)).reshape(x.shape)
+        want = want - np.log(np.exp(want.reshape(2, -1)).sum(1)).reshape(2, 1, 1, 1)
+    graph = from_onnx(m)
+    got = _values(graph, {"x": x})["y"]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert wia_hw.run(graph, device="wia-npu").latency_ms > 0
+
+
+def test_argmax_over_a_middle_axis_is_named():
+    node = helper.make_node("ArgMax", ["x"], ["y"], name="seg", axis=1)
+    g = helper.make_graph(
+        [node],
+        "seg",
+        [helper.make_tensor_value_info("x", F32, [1, 21, 8, 8])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.INT64, None)],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(
+        WorkloadError, match=r"ONNX node 'seg' \(ArgMax\): takes the max over axis 1"
+    ):
+        from_onnx(m)

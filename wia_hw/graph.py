@@ -111,6 +111,16 @@ UNARY_KINDS: dict[str, int] = {
     "leakyrelu": 2,
     "elu": 3,
     "softplus": 3,
+    # elementwise math (ONNX Log, Reciprocal, Abs, Sin, Cos, Floor, Ceil, Round, Sign)
+    "log": 1,
+    "reciprocal": 1,
+    "abs": 1,
+    "sin": 1,
+    "cos": 1,
+    "floor": 1,
+    "ceil": 1,
+    "round": 1,
+    "sign": 1,
 }
 #: Elementwise binary ops, with their FLOPs per output element.
 BINARY_KINDS: dict[str, int] = {

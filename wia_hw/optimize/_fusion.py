@@ -117,7 +117,13 @@ def _match(
 ) -> tuple[str, list[Op]] | None:
     nxt = _only_reader(cons, op) if op.outputs else None
     t = graph.tensors
-    if cfg.fuse_attention and op.kind == "bmm" and nxt is not None and nxt.kind == "softmax":
+    if (
+        cfg.fuse_attention
+        and op.kind == "bmm"
+        and nxt is not None
+        and nxt.kind == "softmax"
+        and not nxt.attrs.get("log")
+    ):
         last = _only_reader(cons, nxt)
         if last is not None and last.kind == "bmm" and _attention_ok(graph, [op, nxt, last]):
             return "attention", [op, nxt, last]

@@ -37,7 +37,10 @@ Neg Identity Cast Clip HardSigmoid     and IsInf are ``isnan``)
 HardSwish LRN Dropout IsNaN IsInf Not
 LeakyRelu Elu Softplus; PRelu          ``leakyrelu``, ``elu``, ``softplus``; ``prelu``
                                        (binary, the slope a weight)
-Softmax, LayerNormalization            ``softmax``, ``layer_norm`` (last axis only)
+Softmax LogSoftmax LayerNormalization  ``softmax`` (LogSoftmax: ``log``), ``layer_norm``
+                                       (last axis only)
+Log Reciprocal Abs Sin Cos Floor Ceil  the unary op; CastLike is ``cast``
+Round Sign CastLike
 Conv                                   ``conv2d`` (1-D or 2-D: any kernel, strides,
                                        dilations, pads; grouped and depthwise through
                                        ``groups``; 1-D as height 1 between views)
@@ -48,9 +51,10 @@ BatchNormalization                     folded into the Conv before it when that 
 MaxPool AveragePool GlobalAveragePool  ``maxpool``, ``avgpool``, ``global_avgpool``
                                        (1-D or 2-D; pads, ceil_mode,
                                        count_include_pad as ONNX)
-ReduceMean ReduceSum ReduceMax         ``global_avgpool`` over the reduced trailing
-ReduceMin                              axes (one add or compare per input element),
-                                       between ``reshape`` views
+ReduceMean ReduceSum ReduceMax         ``global_avgpool`` (``reduce``) over the reduced
+ReduceMin ArgMax ArgMin                trailing axes (one add or compare per input
+                                       element), between ``reshape`` views; ArgMax and
+                                       ArgMin over the last non-unit axis
 Reshape Flatten Squeeze Unsqueeze      ``reshape`` (to the inferred shape)
 Transpose, Concat                      ``transpose``, ``concat``
 Slice, Split                           ``slice`` per output (one axis, step 1)
@@ -137,13 +141,24 @@ _UNARY = {
     "LeakyRelu": "leakyrelu",
     "Elu": "elu",
     "Softplus": "softplus",
+    "CastLike": "cast",
+    "Log": "log",
+    "Reciprocal": "reciprocal",
+    "Abs": "abs",
+    "Sin": "sin",
+    "Cos": "cos",
+    "Floor": "floor",
+    "Ceil": "ceil",
+    "Round": "round",
+    "Sign": "sign",
 }
 _RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
-_REDUCES = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin")
+_REDUCES = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ArgMax", "ArgMin")
 _OTHER = (
     "MatMul",
     "Gemm",
     "Softmax",
+    "LogSoftmax",
     "LayerNormalization",
     "Conv",
     "BatchNormalization",
@@ -179,15 +194,7 @@ FOLDED_OPS = (
     "ScatterElements",
     "Tile",
     "CumSum",
-    "Abs",
-    "Reciprocal",
-    "Floor",
-    "Ceil",
-    "Sign",
     "Mod",
-    "Log",
-    "Sin",
-    "Cos",
 )
 
 
@@ -609,16 +616,18 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
             raise fail(f"A {list(sa)} x B {list(sb)} needs broadcasting that wia-hw does not model")
     elif t == "Gemm":
         _gemm(imp, node, name, a, out, grp, dt)
-    elif t == "Softmax":
+    elif t in ("Softmax", "LogSoftmax"):
         shape = imp.shape(ins[0])
         rank = len(shape)
         axis = a.get("axis", -1 if imp.opset >= 13 else 1) % max(rank, 1)
+        log = {"log": True} if t == "LogSoftmax" else {}
         if imp.opset >= 13 or axis >= rank - 1:
-            imp.add("softmax", name, [v(0)], out, grp, dt, axis=axis - rank if rank else -1)
+            axis = axis - rank if rank else -1
+            imp.add("softmax", name, [v(0)], out, grp, dt, axis=axis, **log)
         else:  # before opset 13: one softmax over the flattened dims from ``axis`` on
             rows = (math.prod(shape[:axis]), math.prod(shape[axis:]))
             flat = imp.add("reshape", f"{name}.flat", [v(0)], f"{out}.flat", grp, dt, shape=rows)
-            y = imp.add("softmax", name, [flat], f"{out}.2d", grp, dt, axis=-1)
+            y = imp.add("softmax", name, [flat], f"{out}.2d", grp, dt, axis=-1, **log)
             imp.add("reshape", f"{name}.unflat", [y], out, grp, dt, shape=shape)
     elif t == "LayerNormalization":
         rank = len(imp.shape(ins[0]))
@@ -1059,12 +1068,27 @@ def _reduce(
     dt: str | None,
     fail: Any,
 ) -> None:
-    """Reduce* over trailing axes: a ``global_avgpool`` over ``[1, rows, reduced, 1]``
-    (one add or compare per input element)."""
+    """Reduce* over trailing axes, ArgMax/ArgMin over the last non-unit axis: a
+    ``global_avgpool`` (``reduce``: mean, sum, max, min, argmax, argmin) over
+    ``[1, rows, reduced, 1]`` (one add or compare per input element)."""
     ins = list(node.input)
     x = imp.shape(ins[0])
     rank = len(x)
-    if "axes" in a:
+    how = node.op_type[6:].lower() if node.op_type.startswith("Reduce") else node.op_type.lower()
+    extra = {}
+    if node.op_type in ("ArgMax", "ArgMin"):  # one axis; the index of the first extreme
+        axes = [a.get("axis", 0)]
+        if a.get("select_last_index", 0):
+            extra["select_last_index"] = True
+        # the trailing dims after the axis are 1 when it is the last non-unit axis
+        ax = axes[0] % rank
+        if any(d != 1 for d in x[ax + 1 :]):
+            raise fail(
+                f"takes the {node.op_type[3:].lower()} over axis {ax} of {list(x)}; "
+                "wia-hw models it over the last non-unit axis only"
+            )
+        axes = list(range(ax, rank))
+    elif "axes" in a:
         axes = list(a["axes"])
     elif len(ins) > 1 and ins[1]:
         vals = imp.const_values(ins[1])
@@ -1098,7 +1122,8 @@ def _reduce(
         out if pooled_shape == oshape else f"{out}.pooled",
         grp,
         dt,
-        reduce=node.op_type[6:].lower(),
+        reduce=how,
+        **extra,
     )
     if pooled != out:
         imp.add("reshape", f"{name}.reshape", [pooled], out, grp, dt, shape=oshape)

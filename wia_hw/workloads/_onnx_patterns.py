@@ -351,7 +351,7 @@ class _Rewriter:
 
     # -- attention -------------------------------------------------------------------
     def attention(self, soft: Op) -> None:
-        if soft.kind != "softmax":
+        if soft.kind != "softmax" or soft.attrs.get("log"):
             return
         rank = len(self.t(soft.inputs[0]).shape)
         if soft.attrs.get("axis", -1) % rank != rank - 1:
