@@ -350,7 +350,23 @@ def evaluate(
     ):
         xf = x.astype(np.float32) if kind not in ("identity", "cast") else x
         out = {
-            "gelu": lambda v: 0.5 * v * (1 + _erf(v / np.float32(math.sqrt(2)))),
+            "gelu": (
+                (
+                    lambda v: (
+                        0.5
+                        * v
+                        * (
+                            1
+                            + np.tanh(
+                                np.float32(math.sqrt(2 / math.pi))
+                                * (v + np.float32(0.044715) * v**3)
+                            )
+                        )
+                    )
+                )
+                if attrs.get("approximate") == "tanh"
+                else (lambda v: 0.5 * v * (1 + _erf(v / np.float32(math.sqrt(2)))))
+            ),
             "relu": lambda v: np.maximum(v, 0),
             "tanh": np.tanh,
             "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
@@ -404,17 +420,24 @@ def evaluate(
             else v.astype(np.int64)
             for v in inputs
         )
-        out = {
-            "add": np.add,
-            "sub": np.subtract,
-            "mul": np.multiply,
-            "div": np.divide,
-            "max": np.maximum,
-            "min": np.minimum,
-            "pow": np.power,
-        }[kind](a, b)
+        if kind == "div" and a.dtype.kind == "i" and b.dtype.kind == "i":
+            # integer division truncates toward zero (ONNX, C); numpy's // floors
+            q = np.abs(a) // np.where(b == 0, 1, np.abs(b))
+            out = np.where((a < 0) ^ (b < 0), -q, q)
+        else:
+            out = {
+                "add": np.add,
+                "sub": np.subtract,
+                "mul": np.multiply,
+                "div": np.divide,
+                "max": np.maximum,
+                "min": np.minimum,
+                "pow": np.power,
+            }[kind](a, b)
     elif kind == "embedding":
         ids, table = inputs
+        if attrs.get("negative_from_end"):  # ONNX Gather: -1 is the last row
+            ids = np.where(ids < 0, ids + table.shape[0], ids)
         if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
             raise WorkloadError(f"op {op_name!r} (embedding): ids outside [0, {table.shape[0]})")
         out = table[ids.astype(np.int64)]

@@ -245,3 +245,88 @@ def test_argmax_over_a_middle_axis_is_named():
         WorkloadError, match=r"ONNX node 'seg' \(ArgMax\): takes the max over axis 1"
     ):
         from_onnx(m)
+
+
+def _one(op, inputs, attrs=None, opset=17, inits=(), out_elem=0):
+    """A one-node model: ``inputs`` is [(name, array)], fed at run time."""
+    node = helper.make_node(
+        op, [n for n, _ in inputs] + [i.name for i in inits], ["y"], name="n", **(attrs or {})
+    )
+    vis = [
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+        for n, v in inputs
+    ]
+    g = helper.make_graph(
+        [node], "one", vis, [helper.make_tensor_value_info("y", out_elem, None)], list(inits)
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_gelu_tanh_approximation():
+    x = np.random.default_rng(3).standard_normal((4, 9)).astype(np.float32) * 3
+    m = _one("Gelu", [("x", x)], {"approximate": "tanh"}, opset=20)
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x})
+    np.testing.assert_allclose(_values(from_onnx(m), {"x": x})["y"], want, rtol=1e-5, atol=1e-6)
+
+
+def test_gather_negative_indices_count_from_the_end():
+    rng = np.random.default_rng(4)
+    table = numpy_helper.from_array(rng.standard_normal((6, 3)).astype(np.float32), "t")
+    ids = np.array([[0, -1], [-6, 2]], np.int64)
+    m = _one("Gather", [("ids", ids)], opset=13, inits=[table])
+    m.graph.node[0].input[:] = ["t", "ids"]
+    (want,) = ReferenceEvaluator(m).run(None, {"ids": ids})
+    got = _values(from_onnx(m), {"ids": ids, "t": numpy_helper.to_array(table)})["y"]
+    np.testing.assert_allclose(got, want)
+
+
+def test_integer_division_truncates_toward_zero():
+    a = np.array([-3, 3, -7, 7, 5], np.int32)
+    b = np.array([2, -2, 2, 3, -5], np.int32)
+    m = _one("Div", [("a", a), ("b", b)], opset=14)
+    (want,) = ReferenceEvaluator(m).run(None, {"a": a, "b": b})
+    got = _values(from_onnx(m), {"a": a, "b": b})["y"]
+    np.testing.assert_array_equal(got.astype(np.int64), want)
+
+
+@pytest.mark.parametrize(
+    "ctm, nm, ok",
+    [
+        ("half_pixel", "round_prefer_floor", True),  # ONNX's defaults
+        ("asymmetric", "floor", True),
+        ("pytorch_half_pixel", "round_prefer_floor", True),
+        ("align_corners", "floor", False),
+        ("asymmetric", "round_prefer_ceil", False),
+        ("half_pixel", "ceil", False),
+    ],
+)
+def test_resize_modes_that_are_not_pixel_repetition_are_refused(ctm, nm, ok):
+    x = np.random.default_rng(5).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    attrs = {"mode": "nearest", "coordinate_transformation_mode": ctm, "nearest_mode": nm}
+    m = _one("Resize", [("x", x)], attrs, opset=13, inits=[scales])
+    m.graph.node[0].input[:] = ["x", "", "scales"]
+    if not ok:
+        with pytest.raises(
+            WorkloadError,
+            match=rf"ONNX node 'n' \(Resize\): coordinate_transformation_mode '{ctm}'",
+        ):
+            from_onnx(m)
+        return
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x})
+    np.testing.assert_array_equal(_values(from_onnx(m), {"x": x})["y"], want)
+
+
+def test_training_mode_graphs_are_refused():
+    x = np.ones((2, 3, 4, 4), np.float32)
+    true = numpy_helper.from_array(np.array(True), "train")
+    ratio = numpy_helper.from_array(np.array(0.5, np.float32), "ratio")
+    m = _one("Dropout", [("x", x)], opset=13, inits=[ratio, true])
+    with pytest.raises(WorkloadError, match=r"\(Dropout\): training_mode is true"):
+        from_onnx(m)
+    params = [numpy_helper.from_array(np.ones(3, np.float32), n) for n in ("s", "b", "mu", "var")]
+    m = _one("BatchNormalization", [("x", x)], {"training_mode": 1}, opset=15, inits=params)
+    m.graph.node[0].output[:] = ["y", "rm", "rv"]  # a training BN has its running stats out
+    m.graph.output.extend([helper.make_tensor_value_info(n, F32, None) for n in ("rm", "rv")])
+    with pytest.raises(WorkloadError, match=r"\(BatchNormalization\): training_mode=1"):
+        from_onnx(m)

@@ -176,7 +176,8 @@ class RunResult:
 
 
 def resolve_workload(workload: str | os.PathLike[str] | Graph, **kwargs: Any) -> Graph:
-    """A graph from a builder name (``"bert-large"``), an ``.onnx`` path, or a Graph."""
+    """A graph from a builder name (``"bert-large"``), an ``.onnx`` path, a SCALE-Sim
+    topology ``.csv`` (:mod:`wia_hw.scalesim`), or a Graph."""
     if isinstance(workload, Graph):
         unused = {k: v for k, v in kwargs.items() if v is not None}
         if unused:
@@ -188,6 +189,11 @@ def resolve_workload(workload: str | os.PathLike[str] | Graph, **kwargs: Any) ->
     from . import workloads
 
     text = os.fspath(workload)
+    if text.lower().endswith(".csv"):  # a SCALE-Sim topology
+        from .scalesim import read_topology
+
+        batch = kwargs.get("batch")
+        return read_topology(text, **({"batch": batch} if batch is not None else {}))
     if text.lower().endswith(".onnx"):
         onnx_kw = {k: v for k, v in kwargs.items() if k in ("batch",) and v is not None}
         return workloads.from_onnx(text, **onnx_kw)

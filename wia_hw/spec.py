@@ -103,8 +103,9 @@ def load_spec(
 ) -> DeviceSpec | ClusterSpec:
     """Load and validate a device or cluster spec.
 
-    ``spec`` is a built-in name (``"wia-npu"``), a path to a YAML file, a mapping of the
-    same form, or an already-built spec (then only ``overrides`` are applied).
+    ``spec`` is a built-in name (``"wia-npu"``), a path to a YAML file, a SCALE-Sim
+    ``.cfg`` (:func:`wia_hw.scalesim.config_mapping` over ``wia-npu``), a mapping of
+    the same form, or an already-built spec (then only ``overrides`` are applied).
     ``overrides`` maps dotted field paths to values (``{"compute.array.rows": 64}``) and
     is validated exactly like the file. A cluster spec's ``device`` may name a device
     spec; ``device.<field>`` overrides then reach into it.
@@ -116,6 +117,10 @@ def load_spec(
         data, display = to_mapping(spec), spec.name
     elif isinstance(spec, Mapping):
         data, display = copy.deepcopy(dict(spec)), "<mapping>"
+    elif str(spec).lower().endswith(".cfg"):  # a SCALE-Sim configuration
+        from .scalesim import config_mapping
+
+        data, display = config_mapping(spec), str(spec)
     else:
         data, lines, display = _read(spec)
 

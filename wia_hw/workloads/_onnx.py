@@ -468,6 +468,17 @@ def _unary_attrs(imp: _Importer, node: Any, a: dict[str, Any]) -> dict[str, Any]
     IsInf against IsNaN."""
     t = node.op_type
     out = {k: a.get(k, d) for k, d in _UNARY_ATTRS.get(t, ())}
+    if t == "Gelu" and a.get("approximate", b"none") in (b"tanh", "tanh"):
+        out["approximate"] = "tanh"
+    if t == "Dropout":  # inference only: a training-mode Dropout draws a random mask
+        train = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        vals = imp.const_values(train) if train else None
+        if train and (vals is None or bool(vals.reshape(-1)[0])):
+            raise WorkloadError(
+                f"ONNX node {node.name or t!r} (Dropout): training_mode is "
+                f"{'true' if vals is not None else 'computed at run time'}; wia-hw imports "
+                "inference graphs (Dropout is the identity)"
+            )
     if t in ("IsNaN", "IsInf"):
         out["op"] = t.lower()
     if t == "Clip":
@@ -683,6 +694,11 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
         if bn is not None:
             node = bn
     elif t == "BatchNormalization":
+        if a.get("training_mode", 0):
+            raise fail(
+                "training_mode=1 normalises by the batch's statistics; wia-hw imports "
+                "inference graphs (BatchNormalization with its running statistics)"
+            )
         x = imp.shape(ins[0])
         if len(x) < 2:
             raise fail(f"input {list(x)} has no channel axis")
@@ -872,7 +888,8 @@ def _gather(
     data = imp.shape(ins[0])
     axis = a.get("axis", 0) % max(len(data), 1)
     if ins[0] in imp.consts and axis == 0 and len(data) == 2:
-        imp.add("embedding", name, [imp.value(ins[1], name), imp.value(ins[0], name)], out, grp, dt)
+        ids, table = imp.value(ins[1], name), imp.value(ins[0], name)
+        imp.add("embedding", name, [ids, table], out, grp, dt, negative_from_end=True)
         return
     oshape = _out_shape(imp, out, fail)
     idx = imp.const_values(ins[1])
@@ -912,6 +929,7 @@ def _gather(
         f"{out}.gather" if oshape != imp.b.shape(ids) + (rest,) else out,
         grp,
         dt,
+        negative_from_end=True,  # ONNX Gather: -1 is the last row
     )
     if got != out:
         imp.add("reshape", f"{name}.reshape", [got], out, grp, dt, shape=oshape)
@@ -1256,6 +1274,20 @@ def _resize(
     if len(x) != 4 or y[:2] != x[:2] or any(b % a_ for a_, b in zip(x[2:], y[2:], strict=True)):
         raise fail(f"{list(x)} -> {list(y)} is not an integer upscale of [N, C, H, W]")
     fh, fw = y[2] // x[2], y[3] // x[3]
+    ctm = a.get("coordinate_transformation_mode", b"half_pixel")
+    ctm = ctm.decode() if isinstance(ctm, bytes) else ctm
+    nm = a.get("nearest_mode", b"round_prefer_floor")
+    nm = nm.decode() if isinstance(nm, bytes) else nm
+    if node.op_type == "Upsample" or imp.opset < 11:  # Upsample, Resize-10: asymmetric floor
+        ctm, nm = "asymmetric", "floor"
+    for n_in, n_out in ((x[2], y[2]), (x[3], y[3])):
+        got = _nearest_source(n_in, n_out, ctm, nm)
+        if got is None or got != [i * n_in // n_out for i in range(n_out)]:
+            raise fail(
+                f"coordinate_transformation_mode {ctm!r} with nearest_mode {nm!r} does not "
+                f"repeat each of {n_in} pixels {n_out // n_in} times; wia-hw models nearest "
+                "upsampling as pixel repetition"
+            )
     v = imp.add(
         "reshape",
         f"{name}.expand_dims",
@@ -1270,6 +1302,40 @@ def _resize(
     if fh > 1:
         v = imp.add("concat", f"{name}.repeat_h", [v] * fh, f"{out}.h", grp, dt, axis=3)
     imp.add("reshape", name, [v], out, grp, dt, shape=y)
+
+
+def _nearest_source(n_in: int, n_out: int, ctm: str, nm: str) -> list[int] | None:
+    """The input index each output index of a nearest Resize reads on one axis (ONNX's
+    coordinate transformation and rounding), or None for a mode it does not define."""
+    scale = n_out / n_in
+    out = []
+    for i in range(n_out):
+        if ctm in ("half_pixel", "half_pixel_symmetric"):
+            off = n_in / 2 * (1 - n_out / (scale * n_in)) if ctm == "half_pixel_symmetric" else 0
+            xo = off + (i + 0.5) / scale - 0.5
+        elif ctm == "pytorch_half_pixel":
+            xo = (i + 0.5) / scale - 0.5 if n_out > 1 else 0.0
+        elif ctm == "align_corners":
+            xo = i * (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+        elif ctm == "asymmetric":
+            xo = i / scale
+        elif ctm == "tf_half_pixel_for_nn":
+            xo = (i + 0.5) / scale
+        else:
+            return None
+        frac = xo - math.floor(xo)
+        if nm == "floor":
+            k = math.floor(xo)
+        elif nm == "ceil":
+            k = math.ceil(xo)
+        elif nm == "round_prefer_floor":
+            k = math.floor(xo) if frac <= 0.5 else math.ceil(xo)
+        elif nm == "round_prefer_ceil":
+            k = math.floor(xo) if frac < 0.5 else math.ceil(xo)
+        else:
+            return None
+        out.append(min(max(k, 0), n_in - 1))
+    return out
 
 
 def _fold_candidates(imp: _Importer) -> None:
