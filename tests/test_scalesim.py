@@ -8,9 +8,9 @@ import math
 
 import numpy as np
 import pytest
+from wia_hw.emulator.errors import SpecError, WorkloadError
 
 import wia_hw
-from wia_hw.emulator.errors import SpecError, WorkloadError
 from wia_hw.scalesim import config_mapping, read_topology
 from wia_hw.spec import load_spec
 
