@@ -26,6 +26,7 @@ PAGES = {
     "SWEEPS.md": True,
     "REPORTS.md": False,
     "GENERATION.md": True,
+    "SCALESIM.md": True,
 }
 
 
