@@ -236,3 +236,10 @@ def test_layer_cycles_equal_scalesim_s_fold_by_fold():
         assert ours == cycles, (cfg, topo)
         checked += len(ours)
     assert checked == sum(map(len, peer.values()))
+
+
+def test_sizes_a_topology_fixes_are_refused():
+    with pytest.raises(WorkloadError, match=r"gemm.csv: seq does not apply to a SCALE-Sim"):
+        wia_hw.run(str(PEER / "gemm.csv"), seq=128)
+    res = wia_hw.run(str(PEER / "conv.csv"), batch=2)  # batch: images per conv layer
+    assert res.counters.macs == 2 * read_topology(PEER / "conv.csv").macs()

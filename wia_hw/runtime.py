@@ -192,6 +192,12 @@ def resolve_workload(workload: str | os.PathLike[str] | Graph, **kwargs: Any) ->
     if text.lower().endswith(".csv"):  # a SCALE-Sim topology
         from .scalesim import read_topology
 
+        extra = [k for k, v in kwargs.items() if v is not None and k != "batch"]
+        if extra:
+            raise WorkloadError(
+                f"{text}: {', '.join(extra)} does not apply to a SCALE-Sim topology "
+                "(its layers fix every size; batch sets the images per conv layer)"
+            )
         batch = kwargs.get("batch")
         return read_topology(text, **({"batch": batch} if batch is not None else {}))
     if text.lower().endswith(".onnx"):
