@@ -66,10 +66,35 @@ def _nonneg_int(obj: Any, name: str) -> None:
         raise SpecError(f"must be a non-negative integer, got {v!r}", field=name)
 
 
+#: The most cores and HBM channels one device may have: the emulator keeps state per
+#: core and per channel, and a value past this (a typo, a hostile file) would take the
+#: machine's memory instead of giving an answer.
+MAX_UNITS = 4096
+#: The least bandwidth (GB/s, 1 kB/s) a port may have: below it a transfer's cycles
+#: outgrow a float.
+MIN_BANDWIDTH_GBS = 1e-6
+#: The slowest clock a device may have (1 kHz): below it times outgrow a float.
+MIN_CLOCK_GHZ = 1e-6
+
+
+def _at_most(obj: Any, name: str, most: int, why: str) -> None:
+    v = getattr(obj, name)
+    if v > most:
+        raise SpecError(f"must be at most {most:,} ({why}), got {v!r}", field=name)
+
+
 def _pos_num(obj: Any, name: str) -> None:
     v = getattr(obj, name)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or math.isinf(v):
         raise SpecError(f"must be a positive number, got {v!r}", field=name)
+
+
+def _bandwidth(obj: Any, name: str) -> None:
+    _pos_num(obj, name)
+    if getattr(obj, name) < MIN_BANDWIDTH_GBS:
+        raise SpecError(
+            f"must be at least {MIN_BANDWIDTH_GBS:g} GB/s, got {getattr(obj, name)!r}", field=name
+        )
 
 
 def _nonneg_num(obj: Any, name: str) -> None:
@@ -247,6 +272,7 @@ class ComputeConfig:
 
     def __post_init__(self) -> None:
         _pos_int(self, "cores")
+        _at_most(self, "cores", MAX_UNITS, "the emulator keeps state per core")
         _pos_int(self, "arrays_per_core")
         if self.tile_schedule not in TILE_SCHEDULES:
             raise SpecError(
@@ -269,7 +295,7 @@ class CacheConfig:
 
     def __post_init__(self) -> None:
         _pos_int(self, "size_kib")
-        _pos_num(self, "bandwidth_gbs")
+        _bandwidth(self, "bandwidth_gbs")
         _nonneg_int(self, "latency_cycles")
 
     @property
@@ -323,8 +349,9 @@ class HBMConfig:
 
     def __post_init__(self) -> None:
         _pos_num(self, "size_gib")
-        _pos_num(self, "bandwidth_gbs")
+        _bandwidth(self, "bandwidth_gbs")
         _pos_int(self, "channels")
+        _at_most(self, "channels", MAX_UNITS, "the emulator keeps state per channel")
         _nonneg_num(self, "latency_ns")
         _pos_int(self, "interleave_bytes")
         _pow2(self, "interleave_bytes")
@@ -508,6 +535,11 @@ class DeviceSpec:
         if not isinstance(self.name, str) or not self.name:
             raise SpecError(f"must be a non-empty string, got {self.name!r}", field="name")
         _pos_num(self, "clock_ghz")
+        if self.clock_ghz < MIN_CLOCK_GHZ:
+            raise SpecError(
+                f"must be at least {MIN_CLOCK_GHZ:g} GHz (1 kHz), got {self.clock_ghz!r}",
+                field="clock_ghz",
+            )
         supported, mac_pj = self.compute.array.macs_per_pe_cycle, self.energy.pj_per_mac
         missing = [p for p in supported if p not in mac_pj]
         if missing:
@@ -606,7 +638,7 @@ class LinkConfig:
     edges: list[list[int]] | None = None
 
     def __post_init__(self) -> None:
-        _pos_num(self, "bandwidth_gbs")
+        _bandwidth(self, "bandwidth_gbs")
         _nonneg_num(self, "latency_us")
         topologies = ("ring", "fully_connected", "switch", "torus2d", "hierarchical", "custom")
         if self.topology not in topologies:
@@ -627,7 +659,7 @@ class LinkConfig:
                     f"only a {topo} topology takes it (topology is {self.topology})", field=name
                 )
         if self.switch_bandwidth_gbs is not None:
-            _pos_num(self, "switch_bandwidth_gbs")
+            _bandwidth(self, "switch_bandwidth_gbs")
         if self.inter_node_latency_us is not None:
             _nonneg_num(self, "inter_node_latency_us")
         if self.topology == "hierarchical":
@@ -635,7 +667,7 @@ class LinkConfig:
                 if getattr(self, name) is None:
                     raise SpecError("a hierarchical topology needs it", field=name)
             _pos_int(self, "devices_per_node")
-            _pos_num(self, "inter_node_bandwidth_gbs")
+            _bandwidth(self, "inter_node_bandwidth_gbs")
         if self.topology == "custom" and self.edges is None:
             raise SpecError("a custom topology needs its edges ([[a, b], ...])", field="edges")
         for name, n in (("torus_dims", 2), ("edges", None)):

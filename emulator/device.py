@@ -813,11 +813,15 @@ class Device:
         mem = self.memory
         setup = self.spec.dma.setup_cycles
         t0 = self.now
-        engines = [t0] * self.spec.dma.engines_per_core  # the cycle each DMA engine is free
+        # a load waits for its (double-buffered) operand buffer, so more than 2 loads in
+        # flight change nothing, and more engines than loads in flight + 1 (the result
+        # stores' stream) are never all busy: both are cut there, exactly
+        in_flight = min(self.spec.dma.loads_in_flight, 2)
+        engines = [t0] * min(self.spec.dma.engines_per_core, in_flight + 1)  # free cycles
         ld = t0  # the cycle the last operand load completes
         # the completions of the last `loads_in_flight` loads: a load issues once the
         # one that many back has completed (1: the previous one)
-        lds = deque([t0] * self.spec.dma.loads_in_flight, maxlen=self.spec.dma.loads_in_flight)
+        lds = deque([t0] * in_flight, maxlen=in_flight)
         slot_free = [t0, t0]
         comp_done = t0
         store_done = t0

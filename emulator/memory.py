@@ -42,6 +42,7 @@ from itertools import chain, repeat
 
 from .config import DeviceSpec
 from .counters import Counters
+from .errors import SpecError
 from .kernels import Region, TensorRef
 
 __all__ = [
@@ -271,6 +272,11 @@ def hbm_spread(addr: int, nbytes: int, channels: int, interleave_bytes: int) -> 
     return out
 
 
+#: The most blocks one tensor may span (``memory.block_bytes`` too small for the
+#: workload): past it the emulator's per-block state outgrows a machine's memory.
+MAX_BLOCKS_PER_TENSOR = 1 << 22
+
+
 @dataclass(frozen=True)
 class BlockLayout:
     """Tiled layout of one tensor: id ``tid``, blocks of ``br`` rows x ``bc`` cols."""
@@ -291,7 +297,16 @@ class BlockLayout:
         # a view at an offset, met before its storage: the storage reaches at least to
         # the view's end (rows of the view's width), so the view maps onto it
         rows = -(-(ref.offset + ref.rows * ref.cols) // ref.cols)
-        return cls(tid, rows, ref.cols, br, bc, ref.elem_bytes)
+        out = cls(tid, rows, ref.cols, br, bc, ref.elem_bytes)
+        if out.block_rows * out.block_cols > MAX_BLOCKS_PER_TENSOR:
+            raise SpecError(
+                f"tensor {ref.name!r} ({ref.rows} x {ref.cols} x {ref.elem_bytes} B) would be "
+                f"{out.block_rows * out.block_cols:,} blocks of {block_bytes} B; the emulator "
+                f"tracks every block and takes at most {MAX_BLOCKS_PER_TENSOR:,} per tensor: "
+                "raise memory.block_bytes",
+                field="memory.block_bytes",
+            )
+        return out
 
     @property
     def block_rows(self) -> int:

@@ -170,3 +170,48 @@ def test_spec_roundtrip_through_mapping():
 
     s = load_spec("wia-edge")
     assert load_spec(to_mapping(s)) == s
+
+
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        ("compute.cores", 10**20, r"compute.cores: must be at most 4,096"),
+        ("memory.hbm.channels", 10**6, r"memory.hbm.channels: must be at most 4,096"),
+        (
+            "memory.hbm.bandwidth_gbs",
+            1e-300,
+            r"memory.hbm.bandwidth_gbs: must be at least 1e-06 GB/s",
+        ),
+        ("memory.l2.bandwidth_gbs", 1e-12, r"memory.l2.bandwidth_gbs: must be at least 1e-06"),
+        ("clock_ghz", 1e-300, r"clock_ghz: must be at least 1e-06 GHz"),
+    ],
+)
+def test_values_that_would_exhaust_the_machine_are_refused_at_load(field, value, match):
+    """A hostile or mistyped spec gets a one-line error at load, not a hang or a crash."""
+    with pytest.raises(SpecError, match=match):
+        load_spec("wia-npu", {field: value})
+
+
+def test_a_block_size_too_small_for_the_workload_names_the_tensor():
+    with pytest.raises(SpecError, match=r"tensor '.*' \(.*\) would be [\d,]+ blocks of 1 B"):
+        wia_hw.run(
+            "bert-base", seq=16, batch=1, device=load_spec("wia-npu", {"memory.block_bytes": 1})
+        )
+
+
+def test_dma_fields_past_what_changes_anything_cost_nothing():
+    """More than 2 loads in flight or more engines than loads + 1 change no cycle (a load
+    waits for its double-buffered operand slot), so huge values run as fast as those."""
+    base = wia_hw.run(
+        "bert-base",
+        seq=16,
+        batch=1,
+        device=load_spec("wia-npu", {"dma.loads_in_flight": 2, "dma.engines_per_core": 3}),
+    )
+    huge = wia_hw.run(
+        "bert-base",
+        seq=16,
+        batch=1,
+        device=load_spec("wia-npu", {"dma.loads_in_flight": 10**8, "dma.engines_per_core": 10**8}),
+    )
+    assert huge.cycles == base.cycles and huge.to_dict()["kernels"] == base.to_dict()["kernels"]
