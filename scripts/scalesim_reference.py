@@ -38,12 +38,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DATA / "compute_report.csv")
     args = ap.parse_args(argv)
     version = subprocess.run(
-        [args.python, "-c", "import importlib.metadata as m; say(m.version('scalesim'))"],
+        [
+            args.python,
+            "-c",
+            "import importlib.metadata as m; "
+            "print(m.version('scalesim'), '(numpy', m.version('numpy') + ')')",
+        ],
         capture_output=True,
         text=True,
     )
     if version.returncode:
-        say(f"{args.python} has no scalesim: {version.stderr.strip().splitlines()[-1]}")
+        why = (version.stderr.strip().splitlines() or ["it did not run"])[-1]
+        say(f"{args.python} has no scalesim: {why}")
         return 2
     rows = []
     for cfg in sorted(DATA.glob("*.cfg")):
@@ -67,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append([cfg.stem, topo, int(r[0]), int(r[1]), int(r[2]), int(r[3])])
             say(f"{cfg.name} {topo}: {len(body)} layers in {wall:.1f} s")
     with args.out.open("w", newline="") as f:
+        f.write(f"# scalesim {version.stdout.strip()}, scripts/scalesim_reference.py\n")
         w = csv.writer(f)
-        w.writerow([f"# scalesim {version.stdout.strip()}, scripts/scalesim_reference.py"])
         w.writerow(["config", "topology", "layer_id", "cycles_with_prefetch", "cycles", "stalls"])
         w.writerows(rows)
     say(f"wrote {len(rows)} rows to {args.out}")
