@@ -383,7 +383,8 @@ def evaluate(
             "ceil": np.ceil,
             "round": np.round,  # half to even, as ONNX's Round
             "sign": np.sign,
-            "scale": lambda v: v * np.float32(attrs.get("factor", 1.0)),
+            # one factor, or one per element of the last axis (a GatherND's strides)
+            "scale": lambda v: v * np.asarray(attrs.get("factor", 1.0), dtype=np.float32),
             "identity": lambda v: v,
             "cast": lambda v: v,
         }[kind](xf)
@@ -438,6 +439,17 @@ def evaluate(
         ids, table = inputs
         if attrs.get("negative_from_end"):  # ONNX Gather: -1 is the last row
             ids = np.where(ids < 0, ids + table.shape[0], ids)
+        el = attrs.get("elements_of")
+        if el:  # GatherElements: ids count along one axis of data; the rest is position
+            data, axis = tuple(el["data"]), int(el["axis"])
+            pos = list(np.indices(tuple(el["index"])))
+            along = ids.reshape(tuple(el["index"])).astype(np.int64)
+            pos[axis] = np.where(along < 0, along + data[axis], along)
+            if (pos[axis] < 0).any() or (pos[axis] >= data[axis]).any():
+                raise WorkloadError(
+                    f"op {op_name!r} (embedding): indices outside [0, {data[axis]}) on axis {axis}"
+                )
+            ids = np.ravel_multi_index(tuple(pos), data).reshape(ids.shape)
         if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
             raise WorkloadError(f"op {op_name!r} (embedding): ids outside [0, {table.shape[0]})")
         out = table[ids.astype(np.int64)]
@@ -450,7 +462,8 @@ def evaluate(
                 f"op {op_name!r} (global_avgpool): reduce {how!r} is not one of "
                 f"{', '.join(_REDUCE)}"
             )
-        xf = x.astype(np.float32) if how in ("mean", "sum") else x
+        # integers sum exactly (a GatherND's row index); floats in fp32
+        xf = x.astype(np.float32) if how == "mean" or how == "sum" and x.dtype.kind == "f" else x
         if attrs.get("select_last_index") and how in ("argmax", "argmin"):
             n = x.shape[2] * x.shape[3]  # the last extreme: the first one from the end
             out = n - 1 - _REDUCE[how](xf[:, :, ::-1, ::-1], axis=(2, 3), keepdims=True)

@@ -330,3 +330,42 @@ def test_training_mode_graphs_are_refused():
     m.graph.output.extend([helper.make_tensor_value_info(n, F32, None) for n in ("rm", "rv")])
     with pytest.raises(WorkloadError, match=r"\(BatchNormalization\): training_mode=1"):
         from_onnx(m)
+
+
+@pytest.mark.parametrize(
+    "data_shape, idx_shape, axis",
+    [
+        ((3, 4), (2, 4), 0),
+        ((3, 4), (3, 2), 1),
+        ((2, 3, 5), (2, 3, 4), 2),
+        ((4, 3, 2), (2, 3, 2), -3),
+    ],
+)
+def test_gather_elements_reads_each_element_at_its_own_position(data_shape, idx_shape, axis):
+    rng = np.random.default_rng(sum(data_shape) + axis)
+    x = rng.standard_normal(data_shape).astype(np.float32)
+    n = data_shape[axis]
+    idx = rng.integers(-n, n, idx_shape).astype(np.int64)  # negatives count from the end
+    m = _one("GatherElements", [("x", x), ("i", idx)], {"axis": axis}, opset=13)
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x, "i": idx})
+    got = _values(from_onnx(m), {"x": x, "i": idx})["y"]
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "data_shape, idx_shape",
+    [((4, 5), (3, 2)), ((2, 3, 4), (5, 2)), ((2, 3, 4), (2, 2, 3)), ((6, 2), (4, 1))],
+)
+def test_gather_nd_linearises_every_index_column(data_shape, idx_shape):
+    rng = np.random.default_rng(sum(data_shape) + sum(idx_shape))
+    x = rng.standard_normal(data_shape).astype(np.float32)
+    k = idx_shape[-1]
+    idx = np.stack([rng.integers(0, data_shape[j], idx_shape[:-1]) for j in range(k)], -1)
+    m = _one("GatherND", [("x", x), ("i", idx.astype(np.int64))], opset=13)
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x, "i": idx})
+    g = from_onnx(m)
+    got = _values(g, {"x": x, "i": idx})["y"]
+    np.testing.assert_array_equal(got, want)
+    # the row index costs a multiply and an add per index element (k > 1)
+    extra = sum(g.flops(o) for o in g.ops if o.kind in ("scale", "global_avgpool"))
+    assert extra == (2 * idx.size if k > 1 else 0)

@@ -64,7 +64,8 @@ Gather                                 ``embedding`` (a 2-D constant table, or a
 GatherElements                         ``embedding`` of the flattened data (one row
                                        per output element)
 GatherND (batch_dims 0)                ``embedding`` of ``data`` as rows (one row per
-                                       index row)
+                                       index row, its linearised index a ``scale``
+                                       and a ``global_avgpool`` sum)
 Where, Expand, Trilu                   one binary op per element of the output
                                        (``add``/``mul`` with the constant operands
                                        merged into one weight)
@@ -964,7 +965,18 @@ def _gather_elements(
         None,
         shape=(math.prod(idx),),
     )
-    got = imp.add("embedding", name, [ids, table], f"{out}.gather", grp, dt)
+    # the index of each element counts along ``axis`` only; its other coordinates are
+    # its own position in the index tensor (functional mode reads them from here)
+    axis = _attrs(node).get("axis", 0) % len(data)
+    got = imp.add(
+        "embedding",
+        name,
+        [ids, table],
+        f"{out}.gather",
+        grp,
+        dt,
+        elements_of={"data": list(data), "index": list(idx), "axis": axis},
+    )
     imp.add("reshape", f"{name}.reshape", [got], out, grp, dt, shape=idx)
 
 
@@ -980,9 +992,9 @@ def _gather_nd(
 ) -> None:
     """GatherND (``batch_dims`` 0): each index row ``[k]`` picks a slice
     ``data[i0, .., ik-1]``: an ``embedding`` of ``data`` viewed as
-    ``[prod(data[:k]), prod(data[k:])]`` rows, read by the first index column (a
-    ``slice``, standing for the linearised row index, whose k-1 multiply-adds per row
-    are not counted)."""
+    ``[prod(data[:k]), prod(data[k:])]`` rows, read by the linearised row index: the
+    index rows times the row strides of ``data[:k]`` (a ``scale`` by one factor per
+    column), summed (a ``global_avgpool`` sum); one index column needs neither."""
     if a.get("batch_dims", 0):
         raise fail(f"batch_dims={a['batch_dims']} is not modelled (only 0)")
     ins = list(node.input)
@@ -999,21 +1011,28 @@ def _gather_nd(
         None,
         shape=(rows, rest),
     )
+    n = math.prod(idx[:-1])
     ids = imp.add(
-        "slice",
-        f"{name}.row_index",
+        "reshape",
+        f"{name}.index_rows",
         [imp.value(ins[1], name)],
         f"{out}.index",
         grp,
         None,
-        axis=len(idx) - 1,
-        start=0,
-        stop=1,
+        shape=(1, n, 1, k),
     )
-    ids = imp.add(
-        "reshape", f"{name}.ids", [ids], f"{out}.ids", grp, None, shape=(math.prod(idx[:-1]),)
+    if k > 1:  # the row index: sum of index x stride over the k columns
+        strides = [math.prod(data[j + 1 : k]) for j in range(k)]
+        ids = imp.add(
+            "scale", f"{name}.strided", [ids], f"{out}.strided", grp, None, factor=strides
+        )
+        ids = imp.add(
+            "global_avgpool", f"{name}.row_index", [ids], f"{out}.row", grp, None, reduce="sum"
+        )
+    ids = imp.add("reshape", f"{name}.ids", [ids], f"{out}.ids", grp, None, shape=(n,))
+    got = imp.add(
+        "embedding", name, [ids, table], f"{out}.gather", grp, dt, negative_from_end=k == 1
     )
-    got = imp.add("embedding", name, [ids, table], f"{out}.gather", grp, dt)
     imp.add("reshape", f"{name}.reshape", [got], out, grp, dt, shape=oshape)
 
 
