@@ -408,6 +408,9 @@ def evaluate(
             out = table[how](a, b)
     elif kind == "not":
         out = np.logical_not(x)
+    elif kind == "where":
+        cond, a, b = inputs
+        out = np.where(cond.astype(bool), a, b)
     elif kind == "isnan":
         if attrs.get("op") == "isinf":
             pos, neg = attrs.get("detect_positive", 1), attrs.get("detect_negative", 1)

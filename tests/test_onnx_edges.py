@@ -369,3 +369,43 @@ def test_gather_nd_linearises_every_index_column(data_shape, idx_shape):
     # the row index costs a multiply and an add per index element (k > 1)
     extra = sum(g.flops(o) for o in g.ops if o.kind in ("scale", "global_avgpool"))
     assert extra == (2 * idx.size if k > 1 else 0)
+
+
+@pytest.mark.parametrize("consts", ["none", "y", "cond"])
+def test_where_selects_as_onnx(consts):
+    """A run-time condition (Clip's expansion: Less + Where), or two run-time branches
+    under a constant condition: a ``where`` op, one select per element."""
+    rng = np.random.default_rng(len(consts))
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    other = rng.standard_normal((4, 5)).astype(np.float32)  # broadcast
+    inits, feeds = [], {"x": x}
+    if consts == "y":
+        inits.append(numpy_helper.from_array(other, "o"))
+        nodes = [
+            helper.make_node("Less", ["x", "o"], ["c"], name="lt"),
+            helper.make_node("Where", ["c", "o", "x"], ["y"], name="sel"),
+        ]
+    elif consts == "cond":
+        inits.append(numpy_helper.from_array(rng.random((4, 5)) > 0.5, "c"))
+        nodes = [
+            helper.make_node("Neg", ["x"], ["nx"], name="neg"),
+            helper.make_node("Where", ["c", "x", "nx"], ["y"], name="sel"),
+        ]
+    else:
+        nodes = [
+            helper.make_node("Greater", ["x", "o"], ["c"], name="gt"),
+            helper.make_node("Where", ["c", "x", "o"], ["y"], name="sel"),
+        ]
+        feeds["o"] = other
+    ins = [helper.make_tensor_value_info(n, F32, list(v.shape)) for n, v in feeds.items()]
+    g = helper.make_graph(nodes, "w", ins, [helper.make_tensor_value_info("y", F32, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    (want,) = ReferenceEvaluator(m).run(None, feeds)
+    graph = from_onnx(m)
+    assert [o.kind for o in graph.ops if o.name == "sel"] == ["where"]
+    vals = dict(feeds)
+    vals.update({i.name: numpy_helper.to_array(i) for i in inits})
+    np.testing.assert_array_equal(_values(graph, vals)["y"], want)
+    sel = next(o for o in graph.ops if o.name == "sel")
+    assert graph.flops(sel) == want.size  # one select per element
+    assert wia_hw.run(graph, device="wia-npu").latency_ms > 0

@@ -332,3 +332,18 @@ def test_conv_backward_shapes_for_any_window(seed):
         assert got == [dx.output[0]] == [(2, c, 11, 9)]
     else:
         assert by["c1.grad_col"].macs == macs
+
+
+def test_where_backward_selects_the_gradient_into_each_branch():
+    g = GraphBuilder("w", "fp16")
+    x = g.input("x", (4, 8))
+    h = g.linear("fc", x, 8)
+    c = g.input("c", (4, 8), "bool")
+    w = g.weight("fill", (8,))
+    g.op("where", "sel", [c, h, w])
+    tk = training_kernels(g.graph())
+    by = {k.name: k for k in tk.backward}
+    assert by["sel.grad_1"].kind == "where" and by["sel.grad_1"].output[0] == (4, 8)
+    assert by["sel.grad_2"].kind == "where"
+    assert math.prod(by["sel.grad_2_sum"].output[0]) == 8  # the broadcast fill: summed
+    assert "fill" in by["sel.grad_2_sum"].params

@@ -26,6 +26,7 @@ binary (``add`` ...)    a, b (numpy broadcasting)                    broadcast s
 ``transpose``           x                                            permuted by ``perm``
 ``concat``              xs                                           joined on ``axis``
 ``slice``               x                                            ``axis``, ``start``, ``stop``
+``where``               cond, x, y (numpy broadcasting)              broadcast shape
 ======================  ===========================================  =================
 
 Window attributes (``conv2d``, ``maxpool``, ``avgpool``; :func:`window` reads them):
@@ -146,6 +147,7 @@ OTHER_KINDS = (
     "transpose",
     "concat",
     "slice",
+    "where",
 )
 OP_KINDS = GEMM_KINDS + tuple(UNARY_KINDS) + tuple(BINARY_KINDS) + OTHER_KINDS
 #: FLOPs per element of the reductions: softmax (max, sub, exp, sum, div),
@@ -315,6 +317,9 @@ def infer_shapes(op: Op, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, .
     if k in BINARY_KINDS:
         need(2)
         return [_broadcast(n, shapes[0], shapes[1])]
+    if k == "where":  # condition, x, y
+        need(3)
+        return [_broadcast(n, _broadcast(n, shapes[0], shapes[1]), shapes[2])]
     if k == "embedding":
         need(2)
         ids, table = shapes
@@ -444,6 +449,8 @@ def op_flops(
         return BINARY_KINDS[op.kind] * out
     if op.kind == "softmax":
         return SOFTMAX_FLOPS_PER_ELEMENT * out
+    if op.kind == "where":  # one select per output element
+        return out
     if op.kind == "layer_norm":
         return LAYER_NORM_FLOPS_PER_ELEMENT * out
     if op.kind in ("maxpool", "avgpool"):
@@ -605,6 +612,8 @@ class GraphBuilder:
                 else first
             )
             if kind == "embedding":
+                dtype = self._tensors[inputs[1]].dtype
+            if kind == "where":  # the branches' type, not the condition's
                 dtype = self._tensors[inputs[1]].dtype
         self._add_tensor(Tensor(out or name, shape, dtype, "activation"))
         self._op_names.add(name)

@@ -77,6 +77,7 @@ _VCLASS = {
     "concat": "copy",
     "slice": "copy",
     "cast": "elementwise",
+    "where": "elementwise",
 }
 
 #: A provider lowers one op to kernels (the extension registry adds more).

@@ -461,6 +461,21 @@ class _Builder:
                     self.ready_now.extend(mine)
                 self.add_grad(i)
             return
+        if k == "where":  # dX = where(cond, dY, 0), dY' = where(cond, 0, dY)
+            numel = math.prod(y[0])
+            for j in (1, 2):
+                if not wants[j]:
+                    continue
+                s_i, i = ins[j], op.inputs[j]
+                out = (y[0], s_i[1])
+                self.emit(f"{n}.grad_{j}", "where", [ins[0], dy, dy], out, flops=numel)
+                mine = [i] if i in params else []
+                if math.prod(s_i[0]) != numel:  # broadcast: sum dY over those dims
+                    self.reduce(f"{n}.grad_{j}_sum", [out], s_i, mine)
+                elif mine:
+                    self.out[-1] = _with_params(self.out[-1], mine)
+                self.add_grad(i)
+            return
         if k == "embedding":
             if wants[1]:
                 rows = (y[0], ins[1][1])

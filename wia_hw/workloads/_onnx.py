@@ -66,7 +66,10 @@ GatherElements                         ``embedding`` of the flattened data (one 
 GatherND (batch_dims 0)                ``embedding`` of ``data`` as rows (one row per
                                        index row, its linearised index a ``scale``
                                        and a ``global_avgpool`` sum)
-Where, Expand, Trilu                   one binary op per element of the output
+Where                                  ``where`` when the condition or both branches
+                                       are computed at run time; a constant mask on
+                                       one run-time branch: ``add`` of the fill
+Expand, Trilu                          one binary op per element of the output
                                        (``add``/``mul`` with the constant operands
                                        merged into one weight)
 Pad (constant mode)                    ``concat`` with zero weights per padded axis
@@ -1045,15 +1048,21 @@ def _broadcast_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
 
 
 def _select(imp: _Importer, node: Any, name: str, out: str, grp: str, dt: str | None) -> None:
-    """Where / Expand / Trilu on run-time values: one binary op per output element.
+    """Where / Expand / Trilu on run-time values.
 
-    The constant operands (Where's mask or fill, Expand's broadcast, Trilu's triangle)
-    merge into one weight; each further run-time operand costs one more binary op.
-    Where with a run-time condition and constant branches is a ``mul``; otherwise
-    ``add`` (a masked fill is an additive mask)."""
+    Where with a run-time condition, or with two run-time branches, is a ``where``
+    (one select per output element). Otherwise (a constant condition and one run-time
+    branch: a masked fill) and for Expand and Trilu, the constant operands (the mask
+    and fill, Expand's broadcast, Trilu's triangle) merge into one weight and the op is
+    one binary op per element (``add``: a masked fill is an additive mask; Trilu a
+    ``mul``)."""
     t, ins = node.op_type, [i for i in node.input]
     oshape = imp.types.get(out, (None, 0))[0] or ()
     xd = None
+    if t == "Where" and (ins[0] not in imp.consts or all(i not in imp.consts for i in ins[1:])):
+        # a condition computed at run time, or two run-time branches: a select
+        imp.add("where", name, [imp.value(i, name) for i in ins], out, grp, dt)
+        return
     if t == "Where":
         dyn = [i for i in ins if i not in imp.consts]
         consts = [imp.shape(i) for i in ins if i not in dyn]

@@ -359,14 +359,14 @@ class _Rewriter:
         probs, after = soft.outputs[0], []  # ops between softmax and the context bmm
         readers = [o for o in self.cons.get(probs, []) if self.alive(o)]
         if len(readers) == 2 and probs not in self.outputs:
-            # SDPA's NaN guard: where(isnan(p), 0, p), mapped as isnan + one binary op
+            # SDPA's NaN guard: where(isnan(p), 0, p), mapped as isnan + a select
             nan = next((o for o in readers if o.kind == "isnan"), None)
             sel = next((o for o in readers if o is not nan), None)
             if (
                 nan is None
                 or sel is None
-                or sel.kind not in ("add", "mul")
-                or set(sel.inputs) != {probs, nan.outputs[0]}
+                or sel.kind not in ("add", "mul", "where")
+                or {i for i in sel.inputs if not self.weight(i)} != {probs, nan.outputs[0]}
                 or self.only_reader(nan.outputs[0]) is not sel
             ):
                 return
