@@ -175,6 +175,29 @@ def _lrn(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
     return x / (bias + alpha / size * total) ** beta
 
 
+def _col2im(cols: np.ndarray, attrs: Mapping[str, Any], out_shape: tuple[int, ...]) -> np.ndarray:
+    """A transposed convolution's overlap-add: column ``(o, ky, kx)`` of input pixel
+    ``(y, x)`` is added at output ``(y*sh + ky*dh - top, x*sw + kx*dw - left)``."""
+    n, _, h, w = cols.shape
+    o = int(attrs["channels"])
+    win = parse_window("col2im", "col2im", attrs)
+    (kh, kw), (sh, sw), (dh, dw) = win.kernel, win.stride, win.dilation
+    pt, pl = win.pad[0], win.pad[1]
+    full_h = max(sh * (h - 1) + dh * (kh - 1) + 1, pt + out_shape[2])
+    full_w = max(sw * (w - 1) + dw * (kw - 1) + 1, pl + out_shape[3])
+    full = np.zeros((n, o, full_h, full_w), dtype=np.float32)
+    c = cols.reshape(n, o, kh, kw, h, w)
+    for ky in range(kh):
+        for kx in range(kw):
+            full[
+                :,
+                :,
+                ky * dh : ky * dh + sh * (h - 1) + 1 : sh,
+                kx * dw : kx * dw + sw * (w - 1) + 1 : sw,
+            ] += c[:, :, ky, kx]
+    return full[:, :, pt : pt + out_shape[2], pl : pl + out_shape[3]]
+
+
 def _pool(x: np.ndarray, attrs: Mapping[str, Any], kind: str) -> np.ndarray:
     win = parse_window(kind, kind, attrs)
     (kh, kw), (sh, sw), (pt, pl, pb, pr) = win.kernel, win.stride, win.pad
@@ -411,6 +434,8 @@ def evaluate(
     elif kind == "where":
         cond, a, b = inputs
         out = np.where(cond.astype(bool), a, b)
+    elif kind == "col2im":
+        out = _col2im(x.astype(np.float32), attrs, tuple(out_shape))
     elif kind == "isnan":
         if attrs.get("op") == "isinf":
             pos, neg = attrs.get("detect_positive", 1), attrs.get("detect_negative", 1)

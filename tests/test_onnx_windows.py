@@ -274,3 +274,91 @@ def test_old_opset_softmax_flattens_from_its_axis():
                 o.kind, o.attrs, [vals[i] for i in o.inputs], shape, "fp32"
             )
         np.testing.assert_allclose(vals["y"], want, rtol=1e-5)
+
+
+#: ConvTranspose: (input [N, C, (H,) W], weight [C, O/g, (kh,) kw], attributes, bias)
+CONVT = {
+    "k2_s2": ((1, 3, 5, 4), (3, 2, 2, 2), {"strides": [2, 2]}, True),
+    "k4_s2_p1_gan": ((2, 4, 4, 4), (4, 3, 4, 4), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, False),
+    "k3_s2_outpad": (
+        (1, 2, 3, 5),
+        (2, 2, 3, 3),
+        {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]},
+        True,
+    ),
+    "grouped_dilated": ((1, 4, 4, 3), (4, 1, 3, 2), {"group": 2, "dilations": [2, 1]}, True),
+    "same_upper": (
+        (1, 2, 5, 5),
+        (2, 3, 3, 3),
+        {"strides": [2, 2], "auto_pad": "SAME_UPPER"},
+        False,
+    ),
+    "output_shape": (
+        (1, 2, 4, 4),
+        (2, 2, 3, 3),
+        {"strides": [2, 2], "output_shape": [9, 9]},
+        False,
+    ),
+    "one_d": ((2, 3, 7), (3, 4, 3), {"strides": [3], "pads": [1, 0]}, True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONVT))
+def test_conv_transpose_matches_onnx_reference(case):
+    """A 1x1 conv2d into columns and a col2im overlap-add: the reference's values with
+    the weight given in its column layout, the MACs of a transposed convolution."""
+    xs, ws, attrs, has_bias = CONVT[case]
+    rng = np.random.default_rng(sum(map(ord, case)))
+    w = rng.standard_normal(ws).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w")]
+    ins = ["x", "w"]
+    if has_bias:
+        o = ws[1] * attrs.get("group", 1)
+        inits.append(numpy_helper.from_array(rng.standard_normal(o).astype(np.float32), "b"))
+        ins.append("b")
+    node = helper.make_node("ConvTranspose", ins, ["y"], name="up", **attrs)
+    g = helper.make_graph(
+        [node],
+        "ct",
+        [helper.make_tensor_value_info("x", F32, list(xs))],
+        [helper.make_tensor_value_info("y", F32, None)],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal(xs).astype(np.float32)
+    grp = attrs.get("group", 1)
+    if grp == 1:
+        (want,) = ReferenceEvaluator(m).run(None, {"x": x})
+    else:  # onnx 1.23's reference mishandles groups: one group-1 model per group
+        per = []
+        for gi in range(grp):
+            a1 = {k: v for k, v in attrs.items() if k != "group"}
+            cg = xs[1] // grp
+            wi = numpy_helper.from_array(w[gi * cg : (gi + 1) * cg], "w")
+            n1 = helper.make_node("ConvTranspose", ["x", "w"], ["y"], **a1)
+            g1 = helper.make_graph(
+                [n1],
+                "g",
+                [helper.make_tensor_value_info("x", F32, [xs[0], cg, *xs[2:]])],
+                [helper.make_tensor_value_info("y", F32, None)],
+                [wi],
+            )
+            m1 = helper.make_model(g1, opset_imports=[helper.make_opsetid("", 17)])
+            per.append(ReferenceEvaluator(m1).run(None, {"x": x[:, gi * cg : (gi + 1) * cg]})[0])
+        want = np.concatenate(per, axis=1)
+        if has_bias:
+            want = want + numpy_helper.to_array(inits[1]).reshape(1, -1, *([1] * (len(xs) - 2)))
+    graph = from_onnx(m)
+    assert graph.tensors["y"].shape == want.shape
+    # the weight in its column layout: [g, C/g, O/g, k...] -> [O * k..., C/g, 1, 1]
+    c, og, k = ws[0], ws[1], ws[2:]
+    cols = w.reshape(grp, c // grp, og, *k).transpose(0, 2, *range(3, 3 + len(k)), 1)
+    vals = {"x": x, "w.cols": cols.reshape(grp * og * int(np.prod(k)), c // grp, 1, 1)}
+    if has_bias:
+        vals["b"] = numpy_helper.to_array(inits[1])
+    for o in graph.ops:
+        shape = graph.tensors[o.outputs[0]].shape
+        vals[o.outputs[0]] = evaluate(o.kind, o.attrs, [vals[i] for i in o.inputs], shape, "fp32")
+    np.testing.assert_allclose(vals["y"], want, rtol=1e-4, atol=1e-4)
+    assert graph.macs() == int(np.prod(xs)) * og * int(np.prod(k))  # N H W C (O/g) k
+    assert wia_hw.run(graph, device="wia-npu").latency_ms > 0

@@ -27,6 +27,8 @@ binary (``add`` ...)    a, b (numpy broadcasting)                    broadcast s
 ``concat``              xs                                           joined on ``axis``
 ``slice``               x                                            ``axis``, ``start``, ``stop``
 ``where``               cond, x, y (numpy broadcasting)              broadcast shape
+``col2im``              cols ``[N, O*kh*kw, H, W]``                  ``[N, O, Ho, Wo]``
+                        (a transposed convolution's overlap-add: ``channels``, window attributes, ``output_padding``)
 ======================  ===========================================  =================
 
 Window attributes (``conv2d``, ``maxpool``, ``avgpool``; :func:`window` reads them):
@@ -148,6 +150,7 @@ OTHER_KINDS = (
     "concat",
     "slice",
     "where",
+    "col2im",
 )
 OP_KINDS = GEMM_KINDS + tuple(UNARY_KINDS) + tuple(BINARY_KINDS) + OTHER_KINDS
 #: FLOPs per element of the reductions: softmax (max, sub, exp, sum, div),
@@ -217,6 +220,11 @@ def window(op: Op, kernel: tuple[int, int] | None = None) -> Window:
     op, from its attributes (see the module text); a one-line error names the op and
     the attribute that is malformed."""
     return parse_window(op.name, op.kind, op.attrs, kernel)
+
+
+def _output_padding(a: Mapping[str, Any]) -> tuple[int, int]:
+    v = a.get("output_padding", 0)
+    return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
 
 
 def conv_output_hw(
@@ -320,6 +328,29 @@ def infer_shapes(op: Op, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, .
     if k == "where":  # condition, x, y
         need(3)
         return [_broadcast(n, _broadcast(n, shapes[0], shapes[1]), shapes[2])]
+    if k == "col2im":  # [N, O*kh*kw, H, W] columns -> [N, O, Ho, Wo], overlapping adds
+        need(1)
+        x, o = shapes[0], a.get("channels", 0)
+        win = window(op)
+        if len(x) != 4 or not isinstance(o, int) or o < 1 or x[1] != o * win.area:
+            raise WorkloadError(
+                f"op {n!r} (col2im): input {list(x)} is not [N, {o} x {win.area}, H, W] "
+                f"(channels={o!r}, kernel {list(win.kernel)})"
+            )
+        ho, wo = (
+            win.stride[i] * (x[2 + i] - 1)
+            + win.dilation[i] * (win.kernel[i] - 1)
+            + 1
+            + _output_padding(a)[i]
+            - win.pad[i]
+            - win.pad[2 + i]
+            for i in (0, 1)
+        )
+        if "output_hw" in a:
+            ho, wo = a["output_hw"]
+        if ho < 1 or wo < 1:
+            raise WorkloadError(f"op {n!r} (col2im): output would be empty for input {list(x)}")
+        return [(x[0], o, ho, wo)]
     if k == "embedding":
         need(2)
         ids, table = shapes
@@ -451,6 +482,8 @@ def op_flops(
         return SOFTMAX_FLOPS_PER_ELEMENT * out
     if op.kind == "where":  # one select per output element
         return out
+    if op.kind == "col2im":  # every column element is added into its output position
+        return math.prod(in_shapes[0])
     if op.kind == "layer_norm":
         return LAYER_NORM_FLOPS_PER_ELEMENT * out
     if op.kind in ("maxpool", "avgpool"):

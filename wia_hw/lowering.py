@@ -73,6 +73,7 @@ _VCLASS = {
     "maxpool": "pool",
     "avgpool": "pool",
     "global_avgpool": "pool",
+    "col2im": "pool",
     "transpose": "copy",
     "concat": "copy",
     "slice": "copy",
@@ -311,7 +312,7 @@ def _vector_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[
     else:
         vclass = _VCLASS[op.kind]
     shape = outs[0]
-    if op.kind in ("maxpool", "avgpool", "global_avgpool"):
+    if op.kind in ("maxpool", "avgpool", "global_avgpool", "col2im"):
         rows, cols = shape[0] * shape[1], shape[2] * shape[3]
         in_refs = tuple(
             TensorRef(
@@ -341,7 +342,7 @@ def _vector_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[
     if vclass in ("elementwise", "activation") and all(r.cols == cols for r in in_refs):
         rpt, cpt = _block_chunks(spec, out_refs[0], rows, cols, row_bytes, rpt, budget)
     elements = math.prod(shape)
-    if op.kind in ("maxpool", "avgpool", "global_avgpool"):
+    if op.kind in ("maxpool", "avgpool", "global_avgpool", "col2im"):
         elements = math.prod(ins[0])  # every input element passes the vector unit
     return [
         VectorKernel(

@@ -44,6 +44,8 @@ Round Sign CastLike
 Conv                                   ``conv2d`` (1-D or 2-D: any kernel, strides,
                                        dilations, pads; grouped and depthwise through
                                        ``groups``; 1-D as height 1 between views)
+ConvTranspose                          a 1x1 ``conv2d`` into ``O x kh x kw`` columns,
+                                       ``col2im`` (the overlap-add), ``add`` of the bias
 BatchNormalization                     folded into the Conv before it when that Conv
                                        feeds only it and the BN parameters are
                                        constants; else ``mul`` + ``add`` by
@@ -165,6 +167,7 @@ _OTHER = (
     "LogSoftmax",
     "LayerNormalization",
     "Conv",
+    "ConvTranspose",
     "BatchNormalization",
     "MaxPool",
     "AveragePool",
@@ -697,6 +700,8 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
             imp.add("reshape", f"{name}.y1d", [y], out, grp, dt, shape=(n_, o_, l_))
         if bn is not None:
             node = bn
+    elif t == "ConvTranspose":
+        _conv_transpose(imp, node, name, a, out, grp, dt, fail)
     elif t == "BatchNormalization":
         if a.get("training_mode", 0):
             raise fail(
@@ -1330,6 +1335,99 @@ def _resize(
     if fh > 1:
         v = imp.add("concat", f"{name}.repeat_h", [v] * fh, f"{out}.h", grp, dt, axis=3)
     imp.add("reshape", name, [v], out, grp, dt, shape=y)
+
+
+def _conv_transpose(
+    imp: _Importer,
+    node: Any,
+    name: str,
+    a: dict[str, Any],
+    out: str,
+    grp: str,
+    dt: str | None,
+    fail: Any,
+) -> None:
+    """ConvTranspose (1-D or 2-D): every input pixel times the weights gives ``O x kh x
+    kw`` columns (a 1x1 ``conv2d`` by the weight permuted to ``[O*kh*kw, C/g, 1, 1]``,
+    a constant transform: the MACs a transposed convolution does, ``N H W C (O/g) kh
+    kw``), then a ``col2im`` adds each column into its output pixel (the overlap-add,
+    cropped by the pads), then the bias (an ``add``). Pads follow ONNX: explicit
+    ``pads`` and ``output_padding``, or ``auto_pad`` SAME_UPPER/SAME_LOWER and
+    ``output_shape``, the odd padding at the end or the start."""
+    ins = list(node.input)
+    x, w = imp.shape(ins[0]), imp.shape(ins[1])
+    if len(x) not in (3, 4) or len(w) != len(x):
+        raise fail(f"input {list(x)} is not 1-D [N, C, L] or 2-D [N, C, H, W]")
+    src, final = imp.value(ins[0], name), out
+    if len(x) == 3:  # 1-D: height 1
+        a = _as_2d(a)
+        for key in ("output_padding", "output_shape"):
+            if key in a:
+                a[key] = [0 if key == "output_padding" else 1, *a[key]]
+        x, w = (x[0], x[1], 1, x[2]), (w[0], w[1], 1, w[2])
+        src = imp.add("reshape", f"{name}.x2d", [src], f"{out}.x2d", grp, None, shape=x)
+        out = f"{out}.y2d"
+    g = int(a.get("group", 1))
+    n_, c, h, wd = x
+    og, kh, kw = w[1], w[2], w[3]
+    o = og * g
+    stride = [int(v) for v in a.get("strides", [1, 1])]
+    dil = [int(v) for v in a.get("dilations", [1, 1])]
+    opad = [int(v) for v in a.get("output_padding", [0, 0])]
+    auto = a.get("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    full = [
+        stride[i] * ((h, wd)[i] - 1) + opad[i] + (((kh, kw)[i] - 1) * dil[i] + 1) for i in (0, 1)
+    ]
+    shape_attr = [int(v) for v in a.get("output_shape", [])][-2:]
+    if auto in ("SAME_UPPER", "SAME_LOWER") or shape_attr:
+        want = shape_attr or [(h, wd)[i] * stride[i] for i in (0, 1)]
+        pad = [0, 0, 0, 0]
+        for i in (0, 1):
+            total = full[i] - want[i]
+            small = total // 2
+            upper = auto == "SAME_UPPER" or not shape_attr
+            pad[i], pad[i + 2] = (small, total - small) if upper else (total - small, small)
+        if shape_attr and auto not in ("SAME_UPPER", "SAME_LOWER"):  # pads at the end
+            begin = [int(v) for v in a.get("pads", [0, 0, 0, 0])][:2]
+            pad = [begin[0], begin[1], full[0] - want[0] - begin[0], full[1] - want[1] - begin[1]]
+    else:
+        pad = [int(v) for v in a.get("pads", [0, 0, 0, 0])]
+    if len(stride) != 2 or len(dil) != 2 or len(opad) != 2 or len(pad) != 4:
+        raise fail(
+            f"strides {stride}, dilations {dil}, output_padding {opad} or pads {pad} is not 2-D"
+        )
+    if min(pad) < 0 and not shape_attr:
+        raise fail(f"pads {pad} are negative")
+    # the columns: one 1x1 conv2d of the input by the permuted weight
+    wcols = (
+        imp.const_weight(ins[1], (o * kh * kw, c // g, 1, 1), "cols", name)
+        if ins[1] in imp.consts
+        else None
+    )
+    if wcols is None:
+        raise fail("its weight is computed at run time; wia-hw models a constant weight")
+    cols = imp.add("conv2d", f"{name}.cols", [src, wcols], f"{out}.cols", grp, dt, groups=g)
+    win = {"kernel": [kh, kw], "stride": stride, "pad": pad, "dilation": dil}
+    shape_kw = {"output_padding": opad} if any(opad) else {}
+    if shape_attr:
+        shape_kw = {"output_hw": shape_attr}
+    y = out if not (len(ins) > 2 and ins[2]) else f"{out}.nobias"
+    y = imp.add("col2im", name, [cols], y, grp, dt, channels=o, **win, **shape_kw)
+    if len(ins) > 2 and ins[2]:
+        bias = imp.add(
+            "reshape",
+            f"{name}.bias",
+            [imp.value(ins[2], name)],
+            f"{out}.bias",
+            grp,
+            None,
+            shape=(o, 1, 1),
+        )
+        y = imp.add("add", f"{name}.add_bias", [y, bias], out, grp, dt)
+    if out != final:  # back to [N, O, L]
+        (n2, o2, _, l2) = imp.shape(y)
+        imp.add("reshape", f"{name}.y1d", [y], final, grp, dt, shape=(n2, o2, l2))
 
 
 def _nearest_source(n_in: int, n_out: int, ctm: str, nm: str) -> list[int] | None:
