@@ -13,6 +13,8 @@ Modules, lowest layer first (each imports only modules above it in this list):
 * :mod:`.cycles`: one cycle function per block (systolic tile, vector op, transfer),
   shared with the cocotb testbenches: the single source of truth for latency;
 * :mod:`.golden`: bit-exact reference models shared with the RTL testbenches;
+* :mod:`.window`: a convolution or pooling window read from an op's attributes (kernel,
+  strides, pads per side, dilation, ceil mode) and its output size;
 * :mod:`.config`: the frozen configuration tree of a device or cluster, validated;
 * :mod:`.kernels`: the kernel descriptors the runtime's lowering hands to the device;
 * :mod:`.memory`, :mod:`.allocator`, :mod:`.control`, :mod:`.power`: the memory

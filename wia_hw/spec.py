@@ -118,9 +118,10 @@ def load_spec(
     elif isinstance(spec, Mapping):
         data, display = copy.deepcopy(dict(spec)), "<mapping>"
     elif str(spec).lower().endswith(".cfg"):  # a SCALE-Sim configuration
-        from .scalesim import config_mapping
+        from ._scalesim_cfg import scalesim_config_mapping
 
-        data, display = config_mapping(spec), str(spec)
+        base = load_spec(DEFAULT_DEVICE)
+        data, display = scalesim_config_mapping(spec, base), str(spec)
     else:
         data, lines, display = _read(spec)
 
