@@ -409,3 +409,70 @@ def test_where_selects_as_onnx(consts):
     sel = next(o for o in graph.ops if o.name == "sel")
     assert graph.flops(sel) == want.size  # one select per element
     assert wia_hw.run(graph, device="wia-npu").latency_ms > 0
+
+
+def test_functional_mode_computes_with_the_model_s_own_weights():
+    """A small CNN written by hand with real weights: Conv + BatchNormalization (folded),
+    Pad, Conv without bias + BN, MaxPool, ConvTranspose, GlobalAveragePool, Flatten and
+    Gemm (transB, alpha, beta), Softmax. Functional mode, given only the input, computes
+    what ONNX's reference does: the initializers and what the import derives from them
+    (folded BN weights and biases, transposed and scaled Gemm operands, the permuted
+    ConvTranspose weight, pad fills) are the graph's weight values."""
+    rng = np.random.default_rng(11)
+
+    def t(name, *shape, pos=False):
+        v = rng.standard_normal(shape).astype(np.float32)
+        return numpy_helper.from_array(np.abs(v) + 0.5 if pos else v * 0.5, name)
+
+    inits = [
+        t("w1", 8, 3, 3, 3),
+        t("b1", 8),
+        t("g1", 8),
+        t("be1", 8),
+        t("m1", 8),
+        t("v1", 8, pos=True),
+        t("w2", 6, 8, 3, 3),
+        t("g2", 6),
+        t("be2", 6),
+        t("m2", 6),
+        t("v2", 6, pos=True),
+        t("wt", 6, 4, 2, 2),
+        t("bt", 4),
+        t("fc", 10, 4),
+        t("fcb", 10),
+        numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads"),
+        numpy_helper.from_array(np.array(0.25, np.float32), "fill"),
+    ]
+    N = helper.make_node
+    nodes = [
+        N("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        N("BatchNormalization", ["c1", "g1", "be1", "m1", "v1"], ["n1"], epsilon=1e-3),
+        N("Relu", ["n1"], ["r1"]),
+        N("Pad", ["r1", "pads", "fill"], ["p1"]),
+        N("Conv", ["p1", "w2"], ["c2"], strides=[2, 2]),
+        N("BatchNormalization", ["c2", "g2", "be2", "m2", "v2"], ["n2"]),
+        N("MaxPool", ["n2"], ["m"], kernel_shape=[2, 2], strides=[1, 1]),
+        N("ConvTranspose", ["m", "wt", "bt"], ["u"], strides=[2, 2]),
+        N("GlobalAveragePool", ["u"], ["gp"]),
+        N("Flatten", ["gp"], ["f"]),
+        N("Gemm", ["f", "fc", "fcb"], ["logits"], transB=1, alpha=0.5, beta=2.0),
+        N("Softmax", ["logits"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "cnn",
+        [helper.make_tensor_value_info("x", F32, [2, 3, 12, 12])],
+        [helper.make_tensor_value_info("y", F32, None)],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((2, 3, 12, 12)).astype(np.float32)
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x})
+    graph = from_onnx(m)
+    assert {"w1", "b1", "w2", "fc.T", "fcb", "wt.cols"} <= set(graph.weight_values)
+    res = wia_hw.run(graph, device="wia-npu", mode="functional", inputs={"x": x})
+    np.testing.assert_allclose(res.outputs["y"], want, rtol=2e-3, atol=2e-5)
+    # given weights win over the model's: a zero classifier gives a uniform softmax
+    zero = {"fc.T": np.zeros((4, 10), np.float32), "fcb": np.zeros(10, np.float32)}
+    res = wia_hw.run(graph, device="wia-npu", mode="functional", inputs={"x": x, **zero})
+    np.testing.assert_allclose(res.outputs["y"], np.full((2, 10), 0.1), rtol=1e-3)

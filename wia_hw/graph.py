@@ -50,7 +50,7 @@ seed's section 8.7 table: ``multi_head_attention``, ``layer_norm``, ``feed_forwa
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -498,6 +498,10 @@ class Graph:
 
     ``params`` holds free-form metadata (model name, batch, seq) that reports show;
     ``sequences`` is how many independent samples one run processes (for throughput).
+    ``weight_values`` maps weight names to functions returning their values, where the
+    graph came with them (an ONNX model's initializers and what the import derives from
+    them): functional mode uses them for the weights the caller does not give. A graph
+    made from this one (fusion, quantisation) starts without them.
     """
 
     def __init__(
@@ -519,6 +523,7 @@ class Graph:
         self.ops: list[Op] = list(ops)
         self.sequences = sequences
         self.params: dict[str, Any] = dict(params or {})
+        self.weight_values: dict[str, Callable[[], Any]] = {}
         if validate:
             self.validate()
 

@@ -97,7 +97,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from numbers import Integral
 from pathlib import Path
 from typing import Any
@@ -322,6 +322,9 @@ class _Importer:
         self.skip: set[int] = set()  # ids of BN nodes folded away
         self.node_index = -1  # the node being mapped
         self.empty: set[str] = set()  # zero-length Split pieces (dropped from a Concat)
+        #: weight -> its value from the model (initializers, and the constants the
+        #: import derives from them), computed when functional mode asks
+        self.values: dict[str, Callable[[], Any]] = {}
         self.origin: dict[int, list[str]] = {}  # node index -> names of its ops
         self.mask_allowed: dict[str, Any] = {}  # Where's merged weight -> kept elements
         self.prefix = _common_prefix(self.g.node)  # path components all names share
@@ -362,20 +365,42 @@ class _Importer:
             )
         if value in self.consts:
             t = self.consts[value]
-            return self.b.weight(value, tuple(t.dims), self.dtype(value, t.data_type, node))
+            name = self.b.weight(value, tuple(t.dims), self.dtype(value, t.data_type, node))
+            if self.const_values(value) is not None:
+                self.values[name] = lambda v=value: self.const_array(v)
+            return name
         raise WorkloadError(
             f"ONNX node {node!r}: input {value!r} is not produced by any earlier node"
         )
 
-    def const_weight(self, value: str, shape: tuple[int, ...], suffix: str, node: str) -> str:
-        """A weight for constant ``value`` with ``shape`` (e.g. transposed at import)."""
+    def const_weight(
+        self,
+        value: str,
+        shape: tuple[int, ...],
+        suffix: str,
+        node: str,
+        make: Callable[[Any], Any] | None = None,
+    ) -> str:
+        """A weight for constant ``value`` with ``shape`` (e.g. transposed at import);
+        ``make`` turns the constant's array into the weight's (default: a reshape)."""
         t = self.consts[value]
-        if tuple(t.dims) == shape and not self.defined(value):
+        if tuple(t.dims) == shape and not self.defined(value) and make is None:
             return self.value(value, node)
         name = f"{value}.{suffix}"
         if self.defined(name):
             return name
-        return self.b.weight(name, shape, self.dtype(value, t.data_type, node))
+        name = self.b.weight(name, shape, self.dtype(value, t.data_type, node))
+        if self.const_values(value) is not None:
+            fn = make or (lambda arr: arr.reshape(shape))
+            self.values[name] = lambda: fn(self.const_array(value))
+        return name
+
+    def scale_value(self, name: str, factor: float) -> None:
+        """The weight ``name`` stands for ``factor`` times its constant (Gemm's alpha
+        and beta folded in)."""
+        inner = self.values.get(name)
+        if inner is not None:
+            self.values[name] = lambda: inner() * factor
 
     def const_array(self, value: str) -> Any:
         from onnx import numpy_helper
@@ -682,6 +707,7 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
                 inputs.append(
                     imp.b.weight(f"{name}.folded_bias", (w[0],), imp.b.tensor(inputs[1]).dtype)
                 )
+            _fold_bn_values(imp, bn, ins[1], ins[2] if has(2) else None, inputs[2])
         final, out = out, f"{out}.y2d" if len(imp.shape(ins[0])) == 3 else out
         y = imp.add(
             "conv2d",
@@ -713,15 +739,14 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
             raise fail(f"input {list(x)} has no channel axis")
         shape = (x[1],) + (1,) * (len(x) - 2)
         xd = imp.b.tensor(v(0)).dtype
-        y = imp.add(
-            "mul",
-            f"{name}.scale",
-            [v(0), imp.b.weight(f"{name}.folded_scale", shape, xd)],
-            f"{out}.scaled",
-            grp,
-            dt,
-        )
-        imp.add("add", name, [y, imp.b.weight(f"{name}.folded_shift", shape, xd)], out, grp, dt)
+        sw = imp.b.weight(f"{name}.folded_scale", shape, xd)
+        hw = imp.b.weight(f"{name}.folded_shift", shape, xd)
+        affine = _bn_affine(imp, node)
+        if affine is not None:
+            imp.values[sw] = lambda: affine()[0].reshape(shape)
+            imp.values[hw] = lambda: affine()[1].reshape(shape)
+        y = imp.add("mul", f"{name}.scale", [v(0), sw], f"{out}.scaled", grp, dt)
+        imp.add("add", name, [y, hw], out, grp, dt)
     elif t in ("MaxPool", "AveragePool"):
         x = imp.shape(ins[0])
         if len(x) not in (3, 4):
@@ -796,7 +821,7 @@ def _gemm(
         if not trans:
             return imp.value(ins[i], name)
         if ins[i] in imp.consts:
-            return imp.const_weight(ins[i], (s[1], s[0]), "T", name)
+            return imp.const_weight(ins[i], (s[1], s[0]), "T", name, make=lambda v: v.T)
         return imp.add(
             "transpose",
             f"{name}.transpose_{tag.lower()}",
@@ -813,7 +838,11 @@ def _gemm(
     const_b = imp.b.tensor(w).kind == "weight"
     has_c = len(ins) > 2 and ins[2] != ""
     bias = has_c and ins[2] in imp.consts and imp.shape(ins[2]) in ((n,), (1, n))
+    if const_b and alpha != 1.0:
+        imp.scale_value(w, alpha)
     inputs = [x, w] + ([imp.const_weight(ins[2], (n,), "bias", name)] if bias else [])
+    if bias and beta != 1.0:
+        imp.scale_value(inputs[2], beta)
     chain = (["alpha"] if alpha != 1.0 and not const_b else []) + (
         ["c"] if has_c and not bias else []
     )
@@ -833,6 +862,8 @@ def _gemm(
             c = imp.value(ins[2], name)
             if beta != 1.0 and ins[2] not in imp.consts:
                 c = imp.add("scale", f"{name}.beta", [c], f"{out}.beta", grp, dt, factor=beta)
+            elif beta != 1.0:
+                imp.scale_value(c, beta)
             y = imp.add("add", f"{name}.add_c", [y, c], target, grp, dt)
 
 
@@ -1236,6 +1267,8 @@ def _pad(
     fail: Any,
 ) -> None:
     """Pad (constant mode): per padded axis a ``concat`` of fill weights and the input."""
+    import numpy as np
+
     ins = list(node.input)
     mode = a.get("mode", b"constant")
     mode = mode.decode() if isinstance(mode, bytes) else mode
@@ -1264,14 +1297,25 @@ def _pad(
         imp.add("identity", name, [y], out, grp, dt)
         return
     xd = imp.b.tensor(y).dtype
+    fill = a.get("value", 0.0)  # before opset 11 an attribute, then an input
+    if len(ins) > 2 and ins[2]:
+        fv = imp.const_values(ins[2])
+        fill = float(fv.reshape(-1)[0]) if fv is not None and fv.size else None
     for j, (ax, lo, hi) in enumerate(todo):
         cur = imp.b.shape(y)
         parts = []
-        if lo:
-            parts.append(imp.b.weight(f"{name}.fill{j}_lo", cur[:ax] + (lo,) + cur[ax + 1 :], xd))
-        parts.append(y)
-        if hi:
-            parts.append(imp.b.weight(f"{name}.fill{j}_hi", cur[:ax] + (hi,) + cur[ax + 1 :], xd))
+        for side, width in (("lo", lo), ("hi", hi)):
+            if not width:
+                if side == "lo":
+                    parts.append(y)
+                continue
+            shape = cur[:ax] + (width,) + cur[ax + 1 :]
+            wname = imp.b.weight(f"{name}.fill{j}_{side}", shape, xd)
+            if fill is not None:
+                imp.values[wname] = lambda s=shape, f=fill: np.full(s, f, dtype=np.float32)
+            parts.append(wname)
+            if side == "lo":
+                parts.append(y)
         last = j == len(todo) - 1
         y = imp.add(
             "concat",
@@ -1335,6 +1379,54 @@ def _resize(
     if fh > 1:
         v = imp.add("concat", f"{name}.repeat_h", [v] * fh, f"{out}.h", grp, dt, axis=3)
     imp.add("reshape", name, [v], out, grp, dt, shape=y)
+
+
+def _bn_affine(imp: _Importer, bn: Any) -> Callable[[], tuple[Any, Any]] | None:
+    """BatchNormalization's per-channel ``(scale, shift)``: ``gamma / sqrt(var + eps)``
+    and ``beta - mean * scale``; None when a parameter has no value in the model."""
+    import numpy as np
+
+    params = list(bn.input[1:5])
+    if any(imp.const_values(p) is None for p in params):
+        return None
+    eps = float(_attrs(bn).get("epsilon", 1e-5))
+
+    def compute() -> tuple[Any, Any]:
+        gamma, beta, mean, var = (imp.const_array(p).astype(np.float64) for p in params)
+        scale = gamma / np.sqrt(var + eps)
+        return scale, beta - mean * scale
+
+    return compute
+
+
+def _fold_bn_values(
+    imp: _Importer, bn: Any, weight: str, bias: str | None, bias_tensor: str
+) -> None:
+    """The values of a Conv with its BatchNormalization folded in: the weight's output
+    channels times the scale, the bias ``(b - mean) * scale + beta`` (no bias: the
+    shift). Neither has one when the model lacks a value."""
+    affine = _bn_affine(imp, bn)
+    if affine is None or imp.const_values(weight) is None:
+        imp.values.pop(weight, None)
+        imp.values.pop(bias_tensor, None)
+        return
+    w_shape = tuple(imp.b.shape(weight))
+
+    def conv_weight() -> Any:
+        scale = affine()[0]
+        w = imp.const_array(weight)
+        return (w * scale.reshape((-1,) + (1,) * (w.ndim - 1))).reshape(w_shape)
+
+    def conv_bias() -> Any:
+        scale, shift = affine()
+        b = imp.const_array(bias) if bias is not None else 0.0
+        return b * scale + shift
+
+    imp.values[weight] = conv_weight
+    if bias is not None and imp.const_values(bias) is None:
+        imp.values.pop(bias_tensor, None)
+    else:
+        imp.values[bias_tensor] = conv_bias
 
 
 def _conv_transpose(
@@ -1401,7 +1493,17 @@ def _conv_transpose(
         raise fail(f"pads {pad} are negative")
     # the columns: one 1x1 conv2d of the input by the permuted weight
     wcols = (
-        imp.const_weight(ins[1], (o * kh * kw, c // g, 1, 1), "cols", name)
+        imp.const_weight(
+            ins[1],
+            (o * kh * kw, c // g, 1, 1),
+            "cols",
+            name,
+            make=lambda v: (
+                v.reshape(g, c // g, og, kh, kw)
+                .transpose(0, 2, 3, 4, 1)
+                .reshape(o * kh * kw, c // g, 1, 1)
+            ),
+        )
         if ins[1] in imp.consts
         else None
     )
@@ -1616,6 +1718,8 @@ def _import_prepared(
         from ._onnx_patterns import recognise as _recognise
 
         graph = _recognise(graph, imp)
+    # the weights whose values the model holds, for functional mode (Graph.weight_values)
+    graph.weight_values = {n: f for n, f in imp.values.items() if n in graph.tensors}
     return graph
 
 
