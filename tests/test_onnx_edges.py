@@ -476,3 +476,58 @@ def test_functional_mode_computes_with_the_model_s_own_weights():
     zero = {"fc.T": np.zeros((4, 10), np.float32), "fcb": np.zeros(10, np.float32)}
     res = wia_hw.run(graph, device="wia-npu", mode="functional", inputs={"x": x, **zero})
     np.testing.assert_allclose(res.outputs["y"], np.full((2, 10), 0.1), rtol=1e-3)
+
+
+EINSUM = {
+    "bhqd,bhkd->bhqk": [(2, 3, 5, 4), (2, 3, 6, 4)],  # attention scores
+    "bhqk,bhkd->bhqd": [(2, 3, 5, 6), (2, 3, 6, 4)],
+    "ij,jk->ik": [(5, 4), (4, 3)],
+    "bid,bjd->bij": [(2, 5, 4), (2, 6, 4)],
+    "...ij,...jk->...ik": [(2, 3, 5, 4), (2, 3, 4, 6)],
+    "ik,jk": [(5, 4), (6, 4)],  # implicit output: ij
+    "bn,anm->bam": [(3, 4), (2, 4, 5)],
+    "ij->ji": [(3, 5)],
+}
+
+
+@pytest.mark.parametrize("eq", sorted(EINSUM))
+def test_einsum_is_a_batched_matmul_between_views(eq):
+    rng = np.random.default_rng(len(eq))
+    shapes = EINSUM[eq]
+    feeds = {f"x{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)}
+    node = helper.make_node("Einsum", list(feeds), ["y"], name="e", equation=eq)
+    vis = [helper.make_tensor_value_info(n, F32, list(v.shape)) for n, v in feeds.items()]
+    g = helper.make_graph([node], "ein", vis, [helper.make_tensor_value_info("y", F32, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    (want,) = ReferenceEvaluator(m).run(None, feeds)
+    graph = from_onnx(m)
+    np.testing.assert_allclose(_values(graph, feeds)["y"], want, rtol=1e-5, atol=1e-5)
+    if len(shapes) == 2:  # the MACs of the contraction: every letter's size, once
+        assert graph.macs() == _einsum_macs(eq, shapes)
+
+
+def _einsum_macs(eq, shapes):
+    lhs = eq.split("->")[0].split(",")
+    size = {}
+    for t, s in zip(lhs, shapes, strict=True):
+        t = t.replace("...", "XY"[: len(s) - len(t) + 3])
+        size.update(zip(t, s, strict=True))
+    return int(np.prod(list(size.values())))
+
+
+@pytest.mark.parametrize(
+    "eq, shapes, match",
+    [
+        ("ii->i", [(3, 3)], r"repeats a letter"),
+        ("ij,jk->i", [(3, 4), (4, 5)], r"a letter summed within one operand"),
+        ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)], r"one or two operands"),
+    ],
+)
+def test_einsum_outside_the_model_is_named(eq, shapes, match):
+    feeds = {f"x{i}": np.ones(s, np.float32) for i, s in enumerate(shapes)}
+    node = helper.make_node("Einsum", list(feeds), ["y"], name="e", equation=eq)
+    vis = [helper.make_tensor_value_info(n, F32, list(v.shape)) for n, v in feeds.items()]
+    g = helper.make_graph([node], "ein", vis, [helper.make_tensor_value_info("y", F32, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(WorkloadError, match=rf"ONNX node 'e' \(Einsum\): equation .*{match}"):
+        from_onnx(m)

@@ -28,6 +28,8 @@ Gemm                                   ``linear`` (B constant) or ``matmul``; a
                                        ``transpose`` op; C of shape [N] is the bias,
                                        any other C an ``add``; alpha/beta fold into
                                        constants, else a ``scale`` op
+Einsum                                 ``bmm`` (or ``matmul``/``linear``) between
+                                       ``transpose`` and ``reshape`` views
 Add Sub Mul Div Pow Max Min Sum        the binary op (constants become weights); n
                                        inputs of Sum, Max, Min: n - 1 ops
 Equal Less Greater LessOrEqual         ``compare``; And Or Xor: ``logical``
@@ -163,6 +165,7 @@ _REDUCES = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ArgMax", "ArgM
 _OTHER = (
     "MatMul",
     "Gemm",
+    "Einsum",
     "Softmax",
     "LogSoftmax",
     "LayerNormalization",
@@ -780,6 +783,8 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
             imp.add("reshape", f"{name}.y1d", [y], out, grp, dt, shape=(x[0], x[1], 1))
         else:
             imp.add("global_avgpool", name, [v(0)], out, grp, dt)
+    elif t == "Einsum":
+        _einsum(imp, node, name, a, out, grp, dt, fail)
     elif t == "Transpose":
         rank = len(imp.shape(ins[0]))
         imp.add(
@@ -1379,6 +1384,100 @@ def _resize(
     if fh > 1:
         v = imp.add("concat", f"{name}.repeat_h", [v] * fh, f"{out}.h", grp, dt, axis=3)
     imp.add("reshape", name, [v], out, grp, dt, shape=y)
+
+
+def _einsum(
+    imp: _Importer,
+    node: Any,
+    name: str,
+    a: dict[str, Any],
+    out: str,
+    grp: str,
+    dt: str | None,
+    fail: Any,
+) -> None:
+    """Einsum of one operand (a permutation) or two (a batched matrix product): each
+    operand is permuted to ``(batch, free, contracted)`` / ``(batch, contracted,
+    free)`` and viewed as ``[B, M, K]`` / ``[B, K, N]``, one ``bmm`` (``matmul`` or
+    ``linear`` without batch letters), then viewed and permuted to the output's letters.
+    Letters repeated in one operand (a trace or diagonal), or summed in one operand
+    alone, are refused."""
+    eq = a.get("equation", b"")
+    eq = (eq.decode() if isinstance(eq, bytes) else eq).replace(" ", "")
+    ins = [i for i in node.input]
+    shapes = [imp.shape(i) for i in ins]
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ins) or len(ins) not in (1, 2):
+        raise fail(f"equation {eq!r}: wia-hw models Einsum of one or two operands")
+    spare = iter(c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in eq)
+    ell = ""
+    if "..." in eq:  # the broadcast dims: as many fresh letters as the widest operand needs
+        width = max(
+            len(s) - len(t.replace("...", ""))
+            for s, t in zip(shapes, terms, strict=True)
+            if "..." in t
+        )
+        ell = "".join(next(spare) for _ in range(width))
+        terms = [
+            t.replace("...", ell[len(ell) - (len(s) - len(t) + 3) :])
+            for t, s in zip(terms, shapes, strict=True)
+        ]
+    if not arrow:  # implicit output: the letters met once, in order
+        counts = {c: "".join(terms).count(c) for c in "".join(terms)}
+        rhs = ell + "".join(sorted(c for c, k in counts.items() if k == 1 and c not in ell))
+    rhs = rhs.replace("...", ell)
+    size: dict[str, int] = {}
+    for term, shape in zip(terms, shapes, strict=True):
+        if len(term) != len(shape) or len(set(term)) != len(term):
+            raise fail(
+                f"equation {eq!r}: operand {term!r} of shape {list(shape)} repeats a letter or does not fit"
+            )
+        for c, d in zip(term, shape, strict=True):
+            if size.setdefault(c, d) != d:
+                raise fail(
+                    f"equation {eq!r}: letter {c!r} is {size[c]} and {d}; wia-hw does not broadcast Einsum dims"
+                )
+    if any(sum(c in t for t in terms) == 1 and c not in rhs for c in size):
+        raise fail(f"equation {eq!r}: a letter summed within one operand is not modelled")
+
+    def permuted(src: str, have: str, want: str, tag: str) -> str:
+        if have == want:
+            return src
+        perm = tuple(have.index(c) for c in want)
+        return imp.add("transpose", f"{name}.{tag}", [src], f"{out}.{tag}", grp, None, perm=perm)
+
+    def view(src: str, shape: tuple[int, ...], tag: str) -> str:
+        if tuple(imp.b.shape(src)) == shape:
+            return src
+        return imp.add("reshape", f"{name}.{tag}", [src], f"{out}.{tag}", grp, None, shape=shape)
+
+    if len(terms) == 1:
+        src = permuted(imp.value(ins[0], name), terms[0], rhs, "perm")
+        imp.add("identity", name, [src], out, grp, dt)
+        return
+    ta, tb = terms
+    batch = [c for c in rhs if c in ta and c in tb]
+    free_a = [c for c in rhs if c in ta and c not in tb]
+    free_b = [c for c in rhs if c in tb and c not in ta]
+    red = [c for c in ta if c in tb and c not in rhs]
+    prod = lambda cs: math.prod(size[c] for c in cs)  # noqa: E731
+    bsz, m, k, n = prod(batch), prod(free_a), prod(red), prod(free_b)
+    a_src = permuted(imp.value(ins[0], name), ta, "".join(batch + free_a + red), "a")
+    b_src = permuted(imp.value(ins[1], name), tb, "".join(batch + red + free_b), "b")
+    mid = "".join(batch + free_a + free_b)
+    if batch:
+        a_v = view(a_src, (bsz, m, k), "a3")
+        b_v = view(b_src, (bsz, k, n), "b3")
+        y = imp.add("bmm", f"{name}.bmm", [a_v, b_v], f"{out}.bmm", grp, dt)
+    else:
+        a_v = view(a_src, (m, k), "a2")
+        b_v = view(b_src, (k, n), "b2")
+        kind = "linear" if imp.b.tensor(b_v).kind == "weight" else "matmul"
+        y = imp.add(kind, f"{name}.{kind}", [a_v, b_v], f"{out}.{kind}", grp, dt)
+    y = view(y, tuple(size[c] for c in mid), "unflat")
+    y = permuted(y, mid, rhs, "out")
+    imp.add("identity", name, [y], out, grp, dt)
 
 
 def _bn_affine(imp: _Importer, bn: Any) -> Callable[[], tuple[Any, Any]] | None:
