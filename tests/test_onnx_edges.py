@@ -531,3 +531,37 @@ def test_einsum_outside_the_model_is_named(eq, shapes, match):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     with pytest.raises(WorkloadError, match=rf"ONNX node 'e' \(Einsum\): equation .*{match}"):
         from_onnx(m)
+
+
+def test_weights_in_an_external_data_file_are_read_when_it_is_there(tmp_path):
+    """A model saved with its weights in ``model.onnx.data``: functional mode reads them
+    from the file beside the model; without the file the model still imports (timing
+    needs no values) and those weights are drawn at random."""
+    rng = np.random.default_rng(5)
+    w = numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+        helper.make_node("Add", ["h", "b"], ["y"], name="bias"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "ext",
+        [helper.make_tensor_value_info("x", F32, [4, 16])],
+        [helper.make_tensor_value_info("y", F32, None)],
+        [w, b],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x})
+    path = tmp_path / "model.onnx"
+    onnx.save_model(
+        m, str(path), save_as_external_data=True, location="model.onnx.data", size_threshold=0
+    )
+    graph = from_onnx(path)
+    assert set(graph.weight_values) == {"w", "b"}
+    res = wia_hw.run(graph, device="wia-npu", mode="functional", inputs={"x": x})
+    np.testing.assert_allclose(res.outputs["y"], want, rtol=2e-3, atol=1e-5)
+    (tmp_path / "model.onnx.data").unlink()
+    graph = from_onnx(path)
+    assert graph.weight_values == {} and graph.macs() == 4 * 16 * 8

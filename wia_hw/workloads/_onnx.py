@@ -328,6 +328,7 @@ class _Importer:
         #: weight -> its value from the model (initializers, and the constants the
         #: import derives from them), computed when functional mode asks
         self.values: dict[str, Callable[[], Any]] = {}
+        self.base_dir: Path | None = None  # where an external data file would be
         self.origin: dict[int, list[str]] = {}  # node index -> names of its ops
         self.mask_allowed: dict[str, Any] = {}  # Where's merged weight -> kept elements
         self.prefix = _common_prefix(self.g.node)  # path components all names share
@@ -369,8 +370,8 @@ class _Importer:
         if value in self.consts:
             t = self.consts[value]
             name = self.b.weight(value, tuple(t.dims), self.dtype(value, t.data_type, node))
-            if self.const_values(value) is not None:
-                self.values[name] = lambda v=value: self.const_array(v)
+            if self.has_value(value):
+                self.values[name] = lambda v=value: self.weight_array(v)
             return name
         raise WorkloadError(
             f"ONNX node {node!r}: input {value!r} is not produced by any earlier node"
@@ -393,9 +394,9 @@ class _Importer:
         if self.defined(name):
             return name
         name = self.b.weight(name, shape, self.dtype(value, t.data_type, node))
-        if self.const_values(value) is not None:
+        if self.has_value(value):
             fn = make or (lambda arr: arr.reshape(shape))
-            self.values[name] = lambda: fn(self.const_array(value))
+            self.values[name] = lambda: fn(self.weight_array(value))
         return name
 
     def scale_value(self, name: str, factor: float) -> None:
@@ -409,6 +410,24 @@ class _Importer:
         from onnx import numpy_helper
 
         return numpy_helper.to_array(self.consts[value])
+
+    def has_value(self, value: str) -> bool:
+        """Whether constant ``value``'s elements can be read: in the model, or in the
+        external data file beside it."""
+        t = self.consts[value]
+        if t.data_location != self.onnx.TensorProto.EXTERNAL:
+            return True
+        where = {e.key: e.value for e in t.external_data}.get("location")
+        return bool(where and self.base_dir and (self.base_dir / where).is_file())
+
+    def weight_array(self, value: str) -> Any:
+        """Constant ``value``'s elements (read from the external data file if there)."""
+        from onnx import numpy_helper
+
+        t = self.consts[value]
+        if t.data_location != self.onnx.TensorProto.EXTERNAL:
+            return numpy_helper.to_array(t)
+        return numpy_helper.to_array(t, base_dir=str(self.base_dir))
 
     # -- ops ---------------------------------------------------------------------------
     def add(
@@ -1486,12 +1505,12 @@ def _bn_affine(imp: _Importer, bn: Any) -> Callable[[], tuple[Any, Any]] | None:
     import numpy as np
 
     params = list(bn.input[1:5])
-    if any(imp.const_values(p) is None for p in params):
+    if any(p not in imp.consts or not imp.has_value(p) for p in params):
         return None
     eps = float(_attrs(bn).get("epsilon", 1e-5))
 
     def compute() -> tuple[Any, Any]:
-        gamma, beta, mean, var = (imp.const_array(p).astype(np.float64) for p in params)
+        gamma, beta, mean, var = (imp.weight_array(p).astype(np.float64) for p in params)
         scale = gamma / np.sqrt(var + eps)
         return scale, beta - mean * scale
 
@@ -1505,7 +1524,7 @@ def _fold_bn_values(
     channels times the scale, the bias ``(b - mean) * scale + beta`` (no bias: the
     shift). Neither has one when the model lacks a value."""
     affine = _bn_affine(imp, bn)
-    if affine is None or imp.const_values(weight) is None:
+    if affine is None or not imp.has_value(weight):
         imp.values.pop(weight, None)
         imp.values.pop(bias_tensor, None)
         return
@@ -1513,16 +1532,16 @@ def _fold_bn_values(
 
     def conv_weight() -> Any:
         scale = affine()[0]
-        w = imp.const_array(weight)
+        w = imp.weight_array(weight)
         return (w * scale.reshape((-1,) + (1,) * (w.ndim - 1))).reshape(w_shape)
 
     def conv_bias() -> Any:
         scale, shift = affine()
-        b = imp.const_array(bias) if bias is not None else 0.0
+        b = imp.weight_array(bias) if bias is not None else 0.0
         return b * scale + shift
 
     imp.values[weight] = conv_weight
-    if bias is not None and imp.const_values(bias) is None:
+    if bias is not None and not imp.has_value(bias):
         imp.values.pop(bias_tensor, None)
     else:
         imp.values[bias_tensor] = conv_bias
@@ -1761,9 +1780,11 @@ def _import_prepared(
     dims: Mapping[str, int],
     folded: int,
     recognise: bool,
+    base_dir: Path | None = None,
 ) -> Graph:
     proto = _infer(onnx, proto, source, strict=True)
     imp = _Importer(onnx, proto, gname)
+    imp.base_dir = base_dir
     for vi in imp.g.input:
         if vi.name in imp.inits:
             continue
@@ -1860,7 +1881,8 @@ def from_onnx(
     bad = unsupported_ops(proto)
     if bad:
         raise WorkloadError(unsupported_message(source, bad))
-    return _import_prepared(onnx, proto, gname, source, batch, dims, folded, recognise)
+    base_dir = Path(model).parent if isinstance(model, (str, os.PathLike)) else None
+    return _import_prepared(onnx, proto, gname, source, batch, dims, folded, recognise, base_dir)
 
 
 def _constant(imp: _Importer, node: Any) -> None:
