@@ -506,7 +506,11 @@ def evaluate(
     elif kind == "slice":
         ax = int(attrs.get("axis", 0)) % x.ndim
         sl = [slice(None)] * x.ndim
-        sl[ax] = slice(int(attrs.get("start", 0)), int(attrs.get("stop", x.shape[ax])))
+        sl[ax] = slice(
+            int(attrs.get("start", 0)),
+            int(attrs.get("stop", x.shape[ax])),
+            int(attrs.get("step", 1)),
+        )
         out = x[tuple(sl)]
     else:
         raise WorkloadError(f"op {op_name!r}: no functional model for op kind {kind!r}")

@@ -565,3 +565,66 @@ def test_weights_in_an_external_data_file_are_read_when_it_is_there(tmp_path):
     (tmp_path / "model.onnx.data").unlink()
     graph = from_onnx(path)
     assert graph.weight_values == {} and graph.macs() == 4 * 16 * 8
+
+
+def _run_one(op, x, attrs=None, opset=13, inits=()):
+    node = helper.make_node(op, ["x"] + [i.name for i in inits], ["y"], name="n", **(attrs or {}))
+    g = helper.make_graph(
+        [node],
+        "one",
+        [helper.make_tensor_value_info("x", F32, list(x.shape))],
+        [helper.make_tensor_value_info("y", F32, None)],
+        list(inits),
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x})
+    graph = from_onnx(m)
+    return graph, _values(graph, {"x": x})["y"], want
+
+
+@pytest.mark.parametrize(
+    "starts, ends, axes, steps",
+    [
+        ([0, 0], [2**31, 2**31], [2, 3], [2, 2]),  # YOLOv5's Focus: x[..., ::2, ::2]
+        ([1, 0], [2**31, 2**31], [2, 3], [2, 2]),
+        ([1], [7], [1], [3]),
+        ([0, 1], [2, 5], [0, 3], [1, 1]),  # two axes, step 1
+    ],
+)
+def test_slices_with_steps_and_several_axes(starts, ends, axes, steps):
+    x = (
+        np.random.default_rng(len(starts) + sum(steps))
+        .standard_normal((2, 8, 6, 6))
+        .astype(np.float32)
+    )
+    inits = [
+        numpy_helper.from_array(np.array(v, np.int64), n)
+        for n, v in (("s", starts), ("e", ends), ("a", axes), ("st", steps))
+    ]
+    graph, got, want = _run_one("Slice", x, inits=inits)
+    np.testing.assert_array_equal(got, want)
+    assert wia_hw.run(graph, device="wia-npu").latency_ms > 0
+
+
+@pytest.mark.parametrize("mode", ["edge", "reflect"])
+def test_pad_edge_and_reflect_copy_the_border(mode):
+    x = np.random.default_rng(9).standard_normal((1, 2, 5, 6)).astype(np.float32)
+    pads = numpy_helper.from_array(np.array([0, 0, 2, 1, 0, 0, 1, 3], np.int64), "pads")
+    graph, got, want = _run_one("Pad", x, {"mode": mode}, inits=[pads])
+    np.testing.assert_array_equal(got, want)
+    assert graph.flops() == 0  # copies
+
+
+@pytest.mark.parametrize(
+    "op, attrs",
+    [
+        ("ReduceMean", {"axes": [1], "keepdims": 1}),  # a channel mean (CBAM)
+        ("ReduceMax", {"axes": [1], "keepdims": 1}),
+        ("ReduceSum", {"axes": [0, 2], "keepdims": 0}),
+        ("ReduceMin", {"axes": [1, 3], "keepdims": 1}),
+    ],
+)
+def test_reductions_over_any_axes(op, attrs):
+    x = np.random.default_rng(len(op)).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    graph, got, want = _run_one(op, x, attrs, opset=13)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -25,7 +25,7 @@ binary (``add`` ...)    a, b (numpy broadcasting)                    broadcast s
 ``reshape``             x                                            attr ``shape``
 ``transpose``           x                                            permuted by ``perm``
 ``concat``              xs                                           joined on ``axis``
-``slice``               x                                            ``axis``, ``start``, ``stop``
+``slice``               x                                            ``axis``, ``start``, ``stop``, ``step``
 ``where``               cond, x, y (numpy broadcasting)              broadcast shape
 ``col2im``              cols ``[N, O*kh*kw, H, W]``                  ``[N, O, Ho, Wo]``
                         (a transposed convolution's overlap-add: ``channels``, window attributes, ``output_padding``)
@@ -411,9 +411,12 @@ def infer_shapes(op: Op, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, .
         x = list(shapes[0])
         ax = a.get("axis", 0) % len(x)
         start, stop = a.get("start", 0), min(a.get("stop", x[ax]), x[ax])
+        step = a.get("step", 1)
+        if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+            raise WorkloadError(f"op {n!r} (slice): step {step!r} must be a positive integer")
         if not 0 <= start < stop:
             raise WorkloadError(f"op {n!r} (slice): empty slice [{start}:{stop}] of {x}")
-        x[ax] = stop - start
+        x[ax] = -(-(stop - start) // step)
         return [tuple(x)]
     raise WorkloadError(f"op {n!r}: unknown op kind {k!r}")  # pragma: no cover
 
@@ -453,6 +456,8 @@ def is_view(op: Op, in_shapes: Sequence[tuple[int, ...]]) -> bool:
         return True
     if op.kind == "slice" and in_shapes:
         x = in_shapes[0]
+        if op.attrs.get("step", 1) != 1:  # every step-th element: a strided copy
+            return False
         return math.prod(x[: op.attrs.get("axis", 0) % len(x)]) == 1
     return False
 

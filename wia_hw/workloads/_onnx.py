@@ -56,12 +56,13 @@ MaxPool AveragePool GlobalAveragePool  ``maxpool``, ``avgpool``, ``global_avgpoo
                                        (1-D or 2-D; pads, ceil_mode,
                                        count_include_pad as ONNX)
 ReduceMean ReduceSum ReduceMax         ``global_avgpool`` (``reduce``) over the reduced
-ReduceMin ArgMax ArgMin                trailing axes (one add or compare per input
-                                       element), between ``reshape`` views; ArgMax and
+ReduceMin ArgMax ArgMin                axes moved last (a ``transpose`` when they are
+                                       not), between ``reshape`` views; ArgMax and
                                        ArgMin over the last non-unit axis
 Reshape Flatten Squeeze Unsqueeze      ``reshape`` (to the inferred shape)
 Transpose, Concat                      ``transpose``, ``concat``
-Slice, Split                           ``slice`` per output (one axis, step 1)
+Slice, Split                           ``slice`` per cut axis (positive steps) or per
+                                       output
 Gather                                 ``embedding`` (a 2-D constant table, or axis 0
                                        of any tensor between ``reshape`` views); a
                                        constant run of indices is a ``slice``
@@ -76,7 +77,8 @@ Where                                  ``where`` when the condition or both bran
 Expand, Trilu                          one binary op per element of the output
                                        (``add``/``mul`` with the constant operands
                                        merged into one weight)
-Pad (constant mode)                    ``concat`` with zero weights per padded axis
+Pad (constant, edge, reflect)          ``concat`` per padded axis of fill weights or
+                                       border-row ``slice`` copies
 Resize, Upsample (nearest, integer     ``concat`` copies between ``reshape`` views
 scales)
 Constant                               a weight tensor (when not folded)
@@ -912,22 +914,34 @@ def _slice(
     axes = axes if axes is not None else list(range(len(starts)))
     if starts is None or ends is None:
         raise fail("has no starts or ends")
-    if steps is not None and any(s != 1 for s in steps):
-        raise fail(f"steps {steps} are not modelled (only step 1)")
+    steps = steps if steps is not None else [1] * len(starts)
+    if any(s < 1 for s in steps):
+        raise fail(f"steps {steps} are not modelled (only positive steps)")
     cuts = []
-    for s, e, ax in zip(starts, ends, axes, strict=True):
+    for s, e, ax, st in zip(starts, ends, axes, steps, strict=True):
         ax %= len(x)
-        s = max(0, s + x[ax] if s < 0 else s)
-        e = min(x[ax], e + x[ax] if e < 0 else e)
-        if (s, e) != (0, x[ax]):
-            cuts.append((ax, s, e))
-    if len(cuts) > 1:
-        raise fail(f"slices {len(cuts)} axes; wia-hw models one axis per slice")
+        s = max(0, min(x[ax], s + x[ax] if s < 0 else s))
+        e = max(0, min(x[ax], e + x[ax] if e < 0 else e))
+        if (s, e, st) != (0, x[ax], 1):
+            cuts.append((ax, s, e, st))
+    y = imp.value(ins[0], name)
     if not cuts:
-        imp.add("identity", name, [imp.value(ins[0], name)], out, grp, dt)
+        imp.add("identity", name, [y], out, grp, dt)
         return
-    ax, s, e = cuts[0]
-    imp.add("slice", name, [imp.value(ins[0], name)], out, grp, dt, axis=ax, start=s, stop=e)
+    for j, (ax, s, e, st) in enumerate(cuts):  # one slice op per cut axis
+        last = j == len(cuts) - 1
+        y = imp.add(
+            "slice",
+            name if last else f"{name}.{j}",
+            [y],
+            out if last else f"{out}.{j}",
+            grp,
+            dt,
+            axis=ax,
+            start=s,
+            stop=e,
+            **({"step": st} if st != 1 else {}),
+        )
 
 
 def _out_shape(imp: _Importer, value: str, fail: Any) -> tuple[int, ...]:
@@ -1174,7 +1188,8 @@ def _reduce(
     dt: str | None,
     fail: Any,
 ) -> None:
-    """Reduce* over trailing axes, ArgMax/ArgMin over the last non-unit axis: a
+    """Reduce* over any axes (the reduced ones moved last by a ``transpose`` when they
+    are not already trailing), ArgMax/ArgMin over the last non-unit axis: a
     ``global_avgpool`` (``reduce``: mean, sum, max, min, argmax, argmin) over
     ``[1, rows, reduced, 1]`` (one add or compare per input element)."""
     ins = list(node.input)
@@ -1208,12 +1223,17 @@ def _reduce(
     if not axes:
         imp.add("identity", name, [imp.value(ins[0], name)], out, grp, dt)
         return
-    if axes != list(range(axes[0], rank)):
-        raise fail(
-            f"reduces axes {axes} of {list(x)}; wia-hw models reductions over trailing axes only"
-        )
-    rows, red = math.prod(x[: axes[0]]), math.prod(x[axes[0] :])
     src = imp.value(ins[0], name)
+    if axes != list(range(axes[0], rank)):  # move the reduced axes last: a transpose
+        if node.op_type in ("ArgMax", "ArgMin"):
+            raise fail(f"reduces axes {axes} of {list(x)}")  # pragma: no cover - cut above
+        keep = [d for d in range(rank) if d not in axes]
+        src = imp.add(
+            "transpose", f"{name}.last", [src], f"{out}.last", grp, None, perm=tuple(keep + axes)
+        )
+        x = tuple(x[d] for d in keep + axes)
+        axes = list(range(len(keep), rank))
+    rows, red = math.prod(x[: axes[0]]), math.prod(x[axes[0] :])
     if rank == 4 and axes == [2, 3]:
         pooled_shape = (x[0], x[1], 1, 1)
     else:
@@ -1290,14 +1310,16 @@ def _pad(
     dt: str | None,
     fail: Any,
 ) -> None:
-    """Pad (constant mode): per padded axis a ``concat`` of fill weights and the input."""
+    """Pad: per padded axis a ``concat`` of what goes before, the input and what goes
+    after: fill weights (constant mode), or slices of the input's border rows (edge:
+    the border row repeated; reflect: the rows next to it, mirrored)."""
     import numpy as np
 
     ins = list(node.input)
     mode = a.get("mode", b"constant")
     mode = mode.decode() if isinstance(mode, bytes) else mode
-    if mode != "constant":
-        raise fail(f"mode {mode!r} is not modelled (only 'constant')")
+    if mode not in ("constant", "edge", "reflect"):
+        raise fail(f"mode {mode!r} is not modelled (constant, edge, reflect)")
     x = imp.shape(ins[0])
     if len(ins) > 1 and ins[1]:
         vals = imp.const_values(ins[1])
@@ -1327,17 +1349,22 @@ def _pad(
         fill = float(fv.reshape(-1)[0]) if fv is not None and fv.size else None
     for j, (ax, lo, hi) in enumerate(todo):
         cur = imp.b.shape(y)
+        if mode == "reflect" and max(lo, hi) >= cur[ax]:
+            raise fail(f"reflect pads {[lo, hi]} reach past axis {ax} of {list(cur)}")
         parts = []
         for side, width in (("lo", lo), ("hi", hi)):
             if not width:
                 if side == "lo":
                     parts.append(y)
                 continue
-            shape = cur[:ax] + (width,) + cur[ax + 1 :]
-            wname = imp.b.weight(f"{name}.fill{j}_{side}", shape, xd)
-            if fill is not None:
-                imp.values[wname] = lambda s=shape, f=fill: np.full(s, f, dtype=np.float32)
-            parts.append(wname)
+            if mode != "constant":  # copies of the input's own border rows
+                parts.append(_pad_border(imp, name, out, grp, dt, y, ax, side, width, mode, j))
+            else:
+                shape = cur[:ax] + (width,) + cur[ax + 1 :]
+                wname = imp.b.weight(f"{name}.fill{j}_{side}", shape, xd)
+                if fill is not None:
+                    imp.values[wname] = lambda s=shape, f=fill: np.full(s, f, dtype=np.float32)
+                parts.append(wname)
             if side == "lo":
                 parts.append(y)
         last = j == len(todo) - 1
@@ -1350,6 +1377,49 @@ def _pad(
             dt,
             axis=ax,
         )
+
+
+def _pad_border(
+    imp: _Importer,
+    name: str,
+    out: str,
+    grp: str,
+    dt: str | None,
+    y: str,
+    ax: int,
+    side: str,
+    width: int,
+    mode: str,
+    j: int,
+) -> str:
+    """The ``width`` rows an edge or reflect Pad adds on one side of axis ``ax``:
+    ``slice`` copies of the border row (edge), or of the rows next to it, mirrored
+    (reflect: one single-row slice per padded row, in mirror order, joined)."""
+    n = imp.b.shape(y)[ax]
+    if mode == "edge":
+        rows = [0] * width if side == "lo" else [n - 1] * width
+    elif side == "lo":
+        rows = list(range(width, 0, -1))
+    else:
+        rows = list(range(n - 2, n - 2 - width, -1))
+    tag = f"{name}.{mode}{j}_{side}"
+    parts = [
+        imp.add(
+            "slice",
+            f"{tag}.{k}",
+            [y],
+            f"{out}.{mode}{j}_{side}.{k}",
+            grp,
+            dt,
+            axis=ax,
+            start=r,
+            stop=r + 1,
+        )
+        for k, r in enumerate(rows)
+    ]
+    if len(parts) == 1:
+        return parts[0]
+    return imp.add("concat", tag, parts, f"{out}.{mode}{j}_{side}", grp, dt, axis=ax)
 
 
 def _resize(
