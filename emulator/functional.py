@@ -175,6 +175,41 @@ def _lrn(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
     return x / (bias + alpha / size * total) ** beta
 
 
+def _linear_weights(n_in: int, n_out: int, scale: float, ctm: str) -> np.ndarray:
+    """``[n_out, n_in]``: each output's two neighbours and their linear weights, the
+    source coordinate as ONNX's coordinate transformation maps it, clamped inside."""
+    i = np.arange(n_out, dtype=np.float64)
+    if ctm == "align_corners":
+        src = i * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros(n_out)
+    elif ctm == "asymmetric":
+        src = i / scale
+    elif ctm == "pytorch_half_pixel":
+        src = (i + 0.5) / scale - 0.5 if n_out > 1 else np.zeros(n_out)
+    elif ctm == "half_pixel_symmetric":
+        adj = n_out / (scale * n_in)
+        src = n_in / 2 * (1 - adj) + (i + 0.5) / scale - 0.5
+    else:  # half_pixel
+        src = (i + 0.5) / scale - 0.5
+    src = np.clip(src, 0, n_in - 1)
+    lo = np.floor(src).astype(np.int64)
+    hi = np.minimum(lo + 1, n_in - 1)
+    frac = src - lo
+    m = np.zeros((n_out, n_in))
+    np.add.at(m, (np.arange(n_out), lo), 1 - frac)
+    np.add.at(m, (np.arange(n_out), hi), frac)
+    return m
+
+
+def _resize_linear(
+    x: np.ndarray, attrs: Mapping[str, Any], out_shape: tuple[int, ...]
+) -> np.ndarray:
+    sh, sw = (float(v) for v in attrs["scales"])
+    ctm = str(attrs.get("coordinate_transformation_mode", "half_pixel"))
+    mh = _linear_weights(x.shape[2], out_shape[2], sh, ctm)
+    mw = _linear_weights(x.shape[3], out_shape[3], sw, ctm)
+    return np.einsum("ih,nchw,jw->ncij", mh, x.astype(np.float64), mw).astype(np.float32)
+
+
 def _col2im(cols: np.ndarray, attrs: Mapping[str, Any], out_shape: tuple[int, ...]) -> np.ndarray:
     """A transposed convolution's overlap-add: column ``(o, ky, kx)`` of input pixel
     ``(y, x)`` is added at output ``(y*sh + ky*dh - top, x*sw + kx*dw - left)``."""
@@ -436,6 +471,8 @@ def evaluate(
         out = np.where(cond.astype(bool), a, b)
     elif kind == "col2im":
         out = _col2im(x.astype(np.float32), attrs, tuple(out_shape))
+    elif kind == "resize":
+        out = _resize_linear(x.astype(np.float32), attrs, tuple(out_shape))
     elif kind == "isnan":
         if attrs.get("op") == "isinf":
             pos, neg = attrs.get("detect_positive", 1), attrs.get("detect_negative", 1)

@@ -628,3 +628,41 @@ def test_reductions_over_any_axes(op, attrs):
     x = np.random.default_rng(len(op)).standard_normal((2, 3, 4, 5)).astype(np.float32)
     graph, got, want = _run_one(op, x, attrs, opset=13)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "ctm, scales, sizes",
+    [
+        ("half_pixel", [1, 1, 2, 2], None),  # ONNX's default
+        ("align_corners", None, [1, 2, 11, 7]),  # torch's align_corners=True
+        ("pytorch_half_pixel", [1, 1, 1.5, 3], None),
+        ("asymmetric", [1, 1, 0.5, 2], None),
+        ("half_pixel", None, [1, 2, 4, 3]),  # a downscale
+    ],
+)
+def test_resize_linear_matches_onnx_reference(ctm, scales, sizes):
+    """Bilinear resize (segmentation heads, FPNs): values as ONNX's reference."""
+    x = np.random.default_rng(len(ctm)).standard_normal((1, 2, 6, 5)).astype(np.float32)
+    inits = [numpy_helper.from_array(np.array([], np.float32), "roi")]
+    if scales is not None:
+        inits.append(numpy_helper.from_array(np.array(scales, np.float32), "scales"))
+        ins = ["x", "roi", "scales"]
+    else:
+        inits.append(numpy_helper.from_array(np.array(sizes, np.int64), "sizes"))
+        ins = ["x", "roi", "", "sizes"]
+    node = helper.make_node(
+        "Resize", ins, ["y"], name="up", mode="linear", coordinate_transformation_mode=ctm
+    )
+    g = helper.make_graph(
+        [node],
+        "r",
+        [helper.make_tensor_value_info("x", F32, list(x.shape))],
+        [helper.make_tensor_value_info("y", F32, None)],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x})
+    graph = from_onnx(m)
+    np.testing.assert_allclose(_values(graph, {"x": x})["y"], want, rtol=1e-5, atol=1e-5)
+    assert graph.flops() == 7 * want.size
+    assert wia_hw.run(graph, device="wia-npu").latency_ms > 0

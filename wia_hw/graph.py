@@ -27,6 +27,7 @@ binary (``add`` ...)    a, b (numpy broadcasting)                    broadcast s
 ``concat``              xs                                           joined on ``axis``
 ``slice``               x                                            ``axis``, ``start``, ``stop``, ``step``
 ``where``               cond, x, y (numpy broadcasting)              broadcast shape
+``resize``              x ``[N, C, H, W]`` (bilinear; ``size``)      ``[N, C, *size]``
 ``col2im``              cols ``[N, O*kh*kw, H, W]``                  ``[N, O, Ho, Wo]``
                         (a transposed convolution's overlap-add: ``channels``, window attributes, ``output_padding``)
 ======================  ===========================================  =================
@@ -151,11 +152,14 @@ OTHER_KINDS = (
     "slice",
     "where",
     "col2im",
+    "resize",
 )
 OP_KINDS = GEMM_KINDS + tuple(UNARY_KINDS) + tuple(BINARY_KINDS) + OTHER_KINDS
 #: FLOPs per element of the reductions: softmax (max, sub, exp, sum, div),
 #: layer norm (mean, sub, square, sum, rsqrt-mul, scale, shift, ...).
 SOFTMAX_FLOPS_PER_ELEMENT = 5
+#: FLOPs per output element of a bilinear resize (4 weighted neighbours: 4 mul, 3 add).
+RESIZE_FLOPS_PER_ELEMENT = 7
 LAYER_NORM_FLOPS_PER_ELEMENT = 8
 
 
@@ -328,6 +332,14 @@ def infer_shapes(op: Op, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, .
     if k == "where":  # condition, x, y
         need(3)
         return [_broadcast(n, _broadcast(n, shapes[0], shapes[1]), shapes[2])]
+    if k == "resize":  # [N, C, H, W] -> [N, C, *size]
+        need(1)
+        x, size = shapes[0], a.get("size")
+        if len(x) != 4 or not isinstance(size, (list, tuple)) or len(size) != 2:
+            raise WorkloadError(
+                f"op {n!r} (resize): input {list(x)} and size {size!r} must be [N, C, H, W] and [h, w]"
+            )
+        return [(x[0], x[1], int(size[0]), int(size[1]))]
     if k == "col2im":  # [N, O*kh*kw, H, W] columns -> [N, O, Ho, Wo], overlapping adds
         need(1)
         x, o = shapes[0], a.get("channels", 0)
@@ -489,6 +501,8 @@ def op_flops(
         return out
     if op.kind == "col2im":  # every column element is added into its output position
         return math.prod(in_shapes[0])
+    if op.kind == "resize":  # bilinear: 4 products and 3 sums per output element
+        return RESIZE_FLOPS_PER_ELEMENT * out
     if op.kind == "layer_norm":
         return LAYER_NORM_FLOPS_PER_ELEMENT * out
     if op.kind in ("maxpool", "avgpool"):

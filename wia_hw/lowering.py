@@ -74,6 +74,7 @@ _VCLASS = {
     "avgpool": "pool",
     "global_avgpool": "pool",
     "col2im": "pool",
+    "resize": "pool",
     "transpose": "copy",
     "concat": "copy",
     "slice": "copy",
@@ -312,7 +313,7 @@ def _vector_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[
     else:
         vclass = _VCLASS[op.kind]
     shape = outs[0]
-    if op.kind in ("maxpool", "avgpool", "global_avgpool", "col2im"):
+    if op.kind in ("maxpool", "avgpool", "global_avgpool", "col2im", "resize"):
         rows, cols = shape[0] * shape[1], shape[2] * shape[3]
         in_refs = tuple(
             TensorRef(

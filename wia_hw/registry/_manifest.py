@@ -158,7 +158,7 @@ PRIMITIVES: dict[str, tuple[str, ...]] = {
     "reduce": ("softmax", "layer_norm", "global_avgpool"),
     "copy": ("transpose", "concat", "slice"),
     "gather": ("embedding",),
-    "pool": ("maxpool", "avgpool", "global_avgpool", "col2im"),
+    "pool": ("maxpool", "avgpool", "global_avgpool", "col2im", "resize"),
 }
 _PARAM_TYPES = {"int": int, "float": float, "bool": bool, "str": str}
 _VERSION = re.compile(r"^\d+(\.\d+){0,3}$")

@@ -81,6 +81,7 @@ Pad (constant, edge, reflect)          ``concat`` per padded axis of fill weight
                                        border-row ``slice`` copies
 Resize, Upsample (nearest, integer     ``concat`` copies between ``reshape`` views
 scales)
+Resize, Upsample (linear)              ``resize`` (bilinear)
 Constant                               a weight tensor (when not folded)
 =====================================  ================================================
 
@@ -1438,11 +1439,16 @@ def _resize(
     element order, so the bytes are the copy's."""
     mode = a.get("mode", b"nearest")
     mode = mode.decode() if isinstance(mode, bytes) else mode
-    if mode != "nearest":
-        raise fail(f"mode {mode!r} is not modelled (only 'nearest')")
+    if mode not in ("nearest", "linear", "bilinear"):
+        raise fail(f"mode {mode!r} is not modelled (nearest, linear)")
     x = imp.shape(node.input[0])
     y = _out_shape(imp, out, fail)
-    if len(x) != 4 or y[:2] != x[:2] or any(b % a_ for a_, b in zip(x[2:], y[2:], strict=True)):
+    if len(x) != 4 or y[:2] != x[:2]:
+        raise fail(f"{list(x)} -> {list(y)} does not resize the spatial axes of [N, C, H, W]")
+    if mode != "nearest":
+        _resize_linear(imp, node, name, a, out, grp, dt, fail, x, y)
+        return
+    if any(b % a_ for a_, b in zip(x[2:], y[2:], strict=True)):
         raise fail(f"{list(x)} -> {list(y)} is not an integer upscale of [N, C, H, W]")
     fh, fw = y[2] // x[2], y[3] // x[3]
     ctm = a.get("coordinate_transformation_mode", b"half_pixel")
@@ -1718,6 +1724,63 @@ def _conv_transpose(
     if out != final:  # back to [N, O, L]
         (n2, o2, _, l2) = imp.shape(y)
         imp.add("reshape", f"{name}.y1d", [y], final, grp, dt, shape=(n2, o2, l2))
+
+
+def _resize_linear(
+    imp: _Importer,
+    node: Any,
+    name: str,
+    a: dict[str, Any],
+    out: str,
+    grp: str,
+    dt: str | None,
+    fail: Any,
+    x: tuple[int, ...],
+    y: tuple[int, ...],
+) -> None:
+    """Resize in linear mode (bilinear on ``[N, C, H, W]``): a ``resize`` op carrying
+    the coordinate transformation and the scales ONNX maps coordinates with (the
+    ``scales`` input when given, else output over input size)."""
+    ctm = a.get("coordinate_transformation_mode", b"half_pixel")
+    ctm = ctm.decode() if isinstance(ctm, bytes) else ctm
+    if node.op_type == "Upsample" or imp.opset < 11:
+        ctm = "asymmetric"  # Upsample and Resize-10 map coordinates that way
+    if ctm not in _LINEAR_MODES:
+        raise fail(f"coordinate_transformation_mode {ctm!r} is not modelled in linear mode")
+    if a.get("antialias", 0) and (y[2] < x[2] or y[3] < x[3]):
+        raise fail("antialias on a downscale is not modelled")
+    scales = [y[2] / x[2], y[3] / x[3]]
+    src = list(node.input)
+    given = None
+    if node.op_type == "Upsample" and len(src) > 1:
+        given = imp.const_values(src[1])
+    elif node.op_type == "Resize" and len(src) > 2 and src[2]:
+        given = imp.const_values(src[2])
+    if given is not None and given.size == 4:
+        scales = [float(given.reshape(-1)[2]), float(given.reshape(-1)[3])]
+    imp.add(
+        "resize",
+        name,
+        [imp.value(src[0], name)],
+        out,
+        grp,
+        dt,
+        mode="linear",
+        coordinate_transformation_mode=ctm,
+        scales=scales,
+        size=[y[2], y[3]],
+    )
+
+
+#: Coordinate transformations Resize's linear mode may use (ONNX's, but
+#: tf_crop_and_resize, which needs a region of interest).
+_LINEAR_MODES = (
+    "half_pixel",
+    "half_pixel_symmetric",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+)
 
 
 def _nearest_source(n_in: int, n_out: int, ctm: str, nm: str) -> list[int] | None:
