@@ -666,3 +666,54 @@ def test_resize_linear_matches_onnx_reference(ctm, scales, sizes):
     np.testing.assert_allclose(_values(graph, {"x": x})["y"], want, rtol=1e-5, atol=1e-5)
     assert graph.flops() == 7 * want.size
     assert wia_hw.run(graph, device="wia-npu").latency_ms > 0
+
+
+ATTN = {
+    "plain": ((2, 4, 6, 8), (2, 4, 6, 8), (2, 4, 6, 8), {}, None),
+    "causal_scaled": (
+        (1, 2, 5, 4),
+        (1, 2, 5, 4),
+        (1, 2, 5, 6),
+        {"is_causal": 1, "scale": 0.3},
+        None,
+    ),
+    "float_mask": ((1, 2, 4, 8), (1, 2, 7, 8), (1, 2, 7, 8), {}, "float"),
+    "bool_mask": ((2, 2, 4, 8), (2, 2, 6, 8), (2, 2, 6, 8), {}, "bool"),
+    "gqa": ((1, 6, 5, 4), (1, 2, 5, 4), (1, 2, 5, 4), {}, None),
+    "three_d": ((2, 5, 32), (2, 7, 16), (2, 7, 16), {"q_num_heads": 4, "kv_num_heads": 2}, None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ATTN))
+def test_attention_op_matches_onnx_reference(case):
+    """Opset 23's Attention (what new exporters write for SDPA): two bmm around a softmax,
+    as ONNX's reference computes it."""
+    qs, ks, vs, attrs, mask = ATTN[case]
+    rng = np.random.default_rng(len(case))
+    feeds = {
+        n: rng.standard_normal(s).astype(np.float32) for n, s in (("q", qs), ("k", ks), ("v", vs))
+    }
+    ins = ["q", "k", "v"]
+    if mask is not None:
+        shape = (qs[-2] if len(qs) == 4 else qs[1], ks[-2] if len(ks) == 4 else ks[1])
+        feeds["m"] = (
+            rng.random(shape) > 0.3
+            if mask == "bool"
+            else rng.standard_normal(shape).astype(np.float32)
+        )
+        if mask == "bool":
+            feeds["m"][:, 0] = True  # every query attends somewhere
+        ins.append("m")
+    node = helper.make_node("Attention", ins, ["y"], name="attn", **attrs)
+    vis = [
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+        for n, v in feeds.items()
+    ]
+    g = helper.make_graph([node], "a", vis, [helper.make_tensor_value_info("y", F32, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+    (want,) = ReferenceEvaluator(m).run(None, feeds)
+    graph = from_onnx(m)
+    vals = dict(feeds)
+    vals.update({n: f() for n, f in graph.weight_values.items()})
+    np.testing.assert_allclose(_values(graph, vals)["y"], want, rtol=1e-4, atol=1e-5)
+    assert wia_hw.run(graph, device="wia-npu").latency_ms > 0

@@ -28,6 +28,8 @@ Gemm                                   ``linear`` (B constant) or ``matmul``; a
                                        ``transpose`` op; C of shape [N] is the bias,
                                        any other C an ``add``; alpha/beta fold into
                                        constants, else a ``scale`` op
+Attention (opset 23)                   ``bmm``, ``add`` of the mask, ``softmax``,
+                                       ``bmm``; heads by views and transposes
 Einsum                                 ``bmm`` (or ``matmul``/``linear``) between
                                        ``transpose`` and ``reshape`` views
 Add Sub Mul Div Pow Max Min Sum        the binary op (constants become weights); n
@@ -169,6 +171,7 @@ _OTHER = (
     "MatMul",
     "Gemm",
     "Einsum",
+    "Attention",
     "Softmax",
     "LogSoftmax",
     "LayerNormalization",
@@ -807,6 +810,8 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
             imp.add("global_avgpool", name, [v(0)], out, grp, dt)
     elif t == "Einsum":
         _einsum(imp, node, name, a, out, grp, dt, fail)
+    elif t == "Attention":
+        _attention(imp, node, name, a, out, grp, dt, fail)
     elif t == "Transpose":
         rank = len(imp.shape(ins[0]))
         imp.add(
@@ -1479,6 +1484,136 @@ def _resize(
     if fh > 1:
         v = imp.add("concat", f"{name}.repeat_h", [v] * fh, f"{out}.h", grp, dt, axis=3)
     imp.add("reshape", name, [v], out, grp, dt, shape=y)
+
+
+def _attention(
+    imp: _Importer,
+    node: Any,
+    name: str,
+    a: dict[str, Any],
+    out: str,
+    grp: str,
+    dt: str | None,
+    fail: Any,
+) -> None:
+    """Attention (opset 23): ``softmax(scale Q K^T + mask) V`` as ``bmm`` (K transposed,
+    the scale its epilogue), an ``add`` of the mask (a boolean mask first becomes 0 or
+    -inf through a ``where``), ``softmax`` (``causal`` for ``is_causal``), ``bmm``. 3-D
+    inputs ``[B, S, H*D]`` are viewed and transposed to heads; grouped K/V heads are
+    repeated (``concat`` copies). The KV-cache inputs and outputs, ``softcap`` and the
+    QK output are refused."""
+    import numpy as np
+
+    ins = list(node.input)
+    if any(ins[4:]) or any(node.output[1:]):
+        raise fail(
+            "past_key/past_value, present_key/present_value or the QK output are not modelled"
+        )
+    if a.get("softcap", 0.0):
+        raise fail(f"softcap {a['softcap']} is not modelled")
+    q, k, v = (imp.shape(i) for i in ins[:3])
+    three_d = len(q) == 3
+
+    def heads(src: str, shape: tuple[int, ...], h: int, tag: str) -> str:
+        b, s_, hd = shape
+        x4 = imp.add(
+            "reshape",
+            f"{name}.{tag}4",
+            [imp.value(src, name)],
+            f"{out}.{tag}4",
+            grp,
+            None,
+            shape=(b, s_, h, hd // h),
+        )
+        return imp.add(
+            "transpose", f"{name}.{tag}h", [x4], f"{out}.{tag}h", grp, None, perm=(0, 2, 1, 3)
+        )
+
+    if three_d:
+        hq, hkv = a.get("q_num_heads"), a.get("kv_num_heads")
+        if not hq or not hkv:
+            raise fail("3-D inputs need q_num_heads and kv_num_heads")
+        qh, kh_, vh = (
+            heads(ins[0], q, hq, "q"),
+            heads(ins[1], k, hkv, "k"),
+            heads(ins[2], v, hkv, "v"),
+        )
+    elif len(q) == 4 and len(k) == 4 and len(v) == 4:
+        qh, kh_, vh = (imp.value(i, name) for i in ins[:3])
+    else:
+        raise fail(f"Q {list(q)}, K {list(k)}, V {list(v)} are not all 3-D or all 4-D")
+    bq, hq, sq, d = imp.b.shape(qh)
+    _, hkv, sk, _ = imp.b.shape(kh_)
+    if hq % hkv:
+        raise fail(f"{hq} query heads do not share {hkv} key/value heads evenly")
+    if hkv != hq:  # grouped-query attention: each K/V head serves hq/hkv query heads
+
+        def repeat(src: str, tag: str) -> str:
+            b_, h_, l_, e_ = imp.b.shape(src)
+            five = imp.add(
+                "reshape",
+                f"{name}.{tag}5",
+                [src],
+                f"{out}.{tag}5",
+                grp,
+                None,
+                shape=(b_, h_, 1, l_, e_),
+            )
+            rep = imp.add(
+                "concat",
+                f"{name}.{tag}rep",
+                [five] * (hq // hkv),
+                f"{out}.{tag}rep",
+                grp,
+                None,
+                axis=2,
+            )
+            return imp.add(
+                "reshape",
+                f"{name}.{tag}g",
+                [rep],
+                f"{out}.{tag}g",
+                grp,
+                None,
+                shape=(b_, hq, l_, e_),
+            )
+
+        kh_, vh = repeat(kh_, "k"), repeat(vh, "v")
+    scale = float(a.get("scale", 1.0 / math.sqrt(d)))
+    y = imp.add(
+        "bmm", f"{name}.scores", [qh, kh_], f"{out}.scores", grp, dt, transpose_b=True, scale=scale
+    )
+    if len(ins) > 3 and ins[3]:
+        mask = imp.value(ins[3], name)
+        if imp.b.tensor(mask).dtype == "bool":  # True attends: 0, False: -inf
+            zero = imp.b.weight(f"{name}.mask_keep", (1,), "fp32")
+            drop = imp.b.weight(f"{name}.mask_drop", (1,), "fp32")
+            imp.values[zero] = lambda: np.zeros(1, np.float32)
+            imp.values[drop] = lambda: np.full(1, -np.inf, np.float32)
+            mask = imp.add("where", f"{name}.mask", [mask, zero, drop], f"{out}.mask", grp, None)
+        y = imp.add("add", f"{name}.masked", [y, mask], f"{out}.masked", grp, dt)
+    causal = bool(a.get("is_causal", 0))
+    if causal and sq != sk:
+        raise fail(
+            f"is_causal with {sq} queries and {sk} keys (its upper-left alignment) is not modelled"
+        )
+    p = imp.add(
+        "softmax",
+        f"{name}.probs",
+        [y],
+        f"{out}.probs",
+        grp,
+        dt,
+        axis=-1,
+        **({"causal": True} if causal else {}),
+    )
+    if not three_d:
+        imp.add("bmm", name, [p, vh], out, grp, dt)
+        return
+    ctx = imp.add("bmm", name, [p, vh], f"{out}.ctx", grp, dt)
+    t = imp.add("transpose", f"{name}.merge", [ctx], f"{out}.merge", grp, None, perm=(0, 2, 1, 3))
+    dv = imp.b.shape(vh)[3]
+    imp.add("reshape", f"{name}.out", [t], out, grp, dt, shape=(bq, sq, hq * dv))
 
 
 def _einsum(
