@@ -1498,7 +1498,8 @@ def _attention(
 ) -> None:
     """Attention (opset 23): ``softmax(scale Q K^T + mask) V`` as ``bmm`` (K transposed,
     the scale its epilogue), an ``add`` of the mask (a boolean mask first becomes 0 or
-    -inf through a ``where``), ``softmax`` (``causal`` for ``is_causal``), ``bmm``. 3-D
+    -inf through a ``where``), ``softmax`` (``causal`` for ``is_causal``; with more keys
+    than queries ONNX's upper-left triangle is an added constant mask), ``bmm``. 3-D
     inputs ``[B, S, H*D]`` are viewed and transposed to heads; grouped K/V heads are
     repeated (``concat`` copies). The KV-cache inputs and outputs, ``softcap`` and the
     QK output are refused."""
@@ -1593,10 +1594,13 @@ def _attention(
             mask = imp.add("where", f"{name}.mask", [mask, zero, drop], f"{out}.mask", grp, None)
         y = imp.add("add", f"{name}.masked", [y, mask], f"{out}.masked", grp, dt)
     causal = bool(a.get("is_causal", 0))
-    if causal and sq != sk:
-        raise fail(
-            f"is_causal with {sq} queries and {sk} keys (its upper-left alignment) is not modelled"
-        )
+    if causal and sq != sk:  # ONNX aligns the triangle upper-left: query i sees keys <= i
+        tri = imp.b.weight(f"{name}.causal", (sq, sk), "fp32")
+        imp.values[tri] = lambda: np.where(
+            np.tril(np.ones((sq, sk), bool)), np.float32(0), np.float32(-np.inf)
+        ).astype(np.float32)
+        y = imp.add("add", f"{name}.causal_mask", [y, tri], f"{out}.causal", grp, dt)
+        causal = False
     p = imp.add(
         "softmax",
         f"{name}.probs",
