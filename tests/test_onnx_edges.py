@@ -718,3 +718,37 @@ def test_attention_op_matches_onnx_reference(case):
     vals.update({n: f() for n, f in graph.weight_values.items()})
     np.testing.assert_allclose(_values(graph, vals)["y"], want, rtol=1e-4, atol=1e-5)
     assert wia_hw.run(graph, device="wia-npu").latency_ms > 0
+
+
+@pytest.mark.parametrize(
+    "op, axis, opset",
+    [
+        ("LayerNormalization", -1, 17),
+        ("LayerNormalization", 1, 17),  # normalised over [3, 4] together
+        ("RMSNormalization", -1, 23),
+        ("RMSNormalization", 1, 23),
+    ],
+)
+def test_layer_and_rms_norm_over_the_dims_from_axis(op, axis, opset):
+    rng = np.random.default_rng(axis + opset)
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    norm = x.shape[axis % 3 :]
+    inits = [numpy_helper.from_array(rng.standard_normal(norm).astype(np.float32), "scale")]
+    if op == "LayerNormalization":
+        inits.append(numpy_helper.from_array(rng.standard_normal(norm).astype(np.float32), "bias"))
+    node = helper.make_node(
+        op, ["x"] + [i.name for i in inits], ["y"], name="n", axis=axis, epsilon=1e-3
+    )
+    g = helper.make_graph(
+        [node],
+        "norm",
+        [helper.make_tensor_value_info("x", F32, list(x.shape))],
+        [helper.make_tensor_value_info("y", F32, None)],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x})
+    graph = from_onnx(m)
+    vals = {"x": x, **{i.name: numpy_helper.to_array(i) for i in inits}}
+    vals.update({n: f() for n, f in graph.weight_values.items()})
+    np.testing.assert_allclose(_values(graph, vals)["y"], want, rtol=1e-4, atol=1e-5)

@@ -42,7 +42,9 @@ HardSwish LRN Dropout IsNaN IsInf Not
 LeakyRelu Elu Softplus; PRelu          ``leakyrelu``, ``elu``, ``softplus``; ``prelu``
                                        (binary, the slope a weight)
 Softmax LogSoftmax LayerNormalization  ``softmax`` (LogSoftmax: ``log``), ``layer_norm``
-                                       (last axis only)
+                                       (from any axis, viewed flat)
+RMSNormalization                       square, mean, ``+ eps``, ``sqrt``, ``div``,
+                                       ``* scale`` on a flat view
 Log Reciprocal Abs Sin Cos Floor Ceil  the unary op; CastLike is ``cast``
 Round Sign CastLike
 Conv                                   ``conv2d`` (1-D or 2-D: any kernel, strides,
@@ -175,6 +177,7 @@ _OTHER = (
     "Softmax",
     "LogSoftmax",
     "LayerNormalization",
+    "RMSNormalization",
     "Conv",
     "ConvTranspose",
     "BatchNormalization",
@@ -700,19 +703,8 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
             flat = imp.add("reshape", f"{name}.flat", [v(0)], f"{out}.flat", grp, dt, shape=rows)
             y = imp.add("softmax", name, [flat], f"{out}.2d", grp, dt, axis=-1, **log)
             imp.add("reshape", f"{name}.unflat", [y], out, grp, dt, shape=shape)
-    elif t == "LayerNormalization":
-        rank = len(imp.shape(ins[0]))
-        if a.get("axis", -1) % rank != rank - 1:
-            raise fail(f"normalises from axis {a['axis']}; wia-hw models the last axis only")
-        imp.add(
-            "layer_norm",
-            name,
-            [v(i) for i in range(3) if has(i)],
-            out,
-            grp,
-            dt,
-            eps=float(a.get("epsilon", 1e-5)),
-        )
+    elif t in ("LayerNormalization", "RMSNormalization"):
+        _normalization(imp, node, name, a, out, grp, dt)
     elif t == "Conv":
         x, w = imp.shape(ins[0]), imp.shape(ins[1])
         if len(x) not in (3, 4) or len(w) != len(x):
@@ -1484,6 +1476,62 @@ def _resize(
     if fh > 1:
         v = imp.add("concat", f"{name}.repeat_h", [v] * fh, f"{out}.h", grp, dt, axis=3)
     imp.add("reshape", name, [v], out, grp, dt, shape=y)
+
+
+def _normalization(
+    imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, grp: str, dt: str | None
+) -> None:
+    """LayerNormalization and RMSNormalization over the dims from ``axis`` on. Layer
+    norm is a ``layer_norm`` over the last axis, the input (and scale and bias) viewed
+    flat from ``axis`` when that is not the last one. RMS norm (opset 23) is written
+    out: ``x * x``, its mean over the normalised dims (a ``global_avgpool``), ``+ eps``,
+    ``sqrt``, ``x / rms``, ``* scale``, on the same flat view."""
+    import numpy as np
+
+    ins = [i for i in node.input]
+    x = imp.shape(ins[0])
+    rank = len(x)
+    axis = a.get("axis", -1) % rank
+    rows, width = math.prod(x[:axis]), math.prod(x[axis:])
+    flat = axis != rank - 1  # normalised over several dims: a flat view of them
+    eps = float(a.get("epsilon", 1e-5))
+
+    def view(src: str, shape: tuple[int, ...], tag: str) -> str:
+        if tuple(imp.b.shape(src)) == shape:
+            return src
+        return imp.add("reshape", f"{name}.{tag}", [src], f"{out}.{tag}", grp, None, shape=shape)
+
+    params = [view(imp.value(i, name), (width,), f"p{j}") for j, i in enumerate(ins[1:3]) if i]
+    if node.op_type == "LayerNormalization":
+        if not flat:
+            imp.add("layer_norm", name, [imp.value(ins[0], name), *params], out, grp, dt, eps=eps)
+            return
+        src = view(imp.value(ins[0], name), (rows, width), "flat")
+        y = imp.add("layer_norm", name, [src, *params], f"{out}.flat_out", grp, dt, eps=eps)
+        imp.add("reshape", f"{name}.unflat", [y], out, grp, dt, shape=x)
+        return
+    # RMS: on the [rows, width] view of the input (free)
+    x2 = view(imp.value(ins[0], name), (rows, width), "rows")
+    sq = imp.add("mul", f"{name}.square", [x2, x2], f"{out}.square", grp, dt)
+    ms = imp.add(
+        "global_avgpool",
+        f"{name}.mean",
+        [view(sq, (1, rows, width, 1), "cols")],
+        f"{out}.mean",
+        grp,
+        dt,
+        reduce="mean",
+    )
+    e = imp.b.weight(f"{name}.epsilon", (1,), imp.b.tensor(x2).dtype)
+    imp.values[e] = lambda: np.full(1, eps, np.float32)
+    ms = imp.add(
+        "add", f"{name}.plus_eps", [view(ms, (rows, 1), "mean_rows"), e], f"{out}.plus_eps", grp, dt
+    )
+    rms = imp.add("sqrt", f"{name}.rms", [ms], f"{out}.rms", grp, dt)
+    y = imp.add("div", f"{name}.normed", [x2, rms], f"{out}.normed", grp, dt)
+    if params:
+        y = imp.add("mul", name, [y, params[0]], f"{out}.scaled", grp, dt)
+    imp.add("reshape", f"{name}.out", [y], out, grp, dt, shape=x)
 
 
 def _attention(
