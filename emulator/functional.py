@@ -175,22 +175,41 @@ def _lrn(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
     return x / (bias + alpha / size * total) ** beta
 
 
-def _linear_weights(n_in: int, n_out: int, scale: float, ctm: str) -> np.ndarray:
-    """``[n_out, n_in]``: each output's two neighbours and their linear weights, the
-    source coordinate as ONNX's coordinate transformation maps it, clamped inside."""
+#: ONNX Resize's coordinate transformations: output index -> source coordinate.
+COORDINATE_MODES = (
+    "half_pixel",
+    "half_pixel_symmetric",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+    "tf_half_pixel_for_nn",
+)
+
+
+def source_coordinate(n_in: int, n_out: int, scale: float, ctm: str) -> np.ndarray:
+    """The source coordinate of each of ``n_out`` output indices on one axis, as ONNX
+    Resize's ``coordinate_transformation_mode`` ``ctm`` maps it (``scale``: the one
+    ONNX maps with); ``ValueError`` for a mode not in :data:`COORDINATE_MODES`."""
     i = np.arange(n_out, dtype=np.float64)
     if ctm == "align_corners":
-        src = i * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros(n_out)
-    elif ctm == "asymmetric":
-        src = i / scale
-    elif ctm == "pytorch_half_pixel":
-        src = (i + 0.5) / scale - 0.5 if n_out > 1 else np.zeros(n_out)
-    elif ctm == "half_pixel_symmetric":
-        adj = n_out / (scale * n_in)
-        src = n_in / 2 * (1 - adj) + (i + 0.5) / scale - 0.5
-    else:  # half_pixel
-        src = (i + 0.5) / scale - 0.5
-    src = np.clip(src, 0, n_in - 1)
+        return i * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros(n_out)
+    if ctm == "asymmetric":
+        return i / scale
+    if ctm == "pytorch_half_pixel":
+        return (i + 0.5) / scale - 0.5 if n_out > 1 else np.zeros(n_out)
+    if ctm == "tf_half_pixel_for_nn":
+        return (i + 0.5) / scale
+    if ctm == "half_pixel_symmetric":
+        return n_in / 2 * (1 - n_out / (scale * n_in)) + (i + 0.5) / scale - 0.5
+    if ctm == "half_pixel":
+        return (i + 0.5) / scale - 0.5
+    raise ValueError(f"unknown coordinate_transformation_mode {ctm!r}")
+
+
+def _linear_weights(n_in: int, n_out: int, scale: float, ctm: str) -> np.ndarray:
+    """``[n_out, n_in]``: each output's two neighbours and their linear weights, at
+    its :func:`source_coordinate` clamped inside."""
+    src = np.clip(source_coordinate(n_in, n_out, scale, ctm), 0, n_in - 1)
     lo = np.floor(src).astype(np.int64)
     hi = np.minimum(lo + 1, n_in - 1)
     frac = src - lo

@@ -1932,7 +1932,9 @@ def _resize_linear(
     ctm = ctm.decode() if isinstance(ctm, bytes) else ctm
     if node.op_type == "Upsample" or imp.opset < 11:
         ctm = "asymmetric"  # Upsample and Resize-10 map coordinates that way
-    if ctm not in _LINEAR_MODES:
+    from ..emulator.functional import COORDINATE_MODES
+
+    if ctm not in COORDINATE_MODES or ctm == "tf_half_pixel_for_nn":
         raise fail(f"coordinate_transformation_mode {ctm!r} is not modelled in linear mode")
     if a.get("antialias", 0) and (y[2] < x[2] or y[3] < x[3]):
         raise fail("antialias on a downscale is not modelled")
@@ -1959,49 +1961,27 @@ def _resize_linear(
     )
 
 
-#: Coordinate transformations Resize's linear mode may use (ONNX's, but
-#: tf_crop_and_resize, which needs a region of interest).
-_LINEAR_MODES = (
-    "half_pixel",
-    "half_pixel_symmetric",
-    "pytorch_half_pixel",
-    "align_corners",
-    "asymmetric",
-)
-
-
 def _nearest_source(n_in: int, n_out: int, ctm: str, nm: str) -> list[int] | None:
-    """The input index each output index of a nearest Resize reads on one axis (ONNX's
-    coordinate transformation and rounding), or None for a mode it does not define."""
-    scale = n_out / n_in
-    out = []
-    for i in range(n_out):
-        if ctm in ("half_pixel", "half_pixel_symmetric"):
-            off = n_in / 2 * (1 - n_out / (scale * n_in)) if ctm == "half_pixel_symmetric" else 0
-            xo = off + (i + 0.5) / scale - 0.5
-        elif ctm == "pytorch_half_pixel":
-            xo = (i + 0.5) / scale - 0.5 if n_out > 1 else 0.0
-        elif ctm == "align_corners":
-            xo = i * (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
-        elif ctm == "asymmetric":
-            xo = i / scale
-        elif ctm == "tf_half_pixel_for_nn":
-            xo = (i + 0.5) / scale
-        else:
-            return None
-        frac = xo - math.floor(xo)
-        if nm == "floor":
-            k = math.floor(xo)
-        elif nm == "ceil":
-            k = math.ceil(xo)
-        elif nm == "round_prefer_floor":
-            k = math.floor(xo) if frac <= 0.5 else math.ceil(xo)
-        elif nm == "round_prefer_ceil":
-            k = math.floor(xo) if frac < 0.5 else math.ceil(xo)
-        else:
-            return None
-        out.append(min(max(k, 0), n_in - 1))
-    return out
+    """The input index each output index of a nearest Resize reads on one axis (its
+    :func:`~wia_hw.emulator.functional.source_coordinate`, rounded by ``nearest_mode``,
+    clamped), or None for a mode ONNX does not define."""
+    import numpy as np
+
+    from ..emulator.functional import COORDINATE_MODES, source_coordinate
+
+    if ctm not in COORDINATE_MODES:
+        return None
+    xo = source_coordinate(n_in, n_out, n_out / n_in, ctm)
+    lo, frac = np.floor(xo), xo - np.floor(xo)
+    rounded = {
+        "floor": lo,
+        "ceil": np.ceil(xo),
+        "round_prefer_floor": np.where(frac <= 0.5, lo, lo + 1),
+        "round_prefer_ceil": np.where(frac < 0.5, lo, lo + 1),
+    }.get(nm)
+    if rounded is None:
+        return None
+    return [int(k) for k in np.clip(rounded, 0, n_in - 1)]
 
 
 def _fold_candidates(imp: _Importer) -> None:
