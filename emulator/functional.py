@@ -237,8 +237,8 @@ def _col2im(cols: np.ndarray, attrs: Mapping[str, Any], out_shape: tuple[int, ..
     win = parse_window("col2im", "col2im", attrs)
     (kh, kw), (sh, sw), (dh, dw) = win.kernel, win.stride, win.dilation
     pt, pl = win.pad[0], win.pad[1]
-    full_h = max(sh * (h - 1) + dh * (kh - 1) + 1, pt + out_shape[2])
-    full_w = max(sw * (w - 1) + dw * (kw - 1) + 1, pl + out_shape[3])
+    span_h, span_w = win.transposed_span(h, w)
+    full_h, full_w = max(span_h, pt + out_shape[2]), max(span_w, pl + out_shape[3])
     full = np.zeros((n, o, full_h, full_w), dtype=np.float32)
     c = cols.reshape(n, o, kh, kw, h, w)
     for ky in range(kh):

@@ -68,6 +68,16 @@ class Window:
             out.append(o)
         return out[0], out[1]
 
+    def transposed_span(self, h: int, w: int) -> tuple[int, int]:
+        """The rows and columns a transposed convolution's windows cover on an ``h x
+        w`` input, before its pads crop them and its output padding extends them:
+        ``stride (n - 1) + dilation (k - 1) + 1`` per axis."""
+        out = [
+            s * (n - 1) + d * (k - 1) + 1
+            for n, k, s, d in zip((h, w), self.kernel, self.stride, self.dilation, strict=True)
+        ]
+        return out[0], out[1]
+
     @property
     def area(self) -> int:
         return self.kernel[0] * self.kernel[1]

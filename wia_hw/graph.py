@@ -349,15 +349,8 @@ def infer_shapes(op: Op, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, .
                 f"op {n!r} (col2im): input {list(x)} is not [N, {o} x {win.area}, H, W] "
                 f"(channels={o!r}, kernel {list(win.kernel)})"
             )
-        ho, wo = (
-            win.stride[i] * (x[2 + i] - 1)
-            + win.dilation[i] * (win.kernel[i] - 1)
-            + 1
-            + _output_padding(a)[i]
-            - win.pad[i]
-            - win.pad[2 + i]
-            for i in (0, 1)
-        )
+        span, extra = win.transposed_span(x[2], x[3]), _output_padding(a)
+        ho, wo = (span[i] + extra[i] - win.pad[i] - win.pad[2 + i] for i in (0, 1))
         if "output_hw" in a:
             ho, wo = a["output_hw"]
         if ho < 1 or wo < 1:

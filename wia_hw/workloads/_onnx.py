@@ -112,6 +112,7 @@ from pathlib import Path
 from typing import Any
 
 from ..emulator.errors import WorkloadError
+from ..emulator.window import Window
 from ..graph import Graph, GraphBuilder
 
 _MISSING = "ONNX import needs the 'onnx' package: pip install 'wia-hw[onnx]'"
@@ -1847,11 +1848,14 @@ def _conv_transpose(
     stride = [int(v) for v in a.get("strides", [1, 1])]
     dil = [int(v) for v in a.get("dilations", [1, 1])]
     opad = [int(v) for v in a.get("output_padding", [0, 0])]
+    if len(stride) != 2 or len(dil) != 2 or len(opad) != 2:
+        raise fail(f"strides {stride}, dilations {dil} or output_padding {opad} is not 2-D")
     auto = a.get("auto_pad", b"NOTSET")
     auto = auto.decode() if isinstance(auto, bytes) else auto
-    full = [
-        stride[i] * ((h, wd)[i] - 1) + opad[i] + (((kh, kw)[i] - 1) * dil[i] + 1) for i in (0, 1)
-    ]
+    span = Window((kh, kw), (stride[0], stride[1]), (0, 0, 0, 0), (dil[0], dil[1])).transposed_span(
+        h, wd
+    )
+    full = [span[i] + opad[i] for i in (0, 1)]
     shape_attr = [int(v) for v in a.get("output_shape", [])][-2:]
     if auto in ("SAME_UPPER", "SAME_LOWER") or shape_attr:
         want = shape_attr or [(h, wd)[i] * stride[i] for i in (0, 1)]
@@ -1866,10 +1870,8 @@ def _conv_transpose(
             pad = [begin[0], begin[1], full[0] - want[0] - begin[0], full[1] - want[1] - begin[1]]
     else:
         pad = [int(v) for v in a.get("pads", [0, 0, 0, 0])]
-    if len(stride) != 2 or len(dil) != 2 or len(opad) != 2 or len(pad) != 4:
-        raise fail(
-            f"strides {stride}, dilations {dil}, output_padding {opad} or pads {pad} is not 2-D"
-        )
+    if len(pad) != 4:
+        raise fail(f"pads {pad} is not 2-D")
     if min(pad) < 0 and not shape_attr:
         raise fail(f"pads {pad} are negative")
     # the columns: one 1x1 conv2d of the input by the permuted weight
