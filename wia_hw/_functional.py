@@ -79,7 +79,7 @@ class FunctionalExecutor:
                 f"inputs {sorted(unknown)} are not inputs or weights of {graph.name!r}"
             )
         # the weights' own values where the graph has them (an ONNX model's), unless given
-        for name, value in getattr(graph, "weight_values", {}).items():
+        for name, value in graph.weight_values.items():
             t = graph.tensors.get(name)
             if name not in given and t is not None and t.kind == "weight":
                 arr = np.asarray(value())

@@ -440,6 +440,13 @@ class _Importer:
         return numpy_helper.to_array(t, base_dir=str(self.base_dir))
 
     # -- ops ---------------------------------------------------------------------------
+    def view(self, src: str, shape: tuple[int, ...], name: str, out: str, grp: str) -> str:
+        """``src`` as ``shape``: itself when it has that shape, else a ``reshape`` view
+        named ``name`` writing ``out``."""
+        if tuple(self.b.shape(src)) == tuple(shape):
+            return src
+        return self.add("reshape", name, [src], out, grp, None, shape=tuple(shape))
+
     def add(
         self,
         kind: str,
@@ -1136,11 +1143,10 @@ def _select(imp: _Importer, node: Any, name: str, out: str, grp: str, dt: str | 
         # a condition computed at run time, or two run-time branches: a select
         imp.add("where", name, [imp.value(i, name) for i in ins], out, grp, dt)
         return
-    if t == "Where":
-        dyn = [i for i in ins if i not in imp.consts]
+    if t == "Where":  # a constant condition: a masked fill of the run-time branch
+        dyn = [i for i in ins[1:] if i not in imp.consts]
         consts = [imp.shape(i) for i in ins if i not in dyn]
-        kind = "mul" if dyn == [ins[0]] else "add"
-        dyn = [d for d in dyn if d != ins[0]] + ([ins[0]] if ins[0] in dyn else [])
+        kind = "add"
         xd = imp.b.tensor(imp.value(dyn[0], name)).dtype
     elif t == "Expand":
         x = imp.shape(ins[0])
@@ -1161,8 +1167,7 @@ def _select(imp: _Importer, node: Any, name: str, out: str, grp: str, dt: str | 
         w = imp.b.weight(f"{name}.{t.lower()}_const", shape, xd if xd != "bool" else (dt or "fp32"))
         vals.append(w)
         cond = imp.const_values(ins[0]) if t == "Where" else None
-        if cond is not None and len(dyn) == 1 and dyn[0] in ins[1:]:
-            # a masked fill: the elements that keep the run-time value
+        if cond is not None:  # the elements that keep the run-time value
             imp.mask_allowed[w] = cond.astype(bool) if dyn[0] == ins[1] else ~cond.astype(bool)
     y = vals[0]
     for k, other in enumerate(vals[1:]):
@@ -1498,9 +1503,7 @@ def _normalization(
     eps = float(a.get("epsilon", 1e-5))
 
     def view(src: str, shape: tuple[int, ...], tag: str) -> str:
-        if tuple(imp.b.shape(src)) == shape:
-            return src
-        return imp.add("reshape", f"{name}.{tag}", [src], f"{out}.{tag}", grp, None, shape=shape)
+        return imp.view(src, shape, f"{name}.{tag}", f"{out}.{tag}", grp)
 
     params = [view(imp.value(i, name), (width,), f"p{j}") for j, i in enumerate(ins[1:3]) if i]
     if node.op_type == "LayerNormalization":
@@ -1731,9 +1734,7 @@ def _einsum(
         return imp.add("transpose", f"{name}.{tag}", [src], f"{out}.{tag}", grp, None, perm=perm)
 
     def view(src: str, shape: tuple[int, ...], tag: str) -> str:
-        if tuple(imp.b.shape(src)) == shape:
-            return src
-        return imp.add("reshape", f"{name}.{tag}", [src], f"{out}.{tag}", grp, None, shape=shape)
+        return imp.view(src, shape, f"{name}.{tag}", f"{out}.{tag}", grp)
 
     if len(terms) == 1:
         src = permuted(imp.value(ins[0], name), terms[0], rhs, "perm")

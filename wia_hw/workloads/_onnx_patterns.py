@@ -365,7 +365,7 @@ class _Rewriter:
             if (
                 nan is None
                 or sel is None
-                or sel.kind not in ("add", "mul", "where")
+                or sel.kind != "where"
                 or {i for i in sel.inputs if not self.weight(i)} != {probs, nan.outputs[0]}
                 or self.only_reader(nan.outputs[0]) is not sel
             ):
