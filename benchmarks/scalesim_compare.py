@@ -33,11 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from wia_hw.emulator.cycles import systolic_tile_cycles
-
 import wia_hw
 from wia_hw.graph import gemm_dims
-from wia_hw.scalesim import read_topology
+from wia_hw.scalesim import fold_cycles, read_topology
 from wia_hw.spec import load_spec
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "scalesim"
@@ -50,13 +48,6 @@ IDEAL = {
     "memory.l1.latency_cycles": 0,
     "dma.setup_cycles": 0,
 }
-
-
-def fold_cycles(df: str, r: int, c: int, m: int, n: int, k: int, drain: bool) -> int:
-    sr, sc, t = (m, n, k) if df == "os" else (k, n, m)
-    folds = -(-sr // r) * -(-sc // c)
-    off = 0 if drain or df == "ws" else r
-    return folds * (systolic_tile_cycles(df, r, c, t) - off) - 1
 
 
 def kernel_cycles(topo: Path, spec: object) -> int:
@@ -90,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         mine = []
         for op in graph.ops:
             g, m, n, k = gemm_dims(op, graph.shapes_of(op)[0])
-            mine += [fold_cycles(a.dataflow, a.rows, a.cols, m, n, k, False)] * g
-            drained += g * fold_cycles(a.dataflow, a.rows, a.cols, m, n, k, True)
+            mine += [fold_cycles(a.dataflow, a.rows, a.cols, m, n, k)] * g
+            drained += g * fold_cycles(a.dataflow, a.rows, a.cols, m, n, k, drain=True)
         folds = sum(mine)
         exact += sum(x == y for x, y in zip(mine, cycles, strict=True))
         total += len(cycles)

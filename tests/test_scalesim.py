@@ -13,7 +13,7 @@ import pytest
 from wia_hw.emulator.errors import SpecError, WorkloadError
 
 import wia_hw
-from wia_hw.scalesim import config_mapping, read_topology
+from wia_hw.scalesim import config_mapping, fold_cycles, read_topology
 from wia_hw.spec import load_spec
 
 CONV = """Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, Channels, Num Filter, Strides,
@@ -202,18 +202,6 @@ def _peer_rows() -> dict[tuple[str, str], list[int]]:
     return out
 
 
-def _folds_cycles(df: str, rows: int, cols: int, m: int, n: int, k: int) -> int:
-    """A layer's cycles as SCALE-Sim folds it, each fold timed by wia-hw's RTL-exact
-    pass (``systolic_tile_cycles``), less the ``rows`` cycles an output-stationary pass
-    spends shifting its results out (SCALE-Sim does not count them), less one."""
-    from wia_hw.emulator.cycles import systolic_tile_cycles
-
-    sr, sc, t = (m, n, k) if df == "os" else (k, n, m)  # SCALE-Sim's spatial/temporal
-    folds = -(-sr // rows) * -(-sc // cols)
-    drain = rows if df == "os" else 0
-    return folds * (systolic_tile_cycles(df, rows, cols, t) - drain) - 1
-
-
 def test_layer_cycles_equal_scalesim_s_fold_by_fold():
     """Every layer SCALE-Sim 3.0.0 ran (tests/data/scalesim: GEMMs and convolutions,
     strided, depthwise, odd sizes; os and ws; 32x32, 16x16, 8x32, 32x8) takes exactly
@@ -232,7 +220,7 @@ def test_layer_cycles_equal_scalesim_s_fold_by_fold():
         for op in graph.ops:
             groups, m, n, k = gemm_dims(op, graph.shapes_of(op)[0])
             # a depthwise layer is one SCALE-Sim layer per channel
-            ours += [_folds_cycles(a.dataflow, a.rows, a.cols, m, n, k)] * groups
+            ours += [fold_cycles(a.dataflow, a.rows, a.cols, m, n, k)] * groups
         assert ours == cycles, (cfg, topo)
         checked += len(ours)
     assert checked == sum(map(len, peer.values()))

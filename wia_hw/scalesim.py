@@ -55,7 +55,7 @@ from ._scalesim_cfg import scalesim_config_mapping
 from .emulator.errors import WorkloadError
 from .graph import Graph, GraphBuilder
 
-__all__ = ["read_topology", "config_mapping", "CONV_COLUMNS", "GEMM_COLUMNS"]
+__all__ = ["read_topology", "config_mapping", "fold_cycles", "CONV_COLUMNS", "GEMM_COLUMNS"]
 
 #: The columns of a convolution topology, in order (the last is optional).
 CONV_COLUMNS = (
@@ -183,6 +183,25 @@ def read_topology(path: str | os.PathLike[str], *, batch: int = 1, dtype: str = 
         )
     fmt = "gemm" if gemm else "conv"
     return b.graph(sequences=batch, params={"source": str(p), "format": f"scalesim-{fmt}"})
+
+
+def fold_cycles(
+    dataflow: str, rows: int, cols: int, m: int, n: int, k: int, *, drain: bool = False
+) -> int:
+    """A GEMM layer (``m`` output pixels, ``n`` filters, a window of ``k``) timed as
+    SCALE-Sim folds it onto a ``rows x cols`` array: ``os`` ``ceil(m/rows) x
+    ceil(n/cols)`` folds of ``k`` steps, ``ws`` ``ceil(k/rows) x ceil(n/cols)`` folds of
+    ``m`` steps, each fold one pass of wia-hw's RTL-exact array
+    (:func:`~wia_hw.emulator.cycles.systolic_tile_cycles`), less one. Without ``drain``
+    an output-stationary fold leaves out the ``rows`` cycles wia-hw's RTL spends
+    shifting its results out, as SCALE-Sim counts (``tests/test_scalesim.py`` holds this
+    equal to SCALE-Sim's own cycles); with it, what a non-pipelined wia-hw array takes."""
+    from .emulator.cycles import systolic_tile_cycles
+
+    sr, sc, t = (m, n, k) if dataflow == "os" else (k, n, m)  # spatial x spatial, temporal
+    folds = -(-sr // rows) * -(-sc // cols)
+    off = rows if dataflow == "os" and not drain else 0
+    return folds * (systolic_tile_cycles(dataflow, rows, cols, t) - off) - 1
 
 
 def config_mapping(
