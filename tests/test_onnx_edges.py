@@ -650,17 +650,9 @@ def test_resize_linear_matches_onnx_reference(ctm, scales, sizes):
     else:
         inits.append(numpy_helper.from_array(np.array(sizes, np.int64), "sizes"))
         ins = ["x", "roi", "", "sizes"]
-    node = helper.make_node(
-        "Resize", ins, ["y"], name="up", mode="linear", coordinate_transformation_mode=ctm
-    )
-    g = helper.make_graph(
-        [node],
-        "r",
-        [helper.make_tensor_value_info("x", F32, list(x.shape))],
-        [helper.make_tensor_value_info("y", F32, None)],
-        inits,
-    )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    attrs = {"mode": "linear", "coordinate_transformation_mode": ctm}
+    m = _one("Resize", [("x", x)], attrs, opset=13, inits=inits, out_elem=F32)
+    m.graph.node[0].input[:] = ins
     (want,) = ReferenceEvaluator(m).run(None, {"x": x})
     graph = from_onnx(m)
     np.testing.assert_allclose(_values(graph, {"x": x})["y"], want, rtol=1e-5, atol=1e-5)
@@ -736,17 +728,7 @@ def test_layer_and_rms_norm_over_the_dims_from_axis(op, axis, opset):
     inits = [numpy_helper.from_array(rng.standard_normal(norm).astype(np.float32), "scale")]
     if op == "LayerNormalization":
         inits.append(numpy_helper.from_array(rng.standard_normal(norm).astype(np.float32), "bias"))
-    node = helper.make_node(
-        op, ["x"] + [i.name for i in inits], ["y"], name="n", axis=axis, epsilon=1e-3
-    )
-    g = helper.make_graph(
-        [node],
-        "norm",
-        [helper.make_tensor_value_info("x", F32, list(x.shape))],
-        [helper.make_tensor_value_info("y", F32, None)],
-        inits,
-    )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m = _one(op, [("x", x)], {"axis": axis, "epsilon": 1e-3}, opset=opset, inits=inits)
     (want,) = ReferenceEvaluator(m).run(None, {"x": x})
     graph = from_onnx(m)
     vals = {"x": x, **{i.name: numpy_helper.to_array(i) for i in inits}}

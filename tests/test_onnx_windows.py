@@ -100,12 +100,21 @@ CASES = {
 }
 
 
-def _model(op: str, x: tuple, w: tuple | None, attrs: dict, rng: np.random.Generator):
-    inits = []
-    ins = ["x"]
+def _model(
+    op: str,
+    x: tuple,
+    w: tuple | None,
+    attrs: dict,
+    rng: np.random.Generator,
+    weights: dict | None = None,
+):
+    """One ``op`` node ``n0`` on input ``x``: a random weight ``w`` of shape ``w``, or the
+    given ``weights`` (name -> array), as initializers read in that order."""
     if w is not None:
-        inits.append(numpy_helper.from_array(rng.standard_normal(w).astype(np.float32), "w"))
-        ins.append("w")
+        weights = {"w": rng.standard_normal(w).astype(np.float32)}
+    weights = weights or {}
+    inits = [numpy_helper.from_array(v, n) for n, v in weights.items()]
+    ins = ["x", *weights]
     node = helper.make_node(op, ins, ["y"], name="n0", **attrs)
     g = helper.make_graph(
         [node],
@@ -310,21 +319,12 @@ def test_conv_transpose_matches_onnx_reference(case):
     xs, ws, attrs, has_bias = CONVT[case]
     rng = np.random.default_rng(sum(map(ord, case)))
     w = rng.standard_normal(ws).astype(np.float32)
-    inits = [numpy_helper.from_array(w, "w")]
-    ins = ["x", "w"]
+    weights = {"w": w}
     if has_bias:
         o = ws[1] * attrs.get("group", 1)
-        inits.append(numpy_helper.from_array(rng.standard_normal(o).astype(np.float32), "b"))
-        ins.append("b")
-    node = helper.make_node("ConvTranspose", ins, ["y"], name="up", **attrs)
-    g = helper.make_graph(
-        [node],
-        "ct",
-        [helper.make_tensor_value_info("x", F32, list(xs))],
-        [helper.make_tensor_value_info("y", F32, None)],
-        inits,
-    )
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        weights["b"] = rng.standard_normal(o).astype(np.float32)
+    m = _model("ConvTranspose", xs, None, attrs, rng, weights)
+    inits = list(m.graph.initializer)
     x = rng.standard_normal(xs).astype(np.float32)
     grp = attrs.get("group", 1)
     if grp == 1:
