@@ -1355,22 +1355,21 @@ def _pad(
         cur = imp.b.shape(y)
         if mode == "reflect" and max(lo, hi) >= cur[ax]:
             raise fail(f"reflect pads {[lo, hi]} reach past axis {ax} of {list(cur)}")
-        parts = []
-        for side, width in (("lo", lo), ("hi", hi)):
+
+        def edge(side: str, width: int, src: str = y, ax: int = ax, j: int = j) -> list[str]:
+            """What goes on one side of axis ``ax``: nothing, a fill weight (constant
+            mode) or copies of the input's own border rows."""
             if not width:
-                if side == "lo":
-                    parts.append(y)
-                continue
-            if mode != "constant":  # copies of the input's own border rows
-                parts.append(_pad_border(imp, name, out, grp, dt, y, ax, side, width, mode, j))
-            else:
-                shape = cur[:ax] + (width,) + cur[ax + 1 :]
-                wname = imp.b.weight(f"{name}.fill{j}_{side}", shape, xd)
-                if fill is not None:
-                    imp.values[wname] = lambda s=shape, f=fill: np.full(s, f, dtype=np.float32)
-                parts.append(wname)
-            if side == "lo":
-                parts.append(y)
+                return []
+            if mode != "constant":
+                return [_pad_border(imp, name, out, grp, dt, src, ax, side, width, mode, j)]
+            shape = imp.b.shape(src)[:ax] + (width,) + imp.b.shape(src)[ax + 1 :]
+            wname = imp.b.weight(f"{name}.fill{j}_{side}", shape, xd)
+            if fill is not None:
+                imp.values[wname] = lambda: np.full(shape, fill, dtype=np.float32)
+            return [wname]
+
+        parts = [*edge("lo", lo), y, *edge("hi", hi)]
         last = j == len(todo) - 1
         y = imp.add(
             "concat",
