@@ -22,6 +22,17 @@ an int8 x int8 GEMM accumulates exactly in int32 (bit-exact with the RTL) and it
 result carries the product of its operands' scales (an int8 result is requantised the
 same dynamic way); any float op dequantises its quantised inputs (``q * scale``) first. Data movement (reshape, slice, concat,
 transpose) keeps the integers and their scale.
+
+Tensors with static parameters (``Graph.quant``: an imported QDQ model) hold codes
+with a zero point: real value ``(q - zero_point) * scale``; uint8 codes are held minus
+128, with their zero point, so every 8-bit code fits int8. An op writing such a tensor
+requantises with its parameters (``clip(rint(y / scale) + zero_point)``); data
+movement and gathers whose parameters agree move the codes themselves. A GEMM of two
+such tensors, per-tensor on its first operand and per-tensor or per output channel on
+its second, accumulates integers: zero points 0 on int8 codes run the RTL-exact int8
+path above (a bias whose scale is the product of the operands' is added in int32);
+other zero points are subtracted first and summed exactly in float64, as a chip's
+zero-point correction would. Its result is scaled per output channel.
 """
 
 from __future__ import annotations
@@ -37,7 +48,7 @@ from .emulator.errors import WorkloadError
 from .emulator.functional import cast_to, evaluate, gemm_operands, random_input
 from .emulator.kernels import GemmKernel, Kernel
 from .emulator.tiled_exec import execute_gemm
-from .graph import GEMM_KINDS, Graph, Op, op_macs
+from .graph import GEMM_KINDS, Graph, Op, QuantParams, op_macs
 
 if TYPE_CHECKING:
     from .emulator.device import Device
@@ -48,6 +59,30 @@ __all__ = ["FunctionalExecutor", "FUNCTIONAL_MAC_LIMIT"]
 FUNCTIONAL_MAC_LIMIT = 2_000_000_000
 _MOVES = ("reshape", "slice", "concat", "transpose", "identity")
 _FLOATS = ("fp32", "fp16", "bf16")
+
+
+def _offset(p: QuantParams) -> int:
+    """What is subtracted from codes to hold them: 128 for uint8, else 0."""
+    return 128 if (p.lo, p.hi) == (0, 255) else 0
+
+
+def _same(fx: FunctionalExecutor, name: str, p: QuantParams) -> bool:
+    """Whether held codes ``name`` have the parameters ``p``."""
+    return bool(
+        np.shape(fx.scales[name]) == np.shape(p.scale)
+        and np.array_equal(fx.scales[name], p.scale)
+        and np.array_equal(fx.zeros[name], p.zero_point - _offset(p))
+    )
+
+
+def _agree(a: Any, b: Any) -> bool:
+    """Whether two scales (scalars or per-channel vectors) are equal to float32
+    rounding."""
+    a, b = np.asarray(a, np.float64).reshape(-1), np.asarray(b, np.float64).reshape(-1)
+    n = max(a.size, b.size)
+    if a.size not in (1, n) or b.size not in (1, n):
+        return False
+    return bool(np.allclose(np.broadcast_to(a, n), np.broadcast_to(b, n), rtol=1e-5, atol=0))
 
 
 def _fan_in(shape: Sequence[int]) -> int:
@@ -111,11 +146,126 @@ class FunctionalExecutor:
                 fan = _fan_in(t.shape) if t.kind == "weight" else 1
                 self.scales[name] = 1.0 / (127.0 * math.sqrt(fan))
             self.values[name] = arr
+        #: zero points of the tensors with static parameters (Graph.quant)
+        self.zeros: dict[str, Any] = {}
+        for name, p in graph.quant.items():
+            t = graph.tensors[name]
+            if t.kind in ("input", "weight"):
+                raw = np.asarray(self.values[name])
+                off = _offset(p)
+                if name in given and off:  # codes as the model stores them
+                    raw = raw.astype(np.int64) - off
+                self.values[name] = raw.astype(np.int8 if p.hi - p.lo < 256 else np.int32)
+                self.scales[name] = p.scale
+                self.zeros[name] = p.zero_point - off
 
     def _dequantised(self, name: str) -> np.ndarray:
         v = self.values[name]
         s = self.scales.get(name)
-        return v.astype(np.float32) * np.float32(s) if s is not None else v
+        if s is None:
+            return v
+        z = self.zeros.get(name)
+        if z is not None:
+            return ((v.astype(np.float64) - z) * s).astype(np.float32)
+        return v.astype(np.float32) * np.float32(s)
+
+    # -- static quantisation (Graph.quant) -----------------------------------------------
+    def _requantise(self, name: str, y: np.ndarray, p: QuantParams) -> None:
+        off = _offset(p)
+        q = np.clip(np.rint(np.asarray(y, np.float64) / p.scale) + p.zero_point, p.lo, p.hi)
+        self.values[name] = (q - off).astype(np.int8 if p.hi - p.lo < 256 else np.int32)
+        self.scales[name] = p.scale
+        self.zeros[name] = p.zero_point - off
+
+    def _static_step(self, op: Op, kernels: Sequence[Kernel], device: Device | None) -> None:
+        g = self.graph
+        out_name = op.outputs[0]
+        out = g.tensors[out_name]
+        p = g.quant.get(out_name)
+        data = [1] if op.kind == "embedding" else range(len(op.inputs))
+        coded = [op.inputs[i] for i in data if op.inputs[i] in self.zeros]
+        if (
+            op.kind in (*_MOVES, "embedding")
+            and coded
+            and len(coded) == len(data)
+            and out.dtype in ("int8", "int32")
+            and all(p is None or _same(self, c, p) for c in coded)
+        ):  # codes move unchanged, with their parameters
+            self.values[out_name] = evaluate(
+                op.kind, op.attrs, [self.values[i] for i in op.inputs], out.shape, out.dtype
+            )
+            self.scales[out_name] = self.scales[coded[0]]
+            self.zeros[out_name] = self.zeros[coded[0]]
+            return
+        y = self._static_gemm(op, kernels, device) if op.kind in GEMM_KINDS else None
+        if y is None:
+            ins = [self._dequantised(i) for i in op.inputs]
+            y = (
+                self._gemm(op, ins, "fp32", kernels, device)
+                if op.kind in GEMM_KINDS
+                else evaluate(op.kind, op.attrs, ins, out.shape, "fp32", None, op.name)
+            )
+        if p is not None:
+            self._requantise(out_name, y, p)
+        else:
+            self.values[out_name] = cast_to(np.asarray(y, np.float32), out.dtype)
+
+    def _static_gemm(
+        self, op: Op, kernels: Sequence[Kernel], device: Device | None
+    ) -> np.ndarray | None:
+        """The real-valued result of a GEMM on codes (module docstring), or None when
+        its parameters do not factor out of the sum (then it runs on dequantised
+        values)."""
+        g = self.graph
+        a, b = op.inputs[:2]
+        if a not in self.zeros or b not in self.zeros:
+            return None
+        sa, za = np.asarray(self.scales[a]), np.asarray(self.zeros[a])
+        sb, zb = np.asarray(self.scales[b]), np.asarray(self.zeros[b])
+        if sa.size != 1 or za.size != 1:
+            return None
+        wshape = g.tensors[b].shape
+        if sb.size == 1 and zb.size == 1:
+            out_scale = sa.reshape(()) * sb.reshape(())
+        elif (
+            op.kind in ("linear", "matmul")
+            and sb.shape[-1:] == wshape[-1:]
+            and sb.size == wshape[-1]
+        ):
+            out_scale = sa.reshape(()) * sb.reshape(-1)  # per output column
+        elif op.kind == "conv2d" and sb.shape == (wshape[0], 1, 1, 1):
+            out_scale = sa.reshape(()) * sb.reshape(-1, 1, 1)  # per output channel
+        else:
+            return None
+        shape = g.tensors[op.outputs[0]].shape
+        bias, extra = None, None
+        if len(op.inputs) > 2:
+            c = op.inputs[2]
+            if c in self.zeros and not np.any(self.zeros[c]) and _agree(self.scales[c], out_scale):
+                bias = self.values[c]  # in the accumulator's units: added in int32
+            else:
+                extra = self._dequantised(c)
+        va, vb = self.values[a], self.values[b]
+        if not za and not np.any(zb) and va.dtype == np.int8 and vb.dtype == np.int8:
+            acc = self._gemm(
+                op, [va, vb] + ([bias] if bias is not None else []), "int32", kernels, device
+            )
+            y = acc.astype(np.float64)
+            if op.kind == "bmm" and op.attrs.get("scale") is not None:
+                y = y * float(op.attrs["scale"])
+        else:
+            ins = [va.astype(np.float64) - za, vb.astype(np.float64) - zb]
+            if bias is not None:
+                ins.append(bias.astype(np.float64))
+            ops = gemm_operands(op.kind, op.attrs, ins, shape)
+            c3 = np.matmul(ops.a, ops.b)
+            if ops.bias is not None:
+                c3 = c3 + ops.bias[:, None, :]
+            y = ops.finish(c3)
+        y = y * out_scale
+        if extra is not None:
+            y = y + (extra.reshape(-1, 1, 1) if op.kind == "conv2d" else extra)
+        return y.astype(np.float32)
 
     def _gemm(
         self,
@@ -199,6 +349,9 @@ class FunctionalExecutor:
                 f"op {op.name!r}: too large for functional mode "
                 f"(> {FUNCTIONAL_MAC_LIMIT:.0e} MACs); use mode='timing'"
             )
+        if g.quant and (op.outputs[0] in g.quant or any(i in self.zeros for i in op.inputs)):
+            self._static_step(op, kernels, device)
+            return
         out_name = op.outputs[0]
         out = g.tensors[out_name]
         int_gemm = op.kind in GEMM_KINDS and all(

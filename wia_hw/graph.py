@@ -74,6 +74,7 @@ __all__ = [
     "is_view",
     "Window",
     "window",
+    "QuantParams",
 ]
 
 #: Bytes per element of each dtype.
@@ -198,6 +199,37 @@ class Tensor:
     @property
     def nbytes(self) -> int:
         return self.numel * DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True, eq=False)
+class QuantParams:
+    """Static affine quantisation of an integer tensor (ONNX's QuantizeLinear and
+    DequantizeLinear): the real value of code ``q`` is ``(q - zero_point) * scale``,
+    and a real ``x`` is stored as ``clip(rint(x / scale) + zero_point, lo, hi)``.
+
+    ``scale`` (float32) and ``zero_point`` (int64) are numpy arrays that broadcast
+    against the tensor: shape ``()`` per tensor, or one axis kept (``[C, 1, 1, 1]``
+    for a convolution weight's output channels, ``[N]`` for a ``[K, N]`` weight's
+    columns). ``lo``/``hi`` is the code range: -128..127 (int8), 0..255 (uint8, also
+    stored in one byte), or int32's for a bias.
+    """
+
+    scale: Any
+    zero_point: Any
+    lo: int = -128
+    hi: int = 127
+
+    def same(self, other: QuantParams | None) -> bool:
+        """Equal parameters (so a tensor of codes means the same under either)."""
+        import numpy as np
+
+        return (
+            other is not None
+            and (self.lo, self.hi) == (other.lo, other.hi)
+            and np.shape(self.scale) == np.shape(other.scale)
+            and np.array_equal(self.scale, other.scale)
+            and np.array_equal(self.zero_point, other.zero_point)
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -512,8 +544,11 @@ class Graph:
     ``sequences`` is how many independent samples one run processes (for throughput).
     ``weight_values`` maps weight names to functions returning their values, where the
     graph came with them (an ONNX model's initializers and what the import derives from
-    them): functional mode uses them for the weights the caller does not give. A graph
-    made from this one (fusion, quantisation) starts without them.
+    them): functional mode uses them for the weights the caller does not give.
+    ``quant`` maps integer tensors to their static :class:`QuantParams` (an ONNX
+    model quantised with QuantizeLinear/DequantizeLinear): functional mode reads and
+    writes those tensors' codes with them. A graph made from this one (fusion,
+    quantisation) starts without either.
     """
 
     def __init__(
@@ -536,6 +571,7 @@ class Graph:
         self.sequences = sequences
         self.params: dict[str, Any] = dict(params or {})
         self.weight_values: dict[str, Callable[[], Any]] = {}
+        self.quant: dict[str, QuantParams] = {}
         if validate:
             self.validate()
 

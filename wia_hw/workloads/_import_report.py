@@ -154,4 +154,12 @@ def format_report(r: ImportReport) -> str:
         f"  Inputs:      {_bytes(r.input_bytes)}",
         f"  Activations: {_bytes(r.activation_bytes)} (every value an op writes)",
     ]
+    g = r.graph
+    if g is not None and g.quant:  # a quantised model: how much of it runs on integers
+        gemms = [op for op in g.ops if op.kind in GEMM_KINDS]
+        ints = sum(all(i in g.quant for i in op.inputs[:2]) for op in gemms)
+        lines.append(
+            f"  Quantised:   {len(g.quant)} integer tensors with static scales; "
+            f"{ints} of {len(gemms)} GEMMs on integer operands"
+        )
     return "\n".join(lines)

@@ -111,9 +111,13 @@ from numbers import Integral
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..emulator.errors import WorkloadError
 from ..emulator.window import Window
-from ..graph import Graph, GraphBuilder
+from ..graph import Graph, GraphBuilder, QuantParams
+from ._onnx_qdq import QDQ_OPS, quant_of, transformed
+from ._onnx_qdq import rewrite as rewrite_qdq
 
 _MISSING = "ONNX import needs the 'onnx' package: pip install 'wia-hw[onnx]'"
 
@@ -201,7 +205,7 @@ _OTHER = (
     "Constant",
 )
 #: ONNX op types the importer maps.
-SUPPORTED_OPS = ("Sum",) + tuple(_BINARY) + tuple(_UNARY) + _RESHAPES + _REDUCES + _OTHER
+SUPPORTED_OPS = ("Sum",) + tuple(_BINARY) + tuple(_UNARY) + _RESHAPES + _REDUCES + _OTHER + QDQ_OPS
 #: Op types that only compute shapes, indices or masks: supported when their inputs
 #: are constants or static shapes (they are folded away), never as run-time ops.
 FOLDED_OPS = (
@@ -342,6 +346,9 @@ class _Importer:
         self.origin: dict[int, list[str]] = {}  # node index -> names of its ops
         self.mask_allowed: dict[str, Any] = {}  # Where's merged weight -> kept elements
         self.prefix = _common_prefix(self.g.node)  # path components all names share
+        #: integer value (ONNX name) -> its static quantisation (_onnx_qdq.rewrite)
+        self.qparams: dict[str, QuantParams] = {}
+        self.dropped: list[Any] = []  # nodes the rewrite left out (kept: ids in skip)
 
     # -- values ------------------------------------------------------------------------
     def dtype(self, value: str, elem: int, node: str = "") -> str:
@@ -404,14 +411,20 @@ class _Importer:
         if self.defined(name):
             return name
         name = self.b.weight(name, shape, self.dtype(value, t.data_type, node))
+        fn = make or (lambda arr: arr.reshape(shape))
         if self.has_value(value):
-            fn = make or (lambda arr: arr.reshape(shape))
             self.values[name] = lambda: fn(self.weight_array(value))
+        if value in self.qparams:  # integer codes: their parameters move with them
+            self.qparams[name] = transformed(self.qparams[value], tuple(t.dims), fn)
         return name
 
     def scale_value(self, name: str, factor: float) -> None:
         """The weight ``name`` stands for ``factor`` times its constant (Gemm's alpha
         and beta folded in)."""
+        p = self.qparams.get(name)
+        if p is not None:  # integer codes: the scale carries the factor
+            self.qparams[name] = QuantParams(p.scale * np.float32(factor), p.zero_point, p.lo, p.hi)
+            return
         inner = self.values.get(name)
         if inner is not None:
             self.values[name] = lambda: inner() * factor
@@ -681,6 +694,10 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
         _pad(imp, node, name, a, out, grp, dt, fail)
     elif t in ("Resize", "Upsample"):
         _resize(imp, node, name, a, out, grp, dt, fail)
+    elif t == "QuantizeLinear":  # one not written by the op before it (_onnx_qdq)
+        imp.add("cast", name, [v(0)], out, grp, dt)
+    elif t == "DequantizeLinear":  # before a move of an activation, or a graph output
+        imp.add("cast", name, [v(0)], out, grp, dt)
     elif t in _RESHAPES:
         theirs = imp.types.get(out, (None, 0))[0]
         if theirs is None:
@@ -2005,6 +2022,7 @@ def _fold_candidates(imp: _Importer) -> None:
             and consumers.get(x) == 1
             and x not in outputs
             and all(i in imp.consts for i in n.input[1:5])
+            and conv.input[1] not in imp.qparams  # integer weights do not absorb a BN
         ):
             imp.folded[x] = n
             imp.skip.add(id(n))
@@ -2061,6 +2079,14 @@ def unsupported_message(source: str, counts: Mapping[str, int]) -> str:
     """The one-line error naming every unsupported op type and its count."""
     kinds = "op type" if len(counts) == 1 else "op types"
     listed = ", ".join(f"{k} x{v}" for k, v in counts.items())
+    if "DynamicQuantizeLinear" in counts:
+        hint_dyn = (
+            "; dynamic quantisation is not modelled: quantise statically "
+            "(onnxruntime.quantization.quantize_static, QDQ format) or import the float "
+            "model and use wia_hw.quantize_model"
+        )
+    else:
+        hint_dyn = ""
     folded = [k for k in counts if k in FOLDED_OPS]
     hint = (
         (
@@ -2070,7 +2096,7 @@ def unsupported_message(source: str, counts: Mapping[str, int]) -> str:
         if folded
         else ""
     )
-    return f"{source}: {len(counts)} unsupported ONNX {kinds}: {listed}{hint}"
+    return f"{source}: {len(counts)} unsupported ONNX {kinds}: {listed}{hint}{hint_dyn}"
 
 
 def _import_prepared(
@@ -2097,6 +2123,7 @@ def _import_prepared(
     for n in imp.g.node:
         if n.op_type == "Constant":
             _constant(imp, n)
+    rewrite_qdq(imp)
     _fold_candidates(imp)
     for i, n in enumerate(imp.g.node):
         if n.op_type == "Constant" or id(n) in imp.skip:
@@ -2142,6 +2169,7 @@ def _import_prepared(
         graph = _recognise(graph, imp)
     # the weights whose values the model holds, for functional mode (Graph.weight_values)
     graph.weight_values = {n: f for n, f in imp.values.items() if n in graph.tensors}
+    graph.quant = quant_of(graph, imp.qparams)
     return graph
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..emulator.errors import WorkloadError
+from ._onnx_qdq import keeps_integer
 
 #: Largest tensor (elements) that folding evaluates; larger constants are shape-folded.
 FOLD_MAX_ELEMENTS = 1 << 22
@@ -105,6 +106,12 @@ class _Folder:
         self.shape_only: set[str] = set()  # constants whose values are not computed
         self.memo = memo  # shared by the rounds of one import
         self.evaluated = 0
+        #: value -> the (node, input index) pairs that read it
+        self.readers: dict[str, list[tuple[Any, int]]] = {}
+        for n in graph.node:
+            for i, v in enumerate(n.input):
+                if v:
+                    self.readers.setdefault(v, []).append((n, i))
 
     # -- constants -------------------------------------------------------------------
     def is_const(self, name: str) -> bool:
@@ -187,7 +194,14 @@ class _Folder:
         try:
             proto = self._runnable(n)
             opsets = self.opsets if proto is n else None
-            got = ReferenceEvaluator(proto, opsets=opsets).run(None, feeds)
+            try:
+                got = ReferenceEvaluator(proto, opsets=opsets).run(None, feeds)
+            except Exception:  # noqa: BLE001
+                if proto is n or n.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+                    raise
+                # onnx.reference implements these from opset 19 on; the versions
+                # before differ only in the types they admit (float8, int4)
+                got = ReferenceEvaluator(n).run(None, feeds)
         except Exception as e:  # noqa: BLE001 - the reference evaluator raises anything
             got = _fallback(node, inputs)
             if got is not None:
@@ -241,6 +255,8 @@ class _Folder:
             or any(a.type in (5, 10) for a in node.attribute)
         ):
             return False  # random, a custom op, or has a subgraph (GRAPH(S) attribute)
+        if node.op_type == "DequantizeLinear" and keeps_integer(node, self.readers):
+            return False  # integer weights stay integer (the importer's _onnx_qdq)
         vals = [self.value(i) if i else None for i in node.input]
         small = all(v is not None for v, i in zip(vals, node.input, strict=True) if i)
         outs_small = all(

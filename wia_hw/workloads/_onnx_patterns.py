@@ -90,7 +90,13 @@ class _Rewriter:
         return sum(self.g.flops(o) for o in ops)
 
     def replace(self, remove: list[Op], at: Op, new: list[Op]) -> None:
-        """Drop ``remove``; put ``new`` where ``at`` was (``at`` is in ``remove``)."""
+        """Drop ``remove``; put ``new`` where ``at`` was (``at`` is in ``remove``).
+        Not when a dropped op writes integer codes that the pattern would skip (a
+        quantised model rounds there: fusing would change its numbers)."""
+        kept = {t for o in new for t in o.outputs}
+        if any(t in self.imp.qparams and t not in kept for o in remove for t in o.outputs):
+            self.refused = True
+            return
         for o in remove:
             if o is not at:
                 self.ops[self.index[id(o)]] = None
@@ -602,16 +608,32 @@ class _Rewriter:
         self.pending: dict[int, list[Op]] = {}
         for o in list(self.g.ops):
             if self.alive(o):
-                self.linear_bias(o)
+                self._step(self.linear_bias, o)
         self._commit()
         for step in (self.gelu, self.layer_norm, self.attention):
             self.pending = {}
             for o in list(self.g.ops):
                 if self.alive(o):
-                    step(o)
+                    self._step(step, o)
             self._commit()
         self.g.validate()
         return self.g
+
+    def _step(self, step: Any, o: Op) -> None:
+        """One pattern at ``o``; in a quantised model, undone as a whole when one of its
+        replacements was refused (:meth:`replace`)."""
+        if not self.imp.qparams:
+            step(o)
+            return
+        saved = (
+            list(self.ops),
+            {k: list(v) for k, v in self.pending.items()},
+            dict(self.new_tensors),
+        )
+        self.refused = False
+        step(o)
+        if self.refused:
+            self.ops, self.pending, self.new_tensors = saved
 
     def _commit(self) -> None:
         if not self.pending:
