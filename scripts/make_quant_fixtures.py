@@ -16,11 +16,13 @@ random batches and quantised by ``onnxruntime.quantization.quantize_static`` as:
 * ``qdq_s8_pc``: QDQ, int8 activations with zero points, int8 weights per channel
   (ONNX Runtime's defaults but per channel);
 * ``qop`` (``cnn`` only): QOperator format for Conv and MatMul only (QLinearConv,
-  QLinearMatMul between QuantizeLinear and DequantizeLinear).
+  QLinearMatMul between QuantizeLinear and DequantizeLinear);
+* ``dyn``: ``quantize_dynamic`` (int8 weights; activations quantised at run time by
+  DynamicQuantizeLinear, then MatMulInteger/ConvInteger, Cast and Mul by the scales).
 
 It also quantises two of the repository's exporter fixtures (``resnet18`` and
 ``bert_large_2l``, ``legacy`` exports, given seeded random weights) as ``qdq_s8_pc`` and
-saves them weight-stripped like those: the int8 weights' values are dropped, their dims
+as ``dyn``, and saves them weight-stripped like those: the weights' values are dropped, their dims
 and every scale and zero point kept (``<name>.qdq_s8_pc.onnx``, no ``.npz``).
 
 The small models keep their weights. Beside each model, ``<name>.npz`` holds the
@@ -146,6 +148,7 @@ def main() -> None:
         CalibrationDataReader,
         QuantFormat,
         QuantType,
+        quantize_dynamic,
         quantize_static,
     )
 
@@ -190,11 +193,14 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             fp32 = Path(tmp) / f"{mname}.onnx"
             onnx.save(model, fp32)
-            for vname, kw in variants.items():
+            for vname, kw in [*variants.items(), ("dyn", None)]:
                 if vname == "qop" and mname != "cnn":
                     continue
                 path = out / f"{mname}.{vname}.onnx"
-                quantize_static(str(fp32), str(path), Reader(shape, 1), **kw)
+                if kw is None:
+                    quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8)
+                else:
+                    quantize_static(str(fp32), str(path), Reader(shape, 1), **kw)
                 sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
                 (y,) = sess.run(None, {"x": x})
                 np.savez(out / f"{mname}.{vname}.npz", x=x, ort=y)
@@ -238,8 +244,11 @@ def main() -> None:
             onnx.save(model, fp32)
             path = out / f"{name}.qdq_s8_pc.onnx"
             quantize_static(str(fp32), str(path), Feeds(feeds), **variants["qdq_s8_pc"])
-        strip_weights(path)
-        say(f"{path.name}: {path.stat().st_size} bytes (weights stripped)")
+            dyn = out / f"{name}.dyn.onnx"
+            quantize_dynamic(str(fp32), str(dyn), weight_type=QuantType.QInt8)
+        for p in (path, dyn):
+            strip_weights(p)
+            say(f"{p.name}: {p.stat().st_size} bytes (weights stripped)")
 
 
 def exported(name: str, rng: np.random.Generator) -> onnx.ModelProto:
@@ -268,11 +277,12 @@ def exported(name: str, rng: np.random.Generator) -> onnx.ModelProto:
 
 
 def strip_weights(path: Path) -> None:
-    """Drop the values of the int8 weights (initializers ONNX Runtime names
-    ``*_quantized``); keep their dims, and every scale and zero point."""
+    """Drop the values of the weights (initializers of more than 4,096 elements: the
+    int8 weights and any float table left); keep their dims, and every scale and zero
+    point."""
     m = onnx.load(str(path))
     for t in m.graph.initializer:
-        if t.name.endswith("_quantized") and t.data_type == TensorProto.INT8:
+        if int(np.prod(t.dims)) > 4096:
             t.ClearField("raw_data")
             t.data_location = TensorProto.EXTERNAL
             e = t.external_data.add()

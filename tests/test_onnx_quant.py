@@ -23,7 +23,15 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "onnx"
 QUANT = DATA / "quant"
-SMALL = ["cnn.qdq_u8", "cnn.qdq_s8_pc", "cnn.qop", "encoder.qdq_u8", "encoder.qdq_s8_pc"]
+SMALL = [
+    "cnn.qdq_u8",
+    "cnn.qdq_s8_pc",
+    "cnn.qop",
+    "cnn.dyn",
+    "encoder.qdq_u8",
+    "encoder.qdq_s8_pc",
+    "encoder.dyn",
+]
 
 
 def reference(model: object, feeds: dict, names: list[str] | None = None) -> list:
@@ -104,19 +112,21 @@ def test_integer_tensors_stay_integer():
     assert len(casts) == 2
 
 
-def test_exporter_models_quantised_time_as_int8():
-    """ONNX Runtime's QDQ quantisation of the repository's ResNet-18 and BERT (2 layers)
-    exports: the same MACs as the float exports, a quarter of the weight bytes, every
-    GEMM int8 x int8, and a lower latency."""
+@pytest.mark.parametrize("how", ["qdq_s8_pc", "dyn"])
+def test_exporter_models_quantised_time_as_int8(how):
+    """ONNX Runtime's static (QDQ) and dynamic quantisation of the repository's
+    ResNet-18 and BERT (2 layers) exports: the same MACs as the float exports, a
+    quarter of the weight bytes, every GEMM int8 x int8, and a lower latency."""
     for name, dims in (("resnet18", {"batch": 1}), ("bert_large_2l", {"batch": 1, "seq": 128})):
-        q = from_onnx(QUANT / f"{name}.qdq_s8_pc.onnx", dims=dims)
+        q = from_onnx(QUANT / f"{name}.{how}.onnx", dims=dims)
         f = from_onnx(DATA / f"{name}.legacy.onnx", dims=dims)
         assert q.macs() == f.macs(), name
         assert 0.24 < q.weight_bytes / f.weight_bytes < 0.26, name
-        for o in q.ops:
-            if o.kind in GEMM_KINDS:
-                assert {q.tensors[i].dtype for i in o.inputs[:2]} == {"int8"}, o.name
-            if o.kind == "conv2d":  # ONNX Runtime's int32 biases, shared through Identity
+        weights = [o for o in q.ops if o.kind in ("linear", "conv2d")]
+        assert weights
+        for o in weights:  # dynamic: the attention bmm's stay float, as ONNX Runtime's
+            assert {q.tensors[i].dtype for i in o.inputs[:2]} == {"int8"}, o.name
+            if o.kind == "conv2d" and how == "qdq_s8_pc":  # int32 biases (via Identity)
                 assert q.tensors[o.inputs[2]].dtype == "int32", o.name
         assert wia_hw.run(q).latency_ms < wia_hw.run(f).latency_ms / 2, name
 
@@ -241,18 +251,33 @@ def _qdq(extra_nodes, extra_inits, x_shape=(2, 4), opset=21):
 
 
 def test_refusals_name_the_node():
-    # dynamic quantisation: its scale is computed at run time
+    # dynamic quantisation read other than by MatMulInteger/ConvInteger -> Cast -> Mul
     dyn = _model(
         [
-            helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "qs", "qz"]),
+            helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "qs", "qz"], name="dql"),
             helper.make_node("DequantizeLinear", ["q", "qs", "qz"], ["y"], name="dq"),
         ],
         [helper.make_tensor_value_info("x", F32, [2, 4])],
         [helper.make_tensor_value_info("y", F32, [2, 4])],
         [],
     )
-    with pytest.raises(wia_hw.WorkloadError, match=r"DynamicQuantizeLinear x1.*dynamic quant"):
+    with pytest.raises(
+        wia_hw.WorkloadError,
+        match=r"^ONNX node 'dql' \(DynamicQuantizeLinear\): its codes are read by DequantizeLinear",
+    ):
         from_onnx(dyn)
+    # a QuantizeLinear whose scale is a graph input
+    runtime = _model(
+        [helper.make_node("QuantizeLinear", ["x", "s"], ["y"], name="qr")],
+        [
+            helper.make_tensor_value_info("x", F32, [2, 4]),
+            helper.make_tensor_value_info("s", F32, []),
+        ],
+        [helper.make_tensor_value_info("y", U8, [2, 4])],
+        [],
+    )
+    with pytest.raises(wia_hw.WorkloadError, match=r"'qr'.*'s' is a graph input"):
+        from_onnx(runtime)
     # blocked quantisation (opset 21's block_size)
     blocked = _qdq(
         [

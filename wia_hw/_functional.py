@@ -177,6 +177,21 @@ class FunctionalExecutor:
         self.scales[name] = p.scale
         self.zeros[name] = p.zero_point - off
 
+    def _dynamic_quant(self, op: Op) -> None:
+        """ONNX's DynamicQuantizeLinear: uint8 codes over ``[min(0, x), max(0, x)]``,
+        the scale and zero point computed from this input in float32, as ONNX does (an
+        all-zero input takes scale 1). Held minus 128, as every uint8 code."""
+        x = np.asarray(self._dequantised(op.inputs[0]), np.float32)
+        lo = np.float32(min(0.0, float(x.min()))) if x.size else np.float32(0)
+        hi = np.float32(max(0.0, float(x.max()))) if x.size else np.float32(0)
+        scale = np.float32((hi - lo) / np.float32(255)) or np.float32(1)
+        zero = np.rint(np.clip(np.float32(0) - lo / scale, 0, 255)).astype(np.int64)
+        q = np.clip(np.rint(x / scale) + zero, 0, 255).astype(np.int64)
+        out = op.outputs[0]
+        self.values[out] = (q - 128).astype(np.int8)
+        self.scales[out] = np.asarray(scale, np.float32)
+        self.zeros[out] = zero - 128
+
     def _static_step(self, op: Op, kernels: Sequence[Kernel], device: Device | None) -> None:
         g = self.graph
         out_name = op.outputs[0]
@@ -349,6 +364,9 @@ class FunctionalExecutor:
                 f"op {op.name!r}: too large for functional mode "
                 f"(> {FUNCTIONAL_MAC_LIMIT:.0e} MACs); use mode='timing'"
             )
+        if op.kind == "cast" and op.attrs.get("dynamic_quant"):
+            self._dynamic_quant(op)
+            return
         if g.quant and (op.outputs[0] in g.quant or any(i in self.zeros for i in op.inputs)):
             self._static_step(op, kernels, device)
             return

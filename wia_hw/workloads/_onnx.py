@@ -694,6 +694,8 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
         _pad(imp, node, name, a, out, grp, dt, fail)
     elif t in ("Resize", "Upsample"):
         _resize(imp, node, name, a, out, grp, dt, fail)
+    elif t == "DynamicQuantizeLinear":  # codes with a scale and zero point of their own
+        imp.add("cast", name, [v(0)], out, grp, dt, dynamic_quant=True)
     elif t == "QuantizeLinear":  # one not written by the op before it (_onnx_qdq)
         imp.add("cast", name, [v(0)], out, grp, dt)
     elif t == "DequantizeLinear":  # before a move of an activation, or a graph output
@@ -2079,14 +2081,13 @@ def unsupported_message(source: str, counts: Mapping[str, int]) -> str:
     """The one-line error naming every unsupported op type and its count."""
     kinds = "op type" if len(counts) == 1 else "op types"
     listed = ", ".join(f"{k} x{v}" for k, v in counts.items())
-    if "DynamicQuantizeLinear" in counts:
-        hint_dyn = (
-            "; dynamic quantisation is not modelled: quantise statically "
-            "(onnxruntime.quantization.quantize_static, QDQ format) or import the float "
-            "model and use wia_hw.quantize_model"
+    if any(k.startswith("com.microsoft::") for k in counts):
+        hint_ort = (
+            "; ONNX Runtime's contrib ops (com.microsoft) are not modelled: quantise in "
+            "QDQ format (quant_format=QuantFormat.QDQ)"
         )
     else:
-        hint_dyn = ""
+        hint_ort = ""
     folded = [k for k in counts if k in FOLDED_OPS]
     hint = (
         (
@@ -2096,7 +2097,7 @@ def unsupported_message(source: str, counts: Mapping[str, int]) -> str:
         if folded
         else ""
     )
-    return f"{source}: {len(counts)} unsupported ONNX {kinds}: {listed}{hint}{hint_dyn}"
+    return f"{source}: {len(counts)} unsupported ONNX {kinds}: {listed}{hint}{hint_ort}"
 
 
 def _import_prepared(

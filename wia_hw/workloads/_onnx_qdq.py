@@ -1,6 +1,7 @@
 """Quantised ONNX models for the importer: QDQ (QuantizeLinear/DequantizeLinear, what
 ONNX Runtime's ``quantize_static`` and QAT exports write), QLinearConv/QLinearMatMul
-(the QOperator format) and MatMulInteger/ConvInteger with constant zero points.
+(the QOperator format), MatMulInteger/ConvInteger with constant zero points, and
+DynamicQuantizeLinear as ``quantize_dynamic`` writes it.
 
 Integer tensors stay integer in the imported graph, with their static
 :class:`~wia_hw.graph.QuantParams` in ``Graph.quant``, so timing sees one-byte
@@ -23,12 +24,15 @@ the ONNX graph so that the mapping sees plain ops on integer values:
   ``cast`` to float;
 * **QLinearConv** and **QLinearMatMul** become Conv and MatMul on the codes, with the
   parameters of their inputs, weight, bias (scale ``x_scale * w_scale``) and output;
-  **MatMulInteger** and **ConvInteger** the same with scale 1 and an int32 output.
+  **MatMulInteger** and **ConvInteger** the same with scale 1 and an int32 output;
+* a **DynamicQuantizeLinear** stays (a ``cast`` that computes its codes' scale and
+  zero point at run time); the ``MatMulInteger``/``ConvInteger -> Cast -> Mul`` by
+  the scales after it becomes one MatMul/Conv on the codes (:meth:`_Rewrite.dynamic`).
 
 Refused, one line each naming the node: a scale or zero point computed at run time
-(DynamicQuantizeLinear's, say: dynamic quantisation is not modelled), blocked
-quantisation (``block_size``), element types other than int8, uint8 and int32
-(int16, int4, float8), and a DequantizeLinear reading codes written with other
+otherwise (or a graph input), a DynamicQuantizeLinear read other than by that chain,
+blocked quantisation (``block_size``), element types other than int8, uint8 and
+int32 (int16, int4, float8), and a DequantizeLinear reading codes written with other
 parameters.
 """
 
@@ -43,6 +47,7 @@ from ..graph import QuantParams
 __all__ = ["QDQ_OPS", "keeps_integer", "quant_of", "rewrite", "transformed"]
 
 QDQ_OPS = (
+    "DynamicQuantizeLinear",
     "QuantizeLinear",
     "DequantizeLinear",
     "QLinearConv",
@@ -303,9 +308,64 @@ class _Rewrite:
         del node.input[:]
         node.input.extend(new_ins)
 
+    # -- dynamic quantisation --------------------------------------------------------
+    def dynamic(self, d: Any, readers: dict[str, list[tuple[Any, int]]]) -> None:
+        """DynamicQuantizeLinear ``d`` and what ONNX Runtime's ``quantize_dynamic`` writes
+        after it: ``MatMulInteger``/``ConvInteger(y, W, y_zero_point, w_zero_point) ->
+        Cast(float) -> Mul(., Mul(y_scale, w_scale))``. Each such chain becomes one
+        MatMul/Conv on the codes ``y`` (whose scale and zero point functional mode
+        computes at run time) and ``W`` (static parameters), writing the Mul's output;
+        ``d`` stays, as a ``cast`` to codes."""
+        y, ys, yz = (list(d.output) + ["", ""])[:3]
+        if {y, ys, yz} & self.outputs:
+            raise self.fail(d, "its outputs as graph outputs are not modelled")
+
+        def only(value: str, op_type: str) -> Any:
+            rs = readers.get(value, [])
+            if len(rs) != 1 or rs[0][0].op_type != op_type or value in self.outputs:
+                raise self.fail(
+                    d,
+                    f"{value!r} must be read by one {op_type} alone: only ONNX Runtime's "
+                    "MatMulInteger/ConvInteger -> Cast -> Mul chain is modelled after "
+                    "dynamic quantisation",
+                )
+            return rs[0][0]
+
+        for m, i in readers.get(y, []):
+            if m.op_type not in ("MatMulInteger", "ConvInteger") or i != 0:
+                raise self.fail(
+                    d,
+                    f"its codes are read by {m.op_type}: only MatMulInteger and ConvInteger are modelled",
+                )
+            ins = list(m.input) + ["", "", ""]
+            if ins[2] != yz:
+                raise self.fail(m, "its A zero point must be the DynamicQuantizeLinear's")
+            cast = only(m.output[0], "Cast")
+            mul = only(cast.output[0], "Mul")
+            s_name = mul.input[1] if mul.input[0] == cast.output[0] else mul.input[0]
+            s_node = next((n for n, _ in readers.get(ys, []) if s_name in n.output), None)
+            if s_node is None or s_node.op_type != "Mul":
+                raise self.fail(mul, "its scale must be Mul(y_scale, w_scale)")
+            ws = s_node.input[1] if s_node.input[0] == ys else s_node.input[0]
+            w = ins[1]
+            scale = self.const(m, ws, "weight scale")
+            zero = self.const(m, ins[3], "weight zero point") if ins[3] else None
+            axis = 0 if m.op_type == "ConvInteger" else self.rank(w) - 1
+            w = self.claim(m, w, self.make(m, w, scale, zero, axis))
+            m.op_type = "Conv" if m.op_type == "ConvInteger" else "MatMul"
+            del m.input[:]
+            m.input.extend([y, w])
+            m.output[0] = mul.output[0]
+            for n in (cast, mul, s_node):
+                self.drop(n)
+
     # -- the graph ---------------------------------------------------------------------
     def run(self) -> None:
         g, imp = self.g, self.imp
+        readers = _readers(g.node, imp.skip)
+        for n in g.node:
+            if n.op_type == "DynamicQuantizeLinear":
+                self.dynamic(n, readers)
         for n in g.node:
             if n.op_type in ("QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger"):
                 self.qlinear(n)
