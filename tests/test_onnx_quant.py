@@ -412,3 +412,23 @@ def test_import_report_says_how_much_runs_on_integers():
     assert "Quantised:   " in text and "4 of 4 GEMMs on integer operands" in text
     plain = format_report(import_report(DATA / "resnet18.legacy.onnx", batch=1))
     assert "Quantised" not in plain
+
+
+def test_fusion_keeps_the_models_values_and_quantisation():
+    """apply_fusion only marks ops: the fused graph of an imported model computes what
+    the model computes (its weights, its codes), and its fused kernels time faster."""
+    from wia_hw import FusionConfig, apply_fusion
+
+    for name in ("encoder.qdq_u8", "encoder.dyn"):
+        x = np.load(QUANT / f"{name}.npz")["x"]
+        g = from_onnx(QUANT / f"{name}.onnx")
+        fused = apply_fusion(g, FusionConfig())
+        assert (
+            fused.quant.keys() == g.quant.keys()
+            and fused.weight_values.keys() == g.weight_values.keys()
+        )
+        assert sum(fused.params["fusion"].values()) >= 1, name
+        y0 = wia_hw.run(g, mode="functional", inputs={"x": x}).outputs["y"]
+        y1 = wia_hw.run(fused, mode="functional", inputs={"x": x}).outputs["y"]
+        np.testing.assert_allclose(y1, y0, rtol=1e-6, atol=1e-6 * np.abs(y0).max())
+        assert wia_hw.run(fused).latency_ms < wia_hw.run(g).latency_ms, name

@@ -547,8 +547,9 @@ class Graph:
     them): functional mode uses them for the weights the caller does not give.
     ``quant`` maps integer tensors to their static :class:`QuantParams` (an ONNX
     model quantised with QuantizeLinear/DequantizeLinear): functional mode reads and
-    writes those tensors' codes with them. A graph made from this one (fusion,
-    quantisation) starts without either.
+    writes those tensors' codes with them. :func:`~wia_hw.apply_fusion` (which only
+    marks ops) keeps both; a graph rebuilt from this one (quantisation) starts
+    without either.
     """
 
     def __init__(

@@ -34,7 +34,9 @@ never silent: the kernels' names and providers show them):
   write-back included, cached per shape): at short sequences the unfused GEMMs can
   use the array better than the flash tiles do.
 
-Functional mode computes a fused chain op by op, each intermediate rounded to its
+The fused graph keeps the source graph's weight values and static quantisation (an
+imported model's: ``Graph.weight_values``, ``Graph.quant``). Functional mode computes
+a fused chain op by op, each intermediate rounded to its
 declared dtype (an epilogue that converts the accumulator before applying the
 activation); flash attention's values are the extension-lowered path's (untiled
 GEMMs), so fused and unfused results agree within the precision's rounding.
@@ -186,14 +188,25 @@ def apply_fusion(graph: Graph, config: FusionConfig | None = None) -> Graph:
     ]
     before = graph.params.get("fusion_config", {})
     config_used = {f.name: bool(before.get(f.name)) or getattr(cfg, f.name) for f in fields(cfg)}
-    return Graph(
-        graph.name,
-        graph.tensors.values(),
-        ops,
-        sequences=graph.sequences,
-        params={**graph.params, "fusion": counts, "fusion_config": config_used},
-        validate=False,
+    return _same_values(
+        graph,
+        Graph(
+            graph.name,
+            graph.tensors.values(),
+            ops,
+            sequences=graph.sequences,
+            params={**graph.params, "fusion": counts, "fusion_config": config_used},
+            validate=False,
+        ),
     )
+
+
+def _same_values(src: Graph, marked: Graph) -> Graph:
+    """``marked`` (``src``'s tensors and ops, marks changed) with ``src``'s weight values
+    and static quantisation: fused chains compute op by op, so they still apply."""
+    marked.weight_values = dict(src.weight_values)
+    marked.quant = dict(src.quant)
+    return marked
 
 
 def refuse(graph: Graph) -> Graph:
@@ -214,7 +227,7 @@ def refuse(graph: Graph) -> Graph:
         params=params,
         validate=False,
     )
-    return apply_fusion(bare, FusionConfig(**cfg))
+    return apply_fusion(_same_values(graph, bare), FusionConfig(**cfg))
 
 
 # -- lowering ---------------------------------------------------------------------------
