@@ -17,6 +17,9 @@ random batches and quantised by ``onnxruntime.quantization.quantize_static`` as:
   (ONNX Runtime's defaults but per channel);
 * ``qop`` (``cnn`` only): QOperator format for Conv and MatMul only (QLinearConv,
   QLinearMatMul between QuantizeLinear and DequantizeLinear);
+* ``qop_all``: QOperator format for every op ONNX Runtime quantises, its contrib ops
+  (``com.microsoft``: QLinearAdd, QLinearGlobalAveragePool, QLinearSoftmax ...)
+  included;
 * ``dyn``: ``quantize_dynamic`` (int8 weights; activations quantised at run time by
   DynamicQuantizeLinear, then MatMulInteger/ConvInteger, Cast and Mul by the scales).
 
@@ -185,6 +188,12 @@ def main() -> None:
             per_channel=False,
             op_types_to_quantize=["Conv", "MatMul"],
         ),
+        "qop_all": dict(
+            quant_format=QuantFormat.QOperator,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            per_channel=False,
+        ),
     }
     for mname, build in (("cnn", cnn), ("encoder", encoder)):
         model = build(np.random.default_rng(0))
@@ -195,7 +204,7 @@ def main() -> None:
             onnx.save(model, fp32)
             for vname, kw in [*variants.items(), ("dyn", None)]:
                 if vname == "qop" and mname != "cnn":
-                    continue
+                    continue  # the encoder's qop_all has the same QLinearMatMuls
                 path = out / f"{mname}.{vname}.onnx"
                 if kw is None:
                     quantize_dynamic(str(fp32), str(path), weight_type=QuantType.QInt8)

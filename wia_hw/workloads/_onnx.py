@@ -116,7 +116,7 @@ import numpy as np
 from ..emulator.errors import WorkloadError
 from ..emulator.window import Window
 from ..graph import Graph, GraphBuilder, QuantParams
-from ._onnx_qdq import QDQ_OPS, quant_of, transformed
+from ._onnx_qdq import QDQ_OPS, expand_contrib, quant_of, transformed
 from ._onnx_qdq import rewrite as rewrite_qdq
 
 _MISSING = "ONNX import needs the 'onnx' package: pip install 'wia-hw[onnx]'"
@@ -2040,6 +2040,7 @@ def _prepare(
     from ._onnx_fold import fold, inline_small_external
 
     proto, gname, source = _load(onnx, model)
+    expand_contrib(onnx, proto)
     base_dir = Path(model).parent if isinstance(model, (str, os.PathLike)) else None
     inline_small_external(onnx, proto, base_dir)
     g = proto.graph

@@ -509,3 +509,112 @@ def quant_of(graph: Any, params: dict[str, QuantParams]) -> dict[str, QuantParam
         if not changed:
             break
     return quant
+
+
+# -- ONNX Runtime's quantised contrib ops --------------------------------------------
+
+#: com.microsoft op -> (the float op, the (x, scale, zero point) input triples by
+#: position, the (scale, zero point) of the output by position, attributes dropped)
+CONTRIB = {
+    "QLinearAdd": ("Add", ((0, 1, 2), (3, 4, 5)), (6, 7), ()),
+    "QLinearMul": ("Mul", ((0, 1, 2), (3, 4, 5)), (6, 7), ()),
+    "QLinearSigmoid": ("Sigmoid", ((0, 1, 2),), (3, 4), ()),
+    "QLinearLeakyRelu": ("LeakyRelu", ((0, 1, 2),), (3, 4), ()),
+    "QLinearSoftmax": ("Softmax", ((0, 1, 2),), (3, 4), ("opset",)),
+    "QLinearGlobalAveragePool": ("GlobalAveragePool", ((0, 1, 2),), (3, 4), ("channels_last",)),
+    "QLinearAveragePool": ("AveragePool", ((0, 1, 2),), (3, 4), ("channels_last",)),
+}
+
+
+def expand_contrib(onnx: Any, proto: Any) -> None:
+    """ONNX Runtime's quantised contrib ops (``com.microsoft``: QLinearAdd, QLinearMul,
+    QLinearSigmoid, QLinearLeakyRelu, QLinearSoftmax, QLinearGlobalAveragePool,
+    QLinearAveragePool, QLinearConcat, QGemm) become what they mean in standard ONNX,
+    ``QuantizeLinear(op(DequantizeLinear(x)...))``, before shape inference (which
+    does not know them); :func:`rewrite` then folds those QuantizeLinear and
+    DequantizeLinear nodes into the op, so it reads and writes the codes. Channels-last
+    pools and a softmax of an opset before 13 on a non-last axis are refused."""
+    from onnx import helper
+
+    g = proto.graph
+    known = (*CONTRIB, "QLinearConcat", "QGemm")
+    if not any(n.domain == "com.microsoft" and n.op_type in known for n in g.node):
+        return
+    out = []
+    for k, n in enumerate(g.node):
+        if n.domain != "com.microsoft" or n.op_type not in known:
+            out.append(n)
+            continue
+        label = n.name or n.op_type
+        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        ins = list(n.input)
+        if n.op_type == "QGemm":
+            out.extend(_qgemm(n, f"{label}#{k}", attrs))
+            continue
+        if n.op_type == "QLinearConcat":
+            float_op, outq, drop = "Concat", (0, 1), ()
+            triples = tuple((i, i + 1, i + 2) for i in range(2, len(ins), 3))
+        else:
+            float_op, triples, outq, drop = CONTRIB[n.op_type]
+        if attrs.get("channels_last"):
+            raise WorkloadError(
+                f"ONNX node {label!r} (com.microsoft::{n.op_type}): channels_last is not modelled"
+            )
+        if (
+            n.op_type == "QLinearSoftmax"
+            and attrs.get("opset", 13) < 13
+            and attrs.get("axis", -1) not in (-1,)
+        ):
+            raise WorkloadError(
+                f"ONNX node {label!r} (com.microsoft::{n.op_type}): a softmax of opset "
+                f"{attrs['opset']} over axis {attrs['axis']} is not modelled"
+            )
+        tag = f"{label}#{k}"
+        floats = []
+        for j, (x, s, z) in enumerate(triples):
+            if x >= len(ins) or not ins[x]:
+                continue
+            f = f"{ins[x]}__dq_{tag}"
+            args = [ins[x], ins[s]] + ([ins[z]] if z < len(ins) and ins[z] else [])
+            out.append(helper.make_node("DequantizeLinear", args, [f], name=f"{tag}/dq{j}"))
+            floats.append(f)
+        y = n.output[0]
+        yf = f"{y}__float"
+        kept = {a: v for a, v in attrs.items() if a not in drop}
+        out.append(helper.make_node(float_op, floats, [yf], name=f"{tag}/{float_op}", **kept))
+        qargs = [yf, ins[outq[0]]] + ([ins[outq[1]]] if outq[1] < len(ins) and ins[outq[1]] else [])
+        out.append(helper.make_node("QuantizeLinear", qargs, [y], name=label))
+    del g.node[:]
+    g.node.extend(out)
+
+
+def _qgemm(n: Any, tag: str, attrs: dict[str, Any]) -> list[Any]:
+    """com.microsoft::QGemm(A, a_scale, a_zp, B, b_scale, b_zp, C, y_scale, y_zp) as
+    DequantizeLinear of A, B and the int32 bias C (scale ``a_scale * b_scale``), Gemm,
+    and QuantizeLinear when it has ``y_scale`` (else its output is float)."""
+    from onnx import helper
+
+    ins = list(n.input) + [""] * 9
+    a, as_, az, b, bs, bz, c, ys, yz = ins[:9]
+    fa, fb, fc, y = f"{a}__dq_{tag}", f"{b}__dq_{tag}", f"{c}__dq_{tag}", n.output[0]
+    nodes = [
+        helper.make_node("DequantizeLinear", [a, as_] + ([az] if az else []), [fa]),
+        helper.make_node(
+            "DequantizeLinear",
+            [b, bs] + ([bz] if bz else []),
+            [fb],
+            axis=0 if attrs.get("transB", 0) else 1,
+        ),
+    ]
+    if c:
+        nodes.append(helper.make_node("Mul", [as_, bs], [f"{tag}/c_scale"]))
+        nodes.append(helper.make_node("DequantizeLinear", [c, f"{tag}/c_scale"], [fc], axis=0))
+    gemm = {k: v for k, v in attrs.items() if k in ("alpha", "transA", "transB")}
+    inputs = [fa, fb] + ([fc] if c else [])
+    if not ys:  # a float output
+        return nodes + [helper.make_node("Gemm", inputs, [y], name=n.name or tag, **gemm)]
+    q = [f"{y}__float", ys] + ([yz] if yz else [])
+    return nodes + [
+        helper.make_node("Gemm", inputs, [f"{y}__float"], **gemm),
+        helper.make_node("QuantizeLinear", q, [y], name=n.name or tag),
+    ]
