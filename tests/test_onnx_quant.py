@@ -497,3 +497,41 @@ def test_contrib_concat_requantises_and_channels_last_is_refused():
         wia_hw.WorkloadError, match=r"^ONNX node 'gap' .*channels_last is not modelled$"
     ):
         from_onnx(m)
+
+
+def test_qat_export_float_weights_quantised_in_the_model():
+    """A QAT-style export (pytorch-quantization, torch.ao): float weights, each through
+    QuantizeLinear -> DequantizeLinear. A weight too large to fold becomes an int8
+    constant whose codes the import computes from the float weight when functional
+    mode asks; the result is ONNX's."""
+    rng = np.random.default_rng(11)
+    k, n = 320, 256  # 81,920 elements: above what constant folding reads
+    w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+    sw = (np.abs(w).max(axis=0) / 127).astype(np.float32)
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+        helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
+        helper.make_node("QuantizeLinear", ["w", "sw", "zw"], ["wq"], axis=1),
+        helper.make_node("DequantizeLinear", ["wq", "sw", "zw"], ["wd"], axis=1),
+        helper.make_node("MatMul", ["xd", "wd"], ["y"]),
+    ]
+    inits = [
+        _arr("sx", 0.03, np.float32),
+        _arr("zx", 0, np.int8),
+        numpy_helper.from_array(w, "w"),
+        _arr("sw", sw, np.float32),
+        _arr("zw", np.zeros(n), np.int8),
+    ]
+    m = _model(
+        nodes,
+        [helper.make_tensor_value_info("x", F32, [4, k])],
+        [helper.make_tensor_value_info("y", F32, [4, n])],
+        inits,
+    )
+    g = from_onnx(m)
+    lin = next(o for o in g.ops if o.kind == "linear")
+    assert g.tensors[lin.inputs[1]].dtype == "int8" and lin.inputs[1] in g.weight_values
+    x = rng.standard_normal((4, k)).astype(np.float32)
+    y = wia_hw.run(g, device="wia-npu", mode="functional", inputs={"x": x}).outputs["y"]
+    (want,) = reference(m, {"x": x})
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())

@@ -349,6 +349,8 @@ class _Importer:
         #: integer value (ONNX name) -> its static quantisation (_onnx_qdq.rewrite)
         self.qparams: dict[str, QuantParams] = {}
         self.dropped: list[Any] = []  # nodes the rewrite left out (kept: ids in skip)
+        #: constant -> (the constant it is computed from, how): a float weight's codes
+        self.derived: dict[str, tuple[str, Callable[[Any], Any]]] = {}
 
     # -- values ------------------------------------------------------------------------
     def dtype(self, value: str, elem: int, node: str = "") -> str:
@@ -437,6 +439,8 @@ class _Importer:
     def has_value(self, value: str) -> bool:
         """Whether constant ``value``'s elements can be read: in the model, or in the
         external data file beside it."""
+        if value in self.derived:  # codes of a float weight the model quantises
+            return self.has_value(self.derived[value][0])
         t = self.consts[value]
         if t.data_location != self.onnx.TensorProto.EXTERNAL:
             return True
@@ -447,6 +451,9 @@ class _Importer:
         """Constant ``value``'s elements (read from the external data file if there)."""
         from onnx import numpy_helper
 
+        if value in self.derived:
+            source, make = self.derived[value]
+            return make(self.weight_array(source))
         t = self.consts[value]
         if t.data_location != self.onnx.TensorProto.EXTERNAL:
             return numpy_helper.to_array(t)

@@ -259,6 +259,8 @@ class _Folder:
             return False  # integer weights stay integer (the importer's _onnx_qdq)
         vals = [self.value(i) if i else None for i in node.input]
         small = all(v is not None for v, i in zip(vals, node.input, strict=True) if i)
+        if node.op_type == "QuantizeLinear" and not small and node.input[0] in self.inits:
+            return False  # a float weight quantised in the model: the importer's (_onnx_qdq)
         outs_small = all(
             self.shapes.get(o) is not None and _numel(self.shapes[o]) <= FOLD_MAX_ELEMENTS  # type: ignore[arg-type]
             for o in node.output

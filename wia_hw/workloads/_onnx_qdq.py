@@ -262,6 +262,30 @@ class _Rewrite:
         self.params[alias] = p
         return alias
 
+    def weight_codes(self, q: Any, p: QuantParams) -> None:
+        """QuantizeLinear ``q`` of a float weight too large to fold: its output becomes
+        an integer constant of the weight's dims, whose codes the import computes
+        from the weight when functional mode asks."""
+        import numpy as np
+
+        src, out = q.input[0], q.output[0]
+        t = self.imp.onnx.TensorProto()
+        t.name = out
+        t.data_type = 2 if (p.lo, p.hi) == (0, 255) else 3
+        t.dims.extend(self.imp.consts[src].dims)
+        t.data_location = self.imp.onnx.TensorProto.EXTERNAL
+        e = t.external_data.add()
+        e.key, e.value = "location", "<quantised at import>"
+        self.imp.consts[out] = t
+        dtype = np.uint8 if t.data_type == 2 else np.int8
+
+        def codes(w: Any) -> Any:
+            q = np.rint(np.asarray(w, np.float32) / p.scale) + p.zero_point
+            return np.clip(q, p.lo, p.hi).astype(dtype)
+
+        self.imp.derived[out] = (src, codes)
+        self.drop(q)
+
     # -- the QOperator ops ---------------------------------------------------------------
     def qlinear(self, node: Any) -> None:
         """QLinearConv / QLinearMatMul / ConvInteger / MatMulInteger -> Conv / MatMul on
@@ -376,6 +400,9 @@ class _Rewrite:
             if n.op_type == "QuantizeLinear"
         }
         self.params.update(quants)
+        for n in g.node:  # a float weight quantised in the model (a QAT export)
+            if n.op_type == "QuantizeLinear" and n.input[0] in imp.consts:
+                self.weight_codes(n, quants[n.output[0]])
         # Identity of a dequantised constant (an exporter's shared initializer): its
         # readers read the DequantizeLinear's output itself
         dq_outs = {n.output[0] for n in g.node if n.op_type == "DequantizeLinear"}
