@@ -67,10 +67,11 @@ def describe_provenance(prov: dict[str, Any]) -> str:
 def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
     """Print a run the way the seed's section 8.7 does, plus what a profiler adds."""
     p = r.params
-    shape = ", ".join(f"{k}={p[k]}" for k in ("batch", "seq", "phase", "kv_len", "image") if k in p)
+    keys = ("batch", "seq", "phase", "kv_len", "image")
+    shape = ", ".join(f"{k}={p[k]}" for k in keys if p.get(k) is not None)
     changed = r.provenance.get("overrides") or r.provenance.get("extensions")
     console.print(
-        f"[bold]{r.workload}[/bold] ({shape}) on [bold]{r.device}[/bold]"
+        f"[bold]{r.workload}[/bold]{f' ({shape})' if shape else ''} on [bold]{r.device}[/bold]"
         + (" (modified)" if changed else "")
         + f", {r.precision}, {r.mode} mode",
         highlight=False,
