@@ -734,3 +734,46 @@ def test_layer_and_rms_norm_over_the_dims_from_axis(op, axis, opset):
     vals = {"x": x, **{i.name: numpy_helper.to_array(i) for i in inits}}
     vals.update({n: f() for n, f in graph.weight_values.items()})
     np.testing.assert_allclose(_values(graph, vals)["y"], want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "case", ["mask_-inf", "mask_finfo_min", "fill_zero", "trilu_upper", "trilu_lower", "expand"]
+)
+def test_merged_constant_operands_compute_as_onnx(case):
+    """Where with a constant condition and fill, Trilu and Expand merge their constants
+    into one weight: functional mode gives it its value (a mask's fill, zeros, the
+    triangle), so the model computes what ONNX does; a fill that is not a mask's
+    (0 here) is a select instead, exact whatever the activation."""
+    rng = np.random.default_rng(len(case))
+    x = rng.standard_normal((2, 5, 5)).astype(np.float32)
+    causal = np.tril(np.ones((5, 5), bool))
+    if case.startswith(("mask", "fill")):
+        fill = {"mask_-inf": -np.inf, "mask_finfo_min": np.finfo(np.float32).min}.get(case, 0.0)
+        inits = [
+            numpy_helper.from_array(causal, "c"),
+            numpy_helper.from_array(np.array(fill, np.float32), "f"),
+        ]
+        nodes = [
+            helper.make_node("Where", ["c", "x", "f"], ["w"], name="sel"),
+            helper.make_node("Softmax", ["w"], ["y"], name="sm", axis=-1),
+        ]
+    elif case.startswith("trilu"):
+        inits = [numpy_helper.from_array(np.array(1, np.int64), "k")]
+        nodes = [helper.make_node("Trilu", ["x", "k"], ["y"], upper=int(case.endswith("upper")))]
+    else:
+        inits = [numpy_helper.from_array(np.array([3, 2, 5, 5], np.int64), "s")]
+        nodes = [helper.make_node("Expand", ["x", "s"], ["y"])]
+    g = helper.make_graph(
+        nodes,
+        "m",
+        [helper.make_tensor_value_info("x", F32, [2, 5, 5])],
+        [helper.make_tensor_value_info("y", F32, None)],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x})
+    graph = from_onnx(m)
+    kinds = [o.kind for o in graph.ops]
+    assert ("where" in kinds) == (case == "fill_zero")
+    y = wia_hw.run(graph, device="wia-npu", mode="functional", inputs={"x": x}).outputs["y"]
+    np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-7)

@@ -1165,8 +1165,13 @@ def _select(imp: _Importer, node: Any, name: str, out: str, grp: str, dt: str | 
     t, ins = node.op_type, [i for i in node.input]
     oshape = imp.types.get(out, (None, 0))[0] or ()
     xd = None
-    if t == "Where" and (ins[0] not in imp.consts or all(i not in imp.consts for i in ins[1:])):
-        # a condition computed at run time, or two run-time branches: a select
+    if t == "Where" and (
+        ins[0] not in imp.consts
+        or all(i not in imp.consts for i in ins[1:])
+        or not _mask_fill(imp, ins)
+    ):
+        # a condition computed at run time, two run-time branches, or a constant fill
+        # that is not a mask's (x + fill would not be fill): a select
         imp.add("where", name, [imp.value(i, name) for i in ins], out, grp, dt)
         return
     if t == "Where":  # a constant condition: a masked fill of the run-time branch
@@ -1195,6 +1200,9 @@ def _select(imp: _Importer, node: Any, name: str, out: str, grp: str, dt: str | 
         cond = imp.const_values(ins[0]) if t == "Where" else None
         if cond is not None:  # the elements that keep the run-time value
             imp.mask_allowed[w] = cond.astype(bool) if dyn[0] == ins[1] else ~cond.astype(bool)
+        known = [imp.const_values(i) is not None for i in ins if i and i not in dyn]
+        if all(known):  # the constants' values are in the model
+            imp.values[w] = _merged_value(imp, t, node, ins, dyn, shape)
     y = vals[0]
     for k, other in enumerate(vals[1:]):
         last = k == len(vals) - 2
@@ -1206,6 +1214,51 @@ def _select(imp: _Importer, node: Any, name: str, out: str, grp: str, dt: str | 
             grp,
             dt,
         )
+
+
+#: A Where's constant fill at or below this is a mask's (minus infinity, or the most
+#: negative float an exporter writes): adding it to any activation gives the fill.
+_MASK_FILL = -1e30
+
+
+def _mask_fill(imp: _Importer, ins: list[str]) -> bool:
+    """Whether Where(cond, a, b) with a constant condition and one constant branch is a
+    masked fill that an additive mask models exactly (the fill's values known and at
+    most :data:`_MASK_FILL`), or a fill whose values are not in the model (dims only:
+    timing is all there is)."""
+    fill = next((i for i in ins[1:] if i in imp.consts), None)
+    vals = imp.const_values(fill) if fill is not None else None
+    return vals is None or bool(np.all(np.asarray(vals, np.float64) <= _MASK_FILL))
+
+
+def _merged_value(
+    imp: _Importer,
+    t: str,
+    node: Any,
+    ins: list[str],
+    dyn: list[str],
+    shape: tuple[int, ...],
+) -> Callable[[], Any]:
+    """The value of the weight ``_select`` merges the constant operands into: Where's
+    additive mask (0 where the run-time branch is kept, the fill elsewhere), Expand's
+    zeros (broadcasting by an ``add``), Trilu's triangle of ones (a ``mul``)."""
+
+    def value() -> Any:
+        if t == "Where":
+            cond = np.asarray(imp.const_values(ins[0])).astype(bool)
+            keep = cond if dyn[0] == ins[1] else ~cond
+            fill = imp.const_values(next(i for i in ins[1:] if i not in dyn))
+            return np.broadcast_to(np.where(keep, 0.0, fill), shape).astype(np.float32)
+        if t == "Expand":
+            return np.zeros(shape, np.float32)
+        k = 0
+        if len(ins) > 1 and ins[1]:
+            k = int(np.asarray(imp.const_values(ins[1])).reshape(-1)[0])
+        ones = np.ones(shape, np.float32)
+        upper = next((a.i for a in node.attribute if a.name == "upper"), 1)
+        return np.triu(ones, k) if upper else np.tril(ones, k)
+
+    return value
 
 
 def _reduce(
