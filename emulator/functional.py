@@ -562,11 +562,14 @@ def evaluate(
     elif kind == "slice":
         ax = int(attrs.get("axis", 0)) % x.ndim
         sl = [slice(None)] * x.ndim
-        sl[ax] = slice(
-            int(attrs.get("start", 0)),
-            int(attrs.get("stop", x.shape[ax])),
-            int(attrs.get("step", 1)),
-        )
+        step = int(attrs.get("step", 1))
+        if step > 0:
+            sl[ax] = slice(int(attrs.get("start", 0)), int(attrs.get("stop", x.shape[ax])), step)
+        else:  # backward; a stop of -1 runs to index 0 inclusive
+            stop = int(attrs.get("stop", -1))
+            sl[ax] = slice(
+                int(attrs.get("start", x.shape[ax] - 1)), None if stop < 0 else stop, step
+            )
         out = x[tuple(sl)]
     else:
         raise WorkloadError(f"op {op_name!r}: no functional model for op kind {kind!r}")

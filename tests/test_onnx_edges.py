@@ -777,3 +777,24 @@ def test_merged_constant_operands_compute_as_onnx(case):
     assert ("where" in kinds) == (case == "fill_zero")
     y = wia_hw.run(graph, device="wia-npu", mode="functional", inputs={"x": x}).outputs["y"]
     np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "starts, ends, axes, steps",
+    [
+        ([-1], [-(2**63)], [2], [-1]),  # torch.flip's export
+        ([5, -1], [0, -100], [1, 2], [-2, -3]),
+        ([3], [1], [0], [-1]),
+        ([100], [-100], [1], [-4]),  # clamped to [n - 1, -1]
+    ],
+)
+def test_slice_with_negative_steps(starts, ends, axes, steps):
+    x = np.random.default_rng(len(starts)).standard_normal((4, 7, 6)).astype(np.float32)
+    c = lambda n, v: numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
+    inits = [c("s", starts), c("e", ends), c("a", axes), c("t", steps)]
+    m = _one("Slice", [("x", x)], inits=inits, opset=13)
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x})
+    g = from_onnx(m)
+    assert g.tensors["y"].shape == want.shape
+    np.testing.assert_array_equal(_values(g, {"x": x})["y"], want)
+    assert wia_hw.run(g, device="wia-npu").latency_ms > 0  # a strided copy, timed

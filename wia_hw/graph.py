@@ -26,6 +26,8 @@ binary (``add`` ...)    a, b (numpy broadcasting)                    broadcast s
 ``transpose``           x                                            permuted by ``perm``
 ``concat``              xs                                           joined on ``axis``
 ``slice``               x                                            ``axis``, ``start``, ``stop``, ``step``
+                                                                     (``step`` < 0: backward,
+                                                                     ``stop`` -1 past the start)
 ``where``               cond, x, y (numpy broadcasting)              broadcast shape
 ``resize``              x ``[N, C, H, W]`` (bilinear; ``size``)      ``[N, C, *size]``
 ``col2im``              cols ``[N, O*kh*kw, H, W]``                  ``[N, O, Ho, Wo]``
@@ -447,10 +449,16 @@ def infer_shapes(op: Op, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, .
         need(1)
         x = list(shapes[0])
         ax = a.get("axis", 0) % len(x)
-        start, stop = a.get("start", 0), min(a.get("stop", x[ax]), x[ax])
         step = a.get("step", 1)
-        if not isinstance(step, int) or isinstance(step, bool) or step < 1:
-            raise WorkloadError(f"op {n!r} (slice): step {step!r} must be a positive integer")
+        if not isinstance(step, int) or isinstance(step, bool) or step == 0:
+            raise WorkloadError(f"op {n!r} (slice): step {step!r} must be a nonzero integer")
+        if step < 0:  # backward from start (inclusive) to stop (exclusive; -1: to the start)
+            start, stop = a.get("start", x[ax] - 1), a.get("stop", -1)
+            if not x[ax] > start > stop >= -1:
+                raise WorkloadError(f"op {n!r} (slice): empty slice [{start}:{stop}:{step}] of {x}")
+            x[ax] = -(-(start - stop) // -step)
+            return [tuple(x)]
+        start, stop = a.get("start", 0), min(a.get("stop", x[ax]), x[ax])
         if not 0 <= start < stop:
             raise WorkloadError(f"op {n!r} (slice): empty slice [{start}:{stop}] of {x}")
         x[ax] = -(-(stop - start) // step)

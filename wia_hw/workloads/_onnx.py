@@ -65,7 +65,7 @@ ReduceMin ArgMax ArgMin                axes moved last (a ``transpose`` when the
                                        ArgMin over the last non-unit axis
 Reshape Flatten Squeeze Unsqueeze      ``reshape`` (to the inferred shape)
 Transpose, Concat                      ``transpose``, ``concat``
-Slice, Split                           ``slice`` per cut axis (positive steps) or per
+Slice, Split                           ``slice`` per cut axis (any nonzero step) or per
                                        output
 Gather                                 ``embedding`` (a 2-D constant table, or axis 0
                                        of any tensor between ``reshape`` views); a
@@ -947,14 +947,19 @@ def _slice(
     if starts is None or ends is None:
         raise fail("has no starts or ends")
     steps = steps if steps is not None else [1] * len(starts)
-    if any(s < 1 for s in steps):
-        raise fail(f"steps {steps} are not modelled (only positive steps)")
+    if 0 in steps:
+        raise fail(f"steps {steps}: a step of 0 is invalid")
     cuts = []
     for s, e, ax, st in zip(starts, ends, axes, steps, strict=True):
         ax %= len(x)
-        s = max(0, min(x[ax], s + x[ax] if s < 0 else s))
-        e = max(0, min(x[ax], e + x[ax] if e < 0 else e))
-        if (s, e, st) != (0, x[ax], 1):
+        n = x[ax]
+        if st > 0:
+            s = max(0, min(n, s + n if s < 0 else s))
+            e = max(0, min(n, e + n if e < 0 else e))
+        else:  # ONNX clamps a backward slice to [0, n - 1] and [-1, n - 1]
+            s = max(0, min(n - 1, s + n if s < 0 else s))
+            e = max(-1, min(n - 1, e + n if e < 0 else e))
+        if (s, e, st) != (0, n, 1):
             cuts.append((ax, s, e, st))
     y = imp.value(ins[0], name)
     if not cuts:
