@@ -11,6 +11,12 @@ inference, folding of the shape and mask chains, mapping and pattern recognition
 Prints, per exporter, the first import's wall time (in a fresh process it also pays
 for loading ``onnx.reference``), then the best and median over the repeats,
 how many nodes folded, and the MACs against ``24 * b * s * (12 h^2 + 2 s h)``.
+
+Then the quantised exports (``tests/data/onnx/quant/``: ONNX Runtime's static QDQ
+per-channel and dynamic quantisation of the ResNet-18 and 2-layer BERT exports,
+``scripts/make_quant_fixtures.py``): import time, how many GEMMs read integer
+operands, weight bytes and wia-npu latency against the float export's (batch 1, the
+BERT at ``--seq``).
 """
 
 from __future__ import annotations
@@ -57,6 +63,35 @@ def main() -> None:
             f"{g.macs() / 1e9:.3f} GMAC (derived {want / 1e9:.3f}, "
             f"{'equal' if g.macs() == want else 'DIFFERENT'})"
         )
+
+    quantised(a.seq)
+
+
+def quantised(seq: int) -> None:
+    import wia_hw
+    from wia_hw.graph import GEMM_KINDS
+
+    for name, dims in (("resnet18", {"batch": 1}), ("bert_large_2l", {"batch": 1, "seq": seq})):
+        f = from_onnx(DATA / f"{name}.legacy.onnx", dims=dims)
+        f_ms = wia_hw.run(f).latency_ms
+        for how in ("qdq_s8_pc", "dyn"):
+            path = DATA / "quant" / f"{name}.{how}.onnx"
+            t0 = time.perf_counter()
+            q = from_onnx(path, dims=dims)
+            took = time.perf_counter() - t0
+            gemms = [o for o in q.ops if o.kind in GEMM_KINDS]
+            ints = sum(
+                all(i in q.quant or q.tensors[i].dtype == "int8" for i in o.inputs[:2])
+                for o in gemms
+            )
+            q_ms = wia_hw.run(q).latency_ms
+            print(
+                f"{path.name}: imported in {took:.3f} s; {ints}/{len(gemms)} GEMMs on int8; "
+                f"weights {q.weight_bytes / 2**20:.1f} MiB (fp32 export "
+                f"{f.weight_bytes / 2**20:.1f}); wia-npu {q_ms:.4f} ms against "
+                f"{f_ms:.4f} ms fp32 ({f_ms / q_ms:.2f}x); MACs "
+                f"{'equal' if q.macs() == f.macs() else 'DIFFERENT'}"
+            )
 
 
 if __name__ == "__main__":
