@@ -5,11 +5,11 @@ reference evaluator computes, code for code."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+from onnx_node_tests import run_node_cases  # noqa: E402
 
 import wia_hw
 from wia_hw import from_onnx
@@ -334,67 +334,11 @@ def test_dequantised_codes_before_a_float_move_and_as_output():
 RUNTIME_INPUTS = {"QLinearMatMul": (0, 3), "MatMulInteger": (0, 1), "ConvInteger": (0, 1)}
 
 
-def _node_cases() -> list:
-    from onnx.backend.test.case.node import collect_testcases
-
-    seen, out = set(), []
-    for c in collect_testcases():
-        m = c.model
-        if m is None or len(m.graph.node) != 1 or c.name in seen:
-            continue
-        if m.graph.node[0].op_type in QDQ_OPS:
-            seen.add(c.name)
-            out.append(c)
-    return out
-
-
 def test_onnx_node_tests_of_the_quantisation_ops():
     """Every node test the onnx package ships for these ops: the int8/uint8 ones give
     ONNX's expected outputs exactly (to float rounding, for the float16 variants);
     the others (int16, int4, float8, blocked) are refused naming what is not modelled."""
-    matched, refused = [], []
-    for c in _node_cases():
-        m = onnx.ModelProto.FromString(c.model.SerializeToString())
-        op = m.graph.node[0].op_type
-        inputs, outputs = c.data_sets[0]
-        names = [i.name for i in m.graph.input]
-        runtime = {names[i] for i in RUNTIME_INPUTS.get(op, (0,))}
-        for name, v in zip(names, inputs, strict=True):
-            if name in runtime:
-                continue
-            if isinstance(v, onnx.TensorProto):  # float8, int4...: kept as a proto
-                t = onnx.TensorProto()
-                t.CopyFrom(v)
-                t.name = name
-            else:
-                t = numpy_helper.from_array(np.asarray(v), name)
-            m.graph.initializer.append(t)
-        kept = [i for i in m.graph.input if i.name in runtime]
-        del m.graph.input[:]
-        m.graph.input.extend(kept)
-        try:
-            g = from_onnx(m)
-        except wia_hw.WorkloadError as e:
-            assert "\n" not in str(e)
-            assert re.search(r"not modelled|does not model", str(e)), (c.name, str(e))
-            refused.append(c.name)
-            continue
-        feeds = {n: v for n, v in zip(names, inputs, strict=True) if n in runtime}
-        fx = FunctionalExecutor(g, 0, feeds)
-        for o in g.ops:
-            fx.step(o)
-        for out, want in zip([o.name for o in m.graph.output], outputs, strict=True):
-            got = fx._dequantised(out)
-            if out in g.quant:
-                want = codes_to_real(g, out, want)
-            np.testing.assert_allclose(
-                got.astype(np.float64),
-                want.astype(np.float64),
-                rtol=1e-5,
-                atol=1e-6,
-                err_msg=c.name,
-            )
-        matched.append(c.name)
+    matched, refused = run_node_cases(QDQ_OPS, RUNTIME_INPUTS)
     assert {
         "test_quantizelinear",
         "test_quantizelinear_axis",

@@ -86,6 +86,9 @@ Pad (constant, edge, reflect)          ``concat`` per padded axis of fill weight
 Resize, Upsample (nearest, integer     ``concat`` copies between ``reshape`` views
 scales)
 Resize, Upsample (linear)              ``resize`` (bilinear)
+LSTM, GRU, RNN                         unrolled over the sequence (:mod:`._onnx_rnn`):
+                                       ``linear`` of the input, per step a ``linear`` of
+                                       the state and the gates' vector ops
 Constant                               a weight tensor (when not folded)
 =====================================  ================================================
 
@@ -118,6 +121,7 @@ from ..emulator.window import Window
 from ..graph import Graph, GraphBuilder, QuantParams
 from ._onnx_qdq import QDQ_OPS, expand_contrib, quant_of, transformed
 from ._onnx_qdq import rewrite as rewrite_qdq
+from ._onnx_rnn import RNN_OPS, map_rnn
 
 _MISSING = "ONNX import needs the 'onnx' package: pip install 'wia-hw[onnx]'"
 
@@ -205,7 +209,9 @@ _OTHER = (
     "Constant",
 )
 #: ONNX op types the importer maps.
-SUPPORTED_OPS = ("Sum",) + tuple(_BINARY) + tuple(_UNARY) + _RESHAPES + _REDUCES + _OTHER + QDQ_OPS
+SUPPORTED_OPS = (
+    ("Sum",) + tuple(_BINARY) + tuple(_UNARY) + _RESHAPES + _REDUCES + _OTHER + QDQ_OPS + RNN_OPS
+)
 #: Op types that only compute shapes, indices or masks: supported when their inputs
 #: are constants or static shapes (they are folded away), never as run-time ops.
 FOLDED_OPS = (
@@ -859,6 +865,13 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
         _slice(imp, node, name, out, grp, dt, fail)
     elif t == "Gather":
         _gather(imp, node, name, a, out, grp, dt, fail)
+    elif t in RNN_OPS:
+        map_rnn(imp, node, name, a, grp, dt)
+        for o in node.output:  # any of Y, Y_h, Y_c may be absent
+            theirs = imp.types.get(o, (None, 0))[0] if o else None
+            if theirs is not None and theirs != imp.b.shape(o):
+                raise fail(f"wia-hw computes {list(imp.b.shape(o))} for {o!r}, ONNX {list(theirs)}")
+        return
     else:  # pragma: no cover - the support check runs before
         raise fail("is not supported")
     imp.check(node, name, node.output[0])
