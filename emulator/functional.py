@@ -128,6 +128,25 @@ _ACTIVATIONS: dict[str, Callable[[np.ndarray, Mapping[str, Any], str], np.ndarra
     ),
     "hardswish": lambda v, a, _: v * np.clip(v / np.float32(6) + np.float32(0.5), 0, 1),
     "softplus": lambda v, a, _: np.logaddexp(np.float32(0), v),
+    "mish": lambda v, a, _: v * np.tanh(np.logaddexp(np.float32(0), v)),
+    "swish": lambda v, a, _: v / (1 + np.exp(-np.float32(a.get("alpha", 1.0)) * v)),
+    "selu": lambda v, a, _: (
+        np.float32(a.get("gamma", 1.05070102214813232421875))
+        * np.where(v > 0, v, np.float32(a.get("alpha", 1.67326319217681884765625)) * np.expm1(v))
+    ),
+    "celu": lambda v, a, _: (
+        np.maximum(v, 0)
+        + np.minimum(
+            0, np.float32(a.get("alpha", 1.0)) * np.expm1(v / np.float32(a.get("alpha", 1.0)))
+        )
+    ),
+    "thresholdedrelu": lambda v, a, _: np.where(v > np.float32(a.get("alpha", 1.0)), v, 0),
+    "softsign": lambda v, a, _: v / (1 + np.abs(v)),
+    "shrink": lambda v, a, _: np.where(
+        v < -np.float32(a.get("lambd", 0.5)),
+        v + np.float32(a.get("bias", 0.0)),
+        np.where(v > np.float32(a.get("lambd", 0.5)), v - np.float32(a.get("bias", 0.0)), 0),
+    ),
 }
 _COMPARE = {
     "equal": np.equal,
@@ -156,6 +175,7 @@ _REDUCE = {
     "min": np.min,
     "argmax": _arg(np.argmax),
     "argmin": _arg(np.argmin),
+    "prod": np.prod,
 }
 
 
@@ -424,6 +444,15 @@ def evaluate(
         "ceil",
         "round",
         "sign",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "sinh",
+        "cosh",
+        "asinh",
+        "acosh",
+        "atanh",
     ):
         xf = x.astype(np.float32) if kind not in ("identity", "cast") else x
         out = {
@@ -460,6 +489,15 @@ def evaluate(
             "ceil": np.ceil,
             "round": np.round,  # half to even, as ONNX's Round
             "sign": np.sign,
+            "tan": np.tan,
+            "asin": np.arcsin,
+            "acos": np.arccos,
+            "atan": np.arctan,
+            "sinh": np.sinh,
+            "cosh": np.cosh,
+            "asinh": np.arcsinh,
+            "acosh": np.arccosh,
+            "atanh": np.arctanh,
             # one factor, or one per element of the last axis (a GatherND's strides)
             "scale": lambda v: v * np.asarray(attrs.get("factor", 1.0), dtype=np.float32),
             "identity": lambda v: v,
@@ -547,7 +585,11 @@ def evaluate(
                 f"{', '.join(_REDUCE)}"
             )
         # integers sum exactly (a GatherND's row index); floats in fp32
-        xf = x.astype(np.float32) if how == "mean" or how == "sum" and x.dtype.kind == "f" else x
+        xf = (
+            x.astype(np.float32)
+            if how == "mean" or how in ("sum", "prod") and x.dtype.kind == "f"
+            else x
+        )
         if attrs.get("select_last_index") and how in ("argmax", "argmin"):
             n = x.shape[2] * x.shape[3]  # the last extreme: the first one from the end
             out = n - 1 - _REDUCE[how](xf[:, :, ::-1, ::-1], axis=(2, 3), keepdims=True)

@@ -411,8 +411,8 @@ def test_unknown_ops_are_all_named_with_counts_in_one_line():
     nodes = [
         helper.make_node("Relu", ["x"], ["r"], name="n1"),
         helper.make_node("NonMaxSuppression", ["r", "r"], ["y"], name="n3"),
-        helper.make_node("Celu", ["r"], ["c1"], name="n4"),
-        helper.make_node("Celu", ["c1"], ["c2"], name="n5"),
+        helper.make_node("Hardmax", ["r"], ["c1"], name="n4"),
+        helper.make_node("Hardmax", ["c1"], ["c2"], name="n5"),
         helper.make_node("Foo", ["c2"], ["z"], name="n6", domain="custom"),
     ]
     m = model(nodes, [vi("x", [1, 4, 4])], [vi("y", [3, 3], TensorProto.INT64), vi("z", [1, 4, 4])])
@@ -420,7 +420,7 @@ def test_unknown_ops_are_all_named_with_counts_in_one_line():
     with pytest.raises(
         WorkloadError,
         match=r"^<ModelProto>: 3 unsupported ONNX op types: "
-        r"Celu x2, NonMaxSuppression x1, custom::Foo x1$",
+        r"Hardmax x2, NonMaxSuppression x1, custom::Foo x1$",
     ):
         from_onnx(m)
 

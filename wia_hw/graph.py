@@ -128,6 +128,27 @@ UNARY_KINDS: dict[str, int] = {
     "ceil": 1,
     "round": 1,
     "sign": 1,
+    # inverse and hyperbolic trigonometry (ONNX Tan, Asin, Acos, Atan, Sinh, Cosh,
+    # Asinh, Acosh, Atanh)
+    "tan": 1,
+    "asin": 1,
+    "acos": 1,
+    "atan": 1,
+    "sinh": 1,
+    "cosh": 1,
+    "asinh": 1,
+    "acosh": 1,
+    "atanh": 1,
+    # more activations: mish = softplus, tanh, mul; swish = mul, sigmoid, mul;
+    # selu/celu = compare, exp, sub, scale; thresholdedrelu = compare; softsign = abs,
+    # add, div; shrink = two compares, add
+    "mish": 5,
+    "swish": 6,
+    "selu": 4,
+    "celu": 4,
+    "thresholdedrelu": 1,
+    "softsign": 3,
+    "shrink": 2,
 }
 #: Elementwise binary ops, with their FLOPs per output element.
 BINARY_KINDS: dict[str, int] = {

@@ -144,6 +144,27 @@ _BINARY = {
     "PRelu": "prelu",
 }
 _UNARY = {
+    **{
+        t: t.lower()
+        for t in (
+            "Tan",
+            "Asin",
+            "Acos",
+            "Atan",
+            "Sinh",
+            "Cosh",
+            "Asinh",
+            "Acosh",
+            "Atanh",
+            "Mish",
+            "Swish",
+            "Selu",
+            "Celu",
+            "ThresholdedRelu",
+            "Softsign",
+            "Shrink",
+        )
+    },
     "Relu": "relu",
     "Gelu": "gelu",
     "Tanh": "tanh",
@@ -177,7 +198,24 @@ _UNARY = {
     "Sign": "sign",
 }
 _RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
-_REDUCES = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ArgMax", "ArgMin")
+#: reductions written as (op before, reduction, op after)
+_REDUCE_PARTS = {
+    "ReduceSumSquare": ("square", "sum", None),
+    "ReduceL1": ("abs", "sum", None),
+    "ReduceL2": ("square", "sum", "sqrt"),
+    "ReduceLogSum": (None, "sum", "log"),
+    "ReduceLogSumExp": ("exp", "sum", "log"),
+    "ReduceProd": (None, "prod", None),
+}
+_REDUCES = (
+    "ReduceMean",
+    "ReduceSum",
+    "ReduceMax",
+    "ReduceMin",
+    "ArgMax",
+    "ArgMin",
+    *_REDUCE_PARTS,
+)
 _OTHER = (
     "MatMul",
     "Gemm",
@@ -207,6 +245,14 @@ _OTHER = (
     "Resize",
     "Upsample",
     "Constant",
+    "InstanceNormalization",
+    "GroupNormalization",
+    "LpNormalization",
+    "DepthToSpace",
+    "SpaceToDepth",
+    "Tile",
+    "GlobalMaxPool",
+    "Mean",
 )
 #: ONNX op types the importer maps.
 SUPPORTED_OPS = (
@@ -222,7 +268,6 @@ FOLDED_OPS = (
     "NonZero",
     "ScatterND",
     "ScatterElements",
-    "Tile",
     "CumSum",
     "Mod",
 )
@@ -295,6 +340,11 @@ def _fix_input_dims(
         for axis, d in enumerate(tt.shape.dim):
             if d.HasField("dim_value") and d.dim_value > 0:
                 continue
+            if d.HasField("dim_value") and d.dim_value == 0 and not d.dim_param:
+                raise WorkloadError(
+                    f"ONNX input {vi.name!r}: dimension {axis} has size 0; empty "
+                    "tensors are not modelled"
+                )
             param = d.dim_param if d.HasField("dim_param") else ""
             if param and param in dims:
                 value = dims[param]
@@ -550,6 +600,11 @@ def _common_prefix(nodes: Any) -> int:
 
 #: The attributes (ONNX name, default) each unary op's functional model reads.
 _UNARY_ATTRS = {
+    "Swish": (("alpha", 1.0),),
+    "Selu": (("alpha", 1.67326319217681884765625), ("gamma", 1.05070102214813232421875)),
+    "Celu": (("alpha", 1.0),),
+    "ThresholdedRelu": (("alpha", 1.0),),
+    "Shrink": (("bias", 0.0), ("lambd", 0.5)),
     "LeakyRelu": (("alpha", 0.01),),
     "Elu": (("alpha", 1.0),),
     "HardSigmoid": (("alpha", 0.2), ("beta", 0.5)),
@@ -865,6 +920,35 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
         _slice(imp, node, name, out, grp, dt, fail)
     elif t == "Gather":
         _gather(imp, node, name, a, out, grp, dt, fail)
+    elif t in ("InstanceNormalization", "GroupNormalization"):
+        _group_norm(imp, node, name, a, out, grp, dt)
+    elif t == "LpNormalization":
+        _lp_norm(imp, node, name, a, out, grp, dt)
+    elif t in ("DepthToSpace", "SpaceToDepth"):
+        _space_depth(imp, node, name, a, out, grp, dt)
+    elif t == "Tile":
+        _tile(imp, node, name, out, grp, dt, fail)
+    elif t == "GlobalMaxPool":
+        x = imp.shape(ins[0])
+        _reduce_axes(
+            imp,
+            name,
+            v(0),
+            x,
+            list(range(2, len(x))),
+            out,
+            _out_shape(imp, out, fail),
+            grp,
+            dt,
+            "max",
+            {},
+        )
+    elif t == "Mean":  # the sum of the inputs, then a scale by 1/n
+        args = [v(i) for i in range(len(ins)) if has(i)]
+        y = args[0]
+        for j, other in enumerate(args[1:]):
+            y = imp.add("add", f"{name}.{j}", [y, other], f"{out}.{j}", grp, dt)
+        imp.add("scale", name, [y], out, grp, dt, factor=1.0 / len(args))
     elif t in RNN_OPS:
         map_rnn(imp, node, name, a, grp, dt)
         for o in node.output:  # any of Y, Y_h, Y_c may be absent
@@ -1296,7 +1380,11 @@ def _reduce(
     ins = list(node.input)
     x = imp.shape(ins[0])
     rank = len(x)
-    how = node.op_type[6:].lower() if node.op_type.startswith("Reduce") else node.op_type.lower()
+    pre, how, post = _REDUCE_PARTS.get(node.op_type, (None, None, None))
+    if how is None:
+        how = (
+            node.op_type[6:].lower() if node.op_type.startswith("Reduce") else node.op_type.lower()
+        )
     extra = {}
     if node.op_type in ("ArgMax", "ArgMin"):  # one axis; the index of the first extreme
         axes = [a.get("axis", 0)]
@@ -1318,16 +1406,43 @@ def _reduce(
             raise fail("axes must be a constant")
         axes = [int(v) for v in vals.reshape(-1)]
     else:
-        axes = [] if a.get("noop_with_empty_axes", 0) else list(range(rank))
+        axes = []
+    if not axes and not a.get("noop_with_empty_axes", 0):  # none, or empty: all of them
+        axes = list(range(rank))
     axes = sorted({ax % rank for ax in axes})
     oshape = _out_shape(imp, out, fail)
-    if not axes:
-        imp.add("identity", name, [imp.value(ins[0], name)], out, grp, dt)
-        return
     src = imp.value(ins[0], name)
+    if pre == "square":  # ReduceSumSquare, ReduceL2
+        src = imp.add("mul", f"{name}.square", [src, src], f"{out}.square", grp, None)
+    elif pre is not None:  # ReduceL1 (abs), ReduceLogSumExp (exp)
+        src = imp.add(pre, f"{name}.{pre}", [src], f"{out}.{pre}", grp, None)
+    if post is not None:  # ReduceL2 (sqrt), ReduceLogSum and ReduceLogSumExp (log)
+        inner = f"{out}.{how}"
+        _reduce_axes(imp, name, src, x, axes, inner, oshape, grp, dt, how, extra)
+        imp.add(post, f"{name}.{post}", [inner], out, grp, dt)
+        return
+    _reduce_axes(imp, name, src, x, axes, out, oshape, grp, dt, how, extra)
+
+
+def _reduce_axes(
+    imp: _Importer,
+    name: str,
+    src: str,
+    x: tuple[int, ...],
+    axes: list[int],
+    out: str,
+    oshape: tuple[int, ...],
+    grp: str,
+    dt: str | None,
+    how: str,
+    extra: dict[str, Any],
+) -> None:
+    """``src`` (of shape ``x``) reduced by ``how`` over ``axes`` into ``out``."""
+    rank = len(x)
+    if not axes:
+        imp.add("identity", name, [src], out, grp, dt)
+        return
     if axes != list(range(axes[0], rank)):  # move the reduced axes last: a transpose
-        if node.op_type in ("ArgMax", "ArgMin"):
-            raise fail(f"reduces axes {axes} of {list(x)}")  # pragma: no cover - cut above
         keep = [d for d in range(rank) if d not in axes]
         src = imp.add(
             "transpose", f"{name}.last", [src], f"{out}.last", grp, None, perm=tuple(keep + axes)
@@ -1632,6 +1747,137 @@ def _normalization(
     if params:
         y = imp.add("mul", name, [y, params[0]], f"{out}.scaled", grp, dt)
     imp.add("reshape", f"{name}.out", [y], out, grp, dt, shape=x)
+
+
+def _group_norm(
+    imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, grp: str, dt: str | None
+) -> None:
+    """InstanceNormalization and GroupNormalization: the input ``[N, C, *S]`` viewed ``[N, G, C/G * prod(S)]`` (G = C for instance norm), a
+    ``layer_norm`` of each group (``eps``), the view back, ``* scale`` and ``+ bias``
+    per channel (GroupNormalization before opset 21: per group, repeated over the
+    group's channels at import)."""
+    import numpy as np
+
+    t, ins = node.op_type, list(node.input)
+    x = imp.shape(ins[0])
+    n, c = x[0], x[1]
+    spatial = math.prod(x[2:])
+    groups = int(a.get("num_groups", 1)) if t == "GroupNormalization" else c
+    if groups < 1 or c % groups:
+        raise WorkloadError(
+            f"ONNX node {name!r} ({t}): {c} channels do not split into {groups} groups"
+        )
+    eps = float(a.get("epsilon", 1e-5))
+    src = imp.view(
+        imp.value(ins[0], name),
+        (n, groups, c // groups * spatial),
+        f"{name}.groups",
+        f"{out}.groups",
+        grp,
+    )
+    y = imp.add("layer_norm", f"{name}.norm", [src], f"{out}.norm", grp, dt, eps=eps)
+    y = imp.view(y, x, f"{name}.back", f"{out}.back", grp)
+    bshape = (c,) + (1,) * (len(x) - 2)
+    for j, (kind, tag) in enumerate((("mul", "scale"), ("add", "bias"))):
+        v = ins[j + 1] if len(ins) > j + 1 else ""
+        if not v:
+            continue
+        if v not in imp.consts:
+            raise WorkloadError(f"ONNX node {name!r} ({t}): {tag} {v!r} must be a constant")
+        per_group = imp.shape(v) == (groups,) and groups != c
+        w = imp.const_weight(
+            v,
+            bshape,
+            f"{tag}_c",
+            name,
+            make=(lambda arr: np.repeat(arr, c // groups).reshape(bshape)) if per_group else None,
+        )
+        last = j == 1 or not (len(ins) > 2 and ins[2])
+        y = imp.add(kind, f"{name}.{tag}", [y, w], out if last else f"{out}.{tag}", grp, dt)
+    if y != out:
+        imp.add("identity", f"{name}.out", [y], out, grp, dt)
+
+
+def _lp_norm(
+    imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, grp: str, dt: str | None
+) -> None:
+    """LpNormalization: ``x / sum(|x|^p)^(1/p)`` over ``axis`` (p 1 or 2): ``abs`` or
+    ``x * x``, a sum over the axis (kept as 1), ``sqrt`` for p = 2, ``div``."""
+    ins = list(node.input)
+    x = imp.shape(ins[0])
+    ax = a.get("axis", -1) % len(x)
+    p = a.get("p", 2)
+    if p not in (1, 2):
+        raise WorkloadError(f"ONNX node {name!r} (LpNormalization): p={p} is not 1 or 2")
+    src = imp.value(ins[0], name)
+    mag = (
+        imp.add("abs", f"{name}.abs", [src], f"{out}.abs", grp, dt)
+        if p == 1
+        else imp.add("mul", f"{name}.square", [src, src], f"{out}.square", grp, dt)
+    )
+    kept = tuple(1 if d == ax else n for d, n in enumerate(x))
+    _reduce_axes(imp, f"{name}.sum", mag, x, [ax], f"{out}.sum", kept, grp, dt, "sum", {})
+    norm = (
+        f"{out}.sum"
+        if p == 1
+        else imp.add("sqrt", f"{name}.norm", [f"{out}.sum"], f"{out}.norm", grp, dt)
+    )
+    # a zero norm (an all-zero slice) divides by the smallest normal float: 0, as ONNX
+    tiny = float(np.finfo(np.float32).tiny)
+    norm = imp.add("clip", f"{name}.floor", [norm], f"{out}.floor", grp, dt, min=tiny)
+    imp.add("div", name, [src, norm], out, grp, dt)
+
+
+def _space_depth(
+    imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, grp: str, dt: str | None
+) -> None:
+    """DepthToSpace (DCR or CRD) and SpaceToDepth: a 6-D view, a ``transpose`` (the
+    copy), the view to the output."""
+    x = imp.shape(node.input[0])
+    n, c, h, w = x
+    b = int(a["blocksize"])
+    src = imp.value(node.input[0], name)
+    crd = a.get("mode", b"DCR") in (b"CRD", "CRD")
+    if node.op_type == "SpaceToDepth":  # CRD (opset 24): channels before the blocks
+        six = (n, c, h // b, b, w // b, b)
+        perm = (0, 1, 3, 5, 2, 4) if crd else (0, 3, 5, 1, 2, 4)
+    elif crd:
+        six, perm = (n, c // (b * b), b, b, h, w), (0, 1, 4, 2, 5, 3)
+    else:
+        six, perm = (n, b, b, c // (b * b), h, w), (0, 3, 4, 1, 5, 2)
+    v = imp.view(src, six, f"{name}.six", f"{out}.six", grp)
+    y = imp.add("transpose", name, [v], f"{out}.moved", grp, dt, perm=perm)
+    if node.op_type == "SpaceToDepth":
+        shape = (n, c * b * b, h // b, w // b)
+    else:
+        shape = (n, c // (b * b), h * b, w * b)
+    imp.add("reshape", f"{name}.out", [y], out, grp, dt, shape=shape)
+
+
+def _tile(
+    imp: _Importer, node: Any, name: str, out: str, grp: str, dt: str | None, fail: Any
+) -> None:
+    """Tile on a run-time tensor with constant repeats: per repeated axis a ``concat``
+    of the copies."""
+    reps = imp.const_values(node.input[1])
+    if reps is None:
+        raise fail("repeats must be a constant")
+    y = imp.value(node.input[0], name)
+    cut = [(ax, int(r)) for ax, r in enumerate(reps.reshape(-1)) if int(r) != 1]
+    if not cut:
+        imp.add("identity", name, [y], out, grp, dt)
+        return
+    for j, (ax, r) in enumerate(cut):
+        last = j == len(cut) - 1
+        y = imp.add(
+            "concat",
+            name if last else f"{name}.{j}",
+            [y] * r,
+            out if last else f"{out}.{j}",
+            grp,
+            dt,
+            axis=ax,
+        )
 
 
 def _attention(
