@@ -526,6 +526,15 @@ def evaluate(
     elif kind == "where":
         cond, a, b = inputs
         out = np.where(cond.astype(bool), a, b)
+    elif kind == "cumsum":  # ONNX's CumSum: exclusive shifts by one, reverse runs backward
+        ax = int(attrs.get("axis", 0)) % x.ndim
+        v = np.flip(x, ax) if attrs.get("reverse") else x
+        acc = np.cumsum(v, axis=ax, dtype=v.dtype)
+        if attrs.get("exclusive"):
+            acc = np.concatenate(
+                [np.zeros_like(np.take(acc, [0], axis=ax)), np.delete(acc, -1, axis=ax)], axis=ax
+            )
+        out = np.flip(acc, ax) if attrs.get("reverse") else acc
     elif kind == "col2im":
         out = _col2im(x.astype(np.float32), attrs, tuple(out_shape))
     elif kind == "resize":

@@ -835,3 +835,18 @@ def test_onnx_node_tests_of_activations_reductions_and_normalisations():
         "test_mish",
         "test_reduce_prod_default_axes_keepdims_random",
     } <= set(matched)
+
+
+@pytest.mark.parametrize("exclusive, reverse", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_cumsum_on_run_time_values(exclusive, reverse):
+    """CumSum of a run-time tensor (position ids from an attention mask, say): a
+    ``cumsum`` op, one add per element, computed as ONNX does."""
+    x = np.random.default_rng(exclusive + 2 * reverse).standard_normal((3, 7)).astype(np.float32)
+    ids = (np.random.default_rng(5).random((2, 9)) > 0.3).astype(np.int64)
+    for data, axis in ((x, 1), (x, -2), (ids, 1)):
+        ax = numpy_helper.from_array(np.array(axis, np.int64), "ax")
+        m = _one("CumSum", [("x", data)], {"exclusive": exclusive, "reverse": reverse}, inits=[ax])
+        (want,) = ReferenceEvaluator(m).run(None, {"x": data})
+        g = from_onnx(m)
+        assert [o.kind for o in g.ops] == ["cumsum"] and g.flops() == data.size
+        np.testing.assert_allclose(_values(g, {"x": data})["y"], want, rtol=1e-6, atol=1e-6)

@@ -29,6 +29,8 @@ binary (``add`` ...)    a, b (numpy broadcasting)                    broadcast s
                                                                      (``step`` < 0: backward,
                                                                      ``stop`` -1 past the start)
 ``where``               cond, x, y (numpy broadcasting)              broadcast shape
+``cumsum``              x (running sums along ``axis``; ``exclusive``  same
+                        and ``reverse`` as ONNX's CumSum)
 ``resize``              x ``[N, C, H, W]`` (bilinear; ``size``)      ``[N, C, *size]``
 ``col2im``              cols ``[N, O*kh*kw, H, W]``                  ``[N, O, Ho, Wo]``
                         (a transposed convolution's overlap-add: ``channels``, window attributes, ``output_padding``)
@@ -177,6 +179,7 @@ OTHER_KINDS = (
     "where",
     "col2im",
     "resize",
+    "cumsum",
 )
 OP_KINDS = GEMM_KINDS + tuple(UNARY_KINDS) + tuple(BINARY_KINDS) + OTHER_KINDS
 #: FLOPs per element of the reductions: softmax (max, sub, exp, sum, div),
@@ -387,6 +390,9 @@ def infer_shapes(op: Op, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, .
     if k == "where":  # condition, x, y
         need(3)
         return [_broadcast(n, _broadcast(n, shapes[0], shapes[1]), shapes[2])]
+    if k == "cumsum":  # running sums along ``axis`` (``exclusive``, ``reverse``)
+        need(1)
+        return [shapes[0]]
     if k == "resize":  # [N, C, H, W] -> [N, C, *size]
         need(1)
         x, size = shapes[0], a.get("size")
@@ -551,7 +557,7 @@ def op_flops(
         return BINARY_KINDS[op.kind] * out
     if op.kind == "softmax":
         return SOFTMAX_FLOPS_PER_ELEMENT * out
-    if op.kind == "where":  # one select per output element
+    if op.kind in ("where", "cumsum"):  # one select, or one add, per output element
         return out
     if op.kind == "col2im":  # every column element is added into its output position
         return math.prod(in_shapes[0])

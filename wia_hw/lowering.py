@@ -80,6 +80,7 @@ _VCLASS = {
     "slice": "copy",
     "cast": "elementwise",
     "where": "elementwise",
+    "cumsum": "elementwise",
 }
 
 #: A provider lowers one op to kernels (the extension registry adds more).

@@ -154,7 +154,7 @@ class Capability(_StrEnum):
 #: Primitive families of ``compose`` and the graph op kinds each stands for.
 PRIMITIVES: dict[str, tuple[str, ...]] = {
     "matmul": GEMM_KINDS,
-    "elementwise": tuple(UNARY_KINDS) + tuple(BINARY_KINDS) + ("where",),
+    "elementwise": tuple(UNARY_KINDS) + tuple(BINARY_KINDS) + ("where", "cumsum"),
     "reduce": ("softmax", "layer_norm", "global_avgpool"),
     "copy": ("transpose", "concat", "slice"),
     "gather": ("embedding",),

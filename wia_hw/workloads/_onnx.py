@@ -253,6 +253,7 @@ _OTHER = (
     "Tile",
     "GlobalMaxPool",
     "Mean",
+    "CumSum",
 )
 #: ONNX op types the importer maps.
 SUPPORTED_OPS = (
@@ -268,7 +269,6 @@ FOLDED_OPS = (
     "NonZero",
     "ScatterND",
     "ScatterElements",
-    "CumSum",
     "Mod",
 )
 
@@ -942,6 +942,21 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
             dt,
             "max",
             {},
+        )
+    elif t == "CumSum":  # on a run-time tensor (a constant one is folded)
+        axis = imp.const_values(ins[1]) if has(1) else None
+        if axis is None:
+            raise fail("axis must be a constant")
+        imp.add(
+            "cumsum",
+            name,
+            [v(0)],
+            out,
+            grp,
+            dt,
+            axis=int(axis.reshape(-1)[0]),
+            exclusive=int(a.get("exclusive", 0)),
+            reverse=int(a.get("reverse", 0)),
         )
     elif t == "Mean":  # the sum of the inputs, then a scale by 1/n
         args = [v(i) for i in range(len(ins)) if has(i)]
