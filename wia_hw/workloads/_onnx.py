@@ -254,6 +254,7 @@ _OTHER = (
     "GlobalMaxPool",
     "Mean",
     "CumSum",
+    "OneHot",
 )
 #: ONNX op types the importer maps.
 SUPPORTED_OPS = (
@@ -943,6 +944,8 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
             "max",
             {},
         )
+    elif t == "OneHot":
+        _one_hot(imp, node, name, a, out, grp, dt, fail)
     elif t == "CumSum":  # on a run-time tensor (a constant one is folded)
         axis = imp.const_values(ins[1]) if has(1) else None
         if axis is None:
@@ -1867,6 +1870,50 @@ def _space_depth(
     else:
         shape = (n, c // (b * b), h * b, w * b)
     imp.add("reshape", f"{name}.out", [y], out, grp, dt, shape=shape)
+
+
+def _one_hot(
+    imp: _Importer,
+    node: Any,
+    name: str,
+    a: dict[str, Any],
+    out: str,
+    grp: str,
+    dt: str | None,
+    fail: Any,
+) -> None:
+    """OneHot of run-time indices (constant depth and values): the indices viewed with a
+    unit axis at ``axis``, ``compare`` (equal) against ``0..depth-1`` and against
+    ``-depth..-1`` (ONNX counts negative indices from the end), ``logical`` or, then a
+    ``where`` between the on and off values."""
+    ins = list(node.input)
+    depth_v, values_v = imp.const_values(ins[1]), imp.const_values(ins[2])
+    if depth_v is None or values_v is None:
+        raise fail("depth and values must be constants")
+    depth = int(np.asarray(depth_v).reshape(-1)[0])
+    idx_shape = imp.shape(ins[0])
+    rank = len(idx_shape) + 1
+    ax = a.get("axis", -1) % rank
+    unit = idx_shape[:ax] + (1,) + idx_shape[ax:]
+    along = tuple(depth if d == ax else 1 for d in range(rank))
+    idx = imp.view(imp.value(ins[0], name), unit, f"{name}.unit", f"{out}.unit", grp)
+    idt = imp.b.tensor(idx).dtype
+    hits = []
+    for tag, lo in (("pos", 0), ("neg", -depth)):
+        r = imp.b.weight(f"{name}.{tag}", along, idt)
+        imp.values[r] = lambda lo=lo: np.arange(lo, lo + depth).reshape(along)
+        hits.append(
+            imp.add(
+                "compare", f"{name}.{tag}_eq", [idx, r], f"{out}.{tag}_eq", grp, "bool", op="equal"
+            )
+        )
+    hit = imp.add("logical", f"{name}.hit", hits, f"{out}.hit", grp, "bool", op="or")
+    vals = np.asarray(values_v).reshape(-1)
+    vdt = dt or "fp32"
+    on, off = imp.b.weight(f"{name}.on", (1,), vdt), imp.b.weight(f"{name}.off", (1,), vdt)
+    imp.values[on] = lambda: vals[1:2].copy()
+    imp.values[off] = lambda: vals[0:1].copy()
+    imp.add("where", name, [hit, on, off], out, grp, dt)
 
 
 def _tile(
