@@ -94,8 +94,10 @@ def _gemm2d(a: np.ndarray, b: np.ndarray, tk: int | None) -> np.ndarray:
     return acc
 
 
-def _softmax(x: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
+def _softmax(x: np.ndarray, attrs: Mapping[str, Any], bias: np.ndarray | None = None) -> np.ndarray:
     x = x.astype(np.float32) * float(attrs.get("scale", 1.0))
+    if bias is not None:
+        x = x + bias.astype(np.float32)
     axis = int(attrs.get("axis", -1))
     if attrs.get("causal"):
         s, t = x.shape[-2], x.shape[-1]
@@ -412,8 +414,8 @@ def evaluate(
     if kind in ("linear", "matmul", "bmm", "conv2d"):
         ops = gemm_operands(kind, attrs, inputs, out_shape)
         out = ops.finish(_gemm_untiled(ops, tk))
-    elif kind == "softmax":
-        out = _softmax(x, attrs)
+    elif kind == "softmax":  # a second input is added first (an attention bias or mask)
+        out = _softmax(x, attrs, inputs[1] if len(inputs) > 1 else None)
     elif kind == "layer_norm":
         xf = x.astype(np.float32)
         mu = xf.mean(axis=-1, keepdims=True)

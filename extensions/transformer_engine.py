@@ -555,7 +555,9 @@ def _graph_attention(
     o = storage.ref(ctx.outputs[0], bh * sq, dv)
     io = ((scores.inputs[0], scores.inputs[1], ctx.inputs[1]), ctx.outputs)
     name = f"{scores.name}+softmax+context"
-    if not ext.param("use_flash_attention"):
+    if not ext.param("use_flash_attention") or len(soft.inputs) > 1:
+        # a softmax with an additive bias (a padding mask, a position bias): the flash
+        # kernel streams no bias tiles, so the three kernels run (the softmax reads it)
         return _naive_graph_kernels(chain, graph, spec, storage, ext)
     br, bc = int(ext.param("block_q")), int(ext.param("block_kv"))
     split = False

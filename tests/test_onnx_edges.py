@@ -851,3 +851,55 @@ def test_cumsum_on_run_time_values(exclusive, reverse):
         g = from_onnx(m)
         assert [o.kind for o in g.ops] == ["cumsum"] and g.flops() == data.size
         np.testing.assert_allclose(_values(g, {"x": data})["y"], want, rtol=1e-6, atol=1e-6)
+
+
+def test_declared_outputs_are_returned_even_when_other_ops_read_them():
+    """A model whose output is also read by a later op (BERT's last hidden state, read
+    by the pooler): functional mode returns every declared output."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["hidden"]),
+        helper.make_node("ReduceMean", ["hidden"], ["pooled"], axes=[1], keepdims=0),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "two",
+        [helper.make_tensor_value_info("x", F32, [2, 5])],
+        [
+            helper.make_tensor_value_info("hidden", F32, [2, 5]),
+            helper.make_tensor_value_info("pooled", F32, [2]),
+        ],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)
+    graph = from_onnx(m)
+    assert graph.declared_outputs == ["hidden", "pooled"]
+    out = wia_hw.run(graph, mode="functional", inputs={"x": x}).outputs
+    want = ReferenceEvaluator(m).run(None, {"x": x})
+    assert set(out) == {"hidden", "pooled"}
+    np.testing.assert_allclose(out["hidden"], want[0])
+    np.testing.assert_allclose(out["pooled"], want[1], rtol=1e-6)
+
+
+def test_an_empty_slice_is_dropped_from_the_concat_that_reads_it():
+    """Phi-3's rotary writes ``cat(x[..., :d] rotated, x[..., d:])`` with d the whole head:
+    the second slice is empty and the Concat reads the first alone."""
+    x = np.random.default_rng(1).standard_normal((2, 3, 8)).astype(np.float32)
+    c = lambda n, v: numpy_helper.from_array(np.array(v, np.int64), n)  # noqa: E731
+    nodes = [
+        helper.make_node("Slice", ["x", "s0", "e0", "ax"], ["a"]),
+        helper.make_node("Slice", ["x", "s1", "e1", "ax"], ["b"]),
+        helper.make_node("Neg", ["a"], ["na"]),
+        helper.make_node("Concat", ["na", "b"], ["y"], axis=-1),
+    ]
+    inits = [c("s0", [0]), c("e0", [8]), c("s1", [8]), c("e1", [2**62]), c("ax", [-1])]
+    g = helper.make_graph(
+        nodes,
+        "e",
+        [helper.make_tensor_value_info("x", F32, [2, 3, 8])],
+        [helper.make_tensor_value_info("y", F32, None)],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x})
+    graph = from_onnx(m)
+    np.testing.assert_array_equal(_values(graph, {"x": x})["y"], want)

@@ -610,3 +610,46 @@ def test_prelu_reads_its_slope():
     )
     assert kinds(g) == ["prelu"] and g.flops() == 2 * 16 * 7 * 7
     assert g.weight_bytes == 16 * 4
+
+
+@pytest.mark.parametrize("bias_shape", [(B, 1, 1, S), (1, NH, S, S)])
+def test_recognised_attention_keeps_an_additive_mask_or_bias(bias_shape):
+    """A run-time additive term before the softmax (a padding mask [B, 1, 1, S], T5's
+    position bias [1, NH, S, S]) becomes the softmax's second input: the recognised
+    chain computes what ONNX does, and the transformer engine runs it unfused (its
+    flash kernel streams no bias)."""
+    from onnx.reference import ReferenceEvaluator
+
+    m = attention_model("input")
+    for vi_ in m.graph.input:
+        if vi_.name == "amask":
+            del vi_.type.tensor_type.shape.dim[:]
+            for d in bias_shape:
+                vi_.type.tensor_type.shape.dim.add().dim_value = d
+    rng = np.random.default_rng(sum(bias_shape))
+    feeds = {n: rng.standard_normal((B, NH, S, DH)).astype(np.float32) for n in "qkv"}
+    feeds["amask"] = rng.standard_normal(bias_shape).astype(np.float32)
+    (want,) = ReferenceEvaluator(m).run(None, feeds)
+    g = from_onnx(m)
+    assert kinds(g) == ["bmm", "softmax", "bmm"] and g.ops[1].inputs[1] == "amask"
+    got = wia_hw.run(g, device="wia-npu", mode="functional", inputs=feeds).outputs["o"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    ctx = wia_hw.open_device("wia-npu")
+    wia_hw.register_device_extension(ctx, "transformer_engine")
+    r = ctx.run(g)
+    assert not any(k.name == "s0+softmax+context" for k in r.kernels)  # no flash kernel
+
+
+def test_a_mask_added_before_the_scale_leaves_the_chain():
+    """(scores + mask) / sqrt(d) would scale the mask too: not recognised, still exact."""
+    nodes = [
+        node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        node("MatMul", ["q", "kt"], ["s0"]),
+        node("Add", ["s0", "amask"], ["s1"]),
+        node("Div", ["s1", "sqrt_dh"], ["s2"]),
+        node("Softmax", ["s2"], ["p"], axis=-1),
+        node("MatMul", ["p", "v"], ["o"]),
+    ]
+    ins = [vi(n, [B, NH, S, DH]) for n in "qkv"] + [vi("amask", [B, 1, 1, S])]
+    g = from_onnx(model(nodes, ins, [vi("o", [B, NH, S, DH])], [init("sqrt_dh", math.sqrt(DH))]))
+    assert "add" in kinds(g) and "div" in kinds(g)

@@ -418,12 +418,18 @@ class FunctionalExecutor:
             self.values[out_name] = cast_to(result, out.dtype)
 
     def outputs(self) -> dict[str, np.ndarray]:
-        """The graph's results (tensors written and never read), dequantised where they
-        carry a scale (an int8 GEMM on user-given integers returns its raw int32)."""
+        """The graph's results (tensors written and never read, and the model's declared
+        outputs), dequantised where they carry a scale (an int8 GEMM on user-given
+        integers returns its raw int32)."""
         g = self.graph
         written = {o for op in g.ops for o in op.outputs}
         read = {i for op in g.ops for i in op.inputs}
-        return {n: self._dequantised(n) for n in g.tensors if n in written and n not in read}
+        keep = set(g.declared_outputs)  # an ONNX model's outputs, read by other ops or not
+        return {
+            n: self._dequantised(n)
+            for n in g.tensors
+            if n in written and (n not in read or n in keep)
+        }
 
     def value(self, name: str) -> Any:
         return self.values[name]

@@ -15,7 +15,7 @@ kind                    inputs                                       output
 ``bmm``                 a ``[*, M, K]``, b ``[*, K, N]``             ``[*, M, N]``
                         (``transpose_b``: b ``[*, N, K]``)
 ``conv2d``              x ``[N, C, H, W]``, w ``[O, C/g, kh, kw]``   ``[N, O, Ho, Wo]``
-``softmax``             x                                            same
+``softmax``             x, (an additive bias broadcast to x)         same
 ``layer_norm``          x ``[*, H]``, gamma ``[H]``, beta ``[H]``    same as x
 unary (``gelu`` ...)    x                                            same
 binary (``add`` ...)    a, b (numpy broadcasting)                    broadcast shape
@@ -372,7 +372,15 @@ def infer_shapes(op: Op, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, .
         if ho < 1 or wo < 1:
             raise WorkloadError(f"op {n!r} (conv2d): output would be empty for input {list(x)}")
         return [(x[0], w[0], ho, wo)]
-    if k in UNARY_KINDS or k == "softmax":
+    if k == "softmax":  # x, and an additive bias (a mask, a position bias) broadcast to it
+        need((1, 2))
+        if len(shapes) == 2 and _broadcast(n, shapes[0], shapes[1]) != shapes[0]:
+            raise WorkloadError(
+                f"op {n!r} (softmax): bias {list(shapes[1])} does not broadcast to "
+                f"{list(shapes[0])}"
+            )
+        return [shapes[0]]
+    if k in UNARY_KINDS:
         need(1)
         return [shapes[0]]
     if k == "layer_norm":
@@ -608,6 +616,9 @@ class Graph:
         self.params: dict[str, Any] = dict(params or {})
         self.weight_values: dict[str, Callable[[], Any]] = {}
         self.quant: dict[str, QuantParams] = {}
+        #: the model's own outputs (an ONNX graph's), which functional mode returns
+        #: besides the tensors no op reads
+        self.declared_outputs: list[str] = []
         if validate:
             self.validate()
 

@@ -206,6 +206,7 @@ def _same_values(src: Graph, marked: Graph) -> Graph:
     and static quantisation: fused chains compute op by op, so they still apply."""
     marked.weight_values = dict(src.weight_values)
     marked.quant = dict(src.quant)
+    marked.declared_outputs = list(src.declared_outputs)
     return marked
 
 

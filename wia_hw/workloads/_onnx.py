@@ -395,7 +395,7 @@ class _Importer:
         self.folded: dict[str, Any] = {}  # Conv output name -> the BN node folded into it
         self.skip: set[int] = set()  # ids of BN nodes folded away
         self.node_index = -1  # the node being mapped
-        self.empty: set[str] = set()  # zero-length Split pieces (dropped from a Concat)
+        self.empty: set[str] = set()  # zero-length Split pieces and Slices (dropped from a Concat)
         #: weight -> its value from the model (initializers, and the constants the
         #: import derives from them), computed when functional mode asks
         self.values: dict[str, Callable[[], Any]] = {}
@@ -919,6 +919,8 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
             imp.add("concat", name, parts, out, grp, dt, axis=a["axis"])
     elif t == "Slice":
         _slice(imp, node, name, out, grp, dt, fail)
+        if out in imp.empty:
+            return
     elif t == "Gather":
         _gather(imp, node, name, a, out, grp, dt, fail)
     elif t in ("InstanceNormalization", "GroupNormalization"):
@@ -1076,6 +1078,9 @@ def _slice(
             e = max(-1, min(n - 1, e + n if e < 0 else e))
         if (s, e, st) != (0, n, 1):
             cuts.append((ax, s, e, st))
+        if (e - s) * st <= 0:  # nothing selected: an empty tensor (e.g. phi-3's rotary tail)
+            imp.empty.add(out)
+            return
     y = imp.value(ins[0], name)
     if not cuts:
         imp.add("identity", name, [y], out, grp, dt)
@@ -2558,6 +2563,7 @@ def _import_prepared(
     # the weights whose values the model holds, for functional mode (Graph.weight_values)
     graph.weight_values = {n: f for n, f in imp.values.items() if n in graph.tensors}
     graph.quant = quant_of(graph, imp.qparams)
+    graph.declared_outputs = [o.name for o in proto.graph.output if o.name in graph.tensors]
     return graph
 
 

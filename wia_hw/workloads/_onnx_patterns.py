@@ -20,8 +20,9 @@ shapes:
   -> ``bmm(p, v)`` becomes ``bmm(q, k, transpose_b=True, scale=s)`` -> ``softmax`` ->
   ``bmm``, the chain the transformer engine claims. A constant mask equal to the causal
   triangle sets ``causal=True`` on the softmax; an all-zero one is dropped; any other
-  mask sets ``masked=True`` (the transformer engine then runs full attention: at full
-  sequence length a padding mask hides nothing). The transpose of k is kept with its
+  additive mask or bias (a padding mask, T5's position bias) becomes the softmax's
+  second input, added before it, and sets ``masked=True``; a mask written any other
+  way (a select on a run-time condition) leaves the chain as it is. The transpose of k is kept with its
   last two axes swapped back (or dropped when that leaves the identity).
 
 Constants' values (the scale, eps, mask) are read from the ONNX constants when the
@@ -456,12 +457,24 @@ class _Rewriter:
                 scale_ops.append(p)
             else:
                 mask_ops.append(p)
+        biases = []
+        inside = self._chain_tensors(chain, scores)
         for p in mask_ops:
             kind = self._mask_kind(p, chain, scores)
             if kind == "causal":
                 causal = True
             elif kind != "none":
                 masked = True
+                other = [i for i in p.inputs if i not in inside]
+                if p.kind != "add" or len(other) != 1:
+                    return  # a mask written otherwise (a run-time select): the ops stay
+                biases.append(other[0])
+        if len(biases) > 1:
+            return  # several additive terms: the ops stay
+        if biases and any(  # (the chain runs from the softmax back to the scores)
+            chain.index(s) < chain.index(m) for s in scale_ops if s in chain for m in mask_ops
+        ):
+            return  # a scale after the mask would scale the bias too: the ops stay
         if not all(self.alive(o) for o in [*k_old, scores, soft, ctx, *chain, *after, *scale_ops]):
             return
         attrs = dict(scores.attrs)
@@ -487,7 +500,7 @@ class _Rewriter:
         sm = self.fused(
             soft.name,
             "softmax",
-            [scores.outputs[0]],
+            [scores.outputs[0], *biases],
             soft.outputs[0],
             soft.group,
             own_soft + self.flops(mask_ops) + self.flops(after),
