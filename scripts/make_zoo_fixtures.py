@@ -1,0 +1,165 @@
+"""Make ``tests/data/onnx/zoo/``: today's transformer architectures as users export them,
+small enough to keep their weights, with PyTorch's own output beside each.
+
+Needs torch, transformers and onnxscript (not wia-hw's own test extras):
+
+    python -m venv /tmp/tv && /tmp/tv/bin/pip install torch transformers onnxscript onnx
+    /tmp/tv/bin/python scripts/make_zoo_fixtures.py [--out tests/data/onnx/zoo]
+
+Each model is built from a transformers config with seeded random weights (nothing is
+downloaded) at a toy size (hidden 32, 2 layers, 4 heads, 2 key/value heads where the
+architecture has grouped queries, vocabulary 64) and exported by both torch exporters
+(``legacy``: TorchScript, ``dynamo``: torch.export) at opset 18 with fixed shapes. The
+wrapper returns the last hidden state (``use_cache=False``; decoders get an all-ones
+attention mask, as GPT-2's fixture does). ``<name>.npz`` holds the input and PyTorch's
+output: the tests import each file, run it in functional mode and compare.
+
+Architectures: LLaMA, Mistral, Qwen2, Phi-3, Gemma (RMSNorm, rotary embeddings,
+grouped-query attention, gated SiLU/GELU MLPs), GPT-NeoX (partial rotary, parallel
+residual), RoBERTa, T5's encoder (relative position bias, RMS norm), ViT (patch
+convolution) and Whisper's encoder (1-D convolutions, GELU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers as tf
+from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+ROOT = Path(__file__).resolve().parent.parent
+H, LAYERS, HEADS, KV, FFN, VOCAB = 32, 2, 4, 2, 64, 64
+BATCH, SEQ = 2, 8
+
+
+def say(text: str) -> None:
+    sys.stdout.write(text + "\n")
+
+
+class LastHidden(torch.nn.Module):
+    """``model(**{key: x}).last_hidden_state``: one tensor in, one out."""
+
+    def __init__(self, model: torch.nn.Module, key: str, decoder: bool) -> None:
+        super().__init__()
+        self.model, self.key, self.decoder = model, key, decoder
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kw = {self.key: x}
+        if self.decoder:
+            kw.update(attention_mask=torch.ones_like(x), use_cache=False)
+        r = self.model(**kw)
+        return r[0] if isinstance(r, tuple) else r.last_hidden_state
+
+
+def models() -> dict[str, tuple[torch.nn.Module, str, bool]]:
+    common = dict(
+        hidden_size=H,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        intermediate_size=FFN,
+        vocab_size=VOCAB,
+    )
+    gqa = dict(common, num_key_value_heads=KV, max_position_embeddings=64)
+    return {
+        "llama": (tf.LlamaModel(tf.LlamaConfig(**gqa)), "ids", True),
+        "mistral": (tf.MistralModel(tf.MistralConfig(**gqa)), "ids", True),
+        "qwen2": (tf.Qwen2Model(tf.Qwen2Config(**gqa)), "ids", True),
+        "phi3": (tf.Phi3Model(tf.Phi3Config(**gqa, pad_token_id=0)), "ids", True),
+        "gemma": (tf.GemmaModel(tf.GemmaConfig(**gqa, head_dim=H // HEADS)), "ids", True),
+        "gptneox": (
+            tf.GPTNeoXModel(tf.GPTNeoXConfig(**common, max_position_embeddings=64)),
+            "ids",
+            True,
+        ),
+        "roberta": (
+            tf.RobertaModel(tf.RobertaConfig(**common, max_position_embeddings=40)),
+            "ids",
+            False,
+        ),
+        "t5enc": (
+            tf.T5EncoderModel(
+                tf.T5Config(
+                    d_model=H,
+                    d_kv=H // HEADS,
+                    d_ff=FFN,
+                    num_layers=LAYERS,
+                    num_heads=HEADS,
+                    vocab_size=VOCAB,
+                )
+            ),
+            "ids",
+            False,
+        ),
+        "vit": (
+            tf.ViTModel(
+                tf.ViTConfig(
+                    hidden_size=H,
+                    num_hidden_layers=LAYERS,
+                    num_attention_heads=HEADS,
+                    intermediate_size=FFN,
+                    image_size=16,
+                    patch_size=4,
+                )
+            ),
+            "img",
+            False,
+        ),
+        "whisper_enc": (
+            WhisperEncoder(
+                tf.WhisperConfig(
+                    d_model=H,
+                    encoder_layers=LAYERS,
+                    encoder_attention_heads=HEADS,
+                    encoder_ffn_dim=FFN,
+                    num_mel_bins=8,
+                    max_source_positions=8,
+                )
+            ),
+            "mel",
+            False,
+        ),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=str(ROOT / "tests" / "data" / "onnx" / "zoo"))
+    out = Path(ap.parse_args().out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(0)
+    for name, (model, kind, decoder) in models().items():
+        for cfg in (getattr(model, "config", None),):
+            if cfg is not None:
+                cfg._attn_implementation = "eager"
+        key = {"ids": "input_ids", "img": "pixel_values", "mel": "input_features"}[kind]
+        m = LastHidden(model.eval(), key, decoder).eval()
+        gen = torch.Generator().manual_seed(1)
+        if kind == "ids":
+            x = torch.randint(0, VOCAB, (BATCH, SEQ), generator=gen)
+        elif kind == "img":
+            x = torch.randn(BATCH, 3, 16, 16, generator=gen)
+        else:
+            x = torch.randn(BATCH, 8, 16, generator=gen)
+        with torch.no_grad():
+            y = m(x)
+        np.savez(out / f"{name}.npz", x=x.numpy(), y=y.numpy())
+        for exporter in ("legacy", "dynamo"):
+            path = out / f"{name}.{exporter}.onnx"
+            torch.onnx.export(
+                m,
+                (x,),
+                str(path),
+                input_names=[key],
+                output_names=["last_hidden_state"],
+                opset_version=18,
+                dynamo=exporter == "dynamo",
+            )
+            say(f"{path.name}: {path.stat().st_size} bytes")
+
+
+if __name__ == "__main__":
+    main()

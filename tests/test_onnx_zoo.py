@@ -1,0 +1,46 @@
+"""Today's transformer architectures as the torch exporters write them
+(tests/data/onnx/zoo, made by scripts/make_zoo_fixtures.py with transformers' own model
+code): each imports, computes in functional mode what PyTorch computed, and both
+exporters' graphs cost the same MACs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import wia_hw
+from wia_hw import from_onnx
+
+pytest.importorskip("onnx")
+
+ZOO = Path(__file__).parent / "data" / "onnx" / "zoo"
+NAMES = sorted({p.name.split(".")[0] for p in ZOO.glob("*.onnx")})
+LAYERS = 2
+
+
+def test_the_zoo_is_there():
+    assert set(NAMES) >= {"llama", "mistral", "qwen2", "phi3", "gemma", "gptneox", "t5enc", "vit"}
+
+
+@pytest.mark.parametrize("exporter", ["legacy", "dynamo"])
+@pytest.mark.parametrize("name", NAMES)
+def test_computes_what_pytorch_computed(name, exporter):
+    data = np.load(ZOO / f"{name}.npz")
+    g = from_onnx(ZOO / f"{name}.{exporter}.onnx")
+    (inp,) = [t.name for t in g.tensors.values() if t.kind == "input"]
+    out = wia_hw.run(g, device="wia-npu", mode="functional", inputs={inp: data["x"]}).outputs
+    y, want = out["last_hidden_state"], data["y"]
+    assert y.shape == want.shape
+    np.testing.assert_allclose(y, want, rtol=0, atol=1e-5 * np.abs(want).max())
+    # every layer's attention found (bmm, softmax, bmm), whatever wrote its mask
+    assert sum(o.kind == "softmax" for o in g.ops) == LAYERS
+    assert wia_hw.run(g, device="wia-npu").latency_ms > 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_both_exporters_cost_the_same_macs(name):
+    legacy = from_onnx(ZOO / f"{name}.legacy.onnx")
+    dynamo = from_onnx(ZOO / f"{name}.dynamo.onnx")
+    assert legacy.macs() == dynamo.macs() > 0
