@@ -11,8 +11,11 @@ downloaded) at a toy size (hidden 32, 2 layers, 4 heads, 2 key/value heads where
 architecture has grouped queries, vocabulary 64) and exported by both torch exporters
 (``legacy``: TorchScript, ``dynamo``: torch.export) at opset 18 with fixed shapes. The
 wrapper returns the last hidden state (``use_cache=False``; decoders get an all-ones
-attention mask, as GPT-2's fixture does). ``<name>.npz`` holds the input and PyTorch's
-output: the tests import each file, run it in functional mode and compare.
+attention mask, as GPT-2's fixture does). ``llama_decode`` is one decode step with a KV
+cache: the new token's ids and each layer's past keys and values (6 positions) in,
+the hidden state out. ``<name>.npz`` holds the inputs (``in_<input name>``) and
+PyTorch's output (``y``): the tests import each file, run it in functional mode and
+compare.
 
 Architectures: LLaMA, Mistral, Qwen2, Phi-3, Gemma (RMSNorm, rotary embeddings,
 grouped-query attention, gated SiLU/GELU MLPs), GPT-NeoX (partial rotary, parallel
@@ -125,6 +128,46 @@ def models() -> dict[str, tuple[torch.nn.Module, str, bool]]:
     }
 
 
+class DecodeStep(torch.nn.Module):
+    """One LLaMA decode step: ``ids [B, 1]`` and per layer past ``k``, ``v``
+    ``[B, KV, P, H / HEADS]`` in a cache; the last hidden state out."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor, *past: torch.Tensor) -> torch.Tensor:
+        cache = tf.DynamicCache()
+        for layer in range(len(past) // 2):
+            cache.update(past[2 * layer], past[2 * layer + 1], layer)
+        mask = torch.ones(ids.shape[0], past[0].shape[2] + ids.shape[1], dtype=torch.long)
+        return self.model(
+            input_ids=ids, past_key_values=cache, attention_mask=mask, use_cache=True
+        ).last_hidden_state
+
+
+def export(m: torch.nn.Module, args: tuple, names: list[str], out: Path, name: str) -> None:
+    with torch.no_grad():
+        y = m(*args)
+    np.savez(
+        out / f"{name}.npz",
+        y=y.numpy(),
+        **{f"in_{n}": a.numpy() for n, a in zip(names, args, strict=True)},
+    )
+    for exporter in ("legacy", "dynamo"):
+        path = out / f"{name}.{exporter}.onnx"
+        torch.onnx.export(
+            m,
+            args,
+            str(path),
+            input_names=names,
+            output_names=["last_hidden_state"],
+            opset_version=18,
+            dynamo=exporter == "dynamo",
+        )
+        say(f"{path.name}: {path.stat().st_size} bytes")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "tests" / "data" / "onnx" / "zoo"))
@@ -144,21 +187,14 @@ def main() -> None:
             x = torch.randn(BATCH, 3, 16, 16, generator=gen)
         else:
             x = torch.randn(BATCH, 8, 16, generator=gen)
-        with torch.no_grad():
-            y = m(x)
-        np.savez(out / f"{name}.npz", x=x.numpy(), y=y.numpy())
-        for exporter in ("legacy", "dynamo"):
-            path = out / f"{name}.{exporter}.onnx"
-            torch.onnx.export(
-                m,
-                (x,),
-                str(path),
-                input_names=[key],
-                output_names=["last_hidden_state"],
-                opset_version=18,
-                dynamo=exporter == "dynamo",
-            )
-            say(f"{path.name}: {path.stat().st_size} bytes")
+        export(m, (x,), [key], out, name)
+    llama = models()["llama"][0]
+    llama.config._attn_implementation = "eager"
+    gen = torch.Generator().manual_seed(2)
+    ids = torch.randint(0, VOCAB, (BATCH, 1), generator=gen)
+    past = [torch.randn(BATCH, KV, 6, H // HEADS, generator=gen) for _ in range(2 * LAYERS)]
+    names = ["input_ids"] + [f"past_{kv}{i}" for i in range(LAYERS) for kv in "kv"]
+    export(DecodeStep(llama.eval()).eval(), (ids, *past), names, out, "llama_decode")
 
 
 if __name__ == "__main__":
