@@ -15,7 +15,9 @@ attention mask, as GPT-2's fixture does). ``llama_decode`` is one decode step wi
 cache: the new token's ids and each layer's past keys and values (6 positions) in,
 the hidden state out. ``<name>.npz`` holds the inputs (``in_<input name>``) and
 PyTorch's output (``y``): the tests import each file, run it in functional mode and
-compare.
+compare. ``llama_sdpa_op23`` is LLaMA with transformers' default SDPA attention, exported
+by the dynamo exporter at opset 23, where it writes ONNX's own Attention and
+RMSNormalization ops.
 
 Architectures: LLaMA, Mistral, Qwen2, Phi-3, Gemma (RMSNorm, rotary embeddings,
 grouped-query attention, gated SiLU/GELU MLPs), GPT-NeoX (partial rotary, parallel
@@ -146,7 +148,15 @@ class DecodeStep(torch.nn.Module):
         ).last_hidden_state
 
 
-def export(m: torch.nn.Module, args: tuple, names: list[str], out: Path, name: str) -> None:
+def export(
+    m: torch.nn.Module,
+    args: tuple,
+    names: list[str],
+    out: Path,
+    name: str,
+    exporters: tuple[str, ...] = ("legacy", "dynamo"),
+    opset: int = 18,
+) -> None:
     with torch.no_grad():
         y = m(*args)
     np.savez(
@@ -154,7 +164,7 @@ def export(m: torch.nn.Module, args: tuple, names: list[str], out: Path, name: s
         y=y.numpy(),
         **{f"in_{n}": a.numpy() for n, a in zip(names, args, strict=True)},
     )
-    for exporter in ("legacy", "dynamo"):
+    for exporter in exporters:
         path = out / f"{name}.{exporter}.onnx"
         torch.onnx.export(
             m,
@@ -162,7 +172,7 @@ def export(m: torch.nn.Module, args: tuple, names: list[str], out: Path, name: s
             str(path),
             input_names=names,
             output_names=["last_hidden_state"],
-            opset_version=18,
+            opset_version=opset,
             dynamo=exporter == "dynamo",
         )
         say(f"{path.name}: {path.stat().st_size} bytes")
@@ -195,6 +205,10 @@ def main() -> None:
     past = [torch.randn(BATCH, KV, 6, H // HEADS, generator=gen) for _ in range(2 * LAYERS)]
     names = ["input_ids"] + [f"past_{kv}{i}" for i in range(LAYERS) for kv in "kv"]
     export(DecodeStep(llama.eval()).eval(), (ids, *past), names, out, "llama_decode")
+    llama.config._attn_implementation = "sdpa"
+    x = torch.randint(0, VOCAB, (BATCH, SEQ), generator=gen)
+    sdpa = LastHidden(llama, "input_ids", True).eval()
+    export(sdpa, (x,), ["input_ids"], out, "llama_sdpa_op23", ("dynamo",), 23)
 
 
 if __name__ == "__main__":
