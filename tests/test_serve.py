@@ -291,3 +291,27 @@ def test_cli_serve(tmp_path):
     assert res.output.strip() == (
         "wia-hw: error: BatchingConfig.max_batch_size must be an integer >= 1, got 0"
     )
+
+
+def test_an_onnx_model_is_imported_again_for_every_batch_size():
+    """A served .onnx file with symbolic dims runs each executed batch size from its own
+    import (MACs scale with the batch); one whose batch dim is fixed says so."""
+    pytest.importorskip("onnx")
+    from pathlib import Path
+
+    from wia_hw.workloads import from_onnx
+
+    data = Path(__file__).parent / "data" / "onnx"
+    ref = build(str(data / "bert_large_2l.legacy.onnx"), batch=1, seq=32)
+    g4 = graph_at(ref, 4, 32)
+    assert g4.macs() == 4 * ref.macs() and g4.params["dims"]["seq"] == 32
+    assert graph_at(ref, 2, 16).macs() < 2 * ref.macs()  # shorter sequences too
+    fixed = from_onnx(data / "quant" / "resnet18.qdq_s8_pc.onnx")
+    with pytest.raises(
+        ServeError, match=r"^resnet18.qdq_s8_pc.onnx: input 'x' has a fixed leading dim 1"
+    ):
+        graph_at(fixed, 8, None)
+    cfg = BatchingConfig(max_batch_size=4, max_latency_ms=2.0)
+    srv = create_inference_server(str(data / "resnet18.legacy.onnx"), cfg)
+    r = benchmark_server(srv, ServerWorkload(rate_rps=2000, duration_s=0.02, seed=1))
+    assert r.completed > 0 and max(r.batch_size_histogram) > 1

@@ -201,8 +201,8 @@ def resolve_workload(workload: str | os.PathLike[str] | Graph, **kwargs: Any) ->
         batch = kwargs.get("batch")
         return read_topology(text, **({"batch": batch} if batch is not None else {}))
     if text.lower().endswith(".onnx"):
-        onnx_kw = {k: v for k, v in kwargs.items() if k in ("batch",) and v is not None}
-        return workloads.from_onnx(text, **onnx_kw)
+        onnx_kw = {k: v for k, v in kwargs.items() if k in ("batch", "seq") and v is not None}
+        return workloads.build(text, **onnx_kw)
     return workloads.build(text, **{k: v for k, v in kwargs.items() if v is not None})
 
 

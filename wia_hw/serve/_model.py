@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..emulator.config import DeviceSpec
@@ -59,6 +60,9 @@ def graph_at(graph: Graph, batch: int, seq: int | None) -> Graph:
     p = graph.params
     if p.get("batch") == batch and ("seq" not in p or seq is None or p.get("seq") == seq):
         return graph
+    onnx_file = _onnx_source(graph)
+    if onnx_file is not None:
+        return _onnx_at(graph, onnx_file, batch, seq)
     fn = _builder(str(p.get("model", "")))
     if fn is None:
         raise ServeError(
@@ -83,6 +87,35 @@ def graph_at(graph: Graph, batch: int, seq: int | None) -> Graph:
     return g
 
 
+def _onnx_source(graph: Graph) -> Path | None:
+    """The .onnx file ``graph`` was imported from, when it is still there."""
+    src = graph.params.get("source")
+    if isinstance(src, str) and src.endswith(".onnx") and Path(src).is_file():
+        return Path(src)
+    return None
+
+
+def _onnx_at(graph: Graph, path: Path, batch: int, seq: int | None) -> Graph:
+    """``graph`` (imported from ``path``) imported again at ``batch`` (and ``seq`` where
+    the model has a dim of that name): its symbolic dims take the new values."""
+    from ..workloads import from_onnx
+
+    dims = dict(graph.params.get("dims") or {})
+    if "batch" in dims or not dims:
+        dims["batch"] = batch
+    if seq is not None and "seq" in dims:
+        dims["seq"] = seq
+    g = from_onnx(path, batch=batch, dims=dims)
+    fixed = [t for t in g.tensors.values() if t.kind == "input" and t.shape[:1] != (batch,)]
+    if fixed:
+        raise ServeError(
+            f"{path.name}: input {fixed[0].name!r} has a fixed leading dim "
+            f"{fixed[0].shape[0]}, so the model cannot run batches of {batch}; export it with "
+            "a symbolic batch dim (dynamic_axes, or torch.export's Dim)"
+        )
+    return g
+
+
 def model_factory(
     model: str | Graph | Callable[[int, int | None], Graph], **workload_kwargs: Any
 ) -> tuple[Callable[[int, int | None], Graph], Graph]:
@@ -92,6 +125,8 @@ def model_factory(
     if isinstance(model, Graph):
         return (lambda b, s: graph_at(model, b, s)), model
     if isinstance(model, str):
+        if model.endswith(".onnx") and workload_kwargs.get("batch") is None:
+            workload_kwargs = {**workload_kwargs, "batch": 1}  # re-imported per batch size
         ref = build(model, **workload_kwargs)
         return (lambda b, s: graph_at(ref, b, s)), ref
     if callable(model):

@@ -54,13 +54,16 @@ def build(name: str, **kwargs: Any) -> Graph:
 
     ``name`` is looked up in :data:`WORKLOADS` case-insensitively, ignoring ``-`` and
     ``_`` (``"BERT_large"`` is ``bert-large``, ``"resnet-50"`` is ``resnet50``); a name ending in ``.onnx`` is
-    imported with :func:`from_onnx`. An unknown name, or an argument the builder does
+    imported with :func:`from_onnx` (``seq`` fixes its symbolic dim named ``seq``). An unknown name, or an argument the builder does
     not take, raises :class:`~wia_hw.WorkloadError` listing what is known.
     """
     if not isinstance(name, str) or not name.strip():
         raise WorkloadError(f"workload name must be a non-empty string, got {name!r}")
     if name.lower().endswith(".onnx"):
         fn: Callable[..., Graph] = from_onnx
+        seq = kwargs.pop("seq", None)
+        if seq is not None:  # the exporters' sequence dim (scripts/make_onnx_fixtures.py)
+            kwargs["dims"] = {**(kwargs.get("dims") or {}), "seq": seq}
     else:
         key = _norm(name)
         fn = next((f for k, f in WORKLOADS.items() if _norm(k) == key), None)  # type: ignore[assignment]
