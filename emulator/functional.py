@@ -416,11 +416,15 @@ def evaluate(
         out = ops.finish(_gemm_untiled(ops, tk))
     elif kind == "softmax":  # a second input is added first (an attention bias or mask)
         out = _softmax(x, attrs, inputs[1] if len(inputs) > 1 else None)
-    elif kind == "layer_norm":
+    elif kind == "layer_norm":  # ``rms``: RMSNorm, x / sqrt(mean(x^2) + eps), no centring
         xf = x.astype(np.float32)
-        mu = xf.mean(axis=-1, keepdims=True)
-        var = ((xf - mu) ** 2).mean(axis=-1, keepdims=True)
-        out = (xf - mu) / np.sqrt(var + float(attrs.get("eps", 1e-5)))
+        eps = np.float32(attrs.get("eps", 1e-5))
+        if attrs.get("rms"):
+            out = xf / np.sqrt((xf * xf).mean(axis=-1, keepdims=True) + eps)
+        else:
+            mu = xf.mean(axis=-1, keepdims=True)
+            var = ((xf - mu) ** 2).mean(axis=-1, keepdims=True)
+            out = (xf - mu) / np.sqrt(var + eps)
         if len(inputs) > 1:
             out = out * inputs[1].astype(np.float32)
         if len(inputs) > 2:

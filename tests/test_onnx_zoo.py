@@ -50,3 +50,23 @@ def test_both_exporters_cost_the_same_macs(name):
     legacy = from_onnx(ZOO / f"{name}.legacy.onnx")
     dynamo = from_onnx(ZOO / f"{name}.dynamo.onnx")
     assert legacy.macs() == dynamo.macs() > 0
+
+
+RMS = {"llama", "mistral", "qwen2", "phi3", "gemma", "t5enc", "llama_decode", "llama_sdpa_op23"}
+
+
+@pytest.mark.parametrize("file", FILES)
+def test_recognition_keeps_the_flops_and_finds_every_norm(file):
+    """Pattern recognition fuses without changing FLOPs or MACs, and finds every
+    RMSNorm (two per layer and the final one) however the exporter wrote it (x * x or
+    Pow, 1 / sqrt or Reciprocal, a same-type Cast before the gain, opset 23's
+    RMSNormalization)."""
+    g = from_onnx(ZOO / file)
+    raw = from_onnx(ZOO / file, recognise=False)
+    assert g.flops() == raw.flops() and g.macs() == raw.macs()
+    rms = [o for o in g.ops if o.kind == "layer_norm" and o.attrs.get("rms")]
+    if file.split(".")[0] in RMS:
+        assert len(rms) == 2 * LAYERS + 1, file
+        assert wia_hw.run(g).latency_ms < wia_hw.run(raw).latency_ms  # one pass each
+    else:
+        assert not rms

@@ -17,6 +17,7 @@ kind                    inputs                                       output
 ``conv2d``              x ``[N, C, H, W]``, w ``[O, C/g, kh, kw]``   ``[N, O, Ho, Wo]``
 ``softmax``             x, (an additive bias broadcast to x)         same
 ``layer_norm``          x ``[*, H]``, gamma ``[H]``, beta ``[H]``    same as x
+                        (``rms``: RMS norm, no centring)
 unary (``gelu`` ...)    x                                            same
 binary (``add`` ...)    a, b (numpy broadcasting)                    broadcast shape
 ``embedding``           ids ``[*]`` (int), table ``[V, H]``          ``[*, H]``
@@ -188,6 +189,8 @@ SOFTMAX_FLOPS_PER_ELEMENT = 5
 #: FLOPs per output element of a bilinear resize (4 weighted neighbours: 4 mul, 3 add).
 RESIZE_FLOPS_PER_ELEMENT = 7
 LAYER_NORM_FLOPS_PER_ELEMENT = 8
+#: RMS norm (``layer_norm`` with ``rms``): square, mean, scale by the reciprocal root, gamma.
+RMS_NORM_FLOPS_PER_ELEMENT = 4
 
 
 @dataclass(frozen=True)
@@ -571,8 +574,10 @@ def op_flops(
         return math.prod(in_shapes[0])
     if op.kind == "resize":  # bilinear: 4 products and 3 sums per output element
         return RESIZE_FLOPS_PER_ELEMENT * out
-    if op.kind == "layer_norm":
-        return LAYER_NORM_FLOPS_PER_ELEMENT * out
+    if op.kind == "layer_norm":  # RMS norm: square, mean, scale, gamma
+        return (
+            RMS_NORM_FLOPS_PER_ELEMENT if op.attrs.get("rms") else LAYER_NORM_FLOPS_PER_ELEMENT
+        ) * out
     if op.kind in ("maxpool", "avgpool"):
         return out * window(op).area
     if op.kind == "global_avgpool":

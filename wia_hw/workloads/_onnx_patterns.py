@@ -14,6 +14,9 @@ shapes:
 * **Layer norm**: ``mean(x)`` -> ``d = x - mean`` -> ``d ** 2`` (or ``d * d``) ->
   ``mean`` -> ``+ eps`` -> ``sqrt`` -> ``d / std`` -> optionally ``* gamma [H]`` ->
   ``+ beta [H]`` (means over the last axis) is one ``layer_norm`` (``eps`` recorded).
+* **RMS norm**: ``x * x`` (or ``x ** 2``) -> ``mean`` -> ``+ eps`` -> ``sqrt`` ->
+  ``x / r`` (or ``x * reciprocal(r)``) -> optionally ``* gamma [H]`` (LLaMA's and T5's
+  RMSNorm) is one ``layer_norm`` with ``rms``.
 * **Attention**: ``bmm(q, transpose(k))`` -> ``* scale`` or ``/ scale`` -> masking
   (``add`` of a mask, or the ops of a ``Where``) -> ``softmax`` (last axis) ->
   (SDPA's NaN guard ``where(isnan(p), 0, p)`` and a same-type ``cast``, absorbed)
@@ -66,7 +69,10 @@ class _Rewriter:
 
     def value(self, name: str) -> Any | None:
         try:
-            return self.imp.const_values(name)
+            v = self.imp.const_values(name) if name in self.imp.consts else None
+            if v is None and name in self.imp.values:  # a constant the import made
+                v = self.imp.values[name]()
+            return v
         except Exception:  # noqa: BLE001 - an unreadable constant is matched on structure
             return None
 
@@ -356,6 +362,93 @@ class _Rewriter:
         )
         self.replace(cluster, last, [new])
 
+    def rms_norm(self, sq: Op) -> None:
+        """``x * x`` (or ``pow(x, 2)``) -> mean over the last axis -> ``+ eps`` ->
+        ``sqrt`` -> ``x / r`` or ``x * reciprocal(r)`` -> optionally ``* gamma [H]``
+        (LLaMA's and T5's RMSNorm as the exporters write it): one ``layer_norm`` with
+        ``rms``."""
+        if sq.kind == "pow":
+            if not self.scalar(sq.inputs[1]) or self.scalar_value(sq.inputs[1]) != 2.0:
+                return
+        elif sq.kind != "mul" or sq.inputs[0] != sq.inputs[1]:
+            return
+        x = sq.inputs[0]
+        r2 = self.only_reader(sq.outputs[0])
+        if r2 is None or r2.kind != "reshape":
+            return
+        tail = self.only_reader(r2.outputs[0])
+        end = self.only_reader(tail.outputs[0]) if tail is not None else None
+        if end is None or end.kind != "reshape":
+            return
+        mv = self.mean_unit(end.outputs[0])
+        if mv is None or mv[0] != sq.outputs[0]:
+            return
+        add = self.only_reader(end.outputs[0])
+        if add is None or add.kind != "add" or not self.scalar(self.other(add, end.outputs[0])):
+            return
+        eps = self.scalar_value(self.other(add, end.outputs[0]))
+        sqrt = self.only_reader(add.outputs[0])
+        if sqrt is None or sqrt.kind != "sqrt":
+            return
+        nxt = self.only_reader(sqrt.outputs[0])
+        cluster = [sq, *mv[1], add, sqrt]
+        one_over = (  # 1 / r, as the legacy exporter writes torch.rsqrt
+            nxt is not None
+            and nxt.kind == "div"
+            and nxt.inputs[1] == sqrt.outputs[0]
+            and self.scalar(nxt.inputs[0])
+            and self.scalar_value(nxt.inputs[0]) == 1.0
+        )
+        if nxt is not None and (nxt.kind == "reciprocal" or one_over):
+            cluster.append(nxt)
+            norm = self.only_reader(nxt.outputs[0])
+            if norm is None or norm.kind != "mul" or self.other(norm, nxt.outputs[0]) != x:
+                return
+        elif nxt is not None and nxt.kind == "div" and nxt.inputs == (x, sqrt.outputs[0]):
+            norm = nxt
+        else:
+            return
+        cluster.append(norm)
+        last, ins = norm, [x]
+        g = self.only_reader(norm.outputs[0])
+        if (
+            g is not None
+            and g.kind == "cast"
+            and self.t(g.outputs[0]).dtype == self.t(norm.outputs[0]).dtype
+        ):  # a same-type Cast the exporter left (LLaMA's .to(input_dtype)): free
+            cluster.append(g)
+            last = g
+            g = self.only_reader(g.outputs[0])
+        hdim = self.t(x).shape[-1]
+        if (
+            g is not None
+            and g.kind == "mul"
+            and self.weight(self.other(g, last.outputs[0]))
+            and self.t(self.other(g, last.outputs[0])).shape == (hdim,)
+        ):
+            ins.append(self.other(g, last.outputs[0]))
+            cluster.append(g)
+            last = g
+        out = last.outputs[0]
+        if self.t(out).shape != self.t(x).shape:
+            return
+        from ..graph import RMS_NORM_FLOPS_PER_ELEMENT
+
+        attrs: dict[str, Any] = {"rms": True}
+        if eps is not None:
+            attrs["eps"] = eps
+        new = self.fused(
+            last.name,
+            "layer_norm",
+            ins,
+            out,
+            last.group,
+            self.flops(cluster),
+            RMS_NORM_FLOPS_PER_ELEMENT * self.t(out).numel,
+            **attrs,
+        )
+        self.replace(cluster, last, [new])
+
     # -- attention -------------------------------------------------------------------
     def attention(self, soft: Op) -> None:
         if soft.kind != "softmax" or soft.attrs.get("log"):
@@ -623,7 +716,7 @@ class _Rewriter:
             if self.alive(o):
                 self._step(self.linear_bias, o)
         self._commit()
-        for step in (self.gelu, self.layer_norm, self.attention):
+        for step in (self.gelu, self.layer_norm, self.rms_norm, self.attention):
             self.pending = {}
             for o in list(self.g.ops):
                 if self.alive(o):
