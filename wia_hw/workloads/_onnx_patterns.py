@@ -9,7 +9,8 @@ shapes:
   ``[N]`` weight becomes a ``linear`` with that bias (2 MAC FLOPs + 1 per output:
   the same count).
 * **GELU**: ``x / sqrt(2)`` (or ``x * (1/sqrt(2))``) -> ``erf`` -> ``+ 1`` ->
-  ``* x`` (or ``* (0.5 x)``) -> optionally ``* 0.5`` is one ``gelu``; so is the tanh
+  ``* x`` (or ``* (0.5 x)``) -> optionally ``* 0.5``, or ``* 0.5`` -> ``* x`` (the
+  dynamo exporter's order), is one ``gelu``; so is the tanh
   form ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` (GPT-2's ``gelu_new``).
 * **Layer norm**: ``mean(x)`` -> ``d = x - mean`` -> ``d ** 2`` (or ``d * d``) ->
   ``mean`` -> ``+ eps`` -> ``sqrt`` -> ``d / std`` -> optionally ``* gamma [H]`` ->
@@ -207,7 +208,12 @@ class _Rewriter:
             return
         cluster = [*head, erf, add, mul]
         half = self.other(mul, add.outputs[0])
-        if half != x:  # 0.5 x computed first
+        if half != x and self.scalar(half):  # x * (0.5 * (1 + erf)): torch.export's order
+            last = self.only_reader(mul.outputs[0])
+            if last is None or last.kind != "mul" or self.other(last, mul.outputs[0]) != x:
+                return
+            cluster.append(last)
+        elif half != x:  # 0.5 x computed first
             h = self.prod.get(half)
             if (
                 h is None
