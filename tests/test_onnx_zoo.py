@@ -53,6 +53,7 @@ def test_both_exporters_cost_the_same_macs(name):
 
 
 GELU = {"vit", "roberta", "whisper_enc", "gptneox"}
+SILU = {"llama", "mistral", "qwen2", "phi3", "llama_decode", "llama_sdpa_op23"}
 RMS = {"llama", "mistral", "qwen2", "phi3", "gemma", "t5enc", "llama_decode", "llama_sdpa_op23"}
 
 
@@ -73,3 +74,5 @@ def test_recognition_keeps_the_flops_and_finds_every_norm(file):
         assert not rms
     if file.split(".")[0] in GELU:  # Erf GELU, in either exporter's operand order
         assert sum(o.kind == "gelu" for o in g.ops) >= LAYERS, file
+    if file.split(".")[0] in SILU:  # the gated MLP's x * sigmoid(x)
+        assert sum(o.kind == "swish" for o in g.ops) == LAYERS, file

@@ -12,6 +12,7 @@ shapes:
   ``* x`` (or ``* (0.5 x)``) -> optionally ``* 0.5``, or ``* 0.5`` -> ``* x`` (the
   dynamo exporter's order), is one ``gelu``; so is the tanh
   form ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` (GPT-2's ``gelu_new``).
+* **SiLU**: ``x * sigmoid(x)`` is one ``swish``.
 * **Layer norm**: ``mean(x)`` -> ``d = x - mean`` -> ``d ** 2`` (or ``d * d``) ->
   ``mean`` -> ``+ eps`` -> ``sqrt`` -> ``d / std`` -> optionally ``* gamma [H]`` ->
   ``+ beta [H]`` (means over the last axis) is one ``layer_norm`` (``eps`` recorded).
@@ -250,6 +251,31 @@ class _Rewriter:
             UNARY_KINDS["gelu"] * numel,
         )
         self.replace(cluster, last, [new])
+
+    def silu(self, sig: Op) -> None:
+        """``x * sigmoid(x)`` (SiLU, as both exporters write it: LLaMA's gated MLP) is
+        one ``swish``."""
+        if sig.kind != "sigmoid":
+            return
+        x = sig.inputs[0]
+        mul = self.only_reader(sig.outputs[0])
+        if mul is None or mul.kind != "mul" or self.other(mul, sig.outputs[0]) != x:
+            return
+        out = mul.outputs[0]
+        if self.t(out).shape != self.t(x).shape:
+            return
+        from ..graph import UNARY_KINDS
+
+        new = self.fused(
+            mul.name,
+            "swish",
+            [x],
+            out,
+            mul.group,
+            self.flops([sig, mul]),
+            UNARY_KINDS["swish"] * self.t(out).numel,
+        )
+        self.replace([sig, mul], mul, [new])
 
     # -- layer norm ------------------------------------------------------------------
     def mean_unit(self, tensor: str) -> tuple[str, list[Op]] | None:
@@ -722,7 +748,7 @@ class _Rewriter:
             if self.alive(o):
                 self._step(self.linear_bias, o)
         self._commit()
-        for step in (self.gelu, self.layer_norm, self.rms_norm, self.attention):
+        for step in (self.gelu, self.silu, self.layer_norm, self.rms_norm, self.attention):
             self.pending = {}
             for o in list(self.g.ops):
                 if self.alive(o):
