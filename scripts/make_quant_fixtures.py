@@ -28,6 +28,11 @@ It also quantises two of the repository's exporter fixtures (``resnet18`` and
 as ``dyn``, and saves them weight-stripped like those: the weights' values are dropped, their dims
 and every scale and zero point kept (``<name>.qdq_s8_pc.onnx``, no ``.npz``).
 
+And it quantises three of ``tests/data/onnx/zoo``'s transformers (LLaMA and ViT from the
+legacy exporter, T5's encoder from the dynamo one; run scripts/make_zoo_fixtures.py
+first) dynamically (``zoo_<name>.dyn``) and statically per channel (``zoo_<name>.qdq``,
+calibrated on the fixture's own input), with ONNX Runtime's outputs beside them.
+
 The small models keep their weights. Beside each model, ``<name>.npz`` holds the
 input the tests feed and ONNX Runtime's own output for it, so the tests compare wia-hw
 with the runtime the model was quantised for as well as with ``onnx.reference``.
@@ -215,6 +220,37 @@ def main() -> None:
                 np.savez(out / f"{mname}.{vname}.npz", x=x, ort=y)
                 ops = sorted({n.op_type for n in onnx.load(str(path)).graph.node})
                 say(f"{path.name}: {path.stat().st_size} bytes; {', '.join(ops)}")
+    zoo = ROOT / "tests" / "data" / "onnx" / "zoo"
+    for src in ("llama.legacy", "t5enc.dynamo", "vit.legacy"):
+        name = src.split(".")[0]
+        data = np.load(zoo / f"{name}.npz")
+        feeds = {k[3:]: data[k] for k in data.files if k.startswith("in_")}
+
+        class Once(CalibrationDataReader):
+            def __init__(self, feeds: dict) -> None:
+                self.it = iter([feeds])
+
+            def get_next(self) -> dict | None:
+                return next(self.it, None)
+
+        for how in ("dyn", "qdq"):
+            path = out / f"zoo_{name}.{how}.onnx"
+            if how == "dyn":
+                quantize_dynamic(str(zoo / f"{src}.onnx"), str(path), weight_type=QuantType.QInt8)
+            else:
+                quantize_static(
+                    str(zoo / f"{src}.onnx"),
+                    str(path),
+                    Once(),
+                    quant_format=QuantFormat.QDQ,
+                    per_channel=True,
+                )
+            sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            (y,) = sess.run(None, feeds)
+            np.savez(
+                out / f"zoo_{name}.{how}.npz", ort=y, **{f"in_{k}": v for k, v in feeds.items()}
+            )
+            say(f"{path.name}: {path.stat().st_size} bytes")
     for name in ("resnet18", "bert_large_2l"):
         model = exported(name, np.random.default_rng(0))
         feeds = []

@@ -479,3 +479,33 @@ def test_qat_export_float_weights_quantised_in_the_model():
     y = wia_hw.run(g, device="wia-npu", mode="functional", inputs={"x": x}).outputs["y"]
     (want,) = reference(m, {"x": x})
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("name", ["llama", "t5enc", "vit"])
+def test_quantised_transformers_from_the_zoo(name):
+    """ONNX Runtime's dynamic and static (QDQ, per channel) quantisation of the zoo's
+    LLaMA, T5 encoder and ViT (with their weights): the dynamic ones equal ONNX Runtime
+    to float32 rounding; the static ones equal ONNX's reference evaluator exactly (ONNX
+    Runtime's fused QDQ kernels round differently, within a few output steps)."""
+    for how in ("dyn", "qdq"):
+        path = QUANT / f"zoo_{name}.{how}.onnx"
+        data = np.load(QUANT / f"zoo_{name}.{how}.npz")
+        feeds = {k[3:]: data[k] for k in data.files if k.startswith("in_")}
+        g = from_onnx(path)
+        used = {t.name for t in g.tensors.values() if t.kind == "input"}
+        out = wia_hw.run(g, mode="functional", inputs={k: feeds[k] for k in used}).outputs
+        (y,) = out.values()
+        ort = data["ort"]
+        err = np.abs(y - ort).max() / np.abs(ort).max()
+        if how == "dyn":
+            assert err < 1e-5, (name, err)
+            assert sum(bool(o.attrs.get("dynamic_quant")) for o in g.ops) >= 4
+        else:
+            assert err < 0.08, (name, err)
+            (want,) = reference(path, feeds)
+            np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
+        assert all(
+            {g.tensors[i].dtype for i in o.inputs[:2]} == {"int8"}
+            for o in g.ops
+            if o.kind == "linear"
+        ), (name, how)

@@ -197,20 +197,32 @@ class FunctionalExecutor:
         out_name = op.outputs[0]
         out = g.tensors[out_name]
         p = g.quant.get(out_name)
-        data = [1] if op.kind == "embedding" else range(len(op.inputs))
-        coded = [op.inputs[i] for i in data if op.inputs[i] in self.zeros]
+        data = [op.inputs[i] for i in ([1] if op.kind == "embedding" else range(len(op.inputs)))]
+        coded = [i for i in data if i in self.zeros]
+        ints = ("int8", "int32")
         if (
             op.kind in (*_MOVES, "embedding")
-            and coded
-            and len(coded) == len(data)
-            and out.dtype in ("int8", "int32")
+            and out.dtype in ints
+            and all(g.tensors[i].dtype == out.dtype for i in data)
+            and (coded or p is not None)
             and all(p is None or _same(self, c, p) for c in coded)
-        ):  # codes move unchanged, with their parameters
-            self.values[out_name] = evaluate(
-                op.kind, op.attrs, [self.values[i] for i in op.inputs], out.shape, out.dtype
-            )
-            self.scales[out_name] = self.scales[coded[0]]
-            self.zeros[out_name] = self.zeros[coded[0]]
+            and (len(coded) == len(data) or not coded)
+        ):  # codes move unchanged: with their parameters, or (raw integers that a
+            # DequantizeLinear reads after the move: ONNX Runtime's quantised Gather)
+            # taking the output's
+            ins = [self.values[i] for i in op.inputs]
+            if not coded and _offset(p):  # raw uint8 codes: held minus 128 from here
+                ins = [
+                    (v.astype(np.int16) - _offset(p)).astype(np.int8) if i in data else v
+                    for i, v in zip(op.inputs, ins, strict=True)
+                ]
+            self.values[out_name] = evaluate(op.kind, op.attrs, ins, out.shape, out.dtype)
+            if coded:
+                self.scales[out_name] = self.scales[coded[0]]
+                self.zeros[out_name] = self.zeros[coded[0]]
+            else:
+                self.scales[out_name] = p.scale
+                self.zeros[out_name] = p.zero_point - _offset(p)
             return
         y = self._static_gemm(op, kernels, device) if op.kind in GEMM_KINDS else None
         if y is None:
