@@ -586,6 +586,13 @@ def evaluate(
                 raise WorkloadError(
                     f"op {op_name!r} (embedding): indices outside [0, {data[axis]}) on axis {axis}"
                 )
+            if len(pos) != len(data) or any(
+                d != axis and el["index"][d] > data[d] for d in range(len(data))
+            ):
+                raise WorkloadError(
+                    f"op {op_name!r} (embedding): index shape {list(el['index'])} exceeds "
+                    f"data {list(data)} off axis {axis}"
+                )
             ids = np.ravel_multi_index(tuple(pos), data).reshape(ids.shape)
         if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
             raise WorkloadError(f"op {op_name!r} (embedding): ids outside [0, {table.shape[0]})")

@@ -371,6 +371,11 @@ def infer_shapes(op: Op, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, .
             raise WorkloadError(
                 f"op {n!r} (conv2d): input {list(x)} and weight {list(w)} do not agree (groups={g})"
             )
+        if len(shapes) == 3 and shapes[2] != (w[0],):
+            raise WorkloadError(
+                f"op {n!r} (conv2d): bias {list(shapes[2])} does not match "
+                f"weight {list(w)} (need [{w[0]}])"
+            )
         ho, wo = window(op, (w[2], w[3])).output_hw(x[2], x[3])
         if ho < 1 or wo < 1:
             raise WorkloadError(f"op {n!r} (conv2d): output would be empty for input {list(x)}")

@@ -2530,7 +2530,7 @@ def _import_prepared(
             _map_node(imp, n, name)
         except WorkloadError:
             raise
-        except (KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
+        except (KeyError, IndexError, ValueError, TypeError, AttributeError, ArithmeticError) as e:
             # a node outside what the mapping expects: one line, never a traceback
             raise WorkloadError(
                 f"ONNX node {name!r} ({n.op_type}): cannot be imported ({type(e).__name__}: {e})"

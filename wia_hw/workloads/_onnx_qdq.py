@@ -217,6 +217,9 @@ class _Rewrite:
             raise self.fail(node, f"scale of shape {list(scale.shape)} needs an axis")
         shape = (-1,) + (1,) * (rank - ax - 1)
         n = max(scale.size, zero.size)
+        dim = self.imp.shape(codes)[ax]
+        if n != dim:
+            raise self.fail(node, f"{n} scales for axis {ax} of {codes!r}, which has {dim}")
         if zero.ndim > 1 or scale.size not in (1, n) or zero.size not in (1, n):
             raise self.fail(
                 node, f"scale {list(scale.shape)} and zero point {list(zero.shape)} disagree"
