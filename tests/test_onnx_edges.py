@@ -903,3 +903,18 @@ def test_an_empty_slice_is_dropped_from_the_concat_that_reads_it():
     (want,) = ReferenceEvaluator(m).run(None, {"x": x})
     graph = from_onnx(m)
     np.testing.assert_array_equal(_values(graph, {"x": x})["y"], want)
+
+
+def test_a_split_whose_num_outputs_disagrees_is_refused_before_shape_inference():
+    """onnx's C++ shape inference aborts the process (an assertion) on this model: the
+    import refuses it first, in one line."""
+    node = helper.make_node("Split", ["x"], ["a", "b", "c"], name="sp", axis=1, num_outputs=2)
+    g = helper.make_graph(
+        [node],
+        "s",
+        [helper.make_tensor_value_info("x", F32, [2, 6])],
+        [helper.make_tensor_value_info(o, F32, None) for o in "abc"],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    with pytest.raises(WorkloadError, match=r"'sp' \(Split\): num_outputs 2 but 3 outputs$"):
+        from_onnx(m)

@@ -2421,6 +2421,19 @@ def _fold_candidates(imp: _Importer) -> None:
             imp.skip.add(id(n))
 
 
+def _preflight(proto: Any, source: str) -> None:
+    """Refuse what onnx's C++ shape inference would abort the process on (an assertion,
+    not an exception): a Split whose ``num_outputs`` differs from its outputs."""
+    for n in proto.graph.node:
+        if n.op_type == "Split" and n.domain in ("", "ai.onnx"):
+            k = next((a.i for a in n.attribute if a.name == "num_outputs"), None)
+            if k is not None and k != len(n.output):
+                raise WorkloadError(
+                    f"{source}: ONNX node {n.name or 'Split'!r} (Split): num_outputs {k} but "
+                    f"{len(n.output)} outputs"
+                )
+
+
 def _prepare(
     onnx: Any, model: Any, batch: int | None, dims: Mapping[str, int]
 ) -> tuple[Any, str, str, int]:
@@ -2431,6 +2444,7 @@ def _prepare(
     from ._onnx_fold import fold, inline_small_external
 
     proto, gname, source = _load(onnx, model)
+    _preflight(proto, source)
     expand_contrib(onnx, proto)
     base_dir = Path(model).parent if isinstance(model, (str, os.PathLike)) else None
     inline_small_external(onnx, proto, base_dir)
