@@ -15,7 +15,9 @@ attention mask, as GPT-2's fixture does). ``llama_decode`` is one decode step wi
 cache: the new token's ids and each layer's past keys and values (6 positions) in,
 the hidden state out. ``<name>.npz`` holds the inputs (``in_<input name>``) and
 PyTorch's output (``y``): the tests import each file, run it in functional mode and
-compare. ``llama_sdpa_op23`` is LLaMA with transformers' default SDPA attention, exported
+compare. ``bart`` is a whole encoder-decoder (BART: ``input_ids`` and
+``decoder_input_ids`` in, the logits out; the decoder's cross-attention reads the
+encoder's output). ``llama_sdpa_op23`` is LLaMA with transformers' default SDPA attention, exported
 by the dynamo exporter at opset 23, where it writes ONNX's own Attention and
 RMSNormalization ops.
 
@@ -130,6 +132,17 @@ def models() -> dict[str, tuple[torch.nn.Module, str, bool]]:
     }
 
 
+class Seq2Seq(torch.nn.Module):
+    """``model(input_ids, decoder_input_ids).logits``."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor, dec: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=ids, decoder_input_ids=dec, use_cache=False).logits
+
+
 class DecodeStep(torch.nn.Module):
     """One LLaMA decode step: ``ids [B, 1]`` and per layer past ``k``, ``v``
     ``[B, KV, P, H / HEADS]`` in a cache; the last hidden state out."""
@@ -171,7 +184,7 @@ def export(
             args,
             str(path),
             input_names=names,
-            output_names=["last_hidden_state"],
+            output_names=["logits" if name == "bart" else "last_hidden_state"],
             opset_version=opset,
             dynamo=exporter == "dynamo",
         )
@@ -205,6 +218,23 @@ def main() -> None:
     past = [torch.randn(BATCH, KV, 6, H // HEADS, generator=gen) for _ in range(2 * LAYERS)]
     names = ["input_ids"] + [f"past_{kv}{i}" for i in range(LAYERS) for kv in "kv"]
     export(DecodeStep(llama.eval()).eval(), (ids, *past), names, out, "llama_decode")
+    bart = tf.BartForConditionalGeneration(
+        tf.BartConfig(
+            d_model=H,
+            encoder_layers=LAYERS,
+            decoder_layers=LAYERS,
+            encoder_attention_heads=HEADS,
+            decoder_attention_heads=HEADS,
+            encoder_ffn_dim=FFN,
+            decoder_ffn_dim=FFN,
+            vocab_size=VOCAB,
+            max_position_embeddings=32,
+        )
+    )
+    bart.config._attn_implementation = "eager"
+    ids = torch.randint(1, VOCAB, (BATCH, SEQ), generator=gen)
+    dec = torch.randint(1, VOCAB, (BATCH, 5), generator=gen)
+    export(Seq2Seq(bart.eval()).eval(), (ids, dec), ["input_ids", "decoder_input_ids"], out, "bart")
     llama.config._attn_implementation = "sdpa"
     x = torch.randint(0, VOCAB, (BATCH, SEQ), generator=gen)
     sdpa = LastHidden(llama, "input_ids", True).eval()
