@@ -378,10 +378,20 @@ class _Rewriter:
         out = last.outputs[0]
         if self.t(out).shape != self.t(x).shape:
             return
-        from ..graph import LAYER_NORM_FLOPS_PER_ELEMENT
+        self.fused_norm(cluster, last, ins, self.scalar_value(eps_name), rms=False)
 
-        eps = self.scalar_value(eps_name)
-        attrs = {} if eps is None else {"eps": eps}
+    def fused_norm(
+        self, cluster: list[Op], last: Op, ins: list[str], eps: float | None, rms: bool
+    ) -> None:
+        """Replace ``cluster`` (ending in ``last``) by one ``layer_norm`` of ``ins``
+        (``rms``: RMS norm) carrying the cluster's FLOPs."""
+        from ..graph import LAYER_NORM_FLOPS_PER_ELEMENT, RMS_NORM_FLOPS_PER_ELEMENT
+
+        attrs: dict[str, Any] = {"rms": True} if rms else {}
+        if eps is not None:
+            attrs["eps"] = eps
+        out = last.outputs[0]
+        own = RMS_NORM_FLOPS_PER_ELEMENT if rms else LAYER_NORM_FLOPS_PER_ELEMENT
         new = self.fused(
             last.name,
             "layer_norm",
@@ -389,7 +399,7 @@ class _Rewriter:
             out,
             last.group,
             self.flops(cluster),
-            LAYER_NORM_FLOPS_PER_ELEMENT * self.t(out).numel,
+            own * self.t(out).numel,
             **attrs,
         )
         self.replace(cluster, last, [new])
@@ -464,22 +474,7 @@ class _Rewriter:
         out = last.outputs[0]
         if self.t(out).shape != self.t(x).shape:
             return
-        from ..graph import RMS_NORM_FLOPS_PER_ELEMENT
-
-        attrs: dict[str, Any] = {"rms": True}
-        if eps is not None:
-            attrs["eps"] = eps
-        new = self.fused(
-            last.name,
-            "layer_norm",
-            ins,
-            out,
-            last.group,
-            self.flops(cluster),
-            RMS_NORM_FLOPS_PER_ELEMENT * self.t(out).numel,
-            **attrs,
-        )
-        self.replace(cluster, last, [new])
+        self.fused_norm(cluster, last, ins, eps, rms=True)
 
     # -- attention -------------------------------------------------------------------
     def attention(self, soft: Op) -> None:
