@@ -234,8 +234,17 @@ class FunctionalExecutor:
             )
         if p is not None:
             self._requantise(out_name, y, p)
+        elif out.dtype == "int8":  # codes without static parameters: the dynamic rule
+            self._dynamic_int8(out_name, np.asarray(y, np.float32))
         else:
             self.values[out_name] = cast_to(np.asarray(y, np.float32), out.dtype)
+
+    def _dynamic_int8(self, name: str, x: np.ndarray) -> None:
+        """Dynamic symmetric per-tensor int8: ``scale = max|x| / 127``."""
+        amax = float(np.max(np.abs(x))) if x.size else 0.0
+        scale = amax / 127.0 if amax > 0 else 1.0
+        self.values[name] = np.clip(np.rint(x / np.float32(scale)), -127, 127).astype(np.int8)
+        self.scales[name] = scale
 
     def _static_gemm(
         self, op: Op, kernels: Sequence[Kernel], device: Device | None
@@ -419,13 +428,7 @@ class FunctionalExecutor:
                 else evaluate(op.kind, op.attrs, ins, out.shape, dt, None, op.name)
             )
         if out.dtype == "int8":  # dynamic symmetric requantisation
-            x = np.asarray(result, dtype=np.float32)
-            amax = float(np.max(np.abs(x))) if x.size else 0.0
-            scale = amax / 127.0 if amax > 0 else 1.0
-            self.values[out_name] = np.clip(np.rint(x / np.float32(scale)), -127, 127).astype(
-                np.int8
-            )
-            self.scales[out_name] = scale
+            self._dynamic_int8(out_name, np.asarray(result, dtype=np.float32))
         else:
             self.values[out_name] = cast_to(result, out.dtype)
 
