@@ -1,9 +1,10 @@
 """Make ``tests/data/onnx/zoo/``: today's transformer architectures as users export them,
 small enough to keep their weights, with PyTorch's own output beside each.
 
-Needs torch, transformers and onnxscript (not wia-hw's own test extras):
+Needs torch, transformers, onnxscript and onnxruntime (not wia-hw's own test extras):
 
-    python -m venv /tmp/tv && /tmp/tv/bin/pip install torch transformers onnxscript onnx
+    python -m venv /tmp/tv && /tmp/tv/bin/pip install torch transformers onnxscript onnx \
+        onnxruntime
     /tmp/tv/bin/python scripts/make_zoo_fixtures.py [--out tests/data/onnx/zoo]
 
 Each model is built from a transformers config with seeded random weights (nothing is
@@ -19,11 +20,14 @@ compare. ``bart`` is a whole encoder-decoder (BART: ``input_ids`` and
 ``decoder_input_ids`` in, the logits out; the decoder's cross-attention reads the
 encoder's output). ``llama_sdpa_op23`` is LLaMA with transformers' default SDPA attention, exported
 by the dynamo exporter at opset 23, where it writes ONNX's own Attention and
-RMSNormalization ops.
+RMSNormalization ops. ``<name>.ortopt`` (RoBERTa, LLaMA, ViT, T5's encoder) is the
+legacy export put through ONNX Runtime's transformer optimizer (``optimize_model``,
+opt_level 1), which writes its fused kernels: SkipLayerNormalization,
+SkipSimplifiedLayerNormalization, SimplifiedLayerNormalization and Gelu.
 
 Architectures: LLaMA, Mistral, Qwen2, Phi-3, Gemma (RMSNorm, rotary embeddings,
 grouped-query attention, gated SiLU/GELU MLPs), GPT-NeoX (partial rotary, parallel
-residual), RoBERTa, T5's encoder (relative position bias, RMS norm), ViT (patch
+residual), GPT-2 (GELU in its tanh form), RoBERTa, T5's encoder (relative position bias, RMS norm), ViT (patch
 convolution) and Whisper's encoder (1-D convolutions, GELU).
 """
 
@@ -79,6 +83,15 @@ def models() -> dict[str, tuple[torch.nn.Module, str, bool]]:
         "gemma": (tf.GemmaModel(tf.GemmaConfig(**gqa, head_dim=H // HEADS)), "ids", True),
         "gptneox": (
             tf.GPTNeoXModel(tf.GPTNeoXConfig(**common, max_position_embeddings=64)),
+            "ids",
+            True,
+        ),
+        "gpt2": (
+            tf.GPT2Model(
+                tf.GPT2Config(
+                    n_embd=H, n_layer=LAYERS, n_head=HEADS, n_positions=64, vocab_size=VOCAB
+                )
+            ),
             "ids",
             True,
         ),
@@ -239,6 +252,20 @@ def main() -> None:
     x = torch.randint(0, VOCAB, (BATCH, SEQ), generator=gen)
     sdpa = LastHidden(llama, "input_ids", True).eval()
     export(sdpa, (x,), ["input_ids"], out, "llama_sdpa_op23", ("dynamo",), 23)
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    for name, kind in (("roberta", "bert"), ("llama", "gpt2"), ("vit", "vit"), ("t5enc", "t5")):
+        opt = optimize_model(
+            str(out / f"{name}.legacy.onnx"),
+            model_type=kind,
+            num_heads=HEADS,
+            hidden_size=H,
+            opt_level=1,
+            use_gpu=False,
+        )
+        path = out / f"{name}.ortopt.onnx"
+        opt.save_model_to_file(str(path))
+        say(f"{path.name}: {path.stat().st_size} bytes")
 
 
 if __name__ == "__main__":

@@ -918,3 +918,63 @@ def test_a_split_whose_num_outputs_disagrees_is_refused_before_shape_inference()
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     with pytest.raises(WorkloadError, match=r"'sp' \(Split\): num_outputs 2 but 3 outputs$"):
         from_onnx(m)
+
+
+@pytest.mark.parametrize("op", ["Gelu", "BiasGelu", "FastGelu", "QuickGelu"])
+def test_onnx_runtime_gelu_kernels(op):
+    """ONNX Runtime's fused GELU kernels (com.microsoft) are written back as the ops they
+    stand for: the Erf and tanh forms become one ``gelu`` again; values as defined."""
+    from math import erf, pi, sqrt, tanh
+
+    x = np.random.default_rng(len(op)).standard_normal((3, 8)).astype(np.float32)
+    bias = np.linspace(-1, 1, 8).astype(np.float32)
+    ins = ["x", "b"] if op in ("BiasGelu", "FastGelu") else ["x"]
+    node = helper.make_node(op, ins, ["y"], domain="com.microsoft", name="g")
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", F32, [3, 8])],
+        [helper.make_tensor_value_info("y", F32, None)],
+        [numpy_helper.from_array(bias, "b")] if len(ins) == 2 else [],
+    )
+    m = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+    graph = from_onnx(m)
+    v = (x + bias if len(ins) == 2 else x).astype(np.float64)
+    if op == "FastGelu":
+        want = 0.5 * v * (1 + np.tanh(sqrt(2 / pi) * (v + 0.044715 * v**3)))
+        assert "gelu" in [o.kind for o in graph.ops]
+    elif op == "QuickGelu":
+        want = v / (1 + np.exp(-1.702 * v))
+    else:
+        want = 0.5 * v * (1 + np.vectorize(erf)(v / sqrt(2)))
+        assert "gelu" in [o.kind for o in graph.ops]
+    del tanh
+    y = wia_hw.run(graph, mode="functional", inputs={"x": x}).outputs["y"]
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+def test_skip_layer_norm_statistics_outputs_are_refused():
+    node = helper.make_node(
+        "SkipLayerNormalization",
+        ["x", "s", "gamma", "beta"],
+        ["y", "mean"],
+        domain="com.microsoft",
+        name="sln",
+    )
+    g = helper.make_graph(
+        [node, helper.make_node("Identity", ["mean"], ["m"])],
+        "s",
+        [helper.make_tensor_value_info(n, F32, [2, 4, 8]) for n in ("x", "s")],
+        [helper.make_tensor_value_info(o, F32, None) for o in ("y", "m")],
+        [
+            numpy_helper.from_array(np.ones(8, np.float32), "gamma"),
+            numpy_helper.from_array(np.zeros(8, np.float32), "beta"),
+        ],
+    )
+    m = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+    with pytest.raises(WorkloadError, match=r"^ONNX node 'sln' .*mean/variance outputs are read"):
+        from_onnx(m)

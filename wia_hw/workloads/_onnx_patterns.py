@@ -249,6 +249,7 @@ class _Rewriter:
             last.group,
             self.flops(cluster),
             UNARY_KINDS["gelu"] * numel,
+            **({"approximate": "tanh"} if erf.kind == "tanh" else {}),
         )
         self.replace(cluster, last, [new])
 
