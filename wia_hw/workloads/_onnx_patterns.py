@@ -12,7 +12,8 @@ shapes:
   ``* x`` (or ``* (0.5 x)``) -> optionally ``* 0.5``, or ``* 0.5`` -> ``* x`` (the
   dynamo exporter's order), is one ``gelu``; so is the tanh
   form ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` (GPT-2's ``gelu_new``).
-* **SiLU**: ``x * sigmoid(x)`` is one ``swish``.
+* **SiLU**: ``x * sigmoid(x)`` is one ``swish``; so is QuickGELU ``x * sigmoid(a x)``
+  (``alpha`` a).
 * **Layer norm**: ``mean(x)`` -> ``d = x - mean`` -> ``d ** 2`` (or ``d * d``) ->
   ``mean`` -> ``+ eps`` -> ``sqrt`` -> ``d / std`` -> optionally ``* gamma [H]`` ->
   ``+ beta [H]`` (means over the last axis) is one ``layer_norm`` (``eps`` recorded).
@@ -254,11 +255,24 @@ class _Rewriter:
         self.replace(cluster, last, [new])
 
     def silu(self, sig: Op) -> None:
-        """``x * sigmoid(x)`` (SiLU, as both exporters write it: LLaMA's gated MLP) is
-        one ``swish``."""
+        """``x * sigmoid(x)`` (SiLU, as both exporters write it: LLaMA's gated MLP), or
+        ``x * sigmoid(a x)`` (QuickGELU), is one ``swish`` (``alpha``)."""
         if sig.kind != "sigmoid":
             return
-        x = sig.inputs[0]
+        x, cluster, alpha = sig.inputs[0], [sig], None
+        pre = self.prod.get(x)
+        if (  # x * sigmoid(a x): QuickGELU (CLIP's), a = 1.702
+            pre is not None
+            and pre.kind == "mul"
+            and self.only_reader(x) is sig
+            and any(self.scalar(i) for i in pre.inputs)
+        ):
+            c = next(i for i in pre.inputs if self.scalar(i))
+            alpha = self.scalar_value(c)
+            if alpha is None:
+                return
+            x = self.other(pre, c)
+            cluster.insert(0, pre)
         mul = self.only_reader(sig.outputs[0])
         if mul is None or mul.kind != "mul" or self.other(mul, sig.outputs[0]) != x:
             return
@@ -267,16 +281,18 @@ class _Rewriter:
             return
         from ..graph import UNARY_KINDS
 
+        cluster.append(mul)
         new = self.fused(
             mul.name,
             "swish",
             [x],
             out,
             mul.group,
-            self.flops([sig, mul]),
+            self.flops(cluster),
             UNARY_KINDS["swish"] * self.t(out).numel,
+            **({"alpha": alpha} if alpha is not None else {}),
         )
-        self.replace([sig, mul], mul, [new])
+        self.replace(cluster, mul, [new])
 
     # -- layer norm ------------------------------------------------------------------
     def mean_unit(self, tensor: str) -> tuple[str, list[Op]] | None:
