@@ -356,12 +356,16 @@ def flash_attention_kernels(
     io: Any = ((), ()),
     operation: str = "multi_head_attention_fused",
     split_kv: bool = False,
+    bias: tuple[TensorRef, list[int], bool] | None = None,
 ) -> list[Any]:
     """The flash-attention kernel(s) of ``bh`` heads (see the module docstring).
 
     ``mask`` (``sq x skv`` booleans, or None) decides which tiles exist. With
     ``split_kv`` the key/value chunks of a query block are spread over the cores and a
-    combine pass (a vector kernel) merges their partial results.
+    combine pass (a vector kernel) merges their partial results. ``bias`` (an additive
+    term of the scores: a padding mask, a position bias) is ``(its rows x skv, the
+    first row of each head's slice, whether it has a row per query)``: each tile loads
+    its block of it and adds it to the scores.
     """
     s = shape
     lanes = spec.compute.vector.lanes
@@ -422,6 +426,12 @@ def flash_attention_kernels(
                     (k, b * s.skv + k0, b * s.skv + k1, 0, s.d),
                     (v, b * s.skv + k0, b * s.skv + k1, 0, s.dv),
                 ]
+                if bias is not None:  # its block of the additive term, added to S
+                    bref, base, per_query = bias
+                    r0, r1 = (base[b] + q0, base[b] + q1) if per_query else (base[b], base[b] + 1)
+                    loads.append((bref, r0, r1, k0, k1))
+                    vec += vector_op_cycles(rq * ck, lanes, 1, depth)
+                    vflops += rq * ck
                 # L1 traffic: the array reads Q, K, V and P; S (fp32) and P go through L1
                 # once each way; the fp32 accumulator of O is read-modified-written
                 l1 = l1_arr + rq * ck * (4 * 2 + s.e) + rq * s.dv * 4 * 2
@@ -431,7 +441,7 @@ def flash_attention_kernels(
     if not tiles:
         raise WorkloadError(f"op {op!r}: the attention mask leaves no tile to compute")
     kernels: list[Any] = []
-    compulsory = q.nbytes + k.nbytes + v.nbytes + o.nbytes
+    compulsory = q.nbytes + k.nbytes + v.nbytes + o.nbytes + (bias[0].nbytes if bias else 0)
     extra = {
         "operation": operation,
         "flash": True,
@@ -553,12 +563,13 @@ def _graph_attention(
     k = storage.ref(scores.inputs[1], bh * skv, d)
     v = storage.ref(ctx.inputs[1], bh * skv, dv)
     o = storage.ref(ctx.outputs[0], bh * sq, dv)
-    io = ((scores.inputs[0], scores.inputs[1], ctx.inputs[1]), ctx.outputs)
+    io = ((scores.inputs[0], scores.inputs[1], ctx.inputs[1], *soft.inputs[1:]), ctx.outputs)
     name = f"{scores.name}+softmax+context"
-    if not ext.param("use_flash_attention") or len(soft.inputs) > 1:
-        # a softmax with an additive bias (a padding mask, a position bias): the flash
-        # kernel streams no bias tiles, so the three kernels run (the softmax reads it)
+    biased_keys = len(soft.inputs) > 1 and graph.tensors[soft.inputs[1]].shape[-1] != skv
+    if not ext.param("use_flash_attention") or biased_keys:
+        # (a bias broadcast along the keys has no key blocks to stream: three kernels)
         return _naive_graph_kernels(chain, graph, spec, storage, ext)
+    bias = _bias_stream(graph, storage, soft, qs[:-2], sq, skv)
     br, bc = int(ext.param("block_q")), int(ext.param("block_kv"))
     split = False
     if cross:
@@ -587,7 +598,30 @@ def _graph_attention(
         io=io,
         operation=operation,
         split_kv=split,
+        bias=bias,
     )
+
+
+def _bias_stream(
+    graph: Graph, storage: Any, soft: Op, lead: tuple[int, ...], sq: int, skv: int
+) -> tuple[TensorRef, list[int], bool] | None:
+    """The softmax's additive term (its second input, broadcast to the scores
+    ``[*lead, sq, skv]``) as flash attention streams it: the tensor as rows of ``skv``,
+    each head's first row, and whether it has a row per query."""
+    if len(soft.inputs) < 2:
+        return None
+    shape = graph.tensors[soft.inputs[1]].shape
+    full = (1,) * (len(lead) + 2 - len(shape)) + tuple(shape)
+    blead, bq = full[: len(lead)], full[-2]
+    rows = math.prod(full[:-1])
+    ref = storage.ref(soft.inputs[1], rows, skv)
+    base = []
+    for idx in np.ndindex(*lead) if lead else [()]:
+        flat = 0
+        for i, n in zip(idx, blead, strict=True):
+            flat = flat * n + (i if n > 1 else 0)
+        base.append(flat * bq)
+    return ref, base, bq > 1
 
 
 def _naive_graph_kernels(

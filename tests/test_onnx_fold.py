@@ -616,8 +616,8 @@ def test_prelu_reads_its_slope():
 def test_recognised_attention_keeps_an_additive_mask_or_bias(bias_shape):
     """A run-time additive term before the softmax (a padding mask [B, 1, 1, S], T5's
     position bias [1, NH, S, S]) becomes the softmax's second input: the recognised
-    chain computes what ONNX does, and the transformer engine runs it unfused (its
-    flash kernel streams no bias)."""
+    chain computes what ONNX does, and the transformer engine's flash kernel streams
+    the term: its bytes and its adds on top of the unmasked chain's."""
     from onnx.reference import ReferenceEvaluator
 
     m = attention_model("input")
@@ -634,10 +634,17 @@ def test_recognised_attention_keeps_an_additive_mask_or_bias(bias_shape):
     assert kinds(g) == ["bmm", "softmax", "bmm"] and g.ops[1].inputs[1] == "amask"
     got = wia_hw.run(g, device="wia-npu", mode="functional", inputs=feeds).outputs["o"]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    ctx = wia_hw.open_device("wia-npu")
-    wia_hw.register_device_extension(ctx, "transformer_engine")
-    r = ctx.run(g)
-    assert not any(k.name == "s0+softmax+context" for k in r.kernels)  # no flash kernel
+
+    def flash(graph):
+        ctx = wia_hw.open_device("wia-npu")
+        wia_hw.register_device_extension(ctx, "transformer_engine")
+        (k,) = [k for k in ctx.run(graph).kernels if k.name == "s0+softmax+context"]
+        return k
+
+    biased, plain = flash(g), flash(from_onnx(attention_model("none")))
+    nbytes = int(np.prod(bias_shape)) * 4
+    assert biased.counters.bytes["hbm"] == plain.counters.bytes["hbm"] + nbytes
+    assert biased.flops == plain.flops + B * NH * S * S  # one add per score
 
 
 def test_a_mask_added_before_the_scale_leaves_the_chain():
