@@ -213,8 +213,9 @@ def source_coordinate(n_in: int, n_out: int, scale: float, ctm: str) -> np.ndarr
     Resize's ``coordinate_transformation_mode`` ``ctm`` maps it (``scale``: the one
     ONNX maps with); ``ValueError`` for a mode not in :data:`COORDINATE_MODES`."""
     i = np.arange(n_out, dtype=np.float64)
-    if ctm == "align_corners":
-        return i * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros(n_out)
+    if ctm == "align_corners":  # over the scaled width, as ONNX (not the rounded one)
+        width = scale * n_in
+        return i * (n_in - 1) / (width - 1) if width != 1 else np.zeros(n_out)
     if ctm == "asymmetric":
         return i / scale
     if ctm == "pytorch_half_pixel":
@@ -241,13 +242,47 @@ def _linear_weights(n_in: int, n_out: int, scale: float, ctm: str) -> np.ndarray
     return m
 
 
+def _cubic_weights(
+    n_in: int, n_out: int, scale: float, ctm: str, a: float, exclude_outside: bool
+) -> np.ndarray:
+    """``[n_out, n_in]``: ONNX Resize's cubic interpolation on one axis (coefficient
+    ``a``): each output's four nearest source pixels (ties to the lower index; a
+    source coordinate on a pixel takes ratio 1), the edge pixel standing in for those
+    outside, or, with ``exclude_outside``, those dropped and the rest renormalised."""
+    m = np.zeros((n_out, n_in))
+    for i, x in enumerate(source_coordinate(n_in, n_out, scale, ctm)):
+        base = math.floor(x)
+        r = 1.0 if x == base else x - base
+        c = np.array(
+            [
+                ((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
+                ((a + 2) * r - (a + 3)) * r * r + 1,
+                ((a + 2) * (1 - r) - (a + 3)) * (1 - r) * (1 - r) + 1,
+                ((a * (2 - r) - 5 * a) * (2 - r) + 8 * a) * (2 - r) - 4 * a,
+            ]
+        )
+        lo, hi = -2, n_in + 1  # the edge-padded range the four come from
+        idx = sorted(sorted(range(lo, hi + 1), key=lambda j: (abs(x - j), j))[:4])
+        if exclude_outside:
+            c = np.where([0 <= j < n_in for j in idx], c, 0.0)
+            c = c / c.sum()
+        for j, w in zip(idx, c, strict=True):
+            m[i, min(max(j, 0), n_in - 1)] += w
+    return m
+
+
 def _resize_linear(
     x: np.ndarray, attrs: Mapping[str, Any], out_shape: tuple[int, ...]
 ) -> np.ndarray:
     sh, sw = (float(v) for v in attrs["scales"])
     ctm = str(attrs.get("coordinate_transformation_mode", "half_pixel"))
-    mh = _linear_weights(x.shape[2], out_shape[2], sh, ctm)
-    mw = _linear_weights(x.shape[3], out_shape[3], sw, ctm)
+    if attrs.get("mode") == "cubic":
+        a, ex = float(attrs.get("cubic_coeff_a", -0.75)), bool(attrs.get("exclude_outside"))
+        mh = _cubic_weights(x.shape[2], out_shape[2], sh, ctm, a, ex)
+        mw = _cubic_weights(x.shape[3], out_shape[3], sw, ctm, a, ex)
+    else:
+        mh = _linear_weights(x.shape[2], out_shape[2], sh, ctm)
+        mw = _linear_weights(x.shape[3], out_shape[3], sw, ctm)
     return np.einsum("ih,nchw,jw->ncij", mh, x.astype(np.float64), mw).astype(np.float32)
 
 

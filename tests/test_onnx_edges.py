@@ -979,3 +979,28 @@ def test_skip_layer_norm_statistics_outputs_are_refused():
     )
     with pytest.raises(WorkloadError, match=r"^ONNX node 'sln' .*mean/variance outputs are read"):
         from_onnx(m)
+
+
+def test_onnx_node_tests_of_resize():
+    """Every Resize/Upsample node test ONNX ships: nearest integer upscales, linear and
+    cubic (any coefficient, exclude_outside, every coordinate mode but
+    tf_crop_and_resize, align_corners downscales over the scaled width as ONNX) give
+    ONNX's outputs; the rest (fractional nearest, antialiasing, crops) are refused
+    saying what is modelled."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from onnx_node_tests import run_node_cases
+
+    matched, refused = run_node_cases(("Resize", "Upsample"))
+    assert len(matched) >= 21, matched
+    assert {
+        "test_resize_upsample_scales_cubic",
+        "test_resize_downsample_scales_cubic_A_n0p5_exclude_outside",
+        "test_resize_downsample_scales_cubic_align_corners",
+        "test_resize_downsample_scales_linear_align_corners",
+    } <= set(matched)
+    assert all("antialias" in r or "nearest" in r or "crop" in r or "tf_" in r for r in refused), (
+        refused
+    )

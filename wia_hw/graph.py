@@ -32,7 +32,8 @@ binary (``add`` ...)    a, b (numpy broadcasting)                    broadcast s
 ``where``               cond, x, y (numpy broadcasting)              broadcast shape
 ``cumsum``              x (running sums along ``axis``; ``exclusive``  same
                         and ``reverse`` as ONNX's CumSum)
-``resize``              x ``[N, C, H, W]`` (bilinear; ``size``)      ``[N, C, *size]``
+``resize``              x ``[N, C, H, W]`` (bilinear or bicubic;     ``[N, C, *size]``
+                        ``size``)
 ``col2im``              cols ``[N, O*kh*kw, H, W]``                  ``[N, O, Ho, Wo]``
                         (a transposed convolution's overlap-add: ``channels``, window attributes, ``output_padding``)
 ======================  ===========================================  =================
@@ -577,8 +578,8 @@ def op_flops(
         return out
     if op.kind == "col2im":  # every column element is added into its output position
         return math.prod(in_shapes[0])
-    if op.kind == "resize":  # bilinear: 4 products and 3 sums per output element
-        return RESIZE_FLOPS_PER_ELEMENT * out
+    if op.kind == "resize":  # bilinear: 4 products and 3 sums; bicubic: 16 and 15
+        return (31 if op.attrs.get("mode") == "cubic" else RESIZE_FLOPS_PER_ELEMENT) * out
     if op.kind == "layer_norm":  # RMS norm: square, mean, scale, gamma
         return (
             RMS_NORM_FLOPS_PER_ELEMENT if op.attrs.get("rms") else LAYER_NORM_FLOPS_PER_ELEMENT

@@ -1677,8 +1677,8 @@ def _resize(
     element order, so the bytes are the copy's."""
     mode = a.get("mode", b"nearest")
     mode = mode.decode() if isinstance(mode, bytes) else mode
-    if mode not in ("nearest", "linear", "bilinear"):
-        raise fail(f"mode {mode!r} is not modelled (nearest, linear)")
+    if mode not in ("nearest", "linear", "bilinear", "cubic", "bicubic"):
+        raise fail(f"mode {mode!r} is not modelled (nearest, linear, cubic)")
     x = imp.shape(node.input[0])
     y = _out_shape(imp, out, fail)
     if len(x) != 4 or y[:2] != x[:2]:
@@ -1687,7 +1687,10 @@ def _resize(
         _resize_linear(imp, node, name, a, out, grp, dt, fail, x, y)
         return
     if any(b % a_ for a_, b in zip(x[2:], y[2:], strict=True)):
-        raise fail(f"{list(x)} -> {list(y)} is not an integer upscale of [N, C, H, W]")
+        raise fail(
+            f"{list(x)} -> {list(y)} is not an integer upscale of [N, C, H, W] (nearest "
+            "Resize is modelled for integer upscales only)"
+        )
     fh, fw = y[2] // x[2], y[3] // x[3]
     ctm = a.get("coordinate_transformation_mode", b"half_pixel")
     ctm = ctm.decode() if isinstance(ctm, bytes) else ctm
@@ -2340,7 +2343,10 @@ def _resize_linear(
 ) -> None:
     """Resize in linear mode (bilinear on ``[N, C, H, W]``): a ``resize`` op carrying
     the coordinate transformation and the scales ONNX maps coordinates with (the
-    ``scales`` input when given, else output over input size)."""
+    ``scales`` input when given, else output over input size); cubic mode carries
+    ``cubic_coeff_a`` and ``exclude_outside``."""
+    mode = a.get("mode", b"linear")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
     ctm = a.get("coordinate_transformation_mode", b"half_pixel")
     ctm = ctm.decode() if isinstance(ctm, bytes) else ctm
     if node.op_type == "Upsample" or imp.opset < 11:
@@ -2367,10 +2373,18 @@ def _resize_linear(
         out,
         grp,
         dt,
-        mode="linear",
         coordinate_transformation_mode=ctm,
         scales=scales,
         size=[y[2], y[3]],
+        **(
+            {
+                "mode": "cubic",
+                "cubic_coeff_a": float(a.get("cubic_coeff_a", -0.75)),
+                "exclude_outside": int(a.get("exclude_outside", 0)),
+            }
+            if mode in ("cubic", "bicubic")
+            else {"mode": "linear"}
+        ),
     )
 
 
