@@ -103,11 +103,14 @@ def _softmax(x: np.ndarray, attrs: Mapping[str, Any], bias: np.ndarray | None = 
         s, t = x.shape[-2], x.shape[-1]
         mask = np.triu(np.ones((s, t), dtype=bool), k=1 + (t - s))
         x = np.where(mask, -np.inf, x)
-    x = x - x.max(axis=axis, keepdims=True)
+    top = x.max(axis=axis, keepdims=True)
+    x = x - np.where(np.isneginf(top), np.float32(0), top)  # a fully masked row stays -inf
     e = np.exp(x)
+    total = e.sum(axis=axis, keepdims=True)
     if attrs.get("log"):  # LogSoftmax: x - max - log(sum(exp))
-        return x - np.log(e.sum(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
+        return x - np.log(total)
+    # a row every key of which is masked attends to nothing: zeros, as ONNX's Attention
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
 
 
 def _clip(v: np.ndarray, attrs: Mapping[str, Any], op: str) -> np.ndarray:

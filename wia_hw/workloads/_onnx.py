@@ -848,14 +848,34 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
     elif t == "BatchNormalization":
         if a.get("training_mode", 0):
             raise fail(
-                "training_mode=1 normalises by the batch's statistics; wia-hw imports "
-                "inference graphs (BatchNormalization with its running statistics)"
+                "training_mode=1 (normalising by the batch's own statistics) is not "
+                "modelled; wia-hw imports inference graphs (BatchNormalization with its "
+                "running statistics)"
             )
         x = imp.shape(ins[0])
         if len(x) < 2:
             raise fail(f"input {list(x)} has no channel axis")
         shape = (x[1],) + (1,) * (len(x) - 2)
         xd = imp.b.tensor(v(0)).dtype
+        if any(i not in imp.consts for i in ins[1:5]):  # statistics given at run time
+            p = [imp.view(v(j), shape, f"{name}.p{j}", f"{out}.p{j}", grp) for j in range(1, 5)]
+            e = imp.b.weight(f"{name}.epsilon", (1,), xd)
+            eps = float(a.get("epsilon", 1e-5))
+            imp.values[e] = lambda: np.full(1, eps, np.float32)
+            d = imp.add("sub", f"{name}.centre", [v(0), p[2]], f"{out}.centred", grp, dt)
+            sd = imp.add(
+                "sqrt",
+                f"{name}.std",
+                [imp.add("add", f"{name}.var_eps", [p[3], e], f"{out}.var_eps", grp, dt)],
+                f"{out}.std",
+                grp,
+                dt,
+            )
+            y = imp.add("div", f"{name}.norm", [d, sd], f"{out}.normed", grp, dt)
+            y = imp.add("mul", f"{name}.scale", [y, p[0]], f"{out}.scaled", grp, dt)
+            imp.add("add", name, [y, p[1]], out, grp, dt)
+            imp.check(node, name, out)
+            return
         sw = imp.b.weight(f"{name}.folded_scale", shape, xd)
         hw = imp.b.weight(f"{name}.folded_shift", shape, xd)
         affine = _bn_affine(imp, node)
@@ -1315,6 +1335,11 @@ def _select(imp: _Importer, node: Any, name: str, out: str, grp: str, dt: str | 
         consts = [tuple(1 if a == b else b for a, b in zip(xr, oshape, strict=True))]
         kind = "add"
     else:  # Trilu: keep one triangle of the last two axes
+        if len(ins) > 1 and ins[1] and imp.const_values(ins[1]) is None:
+            raise WorkloadError(
+                f"ONNX node {name!r} (Trilu): its diagonal k {ins[1]!r} is computed at run "
+                "time; wia-hw models a constant k"
+            )
         x = imp.shape(ins[0])
         dyn, consts, kind = [ins[0]], [tuple(x[-2:])], "mul"
     vals = [imp.value(d, name) for d in dyn]
@@ -1327,7 +1352,8 @@ def _select(imp: _Importer, node: Any, name: str, out: str, grp: str, dt: str | 
         if cond is not None:  # the elements that keep the run-time value
             imp.mask_allowed[w] = cond.astype(bool) if dyn[0] == ins[1] else ~cond.astype(bool)
         known = [imp.const_values(i) is not None for i in ins if i and i not in dyn]
-        if all(known):  # the constants' values are in the model
+        if all(known) or t == "Expand":  # the constants' values are in the model (Expand's
+            # zeros need none)
             imp.values[w] = _merged_value(imp, t, node, ins, dyn, shape)
     y = vals[0]
     for k, other in enumerate(vals[1:]):
@@ -1977,6 +2003,11 @@ def _attention(
         )
     if a.get("softcap", 0.0):
         raise fail(f"softcap {a['softcap']} is not modelled")
+    known = {"is_causal", "kv_num_heads", "q_num_heads", "qk_matmul_output_mode", "scale"}
+    known |= {"softcap", "softmax_precision"}
+    other = sorted(set(a) - known)
+    if other:  # a later opset's (left_window_size ...): computed otherwise
+        raise fail(f"attributes {', '.join(other)} are not modelled")
     q, k, v = (imp.shape(i) for i in ins[:3])
     three_d = len(q) == 3
 
@@ -2364,6 +2395,10 @@ def _resize_linear(
         given = imp.const_values(src[1])
     elif node.op_type == "Resize" and len(src) > 2 and src[2]:
         given = imp.const_values(src[2])
+    elif node.op_type == "Resize" and len(src) > 3 and src[3] and imp.const_values(src[3]) is None:
+        raise fail("sizes are computed at run time; wia-hw models constant sizes or scales")
+    if given is None and node.op_type == "Resize" and len(src) > 2 and src[2]:
+        raise fail("scales are computed at run time; wia-hw models constant sizes or scales")
     if given is not None and given.size == 4:
         scales = [float(given.reshape(-1)[2]), float(given.reshape(-1)[3])]
     imp.add(
