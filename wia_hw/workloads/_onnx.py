@@ -2583,6 +2583,8 @@ def _import_prepared(
             _constant(imp, n)
     rewrite_qdq(imp)
     _fold_candidates(imp)
+    used = {i for n in imp.g.node if id(n) not in imp.skip for i in n.input}
+    used |= {o.name for o in imp.g.output}
     for i, n in enumerate(imp.g.node):
         if n.op_type == "Constant" or id(n) in imp.skip:
             continue
@@ -2600,6 +2602,13 @@ def _import_prepared(
             raise WorkloadError(
                 f"ONNX node {name!r} ({n.op_type}): cannot be imported ({type(e).__name__}: {e})"
             ) from None
+        for o in n.output[1:]:  # an optional output (LayerNormalization's mean, a
+            # Dropout's mask, MaxPool's indices) that the model uses must exist
+            if o and o in used and not imp.defined(o) and o not in imp.empty:
+                raise WorkloadError(
+                    f"ONNX node {name!r} ({n.op_type}): its output {o!r} is used, and "
+                    "that output is not modelled"
+                )
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
     sequences = batch or dims.get("batch") or 1
     params = {
