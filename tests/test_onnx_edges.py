@@ -1038,3 +1038,19 @@ def test_onnx_node_tests_of_more_ops(ops, runtime, least, named):
 
     matched, refused = run_node_cases(ops, runtime)
     assert len(matched) >= least and set(named) <= set(matched), (matched, refused)
+
+
+def test_a_used_optional_output_that_is_not_modelled_is_refused():
+    node = helper.make_node("LayerNormalization", ["x", "g"], ["y", "mean"], name="ln", axis=-1)
+    g = helper.make_graph(
+        [node],
+        "ln",
+        [helper.make_tensor_value_info("x", F32, [2, 8])],
+        [helper.make_tensor_value_info(o, F32, None) for o in ("y", "mean")],
+        [numpy_helper.from_array(np.ones(8, np.float32), "g")],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(
+        WorkloadError, match=r"^ONNX node 'ln' \(LayerNormalization\): its output 'mean' is used"
+    ):
+        from_onnx(m)
