@@ -157,7 +157,7 @@ def format_report(r: ImportReport) -> str:
     g = r.graph
     if g is not None and g.quant:  # a quantised model: how much of it runs on integers
         gemms = [op for op in g.ops if op.kind in GEMM_KINDS]
-        ints = sum(all(i in g.quant for i in op.inputs[:2]) for op in gemms)
+        ints = sum(all(g.tensors[i].dtype == "int8" for i in op.inputs[:2]) for op in gemms)
         lines.append(
             f"  Quantised:   {len(g.quant)} integer tensors with static scales; "
             f"{ints} of {len(gemms)} GEMMs on integer operands"
