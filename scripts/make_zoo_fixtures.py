@@ -20,7 +20,8 @@ compare. ``bart`` is a whole encoder-decoder (BART: ``input_ids`` and
 ``decoder_input_ids`` in, the logits out; the decoder's cross-attention reads the
 encoder's output). ``llama_sdpa_op23`` is LLaMA with transformers' default SDPA attention, exported
 by the dynamo exporter at opset 23, where it writes ONNX's own Attention and
-RMSNormalization ops. ``<name>.ortopt`` (RoBERTa, LLaMA, ViT, T5's encoder) is the
+RMSNormalization ops. ``bert_mask`` is BERT with a padded batch (its attention mask and
+token types as inputs) exported at opset 14 by the legacy exporter. ``<name>.ortopt`` (RoBERTa, LLaMA, ViT, T5's encoder, the masked BERT) is the
 legacy export put through ONNX Runtime's transformer optimizer (``optimize_model``,
 opt_level 1), which writes its fused kernels: SkipLayerNormalization,
 SkipSimplifiedLayerNormalization, SimplifiedLayerNormalization and Gelu.
@@ -156,6 +157,17 @@ class Seq2Seq(torch.nn.Module):
         return self.model(input_ids=ids, decoder_input_ids=dec, use_cache=False).logits
 
 
+class MaskedBert(torch.nn.Module):
+    """BERT with its padding mask and token types as run-time inputs."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor, tt: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=ids, attention_mask=mask, token_type_ids=tt).last_hidden_state
+
+
 class DecodeStep(torch.nn.Module):
     """One LLaMA decode step: ``ids [B, 1]`` and per layer past ``k``, ``v``
     ``[B, KV, P, H / HEADS]`` in a cache; the last hidden state out."""
@@ -253,6 +265,36 @@ def main() -> None:
     sdpa = LastHidden(llama, "input_ids", True).eval()
     export(sdpa, (x,), ["input_ids"], out, "llama_sdpa_op23", ("dynamo",), 23)
     from onnxruntime.transformers.optimizer import optimize_model
+
+    bert = tf.BertModel(
+        tf.BertConfig(
+            hidden_size=H,
+            num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS,
+            intermediate_size=FFN,
+            vocab_size=VOCAB,
+            max_position_embeddings=32,
+        )
+    )
+    bert.config._attn_implementation = "eager"
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=gen)
+    mask = torch.ones(BATCH, SEQ, dtype=torch.long)
+    mask[1, SEQ - 3 :] = 0  # the second sequence is padded
+    tt = torch.zeros(BATCH, SEQ, dtype=torch.long)
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    export(
+        MaskedBert(bert.eval()).eval(), (ids, mask, tt), names, out, "bert_mask", ("legacy",), 14
+    )
+    opt = optimize_model(
+        str(out / "bert_mask.legacy.onnx"),
+        model_type="bert",
+        num_heads=HEADS,
+        hidden_size=H,
+        opt_level=1,
+        use_gpu=False,
+    )
+    opt.save_model_to_file(str(out / "bert_mask.ortopt.onnx"))
+    say("bert_mask.ortopt.onnx written")
 
     for name, kind in (("roberta", "bert"), ("llama", "gpt2"), ("vit", "vit"), ("t5enc", "t5")):
         opt = optimize_model(

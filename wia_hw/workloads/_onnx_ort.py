@@ -12,6 +12,8 @@ what the fused kernel does and computes what ONNX Runtime computes:
   read, is ``s``;
 * ``SkipSimplifiedLayerNormalization`` (com.microsoft), ``SimplifiedLayerNormalization``:
   the same with an RMS norm (LLaMA's, T5's);
+* ``LayerNormalization`` in a model of an opset before 17 (where it is ONNX Runtime's
+  kernel, unknown to shape inference): the layer norm written out;
 * ``Gelu``, ``BiasGelu`` (com.microsoft): the Erf form (after the bias);
   ``FastGelu``: the tanh form (after the optional bias); ``QuickGelu``:
   ``x * sigmoid(alpha x)``.
@@ -122,15 +124,17 @@ def expand_ort_fusions(onnx: Any, proto: Any) -> None:
     """Write every fused kernel of :data:`ORT_FUSIONS` in ``proto`` back as standard
     ONNX (module docstring), in place."""
     g = proto.graph
-    if not any(
-        (n.domain if n.domain != "ai.onnx" else "", n.op_type) in ORT_FUSIONS for n in g.node
-    ):
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
+    # before opset 17 LayerNormalization is ONNX Runtime's own (shape inference does not
+    # know it): written back too
+    fusions = ORT_FUSIONS | ({("", "LayerNormalization")} if opset < 17 else set())
+    if not any((n.domain if n.domain != "ai.onnx" else "", n.op_type) in fusions for n in g.node):
         return
     read = {i for n in g.node for i in n.input} | {o.name for o in g.output}
     out = []
     for k, n in enumerate(g.node):
         key = (n.domain if n.domain != "ai.onnx" else "", n.op_type)
-        if key not in ORT_FUSIONS:
+        if key not in fusions:
             out.append(n)
             continue
         from onnx import helper
@@ -148,8 +152,11 @@ def expand_ort_fusions(onnx: Any, proto: Any) -> None:
                     "read; only the normalised output (and the skip sum) is modelled"
                 )
             eps = float(attrs.get("epsilon", 1e-5 if "Simplified" not in t else 1e-6))
-            if "Simplified" in t and attrs.get("axis", -1) not in (-1,):
-                raise WorkloadError(f"ONNX node {label!r}: axis {attrs['axis']} is not modelled")
+            if attrs.get("axis", -1) != -1:
+                raise WorkloadError(
+                    f"ONNX node {label!r} ({t}): axis {attrs['axis']} is not modelled here "
+                    "(the last axis is)"
+                )
             rms = "Simplified" in t
             if t.startswith("Skip"):
                 x, skip, gamma = ins[0], ins[1], ins[2]
