@@ -335,67 +335,76 @@ class _Rewriter:
         cluster = list(mu[1]) + [sub]
         d = sub.outputs[0]
         readers = [o for o in self.cons.get(d, []) if self.alive(o)]
-        sq = next(
-            (
-                o
-                for o in readers
-                if (o.kind == "pow" and o.inputs[0] == d and self.scalar(o.inputs[1]))
-                or (o.kind == "mul" and o.inputs == (d, d))
-            ),
-            None,
-        )
+        sq = next((o for o in readers if self.squares(o, d)), None)
         div = next((o for o in readers if o.kind == "div" and o.inputs[0] == d), None)
         if sq is None or div is None or len(readers) != 2:
             return
-        cluster.append(sq)
-        r2 = self.only_reader(sq.outputs[0])
-        if r2 is None:
+        found = self.mean_plus_eps(sq)
+        if found is None:
             return
-        # the second mean: reshape -> global_avgpool -> reshape reading sq
-        tail = self.only_reader(r2.outputs[0]) if r2.kind == "reshape" else None
-        end = self.only_reader(tail.outputs[0]) if tail is not None else None
-        if end is None or end.kind != "reshape":
-            return
-        mv = self.mean_unit(end.outputs[0])
-        if mv is None or mv[0] != sq.outputs[0]:
-            return
-        cluster += mv[1]
-        add = self.only_reader(end.outputs[0])
-        if add is None or add.kind != "add":
-            return
-        eps_name = self.other(add, end.outputs[0])
-        if not self.scalar(eps_name):
-            return
+        ops, add, eps = found
         sqrt = self.only_reader(add.outputs[0])
         if sqrt is None or sqrt.kind != "sqrt" or self.only_reader(sqrt.outputs[0]) is not div:
             return
-        cluster += [add, sqrt, div]
-        last, ins = div, [x]
-        hdim = self.t(x).shape[-1]
-        g = self.only_reader(div.outputs[0])
+        cluster += [sq, *ops, sqrt, div]
+        self.norm_with_affine(cluster, div, x, eps, rms=False)
+
+    def squares(self, o: Op, x: str) -> bool:
+        """Whether ``o`` is ``x * x`` or ``x ** 2``."""
+        if o.kind == "mul":
+            return o.inputs == (x, x)
+        return (
+            o.kind == "pow"
+            and o.inputs[0] == x
+            and self.scalar(o.inputs[1])
+            and self.scalar_value(o.inputs[1]) in (2.0, None)  # None: a stripped constant
+        )
+
+    def mean_plus_eps(self, sq: Op) -> tuple[list[Op], Op, float | None] | None:
+        """``sq``'s mean over the last axis (reshape -> global_avgpool -> reshape) plus
+        a scalar ``eps``: (the ops from the mean to the add, the add, eps's value)."""
+        r2 = self.only_reader(sq.outputs[0])
+        tail = self.only_reader(r2.outputs[0]) if r2 is not None and r2.kind == "reshape" else None
+        end = self.only_reader(tail.outputs[0]) if tail is not None else None
+        if end is None or end.kind != "reshape":
+            return None
+        mv = self.mean_unit(end.outputs[0])
+        if mv is None or mv[0] != sq.outputs[0]:
+            return None
+        add = self.only_reader(end.outputs[0])
+        if add is None or add.kind != "add" or not self.scalar(self.other(add, end.outputs[0])):
+            return None
+        return [*mv[1], add], add, self.scalar_value(self.other(add, end.outputs[0]))
+
+    def norm_with_affine(
+        self, cluster: list[Op], norm: Op, x: str, eps: float | None, rms: bool
+    ) -> None:
+        """Finish a norm whose normalised ``x`` ``norm`` writes: a same-type Cast after
+        it (LLaMA's ``.to(input_dtype)``), ``* gamma [H]`` and ``+ beta [H]`` when there,
+        then the one fused ``layer_norm``."""
+        last, ins, hdim = norm, [x], self.t(x).shape[-1]
+        g = self.only_reader(norm.outputs[0])
         if (
             g is not None
-            and g.kind == "mul"
-            and self.weight(self.other(g, div.outputs[0]))
-            and self.t(self.other(g, div.outputs[0])).shape == (hdim,)
-        ):
+            and g.kind == "cast"
+            and self.t(g.outputs[0]).dtype == self.t(norm.outputs[0]).dtype
+        ):  # free
             cluster.append(g)
-            last = g
-            ins.append(self.other(g, div.outputs[0]))
-            b = self.only_reader(g.outputs[0])
+            last, g = g, self.only_reader(g.outputs[0])
+        for kind in ("mul", "add"):  # gamma, then beta
             if (
-                b is not None
-                and b.kind == "add"
-                and self.weight(self.other(b, g.outputs[0]))
-                and self.t(self.other(b, g.outputs[0])).shape == (hdim,)
+                g is None
+                or g.kind != kind
+                or not self.weight(self.other(g, last.outputs[0]))
+                or self.t(self.other(g, last.outputs[0])).shape != (hdim,)
             ):
-                cluster.append(b)
-                last = b
-                ins.append(self.other(b, g.outputs[0]))
-        out = last.outputs[0]
-        if self.t(out).shape != self.t(x).shape:
+                break
+            ins.append(self.other(g, last.outputs[0]))
+            cluster.append(g)
+            last, g = g, self.only_reader(g.outputs[0])
+        if self.t(last.outputs[0]).shape != self.t(x).shape:
             return
-        self.fused_norm(cluster, last, ins, self.scalar_value(eps_name), rms=False)
+        self.fused_norm(cluster, last, ins, eps, rms)
 
     def fused_norm(
         self, cluster: list[Op], last: Op, ins: list[str], eps: float | None, rms: bool
@@ -426,31 +435,18 @@ class _Rewriter:
         ``sqrt`` -> ``x / r`` or ``x * reciprocal(r)`` -> optionally ``* gamma [H]``
         (LLaMA's and T5's RMSNorm as the exporters write it): one ``layer_norm`` with
         ``rms``."""
-        if sq.kind == "pow":
-            if not self.scalar(sq.inputs[1]) or self.scalar_value(sq.inputs[1]) != 2.0:
-                return
-        elif sq.kind != "mul" or sq.inputs[0] != sq.inputs[1]:
+        if not sq.inputs or not self.squares(sq, sq.inputs[0]):
             return
         x = sq.inputs[0]
-        r2 = self.only_reader(sq.outputs[0])
-        if r2 is None or r2.kind != "reshape":
+        found = self.mean_plus_eps(sq)
+        if found is None:
             return
-        tail = self.only_reader(r2.outputs[0])
-        end = self.only_reader(tail.outputs[0]) if tail is not None else None
-        if end is None or end.kind != "reshape":
-            return
-        mv = self.mean_unit(end.outputs[0])
-        if mv is None or mv[0] != sq.outputs[0]:
-            return
-        add = self.only_reader(end.outputs[0])
-        if add is None or add.kind != "add" or not self.scalar(self.other(add, end.outputs[0])):
-            return
-        eps = self.scalar_value(self.other(add, end.outputs[0]))
+        ops, add, eps = found
         sqrt = self.only_reader(add.outputs[0])
         if sqrt is None or sqrt.kind != "sqrt":
             return
         nxt = self.only_reader(sqrt.outputs[0])
-        cluster = [sq, *mv[1], add, sqrt]
+        cluster = [sq, *ops, sqrt]
         one_over = (  # 1 / r, as the legacy exporter writes torch.rsqrt
             nxt is not None
             and nxt.kind == "div"
@@ -468,30 +464,7 @@ class _Rewriter:
         else:
             return
         cluster.append(norm)
-        last, ins = norm, [x]
-        g = self.only_reader(norm.outputs[0])
-        if (
-            g is not None
-            and g.kind == "cast"
-            and self.t(g.outputs[0]).dtype == self.t(norm.outputs[0]).dtype
-        ):  # a same-type Cast the exporter left (LLaMA's .to(input_dtype)): free
-            cluster.append(g)
-            last = g
-            g = self.only_reader(g.outputs[0])
-        hdim = self.t(x).shape[-1]
-        if (
-            g is not None
-            and g.kind == "mul"
-            and self.weight(self.other(g, last.outputs[0]))
-            and self.t(self.other(g, last.outputs[0])).shape == (hdim,)
-        ):
-            ins.append(self.other(g, last.outputs[0]))
-            cluster.append(g)
-            last = g
-        out = last.outputs[0]
-        if self.t(out).shape != self.t(x).shape:
-            return
-        self.fused_norm(cluster, last, ins, eps, rms=True)
+        self.norm_with_affine(cluster, norm, x, eps, rms=True)
 
     # -- attention -------------------------------------------------------------------
     def attention(self, soft: Op) -> None:
