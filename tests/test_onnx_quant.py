@@ -49,8 +49,7 @@ def reference(model: object, feeds: dict, names: list[str] | None = None) -> lis
 
 
 def codes_to_real(graph: wia_hw.Graph, name: str, codes: np.ndarray) -> np.ndarray:
-    p = graph.quant[name]
-    return ((codes.astype(np.float64) - p.zero_point) * p.scale).astype(np.float32)
+    return graph.quant[name].real(codes)
 
 
 @pytest.mark.parametrize("name", SMALL)

@@ -172,7 +172,7 @@ class FunctionalExecutor:
     # -- static quantisation (Graph.quant) -----------------------------------------------
     def _requantise(self, name: str, y: np.ndarray, p: QuantParams) -> None:
         off = _offset(p)
-        q = np.clip(np.rint(np.asarray(y, np.float64) / p.scale) + p.zero_point, p.lo, p.hi)
+        q = p.quantise(y)
         self.values[name] = (q - off).astype(np.int8 if p.hi - p.lo < 256 else np.int32)
         self.scales[name] = p.scale
         self.zeros[name] = p.zero_point - off
@@ -186,11 +186,7 @@ class FunctionalExecutor:
         hi = np.float32(max(0.0, float(x.max()))) if x.size else np.float32(0)
         scale = np.float32((hi - lo) / np.float32(255)) or np.float32(1)
         zero = np.rint(np.clip(np.float32(0) - lo / scale, 0, 255)).astype(np.int64)
-        q = np.clip(np.rint(x / scale) + zero, 0, 255).astype(np.int64)
-        out = op.outputs[0]
-        self.values[out] = (q - 128).astype(np.int8)
-        self.scales[out] = np.asarray(scale, np.float32)
-        self.zeros[out] = zero - 128
+        self._requantise(op.outputs[0], x, QuantParams(np.asarray(scale), zero, 0, 255))
 
     def _static_step(self, op: Op, kernels: Sequence[Kernel], device: Device | None) -> None:
         g = self.graph

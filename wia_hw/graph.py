@@ -249,6 +249,20 @@ class QuantParams:
     lo: int = -128
     hi: int = 127
 
+    def quantise(self, x: Any) -> Any:
+        """The codes (int64) of real values ``x``, as ONNX's QuantizeLinear computes
+        them: ``clip(rint(x / scale) + zero_point, lo, hi)``, the division in float32."""
+        import numpy as np
+
+        q = np.rint(np.asarray(x, np.float32) / np.asarray(self.scale, np.float32))
+        return np.clip(q.astype(np.int64) + self.zero_point, self.lo, self.hi)
+
+    def real(self, codes: Any) -> Any:
+        """The real values (float32) of ``codes``: ``(codes - zero_point) * scale``."""
+        import numpy as np
+
+        return ((np.asarray(codes, np.float64) - self.zero_point) * self.scale).astype(np.float32)
+
     def same(self, other: QuantParams | None) -> bool:
         """Equal parameters (so a tensor of codes means the same under either)."""
         import numpy as np

@@ -282,11 +282,7 @@ class _Rewrite:
         self.imp.consts[out] = t
         dtype = np.uint8 if t.data_type == 2 else np.int8
 
-        def codes(w: Any) -> Any:
-            q = np.rint(np.asarray(w, np.float32) / p.scale) + p.zero_point
-            return np.clip(q, p.lo, p.hi).astype(dtype)
-
-        self.imp.derived[out] = (src, codes)
+        self.imp.derived[out] = (src, lambda w: p.quantise(w).astype(dtype))
         self.drop(q)
 
     # -- the QOperator ops ---------------------------------------------------------------
