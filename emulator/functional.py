@@ -249,28 +249,24 @@ def _cubic_weights(
     n_in: int, n_out: int, scale: float, ctm: str, a: float, exclude_outside: bool
 ) -> np.ndarray:
     """``[n_out, n_in]``: ONNX Resize's cubic interpolation on one axis (coefficient
-    ``a``): each output's four nearest source pixels (ties to the lower index; a
-    source coordinate on a pixel takes ratio 1), the edge pixel standing in for those
-    outside, or, with ``exclude_outside``, those dropped and the rest renormalised."""
+    ``a``): each output's four nearest source pixels (ties to the lower index, so a
+    source coordinate on a pixel takes ratio 1 and the window ``x-2 .. x+1``), the edge
+    pixel standing in for those outside, or, with ``exclude_outside``, those dropped
+    and the rest renormalised."""
+    x = source_coordinate(n_in, n_out, scale, ctm)
+    start = np.clip(np.ceil(x).astype(np.int64) - 2, -2, n_in - 2)
+    r = x - np.floor(x)
+    r = np.where(r == 0, 1.0, r)[:, None]
+    s = np.concatenate([1 + r, r, 1 - r, 2 - r], axis=1)  # distances to the four
+    near = ((a + 2) * s - (a + 3)) * s * s + 1  # |s| <= 1
+    far = ((a * s - 5 * a) * s + 8 * a) * s - 4 * a  # 1 < |s| < 2
+    c = np.where(s <= 1, near, far)
+    idx = start[:, None] + np.arange(4)
+    if exclude_outside:
+        c = np.where((idx >= 0) & (idx < n_in), c, 0.0)
+        c = c / c.sum(axis=1, keepdims=True)
     m = np.zeros((n_out, n_in))
-    for i, x in enumerate(source_coordinate(n_in, n_out, scale, ctm)):
-        base = math.floor(x)
-        r = 1.0 if x == base else x - base
-        c = np.array(
-            [
-                ((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
-                ((a + 2) * r - (a + 3)) * r * r + 1,
-                ((a + 2) * (1 - r) - (a + 3)) * (1 - r) * (1 - r) + 1,
-                ((a * (2 - r) - 5 * a) * (2 - r) + 8 * a) * (2 - r) - 4 * a,
-            ]
-        )
-        lo, hi = -2, n_in + 1  # the edge-padded range the four come from
-        idx = sorted(sorted(range(lo, hi + 1), key=lambda j: (abs(x - j), j))[:4])
-        if exclude_outside:
-            c = np.where([0 <= j < n_in for j in idx], c, 0.0)
-            c = c / c.sum()
-        for j, w in zip(idx, c, strict=True):
-            m[i, min(max(j, 0), n_in - 1)] += w
+    np.add.at(m, (np.repeat(np.arange(n_out), 4), np.clip(idx, 0, n_in - 1).ravel()), c.ravel())
     return m
 
 
