@@ -48,7 +48,7 @@ from .emulator.errors import WorkloadError
 from .emulator.functional import cast_to, evaluate, gemm_operands, random_input
 from .emulator.kernels import GemmKernel, Kernel
 from .emulator.tiled_exec import execute_gemm
-from .graph import GEMM_KINDS, Graph, Op, QuantParams, op_macs
+from .graph import GEMM_KINDS, MOVE_KINDS, Graph, Op, QuantParams, op_macs
 
 if TYPE_CHECKING:
     from .emulator.device import Device
@@ -57,7 +57,6 @@ __all__ = ["FunctionalExecutor", "FUNCTIONAL_MAC_LIMIT"]
 
 #: Above this many MACs in one op, functional mode refuses (it is for small sizes).
 FUNCTIONAL_MAC_LIMIT = 2_000_000_000
-_MOVES = ("reshape", "slice", "concat", "transpose", "identity")
 _FLOATS = ("fp32", "fp16", "bf16")
 
 
@@ -197,7 +196,7 @@ class FunctionalExecutor:
         coded = [i for i in data if i in self.zeros]
         ints = ("int8", "int32")
         if (
-            op.kind in (*_MOVES, "embedding")
+            op.kind in (*MOVE_KINDS, "embedding")
             and out.dtype in ints
             and all(g.tensors[i].dtype == out.dtype for i in data)
             and (coded or p is not None)
@@ -392,7 +391,7 @@ class FunctionalExecutor:
         int_gemm = op.kind in GEMM_KINDS and all(
             self.values[i].dtype == np.int8 for i in op.inputs[:2]
         )
-        if op.kind in _MOVES:  # integers and their scale move unchanged
+        if op.kind in MOVE_KINDS:  # integers and their scale move unchanged
             self.values[out_name] = evaluate(
                 op.kind,
                 op.attrs,

@@ -81,6 +81,7 @@ __all__ = [
     "Window",
     "window",
     "QuantParams",
+    "MOVE_KINDS",
 ]
 
 #: Bytes per element of each dtype.
@@ -184,6 +185,8 @@ OTHER_KINDS = (
     "cumsum",
 )
 OP_KINDS = GEMM_KINDS + tuple(UNARY_KINDS) + tuple(BINARY_KINDS) + OTHER_KINDS
+#: Data movement: the values (an integer tensor's codes too) move unchanged.
+MOVE_KINDS = ("reshape", "slice", "concat", "transpose", "identity")
 #: FLOPs per element of the reductions: softmax (max, sub, exp, sum, div),
 #: layer norm (mean, sub, square, sum, rsqrt-mul, scale, shift, ...).
 SOFTMAX_FLOPS_PER_ELEMENT = 5

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..emulator.errors import WorkloadError
-from ._onnx_qdq import keeps_integer
+from ._onnx_qdq import keeps_integer, readers_of
 
 #: Largest tensor (elements) that folding evaluates; larger constants are shape-folded.
 FOLD_MAX_ELEMENTS = 1 << 22
@@ -107,11 +107,7 @@ class _Folder:
         self.memo = memo  # shared by the rounds of one import
         self.evaluated = 0
         #: value -> the (node, input index) pairs that read it
-        self.readers: dict[str, list[tuple[Any, int]]] = {}
-        for n in graph.node:
-            for i, v in enumerate(n.input):
-                if v:
-                    self.readers.setdefault(v, []).append((n, i))
+        self.readers = readers_of(graph.node)
 
     # -- constants -------------------------------------------------------------------
     def is_const(self, name: str) -> bool:

@@ -42,9 +42,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ..emulator.errors import WorkloadError
-from ..graph import QuantParams
+from ..graph import MOVE_KINDS, QuantParams
 
-__all__ = ["QDQ_OPS", "keeps_integer", "quant_of", "rewrite", "transformed"]
+__all__ = ["QDQ_OPS", "keeps_integer", "quant_of", "readers_of", "rewrite", "transformed"]
 
 QDQ_OPS = (
     "DynamicQuantizeLinear",
@@ -385,14 +385,14 @@ class _Rewrite:
     # -- the graph ---------------------------------------------------------------------
     def run(self) -> None:
         g, imp = self.g, self.imp
-        readers = _readers(g.node, imp.skip)
+        readers = readers_of(g.node, imp.skip)
         for n in g.node:
             if n.op_type == "DynamicQuantizeLinear":
                 self.dynamic(n, readers)
         for n in g.node:
             if n.op_type in ("QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger"):
                 self.qlinear(n)
-        readers = _readers(g.node, imp.skip)
+        readers = readers_of(g.node, imp.skip)
         quants = {
             n.output[0]: self.of_node(n, n.output[0])
             for n in g.node
@@ -450,7 +450,7 @@ class _Rewrite:
                     r.input[j] = keep
             m.output[0] = keep
         # 2. DequantizeLinear: readers that compute read the codes
-        readers = _readers(g.node, imp.skip)
+        readers = readers_of(g.node, imp.skip)
         for out, (n, p) in dq.items():
             codes = n.input[0] = self.claim(n, n.input[0], p)
             rest = []
@@ -462,7 +462,7 @@ class _Rewrite:
             if not rest and out not in self.outputs:
                 self.drop(n)
         # 3. QuantizeLinear fused into the compute op that writes its only input
-        readers = _readers(g.node, imp.skip)
+        readers = readers_of(g.node, imp.skip)
         producer = {o: n for n in g.node if id(n) not in imp.skip for o in n.output}
         for q in g.node:
             if q.op_type != "QuantizeLinear" or id(q) in imp.skip:
@@ -482,7 +482,7 @@ class _Rewrite:
             self.drop(q)
 
 
-def _readers(nodes: Any, skip: set[int]) -> dict[str, list[tuple[Any, int]]]:
+def readers_of(nodes: Any, skip: set[int] = frozenset()) -> dict[str, list[tuple[Any, int]]]:
     """value -> the (node, input index) pairs that read it, left-out nodes not counted."""
     out: dict[str, list[tuple[Any, int]]] = {}
     for n in nodes:
@@ -518,12 +518,11 @@ def quant_of(graph: Any, params: dict[str, QuantParams]) -> dict[str, QuantParam
     quant = {n: p for n, p in params.items() if n in graph.tensors}
     if not quant:
         return quant
-    moves = ("reshape", "transpose", "slice", "concat", "identity")
     ints = ("int8", "int32")
     for _ in range(4):
         changed = False
         for op in graph.ops:
-            if op.kind not in moves:
+            if op.kind not in MOVE_KINDS:
                 continue
             x, y = op.inputs[0], op.outputs[0]
             tx, ty = graph.tensors[x], graph.tensors[y]
