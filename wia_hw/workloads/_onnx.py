@@ -43,8 +43,8 @@ LeakyRelu Elu Softplus; PRelu          ``leakyrelu``, ``elu``, ``softplus``; ``p
                                        (binary, the slope a weight)
 Softmax LogSoftmax LayerNormalization  ``softmax`` (LogSoftmax: ``log``), ``layer_norm``
                                        (from any axis, viewed flat)
-RMSNormalization                       square, mean, ``+ eps``, ``sqrt``, ``div``,
-                                       ``* scale`` on a flat view
+RMSNormalization                       ``layer_norm`` with ``rms`` (from any axis, viewed
+                                       flat)
 Log Reciprocal Abs Sin Cos Floor Ceil  the unary op; CastLike is ``cast``
 Round Sign CastLike
 Conv                                   ``conv2d`` (1-D or 2-D: any kernel, strides,
@@ -1751,55 +1751,29 @@ def _resize(
 def _normalization(
     imp: _Importer, node: Any, name: str, a: dict[str, Any], out: str, grp: str, dt: str | None
 ) -> None:
-    """LayerNormalization and RMSNormalization over the dims from ``axis`` on. Layer
-    norm is a ``layer_norm`` over the last axis, the input (and scale and bias) viewed
-    flat from ``axis`` when that is not the last one. RMS norm (opset 23) is written
-    out: ``x * x``, its mean over the normalised dims (a ``global_avgpool``), ``+ eps``,
-    ``sqrt``, ``x / rms``, ``* scale``, on the same flat view."""
-    import numpy as np
-
+    """LayerNormalization and RMSNormalization (opset 23) over the dims from ``axis``
+    on: a ``layer_norm`` (``rms`` for RMS norm) over the last axis, the input (and
+    scale and bias) viewed flat from ``axis`` when that is not the last one."""
     ins = [i for i in node.input]
     x = imp.shape(ins[0])
     rank = len(x)
     axis = a.get("axis", -1) % rank
     rows, width = math.prod(x[:axis]), math.prod(x[axis:])
-    flat = axis != rank - 1  # normalised over several dims: a flat view of them
-    eps = float(a.get("epsilon", 1e-5))
+    attrs: dict[str, Any] = {"eps": float(a.get("epsilon", 1e-5))}
+    if node.op_type == "RMSNormalization":
+        attrs["rms"] = True
 
     def view(src: str, shape: tuple[int, ...], tag: str) -> str:
         return imp.view(src, shape, f"{name}.{tag}", f"{out}.{tag}", grp)
 
     params = [view(imp.value(i, name), (width,), f"p{j}") for j, i in enumerate(ins[1:3]) if i]
-    if node.op_type == "LayerNormalization":
-        if not flat:
-            imp.add("layer_norm", name, [imp.value(ins[0], name), *params], out, grp, dt, eps=eps)
-            return
-        src = view(imp.value(ins[0], name), (rows, width), "flat")
-        y = imp.add("layer_norm", name, [src, *params], f"{out}.flat_out", grp, dt, eps=eps)
-        imp.add("reshape", f"{name}.unflat", [y], out, grp, dt, shape=x)
+    if axis == rank - 1:
+        imp.add("layer_norm", name, [imp.value(ins[0], name), *params], out, grp, dt, **attrs)
         return
-    # RMS: on the [rows, width] view of the input (free)
-    x2 = view(imp.value(ins[0], name), (rows, width), "rows")
-    sq = imp.add("mul", f"{name}.square", [x2, x2], f"{out}.square", grp, dt)
-    ms = imp.add(
-        "global_avgpool",
-        f"{name}.mean",
-        [view(sq, (1, rows, width, 1), "cols")],
-        f"{out}.mean",
-        grp,
-        dt,
-        reduce="mean",
-    )
-    e = imp.b.weight(f"{name}.epsilon", (1,), imp.b.tensor(x2).dtype)
-    imp.values[e] = lambda: np.full(1, eps, np.float32)
-    ms = imp.add(
-        "add", f"{name}.plus_eps", [view(ms, (rows, 1), "mean_rows"), e], f"{out}.plus_eps", grp, dt
-    )
-    rms = imp.add("sqrt", f"{name}.rms", [ms], f"{out}.rms", grp, dt)
-    y = imp.add("div", f"{name}.normed", [x2, rms], f"{out}.normed", grp, dt)
-    if params:
-        y = imp.add("mul", name, [y, params[0]], f"{out}.scaled", grp, dt)
-    imp.add("reshape", f"{name}.out", [y], out, grp, dt, shape=x)
+    # normalised over several dims: a flat view of them
+    src = view(imp.value(ins[0], name), (rows, width), "flat")
+    y = imp.add("layer_norm", name, [src, *params], f"{out}.flat_out", grp, dt, **attrs)
+    imp.add("reshape", f"{name}.unflat", [y], out, grp, dt, shape=x)
 
 
 def _group_norm(

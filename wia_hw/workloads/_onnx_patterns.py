@@ -72,10 +72,7 @@ class _Rewriter:
 
     def value(self, name: str) -> Any | None:
         try:
-            v = self.imp.const_values(name) if name in self.imp.consts else None
-            if v is None and name in self.imp.values:  # a constant the import made
-                v = self.imp.values[name]()
-            return v
+            return self.imp.const_values(name)
         except Exception:  # noqa: BLE001 - an unreadable constant is matched on structure
             return None
 
