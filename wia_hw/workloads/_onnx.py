@@ -119,8 +119,8 @@ import numpy as np
 from ..emulator.errors import WorkloadError
 from ..emulator.window import Window
 from ..graph import Graph, GraphBuilder, QuantParams
-from ._onnx_ort import expand_ort_fusions
-from ._onnx_qdq import QDQ_OPS, expand_contrib, quant_of, transformed
+from ._onnx_ort import expand_ort_ops
+from ._onnx_qdq import QDQ_OPS, quant_of, transformed
 from ._onnx_qdq import rewrite as rewrite_qdq
 from ._onnx_rnn import RNN_OPS, map_rnn
 
@@ -2469,8 +2469,7 @@ def _prepare(
 
     proto, gname, source = _load(onnx, model)
     _preflight(proto, source)
-    expand_contrib(onnx, proto)
-    expand_ort_fusions(onnx, proto)
+    expand_ort_ops(onnx, proto)
     base_dir = Path(model).parent if isinstance(model, (str, os.PathLike)) else None
     inline_small_external(onnx, proto, base_dir)
     g = proto.graph

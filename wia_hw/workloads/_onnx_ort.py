@@ -1,8 +1,8 @@
-"""ONNX Runtime's transformer fusions, written back as standard ONNX for the importer.
+"""ONNX Runtime's own kernels, written back as standard ONNX for the importer.
 
 ``onnxruntime.transformers.optimizer`` (what users run on BERT, GPT-2, LLaMA, ViT and T5
 exports before deploying them) replaces decomposed subgraphs with fused kernels of its
-own. Before shape inference (which does not know them), :func:`expand_ort_fusions`
+own. Before shape inference (which does not know them), :func:`expand_ort_ops`
 writes each one back as the standard ops it stands for; the importer's patterns then
 recognise those as one ``layer_norm``, ``gelu`` or ``swish`` again, so the graph costs
 what the fused kernel does and computes what ONNX Runtime computes:
@@ -20,6 +20,13 @@ what the fused kernel does and computes what ONNX Runtime computes:
 
 The mean, variance and inverse-deviation outputs of the norms are not modelled (a
 model that reads them is refused, naming the node).
+
+ONNX Runtime's quantised kernels (``com.microsoft``: QLinearAdd, QLinearMul,
+QLinearSigmoid, QLinearLeakyRelu, QLinearSoftmax, QLinearGlobalAveragePool,
+QLinearAveragePool, QLinearConcat, QGemm: what its QOperator format writes for
+everything but Conv and MatMul) become ``QuantizeLinear(op(DequantizeLinear(x)...))``;
+:mod:`._onnx_qdq` then folds those into the op, so it reads and writes the codes.
+Channels-last pools and a softmax of an opset before 13 on a non-last axis are refused.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from typing import Any
 
 from ..emulator.errors import WorkloadError
 
-__all__ = ["ORT_FUSIONS", "expand_ort_fusions"]
+__all__ = ["ORT_FUSIONS", "QUANTISED", "expand_ort_ops"]
 
 #: (domain, op type) of the fused kernels written back
 ORT_FUSIONS = {
@@ -41,6 +48,21 @@ ORT_FUSIONS = {
     ("com.microsoft", "BiasGelu"),
     ("com.microsoft", "FastGelu"),
     ("com.microsoft", "QuickGelu"),
+}
+
+
+#: com.microsoft quantised op -> (the float op, the (x, scale, zero point) input triples
+#: by position, the (scale, zero point) of the output by position, attributes dropped)
+QUANTISED = {
+    "QLinearAdd": ("Add", ((0, 1, 2), (3, 4, 5)), (6, 7), ()),
+    "QLinearMul": ("Mul", ((0, 1, 2), (3, 4, 5)), (6, 7), ()),
+    "QLinearSigmoid": ("Sigmoid", ((0, 1, 2),), (3, 4), ()),
+    "QLinearLeakyRelu": ("LeakyRelu", ((0, 1, 2),), (3, 4), ()),
+    "QLinearSoftmax": ("Softmax", ((0, 1, 2),), (3, 4), ("opset",)),
+    "QLinearGlobalAveragePool": ("GlobalAveragePool", ((0, 1, 2),), (3, 4), ("channels_last",)),
+    "QLinearAveragePool": ("AveragePool", ((0, 1, 2),), (3, 4), ("channels_last",)),
+    "QLinearConcat": ("Concat", (), (0, 1), ()),  # its triples follow the output's pair
+    "QGemm": ("Gemm", (), (), ()),  # written by _qgemm
 }
 
 
@@ -120,21 +142,25 @@ def _elem(proto: Any, names: list[str]) -> int:
     return next((inits[n] for n in names if n in inits), 1)
 
 
-def expand_ort_fusions(onnx: Any, proto: Any) -> None:
-    """Write every fused kernel of :data:`ORT_FUSIONS` in ``proto`` back as standard
-    ONNX (module docstring), in place."""
+def expand_ort_ops(onnx: Any, proto: Any) -> None:
+    """Write ONNX Runtime's kernels in ``proto`` (:data:`ORT_FUSIONS`, :data:`QUANTISED`)
+    back as standard ONNX (module docstring), in place."""
     g = proto.graph
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
     # before opset 17 LayerNormalization is ONNX Runtime's own (shape inference does not
     # know it): written back too
     fusions = ORT_FUSIONS | ({("", "LayerNormalization")} if opset < 17 else set())
-    if not any((n.domain if n.domain != "ai.onnx" else "", n.op_type) in fusions for n in g.node):
+    fusions |= {("com.microsoft", t) for t in QUANTISED}
+
+    def key(n: Any) -> tuple[str, str]:
+        return (n.domain if n.domain != "ai.onnx" else "", n.op_type)
+
+    if not any(key(n) in fusions for n in g.node):
         return
     read = {i for n in g.node for i in n.input} | {o.name for o in g.output}
     out = []
     for k, n in enumerate(g.node):
-        key = (n.domain if n.domain != "ai.onnx" else "", n.op_type)
-        if key not in fusions:
+        if key(n) not in fusions:
             out.append(n)
             continue
         from onnx import helper
@@ -145,7 +171,9 @@ def expand_ort_fusions(onnx: Any, proto: Any) -> None:
         outs = list(n.output) + [""] * 4
         t = n.op_type
         w = _Writer(onnx, proto, n, f"{label}#{k}", _elem(proto, [i for i in ins[1:] if i]))
-        if "Normalization" in t:
+        if n.domain == "com.microsoft" and t in QUANTISED:
+            _quantised(w, n, attrs, label)
+        elif "Normalization" in t:
             if any(o and o in read for o in outs[1:3]):
                 raise WorkloadError(
                     f"ONNX node {label!r} ({n.domain}::{t}): its mean/variance outputs are "
@@ -181,3 +209,43 @@ def expand_ort_fusions(onnx: Any, proto: Any) -> None:
         out.extend(w.nodes)
     del g.node[:]
     g.node.extend(out)
+
+
+def _quantised(w: _Writer, n: Any, attrs: dict[str, Any], label: str) -> None:
+    """One of ONNX Runtime's quantised kernels as ``QuantizeLinear(op(DequantizeLinear
+    (x)...))``; QGemm's bias dequantised with ``a_scale * b_scale``."""
+    t = n.op_type
+    ins = list(n.input) + [""] * 9
+    if attrs.get("channels_last"):
+        raise WorkloadError(
+            f"ONNX node {label!r} (com.microsoft::{t}): channels_last is not modelled"
+        )
+    if t == "QLinearSoftmax" and attrs.get("opset", 13) < 13 and attrs.get("axis", -1) != -1:
+        raise WorkloadError(
+            f"ONNX node {label!r} (com.microsoft::{t}): a softmax of opset "
+            f"{attrs['opset']} over axis {attrs['axis']} is not modelled"
+        )
+
+    def dq(x: str, s: str, z: str, **axis: Any) -> str:
+        return w.op("DequantizeLinear", [x, s] + ([z] if z else []), **axis)
+
+    def q(y: str, s: str, z: str) -> None:
+        w.op("QuantizeLinear", [y, s] + ([z] if z else []), n.output[0])
+
+    if t == "QGemm":  # A, a_scale, a_zp, B, b_scale, b_zp, C, y_scale, y_zp
+        a, as_, az, b, bs, bz, c, ys, yz = ins[:9]
+        floats = [dq(a, as_, az), dq(b, bs, bz, axis=0 if attrs.get("transB", 0) else 1)]
+        if c:  # int32, in the accumulator's units
+            floats.append(dq(c, w.op("Mul", [as_, bs]), "", axis=0))
+        gemm = {k: v for k, v in attrs.items() if k in ("alpha", "transA", "transB")}
+        if ys:
+            q(w.op("Gemm", floats, **gemm), ys, yz)
+        else:  # a float output
+            w.op("Gemm", floats, n.output[0], **gemm)
+        return
+    float_op, triples, (ys, yz), drop = QUANTISED[t]
+    if t == "QLinearConcat":  # y_scale, y_zp, then (x, x_scale, x_zp) per input
+        triples = tuple((i, i + 1, i + 2) for i in range(2, len(n.input), 3))
+    floats = [dq(ins[x], ins[s], ins[z]) for x, s, z in triples if ins[x]]
+    kept = {a: v for a, v in attrs.items() if a not in drop}
+    q(w.op(float_op, floats, **kept), ins[ys], ins[yz])
