@@ -518,19 +518,17 @@ def quant_of(graph: Any, params: dict[str, QuantParams]) -> dict[str, QuantParam
     quant = {n: p for n, p in params.items() if n in graph.tensors}
     if not quant:
         return quant
-    ints = ("int8", "int32")
-    for _ in range(4):
-        changed = False
-        for op in graph.ops:
-            if op.kind not in MOVE_KINDS:
-                continue
-            x, y = op.inputs[0], op.outputs[0]
-            tx, ty = graph.tensors[x], graph.tensors[y]
-            if tx.dtype in ints and ty.dtype == tx.dtype:
-                if x in quant and y not in quant:
-                    quant[y], changed = quant[x], True
-                elif y in quant and x not in quant and tx.kind == "activation":
-                    quant[x], changed = quant[y], True
-        if not changed:
-            break
+    moves = [
+        (op.inputs[0], op.outputs[0])
+        for op in graph.ops
+        if op.kind in MOVE_KINDS
+        and graph.tensors[op.inputs[0]].dtype in ("int8", "int32")
+        and graph.tensors[op.outputs[0]].dtype == graph.tensors[op.inputs[0]].dtype
+    ]
+    for x, y in moves:  # forward along chains of moves (ops are in execution order)
+        if x in quant and y not in quant:
+            quant[y] = quant[x]
+    for x, y in reversed(moves):  # and back to the activations before them
+        if y in quant and x not in quant and graph.tensors[x].kind == "activation":
+            quant[x] = quant[y]
     return quant
