@@ -439,6 +439,75 @@ def test_layer_norm_and_gelu_are_recognised_with_the_same_flops():
     assert g.flops() != LAYER_NORM_FLOPS_PER_ELEMENT * n + UNARY_KINDS["gelu"] * n
 
 
+def tf_layer_norm_model(form):
+    """x [B, S, H] -> TensorFlow's layer norm as tf2onnx writes it: the means as
+    GlobalAveragePool of the 3-D tensor (``keras``) or ReduceMean (``tf1``,
+    ``nobeta``), ``inv = reciprocal(sqrt(var + eps)) * gamma [1, 1, H]``, then Keras's
+    ``x * inv + (-mean * inv + beta)``, ``tf.nn.batch_normalization``'s
+    ``x * inv + (beta - mean * inv)``, or without beta ``x * inv - mean * inv``."""
+    mean = (
+        (lambda i, o: node("GlobalAveragePool", [i], [o]))
+        if form == "keras"
+        else (lambda i, o: node("ReduceMean", [i], [o], axes=[-1]))
+    )
+    nodes = [
+        mean("x", "mu"),
+        node("Sub", ["x", "mu"], ["d"]),
+        node("Mul", ["d", "d"], ["d2"]),
+        mean("d2", "var"),
+        node("Add", ["var", "eps"], ["ve"]),
+        node("Sqrt", ["ve"], ["std"]),
+        node("Reciprocal", ["std"], ["r"]),
+        node("Mul", ["r", "gamma"], ["inv"]),
+        node("Mul", ["x", "inv"], ["xi"]),
+    ]
+    if form == "keras":
+        nodes += [
+            node("Neg", ["mu"], ["nm"]),
+            node("Mul", ["nm", "inv"], ["mi"]),
+            node("Add", ["mi", "beta"], ["res"]),
+            node("Add", ["xi", "res"], ["y"]),
+        ]
+    elif form == "tf1":
+        nodes += [
+            node("Mul", ["mu", "inv"], ["mi"]),
+            node("Sub", ["beta", "mi"], ["res"]),
+            node("Add", ["xi", "res"], ["y"]),
+        ]
+    else:
+        nodes += [node("Mul", ["inv", "mu"], ["mi"]), node("Sub", ["xi", "mi"], ["y"])]
+    rng = np.random.default_rng(3)
+    inits = [
+        init("eps", 1e-3),
+        init("gamma", rng.standard_normal((1, 1, H))),
+        init("beta", rng.standard_normal((1, 1, H))),
+    ]
+    if form == "nobeta":
+        inits.pop()
+    return model(nodes, [vi("x", [B, S, H])], [vi("y", [B, S, H])], inits, opset=13)
+
+
+@pytest.mark.parametrize("form", ["keras", "tf1", "nobeta"])
+def test_tensorflow_layer_norm_is_recognised_and_computes_the_same(form):
+    raw = from_onnx(tf_layer_norm_model(form), recognise=False)
+    g = from_onnx(tf_layer_norm_model(form))
+    assert kinds(g) == ["layer_norm"] and g.ops[0].attrs["eps"] == pytest.approx(1e-3)
+    assert len(g.ops[0].inputs) == (2 if form == "nobeta" else 3)
+    assert all(g.tensors[t].shape == (H,) for t in g.ops[0].inputs[1:])
+    assert g.flops() == raw.flops() and g.macs() == raw.macs()
+    x = np.random.default_rng(4).standard_normal((B, S, H)).astype(np.float32) * 3 + 1
+    fused = wia_hw.run(g, mode="functional", inputs={"x": x}).outputs["y"]
+    plain = wia_hw.run(raw, mode="functional", inputs={"x": x}).outputs["y"]
+    np.testing.assert_allclose(fused, plain, rtol=0, atol=2e-5 * np.abs(plain).max())
+
+
+def test_tensorflow_layer_norm_with_another_reader_of_inv_is_left_alone():
+    m = tf_layer_norm_model("keras")
+    m.graph.node.append(node("Identity", ["inv"], ["inv_out"]))
+    m.graph.output.append(vi("inv_out", [B, S, H]))
+    assert "layer_norm" not in kinds(from_onnx(m))
+
+
 # -- errors and the import report -----------------------------------------------------
 
 

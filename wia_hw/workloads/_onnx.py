@@ -54,8 +54,10 @@ ConvTranspose                          a 1x1 ``conv2d`` into ``O x kh x kw`` col
                                        ``col2im`` (the overlap-add), ``add`` of the bias
 BatchNormalization                     folded into the Conv before it when that Conv
                                        feeds only it and the BN parameters are
-                                       constants; else ``mul`` + ``add`` by
-                                       per-channel constants
+                                       constants (so is a Mul, Add, Sub or Div by a
+                                       per-channel constant, as tf2onnx leaves a BN
+                                       after a depthwise Conv); else ``mul`` + ``add``
+                                       by per-channel constants
 MaxPool AveragePool GlobalAveragePool  ``maxpool``, ``avgpool``, ``global_avgpool``
                                        (1-D or 2-D; pads, ceil_mode,
                                        count_include_pad as ONNX)
@@ -81,7 +83,10 @@ Where                                  ``where`` when the condition or both bran
 Expand, Trilu                          one binary op per element of the output
                                        (``add``/``mul`` with the constant operands
                                        merged into one weight)
-Pad (constant, edge, reflect)          ``concat`` per padded axis of fill weights or
+Pad (constant, edge, reflect)          a zero Pad of the spatial axes that feeds only
+                                       a 2-D Conv goes into its pads (Keras's
+                                       ZeroPadding2D); else ``concat`` per padded
+                                       axis of fill weights or
                                        border-row ``slice`` copies
 Resize, Upsample (nearest, integer     ``concat`` copies between ``reshape`` views
 scales)
@@ -393,8 +398,12 @@ class _Importer:
                     shape = tuple(ds) if all(ds) or not ds else None
                 self.types[vi.name] = (shape, tt.elem_type)
         self.op_names: set[str] = set()  # names given to ONNX nodes so far
-        self.folded: dict[str, Any] = {}  # Conv output name -> the BN node folded into it
-        self.skip: set[int] = set()  # ids of BN nodes folded away
+        #: Conv output name -> the nodes folded into it (BatchNormalization, and Mul,
+        #: Add, Sub or Div by per-channel constants), in order
+        self.folded: dict[str, list[Any]] = {}
+        #: Conv output name -> (the zero Pad folded into its pads, [top, left, bottom, right])
+        self.pad_folded: dict[str, tuple[Any, list[int]]] = {}
+        self.skip: set[int] = set()  # ids of the nodes folded away
         self.node_index = -1  # the node being mapped
         self.empty: set[str] = set()  # zero-length Split pieces and Slices (dropped from a Concat)
         #: weight -> its value from the model (initializers, and the constants the
@@ -803,6 +812,14 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
     elif t in ("LayerNormalization", "RMSNormalization"):
         _normalization(imp, node, name, a, out, grp, dt)
     elif t == "Conv":
+        padded = imp.pad_folded.get(out)
+        if padded is not None:  # a zero Pad before: the Conv reads its input, padded more
+            pad_node, extra = padded
+            ins[0] = pad_node.input[0]
+            a = dict(a, auto_pad=b"NOTSET")
+            a["pads"] = [
+                int(p) + e for p, e in zip(a.get("pads", [0, 0, 0, 0]), extra, strict=True)
+            ]
         x, w = imp.shape(ins[0]), imp.shape(ins[1])
         if len(x) not in (3, 4) or len(w) != len(x):
             raise fail(f"input {list(x)} is not 1-D [N, C, L] or 2-D [N, C, H, W]")
@@ -816,15 +833,15 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
                 "reshape", f"{name}.w2d", [inputs[1]], f"{out}.w2d", grp, None, shape=w
             )
         win = _window(node, name, a, list(w[2:]), x[2:])
-        bn = imp.folded.get(out)
-        if bn is not None:  # BN folded in: scale into the weights, shift into the bias
-            out = bn.output[0]
-            dt = imp.out_dtype(bn, name) or dt
+        chain = imp.folded.get(out)
+        if chain:  # folded in: the scales into the weights, the shifts into the bias
+            out = chain[-1].output[0]
+            dt = imp.out_dtype(chain[-1], name) or dt
             if not has(2):
                 inputs.append(
                     imp.b.weight(f"{name}.folded_bias", (w[0],), imp.b.tensor(inputs[1]).dtype)
                 )
-            _fold_bn_values(imp, bn, ins[1], ins[2] if has(2) else None, inputs[2])
+            _fold_values(imp, chain, ins[1], ins[2] if has(2) else None, inputs[2])
         final, out = out, f"{out}.y2d" if len(imp.shape(ins[0])) == 3 else out
         y = imp.add(
             "conv2d",
@@ -841,8 +858,8 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
         if out != final:  # back to [N, O, L]
             (n_, o_, _, l_), out = imp.shape(y), final
             imp.add("reshape", f"{name}.y1d", [y], out, grp, dt, shape=(n_, o_, l_))
-        if bn is not None:
-            node = bn
+        if chain:
+            node = chain[-1]
     elif t == "ConvTranspose":
         _conv_transpose(imp, node, name, a, out, grp, dt, fail)
     elif t == "BatchNormalization":
@@ -2200,28 +2217,69 @@ def _bn_affine(imp: _Importer, bn: Any) -> Callable[[], tuple[Any, Any]] | None:
     return compute
 
 
-def _fold_bn_values(
-    imp: _Importer, bn: Any, weight: str, bias: str | None, bias_tensor: str
+def _chain_affine(imp: _Importer, chain: list[Any]) -> Callable[[], tuple[Any, Any]] | None:
+    """The per-channel ``(scale, shift)`` of the nodes folded into a Conv, composed in
+    order (a BatchNormalization's, or a Mul, Add, Sub or Div by its constant); None when
+    a constant has no value in the model."""
+    import numpy as np
+
+    steps: list[Any] = []
+    for n in chain:
+        if n.op_type == "BatchNormalization":
+            bn = _bn_affine(imp, n)
+            if bn is None:
+                return None
+            steps.append(("bn", bn))
+            continue
+        c = n.input[0] if n.input[0] in imp.consts else n.input[1]  # (y * c or c * y)
+        if not imp.has_value(c):
+            return None
+        steps.append((n.op_type, lambda c=c: imp.weight_array(c).astype(np.float64).reshape(-1)))
+
+    def compute() -> tuple[Any, Any]:
+        scale, shift = np.float64(1.0), np.float64(0.0)
+        for op, value in steps:
+            if op == "bn":
+                s, b = value()
+                scale, shift = scale * s, shift * s + b
+            elif op == "Mul":
+                scale, shift = scale * value(), shift * value()
+            elif op == "Div":
+                scale, shift = scale / value(), shift / value()
+            else:  # Add, Sub
+                shift = shift + value() if op == "Add" else shift - value()
+        return scale, shift
+
+    return compute
+
+
+def _fold_values(
+    imp: _Importer, chain: list[Any], weight: str, bias: str | None, bias_tensor: str
 ) -> None:
-    """The values of a Conv with its BatchNormalization folded in: the weight's output
-    channels times the scale, the bias ``(b - mean) * scale + beta`` (no bias: the
-    shift). Neither has one when the model lacks a value."""
-    affine = _bn_affine(imp, bn)
+    """The values of a Conv with ``chain`` folded in (its per-channel affine
+    ``y * scale + shift``): the weight's output channels times the scale, the bias
+    ``b * scale + shift`` (no bias: the shift). Neither has one when the model lacks a
+    value."""
+    import numpy as np
+
+    affine = _chain_affine(imp, chain)
     if affine is None or not imp.has_value(weight):
         imp.values.pop(weight, None)
         imp.values.pop(bias_tensor, None)
         return
     w_shape = tuple(imp.b.shape(weight))
 
+    channels = w_shape[0]
+
     def conv_weight() -> Any:
-        scale = affine()[0]
+        scale = np.broadcast_to(affine()[0], (channels,))
         w = imp.weight_array(weight)
         return (w * scale.reshape((-1,) + (1,) * (w.ndim - 1))).reshape(w_shape)
 
     def conv_bias() -> Any:
         scale, shift = affine()
         b = imp.weight_array(bias) if bias is not None else 0.0
-        return b * scale + shift
+        return np.broadcast_to(b * scale + shift, (channels,))
 
     imp.values[weight] = conv_weight
     if bias is not None and not imp.has_value(bias):
@@ -2420,29 +2478,119 @@ def _nearest_source(n_in: int, n_out: int, ctm: str, nm: str) -> list[int] | Non
     return [int(k) for k in np.clip(rounded, 0, n_in - 1)]
 
 
-def _fold_candidates(imp: _Importer) -> None:
-    """Find Conv -> BatchNormalization pairs that fold (Conv feeds only the BN)."""
-    consumers: dict[str, int] = {}
-    for n in imp.g.node:
-        for i in n.input:
-            consumers[i] = consumers.get(i, 0) + 1
-    outputs = {o.name for o in imp.g.output}
-    producer = {n.output[0]: n for n in imp.g.node if n.output}
-    for n in imp.g.node:
-        if n.op_type != "BatchNormalization":
-            continue
-        x = n.input[0]
-        conv = producer.get(x)
-        if (
-            conv is not None
-            and conv.op_type == "Conv"
-            and consumers.get(x) == 1
-            and x not in outputs
+def _per_channel(imp: _Importer, n: Any, x: str, rank: int, channels: int) -> bool:
+    """Whether node ``n`` applies to its input ``x`` (a Conv's output: ``rank`` axes,
+    ``channels`` on axis 1) an affine map per channel that folds into the Conv: a
+    BatchNormalization with constant parameters, or ``x * c``, ``x + c``, ``x - c``,
+    ``x / c`` with a float constant ``c`` of one value or one per channel (``[C, 1, 1]``,
+    ``[1, C, 1, 1]``)."""
+    if n.domain not in ("", "ai.onnx") or not n.input:
+        return False
+    if n.op_type == "BatchNormalization":
+        return (
+            n.input[0] == x
             and all(i in imp.consts for i in n.input[1:5])
-            and conv.input[1] not in imp.qparams  # integer weights do not absorb a BN
+            and not _attrs(n).get("training_mode", 0)
+            and len(n.output) == 1
+        )
+    if n.op_type not in ("Mul", "Add", "Sub", "Div") or len(n.input) != 2:
+        return False
+    if n.input[0] != x and (n.op_type in ("Sub", "Div") or n.input[1] != x):
+        return False  # c - x and c / x are not affine in x
+    c = n.input[1] if n.input[0] == x else n.input[0]
+    if c == x or c not in imp.consts or c in imp.qparams:
+        return False
+    t = imp.consts[c]
+    if imp.dtypes.get(t.data_type) not in ("fp32", "fp16", "bf16", "fp64"):
+        return False
+    dims = [int(d) for d in t.dims]
+    if len(dims) > rank:
+        return False
+    dims = [1] * (rank - len(dims)) + dims
+    return all(d == 1 for i, d in enumerate(dims) if i != 1) and dims[1] in (1, channels)
+
+
+def _zero_spatial_pads(imp: _Importer, n: Any, rank: int) -> list[int] | None:
+    """A Pad node's ``[top, left, bottom, right]`` when it pads a 4-D tensor with
+    zeros on its two spatial axes only, every pad a constant >= 0; else None."""
+    a = _attrs(n)
+    mode = a.get("mode", b"constant")
+    if (mode.decode() if isinstance(mode, bytes) else mode) != "constant" or rank != 4:
+        return None
+    ins = list(n.input)
+    if len(ins) > 3 and ins[3]:
+        return None  # axes given (opset 18): left to the Pad's own mapping
+    if len(ins) > 1 and ins[1]:
+        vals = imp.const_values(ins[1])
+        if vals is None:
+            return None
+        pads = [int(v) for v in vals.reshape(-1)]
+    else:
+        pads = [int(v) for v in a.get("pads", [])]
+    fill = float(a.get("value", 0.0))
+    if len(ins) > 2 and ins[2]:
+        fv = imp.const_values(ins[2])
+        if fv is None:
+            return None
+        fill = float(fv.reshape(-1)[0]) if fv.size else 0.0
+    if (
+        len(pads) != 8
+        or fill != 0.0
+        or any(p < 0 for p in pads)
+        or any(pads[i] for i in (0, 1, 4, 5))
+    ):
+        return None
+    return [pads[2], pads[3], pads[6], pads[7]]
+
+
+def _fold_candidates(imp: _Importer) -> None:
+    """Find what folds into a Conv: after it, a chain of BatchNormalization and Mul,
+    Add, Sub or Div by per-channel constants (:func:`_per_channel`; each node the only
+    reader of the one before); before it, a zero Pad of its spatial axes that feeds
+    only it (:func:`_zero_spatial_pads`). Not into a Conv with a run-time or integer
+    weight."""
+    consumers: dict[str, list[Any]] = {}
+    for n in imp.g.node:
+        for i in dict.fromkeys(n.input):
+            consumers.setdefault(i, []).append(n)
+    outputs = {o.name for o in imp.g.output}
+    producer = {o: n for n in imp.g.node for o in n.output}
+    for n in imp.g.node:
+        if (
+            n.op_type != "Conv"
+            or n.domain not in ("", "ai.onnx")
+            or len(n.input) < 2
+            or n.input[1] not in imp.consts
+            or n.input[1] in imp.qparams  # integer weights do not absorb a scale
         ):
-            imp.folded[x] = n
-            imp.skip.add(id(n))
+            continue
+        wdims = list(imp.consts[n.input[1]].dims)
+        rank, channels = len(wdims), wdims[0] if wdims else 0
+        chain, x = [], n.output[0]
+        while len(consumers.get(x, [])) == 1 and x not in outputs and x not in imp.qparams:
+            (nxt,) = consumers[x]
+            if not _per_channel(imp, nxt, x, rank, channels):
+                break
+            chain.append(nxt)
+            x = nxt.output[0]
+        if chain:
+            imp.folded[n.output[0]] = chain
+            imp.skip.update(id(c) for c in chain)
+        pad = producer.get(n.input[0])
+        auto = _attrs(n).get("auto_pad", b"NOTSET")
+        if (
+            pad is not None
+            and pad.op_type == "Pad"
+            and pad.domain in ("", "ai.onnx")
+            and len(consumers.get(n.input[0], [])) == 1
+            and n.input[0] not in outputs
+            and (auto.decode() if isinstance(auto, bytes) else auto) in ("NOTSET", "", "VALID")
+            and len(_attrs(n).get("pads", [0, 0, 0, 0])) == 4
+        ):
+            extra = _zero_spatial_pads(imp, pad, rank)
+            if extra is not None:
+                imp.pad_folded[n.output[0]] = (pad, extra)
+                imp.skip.add(id(pad))
 
 
 def _preflight(proto: Any, source: str) -> None:

@@ -299,25 +299,20 @@ class _Rewriter:
         if o is not None and o.kind == "reshape":
             ops.append(o)
             o = self.prod.get(o.inputs[0])
-        if o is None or o.kind != "global_avgpool" or o.attrs.get("reduce") != "mean":
+        if o is None or o.kind != "global_avgpool" or o.attrs.get("reduce", "mean") != "mean":
             return None
         ops.append(o)
         src = o.inputs[0]
         r = self.prod.get(src)
-        if (
-            r is not None
-            and r.kind == "reshape"
-            and len(self.t(src).shape) == 4
-            and self.t(src).shape[0] == 1
-            and self.t(src).shape[3] == 1
-        ):
-            ops.append(r)
-            src = r.inputs[0]
-            x = self.t(src).shape
-            if self.t(r.outputs[0]).shape[2] != x[-1]:
-                return None  # reduces more than the last axis
-        else:
+        # ReduceMean's view (1, rows, L, 1) or GlobalAveragePool's of a 3-D x (N, C, 1, L)
+        # (tf2onnx writes a mean over the last axis that way): the pool's window must be
+        # exactly the last axis
+        if r is None or r.kind != "reshape" or len(self.t(src).shape) != 4:
             return None
+        ops.append(r)
+        src = r.inputs[0]
+        if math.prod(self.t(r.outputs[0]).shape[2:]) != self.t(src).shape[-1]:
+            return None  # reduces more than the last axis
         if any(not self.alive(p) for p in ops):
             return None
         return src, ops
@@ -334,10 +329,13 @@ class _Rewriter:
         readers = [o for o in self.cons.get(d, []) if self.alive(o)]
         sq = next((o for o in readers if self.squares(o, d)), None)
         div = next((o for o in readers if o.kind == "div" and o.inputs[0] == d), None)
-        if sq is None or div is None or len(readers) != 2:
-            return
-        found = self.mean_plus_eps(sq)
+        found = self.mean_plus_eps(sq) if sq is not None else None
         if found is None:
+            return
+        if readers == [sq]:  # d only for the variance: TensorFlow's form
+            self.tf_layer_norm(cluster + [sq], x, m, found)
+            return
+        if div is None or len(readers) != 2:
             return
         ops, add, eps = found
         sqrt = self.only_reader(add.outputs[0])
@@ -345,6 +343,110 @@ class _Rewriter:
             return
         cluster += [sq, *ops, sqrt, div]
         self.norm_with_affine(cluster, div, x, eps, rms=False)
+
+    def tf_layer_norm(
+        self, cluster: list[Op], x: str, mean: str, found: tuple[list[Op], Op, float | None]
+    ) -> None:
+        """TensorFlow's layer norm (``tf.nn.batch_normalization`` after
+        ``tf.nn.moments``, and Keras's ``LayerNormalization``), as tf2onnx writes it:
+        ``inv = reciprocal(sqrt(var + eps))`` (``* gamma``), then
+        ``x * inv + (-mean * inv + beta)`` or ``x * inv + (beta - mean * inv)``
+        (``x * inv - mean * inv`` without beta). ``cluster`` holds the mean, ``x -
+        mean`` and its square; ``found`` is :meth:`mean_plus_eps` of the square."""
+        ops, add, eps = found
+        sqrt = self.only_reader(add.outputs[0])
+        rec = (
+            self.only_reader(sqrt.outputs[0]) if sqrt is not None and sqrt.kind == "sqrt" else None
+        )
+        if rec is None or not (
+            rec.kind == "reciprocal"
+            or rec.kind == "div"
+            and rec.inputs[1] == sqrt.outputs[0]
+            and self.scalar(rec.inputs[0])
+            and self.scalar_value(rec.inputs[0]) == 1.0
+        ):
+            return
+        cluster += [*ops, sqrt, rec]
+        hdim = self.t(x).shape[-1]
+        inv, ins = rec.outputs[0], [x]
+        g = self.only_reader(inv)
+        if g is not None and g.kind == "mul" and self.affine(self.other(g, inv), hdim):
+            cluster.append(g)
+            ins.append(self.affine_vector(self.other(g, inv), hdim))
+            inv = g.outputs[0]
+        readers = [o for o in self.cons.get(inv, []) if self.alive(o)]
+        if len(readers) != 2 or inv in self.outputs or any(o.kind != "mul" for o in readers):
+            return
+        xm = next((o for o in readers if self.other(o, inv) == x), None)
+        mm = next((o for o in readers if o is not xm), None)
+        if xm is None or mm is None:
+            return
+        # mean's readers: x - mean, and mean * inv or -mean (then -mean * inv)
+        neg = self.prod.get(self.other(mm, inv))
+        negated = neg is not None and neg.kind == "neg" and neg.inputs[0] == mean
+        if negated:
+            if self.only_reader(neg.outputs[0]) is not mm:
+                return
+            cluster.append(neg)
+        elif self.other(mm, inv) != mean:
+            return
+        m_readers = [o for o in self.cons.get(mean, []) if self.alive(o)]
+        if len(m_readers) != 2 or mean in self.outputs:
+            return
+        cluster += [xm, mm]
+        res, last = mm.outputs[0], self.only_reader(mm.outputs[0])
+        if last is None:
+            return
+        beta = self.other(last, res) if last.kind in ("add", "sub") else None
+        if (
+            beta is not None
+            and self.affine(beta, hdim)
+            and (negated and last.kind == "add" or not negated and last.inputs == (beta, res))
+        ):  # -mean * inv + beta, or beta - mean * inv
+            if len(ins) == 1:
+                return  # beta without gamma: layer_norm takes gamma first
+            ins.append(self.affine_vector(beta, hdim))
+            cluster.append(last)
+            res, last = last.outputs[0], self.only_reader(last.outputs[0])
+            if last is None:
+                return
+            final = last.kind == "add" and set(last.inputs) == {xm.outputs[0], res}
+        elif negated:  # no beta: x * inv + (-mean * inv)
+            final = last.kind == "add" and set(last.inputs) == {xm.outputs[0], res}
+        else:  # no beta: x * inv - mean * inv
+            final = last.kind == "sub" and last.inputs == (xm.outputs[0], res)
+        if not final or self.only_reader(xm.outputs[0]) is not last:
+            return
+        cluster.append(last)
+        if self.t(last.outputs[0]).shape != self.t(x).shape:
+            return
+        self.fused_norm(cluster, last, ins, eps, rms=False)
+
+    def affine(self, name: str, hdim: int) -> bool:
+        """Whether ``name`` is a float weight of ``hdim`` values along the last axis
+        (``[H]``, or ``[1, ..., 1, H]`` as tf2onnx writes gamma and beta)."""
+        t = self.t(name)
+        return (
+            t.kind == "weight"
+            and t.numel == hdim
+            and t.shape[-1] == hdim
+            and name not in self.imp.qparams
+        )
+
+    def affine_vector(self, name: str, hdim: int) -> str:
+        """The ``[H]`` weight for an :meth:`affine` one: itself, or a new view of its
+        values."""
+        from ..graph import Tensor
+
+        t = self.t(name)
+        if t.shape == (hdim,):
+            return name
+        new = f"{name}.vector"
+        self.new_tensors[new] = Tensor(new, (hdim,), t.dtype, "weight")
+        values = self.imp.values.get(name)
+        if values is not None:
+            self.imp.values[new] = lambda: values().reshape(hdim)
+        return new
 
     def squares(self, o: Op, x: str) -> bool:
         """Whether ``o`` is ``x * x`` or ``x ** 2``."""
