@@ -21,7 +21,9 @@ ONNX                                   wia-hw
 MatMul                                 ``linear`` when B is 2-D (B an initializer or
                                        A more than 2-D), ``matmul`` for 2-D x 2-D
                                        activations, ``bmm`` for N-D x N-D with equal
-                                       batch dims
+                                       batch dims; a 1-D operand is a row (A) or a
+                                       column (B), dropped after; B with unit batch
+                                       dims is its last two
 Gemm                                   ``linear`` (B constant) or ``matmul``; a
                                        transposed constant A/B is transposed at
                                        import, a transposed activation gets a
@@ -124,6 +126,7 @@ import numpy as np
 from ..emulator.errors import WorkloadError
 from ..emulator.window import Window
 from ..graph import Graph, GraphBuilder, QuantParams
+from ._onnx_funcs import expand_functions, replace_removed_ops, upgrade_old_opset
 from ._onnx_ort import expand_ort_ops
 from ._onnx_qdq import QDQ_OPS, quant_of, transformed
 from ._onnx_qdq import rewrite as rewrite_qdq
@@ -730,18 +733,6 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
         # Sum, Max and Min take 1..n inputs: one binary op per extra input
         kind = _BINARY.get(t, "add")
         args = [v(i) for i in range(len(ins)) if has(i)]
-        if t == "PRelu" and imp.opset < 7:  # before opset 7: one slope per channel
-            x, slope = imp.shape(args[0]), imp.shape(args[1])
-            if len(x) >= 3 and slope == (x[1],):
-                args[1] = imp.add(
-                    "reshape",
-                    f"{name}.slope",
-                    [args[1]],
-                    f"{out}.slope",
-                    grp,
-                    None,
-                    shape=(x[1],) + (1,) * (len(x) - 2),
-                )
         if len(args) == 1:
             imp.add("identity", name, args, out, grp, dt)
         y = args[0]
@@ -786,14 +777,40 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
         imp.add("reshape", name, [v(0)], out, grp, dt, shape=theirs)
     elif t == "MatMul":
         sa, sb = imp.shape(ins[0]), imp.shape(ins[1])
+        ops, final = [v(0), v(1)], out
+        # numpy's rules: a 1-D A is a row, a 1-D B a column (dropped from the result);
+        # B with unit batch dims, under an A of at least its rank, is its last two
+        unit_b = len(sb) > 2 and set(sb[:-2]) == {1} and len(sa) >= len(sb)
+        if len(sa) == 1 or len(sb) == 1 or unit_b:
+            new_a = (1, *sa) if len(sa) == 1 else sa
+            new_b = (*sb, 1) if len(sb) == 1 else sb[-2:] if unit_b else sb
+            for i, (old, shape) in enumerate(((sa, new_a), (sb, new_b))):
+                if tuple(old) != tuple(shape):
+                    ops[i] = (
+                        imp.const_weight(ins[i], shape, "mm", name)
+                        if is_const(i)
+                        else imp.view(ops[i], shape, f"{name}.in{i}", f"{out}.in{i}", grp)
+                    )
+            sa, sb, out = new_a, new_b, f"{out}.mm" if len(sa) == 1 or len(sb) == 1 else out
         if len(sb) == 2 and (is_const(1) or len(sa) != 2):
-            imp.add("linear", name, [v(0), v(1)], out, grp, dt)
+            y = imp.add("linear", name, ops, out, grp, dt)
         elif len(sa) == 2 and len(sb) == 2:
-            imp.add("matmul", name, [v(0), v(1)], out, grp, dt)
+            y = imp.add("matmul", name, ops, out, grp, dt)
         elif len(sa) >= 3 and sa[:-2] == sb[:-2]:
-            imp.add("bmm", name, [v(0), v(1)], out, grp, dt)
+            y = imp.add("bmm", name, ops, out, grp, dt)
         else:
-            raise fail(f"A {list(sa)} x B {list(sb)} needs broadcasting that wia-hw does not model")
+            raise fail(
+                f"A {list(imp.shape(ins[0]))} x B {list(imp.shape(ins[1]))} needs "
+                "broadcasting that wia-hw does not model"
+            )
+        if out != final:  # the 1-D operand's axis dropped
+            shape = imp.b.shape(y)
+            keep = (
+                shape[:-2]
+                + ((shape[-2],) if len(imp.shape(ins[0])) > 1 else ())
+                + ((shape[-1],) if len(imp.shape(ins[1])) > 1 else ())
+            )
+            imp.add("reshape", f"{name}.squeeze", [y], final, grp, dt, shape=keep)
     elif t == "Gemm":
         _gemm(imp, node, name, a, out, grp, dt)
     elif t in ("Softmax", "LogSoftmax"):
@@ -2617,7 +2634,10 @@ def _prepare(
 
     proto, gname, source = _load(onnx, model)
     _preflight(proto, source)
+    replace_removed_ops(onnx, proto)
+    proto = upgrade_old_opset(onnx, proto, source)
     expand_ort_ops(onnx, proto)
+    proto = expand_functions(onnx, proto, set(SUPPORTED_OPS) | set(FOLDED_OPS))
     base_dir = Path(model).parent if isinstance(model, (str, os.PathLike)) else None
     inline_small_external(onnx, proto, base_dir)
     g = proto.graph
