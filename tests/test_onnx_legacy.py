@@ -262,3 +262,22 @@ def test_matmul_broadcasting_a_1d_a_over_batches_is_refused_in_one_line():
     m = model([helper.make_node("MatMul", ["a", "b"], ["y"])], [("a", (5,)), ("b", (2, 5, 7))], 17)
     with pytest.raises(wia_hw.WorkloadError, match=r"A \[5\] x B \[2, 5, 7\] needs broadcasting"):
         from_onnx(m)
+
+
+def test_torch_export_with_modules_as_functions():
+    """torch's exporter with ``export_modules_as_functions`` (tests/data/onnx/functions,
+    made by scripts/make_function_fixtures.py): the graph calls model-local functions
+    that call others; inlined, it computes what PyTorch computed, its layer norms and
+    GELUs recognised inside the functions' bodies."""
+    from pathlib import Path
+
+    here = Path(__file__).parent / "data" / "onnx" / "functions"
+    proto = onnx.load(str(here / "blocks.onnx"))
+    assert {f.name for f in proto.functions} >= {"Block", "Block.1", "LayerNorm"}
+    data = np.load(here / "blocks.npz")
+    g = from_onnx(here / "blocks.onnx")
+    y = wia_hw.run(g, mode="functional", inputs={"x": data["x"]}).outputs["y"]
+    np.testing.assert_allclose(y, data["y"], rtol=0, atol=1e-5 * np.abs(data["y"]).max())
+    kinds = [o.kind for o in g.ops]
+    assert kinds.count("layer_norm") == 2 and kinds.count("gelu") == 2
+    assert kinds.count("softmax") == 1
