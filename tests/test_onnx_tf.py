@@ -44,9 +44,26 @@ def test_the_encoder_is_layer_norms_gelus_and_softmaxes():
         if o.kind == "layer_norm":
             assert o.attrs["eps"] == pytest.approx(1e-6)
             assert [g.tensors[t].shape for t in o.inputs[1:]] == [(32,), (32,)]
-    assert not {"sqrt", "reciprocal", "neg", "tanh", "pow"} & set(kinds)
+    assert not {"sqrt", "reciprocal", "neg", "tanh", "pow", "mul"} & set(kinds)
     raw = from_onnx(TF / "keras_encoder.onnx", recognise=False)
     assert g.flops() == raw.flops() and g.macs() == raw.macs()
+
+
+def test_keras_attention_through_einsum_is_recognised():
+    """Keras's MultiHeadAttention as tf2onnx writes its einsums: views that regroup
+    the batch and head axes between the bmms and the softmax, the causal mask as
+    SelectV2's ``s * m + c``. Both layers' attention is the bmm -> softmax -> bmm chain
+    (the second causal), which the transformer engine claims as flash attention."""
+    g = from_onnx(TF / "keras_encoder.onnx")
+    scores = [o for o in g.ops if o.kind == "bmm" and o.attrs.get("transpose_b")]
+    assert [o.attrs["scale"] for o in scores] == [pytest.approx(8**-0.5)] * 2
+    soft = [o for o in g.ops if o.kind == "softmax"]
+    assert [o.inputs for o in soft] == [(s.outputs[0],) for s in scores]
+    assert [bool(o.attrs.get("causal")) for o in soft] == [False, True]
+    ctx = wia_hw.open_device("wia-npu")
+    wia_hw.register_device_extension(ctx, "transformer_engine")
+    kernels = [k.name for k in ctx.run(g).kernels if k.provider == "transformer_engine"]
+    assert kernels == [f"{s.name}+softmax+context" for s in scores]
 
 
 @pytest.mark.parametrize("name", sorted(MACS))

@@ -29,7 +29,13 @@ shapes:
   additive mask or bias (a padding mask, T5's position bias) becomes the softmax's
   second input, added before it, and sets ``masked=True``; a mask written any other
   way (a select on a run-time condition) leaves the chain as it is. The transpose of k is kept with its
-  last two axes swapped back (or dropped when that leaves the identity).
+  last two axes swapped back (or dropped when that leaves the identity). Views
+  (``reshape``) that regroup the leading axes between the scores bmm and the ops
+  before the softmax, and between the softmax and the context bmm (tf2onnx's einsum),
+  are dropped when the two bmms' shapes agree: the softmax runs on the bmm's shape
+  (then no bias is taken over). TensorFlow's ``where(m, s, c)`` written as
+  ``s * m + c`` (0/1 constant ``m``, ``c`` zero where kept and at most -1e4 elsewhere)
+  is the additive mask ``c``.
 
 Constants' values (the scale, eps, mask) are read from the ONNX constants when the
 model carries them; a weight-stripped model is matched on structure alone.
@@ -567,6 +573,7 @@ class _Rewriter:
 
     # -- attention -------------------------------------------------------------------
     def attention(self, soft: Op) -> None:
+        self.viewed: set[str] = set()
         if soft.kind != "softmax" or soft.attrs.get("log"):
             return
         rank = len(self.t(soft.inputs[0]).shape)
@@ -596,6 +603,14 @@ class _Rewriter:
             after.append(ctx)  # a same-type Cast the exporter left: free
             probs = ctx.outputs[0]
             ctx = self.only_reader(probs)
+        # views that regroup the leading (batch, head) axes between softmax and the
+        # context bmm, and between the scores bmm and the ops before the softmax
+        # (tf2onnx's einsum): dropped, the softmax computed on the bmm's own shape
+        views: list[Op] = []
+        while ctx is not None and ctx.kind == "reshape" and not after and len(views) < 4:
+            views.append(ctx)
+            probs = ctx.outputs[0]
+            ctx = self.only_reader(probs)
         if (
             ctx is None
             or ctx.kind != "bmm"
@@ -606,14 +621,20 @@ class _Rewriter:
         chain: list[Op] = []  # the ops between the scores bmm and softmax
         cur = soft.inputs[0]
         scores = None
-        for _ in range(6):
+        viewed = False  # past a view: only views until the scores bmm
+        for _ in range(10):
             p = self.prod.get(cur)
             if p is None or not self.alive(p) or self.only_reader(cur) is None:
                 return
             if p.kind == "bmm":
                 scores = p
                 break
-            if p.kind not in ("add", "sub", "mul", "div", "max", "min"):
+            if p.kind == "reshape" and not after:
+                views.append(p)
+                viewed = True
+                cur = p.inputs[0]
+                continue
+            if viewed or p.kind not in ("add", "sub", "mul", "div", "max", "min"):
                 return
             # the chain input: the operand with the scores' shape that a bmm leads to
             nxt = [
@@ -627,6 +648,9 @@ class _Rewriter:
             cur = nxt[0]
         if scores is None or scores.attrs.get("transpose_b"):
             return
+        if views and self.t(scores.outputs[0]).shape != self.t(probs).shape:
+            return  # the softmax would not read and write one shape
+        self.viewed = {v.outputs[0] for v in views}
         q, kt = scores.inputs
         scale, mask_ops, causal, masked = 1.0, [], False, False
         scale_ops = []
@@ -668,8 +692,9 @@ class _Rewriter:
                 mask_ops.append(p)
         biases = []
         inside = self._chain_tensors(chain, scores)
-        for p in mask_ops:
-            kind = self._mask_kind(p, chain, scores)
+        selects = self._selects(mask_ops, inside)
+        for p in [o for o in mask_ops if o not in selects or selects[o] is not None]:
+            kind = self._mask_kind(p, chain, scores, selects.get(p))
             if kind == "causal":
                 causal = True
             elif kind != "none":
@@ -678,13 +703,15 @@ class _Rewriter:
                 if p.kind != "add" or len(other) != 1:
                     return  # a mask written otherwise (a run-time select): the ops stay
                 biases.append(other[0])
-        if len(biases) > 1:
-            return  # several additive terms: the ops stay
+        if len(biases) > 1 or biases and views:
+            return  # several additive terms, or one over regrouped axes: the ops stay
         if biases and any(  # (the chain runs from the softmax back to the scores)
             chain.index(s) < chain.index(m) for s in scale_ops if s in chain for m in mask_ops
         ):
             return  # a scale after the mask would scale the bias too: the ops stay
-        if not all(self.alive(o) for o in [*k_old, scores, soft, ctx, *chain, *after, *scale_ops]):
+        if not all(
+            self.alive(o) for o in [*k_old, scores, soft, ctx, *chain, *after, *scale_ops, *views]
+        ):
             return
         attrs = dict(scores.attrs)
         attrs.update(transpose_b=True, scale=scale)
@@ -710,7 +737,7 @@ class _Rewriter:
             soft.name,
             "softmax",
             [scores.outputs[0], *biases],
-            soft.outputs[0],
+            probs if views else soft.outputs[0],
             soft.group,
             own_soft + self.flops(mask_ops) + self.flops(after),
             own_soft,
@@ -718,7 +745,7 @@ class _Rewriter:
         )
         self.replace(k_old, k_old[-1], k_new)
         self.replace([scores] + [o for o in scale_ops if o not in chain], scores, [bmm])
-        self.replace(chain + [soft], soft, [sm])
+        self.replace(chain + [soft] + views, soft, [sm])
         if after:
             self.replace(after, after[-1], [])
             self.replace(
@@ -791,17 +818,49 @@ class _Rewriter:
         return False
 
     def _chain_tensors(self, chain: list[Op], scores: Op) -> set[str]:
-        return {scores.outputs[0]} | {p.outputs[0] for p in chain}
+        """The tensors from the scores bmm to the softmax (views included)."""
+        return {scores.outputs[0]} | {p.outputs[0] for p in chain} | self.viewed
 
-    def _mask_kind(self, p: Op, chain: list[Op], scores: Op) -> str:
-        """``none`` (all-zero constant), ``causal`` or ``other``."""
+    def _selects(self, mask_ops: list[Op], inside: set[str]) -> dict[Op, Any]:
+        """``where(m, s, c)`` as tf2onnx writes TensorFlow's SelectV2 on the scores:
+        ``s * m + c`` with constants ``m`` of 0s and 1s and ``c`` zero where ``m`` is 1
+        and at most -1e4 where it is 0: the same softmax as the additive mask ``c``.
+        Each such ``add`` -> the positions it keeps (``m == 1``); its ``mul`` is in
+        the result too (-> None), absorbed with it."""
+        import numpy as np
+
+        found: dict[Op, Any] = {}
+        for mul in mask_ops:
+            other = [i for i in mul.inputs if i not in inside]
+            add = self.only_reader(mul.outputs[0])
+            if mul.kind != "mul" or len(other) != 1 or add not in mask_ops or add.kind != "add":
+                continue
+            c = [i for i in add.inputs if i != mul.outputs[0]]
+            m = self.value(other[0]) if self.weight(other[0]) else None
+            cv = self.value(c[0]) if len(c) == 1 and self.weight(c[0]) else None
+            if m is None or cv is None:
+                continue
+            m, cv = np.asarray(m, np.float64), np.asarray(cv, np.float64)
+            try:
+                m, cv = np.broadcast_arrays(m, cv)
+            except ValueError:
+                continue
+            keep = m == 1
+            if np.all((m == 0) | keep) and np.all(np.where(keep, cv == 0, cv <= -1e4)):
+                found[add], found[mul] = keep, None
+        return found
+
+    def _mask_kind(self, p: Op, chain: list[Op], scores: Op, allowed: Any = None) -> str:
+        """``none`` (all-zero constant), ``causal`` or ``other``; ``allowed``: the
+        positions a select keeps (:meth:`_selects`), when ``p`` is its add."""
         import numpy as np
 
         inside = self._chain_tensors(chain, scores)
         other = [i for i in p.inputs if i not in inside]
         if len(other) != 1 or not self.weight(other[0]):
             return "other"
-        allowed = self.imp.mask_allowed.get(other[0])
+        if allowed is None:
+            allowed = self.imp.mask_allowed.get(other[0])
         if allowed is None:
             v = self.value(other[0])
             if v is None or p.kind != "add":
