@@ -508,6 +508,58 @@ def test_tensorflow_layer_norm_with_another_reader_of_inv_is_left_alone():
     assert "layer_norm" not in kinds(from_onnx(m))
 
 
+@pytest.mark.parametrize("cube", ["pow", "x*x*x", "x*(x*x)"])
+def test_tanh_gelu_in_tensorflows_order_with_any_cube(cube):
+    """TF1 BERT's ``x * (0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))))``,
+    the cube written with Pow or two Muls: one ``gelu`` (tanh), same outputs."""
+    head = {
+        "pow": [node("Pow", ["x", "three"], ["p"])],
+        "x*x*x": [node("Mul", ["x", "x"], ["x2"]), node("Mul", ["x2", "x"], ["p"])],
+        "x*(x*x)": [node("Mul", ["x", "x"], ["x2"]), node("Mul", ["x", "x2"], ["p"])],
+    }[cube]
+    nodes = head + [
+        node("Mul", ["k", "p"], ["kp"]),
+        node("Add", ["x", "kp"], ["s"]),
+        node("Mul", ["r", "s"], ["rs"]),
+        node("Tanh", ["rs"], ["t"]),
+        node("Add", ["one", "t"], ["t1"]),
+        node("Mul", ["half", "t1"], ["cdf"]),
+        node("Mul", ["x", "cdf"], ["y"]),
+    ]
+    inits = [
+        init("three", 3.0),
+        init("k", 0.044715),
+        init("r", math.sqrt(2 / math.pi)),
+        init("one", 1.0),
+        init("half", 0.5),
+    ]
+    m = model(nodes, [vi("x", [B, S, H])], [vi("y", [B, S, H])], inits, opset=13)
+    g, raw = from_onnx(m), from_onnx(m, recognise=False)
+    assert kinds(g) == ["gelu"] and g.ops[0].attrs["approximate"] == "tanh"
+    assert g.flops() == raw.flops()
+    x = np.random.default_rng(5).standard_normal((B, S, H)).astype(np.float32) * 2
+    a = wia_hw.run(g, mode="functional", inputs={"x": x}).outputs["y"]
+    b = wia_hw.run(raw, mode="functional", inputs={"x": x}).outputs["y"]
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+
+
+def test_a_cube_with_another_coefficient_is_not_gelu():
+    nodes = [
+        node("Pow", ["x", "three"], ["p"]),
+        node("Mul", ["k", "p"], ["kp"]),
+        node("Add", ["x", "kp"], ["s"]),
+        node("Mul", ["r", "s"], ["rs"]),
+        node("Tanh", ["rs"], ["t"]),
+        node("Add", ["one", "t"], ["t1"]),
+        node("Mul", ["half", "t1"], ["cdf"]),
+        node("Mul", ["x", "cdf"], ["y"]),
+    ]
+    inits = [init("three", 3.0), init("k", 0.5), init("r", math.sqrt(2 / math.pi))]
+    inits += [init("one", 1.0), init("half", 0.5)]
+    m = model(nodes, [vi("x", [B, S, H])], [vi("y", [B, S, H])], inits, opset=13)
+    assert "gelu" not in kinds(from_onnx(m))
+
+
 # -- errors and the import report -----------------------------------------------------
 
 

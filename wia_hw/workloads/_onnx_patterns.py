@@ -11,7 +11,8 @@ shapes:
 * **GELU**: ``x / sqrt(2)`` (or ``x * (1/sqrt(2))``) -> ``erf`` -> ``+ 1`` ->
   ``* x`` (or ``* (0.5 x)``) -> optionally ``* 0.5``, or ``* 0.5`` -> ``* x`` (the
   dynamo exporter's order), is one ``gelu``; so is the tanh
-  form ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` (GPT-2's ``gelu_new``).
+  form ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` (GPT-2's ``gelu_new``;
+  ``x^3`` as ``pow`` or ``x * x * x``).
 * **SiLU**: ``x * sigmoid(x)`` is one ``swish``; so is QuickGELU ``x * sigmoid(a x)``
   (``alpha`` a).
 * **Layer norm**: ``mean(x)`` -> ``d = x - mean`` -> ``d ** 2`` (or ``d * d``) ->
@@ -186,17 +187,39 @@ class _Rewriter:
             cube = self.prod.get(self.other(add, x))
             if cube is None or cube.kind != "mul" or self.only_reader(cube.outputs[0]) is not add:
                 continue
-            p3 = next((self.prod.get(i) for i in cube.inputs if not self.scalar(i)), None)
-            if (
-                p3 is None
-                or p3.kind != "pow"
-                or p3.inputs[0] != x
-                or not self.scalar(p3.inputs[1])
-                or self.only_reader(p3.outputs[0]) is not cube
-            ):
+            k = next((i for i in cube.inputs if self.scalar(i)), None)
+            kv = self.scalar_value(k) if k is not None else None
+            if k is None or kv is not None and not math.isclose(kv, 0.044715, rel_tol=1e-3):
                 continue
-            return x, [p3, cube, add, pre]
+            cubed = self.cubed(self.other(cube, k), x, cube)
+            if cubed is not None:
+                return x, [*cubed, cube, add, pre]
         return None
+
+    def cubed(self, t: str, x: str, reader: Op) -> list[Op] | None:
+        """The ops that make ``t`` = ``x ** 3`` (``pow(x, 3)``, or ``x * x * x`` in
+        either grouping), each read only by the next and the last by ``reader``."""
+        p = self.prod.get(t)
+        if p is None or self.only_reader(t) is not reader:
+            return None
+        if p.kind == "pow":
+            ok = (
+                p.inputs[0] == x
+                and self.scalar(p.inputs[1])
+                and self.scalar_value(p.inputs[1]) in (3.0, None)  # None: a stripped constant
+            )
+            return [p] if ok else None
+        if p.kind != "mul" or x not in p.inputs:
+            return None
+        sq = self.prod.get(self.other(p, x))
+        if (
+            sq is None
+            or sq.kind != "mul"
+            or sq.inputs != (x, x)
+            or self.only_reader(sq.outputs[0]) is not p
+        ):
+            return None
+        return [sq, p]
 
     def gelu(self, erf: Op) -> None:
         if erf.kind not in ("erf", "tanh"):
