@@ -281,3 +281,30 @@ def test_torch_export_with_modules_as_functions():
     kinds = [o.kind for o in g.ops]
     assert kinds.count("layer_norm") == 2 and kinds.count("gelu") == 2
     assert kinds.count("softmax") == 1
+
+
+def test_batch_norm_with_spatial_0_normalises_per_activation():
+    """BatchNormalization before opset 9 with ``spatial=0`` (MXNet's exports): its
+    statistics are [C, H, W], one per activation; not folded into a Conv."""
+    p = [RNG.uniform(0.5, 1.5, X[1:]).astype(np.float32) for _ in range(4)]
+    w = RNG.standard_normal((3, 3, 1, 1)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[1, 1]),
+        helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"], spatial=0),
+    ]
+    m = model(
+        nodes,
+        [("x", X)],
+        8,
+        [const("w", w), *(const(k, v) for k, v in zip("sbmv", p, strict=True))],
+    )
+    g, y = ours(m, {"x": x})
+    assert [o.kind for o in g.ops] == ["conv2d", "mul", "add"]
+    conv = np.einsum("nchw,oc->nohw", x, w[:, :, 0, 0])
+    want = (conv - p[2]) / np.sqrt(p[3] + 1e-5) * p[0] + p[1]
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    bad = model(
+        [nodes[1]], [("c", X)], 8, [const(k, v[:2]) for k, v in zip("sbmv", p, strict=True)]
+    )
+    with pytest.raises(wia_hw.WorkloadError, match=r"scale \[2, 4, 5\] is neither \[C\] nor"):
+        from_onnx(bad)

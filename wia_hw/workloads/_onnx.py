@@ -890,6 +890,11 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
         if len(x) < 2:
             raise fail(f"input {list(x)} has no channel axis")
         shape = (x[1],) + (1,) * (len(x) - 2)
+        params = tuple(imp.shape(ins[1]))
+        if len(params) > 1 and params == tuple(x[1:]):  # spatial=0 (before opset 9):
+            shape = params  # statistics per activation, [C, D1, ...]
+        elif params != (x[1],):
+            raise fail(f"scale {list(params)} is neither [C] nor [C, D1, ...] of input {list(x)}")
         xd = imp.b.tensor(v(0)).dtype
         if any(i not in imp.consts for i in ins[1:5]):  # statistics given at run time
             p = [imp.view(v(j), shape, f"{name}.p{j}", f"{out}.p{j}", grp) for j in range(1, 5)]
@@ -2507,6 +2512,7 @@ def _per_channel(imp: _Importer, n: Any, x: str, rank: int, channels: int) -> bo
         return (
             n.input[0] == x
             and all(i in imp.consts for i in n.input[1:5])
+            and all(len(imp.consts[i].dims) == 1 for i in n.input[1:5])  # per channel
             and not _attrs(n).get("training_mode", 0)
             and len(n.output) == 1
         )
