@@ -84,3 +84,95 @@ def test_missing_file_is_one_line(tmp_path):
     r = run(str(tmp_path / "nope.onnx"))
     assert r.exit_code == 2
     assert r.output == f"wia-hw: error: ONNX file not found: {str(tmp_path / 'nope.onnx')!r}\n"
+
+
+# -- an .onnx file under run: its dims, its precision ---------------------------------
+
+
+def dynamic_model(path, seq_name="sequence_length"):
+    """x [batch, <seq_name>, 16] -> MatMul by a [16, 8] weight -> Relu: dims as Hugging
+    Face Optimum (``batch_size``, ``sequence_length``) or tf2onnx (``unk__7``) name them."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    w = numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32), "w"
+    )
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+        "tf2onnx",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch_size", seq_name, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [w],
+    )
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+def run_json(*args):
+    import json
+
+    r = CliRunner().invoke(cli, ["run", *args, "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+def test_run_fixes_named_dims_by_seq_and_arg(tmp_path):
+    hf = dynamic_model(tmp_path / "hf.onnx")
+    a = run_json(hf, "--batch", "2", "--seq", "64")
+    b = run_json(hf, "--batch", "2", "-a", "sequence_length=64")
+    assert a["flops"] == b["flops"] == 2 * 64 * 16 * 8 * 2 + 2 * 64 * 8
+    tf = dynamic_model(tmp_path / "tf.onnx", "unk__7")
+    assert run_json(tf, "--batch", "2", "-a", "unk__7=64")["flops"] == a["flops"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--batch", "2"],
+            r"dimension 1 \('unk__7'\) is not fixed; pass dims=\{'unk__7': N\} "
+            r"\(command line: -a unk__7=N; wia-hw import: --dim unk__7=N\)",
+        ),
+        (
+            ["--batch", "2", "-a", "unk__7=4", "-a", "tokens=3"],
+            r"the model has no symbolic input dim 'tokens' \(its symbolic dims: batch_size, unk__7\)",
+        ),
+        (
+            ["--batch", "2", "-a", "unk__7=4", "--precision", "int8"],
+            r"precision int8 needs the model's quantisation",
+        ),
+    ],
+)
+def test_run_refuses_in_one_line(tmp_path, args, message):
+    import re
+
+    r = CliRunner().invoke(cli, ["run", dynamic_model(tmp_path / "tf.onnx", "unk__7"), *args])
+    assert r.exit_code != 0 and len(r.output.strip().splitlines()) == 1, r.output
+    assert re.search(message, r.output), r.output
+
+
+def test_run_at_another_precision_casts_the_float_tensors(tmp_path):
+    import numpy as np
+
+    import wia_hw
+    from wia_hw.runtime import resolve_workload
+
+    path = dynamic_model(tmp_path / "m.onnx")
+    fp32 = run_json(path, "--batch", "2", "--seq", "64")
+    fp16 = run_json(path, "--batch", "2", "--seq", "64", "--precision", "fp16")
+    assert fp16["precision"] == "fp16" and fp32["precision"] == "fp32"
+    assert fp16["flops"] == fp32["flops"]
+    g = resolve_workload(path, batch=2, seq=64, precision="bf16")
+    assert {t.dtype for t in g.tensors.values()} == {"bf16"}
+    x = np.random.default_rng(1).standard_normal((2, 64, 16)).astype(np.float32)
+    y = wia_hw.run(g, mode="functional", inputs={"x": x}).outputs["y"]
+    # the input and the weight rounded to bf16, the products summed in fp32, the
+    # result rounded to bf16 again: within one bf16 step (2^-8 relative) of that
+    from wia_hw.emulator.functional import cast_to
+
+    xb, wb = cast_to(x, "bf16"), cast_to(np.asarray(g.weight_values["w"]()), "bf16")
+    want = np.maximum(xb.astype(np.float64) @ wb.astype(np.float64), 0)
+    np.testing.assert_allclose(y, want, rtol=2**-8, atol=1e-6)
+    assert not np.allclose(y, np.maximum(x @ np.asarray(g.weight_values["w"]()), 0), rtol=1e-4)

@@ -773,3 +773,73 @@ def test_a_mask_added_before_the_scale_leaves_the_chain():
     ins = [vi(n, [B, NH, S, DH]) for n in "qkv"] + [vi("amask", [B, 1, 1, S])]
     g = from_onnx(model(nodes, ins, [vi("o", [B, NH, S, DH])], [init("sqrt_dh", math.sqrt(DH))]))
     assert "add" in kinds(g) and "div" in kinds(g)
+
+
+# -- If on a condition that folds -----------------------------------------------------
+
+
+def if_model(cond_nodes, inits):
+    """y = 2 * (If(cond) then relu(x) + bias (a then-branch initializer) else -x),
+    x [2, 8]; the then branch has a nested If reading the branch's own value."""
+    f = TensorProto.FLOAT
+    inner = helper.make_graph(
+        [helper.make_node("Abs", ["t0"], ["i_out"])],
+        "inner",
+        [],
+        [helper.make_tensor_value_info("i_out", f, None)],
+    )
+    then_g = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["t0"]),
+            helper.make_node("If", ["yes"], ["t1"], then_branch=inner, else_branch=inner),
+            helper.make_node("Add", ["t1", "bias"], ["t_out"]),
+        ],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t_out", f, None)],
+        [init("bias", np.arange(8)), init("yes", True, np.bool_)],
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e_out"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e_out", f, None)],
+    )
+    nodes = cond_nodes + [
+        node("If", ["c"], ["z"], then_branch=then_g, else_branch=else_g),
+        node("Mul", ["z", "two"], ["y"]),
+    ]
+    return model(nodes, [vi("x", [2, 8])], [vi("y", None)], [*inits, init("two", 2.0)], opset=17)
+
+
+@pytest.mark.parametrize("limit, branch", [(4, "then"), (9, "else")])
+def test_an_if_on_a_shape_test_is_the_branch_it_takes(limit, branch):
+    from onnx.reference import ReferenceEvaluator
+
+    m = if_model(
+        [
+            node("Shape", ["x"], ["s"]),
+            node("Gather", ["s", "i1"], ["d"], axis=0),
+            node("Greater", ["d", "lim"], ["c"]),
+        ],
+        [init("i1", 1, np.int64), init("lim", limit, np.int64)],
+    )
+    x = np.random.default_rng(2).standard_normal((2, 8)).astype(np.float32)
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x})
+    g = from_onnx(m)
+    assert [o.kind for o in g.ops if o.kind != "identity"] == (
+        ["relu", "abs", "add", "mul"] if branch == "then" else ["neg", "mul"]
+    )
+    y = wia_hw.run(g, mode="functional", inputs={"x": x}).outputs["y"]
+    np.testing.assert_allclose(y, want, rtol=1e-6)
+
+
+def test_an_if_on_run_time_values_is_one_line():
+    m = if_model(
+        [node("ReduceSum", ["x"], ["r"], keepdims=0), node("Greater", ["r", "zero"], ["c"])],
+        [init("zero", 0.0)],
+    )
+    with pytest.raises(
+        WorkloadError, match=r"unsupported ONNX op type: If x1 \(If: control flow on run-time"
+    ):
+        from_onnx(m)

@@ -701,6 +701,33 @@ class Graph:
     def weight_bytes(self) -> int:
         return sum(t.nbytes for t in self.tensors.values() if t.kind == "weight")
 
+    def with_float_dtype(self, dtype: str) -> Graph:
+        """This graph with every float tensor (fp32, fp16, bf16) in ``dtype``, one of
+        those: an exported fp32 model run at fp16 or bf16 (``--precision``). Integer
+        tensors (ids, masks, a quantised model's codes) keep theirs; the weights'
+        values (cast to ``dtype`` when functional mode loads them), the quantisation
+        parameters and the declared outputs carry over."""
+        if dtype not in FLOAT_DTYPES:
+            raise WorkloadError(
+                f"graph {self.name!r}: {dtype!r} is not a float dtype ({', '.join(FLOAT_DTYPES)})"
+            )
+        tensors = [
+            Tensor(t.name, t.shape, dtype, t.kind) if t.dtype in FLOAT_DTYPES else t
+            for t in self.tensors.values()
+        ]
+        g = Graph(
+            self.name,
+            tensors,
+            self.ops,
+            sequences=self.sequences,
+            params={**self.params, "precision": dtype},
+            validate=False,
+        )
+        g.weight_values = dict(self.weight_values)
+        g.quant = dict(self.quant)
+        g.declared_outputs = list(self.declared_outputs)
+        return g
+
     def __repr__(self) -> str:
         return (
             f"Graph({self.name!r}, {len(self.ops)} ops, {len(self.tensors)} tensors, "

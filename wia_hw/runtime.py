@@ -201,8 +201,23 @@ def resolve_workload(workload: str | os.PathLike[str] | Graph, **kwargs: Any) ->
         batch = kwargs.get("batch")
         return read_topology(text, **({"batch": batch} if batch is not None else {}))
     if text.lower().endswith(".onnx"):
-        onnx_kw = {k: v for k, v in kwargs.items() if k in ("batch", "seq") and v is not None}
-        return workloads.build(text, **onnx_kw)
+        # batch and seq as the builders take them; any other argument (-a NAME=N) fixes
+        # the model's symbolic input dim NAME; precision casts its float tensors
+        given = {k: v for k, v in kwargs.items() if v is not None}
+        precision = given.pop("precision", None)
+        onnx_kw = {k: given.pop(k) for k in ("batch", "seq") if k in given}
+        if given:
+            onnx_kw["dims"] = given
+        graph = workloads.build(text, **onnx_kw)
+        if precision is None:
+            return graph
+        if precision == "int8":
+            raise WorkloadError(
+                f"{text}: precision int8 needs the model's quantisation: import a "
+                "quantised ONNX model (QuantizeLinear/DequantizeLinear, QLinear*), or "
+                "quantise this one with wia_hw.optimize.quantize_model and calibration data"
+            )
+        return graph.with_float_dtype(precision)
     return workloads.build(text, **{k: v for k, v in kwargs.items() if v is not None})
 
 

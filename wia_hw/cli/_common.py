@@ -221,7 +221,8 @@ def _workload_and_device() -> list[Callable[[Any], Any]]:
             "args",
             multiple=True,
             metavar="NAME=VALUE",
-            help="Other builder arguments, e.g. -a M=4096 for gemm.",
+            help="Other builder arguments, e.g. -a M=4096 for gemm; for an .onnx "
+            "file, a symbolic input dim, e.g. -a sequence_length=128.",
         ),
         click.option(
             "--set",

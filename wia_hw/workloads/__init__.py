@@ -18,7 +18,7 @@ from typing import Any
 from ..emulator.errors import WorkloadError
 from ..graph import Graph
 from ._gemm import gemm
-from ._onnx import from_onnx
+from ._onnx import SEQ_DIMS, from_onnx
 from ._resnet import resnet50
 from ._torch import from_torch
 from ._transformers import bert_base, bert_large, gpt2
@@ -54,7 +54,8 @@ def build(name: str, **kwargs: Any) -> Graph:
 
     ``name`` is looked up in :data:`WORKLOADS` case-insensitively, ignoring ``-`` and
     ``_`` (``"BERT_large"`` is ``bert-large``, ``"resnet-50"`` is ``resnet50``); a name ending in ``.onnx`` is
-    imported with :func:`from_onnx` (``seq`` fixes its symbolic dim named ``seq``). An unknown name, or an argument the builder does
+    imported with :func:`from_onnx` (``seq`` fixes its symbolic dim named ``seq``,
+    ``sequence_length`` or another of :data:`~wia_hw.workloads._onnx.SEQ_DIMS`). An unknown name, or an argument the builder does
     not take, raises :class:`~wia_hw.WorkloadError` listing what is known.
     """
     if not isinstance(name, str) or not name.strip():
@@ -62,8 +63,8 @@ def build(name: str, **kwargs: Any) -> Graph:
     if name.lower().endswith(".onnx"):
         fn: Callable[..., Graph] = from_onnx
         seq = kwargs.pop("seq", None)
-        if seq is not None:  # the exporters' sequence dim (scripts/make_onnx_fixtures.py)
-            kwargs["dims"] = {**(kwargs.get("dims") or {}), "seq": seq}
+        if seq is not None:  # the exporters' sequence dim, under its usual names
+            kwargs["dims"] = {**dict.fromkeys(SEQ_DIMS, seq), **(kwargs.get("dims") or {})}
     else:
         key = _norm(name)
         fn = next((f for k, f in WORKLOADS.items() if _norm(k) == key), None)  # type: ignore[assignment]

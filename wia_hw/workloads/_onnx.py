@@ -284,7 +284,10 @@ FOLDED_OPS = (
 
 
 #: Graph names the exporters give every model: the file's stem names it instead.
-_GENERIC_NAMES = ("", "main_graph", "torch_jit", "torch-jit-export")
+_GENERIC_NAMES = ("", "main_graph", "torch_jit", "torch-jit-export", "tf2onnx")
+#: the names exporters give the sequence dim, which ``seq`` (``--seq``) fixes: the
+#: torch exporters' dynamic axes as users name them, Hugging Face Optimum's
+SEQ_DIMS = ("seq", "sequence", "seq_len", "seq_length", "sequence_length")
 
 
 def _elem_dtypes(onnx: Any) -> dict[int, str]:
@@ -336,7 +339,22 @@ def _positive(what: str, v: object) -> int:
 def _fix_input_dims(
     graph: Any, initializers: set[str], batch: int | None, dims: Mapping[str, int]
 ) -> None:
-    """Replace every symbolic dim of the graph inputs by its value, in place."""
+    """Replace every symbolic dim of the graph inputs by its value, in place. A name in
+    ``dims`` that no input has is an error, unless it is ``batch`` or one of the
+    sequence dim's names (:data:`SEQ_DIMS`), which apply where the model has them."""
+    named = {
+        d.dim_param
+        for vi in graph.input
+        if vi.name not in initializers and vi.type.HasField("tensor_type")
+        for d in vi.type.tensor_type.shape.dim
+        if d.HasField("dim_param") and d.dim_param
+    }
+    stray = sorted(set(dims) - named - {"batch", *SEQ_DIMS})
+    if stray:
+        raise WorkloadError(
+            f"the model has no symbolic input dim {stray[0]!r} (its symbolic dims: "
+            f"{', '.join(sorted(named)) or 'none'})"
+        )
     for vi in graph.input:
         if vi.name in initializers:
             continue
@@ -361,9 +379,14 @@ def _fix_input_dims(
             elif axis == 0 and batch is not None:
                 value = batch
             else:
-                hints = ([f"dims={{{param!r}: N}}"] if param else []) + (
-                    ["batch=N"] if axis == 0 else []
-                )
+                hints = (
+                    [
+                        f"dims={{{param!r}: N}} (command line: -a {param}=N; "
+                        f"wia-hw import: --dim {param}=N)"
+                    ]
+                    if param
+                    else []
+                ) + (["batch=N (--batch N)"] if axis == 0 else [])
                 how = (
                     f"pass {' or '.join(hints)}"
                     if hints
@@ -2701,6 +2724,12 @@ def unsupported_message(source: str, counts: Mapping[str, int]) -> str:
         if folded
         else ""
     )
+    flow = [k for k in counts if k in ("If", "Loop", "Scan")]
+    if flow:
+        hint += (
+            f" ({', '.join(flow)}: control flow on run-time values is not modelled; an If "
+            "whose condition folds to a constant is its branch)"
+        )
     return f"{source}: {len(counts)} unsupported ONNX {kinds}: {listed}{hint}{hint_ort}"
 
 

@@ -19,6 +19,11 @@ in place):
   weight, say) is *shape-folded*: its output becomes a constant whose dims are known
   but whose values are never computed (the work happens once, when weights load, not
   per inference). Weight values are never needed: only dims.
+* An ``If`` whose condition is a constant is the branch it takes: that branch's nodes
+  and initializers replace it (the names the branch defines prefixed with the If's
+  output, so they cannot meet the graph's), then an ``Identity`` per output. A branch
+  that references the graph's values keeps doing so. (An exporter writes such an If
+  for a test on shapes that are fixed once the input dims are.)
 * Folded values that remaining nodes read become initializers; folded nodes go away.
   Random ops (``RandomNormal``...), ops of other domains than ONNX's and nodes with
   subgraphs are never folded.
@@ -280,11 +285,59 @@ class _Folder:
                 self.shape_only.add(o)
         return True
 
+    def taken_branch(self, node: Any) -> tuple[list[Any], list[Any]] | None:
+        """An ``If`` on a constant condition: (the nodes that replace it, the
+        initializers they add), else None."""
+        if node.op_type != "If" or node.domain not in ("", "ai.onnx") or not node.input:
+            return None
+        cond = self.value(node.input[0])
+        if cond is None or cond.size != 1:
+            return None
+        want = "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"
+        branch = next((a.g for a in node.attribute if a.name == want), None)
+        if branch is None or len(branch.output) != len(node.output):
+            return None
+        prefix = f"{node.output[0]}/{want}/"
+        defined = {o for n in branch.node for o in n.output if o} | {
+            t.name for t in branch.initializer
+        }
+        rename = {name: prefix + name for name in defined}
+        nodes = []
+        for n in branch.node:
+            c = self.onnx.NodeProto()
+            c.CopyFrom(n)
+            _rename_inputs(c, rename)
+            for k, o in enumerate(c.output):
+                if o:
+                    c.output[k] = rename[o]
+            if c.name:
+                c.name = prefix + c.name
+            nodes.append(c)
+        inits = []
+        for t in branch.initializer:
+            c = self.onnx.TensorProto()
+            c.CopyFrom(t)
+            c.name = rename[t.name]
+            inits.append(c)
+        for src, out in zip(branch.output, node.output, strict=True):
+            if out:
+                nodes.append(
+                    self.onnx.helper.make_node(
+                        "Identity", [rename.get(src.name, src.name)], [out], name=f"{prefix}{out}"
+                    )
+                )
+        return nodes, inits
+
     # -- the graph -------------------------------------------------------------------
     def run(self) -> tuple[int, bool]:
-        kept, folded = [], 0
+        kept, folded, branch_inits = [], 0, []
         for node in self.g.node:
-            if self.try_fold(node):
+            taken = self.taken_branch(node)
+            if taken is not None:
+                kept.extend(taken[0])
+                branch_inits.extend(taken[1])
+                folded += 1
+            elif self.try_fold(node):
                 folded += 1
             else:
                 kept.append(node)
@@ -309,7 +362,7 @@ class _Folder:
                 e.key, e.value = "location", "<shape-folded>"
             new_inits.append(t)
         used = needed | {vi.name for vi in self.g.input}
-        keep_inits = [t for t in self.g.initializer if t.name in used]
+        keep_inits = [t for t in [*self.g.initializer, *branch_inits] if t.name in used]
         del self.g.node[:]
         self.g.node.extend(kept)
         del self.g.initializer[:]
@@ -319,6 +372,18 @@ class _Folder:
         del self.g.value_info[:]
         self.g.value_info.extend(vis)
         return folded, complete
+
+
+def _rename_inputs(node: Any, rename: dict[str, str]) -> None:
+    """Rename ``node``'s inputs, and those of the nodes of its subgraphs (which may
+    read the enclosing scope), by ``rename``, in place."""
+    for k, i in enumerate(node.input):
+        if i in rename:
+            node.input[k] = rename[i]
+    for a in node.attribute:
+        for g in [a.g] if a.HasField("g") else list(a.graphs):
+            for n in g.node:
+                _rename_inputs(n, rename)
 
 
 def inline_small_external(onnx: Any, proto: Any, base_dir: Path | None) -> None:
