@@ -175,9 +175,9 @@ def test_malformed_window_attributes_name_the_op(attrs, match):
         b.op("maxpool", "p", [x], **attrs)
 
 
-def test_three_d_conv_names_the_node():
-    m = _model("Conv", (1, 2, 4, 4, 4), (3, 2, 1, 1, 1), {}, np.random.default_rng(0))
-    with pytest.raises(WorkloadError, match=r"ONNX node 'n0' \(Conv\): input \[1, 2, 4, 4, 4\]"):
+def test_four_d_conv_names_the_node():
+    m = _model("Conv", (1, 2, 4, 4, 4, 4), (3, 2, 1, 1, 1, 1), {}, np.random.default_rng(0))
+    with pytest.raises(WorkloadError, match=r"ONNX node 'n0' \(Conv\): input \[1, 2, 4, 4, 4, 4\]"):
         from_onnx(m)
 
 
@@ -215,11 +215,31 @@ def test_model_zoo_cnns_import_at_opset_9(name):
     assert g.macs() == _zoo_macs(path)
 
 
-@pytest.mark.skipif("light_bvlc_alexnet" not in ZOO_MODELS, reason="no model zoo files")
-def test_model_zoo_alexnet_runs():
-    res = wia_hw.run(from_onnx(ZOO / "light_bvlc_alexnet.onnx"), device="wia-npu")
-    assert res.latency_ms > 0
-    assert res.counters.macs == _zoo_macs(ZOO / "light_bvlc_alexnet.onnx")
+@pytest.mark.skipif(not ZOO_MODELS, reason="this onnx package ships no model zoo files")
+@pytest.mark.parametrize("name", ZOO_MODELS)
+def test_model_zoo_cnns_run(name):
+    res = wia_hw.run(from_onnx(ZOO / f"{name}.onnx"), device="wia-npu")
+    assert res.latency_ms >= res.roofline_floor_ms > 0
+    assert res.counters.macs == _zoo_macs(ZOO / f"{name}.onnx")
+
+
+#: the zoo models small enough to run in functional mode in a test (seconds each)
+ZOO_FUNCTIONAL = ["light_densenet121", "light_shufflenet", "light_squeezenet", "light_inception_v1"]
+
+
+@pytest.mark.parametrize("name", [n for n in ZOO_FUNCTIONAL if n in ZOO_MODELS])
+def test_model_zoo_cnns_compute_the_output_onnx_stored(name):
+    """The stored output is ONNX's for the model's rebuilt (ConstantOfShape) weights
+    and an input the data set does not ship: these CNNs' outputs do not depend on it
+    (constant weights make every position alike), which the test checks with two."""
+    g = from_onnx(ZOO / f"{name}.onnx")
+    want = numpy_helper.to_array(onnx.load_tensor(str(ZOO / f"{name}_output_0.pb")))
+    (inp,) = [t for t in g.tensors.values() if t.kind == "input"]
+    for seed in (0, 1):
+        x = np.random.default_rng(seed).standard_normal(inp.shape).astype(np.float32)
+        y = wia_hw.run(g, mode="functional", inputs={inp.name: x}).outputs[g.declared_outputs[0]]
+        assert y.shape == want.shape
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-6 * np.abs(want).max())
 
 
 #: 1-D cases (audio front-ends, TCNs): (op type, input [N, C, L], weight or None, attributes)

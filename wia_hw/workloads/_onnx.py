@@ -49,9 +49,11 @@ RMSNormalization                       ``layer_norm`` with ``rms`` (from any axi
                                        flat)
 Log Reciprocal Abs Sin Cos Floor Ceil  the unary op; CastLike is ``cast``
 Round Sign CastLike
-Conv                                   ``conv2d`` (1-D or 2-D: any kernel, strides,
-                                       dilations, pads; grouped and depthwise through
-                                       ``groups``; 1-D as height 1 between views)
+Conv                                   ``conv2d`` (1-D, 2-D or 3-D: any kernel,
+                                       strides, dilations, pads; grouped and
+                                       depthwise through ``groups``; 1-D as height 1
+                                       between views; 3-D as one ``conv2d`` over the
+                                       depth taps stacked into the channels)
 ConvTranspose                          a 1x1 ``conv2d`` into ``O x kh x kw`` columns,
                                        ``col2im`` (the overlap-add), ``add`` of the bias
 BatchNormalization                     folded into the Conv before it when that Conv
@@ -61,8 +63,9 @@ BatchNormalization                     folded into the Conv before it when that 
                                        after a depthwise Conv); else ``mul`` + ``add``
                                        by per-channel constants
 MaxPool AveragePool GlobalAveragePool  ``maxpool``, ``avgpool``, ``global_avgpool``
-                                       (1-D or 2-D; pads, ceil_mode,
-                                       count_include_pad as ONNX)
+                                       (1-D, 2-D or 3-D; pads, ceil_mode,
+                                       count_include_pad as ONNX; 3-D pools per
+                                       depth tap, then ``max`` or ``add``)
 ReduceMean ReduceSum ReduceMax         ``global_avgpool`` (``reduce``) over the reduced
 ReduceMin ArgMax ArgMin                axes moved last (a ``transpose`` when they are
                                        not), between ``reshape`` views; ArgMax and
@@ -861,8 +864,12 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
                 int(p) + e for p, e in zip(a.get("pads", [0, 0, 0, 0]), extra, strict=True)
             ]
         x, w = imp.shape(ins[0]), imp.shape(ins[1])
+        if len(x) == 5 and len(w) == 5:
+            _conv3d(imp, node, name, a, out, grp, dt, fail)
+            imp.check(node, name, out)
+            return
         if len(x) not in (3, 4) or len(w) != len(x):
-            raise fail(f"input {list(x)} is not 1-D [N, C, L] or 2-D [N, C, H, W]")
+            raise fail(f"input {list(x)} is not 1-D [N, C, L], 2-D or 3-D [N, C, D, H, W]")
         inputs = [v(0), v(1)] + ([v(2)] if has(2) else [])
         if len(x) == 3:  # 1-D: a conv2d of height 1 on views of the input and weight
             a, x, w = _as_2d(a), (x[0], x[1], 1, x[2]), (w[0], w[1], 1, w[2])
@@ -946,10 +953,12 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
             imp.values[hw] = lambda: affine()[1].reshape(shape)
         y = imp.add("mul", f"{name}.scale", [v(0), sw], f"{out}.scaled", grp, dt)
         imp.add("add", name, [y, hw], out, grp, dt)
+    elif t in ("MaxPool", "AveragePool") and len(imp.shape(ins[0])) == 5:
+        _pool3d(imp, node, name, a, out, grp, dt, fail)
     elif t in ("MaxPool", "AveragePool"):
         x = imp.shape(ins[0])
         if len(x) not in (3, 4):
-            raise fail(f"input {list(x)} is not 1-D [N, C, L] or 2-D [N, C, H, W]")
+            raise fail(f"input {list(x)} is not 1-D [N, C, L], 2-D or 3-D [N, C, D, H, W]")
         if "kernel_shape" not in a:
             raise fail("has no kernel_shape attribute")
         src, final = v(0), out
@@ -971,7 +980,14 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
             imp.add("reshape", f"{name}.y1d", [y], out, grp, dt, shape=(n_, c_, l_))
     elif t == "GlobalAveragePool":
         x = imp.shape(ins[0])
-        if len(x) == 3:  # 1-D: over a view of height 1, then back to [N, C, 1]
+        if len(x) > 4:  # 3-D and up: over a view [N, C, D*H, W], then back
+            view = (*x[:2], math.prod(x[2:-1]), x[-1])
+            src = imp.add("reshape", f"{name}.x2d", [v(0)], f"{out}.x2d", grp, None, shape=view)
+            y = imp.add("global_avgpool", name, [src], f"{out}.y2d", grp, dt)
+            imp.add(
+                "reshape", f"{name}.ynd", [y], out, grp, dt, shape=(*x[:2], *[1] * (len(x) - 2))
+            )
+        elif len(x) == 3:  # 1-D: over a view of height 1, then back to [N, C, 1]
             src = imp.add(
                 "reshape", f"{name}.x2d", [v(0)], f"{out}.x2d", grp, None, shape=(*x[:2], 1, x[2])
             )
@@ -2333,6 +2349,227 @@ def _fold_values(
         imp.values[bias_tensor] = conv_bias
 
 
+def _window3d(
+    node: Any, a: dict[str, Any], kernel: list[int], dhw: tuple[int, ...], fail: Any
+) -> tuple[list[int], list[int], list[int]]:
+    """A 3-D Conv/pool node's (strides, dilations, pads ``[d0, h0, w0, d1, h1, w1]``),
+    ``auto_pad`` resolved as ONNX does."""
+    stride = [int(v) for v in a.get("strides", [1, 1, 1])]
+    dil = [int(v) for v in a.get("dilations", [1, 1, 1])]
+    if len(kernel) != 3 or len(stride) != 3 or len(dil) != 3:
+        raise fail(f"kernel_shape {kernel}, strides {stride} or dilations {dil} is not 3-D")
+    auto = a.get("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto in ("NOTSET", ""):
+        pads = [int(v) for v in a.get("pads", [0] * 6)]
+        if len(pads) != 6:
+            raise fail(f"pads {pads} is not 3-D")
+    elif auto == "VALID":
+        pads = [0] * 6
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):
+        pads = [0] * 6
+        for i, x in enumerate(dhw):
+            total = max((-(-x // stride[i]) - 1) * stride[i] + (kernel[i] - 1) * dil[i] + 1 - x, 0)
+            small = total // 2
+            pads[i], pads[i + 3] = (
+                (small, total - small) if auto == "SAME_UPPER" else (total - small, small)
+            )
+    else:
+        raise fail(f"unknown auto_pad {auto!r}")
+    return stride, dil, pads
+
+
+def _depth_taps(
+    imp: _Importer,
+    name: str,
+    src: str,
+    out: str,
+    grp: str,
+    dt: str | None,
+    window: tuple[int, int, int, int, int],
+    fill: float,
+) -> list[str]:
+    """The depth taps of a 3-D window over ``src`` [N, C, D, H, W]: depth padded with
+    ``fill`` (``lo``, ``hi``), then per kernel position ``j`` the slice of the depths
+    that output depth ``t`` reads there, ``j * dilation + t * stride``, each
+    [N, C, Dout, H, W]. ``window`` is (kernel, stride, dilation, lo, hi)."""
+    import numpy as np
+
+    k, stride, dil, lo, hi = window
+    x = imp.b.shape(src)
+    if lo or hi:
+        xd = imp.b.tensor(src).dtype
+        parts = []
+        for side, width in (("lo", lo), ("hi", hi)):
+            if width:
+                shape = (x[0], x[1], width, *x[3:])
+                wname = imp.b.weight(f"{name}.depth_pad_{side}", shape, xd)
+                imp.values[wname] = lambda shape=shape: np.full(shape, fill, np.float32)
+                parts.append(wname)
+        parts.insert(1 if lo else 0, src)
+        src = imp.add("concat", f"{name}.depth_pad", parts, f"{out}.depth_pad", grp, dt, axis=2)
+    depth = x[2] + lo + hi
+    dout = (depth - dil * (k - 1) - 1) // stride + 1
+    if dout < 1:
+        raise WorkloadError(f"ONNX node {name!r}: the depth window does not fit the input")
+    taps = []
+    for j in range(k):
+        start, stop = j * dil, j * dil + stride * (dout - 1) + 1
+        if (start, stop, stride) == (0, depth, 1):
+            taps.append(src)
+            continue
+        taps.append(
+            imp.add(
+                "slice",
+                f"{name}.tap{j}",
+                [src],
+                f"{out}.tap{j}",
+                grp,
+                dt,
+                axis=2,
+                start=start,
+                stop=stop,
+                **({"step": stride} if stride != 1 else {}),
+            )
+        )
+    return taps
+
+
+def _conv3d(
+    imp: _Importer,
+    node: Any,
+    name: str,
+    a: dict[str, Any],
+    out: str,
+    grp: str,
+    dt: str | None,
+    fail: Any,
+) -> None:
+    """A 3-D Conv as one ``conv2d``: the kernel's depth taps (:func:`_depth_taps`) are
+    stacked into the channels, group by group ([N * Dout, g * kd * C/g, H, W]), the
+    weight [O, C/g, kd, kh, kw] is laid out to match ([O, kd * C/g, kh, kw]), and the
+    result [N * Dout, O, Ho, Wo] is moved back to [N, O, Dout, Ho, Wo]. The same MACs,
+    one GEMM of K = C/g * kd * kh * kw, as an accelerator maps a 3-D convolution; the
+    taps are copies of the input."""
+    ins = list(node.input)
+    n, c, d, h, w_ = imp.shape(ins[0])
+    o, cg, kd, kh, kw = imp.shape(ins[1])
+    groups = int(a.get("group", 1))
+    if ins[1] not in imp.consts:
+        raise fail("a 3-D Conv needs a constant weight (it is laid out for the array at import)")
+    if c != cg * groups or o % groups:
+        raise fail(
+            f"weight {[o, cg, kd, kh, kw]} does not fit input {[n, c, d, h, w_]}, group {groups}"
+        )
+    stride, dil, pads = _window3d(node, a, [kd, kh, kw], (d, h, w_), fail)
+    x = imp.value(ins[0], name)
+    taps = _depth_taps(imp, name, x, out, grp, dt, (kd, stride[0], dil[0], pads[0], pads[3]), 0.0)
+    dout = imp.b.shape(taps[0])[2]
+    views = [
+        imp.view(t, (n, groups, 1, cg, dout, h, w_), f"{name}.tap{j}.g", f"{out}.tap{j}.g", grp)
+        for j, t in enumerate(taps)
+    ]
+    stack = (
+        views[0]
+        if kd == 1
+        else imp.add("concat", f"{name}.taps", views, f"{out}.taps", grp, dt, axis=2)
+    )
+    moved = imp.add(
+        "transpose",
+        f"{name}.depth_out",
+        [stack],
+        f"{out}.depth_out",
+        grp,
+        dt,
+        perm=(0, 4, 1, 2, 3, 5, 6),
+    )
+    x2 = imp.view(moved, (n * dout, groups * kd * cg, h, w_), f"{name}.x2d", f"{out}.x2d", grp)
+    wt = imp.const_weight(
+        ins[1],
+        (o, kd * cg, kh, kw),
+        "conv3d",
+        name,
+        lambda arr: arr.transpose(0, 2, 1, 3, 4).reshape(o, kd * cg, kh, kw),
+    )
+    inputs = [x2, wt] + ([imp.value(ins[2], name)] if len(ins) > 2 and ins[2] else [])
+
+    def compact(v: list[int]) -> int | list[int]:
+        return v[0] if len(set(v)) == 1 else v
+
+    y = imp.add(
+        "conv2d",
+        f"{name}.conv2d",
+        inputs,
+        f"{out}.y2d",
+        grp,
+        dt,
+        stride=compact(stride[1:]),
+        pad=compact([pads[1], pads[2], pads[4], pads[5]]),
+        dilation=compact(dil[1:]),
+        groups=groups,
+    )
+    _, _, ho, wo = imp.b.shape(y)
+    y = imp.view(y, (n, dout, o, ho, wo), f"{name}.y5d", f"{out}.y5d", grp)
+    imp.add("transpose", name, [y], out, grp, dt, perm=(0, 2, 1, 3, 4))
+
+
+def _pool3d(
+    imp: _Importer,
+    node: Any,
+    name: str,
+    a: dict[str, Any],
+    out: str,
+    grp: str,
+    dt: str | None,
+    fail: Any,
+) -> None:
+    """A 3-D MaxPool/AveragePool: per depth tap (:func:`_depth_taps`, padded with -inf
+    for a max, zeros for an average) a 2-D pool of [N, C * Dout, H, W], then the taps'
+    ``max``, or their sum scaled by 1/kd. An average whose depth padding is left out of
+    the divisor (``count_include_pad=0`` with depth pads), dilations and a ceil_mode
+    that adds a partial depth window are refused."""
+    x = imp.shape(node.input[0])
+    n, c, d, h, w_ = x
+    if "kernel_shape" not in a:
+        raise fail("has no kernel_shape attribute")
+    kd, kh, kw = [int(k) for k in a["kernel_shape"]]
+    stride, dil, pads = _window3d(node, a, [kd, kh, kw], (d, h, w_), fail)
+    if dil != [1, 1, 1]:
+        raise fail(f"dilations {dil} are not modelled for pooling")
+    avg = node.op_type == "AveragePool"
+    cip = bool(a.get("count_include_pad", 0))
+    if avg and (pads[0] or pads[3]) and not cip:
+        raise fail("a 3-D average pool with depth pads left out of the divisor is not modelled")
+    depth = d + pads[0] + pads[3]
+    if a.get("ceil_mode", 0) and (depth - kd) % stride[0]:
+        raise fail("ceil_mode with a partial depth window is not modelled")
+    src = imp.value(node.input[0], name)
+    fill = 0.0 if avg else float("-inf")
+    taps = _depth_taps(imp, name, src, out, grp, dt, (kd, stride[0], 1, pads[0], pads[3]), fill)
+    dout = imp.b.shape(taps[0])[2]
+    win: dict[str, Any] = {
+        "kernel": [kh, kw],
+        "stride": stride[1:],
+        "pad": [pads[1], pads[2], pads[4], pads[5]],
+    }
+    if a.get("ceil_mode", 0):
+        win["ceil_mode"] = True
+    if avg:
+        win["count_include_pad"] = cip
+    kind = "avgpool" if avg else "maxpool"
+    pooled = []
+    for j, t in enumerate(taps):
+        v2 = imp.view(t, (n, c * dout, h, w_), f"{name}.tap{j}.2d", f"{out}.tap{j}.2d", grp)
+        pooled.append(imp.add(kind, f"{name}.pool{j}", [v2], f"{out}.pool{j}", grp, dt, **win))
+    y = pooled[0]
+    for j, p in enumerate(pooled[1:], 1):
+        y = imp.add("add" if avg else "max", f"{name}.join{j}", [y, p], f"{out}.join{j}", grp, dt)
+    if avg and kd > 1:
+        y = imp.add("scale", f"{name}.mean", [y], f"{out}.mean", grp, dt, factor=1.0 / kd)
+    _, _, ho, wo = imp.b.shape(y)
+    imp.add("reshape", name, [y], out, grp, dt, shape=(n, c, dout, ho, wo))
+
+
 def _conv_transpose(
     imp: _Importer,
     node: Any,
@@ -2611,7 +2848,9 @@ def _fold_candidates(imp: _Importer) -> None:
         ):
             continue
         wdims = list(imp.consts[n.input[1]].dims)
-        rank, channels = len(wdims), wdims[0] if wdims else 0
+        if len(wdims) not in (3, 4):
+            continue  # a 3-D Conv's weight is laid out at import (_conv3d): not folded into
+        rank, channels = len(wdims), wdims[0]
         chain, x = [], n.output[0]
         while len(consumers.get(x, [])) == 1 and x not in outputs and x not in imp.qparams:
             (nxt,) = consumers[x]
