@@ -694,6 +694,23 @@ def _as_2d(a: dict[str, Any]) -> dict[str, Any]:
     return a
 
 
+def _same_pads(
+    auto: str, dims: Any, kernel: list[int], stride: list[int], dil: list[int]
+) -> list[int]:
+    """``auto_pad`` SAME_UPPER/SAME_LOWER as ONNX resolves it: per axis the total pad
+    that keeps ``ceil(x / stride)`` outputs, the odd one at the end (UPPER) or at the
+    start (LOWER); ONNX's order, every axis's start then every axis's end."""
+    n = len(dims)
+    pads = [0] * (2 * n)
+    for i, x in enumerate(dims):
+        total = max((-(-x // stride[i]) - 1) * stride[i] + (kernel[i] - 1) * dil[i] + 1 - x, 0)
+        small = total // 2
+        pads[i], pads[i + n] = (
+            (small, total - small) if auto == "SAME_UPPER" else (total - small, small)
+        )
+    return pads
+
+
 def _window(node: Any, name: str, a: dict[str, Any], kernel: list[int], in_hw: Any) -> dict:
     """The window attributes (``kernel``, ``stride``, ``pad``, ``dilation``) of a 2-D
     Conv/pool node, as :func:`wia_hw.graph.window` reads them: ``pads`` as given,
@@ -716,13 +733,7 @@ def _window(node: Any, name: str, a: dict[str, Any], kernel: list[int], in_hw: A
     elif auto == "VALID":
         pad = [0, 0, 0, 0]
     elif auto in ("SAME_UPPER", "SAME_LOWER"):
-        pad = [0, 0, 0, 0]
-        for i, x in enumerate(in_hw):
-            total = max((-(-x // stride[i]) - 1) * stride[i] + (k[i] - 1) * dil[i] + 1 - x, 0)
-            small = total // 2
-            pad[i], pad[i + 2] = (
-                (small, total - small) if auto == "SAME_UPPER" else (total - small, small)
-            )
+        pad = _same_pads(auto, in_hw, k, stride, dil)
     else:
         raise WorkloadError(f"ONNX node {name!r} ({node.op_type}): unknown auto_pad {auto!r}")
 
@@ -2367,13 +2378,7 @@ def _window3d(
     elif auto == "VALID":
         pads = [0] * 6
     elif auto in ("SAME_UPPER", "SAME_LOWER"):
-        pads = [0] * 6
-        for i, x in enumerate(dhw):
-            total = max((-(-x // stride[i]) - 1) * stride[i] + (kernel[i] - 1) * dil[i] + 1 - x, 0)
-            small = total // 2
-            pads[i], pads[i + 3] = (
-                (small, total - small) if auto == "SAME_UPPER" else (total - small, small)
-            )
+        pads = _same_pads(auto, dhw, kernel, stride, dil)
     else:
         raise fail(f"unknown auto_pad {auto!r}")
     return stride, dil, pads
