@@ -176,3 +176,78 @@ def test_run_at_another_precision_casts_the_float_tensors(tmp_path):
     want = np.maximum(xb.astype(np.float64) @ wb.astype(np.float64), 0)
     np.testing.assert_allclose(y, want, rtol=2**-8, atol=1e-6)
     assert not np.allclose(y, np.maximum(x @ np.asarray(g.weight_values["w"]()), 0), rtol=1e-4)
+
+
+def optimum_decoder(path):
+    """Hugging Face Optimum's decoder-with-past inputs: ``input_ids [batch_size,
+    sequence_length]``, ``attention_mask [batch_size, past_sequence_length +
+    sequence_length]``, ``past_key [batch_size, 2, past_sequence_length, 8]``; the
+    new key (an embedding of the ids) is appended to the past one and the mask
+    weights it."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    table = numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((50, 16)).astype(np.float32), "emb"
+    )
+    shape = numpy_helper.from_array(np.array([0, -1, 2, 8], np.int64), "split_heads")
+    nodes = [
+        helper.make_node("Gather", ["emb", "input_ids"], ["e"]),
+        helper.make_node("Reshape", ["e", "split_heads"], ["e4"]),
+        helper.make_node("Transpose", ["e4"], ["k_new"], perm=[0, 2, 1, 3]),
+        helper.make_node("Concat", ["past_key", "k_new"], ["present_key"], axis=2),
+        helper.make_node("Cast", ["attention_mask"], ["m"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["m", "axes13"], ["m4"]),
+        helper.make_node("Mul", ["present_key", "m4"], ["y"]),
+    ]
+    axes = numpy_helper.from_array(np.array([1, 3], np.int64), "axes13")
+    g = helper.make_graph(
+        nodes,
+        "decoder_with_past",
+        [
+            helper.make_tensor_value_info(
+                "input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]
+            ),
+            helper.make_tensor_value_info(
+                "attention_mask",
+                TensorProto.INT64,
+                ["batch_size", "past_sequence_length + sequence_length"],
+            ),
+            helper.make_tensor_value_info(
+                "past_key", TensorProto.FLOAT, ["batch_size", 2, "past_sequence_length", 8]
+            ),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [table, shape, axes],
+    )
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+def test_dims_written_as_expressions_of_others(tmp_path):
+    import numpy as np
+
+    import wia_hw
+
+    path = optimum_decoder(tmp_path / "decoder.onnx")
+    g = wia_hw.from_onnx(path, batch=2, dims={"sequence_length": 1, "past_sequence_length": 7})
+    assert g.tensors["attention_mask"].shape == (2, 8) and g.tensors["y"].shape == (2, 2, 8, 8)
+    rng = np.random.default_rng(1)
+    ids = rng.integers(0, 50, (2, 1))
+    mask = np.ones((2, 8), np.int64)
+    mask[1, :3] = 0  # the second sequence's first three positions are padding
+    past = rng.standard_normal((2, 2, 7, 8)).astype(np.float32)
+    y = wia_hw.run(
+        g, mode="functional", inputs={"input_ids": ids, "attention_mask": mask, "past_key": past}
+    ).outputs["y"]
+    table = np.asarray(g.weight_values["emb"]())
+    new = table[ids].reshape(2, 1, 2, 8).transpose(0, 2, 1, 3)
+    want = np.concatenate([past, new], axis=2) * mask[:, None, :, None]
+    np.testing.assert_allclose(y, want, rtol=1e-6)
+    r = CliRunner().invoke(cli, ["run", path, "--batch", "2", "--seq", "1"])
+    assert r.exit_code != 0 and "-a past_sequence_length=N" in r.output, r.output
+    r = CliRunner().invoke(
+        cli, ["run", path, "--batch", "2", "--seq", "1", "-a", "past_sequence_length=7"]
+    )
+    assert r.exit_code == 0, r.output

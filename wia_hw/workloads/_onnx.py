@@ -339,25 +339,77 @@ def _positive(what: str, v: object) -> int:
     return int(v)
 
 
+def _dim_names(param: str) -> set[str]:
+    """The names a dim_param reads: itself, or the names of an expression of them
+    (Hugging Face Optimum writes ``past_sequence_length + 1``)."""
+    import ast
+
+    try:
+        tree = ast.parse(param, mode="eval")
+    except SyntaxError:
+        return {param}
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    return names if names and not isinstance(tree.body, ast.Name) else {param}
+
+
+def _dim_expression(param: str, values: Mapping[str, int]) -> int | None:
+    """The value of a dim_param that is an integer expression (``+``, ``-``, ``*``,
+    ``//``, parentheses) of dims in ``values``; None when it is not one, or reads a
+    dim not there. Parsed, never evaluated as code."""
+    import ast
+
+    try:
+        tree = ast.parse(param, mode="eval")
+    except SyntaxError:
+        return None
+    ops = {ast.Add: int.__add__, ast.Sub: int.__sub__, ast.Mult: int.__mul__}
+    ops[ast.FloorDiv] = int.__floordiv__
+
+    def value(n: Any) -> int | None:
+        if isinstance(n, ast.Constant) and type(n.value) is int:
+            return n.value
+        if isinstance(n, ast.Name):
+            return values.get(n.id)
+        if isinstance(n, ast.BinOp) and type(n.op) in ops:
+            a, b = value(n.left), value(n.right)
+            if a is None or b is None or isinstance(n.op, ast.FloorDiv) and b == 0:
+                return None
+            return ops[type(n.op)](a, b)
+        return None
+
+    return value(tree.body)
+
+
 def _fix_input_dims(
     graph: Any, initializers: set[str], batch: int | None, dims: Mapping[str, int]
 ) -> None:
-    """Replace every symbolic dim of the graph inputs by its value, in place. A name in
-    ``dims`` that no input has is an error, unless it is ``batch`` or one of the
-    sequence dim's names (:data:`SEQ_DIMS`), which apply where the model has them."""
-    named = {
+    """Replace every symbolic dim of the graph inputs by its value, in place: a name in
+    ``dims`` takes its value; a free leading dim takes ``batch`` (and so does its name,
+    wherever else it appears); an expression of named dims (``past_sequence_length +
+    1``) takes its value. A name in ``dims`` that no input has is an error, unless it
+    is ``batch`` or one of the sequence dim's names (:data:`SEQ_DIMS`), which apply
+    where the model has them."""
+    params = [
         d.dim_param
         for vi in graph.input
         if vi.name not in initializers and vi.type.HasField("tensor_type")
         for d in vi.type.tensor_type.shape.dim
         if d.HasField("dim_param") and d.dim_param
-    }
+    ]
+    named = set(params).union(*(_dim_names(p) for p in params))
     stray = sorted(set(dims) - named - {"batch", *SEQ_DIMS})
     if stray:
         raise WorkloadError(
             f"the model has no symbolic input dim {stray[0]!r} (its symbolic dims: "
-            f"{', '.join(sorted(named)) or 'none'})"
+            f"{', '.join(sorted(set(params))) or 'none'})"
         )
+    resolved = dict(dims)
+    if batch is not None:  # a leading dim's name takes the batch everywhere
+        for vi in graph.input:
+            if vi.name not in initializers and vi.type.HasField("tensor_type"):
+                first = list(vi.type.tensor_type.shape.dim)[:1]
+                if first and first[0].dim_param and first[0].dim_param not in dims:
+                    resolved[first[0].dim_param] = batch
     for vi in graph.input:
         if vi.name in initializers:
             continue
@@ -377,17 +429,24 @@ def _fix_input_dims(
                     "tensors are not modelled"
                 )
             param = d.dim_param if d.HasField("dim_param") else ""
-            if param and param in dims:
-                value = dims[param]
-            elif axis == 0 and batch is not None:
+            value = resolved.get(param) if param else None
+            if value is None and param:
+                value = _dim_expression(param, resolved)
+                if value is not None and value < 1:
+                    raise WorkloadError(
+                        f"ONNX input {vi.name!r}: dimension {axis} ({param!r}) is {value} "
+                        "with the dims given; it must be at least 1"
+                    )
+            if value is None and axis == 0 and batch is not None:
                 value = batch
-            else:
+            if value is None:
+                missing = sorted(_dim_names(param) - set(resolved)) if param else []
                 hints = (
                     [
-                        f"dims={{{param!r}: N}} (command line: -a {param}=N; "
-                        f"wia-hw import: --dim {param}=N)"
+                        f"dims={{{missing[0]!r}: N}} (command line: -a {missing[0]}=N; "
+                        f"wia-hw import: --dim {missing[0]}=N)"
                     ]
-                    if param
+                    if missing
                     else []
                 ) + (["batch=N (--batch N)"] if axis == 0 else [])
                 how = (
