@@ -1,0 +1,56 @@
+"""Models as Hugging Face Optimum exports them (tests/data/onnx/optimum, made by
+scripts/make_optimum_fixtures.py): BERT for sequence classification, and GPT-2 and
+LLaMA decoders with their KV cache as inputs (``past_sequence_length``, and the
+attention mask's ``past_sequence_length + sequence_length``). Each imports with the
+dims Optimum names, computes in functional mode every output ONNX Runtime computed
+(logits and present keys and values), and runs from the command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import wia_hw
+from wia_hw.cli import cli
+
+pytest.importorskip("onnx")
+
+OPT = Path(__file__).parent / "data" / "onnx" / "optimum"
+NAMES = sorted(p.stem for p in OPT.glob("*.onnx"))
+
+
+def test_the_exports_are_there():
+    assert NAMES == ["bert_cls", "gpt2_past", "llama_past"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_computes_what_onnx_runtime_computed(name):
+    data = np.load(OPT / f"{name}.npz")
+    dims = {k[4:]: int(data[k]) for k in data.files if k.startswith("dim_")}
+    g = wia_hw.from_onnx(OPT / f"{name}.onnx", batch=dims.pop("batch_size"), dims=dims)
+    feeds = {k[3:]: data[k] for k in data.files if k.startswith("in_")}
+    used = {t.name for t in g.tensors.values() if t.kind == "input"}
+    out = wia_hw.run(
+        g, mode="functional", inputs={k: v for k, v in feeds.items() if k in used}
+    ).outputs
+    wanted = [k[4:] for k in data.files if k.startswith("out_")]
+    assert set(wanted) <= set(g.declared_outputs)
+    for o in wanted:
+        want = data[f"out_{o}"]
+        np.testing.assert_allclose(out[o], want, rtol=0, atol=1e-5 * np.abs(want).max(), err_msg=o)
+    softmax = [o for o in g.ops if o.kind == "softmax"]
+    assert len(softmax) == 2 and all(o.attrs.get("masked") for o in softmax)
+
+
+def test_the_decoders_run_from_the_command_line():
+    for name in ("gpt2_past", "llama_past"):
+        path = str(OPT / f"{name}.onnx")
+        r = CliRunner().invoke(cli, ["run", path, "--batch", "4", "--seq", "1"])
+        assert r.exit_code != 0 and "-a past_sequence_length=N" in r.output, r.output
+        r = CliRunner().invoke(
+            cli, ["run", path, "--batch", "4", "--seq", "1", "-a", "past_sequence_length=63"]
+        )
+        assert r.exit_code == 0, r.output
