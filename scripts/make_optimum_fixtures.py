@@ -45,12 +45,20 @@ def models() -> dict[str, tuple[torch.nn.Module, str]]:
     return {
         "bert_cls": (
             tf.BertForSequenceClassification(
-                tf.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, **small)
+                tf.BertConfig(
+                    hidden_size=32,
+                    num_hidden_layers=2,
+                    num_attention_heads=4,
+                    intermediate_size=64,
+                    **small,
+                )
             ),
             "text-classification",
         ),
         "gpt2_past": (
-            tf.GPT2LMHeadModel(tf.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64, **small)),
+            tf.GPT2LMHeadModel(
+                tf.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64, **small)
+            ),
             "text-generation-with-past",
         ),
         "llama_past": (

@@ -98,7 +98,12 @@ def test_from_file_and_build(tmp_path):
     same_work(g, mlp_ref(4))
     assert g.params["source"] == str(path)
     assert build(str(path)).flops() == g.flops()
-    assert build(str(path), batch=2).tensors["y"].shape == (4, 10)  # fixed dims stay
+    assert build(str(path), batch=4).tensors["y"].shape == (4, 10)  # the file's own batch
+    # another batch cannot change a fixed one (the run would report 2 samples for 4)
+    with pytest.raises(
+        WorkloadError, match=r"^batch 2: no input has a free leading dim \(input 'x' is \[4, 64\]"
+    ):
+        build(str(path), batch=2)
 
 
 @needs_onnx

@@ -308,7 +308,9 @@ def test_an_onnx_model_is_imported_again_for_every_batch_size():
     assert graph_at(ref, 2, 16).macs() < 2 * ref.macs()  # shorter sequences too
     fixed = from_onnx(data / "quant" / "resnet18.qdq_s8_pc.onnx")
     with pytest.raises(
-        ServeError, match=r"^resnet18.qdq_s8_pc.onnx: input 'x' has a fixed leading dim 1"
+        ServeError,
+        match=r"^resnet18.qdq_s8_pc.onnx: batch 8: no input has a free leading dim \(input 'x' is "
+        r"\[1, 3, 224, 224\]: the file fixes its batch\)",
     ):
         graph_at(fixed, 8, None)
     cfg = BatchingConfig(max_batch_size=4, max_latency_ms=2.0)

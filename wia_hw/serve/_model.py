@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..emulator.config import DeviceSpec
+from ..emulator.errors import WorkloadError
 from ..graph import Graph
 from ..optimize import FusionConfig, QuantizedGraph, apply_fusion
 from ..workloads import WORKLOADS, build
@@ -105,7 +106,10 @@ def _onnx_at(graph: Graph, path: Path, batch: int, seq: int | None) -> Graph:
         dims["batch"] = batch
     if seq is not None and "seq" in dims:
         dims["seq"] = seq
-    g = from_onnx(path, batch=batch, dims=dims)
+    try:
+        g = from_onnx(path, batch=batch, dims=dims)
+    except WorkloadError as e:  # the file fixes its batch, among others
+        raise ServeError(f"{path.name}: {e}") from None
     fixed = [t for t in g.tensors.values() if t.kind == "input" and t.shape[:1] != (batch,)]
     if fixed:
         raise ServeError(

@@ -410,6 +410,14 @@ def _fix_input_dims(
                 first = list(vi.type.tensor_type.shape.dim)[:1]
                 if first and first[0].dim_param and first[0].dim_param not in dims:
                     resolved[first[0].dim_param] = batch
+    fixed_lead = [
+        (vi.name, [d.dim_value for d in vi.type.tensor_type.shape.dim])
+        for vi in graph.input
+        if vi.name not in initializers
+        and vi.type.HasField("tensor_type")
+        and vi.type.tensor_type.shape.dim
+        and vi.type.tensor_type.shape.dim[0].dim_value > 0
+    ]
     for vi in graph.input:
         if vi.name in initializers:
             continue
@@ -461,6 +469,19 @@ def _fix_input_dims(
                 )
             d.Clear()
             d.dim_value = value
+    leads = [
+        vi.type.tensor_type.shape.dim[0].dim_value
+        for vi in graph.input
+        if vi.name not in initializers and vi.type.tensor_type.shape.dim
+    ]
+    if batch is not None and batch not in leads:  # the file fixes its batch to another
+        name, shape = fixed_lead[0] if fixed_lead else ("", [])
+        raise WorkloadError(
+            f"batch {batch}: no input has a free leading dim"
+            + (f" (input {name!r} is {shape}: the file fixes its batch)" if name else "")
+            + "; pass the file's own batch, or export the model with a symbolic batch dim "
+            "(dynamic_axes, or torch.export's Dim)"
+        )
 
 
 class _Importer:
