@@ -54,3 +54,20 @@ def test_the_decoders_run_from_the_command_line():
             cli, ["run", path, "--batch", "4", "--seq", "1", "-a", "past_sequence_length=63"]
         )
         assert r.exit_code == 0, r.output
+
+
+def test_seq_reaches_optimums_sequence_length_and_is_refused_without_one():
+    from wia_hw.serve._model import _onnx_at
+    from wia_hw.workloads import build
+
+    path = OPT / "bert_cls.onnx"
+    g = build(str(path), batch=2, seq=12)
+    assert g.params["dims"] == {"sequence_length": 12}  # only the dims the model has
+    assert g.tensors["input_ids"].shape == (2, 12)
+    served = _onnx_at(g, path, 4, 16)  # serving re-imports at each executed shape
+    assert served.tensors["input_ids"].shape == (4, 16)
+    cnn = Path(__file__).parent / "data" / "onnx" / "resnet18.legacy.onnx"
+    with pytest.raises(
+        wia_hw.WorkloadError, match=r"seq 12 given, but no input has a symbolic sequence dim"
+    ):
+        build(str(cnn), batch=1, seq=12)

@@ -98,14 +98,17 @@ def _onnx_source(graph: Graph) -> Path | None:
 
 def _onnx_at(graph: Graph, path: Path, batch: int, seq: int | None) -> Graph:
     """``graph`` (imported from ``path``) imported again at ``batch`` (and ``seq`` where
-    the model has a dim of that name): its symbolic dims take the new values."""
+    the model has a sequence dim, under any of its names): its symbolic dims take the
+    new values."""
     from ..workloads import from_onnx
+    from ..workloads._onnx import SEQ_DIMS
 
-    dims = dict(graph.params.get("dims") or {})
+    dims = dict(graph.params.get("dims") or {})  # the dims the model used
     if "batch" in dims or not dims:
         dims["batch"] = batch
-    if seq is not None and "seq" in dims:
-        dims["seq"] = seq
+    for name in SEQ_DIMS if seq is not None else ():
+        if name in dims:
+            dims[name] = seq
     try:
         g = from_onnx(path, batch=batch, dims=dims)
     except WorkloadError as e:  # the file fixes its batch, among others

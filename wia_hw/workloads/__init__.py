@@ -55,11 +55,14 @@ def build(name: str, **kwargs: Any) -> Graph:
     ``name`` is looked up in :data:`WORKLOADS` case-insensitively, ignoring ``-`` and
     ``_`` (``"BERT_large"`` is ``bert-large``, ``"resnet-50"`` is ``resnet50``); a name ending in ``.onnx`` is
     imported with :func:`from_onnx` (``seq`` fixes its symbolic dim named ``seq``,
-    ``sequence_length`` or another of :data:`~wia_hw.workloads._onnx.SEQ_DIMS`). An unknown name, or an argument the builder does
-    not take, raises :class:`~wia_hw.WorkloadError` listing what is known.
+    ``sequence_length`` or another of :data:`~wia_hw.workloads._onnx.SEQ_DIMS`; a model
+    without one refuses it, as a builder refuses an argument it does not take). An
+    unknown name, or an argument the builder does not take, raises
+    :class:`~wia_hw.WorkloadError` listing what is known.
     """
     if not isinstance(name, str) or not name.strip():
         raise WorkloadError(f"workload name must be a non-empty string, got {name!r}")
+    seq = None
     if name.lower().endswith(".onnx"):
         fn: Callable[..., Graph] = from_onnx
         seq = kwargs.pop("seq", None)
@@ -78,4 +81,13 @@ def build(name: str, **kwargs: Any) -> Graph:
     except TypeError as e:
         params = [p for p in inspect.signature(fn).parameters if p != "model"]
         raise WorkloadError(f"workload {name!r}: {e} (takes {', '.join(params)})") from None
-    return fn(name, **kwargs) if fn is from_onnx else fn(**kwargs)
+    if fn is not from_onnx:
+        return fn(**kwargs)
+    g = from_onnx(name, **kwargs)
+    if seq is not None and not set(SEQ_DIMS) & set(g.params["dims"]):
+        # as a builder refuses a seq it does not take: the run would not be at that length
+        raise WorkloadError(
+            f"workload {name!r}: seq {seq} given, but no input has a symbolic sequence dim "
+            f"(named {', '.join(SEQ_DIMS[:-1])} or {SEQ_DIMS[-1]})"
+        )
+    return g

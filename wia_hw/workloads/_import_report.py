@@ -74,7 +74,7 @@ def import_report(
     for k, v in dims.items():
         _onnx._positive(f"dims[{k!r}]", v)
     t0 = time.perf_counter()
-    proto, gname, source, folded = _onnx._prepare(onnx, model, batch, dims)
+    proto, gname, source, folded, dims = _onnx._prepare(onnx, model, batch, dims)
     nodes = len(proto.graph.node) + folded
     bad = _onnx.unsupported_ops(proto)
     if bad:

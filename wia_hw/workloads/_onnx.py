@@ -382,13 +382,14 @@ def _dim_expression(param: str, values: Mapping[str, int]) -> int | None:
 
 def _fix_input_dims(
     graph: Any, initializers: set[str], batch: int | None, dims: Mapping[str, int]
-) -> None:
+) -> dict[str, int]:
     """Replace every symbolic dim of the graph inputs by its value, in place: a name in
     ``dims`` takes its value; a free leading dim takes ``batch`` (and so does its name,
     wherever else it appears); an expression of named dims (``past_sequence_length +
     1``) takes its value. A name in ``dims`` that no input has is an error, unless it
     is ``batch`` or one of the sequence dim's names (:data:`SEQ_DIMS`), which apply
-    where the model has them."""
+    where the model has them. Returns the entries of ``dims`` the model used (and
+    ``batch`` when given there)."""
     params = [
         d.dim_param
         for vi in graph.input
@@ -482,6 +483,7 @@ def _fix_input_dims(
             + "; pass the file's own batch, or export the model with a symbolic batch dim "
             "(dynamic_axes, or torch.export's Dim)"
         )
+    return {k: v for k, v in dims.items() if k in named or k == "batch"}
 
 
 class _Importer:
@@ -2978,9 +2980,9 @@ def _preflight(proto: Any, source: str) -> None:
 
 def _prepare(
     onnx: Any, model: Any, batch: int | None, dims: Mapping[str, int]
-) -> tuple[Any, str, str, int]:
+) -> tuple[Any, str, str, int, dict[str, int]]:
     """Load, fix the input dims, infer shapes and fold constants: (proto, graph name,
-    source, nodes folded)."""
+    source, nodes folded, the entries of ``dims`` the model used)."""
     import onnx.shape_inference
 
     from ._onnx_fold import fold, inline_small_external
@@ -2994,7 +2996,7 @@ def _prepare(
     base_dir = Path(model).parent if isinstance(model, (str, os.PathLike)) else None
     inline_small_external(onnx, proto, base_dir)
     g = proto.graph
-    _fix_input_dims(g, {t.name for t in g.initializer}, batch, dims)
+    used = _fix_input_dims(g, {t.name for t in g.initializer}, batch, dims)
     folded, memo = 0, {}
     for _ in range(8):  # folding can fix dims that the next inference round needs
         del proto.graph.value_info[:]
@@ -3003,7 +3005,7 @@ def _prepare(
         folded += step
         if not step or complete:
             break
-    return proto, gname, source, folded
+    return proto, gname, source, folded, used
 
 
 def _infer(onnx: Any, proto: Any, source: str, *, strict: bool) -> Any:
@@ -3175,7 +3177,7 @@ def from_onnx(
     dims = dict(dims or {})
     for k, val in dims.items():
         _positive(f"dims[{k!r}]", val)
-    proto, gname, source, folded = _prepare(onnx, model, batch, dims)
+    proto, gname, source, folded, dims = _prepare(onnx, model, batch, dims)
     bad = unsupported_ops(proto)
     if bad:
         raise WorkloadError(unsupported_message(source, bad))
