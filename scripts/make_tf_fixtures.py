@@ -24,6 +24,9 @@ folding it is not the identity), and Keras's own output in ``<name>.npz`` (``x``
 * ``keras_encoder``: a two-layer transformer encoder (hidden 32, 4 heads of 8, sequence
   8, batch 2): MultiHeadAttention (the second layer causal), LayerNormalization,
   Dense with GELU in its tanh form.
+* ``keras_rnn``: LSTM (16 units, the whole sequence out) then GRU (16) over 12 steps of
+  8 features, then Dense: tf2onnx writes each recurrent layer as a Loop over the time
+  steps.
 
 Without their weights (initializers above 4,096 elements keep only their dims), for the
 MACs: ``keras_resnet50``, ``keras_mobilenetv2`` and ``keras_efficientnetb0`` from
@@ -100,6 +103,14 @@ def keras_encoder() -> keras.Model:
         f = layers.Dense(32)(f)
         x = layers.LayerNormalization(epsilon=1e-6)(x + f)
     return keras.Model(inp, x, name="keras_encoder")
+
+
+def keras_rnn() -> keras.Model:
+    layers = keras.layers
+    inp = keras.Input((12, 8))
+    x = layers.LSTM(16, return_sequences=True)(inp)
+    x = layers.GRU(16)(x)
+    return keras.Model(inp, layers.Dense(4)(x), name="keras_rnn")
 
 
 def randomise(model: keras.Model, seed: int) -> None:
@@ -181,6 +192,7 @@ def main() -> None:
     for make, batch, shape, scale in (
         (keras_cnn, 2, (32, 32, 3), 127.5),
         (keras_encoder, 2, (8, 32), 1.0),
+        (keras_rnn, 2, (12, 8), 1.0),
     ):
         model = make()
         randomise(model, seed=1)

@@ -843,3 +843,85 @@ def test_an_if_on_run_time_values_is_one_line():
         WorkloadError, match=r"unsupported ONNX op type: If x1 \(If: control flow on run-time"
     ):
         from_onnx(m)
+
+
+# -- Loop with a constant trip count --------------------------------------------------
+
+
+def loop_model(trip, cond_out="less"):
+    """acc [2, 4] carried: acc = acc * 0.5 + x[i] (x [T, 2, 4], i the iteration number);
+    each step's acc also a scan output. ``cond_out``: ``less`` (i + 1 < T, false only
+    after the last step, as tf2onnx writes it), ``early`` (i + 1 < 2: exits after two
+    steps), ``data`` (sum(acc) > -1e9, on run-time values)."""
+    f = TensorProto.FLOAT
+    body_nodes = [
+        helper.make_node("Gather", ["x", "i"], ["xi"], axis=0),
+        helper.make_node("Mul", ["acc_in", "half"], ["scaled"]),
+        helper.make_node("Add", ["scaled", "xi"], ["acc_out"]),
+        helper.make_node("Identity", ["acc_out"], ["scan"]),
+        helper.make_node("Add", ["i", "one"], ["next"]),
+    ]
+    if cond_out == "data":
+        body_nodes += [
+            helper.make_node("ReduceSum", ["acc_out"], ["s"], keepdims=0),
+            helper.make_node("Greater", ["s", "low"], ["c_out"]),
+        ]
+    else:
+        body_nodes.append(
+            helper.make_node("Less", ["next", "stop" if cond_out == "less" else "two"], ["c_out"])
+        )
+    body = helper.make_graph(
+        body_nodes,
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_in", f, [2, 4]),
+        ],
+        [
+            helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_out", f, [2, 4]),
+            helper.make_tensor_value_info("scan", f, [2, 4]),
+        ],
+        [
+            init("half", 0.5),
+            init("one", 1, np.int64),
+            init("two", 2, np.int64),
+            init("stop", trip, np.int64),
+            init("low", -1e9),
+        ],
+    )
+    nodes = [
+        node("Shape", ["x"], ["shp"]),
+        node("Gather", ["shp", "zero"], ["t"], axis=0),  # the trip count from x's shape
+        node("Loop", ["t", "go", "acc0"], ["acc", "all"], body=body),
+        node("ReduceSum", ["all", "axes0"], ["total"], keepdims=0),
+        node("Add", ["acc", "total"], ["y"]),
+    ]
+    inits = [init("zero", 0, np.int64), init("go", True, np.bool_), init("acc0", np.zeros((2, 4)))]
+    inits.append(init("axes0", [0], np.int64))
+    return model(nodes, [vi("x", [trip, 2, 4])], [vi("y", None)], inits, opset=17)
+
+
+def test_a_loop_over_a_constant_trip_count_is_unrolled():
+    """Against the loop run step by step in numpy (ONNX Runtime agrees; onnx 1.23's
+    reference evaluator does not run this Loop right)."""
+    m = loop_model(5)
+    x = np.random.default_rng(6).standard_normal((5, 2, 4)).astype(np.float32)
+    acc, steps = np.zeros((2, 4), np.float32), []
+    for k in range(5):
+        acc = acc * np.float32(0.5) + x[k]
+        steps.append(acc)
+    want = acc + np.sum(steps, axis=0)
+    g = from_onnx(m)
+    assert "loop" not in {o.kind for o in g.ops}
+    y = wia_hw.run(g, mode="functional", inputs={"x": x}).outputs["y"]
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "cond, why", [("early", "is false: it exits early"), ("data", "depends on run-time values")]
+)
+def test_a_loop_that_may_exit_early_is_refused(cond, why):
+    with pytest.raises(WorkloadError, match=rf"\(Loop\): an iteration's condition .* {why}"):
+        from_onnx(loop_model(5, cond))

@@ -24,7 +24,7 @@ TF = Path(__file__).parent / "data" / "onnx" / "tf"
 MACS = json.loads((TF / "keras_macs.json").read_text())
 
 
-@pytest.mark.parametrize("name", ["keras_cnn", "keras_encoder"])
+@pytest.mark.parametrize("name", ["keras_cnn", "keras_encoder", "keras_rnn"])
 def test_computes_what_keras_computed(name):
     data = np.load(TF / f"{name}.npz")
     g = from_onnx(TF / f"{name}.onnx")
@@ -47,6 +47,20 @@ def test_the_encoder_is_layer_norms_gelus_and_softmaxes():
     assert not {"sqrt", "reciprocal", "neg", "tanh", "pow", "mul"} & set(kinds)
     raw = from_onnx(TF / "keras_encoder.onnx", recognise=False)
     assert g.flops() == raw.flops() and g.macs() == raw.macs()
+
+
+def test_keras_recurrent_layers_are_their_loops_unrolled():
+    """tf2onnx writes Keras's LSTM and GRU as a Loop over the 12 time steps: unrolled,
+    each step is its GEMMs and gates, and the MACs are the layers' own, less at most
+    the first step's product of a zero initial state, which can fold away (the GRU's
+    does)."""
+    g = from_onnx(TF / "keras_rnn.onnx")
+    b, t, f, u = 2, 12, 8, 16
+    full = t * b * (f + u) * 4 * u + t * b * (u + u) * 3 * u + b * u * 4
+    assert full - b * u * (4 * u + 3 * u) <= g.macs() <= full
+    kinds = {o.kind for o in g.ops}
+    assert {"linear", "sigmoid", "tanh"} <= kinds
+    assert wia_hw.run(g, device="wia-npu").latency_ms > 0
 
 
 def test_keras_attention_through_einsum_is_recognised():

@@ -2985,7 +2985,7 @@ def _prepare(
     source, nodes folded, the entries of ``dims`` the model used)."""
     import onnx.shape_inference
 
-    from ._onnx_fold import fold, inline_small_external
+    from ._onnx_fold import check_loops, fold, inline_small_external
 
     proto, gname, source = _load(onnx, model)
     _preflight(proto, source)
@@ -3005,6 +3005,7 @@ def _prepare(
         folded += step
         if not step or complete:
             break
+    check_loops(memo, source)
     return proto, gname, source, folded, used
 
 
@@ -3054,7 +3055,8 @@ def unsupported_message(source: str, counts: Mapping[str, int]) -> str:
     if flow:
         hint += (
             f" ({', '.join(flow)}: control flow on run-time values is not modelled; an If "
-            "whose condition folds to a constant is its branch)"
+            "whose condition folds to a constant is its branch, a Loop whose trip count "
+            "does is unrolled)"
         )
     return f"{source}: {len(counts)} unsupported ONNX {kinds}: {listed}{hint}{hint_ort}"
 

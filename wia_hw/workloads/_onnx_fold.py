@@ -24,6 +24,13 @@ in place):
   output, so they cannot meet the graph's), then an ``Identity`` per output. A branch
   that references the graph's values keeps doing so. (An exporter writes such an If
   for a test on shapes that are fixed once the input dims are.)
+* A ``Loop`` whose trip count is a constant (at most :data:`UNROLL_MAX`) and whose
+  condition is a constant true is unrolled: one renamed copy of the body per
+  iteration, reading the iteration number as a constant and the previous iteration's
+  values, the scan outputs stacked on a new axis 0. Every iteration's condition but
+  the last must then fold to true (:func:`check_loops`): an early exit on run-time
+  values is refused. (tf2onnx writes Keras's LSTM and GRU so: a loop over the time
+  steps.)
 * Folded values that remaining nodes read become initializers; folded nodes go away.
   Random ops (``RandomNormal``...), ops of other domains than ONNX's and nodes with
   subgraphs are never folded.
@@ -39,6 +46,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..emulator.errors import WorkloadError
 from ._onnx_qdq import keeps_integer, readers_of
 
@@ -46,6 +55,11 @@ from ._onnx_qdq import keeps_integer, readers_of
 FOLD_MAX_ELEMENTS = 1 << 22
 #: Largest initializer whose values folding reads; larger ones are weights (dims only).
 INIT_MAX_ELEMENTS = 1 << 16
+#: Most iterations a Loop with a constant trip count is unrolled to.
+UNROLL_MAX = 4096
+#: The key, in the memo that the rounds of one import share, of the unrolled loops'
+#: conditions: name -> (the Loop, its value once folded, else None)
+LOOP_CONDS = ("loop conditions",)
 _NEVER = {
     "RandomNormal",
     "RandomUniform",
@@ -285,6 +299,27 @@ class _Folder:
                 self.shape_only.add(o)
         return True
 
+    def _copy(self, graph: Any, rename: dict[str, str], prefix: str) -> tuple[list[Any], list[Any]]:
+        """``graph``'s nodes and initializers, renamed by ``rename`` (their outputs and
+        initializers all are), node names prefixed."""
+        nodes, inits = [], []
+        for n in graph.node:
+            c = self.onnx.NodeProto()
+            c.CopyFrom(n)
+            _rename_inputs(c, rename)
+            for k, o in enumerate(c.output):
+                if o:
+                    c.output[k] = rename[o]
+            if c.name:
+                c.name = prefix + c.name
+            nodes.append(c)
+        for t in graph.initializer:
+            c = self.onnx.TensorProto()
+            c.CopyFrom(t)
+            c.name = rename[t.name]
+            inits.append(c)
+        return nodes, inits
+
     def taken_branch(self, node: Any) -> tuple[list[Any], list[Any]] | None:
         """An ``If`` on a constant condition: (the nodes that replace it, the
         initializers they add), else None."""
@@ -301,44 +336,122 @@ class _Folder:
         defined = {o for n in branch.node for o in n.output if o} | {
             t.name for t in branch.initializer
         }
-        rename = {name: prefix + name for name in defined}
-        nodes = []
-        for n in branch.node:
-            c = self.onnx.NodeProto()
-            c.CopyFrom(n)
-            _rename_inputs(c, rename)
-            for k, o in enumerate(c.output):
-                if o:
-                    c.output[k] = rename[o]
-            if c.name:
-                c.name = prefix + c.name
-            nodes.append(c)
-        inits = []
-        for t in branch.initializer:
-            c = self.onnx.TensorProto()
-            c.CopyFrom(t)
-            c.name = rename[t.name]
-            inits.append(c)
+        nodes, inits = self._copy(branch, {name: prefix + name for name in defined}, prefix)
         for src, out in zip(branch.output, node.output, strict=True):
             if out:
                 nodes.append(
                     self.onnx.helper.make_node(
-                        "Identity", [rename.get(src.name, src.name)], [out], name=f"{prefix}{out}"
+                        "Identity",
+                        [prefix + src.name if src.name in defined else src.name],
+                        [out],
+                        name=f"{prefix}{out}",
                     )
                 )
         return nodes, inits
 
+    def unrolled_loop(
+        self, node: Any
+    ) -> tuple[list[Any], list[Any], dict[str, bool | None]] | None:
+        """A ``Loop`` with a constant trip count (at most :data:`UNROLL_MAX`) and a
+        constant true (or no) condition, unrolled: (the nodes that replace it, the
+        initializers they add, each iteration's condition but the last's, which must
+        fold to true: the importer checks, with its value where it is already known),
+        else None. Iteration ``k`` is a copy of
+        the body whose names are prefixed ``<output>/iter<k>/``, reading ``k`` as its
+        iteration number and the previous iteration's values as its carried ones;
+        the scan outputs are stacked on a new axis 0."""
+        import numpy as np
+
+        if node.op_type != "Loop" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+            return None
+        trip, cond = node.input[0], node.input[1]
+        m = self.value(trip) if trip else None
+        if m is None or m.size != 1 or not 1 <= int(m.reshape(-1)[0]) <= UNROLL_MAX:
+            return None
+        c0 = self.value(cond) if cond else None
+        if cond and (c0 is None or c0.size != 1 or not bool(c0.reshape(-1)[0])):
+            return None
+        body = next((a.g for a in node.attribute if a.name == "body"), None)
+        carried = list(node.input[2:])
+        if body is None or len(body.input) != len(carried) + 2 or "" in carried:
+            return None
+        n_scan = len(body.output) - 1 - len(carried)
+        if n_scan < 0 or len(node.output) > len(carried) + n_scan:
+            return None
+        h = self.onnx.helper
+        base = f"{node.output[0] or node.name}/iter"
+        defined = {o for n in body.node for o in n.output if o} | {t.name for t in body.initializer}
+        nodes: list[Any] = []
+        inits: list[Any] = []
+        conds: dict[str, bool | None] = {}
+        true = {cond} if cond else set()  # the names known to hold true
+        scans: list[list[str]] = [[] for _ in range(n_scan)]
+        trips = int(m.reshape(-1)[0])
+        for k in range(trips):
+            prefix = f"{base}{k}/"
+            rename = {name: prefix + name for name in defined}
+            it = prefix + body.input[0].name
+            inits.append(self.nh.from_array(np.array(k, np.int64), it))
+            rename[body.input[0].name] = it
+            if cond:
+                rename[body.input[1].name] = cond
+            else:
+                rename[body.input[1].name] = prefix + body.input[1].name
+                inits.append(self.nh.from_array(np.array(True), rename[body.input[1].name]))
+                true.add(rename[body.input[1].name])
+            for b_in, src in zip(body.input[2:], carried, strict=True):
+                rename[b_in.name] = src  # the previous iteration's value, read directly
+            more, more_inits = self._copy(body, rename, prefix)
+            nodes += more
+            inits += more_inits
+            outs = [rename.get(o.name, o.name) for o in body.output]
+            cond = outs[0]
+            if k < trips - 1:
+                conds[cond] = True if cond in true else None
+            carried = outs[1 : 1 + len(carried)]
+            for j in range(n_scan):
+                scans[j].append(outs[1 + len(carried) + j])
+        for out, src in zip(node.output, carried, strict=False):
+            if out:
+                nodes.append(h.make_node("Identity", [src], [out], name=f"{base}/{out}"))
+        axes = f"{base}/axes0"
+        new_axes = self.opsets.get("", 13) >= 13
+        if new_axes and any(node.output[len(carried) :]):
+            inits.append(self.nh.from_array(np.array([0], np.int64), axes))
+        for j, out in enumerate(node.output[len(carried) :]):
+            if not out:
+                continue
+            parts = []
+            for k, src in enumerate(scans[j]):
+                part = f"{out}/iter{k}"
+                extra = {} if new_axes else {"axes": [0]}
+                ins = [src, axes] if new_axes else [src]
+                nodes.append(h.make_node("Unsqueeze", ins, [part], name=part, **extra))
+                parts.append(part)
+            nodes.append(h.make_node("Concat", parts, [out], name=f"{base}/{out}", axis=0))
+        return nodes, inits, conds
+
     # -- the graph -------------------------------------------------------------------
     def run(self) -> tuple[int, bool]:
         kept, folded, branch_inits = [], 0, []
+        conds = self.memo.setdefault(LOOP_CONDS, {})  # (a memo key no node has)
         for node in self.g.node:
             taken = self.taken_branch(node)
+            loop = self.unrolled_loop(node) if taken is None else None
             if taken is not None:
                 kept.extend(taken[0])
                 branch_inits.extend(taken[1])
                 folded += 1
+            elif loop is not None:
+                kept.extend(loop[0])
+                branch_inits.extend(loop[1])
+                conds.update({c: (node.name or node.output[0], v) for c, v in loop[2].items()})
+                folded += 1
             elif self.try_fold(node):
                 folded += 1
+                for o in node.output:  # an unrolled iteration's condition, now known
+                    if o in conds and o in self.values:
+                        conds[o] = (conds[o][0], bool(np.asarray(self.values[o]).reshape(-1)[0]))
             else:
                 kept.append(node)
         complete = all(self.shapes.get(o) is not None for n in kept for o in n.output if o)
@@ -384,6 +497,19 @@ def _rename_inputs(node: Any, rename: dict[str, str]) -> None:
         for g in [a.g] if a.HasField("g") else list(a.graphs):
             for n in g.node:
                 _rename_inputs(n, rename)
+
+
+def check_loops(memo: dict[Any, Any], source: str) -> None:
+    """Refuse an unrolled Loop (:meth:`_Folder.unrolled_loop`) one of whose iterations'
+    conditions did not fold to true: the loop would exit early, or on run-time
+    values."""
+    for name, (loop, value) in memo.get(LOOP_CONDS, {}).items():
+        if value is not True:
+            why = "is false: it exits early" if value is False else "depends on run-time values"
+            raise WorkloadError(
+                f"{source}: ONNX node {loop!r} (Loop): an iteration's condition ({name!r}) "
+                f"{why}; only loops that run their whole trip count are modelled"
+            )
 
 
 def inline_small_external(onnx: Any, proto: Any, base_dir: Path | None) -> None:
