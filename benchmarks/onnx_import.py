@@ -17,6 +17,11 @@ per-channel and dynamic quantisation of the ResNet-18 and 2-layer BERT exports,
 ``scripts/make_quant_fixtures.py``): import time, how many GEMMs read integer
 operands, weight bytes and wia-npu latency against the float export's (batch 1, the
 BERT at ``--seq``).
+
+Last, the other exporters' files: Keras models through tf2onnx, Hugging Face
+Optimum's exports (BERT at batch 8 and sequence 128; LLaMA decoding one token after
+63 cached ones at batch 8) and the ONNX Model Zoo's classic CNNs: import time, ops,
+MACs and wia-npu latency against the roofline floor.
 """
 
 from __future__ import annotations
@@ -65,6 +70,41 @@ def main() -> None:
         )
 
     quantised(a.seq)
+    other_exporters()
+
+
+def other_exporters() -> None:
+    """Import time and wia-npu latency of the other exporters' files: Keras through
+    tf2onnx (``tests/data/onnx/tf``), Hugging Face Optimum (``optimum``) and the ONNX
+    Model Zoo's classic CNNs as the onnx package ships them (Caffe2, opset 9)."""
+    import json
+
+    import onnx
+
+    import wia_hw
+
+    opt_dims = {"sequence_length": 1, "past_sequence_length": 63}
+    cases = [
+        (DATA / "tf" / f"{n}.onnx", {})
+        for n in json.loads((DATA / "tf" / "keras_macs.json").read_text())
+    ]
+    cases += [(DATA / "tf" / "keras_rnn.onnx", {}), (DATA / "tf" / "keras_encoder.onnx", {})]
+    cases += [
+        (DATA / "optimum" / "bert_cls.onnx", {"batch": 8, "dims": {"sequence_length": 128}}),
+        (DATA / "optimum" / "llama_past.onnx", {"batch": 8, "dims": opt_dims}),
+    ]
+    zoo = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+    cases += [(p, {}) for p in sorted(zoo.glob("light_*.onnx"))]
+    for path, kw in cases:
+        t0 = time.perf_counter()
+        g = from_onnx(path, **kw)
+        took = time.perf_counter() - t0
+        r = wia_hw.run(g)
+        print(
+            f"{path.parent.name}/{path.name}: imported in {took:.3f} s, {len(g.ops)} ops, "
+            f"{g.macs() / 1e9:.3f} GMAC; wia-npu {r.latency_ms:.4f} ms "
+            f"(roofline floor {r.roofline_floor_ms:.4f} ms)"
+        )
 
 
 def quantised(seq: int) -> None:
