@@ -162,17 +162,46 @@ def test_external_shape_constant_is_read_for_folding(tmp_path):
 
 
 def test_weight_transforms_are_shape_folded():
-    """Transpose and Cast of a weight happen once at load: they are no ops."""
+    """Transpose and Cast of a weight happen once at load: they are no ops, and the
+    weight keeps its values (the legacy exporter's Identity of a shared weight too)."""
     nodes = [
         node("Transpose", ["w"], ["wt"], perm=[1, 0]),
         node("Cast", ["wt"], ["wc"], to=F32),
         node("MatMul", ["x", "wc"], ["y"]),
     ]
-    big = np.zeros((300, 400), np.float32)  # > INIT_MAX_ELEMENTS: dims only
+    big = np.random.default_rng(2).standard_normal((300, 400)).astype(np.float32)
     m = model(nodes, [vi("x", [2, 400])], [vi("y", [2, 300])], [init("w", big)])
-    g = from_onnx(m)
+    g = from_onnx(m)  # > INIT_MAX_ELEMENTS: folded for its dims, never evaluated then
     assert kinds(g) == ["linear"] and g.tensors["wc"].shape == (400, 300)
     assert g.weight_bytes == 300 * 400 * 4
+    # functional mode computes the moved weight's values from the model's
+    x = np.random.default_rng(3).standard_normal((2, 400)).astype(np.float32)
+    y = wia_hw.run(g, mode="functional", inputs={"x": x}).outputs["y"]
+    np.testing.assert_allclose(y, x @ big.T, rtol=1e-4, atol=1e-3)
+
+
+def test_weights_the_legacy_exporter_moves_keep_their_values():
+    """At real sizes (tables above INIT_MAX_ELEMENTS) the legacy exporter's Identity of
+    a shared weight and the position-embedding rows gathered for a fixed sequence
+    fold for their dims; functional mode still computes with the model's values."""
+    rng = np.random.default_rng(4)
+    table = rng.standard_normal((512, 256)).astype(np.float32)  # 131,072 elements
+    w = rng.standard_normal((256, 300)).astype(np.float32)
+    nodes = [
+        node("Identity", ["w"], ["w_shared"]),
+        node("Gather", ["table", "pos"], ["p"], axis=0),
+        node("Add", ["x", "p"], ["h"]),
+        node("MatMul", ["h", "w_shared"], ["y"]),
+    ]
+    inits = [init("table", table), init("w", w), init("pos", np.arange(16), np.int64)]
+    g = from_onnx(model(nodes, [vi("x", [16, 256])], [vi("y", None)], inits))
+    assert kinds(g) == ["add", "linear"]
+    assert set(g.weight_values) >= {
+        t for o in g.ops for t in o.inputs if g.tensors[t].kind == "weight"
+    }
+    x = rng.standard_normal((16, 256)).astype(np.float32)
+    y = wia_hw.run(g, mode="functional", inputs={"x": x}).outputs["y"]
+    np.testing.assert_allclose(y, (x + table[:16]) @ w, rtol=1e-4, atol=1e-3)
 
 
 # -- the op table ---------------------------------------------------------------------
@@ -925,3 +954,38 @@ def test_a_loop_over_a_constant_trip_count_is_unrolled():
 def test_a_loop_that_may_exit_early_is_refused(cond, why):
     with pytest.raises(WorkloadError, match=rf"\(Loop\): an iteration's condition .* {why}"):
         from_onnx(loop_model(5, cond))
+
+
+def test_an_if_that_picks_a_weight_keeps_its_values():
+    """The branch taken outputs a weight too large to fold (300 x 300): the MatMul
+    after reads that weight itself, with its values, not a shape-only copy."""
+    f = TensorProto.FLOAT
+    w = np.random.default_rng(8).standard_normal((300, 300)).astype(np.float32)
+    then_g = helper.make_graph(
+        [helper.make_node("Identity", ["w"], ["t_out"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t_out", f, None)],
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Neg", ["w"], ["e_out"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e_out", f, None)],
+    )
+    nodes = [
+        node("If", ["yes"], ["picked"], then_branch=then_g, else_branch=else_g),
+        node("MatMul", ["x", "picked"], ["y"]),
+    ]
+    m = model(
+        nodes,
+        [vi("x", [2, 300])],
+        [vi("y", None)],
+        [init("w", w), init("yes", True, np.bool_)],
+        opset=17,
+    )
+    g = from_onnx(m)
+    assert [o.kind for o in g.ops] == ["linear"]
+    x = np.random.default_rng(9).standard_normal((2, 300)).astype(np.float32)
+    y = wia_hw.run(g, mode="functional", inputs={"x": x}).outputs["y"]
+    np.testing.assert_allclose(y, x @ w, rtol=1e-4, atol=1e-3)

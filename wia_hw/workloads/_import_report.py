@@ -74,7 +74,8 @@ def import_report(
     for k, v in dims.items():
         _onnx._positive(f"dims[{k!r}]", v)
     t0 = time.perf_counter()
-    proto, gname, source, folded, dims = _onnx._prepare(onnx, model, batch, dims)
+    proto, gname, source, folded, info = _onnx._prepare(onnx, model, batch, dims)
+    dims = info["dims"]
     nodes = len(proto.graph.node) + folded
     bad = _onnx.unsupported_ops(proto)
     if bad:
@@ -86,7 +87,9 @@ def import_report(
             unsupported=bad,
             import_s=time.perf_counter() - t0,
         )
-    g = _onnx._import_prepared(onnx, proto, gname, source, batch, dims, folded, recognise)
+    g = _onnx._import_prepared(
+        onnx, proto, gname, source, batch, dims, folded, recognise, info=info
+    )
     elapsed = time.perf_counter() - t0
     by_kind: dict[str, tuple[int, int, int]] = {}
     from ..graph import op_macs

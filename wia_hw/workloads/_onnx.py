@@ -529,6 +529,8 @@ class _Importer:
         self.dropped: list[Any] = []  # nodes the rewrite left out (kept: ids in skip)
         #: constant -> (the constant it is computed from, how): a float weight's codes
         self.derived: dict[str, tuple[str, Callable[[Any], Any]]] = {}
+        #: a shape-folded move of a weight -> its values (_onnx_fold.MOVES)
+        self.moved: dict[str, Callable[[], Any]] = {}
 
     # -- values ------------------------------------------------------------------------
     def dtype(self, value: str, elem: int, node: str = "") -> str:
@@ -619,6 +621,8 @@ class _Importer:
         external data file beside it."""
         if value in self.derived:  # codes of a float weight the model quantises
             return self.has_value(self.derived[value][0])
+        if value in self.moved:  # a shape-folded move of a weight whose values are there
+            return True
         t = self.consts[value]
         if t.data_location != self.onnx.TensorProto.EXTERNAL:
             return True
@@ -632,6 +636,8 @@ class _Importer:
         if value in self.derived:
             source, make = self.derived[value]
             return make(self.weight_array(source))
+        if value in self.moved:
+            return self.moved[value]()
         t = self.consts[value]
         if t.data_location != self.onnx.TensorProto.EXTERNAL:
             return numpy_helper.to_array(t)
@@ -2980,12 +2986,16 @@ def _preflight(proto: Any, source: str) -> None:
 
 def _prepare(
     onnx: Any, model: Any, batch: int | None, dims: Mapping[str, int]
-) -> tuple[Any, str, str, int, dict[str, int]]:
+) -> tuple[Any, str, str, int, dict[str, Any]]:
     """Load, fix the input dims, infer shapes and fold constants: (proto, graph name,
-    source, nodes folded, the entries of ``dims`` the model used)."""
+    source, nodes folded, ``info``: ``dims``, the entries of ``dims`` the model used;
+    ``moved``, the shape-folded moves of weights, output -> a function giving its
+    values; ``held``, the bytes of the large inline initializers, held out of the
+    proto while shape inference copies it round after round, which
+    :func:`_import_prepared` puts back)."""
     import onnx.shape_inference
 
-    from ._onnx_fold import check_loops, fold, inline_small_external
+    from ._onnx_fold import DERIVED, HELD, check_loops, fold, hold_weights, inline_small_external
 
     proto, gname, source = _load(onnx, model)
     _preflight(proto, source)
@@ -2997,7 +3007,7 @@ def _prepare(
     inline_small_external(onnx, proto, base_dir)
     g = proto.graph
     used = _fix_input_dims(g, {t.name for t in g.initializer}, batch, dims)
-    folded, memo = 0, {}
+    folded, memo = 0, {HELD: hold_weights(onnx, proto)}
     for _ in range(8):  # folding can fix dims that the next inference round needs
         del proto.graph.value_info[:]
         proto = _infer(onnx, proto, source, strict=False)
@@ -3006,7 +3016,8 @@ def _prepare(
         if not step or complete:
             break
     check_loops(memo, source)
-    return proto, gname, source, folded, used
+    info = {"dims": used, "moved": memo.get(DERIVED, {}), "held": memo[HELD]}
+    return proto, gname, source, folded, info
 
 
 def _infer(onnx: Any, proto: Any, source: str, *, strict: bool) -> Any:
@@ -3071,10 +3082,18 @@ def _import_prepared(
     folded: int,
     recognise: bool,
     base_dir: Path | None = None,
+    info: Mapping[str, Any] | None = None,
 ) -> Graph:
     proto = _infer(onnx, proto, source, strict=True)
+    held = (info or {}).get("held", {})
+    for t in proto.graph.initializer:  # the large weights' bytes, back in
+        if t.name in held:
+            t.raw_data = held[t.name]
+            del t.external_data[:]
+            t.data_location = onnx.TensorProto.DEFAULT
     imp = _Importer(onnx, proto, gname)
     imp.base_dir = base_dir
+    imp.moved = dict((info or {}).get("moved", {}))  # shape-folded moves of weights
     for vi in imp.g.input:
         if vi.name in imp.inits:
             continue
@@ -3179,12 +3198,15 @@ def from_onnx(
     dims = dict(dims or {})
     for k, val in dims.items():
         _positive(f"dims[{k!r}]", val)
-    proto, gname, source, folded, dims = _prepare(onnx, model, batch, dims)
+    proto, gname, source, folded, info = _prepare(onnx, model, batch, dims)
+    dims = info["dims"]
     bad = unsupported_ops(proto)
     if bad:
         raise WorkloadError(unsupported_message(source, bad))
     base_dir = Path(model).parent if isinstance(model, (str, os.PathLike)) else None
-    return _import_prepared(onnx, proto, gname, source, batch, dims, folded, recognise, base_dir)
+    return _import_prepared(
+        onnx, proto, gname, source, batch, dims, folded, recognise, base_dir, info
+    )
 
 
 def _constant(imp: _Importer, node: Any) -> None:

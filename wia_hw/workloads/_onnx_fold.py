@@ -21,7 +21,8 @@ in place):
   per inference). Weight values are never needed: only dims.
 * An ``If`` whose condition is a constant is the branch it takes: that branch's nodes
   and initializers replace it (the names the branch defines prefixed with the If's
-  output, so they cannot meet the graph's), then an ``Identity`` per output. A branch
+  output, so they cannot meet the graph's); the nodes after read the branch's outputs
+  in place of the If's (an ``Identity`` when the If's is a graph output). A branch
   that references the graph's values keeps doing so. (An exporter writes such an If
   for a test on shapes that are fixed once the input dims are.)
 * A ``Loop`` whose trip count is a constant (at most :data:`UNROLL_MAX`) and whose
@@ -31,6 +32,11 @@ in place):
   the last must then fold to true (:func:`check_loops`): an early exit on run-time
   values is refused. (tf2onnx writes Keras's LSTM and GRU so: a loop over the time
   steps.)
+* A shape-folded data move of one weight (:data:`MOVES`: the legacy exporter's
+  Identity of a shared weight, a transposed weight, the rows of a position-embedding
+  table gathered for the fixed sequence) keeps how to compute its values from the
+  weight's
+  (``memo[DERIVED]``), which the importer reads for functional mode.
 * Folded values that remaining nodes read become initializers; folded nodes go away.
   Random ops (``RandomNormal``...), ops of other domains than ONNX's and nodes with
   subgraphs are never folded.
@@ -55,6 +61,29 @@ from ._onnx_qdq import keeps_integer, readers_of
 FOLD_MAX_ELEMENTS = 1 << 22
 #: Largest initializer whose values folding reads; larger ones are weights (dims only).
 INIT_MAX_ELEMENTS = 1 << 16
+#: Data moves whose output, when shape-folded from one large weight, keeps a way to
+#: compute its values from the weight's (:meth:`_Folder.derive`).
+MOVES = (
+    "Identity",
+    "Transpose",
+    "Reshape",
+    "Cast",
+    "Squeeze",
+    "Unsqueeze",
+    "Flatten",
+    "Gather",
+    "Slice",
+    "Expand",
+    "Tile",
+    "Concat",
+)
+#: The memo key of those derivations: output -> a function giving its values
+DERIVED = ("derived weights",)
+#: The memo key of the large inline initializers' bytes, held out of the proto while
+#: the rounds of shape inference copy it (:func:`hold_weights`): name -> bytes
+HELD = ("held weights",)
+#: Initializers of more bytes than this are held (their values are never folded).
+HOLD_BYTES = 4 * INIT_MAX_ELEMENTS
 #: Most iterations a Loop with a constant trip count is unrolled to.
 UNROLL_MAX = 4096
 #: The key, in the memo that the rounds of one import share, of the unrolled loops'
@@ -188,17 +217,24 @@ class _Folder:
             graph, opset_imports=[helper.make_opsetid(d, v) for d, v in self.opsets.items()]
         )
 
-    def evaluate(self, node: Any, inputs: list[Any]) -> list[Any]:
+    def evaluate(self, node: Any, inputs: list[Any], cache: bool = True) -> list[Any]:
+        """``node``'s outputs on ``inputs`` (numpy values; None for an absent input),
+        by ONNX's reference evaluator; memoised unless ``cache`` is false."""
         from onnx.reference import ReferenceEvaluator
 
-        key = (
-            node.op_type,
-            node.domain,
-            tuple(a.SerializeToString() for a in node.attribute),
-            len(node.output),
-            tuple(("", None) if x is None else (x.dtype.str, x.shape, x.tobytes()) for x in inputs),
-        )
-        hit = self.memo.get(key)
+        if not cache:
+            key = None
+        else:
+            key = (
+                node.op_type,
+                node.domain,
+                tuple(a.SerializeToString() for a in node.attribute),
+                len(node.output),
+                tuple(
+                    ("", None) if x is None else (x.dtype.str, x.shape, x.tobytes()) for x in inputs
+                ),
+            )
+        hit = self.memo.get(key) if key is not None else None
         if hit is not None:
             return hit
         names = [f"i{k}" if x is not None else "" for k, x in enumerate(inputs)]
@@ -223,7 +259,8 @@ class _Folder:
             except (ValueError, IndexError, TypeError):  # the inputs are wrong for it too
                 got = None
             if got is not None:
-                self.memo[key] = got
+                if key is not None:
+                    self.memo[key] = got
                 return got
             label = node.name or node.op_type
             raise WorkloadError(
@@ -234,8 +271,62 @@ class _Folder:
         import numpy as np
 
         got = [np.asarray(x) for x in got]
-        self.memo[key] = got
+        if key is not None:
+            self.memo[key] = got
         return got
+
+    def derive(self, node: Any, vals: list[Any]) -> None:
+        """A data move of one large weight (:data:`MOVES`: Identity, Transpose,
+        Reshape, Cast ...), shape-folded: its output's values are the move of the
+        weight's, computed when functional mode asks (``memo[DERIVED]``: output -> a
+        function giving them), so a weight the exporter moved keeps its values."""
+        big = [i for i, v in zip(node.input, vals, strict=True) if i and v is None]
+        if node.op_type not in MOVES or node.domain not in ("", "ai.onnx") or len(big) != 1:
+            return
+        source = self.source_values(big[0])
+        if source is None or len(node.output) != 1:
+            return
+        copy = self.onnx.NodeProto()
+        copy.CopyFrom(node)
+        known = list(vals)
+
+        def make() -> Any:
+            return self.evaluate(copy, [source() if v is None else v for v in known], cache=False)[
+                0
+            ]
+
+        self.memo.setdefault(DERIVED, {})[node.output[0]] = make
+
+    def source_values(self, name: str) -> Any | None:
+        """A function giving weight ``name``'s values (from the model, its external
+        data file, or a move of another weight's), or None when they are not there."""
+        derived = self.memo.get(DERIVED, {})
+        if name in derived:
+            return derived[name]
+        t = self.inits.get(name)
+        if t is None:
+            return None
+        copy = self.onnx.TensorProto()
+        copy.CopyFrom(t)
+        held = self.memo.get(HELD, {})
+        if name in held:  # its bytes, held out of the proto (hold_weights)
+
+            def from_held() -> Any:
+                full = self.onnx.TensorProto()
+                full.CopyFrom(copy)
+                del full.external_data[:]
+                full.data_location = self.onnx.TensorProto.DEFAULT
+                full.raw_data = held[name]
+                return self.nh.to_array(full)
+
+            return from_held
+        if t.data_location != self.onnx.TensorProto.EXTERNAL:
+            return lambda: self.nh.to_array(copy)
+        where = {e.key: e.value for e in t.external_data}.get("location")
+        if not where or self.base_dir is None or not (self.base_dir / where).is_file():
+            return None
+        base = str(self.base_dir)
+        return lambda: self.nh.to_array(copy, base_dir=base)
 
     def try_fold(self, node: Any) -> bool:
         """Fold ``node`` when it can be; True when its outputs are now constants."""
@@ -294,6 +385,7 @@ class _Folder:
             return True
         if unknown_out:
             return False
+        self.derive(node, vals)
         for o in node.output:
             if o:
                 self.shape_only.add(o)
@@ -339,15 +431,17 @@ class _Folder:
         nodes, inits = self._copy(branch, {name: prefix + name for name in defined}, prefix)
         for src, out in zip(branch.output, node.output, strict=True):
             if out:
-                nodes.append(
-                    self.onnx.helper.make_node(
-                        "Identity",
-                        [prefix + src.name if src.name in defined else src.name],
-                        [out],
-                        name=f"{prefix}{out}",
-                    )
-                )
+                self._alias(prefix + src.name if src.name in defined else src.name, out, nodes)
         return nodes, inits
+
+    def _alias(self, src: str, out: str, nodes: list[Any]) -> None:
+        """``out`` (an If's or a Loop's output) is ``src``: the nodes after read
+        ``src`` (a weight stays a weight, its values kept), or an Identity when ``out``
+        is a graph output."""
+        if out in {o.name for o in self.g.output}:
+            nodes.append(self.onnx.helper.make_node("Identity", [src], [out], name=f"{out}/alias"))
+        else:
+            self.aliases[out] = src
 
     def unrolled_loop(
         self, node: Any
@@ -413,7 +507,7 @@ class _Folder:
                 scans[j].append(outs[1 + len(carried) + j])
         for out, src in zip(node.output, carried, strict=False):
             if out:
-                nodes.append(h.make_node("Identity", [src], [out], name=f"{base}/{out}"))
+                self._alias(src, out, nodes)
         axes = f"{base}/axes0"
         new_axes = self.opsets.get("", 13) >= 13
         if new_axes and any(node.output[len(carried) :]):
@@ -435,7 +529,10 @@ class _Folder:
     def run(self) -> tuple[int, bool]:
         kept, folded, branch_inits = [], 0, []
         conds = self.memo.setdefault(LOOP_CONDS, {})  # (a memo key no node has)
+        self.aliases: dict[str, str] = {}  # an If's or a Loop's output -> what it is
         for node in self.g.node:
+            if self.aliases:
+                _rename_inputs(node, self.aliases)
             taken = self.taken_branch(node)
             loop = self.unrolled_loop(node) if taken is None else None
             if taken is not None:
@@ -497,6 +594,27 @@ def _rename_inputs(node: Any, rename: dict[str, str]) -> None:
         for g in [a.g] if a.HasField("g") else list(a.graphs):
             for n in g.node:
                 _rename_inputs(n, rename)
+
+
+def hold_weights(onnx: Any, proto: Any) -> dict[str, bytes]:
+    """Take the bytes of ``proto``'s inline initializers above :data:`HOLD_BYTES` out of
+    it (each left as a weight with dims and an external-data marker, as shape
+    inference and folding need no more), in place; returns them by name. A model
+    with its weights embedded is then not copied whole at every round of shape
+    inference; the importer puts them back once."""
+    held: dict[str, bytes] = {}
+    for t in proto.graph.initializer:
+        if (
+            t.data_location != onnx.TensorProto.EXTERNAL
+            and len(t.raw_data) > HOLD_BYTES
+            and _numel(tuple(t.dims)) > INIT_MAX_ELEMENTS  # never read by folding
+        ):
+            held[t.name] = t.raw_data
+            t.ClearField("raw_data")
+            t.data_location = onnx.TensorProto.EXTERNAL
+            e = t.external_data.add()
+            e.key, e.value = "location", "<held>"
+    return held
 
 
 def check_loops(memo: dict[Any, Any], source: str) -> None:
