@@ -416,6 +416,46 @@ def test_attention_is_recognised_with_the_same_flops(mask, attrs):
     )
 
 
+def test_gpt2s_causal_buffer_at_real_size():
+    """GPT-2 keeps a [1, 1, 1024, 1024] causal buffer (over INIT_MAX_ELEMENTS: folded
+    for its dims only) that the export slices to the sequence, behind a same-type
+    Cast of the scores (transformers 4): attention is still recognised as causal, and
+    functional mode computes with the buffer's values."""
+    from onnx.reference import ReferenceEvaluator
+
+    big = np.tril(np.ones((1024, 1024), bool)).reshape(1, 1, 1024, 1024)
+    nodes = [
+        node("Slice", ["bias", "zero", "seq", "two"], ["keep"]),
+        node("Slice", ["keep", "zero", "seq", "three"], ["keep2"]),
+        node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        node("MatMul", ["q", "kt"], ["s0"]),
+        node("Div", ["s0", "sqrt_dh"], ["s1"]),
+        node("Cast", ["s1"], ["s1c"], to=F32),
+        node("Where", ["keep2", "s1c", "neg"], ["s2"]),
+        node("Softmax", ["s2"], ["p"], axis=-1),
+        node("MatMul", ["p", "v"], ["o"]),
+    ]
+    inits = [
+        numpy_helper.from_array(big, "bias"),
+        init("zero", [0], np.int64),
+        init("seq", [S], np.int64),
+        init("two", [2], np.int64),
+        init("three", [3], np.int64),
+        init("sqrt_dh", math.sqrt(DH)),
+        init("neg", -3.4e38),
+    ]
+    m = model(nodes, [vi(n, [B, NH, S, DH]) for n in "qkv"], [vi("o", [B, NH, S, DH])], inits)
+    g = from_onnx(m)
+    assert kinds(g) == ["bmm", "softmax", "bmm"] and g.ops[1].attrs.get("causal")
+    assert g.flops() == from_onnx(m, recognise=False).flops()
+    rng = np.random.default_rng(10)
+    feeds = {n: rng.standard_normal((B, NH, S, DH)).astype(np.float32) for n in "qkv"}
+    (want,) = ReferenceEvaluator(m).run(None, feeds)
+    for graph in (g, from_onnx(m, recognise=False)):
+        y = wia_hw.run(graph, mode="functional", inputs=feeds).outputs["o"]
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+
+
 def test_recognised_attention_is_claimed_by_the_transformer_engine():
     g = from_onnx(attention_model("causal_where"))
     ctx = wia_hw.open_device("wia-npu")

@@ -664,6 +664,15 @@ class _Importer:
         self.origin.setdefault(self.node_index, []).append(name)
         return self.b.op(kind, name, inputs, group=group, out=out, dtype=dtype, **attrs)
 
+    def array_of(self, value: str) -> Any | None:
+        """Constant ``value``'s elements wherever they are: in the model, in its
+        external data file, or computed from a weight the exporter moved; None when
+        they are not there (a weight-stripped model) or ``value`` is not a constant."""
+        v = self.const_values(value)
+        if v is not None or value not in self.consts or not self.has_value(value):
+            return v
+        return self.weight_array(value)
+
     def const_values(self, value: str) -> Any | None:
         """The numpy value of a constant, or None (not a constant, or dims only)."""
         t = self.consts.get(value)
@@ -1525,10 +1534,10 @@ def _select(imp: _Importer, node: Any, name: str, out: str, grp: str, dt: str | 
         shape = _broadcast_shape(consts) if consts else (1,)
         w = imp.b.weight(f"{name}.{t.lower()}_const", shape, xd if xd != "bool" else (dt or "fp32"))
         vals.append(w)
-        cond = imp.const_values(ins[0]) if t == "Where" else None
+        cond = imp.array_of(ins[0]) if t == "Where" else None
         if cond is not None:  # the elements that keep the run-time value
             imp.mask_allowed[w] = cond.astype(bool) if dyn[0] == ins[1] else ~cond.astype(bool)
-        known = [imp.const_values(i) is not None for i in ins if i and i not in dyn]
+        known = [imp.array_of(i) is not None for i in ins if i and i not in dyn]
         if all(known) or t == "Expand":  # the constants' values are in the model (Expand's
             # zeros need none)
             imp.values[w] = _merged_value(imp, t, node, ins, dyn, shape)
@@ -1556,7 +1565,7 @@ def _mask_fill(imp: _Importer, ins: list[str]) -> bool:
     most :data:`_MASK_FILL`), or a fill whose values are not in the model (dims only:
     timing is all there is)."""
     fill = next((i for i in ins[1:] if i in imp.consts), None)
-    vals = imp.const_values(fill) if fill is not None else None
+    vals = imp.array_of(fill) if fill is not None else None
     return vals is None or bool(np.all(np.asarray(vals, np.float64) <= _MASK_FILL))
 
 
@@ -1574,9 +1583,9 @@ def _merged_value(
 
     def value() -> Any:
         if t == "Where":
-            cond = np.asarray(imp.const_values(ins[0])).astype(bool)
+            cond = np.asarray(imp.array_of(ins[0])).astype(bool)
             keep = cond if dyn[0] == ins[1] else ~cond
-            fill = imp.const_values(next(i for i in ins[1:] if i not in dyn))
+            fill = imp.array_of(next(i for i in ins[1:] if i not in dyn))
             return np.broadcast_to(np.where(keep, 0.0, fill), shape).astype(np.float32)
         if t == "Expand":
             return np.zeros(shape, np.float32)

@@ -642,6 +642,7 @@ class _Rewriter:
         ):
             return
         chain: list[Op] = []  # the ops between the scores bmm and softmax
+        free: list[Op] = []  # same-type casts among them (as transformers 4 writes)
         cur = soft.inputs[0]
         scores = None
         viewed = False  # past a view: only views until the scores bmm
@@ -652,6 +653,14 @@ class _Rewriter:
             if p.kind == "bmm":
                 scores = p
                 break
+            if (
+                p.kind in ("cast", "identity")
+                and not viewed
+                and self.t(p.inputs[0]).dtype == self.t(cur).dtype
+            ):
+                free.append(p)
+                cur = p.inputs[0]
+                continue
             if p.kind == "reshape" and not after:
                 views.append(p)
                 viewed = True
@@ -673,7 +682,7 @@ class _Rewriter:
             return
         if views and self.t(scores.outputs[0]).shape != self.t(probs).shape:
             return  # the softmax would not read and write one shape
-        self.viewed = {v.outputs[0] for v in views}
+        self.viewed = {v.outputs[0] for v in [*views, *free]}
         q, kt = scores.inputs
         scale, mask_ops, causal, masked = 1.0, [], False, False
         scale_ops = []
@@ -733,7 +742,8 @@ class _Rewriter:
         ):
             return  # a scale after the mask would scale the bias too: the ops stay
         if not all(
-            self.alive(o) for o in [*k_old, scores, soft, ctx, *chain, *after, *scale_ops, *views]
+            self.alive(o)
+            for o in [*k_old, scores, soft, ctx, *chain, *after, *scale_ops, *views, *free]
         ):
             return
         attrs = dict(scores.attrs)
@@ -768,7 +778,7 @@ class _Rewriter:
         )
         self.replace(k_old, k_old[-1], k_new)
         self.replace([scores] + [o for o in scale_ops if o not in chain], scores, [bmm])
-        self.replace(chain + [soft] + views, soft, [sm])
+        self.replace(chain + [soft] + views + free, soft, [sm])
         if after:
             self.replace(after, after[-1], [])
             self.replace(
@@ -841,7 +851,8 @@ class _Rewriter:
         return False
 
     def _chain_tensors(self, chain: list[Op], scores: Op) -> set[str]:
-        """The tensors from the scores bmm to the softmax (views included)."""
+        """The tensors from the scores bmm to the softmax (views and free casts
+        included)."""
         return {scores.outputs[0]} | {p.outputs[0] for p in chain} | self.viewed
 
     def _selects(self, mask_ops: list[Op], inside: set[str]) -> dict[Op, Any]:
