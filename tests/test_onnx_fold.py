@@ -189,11 +189,13 @@ def test_weights_the_legacy_exporter_moves_keep_their_values():
     w = rng.standard_normal((256, 300)).astype(np.float32)
     nodes = [
         node("Identity", ["w"], ["w_shared"]),
+        node("Mul", ["w_shared", "half"], ["w_scaled"]),  # and a weight scaled in the graph
         node("Gather", ["table", "pos"], ["p"], axis=0),
         node("Add", ["x", "p"], ["h"]),
-        node("MatMul", ["h", "w_shared"], ["y"]),
+        node("MatMul", ["h", "w_scaled"], ["y"]),
     ]
     inits = [init("table", table), init("w", w), init("pos", np.arange(16), np.int64)]
+    inits.append(init("half", 0.5))
     g = from_onnx(model(nodes, [vi("x", [16, 256])], [vi("y", None)], inits))
     assert kinds(g) == ["add", "linear"]
     assert set(g.weight_values) >= {
@@ -201,7 +203,7 @@ def test_weights_the_legacy_exporter_moves_keep_their_values():
     }
     x = rng.standard_normal((16, 256)).astype(np.float32)
     y = wia_hw.run(g, mode="functional", inputs={"x": x}).outputs["y"]
-    np.testing.assert_allclose(y, (x + table[:16]) @ w, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(y, (x + table[:16]) @ (0.5 * w), rtol=1e-4, atol=1e-3)
 
 
 # -- the op table ---------------------------------------------------------------------

@@ -529,7 +529,7 @@ class _Importer:
         self.dropped: list[Any] = []  # nodes the rewrite left out (kept: ids in skip)
         #: constant -> (the constant it is computed from, how): a float weight's codes
         self.derived: dict[str, tuple[str, Callable[[Any], Any]]] = {}
-        #: a shape-folded move of a weight -> its values (_onnx_fold.MOVES)
+        #: a shape-folded node on weights -> its values (_onnx_fold.DERIVED)
         self.moved: dict[str, Callable[[], Any]] = {}
 
     # -- values ------------------------------------------------------------------------
@@ -621,7 +621,7 @@ class _Importer:
         external data file beside it."""
         if value in self.derived:  # codes of a float weight the model quantises
             return self.has_value(self.derived[value][0])
-        if value in self.moved:  # a shape-folded move of a weight whose values are there
+        if value in self.moved:  # a shape-folded node on weights whose values are there
             return True
         t = self.consts[value]
         if t.data_location != self.onnx.TensorProto.EXTERNAL:

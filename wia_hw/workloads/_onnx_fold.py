@@ -17,8 +17,9 @@ in place):
   initializer of more than :data:`INIT_MAX_ELEMENTS` elements (a weight).
 * A node on constants that is larger than that (a ``Transpose`` or ``Cast`` of a
   weight, say) is *shape-folded*: its output becomes a constant whose dims are known
-  but whose values are never computed (the work happens once, when weights load, not
-  per inference). Weight values are never needed: only dims.
+  but whose values are not computed at import (the work happens once, when weights
+  load, not per inference): timing needs only dims, and functional mode computes
+  the values from the weights' when it asks (below).
 * An ``If`` whose condition is a constant is the branch it takes: that branch's nodes
   and initializers replace it (the names the branch defines prefixed with the If's
   output, so they cannot meet the graph's); the nodes after read the branch's outputs
@@ -32,10 +33,10 @@ in place):
   the last must then fold to true (:func:`check_loops`): an early exit on run-time
   values is refused. (tf2onnx writes Keras's LSTM and GRU so: a loop over the time
   steps.)
-* A shape-folded data move of one weight (:data:`MOVES`: the legacy exporter's
-  Identity of a shared weight, a transposed weight, the rows of a position-embedding
-  table gathered for the fixed sequence) keeps how to compute its values from the
-  weight's
+* A shape-folded node on weights (the legacy exporter's Identity of a shared weight,
+  a transposed weight, the rows of a position-embedding table gathered for the fixed
+  sequence, a weight scaled by a constant) keeps how to compute its values from the
+  weights''
   (``memo[DERIVED]``), which the importer reads for functional mode.
 * Folded values that remaining nodes read become initializers; folded nodes go away.
   Random ops (``RandomNormal``...), ops of other domains than ONNX's and nodes with
@@ -61,23 +62,8 @@ from ._onnx_qdq import keeps_integer, readers_of
 FOLD_MAX_ELEMENTS = 1 << 22
 #: Largest initializer whose values folding reads; larger ones are weights (dims only).
 INIT_MAX_ELEMENTS = 1 << 16
-#: Data moves whose output, when shape-folded from one large weight, keeps a way to
-#: compute its values from the weight's (:meth:`_Folder.derive`).
-MOVES = (
-    "Identity",
-    "Transpose",
-    "Reshape",
-    "Cast",
-    "Squeeze",
-    "Unsqueeze",
-    "Flatten",
-    "Gather",
-    "Slice",
-    "Expand",
-    "Tile",
-    "Concat",
-)
-#: The memo key of those derivations: output -> a function giving its values
+#: The memo key of the shape-folded nodes on weights that keep how to compute their
+#: values (:meth:`_Folder.derive`): output -> a function giving them
 DERIVED = ("derived weights",)
 #: The memo key of the large inline initializers' bytes, held out of the proto while
 #: the rounds of shape inference copy it (:func:`hold_weights`): name -> bytes
@@ -276,24 +262,30 @@ class _Folder:
         return got
 
     def derive(self, node: Any, vals: list[Any]) -> None:
-        """A data move of one large weight (:data:`MOVES`: Identity, Transpose,
-        Reshape, Cast ...), shape-folded: its output's values are the move of the
-        weight's, computed when functional mode asks (``memo[DERIVED]``: output -> a
-        function giving them), so a weight the exporter moved keeps its values."""
-        big = [i for i, v in zip(node.input, vals, strict=True) if i and v is None]
-        if node.op_type not in MOVES or node.domain not in ("", "ai.onnx") or len(big) != 1:
+        """A node on large weights, shape-folded (a transposed weight, the legacy
+        exporter's Identity of a shared one, position-embedding rows gathered for the
+        fixed sequence, a weight scaled by a constant): its output's values are the
+        node's on the weights', computed when functional mode asks
+        (``memo[DERIVED]``: output -> a function giving them), so the model's values
+        survive the folding."""
+        if node.domain not in ("", "ai.onnx") or node.op_type in _NEVER or len(node.output) != 1:
             return
-        source = self.source_values(big[0])
-        if source is None or len(node.output) != 1:
+        sources = {
+            i: self.source_values(i)
+            for i, v in zip(node.input, vals, strict=True)
+            if i and v is None
+        }
+        if not sources or any(f is None for f in sources.values()):
             return
         copy = self.onnx.NodeProto()
         copy.CopyFrom(node)
         known = list(vals)
 
         def make() -> Any:
-            return self.evaluate(copy, [source() if v is None else v for v in known], cache=False)[
-                0
+            ins = [
+                sources[i]() if i in sources else v for i, v in zip(copy.input, known, strict=True)
             ]
+            return self.evaluate(copy, ins, cache=False)[0]
 
         self.memo.setdefault(DERIVED, {})[node.output[0]] = make
 
