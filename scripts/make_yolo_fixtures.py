@@ -41,7 +41,9 @@ def macs(model: torch.nn.Module) -> int:
 
     def conv(mod: torch.nn.Conv2d, inp: tuple, out: torch.Tensor) -> None:
         nonlocal total
-        total += out.numel() * mod.in_channels // mod.groups * mod.kernel_size[0] * mod.kernel_size[1]
+        total += (
+            out.numel() * mod.in_channels // mod.groups * mod.kernel_size[0] * mod.kernel_size[1]
+        )
 
     def attention(mod: Attention, inp: tuple, out: torch.Tensor) -> None:
         nonlocal total
@@ -95,7 +97,9 @@ def main() -> None:
             finally:
                 os.chdir(cwd)
         strip(out / f"{name}.onnx")
-        sys.stdout.write(f"{name}: {(out / f'{name}.onnx').stat().st_size:,} B, {counts[name]:,} MACs\n")
+        sys.stdout.write(
+            f"{name}: {(out / f'{name}.onnx').stat().st_size:,} B, {counts[name]:,} MACs\n"
+        )
     (out / "yolo_macs.json").write_text(json.dumps(counts, indent=1, sort_keys=True) + "\n")
 
 
