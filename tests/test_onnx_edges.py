@@ -14,7 +14,7 @@ import wia_hw
 from wia_hw.workloads import from_onnx
 
 onnx = pytest.importorskip("onnx")
-from onnx import helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 F32 = onnx.TensorProto.FLOAT
@@ -1052,5 +1052,110 @@ def test_a_used_optional_output_that_is_not_modelled_is_refused():
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(
         WorkloadError, match=r"^ONNX node 'ln' \(LayerNormalization\): its output 'mean' is used"
+    ):
+        from_onnx(m)
+
+
+# -- ONNX Runtime's fused Attention, hand-built -----------------------------------------
+
+
+def _ort_attention(mask_kind, unidirectional, bias_term):
+    """x [2, 6, 16] -> com.microsoft::Attention (4 heads, packed weight [16, 48] and
+    bias), with a mask of key lengths [2] or a 0/1 mask [2, 6], causal or not, and an
+    attention bias [1, 4, 6, 6] or not."""
+    rng = np.random.default_rng(12)
+    w = rng.standard_normal((16, 48)).astype(np.float32) * 0.3
+    b = rng.standard_normal(48).astype(np.float32) * 0.1
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]
+    ins = ["x", "w", "b", "mask" if mask_kind else ""]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 16])]
+    if mask_kind == "lengths":
+        inputs.append(helper.make_tensor_value_info("mask", TensorProto.INT32, [2]))
+    elif mask_kind == "2d":
+        inputs.append(helper.make_tensor_value_info("mask", TensorProto.INT32, [2, 6]))
+    if bias_term:
+        ab = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+        inits.append(numpy_helper.from_array(ab, "ab"))
+        ins += ["", "ab"]
+    node = helper.make_node(
+        "Attention",
+        ins,
+        ["y"],
+        domain="com.microsoft",
+        num_heads=4,
+        unidirectional=int(unidirectional),
+    )
+    g = helper.make_graph(
+        [node], "att", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits
+    )
+    m = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+    return m, w, b, (inits[2] if bias_term else None)
+
+
+@pytest.mark.parametrize("mask_kind", ["", "lengths", "2d"])
+@pytest.mark.parametrize("unidirectional", [False, True])
+@pytest.mark.parametrize("bias_term", [False, True])
+def test_onnx_runtimes_attention_kernel_by_its_definition(mask_kind, unidirectional, bias_term):
+    m, w, b, ab = _ort_attention(mask_kind, unidirectional, bias_term)
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((2, 6, 16)).astype(np.float32)
+    feeds = {"x": x}
+    keep = np.ones((2, 6), bool)
+    if mask_kind == "lengths":
+        feeds["mask"] = np.array([6, 4], np.int32)
+        keep[1, 4:] = False
+    elif mask_kind == "2d":
+        feeds["mask"] = np.array([[1] * 6, [1, 1, 0, 1, 1, 0]], np.int32)
+        keep = feeds["mask"].astype(bool)
+    g = from_onnx(m)
+    y = wia_hw.run(g, mode="functional", inputs=feeds).outputs["y"]
+    q, k, v = np.split(x @ w + b, 3, axis=-1)
+    heads = [t.reshape(2, 6, 4, 4).transpose(0, 2, 1, 3) for t in (q, k, v)]
+    s = heads[0] @ heads[1].transpose(0, 1, 3, 2) / 2.0  # 1 / sqrt(head size 4)
+    s = np.where(keep[:, None, None, :], s, -10000.0) if mask_kind else s
+    if bias_term:
+        s = s + numpy_helper.to_array(ab)
+    if unidirectional:
+        s = np.where(np.tril(np.ones((6, 6), bool)), s, -10000.0)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    want = (p @ heads[2]).transpose(0, 2, 1, 3).reshape(2, 6, 16)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+    soft = [o for o in g.ops if o.kind == "softmax"]
+    assert len(soft) == 1
+    if not mask_kind and not bias_term:  # only the triangle: causal, or nothing
+        assert bool(soft[0].attrs.get("causal")) == unidirectional
+
+
+def test_onnx_runtimes_attention_with_a_kv_cache_is_refused():
+    m, *_ = _ort_attention("", False, False)
+    m.graph.node[0].input.extend(["past"])
+    m.graph.input.append(helper.make_tensor_value_info("past", TensorProto.FLOAT, [2, 2, 4, 0, 4]))
+    with pytest.raises(WorkloadError, match=r"com.microsoft::Attention\): a KV cache"):
+        from_onnx(m)
+
+
+@pytest.mark.parametrize(
+    "op, hint",
+    [
+        ("GroupQueryAttention", "import the model as exported, before ONNX Runtime's optimizer"),
+        ("MatMulNBits", "quantise in QDQ format"),
+    ],
+)
+def test_an_unmodelled_contrib_op_is_named_with_what_to_do(op, hint):
+    node = helper.make_node(op, ["x"], ["y"], domain="com.microsoft")
+    g = helper.make_graph(
+        [node],
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    m = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+    with pytest.raises(
+        WorkloadError, match=rf"1 unsupported ONNX op type: com.microsoft::{op} x1; .*{hint}"
     ):
         from_onnx(m)

@@ -23,7 +23,22 @@ NAMES = sorted(p.stem for p in OPT.glob("*.onnx"))
 
 
 def test_the_exports_are_there():
-    assert NAMES == ["bert_cls", "gpt2_past", "llama_past"]
+    assert NAMES == ["bert_cls", "bert_cls.ortopt", "gpt2_past", "llama_past"]
+
+
+def test_onnx_runtimes_fused_bert_is_written_back():
+    """ONNX Runtime's optimizer made bert_cls.ortopt of its own kernels; imported, they
+    are standard ops again, found as attention, layer norms and GELUs."""
+    import onnx
+
+    ops = {n.op_type for n in onnx.load(str(OPT / "bert_cls.ortopt.onnx")).graph.node}
+    assert {"Attention", "EmbedLayerNormalization", "SkipLayerNormalization", "BiasGelu"} <= ops
+    g = wia_hw.from_onnx(OPT / "bert_cls.ortopt.onnx", batch=2, dims={"sequence_length": 8})
+    kinds = [o.kind for o in g.ops]
+    assert kinds.count("softmax") == 2 and kinds.count("gelu") == 2
+    assert kinds.count("layer_norm") == 5  # the embeddings' and two per layer
+    plain = wia_hw.from_onnx(OPT / "bert_cls.onnx", batch=2, dims={"sequence_length": 8})
+    assert g.macs() == plain.macs()
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -3055,10 +3055,16 @@ def unsupported_message(source: str, counts: Mapping[str, int]) -> str:
     """The one-line error naming every unsupported op type and its count."""
     kinds = "op type" if len(counts) == 1 else "op types"
     listed = ", ".join(f"{k} x{v}" for k, v in counts.items())
-    if any(k.startswith("com.microsoft::") for k in counts):
+    ms = [k.split("::")[1] for k in counts if k.startswith("com.microsoft::")]
+    if any(k.startswith(("Q", "DynamicQuantize")) or "Integer" in k or "NBits" in k for k in ms):
         hint_ort = (
-            "; ONNX Runtime's contrib ops (com.microsoft) are not modelled: quantise in "
+            "; these ONNX Runtime contrib ops (com.microsoft) are not modelled: quantise in "
             "QDQ format (quant_format=QuantFormat.QDQ)"
+        )
+    elif ms:
+        hint_ort = (
+            "; these ONNX Runtime contrib ops (com.microsoft) are not modelled: import the "
+            "model as exported, before ONNX Runtime's optimizer"
         )
     else:
         hint_ort = ""

@@ -16,7 +16,16 @@ what the fused kernel does and computes what ONNX Runtime computes:
   kernel, unknown to shape inference): the layer norm written out;
 * ``Gelu``, ``BiasGelu`` (com.microsoft): the Erf form (after the bias);
   ``FastGelu``: the tanh form (after the optional bias); ``QuickGelu``:
-  ``x * sigmoid(alpha x)``.
+  ``x * sigmoid(alpha x)``;
+* ``EmbedLayerNormalization`` (com.microsoft, BERT's embeddings): the word, position
+  (``0..S-1`` unless position ids are given) and segment rows gathered and summed, then
+  the layer norm; its mask index output is the mask's row sums (the keys each sequence
+  keeps), its embedding-sum output the sum;
+* ``Attention`` (com.microsoft, packed q/k/v): the projection by the packed weight and
+  bias, split into q, k and v, heads by views, ``softmax(scale q k^T + mask) v``, the
+  heads merged back; the masks added as the kernel adds them (0, or
+  ``mask_filter_value`` where masked): the mask index a [B] of key lengths or a [B, S]
+  0/1 mask, ``unidirectional`` the causal triangle, and an attention bias. The importer's pattern then finds the attention again.
 
 The mean, variance and inverse-deviation outputs of the norms are not modelled (a
 model that reads them is refused, naming the node).
@@ -48,6 +57,8 @@ ORT_FUSIONS = {
     ("com.microsoft", "BiasGelu"),
     ("com.microsoft", "FastGelu"),
     ("com.microsoft", "QuickGelu"),
+    ("com.microsoft", "EmbedLayerNormalization"),
+    ("com.microsoft", "Attention"),
 }
 
 
@@ -173,6 +184,10 @@ def expand_ort_ops(onnx: Any, proto: Any) -> None:
         w = _Writer(onnx, proto, n, f"{label}#{k}", _elem(proto, [i for i in ins[1:] if i]))
         if n.domain == "com.microsoft" and t in QUANTISED:
             _quantised(w, n, attrs, label)
+        elif t == "EmbedLayerNormalization":
+            _embed_layer_norm(w, ins, outs, attrs, read, label)
+        elif t == "Attention":
+            _attention(w, ins, outs, attrs, read, label)
         elif "Normalization" in t:
             if any(o and o in read for o in outs[1:3]):
                 raise WorkloadError(
@@ -209,6 +224,148 @@ def expand_ort_ops(onnx: Any, proto: Any) -> None:
         out.extend(w.nodes)
     del g.node[:]
     g.node.extend(out)
+
+
+def _int64(w: _Writer, values: list[int] | int) -> str:
+    """An int64 initializer of ``values`` (a scalar for an int)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    n = w.name("ints")
+    w.proto.graph.initializer.append(numpy_helper.from_array(np.array(values, np.int64), n))
+    return n
+
+
+def _dim(w: _Writer, x: str, axis: int) -> str:
+    """Dim ``axis`` of ``x`` as an int64 scalar (folds once the input dims are fixed)."""
+    return w.op("Gather", [w.op("Shape", [x]), _int64(w, axis)], axis=0)
+
+
+def _positions(w: _Writer, x: str) -> str:
+    """``0 .. S-1`` for the dim 1 of ``x``, an int64 [S]."""
+    return w.op("Range", [_int64(w, 0), _dim(w, x, 1), _int64(w, 1)])
+
+
+def _unsqueeze(w: _Writer, x: str, axes: list[int]) -> str:
+    if w.opset >= 13:
+        return w.op("Unsqueeze", [x, _int64(w, axes)])
+    return w.op("Unsqueeze", [x], axes=axes)
+
+
+def _embed_layer_norm(
+    w: _Writer, ins: list[str], outs: list[str], attrs: dict[str, Any], read: set[str], label: str
+) -> None:
+    """BERT's embeddings, ONNX Runtime's fused kernel, as standard ops."""
+    from onnx import TensorProto
+
+    ids, seg, word, pos, seg_table, gamma, beta, mask = ins[:8]
+    position_ids = ins[8] if len(ins) > 8 else ""
+    x = w.op("Gather", [word, ids], axis=0)
+    if not position_ids:  # 0..S-1, one row per position, broadcast over the batch
+        position_ids = _positions(w, ids)
+    x = w.op("Add", [x, w.op("Gather", [pos, position_ids], axis=0)])
+    if seg and seg_table:
+        x = w.op("Add", [x, w.op("Gather", [seg_table, seg], axis=0)])
+    total = outs[2] if len(outs) > 2 and outs[2] and outs[2] in read else None
+    if total:
+        x = w.op("Identity", [x], total)
+    w.norm(x, gamma, beta, float(attrs.get("epsilon", 1e-12)), False, outs[0])
+    if outs[1] and outs[1] in read:
+        if not mask:
+            raise WorkloadError(
+                f"ONNX node {label!r} (com.microsoft::EmbedLayerNormalization): its mask "
+                "index is read but the node has no mask"
+            )
+        if attrs.get("mask_index_type", 1) != 1:
+            raise WorkloadError(
+                f"ONNX node {label!r} (com.microsoft::EmbedLayerNormalization): "
+                f"mask_index_type {attrs['mask_index_type']} is not modelled (1, key lengths, is)"
+            )
+        m = w.op("Cast", [mask], to=TensorProto.INT32)
+        if w.opset >= 13:
+            w.op("ReduceSum", [m, _int64(w, [1])], outs[1], keepdims=0)
+        else:
+            w.op("ReduceSum", [m], outs[1], keepdims=0, axes=[1])
+
+
+def _attention(
+    w: _Writer, ins: list[str], outs: list[str], attrs: dict[str, Any], read: set[str], label: str
+) -> None:
+    """ONNX Runtime's fused Attention, as the eager attention the exporters write."""
+    from onnx import TensorProto
+
+    x, weight, bias, mask = ins[:4]
+    past = ins[4]
+    extra = ins[5:8]
+    where = f"ONNX node {label!r} (com.microsoft::Attention)"
+    if past or any(o and o in read for o in outs[1:]):
+        raise WorkloadError(f"{where}: a KV cache (past, present) is not modelled here")
+    if any(extra[1:]) or attrs.get("do_rotary") or attrs.get("past_present_share_buffer"):
+        raise WorkloadError(
+            f"{where}: past_sequence_length, rotary or a shared buffer is not modelled"
+        )
+    inits = {t.name: t for t in w.proto.graph.initializer}
+    if weight not in inits:
+        raise WorkloadError(f"{where}: its packed weight must be a constant")
+    hidden_in, packed = (int(d) for d in inits[weight].dims)
+    sizes = [int(v) for v in attrs.get("qkv_hidden_sizes", [])] or [packed // 3] * 3
+    heads = int(attrs["num_heads"])
+    if sum(sizes) != packed or sizes[0] != sizes[1] or any(v % heads for v in sizes):
+        raise WorkloadError(
+            f"{where}: qkv_hidden_sizes {sizes} do not fit {packed} and {heads} heads"
+        )
+    hd, vd = sizes[0] // heads, sizes[2] // heads
+    qkv = w.op("MatMul", [x, weight])
+    if bias:
+        qkv = w.op("Add", [qkv, bias])
+    q, k, v = w.name("q"), w.name("k"), w.name("v")
+    split = _int64(w, sizes)
+    if w.opset >= 13:
+        w.nodes.append(
+            w.onnx.helper.make_node("Split", [qkv, split], [q, k, v], axis=-1, name=w.name("Split"))
+        )
+    else:
+        w.nodes.append(
+            w.onnx.helper.make_node(
+                "Split", [qkv], [q, k, v], axis=-1, split=sizes, name=w.name("Split")
+            )
+        )
+
+    def heads_of(t: str, d: int, perm: list[int]) -> str:
+        return w.op("Transpose", [w.op("Reshape", [t, _int64(w, [0, 0, heads, d])])], perm=perm)
+
+    qh = heads_of(q, hd, [0, 2, 1, 3])
+    kt = heads_of(k, hd, [0, 2, 3, 1])
+    vh = heads_of(v, vd, [0, 2, 1, 3])
+    scale = float(attrs.get("scale", 0.0)) or 1.0 / math.sqrt(hd)
+    scores = w.op("Mul", [w.op("MatMul", [qh, kt]), w.const(scale)])
+    fill = float(attrs.get("mask_filter_value", -10000.0))
+    if mask:  # key lengths [B], or a [B, S] mask of 0s and 1s
+        shape = None
+        for vi in [*w.proto.graph.input, *w.proto.graph.value_info]:
+            if vi.name == mask:
+                shape = len(vi.type.tensor_type.shape.dim)
+        if shape == 2:
+            keep = w.op("Cast", [mask], to=TensorProto.BOOL)
+        elif shape in (1, None):  # a [B] of lengths (what EmbedLayerNormalization gives)
+            lengths = _unsqueeze(w, w.op("Cast", [mask], to=TensorProto.INT64), [1])
+            keep = w.op("Less", [_unsqueeze(w, _positions(w, x), [0]), lengths])
+        else:
+            raise WorkloadError(
+                f"{where}: a mask index of rank {shape} is not modelled ([B] or [B, S] is)"
+            )
+        add = w.op("Where", [keep, w.const(0.0), w.const(fill)])
+        scores = w.op("Add", [scores, _unsqueeze(w, add, [1, 2])])
+    if extra[0]:  # attention_bias / relative position bias [B or 1, N, S, S]
+        scores = w.op("Add", [scores, extra[0]])
+    if attrs.get("unidirectional"):  # key j <= query i
+        pos = _positions(w, x)
+        tril = w.op("LessOrEqual", [_unsqueeze(w, pos, [0]), _unsqueeze(w, pos, [1])])
+        # added, as the kernel adds its masks (0 or mask_filter_value) to the scores
+        scores = w.op("Add", [scores, w.op("Where", [tril, w.const(0.0), w.const(fill)])])
+    probs = w.op("Softmax", [scores], axis=-1)
+    ctx = w.op("Transpose", [w.op("MatMul", [probs, vh])], perm=[0, 2, 1, 3])
+    w.op("Reshape", [ctx, _int64(w, [0, 0, sizes[2]])], outs[0])
 
 
 def _quantised(w: _Writer, n: Any, attrs: dict[str, Any], label: str) -> None:
