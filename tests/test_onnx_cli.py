@@ -251,3 +251,30 @@ def test_dims_written_as_expressions_of_others(tmp_path):
         cli, ["run", path, "--batch", "2", "--seq", "1", "-a", "past_sequence_length=7"]
     )
     assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize(
+    "param, dims, want",
+    [
+        ("N/2", {"N": 8}, 4),
+        ("2*N - 1", {"N": 8}, 15),
+        ("(N + 3) // 4", {"N": 8}, 2),
+        ("N/3", {"N": 8}, None),  # not exact
+        ("N**2", {"N": 8}, None),  # not an operator wia-hw evaluates
+    ],
+)
+def test_dim_expressions(param, dims, want):
+    import wia_hw
+
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", param])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    if want is None:
+        with pytest.raises(wia_hw.WorkloadError, match=r"is not an expression wia-hw evaluates"):
+            wia_hw.from_onnx(m, dims=dims)
+    else:
+        assert wia_hw.from_onnx(m, dims=dims).tensors["x"].shape == (8, want)

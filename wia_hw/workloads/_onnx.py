@@ -354,8 +354,8 @@ def _dim_names(param: str) -> set[str]:
 
 def _dim_expression(param: str, values: Mapping[str, int]) -> int | None:
     """The value of a dim_param that is an integer expression (``+``, ``-``, ``*``,
-    ``//``, parentheses) of dims in ``values``; None when it is not one, or reads a
-    dim not there. Parsed, never evaluated as code."""
+    ``//``, ``/`` when exact, parentheses) of dims in ``values``; None when it is not
+    one, or reads a dim not there. Parsed, never evaluated as code."""
     import ast
 
     try:
@@ -375,6 +375,9 @@ def _dim_expression(param: str, values: Mapping[str, int]) -> int | None:
             if a is None or b is None or isinstance(n.op, ast.FloorDiv) and b == 0:
                 return None
             return ops[type(n.op)](a, b)
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div):  # exact only
+            a, b = value(n.left), value(n.right)
+            return a // b if a is not None and b and a % b == 0 else None
         return None
 
     return value(tree.body)
@@ -458,11 +461,16 @@ def _fix_input_dims(
                     if missing
                     else []
                 ) + (["batch=N (--batch N)"] if axis == 0 else [])
-                how = (
-                    f"pass {' or '.join(hints)}"
-                    if hints
-                    else "it has no name, so fix it in the model"
-                )
+                if hints:
+                    how = f"pass {' or '.join(hints)}"
+                elif param:  # every name it reads is given: an expression not evaluated
+                    how = (
+                        f"{param!r} is not an expression wia-hw evaluates (integers and "
+                        "named dims with + - * // and parentheses, / when exact); fix it in "
+                        "the model"
+                    )
+                else:
+                    how = "it has no name, so fix it in the model"
                 raise WorkloadError(
                     f"ONNX input {vi.name!r}: dimension {axis} "
                     f"({repr(param) if param else 'unnamed'}) is not fixed; "
@@ -3082,7 +3090,7 @@ def unsupported_message(source: str, counts: Mapping[str, int]) -> str:
         hint += (
             f" ({', '.join(flow)}: control flow on run-time values is not modelled; an If "
             "whose condition folds to a constant is its branch, a Loop whose trip count "
-            "does is unrolled)"
+            "does, at most 4,096, is unrolled)"
         )
     return f"{source}: {len(counts)} unsupported ONNX {kinds}: {listed}{hint}{hint_ort}"
 
