@@ -55,12 +55,11 @@ def int8_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def round_to_bf16(x: np.ndarray) -> np.ndarray:
     """Round float32 values to bfloat16 (round to nearest even), returned as float32."""
     f = np.asarray(x, dtype=np.float32)
-    bits = f.view(np.uint32).astype(np.uint64)
+    bits = f.reshape(-1).view(np.uint32).astype(np.uint64)  # 1-D: a 0-d input too
     rounding = ((bits >> 16) & 1) + 0x7FFF
     out = ((bits + rounding) >> 16 << 16).astype(np.uint32)
-    nan = np.isnan(f)
-    out[nan] = 0x7FC00000
-    return out.view(np.float32)
+    out[np.isnan(f.reshape(-1))] = 0x7FC00000
+    return out.view(np.float32).reshape(f.shape)
 
 
 def round_to_precision(x: np.ndarray, precision: str) -> np.ndarray:

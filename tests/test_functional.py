@@ -145,3 +145,17 @@ def test_functional_input_errors():
         wia_hw.run(g, mode="functional", inputs={"nope": np.zeros(1)})
     with pytest.raises(WorkloadError, match=r"mode must be one of timing, functional"):
         wia_hw.run(g, mode="fast")
+
+
+def test_bf16_rounding_of_a_scalar_keeps_its_shape():
+    """A 0-d value (an ONNX model's scalar weight in bf16) rounds like any other, NaN
+    included, and stays 0-d."""
+    from wia_hw.emulator.golden import round_to_bf16
+
+    one = round_to_bf16(np.float32(1.2345))
+    assert one.shape == () and one == np.float32(1.234375)
+    assert np.isnan(round_to_bf16(np.array(np.nan, np.float32)))
+    x = np.random.default_rng(5).standard_normal((3, 4)).astype(np.float32)
+    assert np.array_equal(
+        round_to_bf16(x), np.stack([round_to_bf16(v) for v in x.reshape(-1)]).reshape(3, 4)
+    )
