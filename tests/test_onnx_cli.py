@@ -278,3 +278,20 @@ def test_dim_expressions(param, dims, want):
             wia_hw.from_onnx(m, dims=dims)
     else:
         assert wia_hw.from_onnx(m, dims=dims).tensors["x"].shape == (8, want)
+
+
+def test_an_expression_dim_given_against_its_names_is_refused(tmp_path):
+    import wia_hw
+
+    path = optimum_decoder(tmp_path / "decoder.onnx")
+    expr = "past_sequence_length + sequence_length"
+    with pytest.raises(
+        wia_hw.WorkloadError, match=rf"input dim '{expr}' given as 5, but .* it is 8"
+    ):
+        wia_hw.from_onnx(
+            path, batch=2, dims={"sequence_length": 1, "past_sequence_length": 7, expr: 5}
+        )
+    ok = wia_hw.from_onnx(
+        path, batch=2, dims={"sequence_length": 1, "past_sequence_length": 7, expr: 8}
+    )
+    assert ok.tensors["attention_mask"].shape == (2, 8)

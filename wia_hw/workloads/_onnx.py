@@ -408,6 +408,14 @@ def _fix_input_dims(
             f"{', '.join(sorted(set(params))) or 'none'})"
         )
     resolved = dict(dims)
+    for p in set(params) & set(dims):  # an expression given a value of its own
+        if _dim_names(p) != {p}:
+            computed = _dim_expression(p, {k: v for k, v in dims.items() if k != p})
+            if computed is not None and computed != dims[p]:
+                raise WorkloadError(
+                    f"input dim {p!r} given as {dims[p]}, but with the dims given it is "
+                    f"{computed}; give its names, not it"
+                )
     if batch is not None:  # a leading dim's name takes the batch everywhere
         for vi in graph.input:
             if vi.name not in initializers and vi.type.HasField("tensor_type"):
