@@ -1031,3 +1031,12 @@ def test_an_if_that_picks_a_weight_keeps_its_values():
     x = np.random.default_rng(9).standard_normal((2, 300)).astype(np.float32)
     y = wia_hw.run(g, mode="functional", inputs={"x": x}).outputs["y"]
     np.testing.assert_allclose(y, x @ w, rtol=1e-4, atol=1e-3)
+
+
+def test_a_loop_longer_than_the_unroll_limit_is_refused_in_one_line():
+    from wia_hw.workloads._onnx_fold import UNROLL_MAX
+
+    with pytest.raises(
+        WorkloadError, match=r"unsupported ONNX op type: Loop x1 \(Loop: .*at most 4,096"
+    ):
+        from_onnx(loop_model(UNROLL_MAX + 1))
