@@ -12,6 +12,29 @@ The seed's C names map to these by dropping the ``wia_`` prefix (see API.md).
 
 from __future__ import annotations
 
+import importlib.util as _util
+import os as _os
+import sys as _sys
+
+# Run from a clone's root after a plain (not editable) install, this directory shadows
+# the installed package, and the emulator, extensions and specs that the install maps
+# from beside it (pyproject's package-dir) are not inside it: load them from there.
+if _util.find_spec(f"{__name__}.emulator") is None:
+    _root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+    for _sub in ("emulator", "extensions", "specs"):
+        _dir = _os.path.join(_root, _sub)
+        _spec = _util.spec_from_file_location(
+            f"{__name__}.{_sub}",
+            _os.path.join(_dir, "__init__.py"),
+            submodule_search_locations=[_dir],
+        )
+        if _spec is None or _spec.loader is None:
+            break
+        _module = _util.module_from_spec(_spec)
+        _sys.modules[_spec.name] = _module
+        _spec.loader.exec_module(_module)
+        globals()[_sub] = _module  # as an import of the subpackage sets it
+
 from . import sweep  # the package is callable: wia_hw.sweep(file, ...)
 from ._case_study import CaseStudyResult, CaseStudyRow, case_study
 from ._version import __version__
