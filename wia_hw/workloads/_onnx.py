@@ -1784,37 +1784,19 @@ def _pad(
     import numpy as np
 
     ins = list(node.input)
-    mode = a.get("mode", b"constant")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
+    try:
+        mode, todo, fill = _pad_spec(imp, node, len(imp.shape(ins[0])))
+    except ValueError as e:
+        raise fail(str(e)) from None
     if mode not in ("constant", "edge", "reflect"):
         raise fail(f"mode {mode!r} is not modelled (constant, edge, reflect)")
-    x = imp.shape(ins[0])
-    if len(ins) > 1 and ins[1]:
-        vals = imp.const_values(ins[1])
-        if vals is None:
-            raise fail("pads must be a constant")
-        pads = [int(v) for v in vals.reshape(-1)]
-    else:
-        pads = list(a.get("pads", []))
-    axes = list(range(len(x)))
-    if len(ins) > 3 and ins[3]:
-        av = imp.const_values(ins[3])
-        if av is None:
-            raise fail("axes must be a constant")
-        axes = [int(v) % len(x) for v in av.reshape(-1)]
-    n = len(axes)
-    if any(p < 0 for p in pads):
-        raise fail(f"negative pads {pads} are not modelled")
+    if any(lo < 0 or hi < 0 for _, lo, hi in todo):
+        raise fail(f"negative pads {[p for _, lo, hi in todo for p in (lo, hi)]} are not modelled")
     y = imp.value(ins[0], name)
-    todo = [(ax, pads[k], pads[k + n]) for k, ax in enumerate(axes) if pads[k] or pads[k + n]]
     if not todo:
         imp.add("identity", name, [y], out, grp, dt)
         return
     xd = imp.b.tensor(y).dtype
-    fill = a.get("value", 0.0)  # before opset 11 an attribute, then an input
-    if len(ins) > 2 and ins[2]:
-        fv = imp.const_values(ins[2])
-        fill = float(fv.reshape(-1)[0]) if fv is not None and fv.size else None
     for j, (ax, lo, hi) in enumerate(todo):
         cur = imp.b.shape(y)
         if mode == "reflect" and max(lo, hi) >= cur[ax]:
@@ -2911,37 +2893,57 @@ def _per_channel(imp: _Importer, n: Any, x: str, rank: int, channels: int) -> bo
     return all(d == 1 for i, d in enumerate(dims) if i != 1) and dims[1] in (1, channels)
 
 
-def _zero_spatial_pads(imp: _Importer, n: Any, rank: int) -> list[int] | None:
-    """A Pad node's ``[top, left, bottom, right]`` when it pads a 4-D tensor with
-    zeros on its two spatial axes only, every pad a constant >= 0; else None."""
-    a = _attrs(n)
+def _pad_spec(
+    imp: _Importer, node: Any, rank: int
+) -> tuple[str, list[tuple[int, int, int]], float | None]:
+    """A Pad node's mode, its ``(axis, before, after)`` for every padded axis, and its
+    fill (None when the model does not hold its value): pads and fill from the inputs
+    (opset 11 on) or the attributes (before), the axes input of opset 18. ValueError
+    naming the input that is not a constant."""
+    a = _attrs(node)
+    ins = list(node.input)
     mode = a.get("mode", b"constant")
-    if (mode.decode() if isinstance(mode, bytes) else mode) != "constant" or rank != 4:
-        return None
-    ins = list(n.input)
-    if len(ins) > 3 and ins[3]:
-        return None  # axes given (opset 18): left to the Pad's own mapping
+    mode = mode.decode() if isinstance(mode, bytes) else mode
     if len(ins) > 1 and ins[1]:
         vals = imp.const_values(ins[1])
         if vals is None:
-            return None
+            raise ValueError("pads must be a constant")
         pads = [int(v) for v in vals.reshape(-1)]
     else:
         pads = [int(v) for v in a.get("pads", [])]
-    fill = float(a.get("value", 0.0))
+    axes = list(range(rank))
+    if len(ins) > 3 and ins[3]:
+        av = imp.const_values(ins[3])
+        if av is None:
+            raise ValueError("axes must be a constant")
+        axes = [int(v) % rank for v in av.reshape(-1)]
+    n = len(axes)
+    padded = [(ax, pads[k], pads[k + n]) for k, ax in enumerate(axes) if pads[k] or pads[k + n]]
+    fill: float | None = float(a.get("value", 0.0))
     if len(ins) > 2 and ins[2]:
         fv = imp.const_values(ins[2])
-        if fv is None:
-            return None
-        fill = float(fv.reshape(-1)[0]) if fv.size else 0.0
+        fill = float(fv.reshape(-1)[0]) if fv is not None and fv.size else None
+    return mode, padded, fill
+
+
+def _zero_spatial_pads(imp: _Importer, n: Any, rank: int) -> list[int] | None:
+    """A Pad node's ``[top, left, bottom, right]`` when it pads a 4-D tensor with
+    zeros on its two spatial axes only, every pad a constant >= 0; else None."""
+    if rank != 4:
+        return None
+    try:
+        mode, padded, fill = _pad_spec(imp, n, rank)
+    except ValueError:
+        return None
     if (
-        len(pads) != 8
+        mode != "constant"
         or fill != 0.0
-        or any(p < 0 for p in pads)
-        or any(pads[i] for i in (0, 1, 4, 5))
+        or any(ax < 2 or lo < 0 or hi < 0 for ax, lo, hi in padded)
     ):
         return None
-    return [pads[2], pads[3], pads[6], pads[7]]
+    by_axis = {ax: (lo, hi) for ax, lo, hi in padded}
+    (top, bottom), (left, right) = by_axis.get(2, (0, 0)), by_axis.get(3, (0, 0))
+    return [top, left, bottom, right]
 
 
 def _fold_candidates(imp: _Importer) -> None:

@@ -93,8 +93,6 @@ def _fallback(node: Any, inputs: list[Any]) -> list[Any] | None:
     """numpy for the one op whose reference implementation fails on valid input (onnx
     1.23's GatherElements on a data tensor with a size-1 axis): ``take_along_axis`` is
     its definition."""
-    import numpy as np
-
     if node.op_type == "GatherElements" and len(inputs) == 2:
         axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
         data, idx = inputs
@@ -162,7 +160,6 @@ class _Folder:
 
     # -- one node --------------------------------------------------------------------
     def static_shape(self, node: Any) -> Any | None:
-        import numpy as np
 
         shape = self.shapes.get(node.input[0])
         if shape is None:
@@ -254,7 +251,6 @@ class _Folder:
                 f"failed: {str(e).splitlines()[0] if str(e) else e!r}"
             ) from None
         self.evaluated += 1
-        import numpy as np
 
         got = [np.asarray(x) for x in got]
         if key is not None:
@@ -323,7 +319,6 @@ class _Folder:
     def try_fold(self, node: Any) -> bool:
         """Fold ``node`` when it can be; True when its outputs are now constants."""
         if node.op_type == "Constant":
-            import numpy as np
             from onnx import helper
 
             a = node.attribute[0] if node.attribute else None
@@ -446,7 +441,6 @@ class _Folder:
         the body whose names are prefixed ``<output>/iter<k>/``, reading ``k`` as its
         iteration number and the previous iteration's values as its carried ones;
         the scan outputs are stacked on a new axis 0."""
-        import numpy as np
 
         if node.op_type != "Loop" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
             return None

@@ -136,11 +136,7 @@ def _legacy_broadcast(onnx: Any, proto: Any) -> None:
             n.attribute.extend(kept)
         nodes.append(n)
     if len(nodes) != len(proto.graph.node):
-        copies = [onnx.NodeProto() for _ in nodes]
-        for c, n in zip(copies, nodes, strict=True):
-            c.CopyFrom(n)
-        del proto.graph.node[:]
-        proto.graph.node.extend(copies)
+        _set_nodes(onnx, proto.graph, nodes)
 
 
 #: experimental ops of opsets 1 to 9 that ONNX has since removed (no schema left), and
@@ -195,12 +191,18 @@ def replace_removed_ops(onnx: Any, proto: Any) -> None:
             t = step("Mul", x, const(base, a.get("beta", 1.0)))
             t = step("Tanh" if n.op_type == "ScaledTanh" else "Softplus", t)
             step("Mul", t, const(base, a.get("alpha", 1.0)), last=True)
+    _set_nodes(onnx, g, nodes)
+    g.initializer.extend(inits)
+
+
+def _set_nodes(onnx: Any, graph: Any, nodes: list[Any]) -> None:
+    """Make ``nodes`` (some of them ``graph``'s own) the graph's nodes, in order:
+    copied first, as clearing the field releases the ones it held."""
     copies = [onnx.NodeProto() for _ in nodes]
     for c, n in zip(copies, nodes, strict=True):
         c.CopyFrom(n)
-    del g.node[:]
-    g.node.extend(copies)
-    g.initializer.extend(inits)
+    del graph.node[:]
+    graph.node.extend(copies)
 
 
 def _input_types(onnx: Any, proto: Any) -> dict[str, Any]:
