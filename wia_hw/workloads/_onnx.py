@@ -543,10 +543,11 @@ class _Importer:
         #: integer value (ONNX name) -> its static quantisation (_onnx_qdq.rewrite)
         self.qparams: dict[str, QuantParams] = {}
         self.dropped: list[Any] = []  # nodes the rewrite left out (kept: ids in skip)
-        #: constant -> (the constant it is computed from, how): a float weight's codes
-        self.derived: dict[str, tuple[str, Callable[[Any], Any]]] = {}
-        #: a shape-folded node on weights -> its values (_onnx_fold.DERIVED)
-        self.moved: dict[str, Callable[[], Any]] = {}
+        #: constant -> a function giving its values, for those the import computes from
+        #: the model's weights (a shape-folded node on weights, _onnx_fold.DERIVED; the
+        #: codes of a float weight the model quantises, _onnx_qdq), registered only
+        #: when those weights' values are there
+        self.computed: dict[str, Callable[[], Any]] = {}
 
     # -- values ------------------------------------------------------------------------
     def dtype(self, value: str, elem: int, node: str = "") -> str:
@@ -635,9 +636,7 @@ class _Importer:
     def has_value(self, value: str) -> bool:
         """Whether constant ``value``'s elements can be read: in the model, or in the
         external data file beside it."""
-        if value in self.derived:  # codes of a float weight the model quantises
-            return self.has_value(self.derived[value][0])
-        if value in self.moved:  # a shape-folded node on weights whose values are there
+        if value in self.computed:
             return True
         t = self.consts[value]
         if t.data_location != self.onnx.TensorProto.EXTERNAL:
@@ -649,11 +648,8 @@ class _Importer:
         """Constant ``value``'s elements (read from the external data file if there)."""
         from onnx import numpy_helper
 
-        if value in self.derived:
-            source, make = self.derived[value]
-            return make(self.weight_array(source))
-        if value in self.moved:
-            return self.moved[value]()
+        if value in self.computed:
+            return self.computed[value]()
         t = self.consts[value]
         if t.data_location != self.onnx.TensorProto.EXTERNAL:
             return numpy_helper.to_array(t)
@@ -3126,7 +3122,7 @@ def _import_prepared(
             t.data_location = onnx.TensorProto.DEFAULT
     imp = _Importer(onnx, proto, gname)
     imp.base_dir = base_dir
-    imp.moved = dict((info or {}).get("moved", {}))  # shape-folded moves of weights
+    imp.computed.update((info or {}).get("moved", {}))  # shape-folded nodes on weights
     for vi in imp.g.input:
         if vi.name in imp.inits:
             continue

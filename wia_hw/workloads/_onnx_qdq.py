@@ -282,7 +282,8 @@ class _Rewrite:
         self.imp.consts[out] = t
         dtype = np.uint8 if t.data_type == 2 else np.int8
 
-        self.imp.derived[out] = (src, lambda w: p.quantise(w).astype(dtype))
+        if self.imp.has_value(src):
+            self.imp.computed[out] = lambda: p.quantise(self.imp.weight_array(src)).astype(dtype)
         self.drop(q)
 
     # -- the QOperator ops ---------------------------------------------------------------
