@@ -335,11 +335,13 @@ class Device:
     def flush(self) -> int:
         """Write dirty L2 data back to HBM; returns the cycles it took."""
         start = self.now
+        before = self.counters.copy()
         end = self.memory.flush(start)
         if end > start:
             self.env.run(until=end)
             self.counters.cycles += end - start
-            self._account_energy(end - start, {})
+        # the bytes written back are charged as every kernel's are
+        self._account_energy(end - start, self.counters.delta(before))
         return end - start
 
     # -- tiling ----------------------------------------------------------------------

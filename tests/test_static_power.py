@@ -65,6 +65,23 @@ def test_a_run_is_charged_static_power_for_every_cycle():
     assert got_pj == pytest.approx(static_pj, rel=1e-9)
 
 
+@pytest.mark.parametrize("workload,kw", [("gemm", dict(M=384, N=640, K=512)), ("gpt2", {})])
+def test_a_runs_energy_is_its_counted_work_at_the_spec_energies(workload, kw):
+    """Every MAC, vector op and byte the counters hold is charged its energy, the
+    end-of-run write-back of dirty L2 blocks included, plus static power over every
+    cycle: nothing counted goes uncharged and nothing uncounted is charged."""
+    spec = load_spec("wia-npu")
+    if workload == "gpt2":
+        kw = dict(batch=1, seq=64)
+    c = wia_hw.run(workload, device=spec, **kw).counters
+    en = spec.energy
+    want = sum(n * en.pj_per_mac[p] for p, n in c.macs_by_precision.items())
+    want += c.vector_flops * en.pj_per_vector_op
+    want += sum(c.bytes[lvl] * en.pj_per_byte[lvl] for lvl in c.bytes)
+    want += spec.static_power_w * c.cycles / spec.clock_hz * 1e12
+    assert c.energy_pj == pytest.approx(want, rel=1e-9)
+
+
 def test_a_smaller_array_has_less_static_power():
     """The issue's case: 4 x 64x64 draws less static power than 4 x 128x128 (it was
     40 W for both), by the PE term alone: 3/4 of the PEs' share."""
