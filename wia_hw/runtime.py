@@ -479,9 +479,14 @@ class Context:
                     record=r,
                 )
             )
-        # MACs done on attached units (photonic, analog) are not bound by the array's peak
+        # the FLOPs the array executed, against its peak: not the MACs done on attached
+        # units (photonic, analog), nor those an extension skipped (a sparse unit's
+        # dense_macs less its executed_macs)
         flops = graph.flops() - sum(
-            r.flops for _, _, r in records if r.kind in ("photonic", "analog")
+            r.flops
+            if r.kind in ("photonic", "analog")
+            else 2 * (r.extra.get("dense_macs", 0) - r.extra.get("executed_macs", 0))
+            for _, _, r in records
         )
         prec_for_peak = precision if spec.supports(precision) else "fp16"
         peak = spec.peak_flops(prec_for_peak) if spec.supports(prec_for_peak) else 0.0
