@@ -359,7 +359,7 @@ def test_cli_apply_a_manifest_fix():
     args = ["profile", "bert-base", "-b", "2", "-s", "128", "-a", "layers=2", "--mode"]
     res = CliRunner().invoke(cli, args + ["counters", "--priority", "low", "--apply", "2"])
     assert res.exit_code == 0, res.output
-    assert "Applied recommendation 2: Memory-Bound Elementwise Chain (manifest:" in res.output
+    assert "Applied recommendation 2: Unfused Elementwise Chain (manifest:" in res.output
     assert re.search(r"layer0\.(ffn|attention)_residual\+layer0\.\1_layer_norm: - -> ", res.output)
     measured, promised = _gain_line(res.output)
     assert measured == promised > 0

@@ -16,6 +16,8 @@ from wia_hw.profiling import (
     analyze_performance,
     start_profiling,
 )
+from wia_hw.profiling._kernel import KernelProfile
+from wia_hw.profiling._metrics import DeviceInfo
 from wia_hw.profiling._recommend import MEASURED, MODELLED, priority_for
 from wia_hw.workloads import gemm
 
@@ -56,6 +58,30 @@ def test_fusion_gain_is_measured_by_replaying_the_session(bert):
     assert gelu.estimated_improvement * report.cycles >= 0.5 * removed
     assert gelu.priority == priority_for(gelu.estimated_improvement)
     assert {"ffn_layer_norm", "attention_layer_norm"} <= {r.description.split('"')[1] for r in fuse}
+
+
+def test_fusion_findings_state_the_measured_bound_and_survive_extensions(bert):
+    """The finding names the bound the kernel profile measures (the intermediate may
+    come from L2, so a gelu pass is vector-bound, not memory-bound); without
+    measuring it is modelled; and an extension's kernels in the program (flash
+    attention) do not hide the chains before them."""
+    report, recs = bert
+    gelu = next(r for r in recs.considered if "feed_forward_gelu" in r.description)
+    ks = next(k for k in report.kernels if k.name == "layer0.feed_forward_gelu")
+    prof = KernelProfile.from_stats(ks, DeviceInfo.from_spec(report.spec))
+    assert prof.bound == "compute" and "bound by its vector unit" in gelu.description
+    assert "memory-bound" not in gelu.description
+    modelled = analyze_performance(report, dataclasses.replace(ALL, measure=False))
+    m = next(r for r in modelled.considered if "feed_forward_gelu" in r.description)
+    assert m.confidence == MODELLED and 0 < m.estimated_improvement <= 1
+    ctx = wia_hw.open_device()
+    wia_hw.register_device_extension(ctx, "transformer_engine")
+    _, te = _session(("bert-base", {"batch": 2, "seq": 64}), ctx)
+    te_recs = analyze_performance(te, ALL)
+    assert any(
+        r.category == "fusion" and "feed_forward_gelu" in r.description and r.modified_ms
+        for r in te_recs.considered
+    )
 
 
 def test_every_finding_is_seed_shaped_and_ranked(bert):

@@ -26,17 +26,27 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from ..emulator.kernels import GemmKernel, TensorRef, VectorKernel
+from ..emulator.extension_kernels import CostedKernel
+from ..emulator.kernels import GemmKernel, MemoryKernel, TensorRef, TiledKernel, VectorKernel
 
 __all__ = ["reads", "fuse_vector_pair", "fuse_gemm_epilogue", "rows_per_tile"]
 
 
 def reads(k: Any) -> set[str]:
-    """Storage names a kernel reads (``"\\0unknown"`` for a kernel type not known)."""
+    """Storage names a kernel reads (``"\\0unknown"`` for a kernel type not known): an
+    extension's costed kernel reads what the kernel it costs reads and its extra
+    inputs; a kernel with its own tiles, what they load; a PIM kernel, what the units
+    read or modify."""
     if isinstance(k, GemmKernel):
         return {r.name for r in (k.a, k.b, k.bias) if r is not None}
     if isinstance(k, VectorKernel):
         return {r.name for r in k.inputs}
+    if isinstance(k, CostedKernel) and k.inner is not None:
+        return reads(k.inner) | {r.name for r in k.extra_inputs}
+    if isinstance(k, TiledKernel):
+        return {region[0].name for t in k.tiles for region in t.loads}
+    if isinstance(k, MemoryKernel):
+        return {r.name for r in (*k.reads, *k.writes)}
     return {"\0unknown"}
 
 

@@ -14,7 +14,7 @@ is the difference. ``confidence`` says how the figure was obtained, and
   change yet, e.g. overlapping multi-device communication).
 
 Rules: low kernel occupancy (fill and drain count); low compute utilisation in an array
-kernel bound by compute, pipeline or parallelism; cache thrashing; memory-bound
+kernel bound by compute, pipeline or parallelism; cache thrashing; unfused
 elementwise chains (fuse); unfused attention (the session's graphs lowered again with the
 transformer engine registered, flash attention, and replayed); allocation in a hot path;
 thermal throttling; communication not overlapped with compute (when the report has link
@@ -46,8 +46,8 @@ from typing import Any
 
 from ..emulator.allocator import AllocatorConfig
 from ..emulator.kernels import GemmKernel, VectorKernel
-from ._bounds import CEILING_NAMES
-from ._kernel import ideal_cycles
+from ._bounds import CEILING_NAMES, MEMORY_CEILINGS
+from ._kernel import KernelProfile, ideal_cycles
 from ._metrics import DeviceInfo
 from ._report import ProfilingReport
 from ._whatif import (
@@ -613,11 +613,30 @@ class _Analyzer:
                 else "one vector pass with"
             )
             b = prog[consumers[0]]
+            # what binds the consumers as measured (the kernel profile's bound model):
+            # their intermediate may come from L2, not HBM
+            bounds = {
+                KernelProfile.from_stats(self.r.kernels[inv[j]], self.dev).bound
+                for j in consumers
+                if j in inv
+            }
+            bounds.discard(None)
+            names = {
+                "vector unit" if c == "compute" and isinstance(b, VectorKernel) else c
+                for c in bounds
+            }
+            measured = (
+                "as measured, memory-bound"
+                if bounds and bounds <= set(MEMORY_CEILINGS)
+                else f"as measured, bound by its {' / '.join(sorted(names))}"
+                if bounds
+                else "no measured bound"
+            )
             desc = (
-                f'Kernel "{pb}" (x{n}) is memory-bound (AI='
-                f"{b.flops / max(1, b.compulsory_bytes):.2g} FLOP/byte over its "
-                f"compulsory bytes, below its ridge point {self.own_ridge(b, ridge):.3g}) "
-                f'and reads "{pa}"\'s output back from memory'
+                f'Kernel "{pb}" (x{n}) is a separate pass over "{pa}"\'s output, which it '
+                f"reads back from memory (AI={b.flops / max(1, b.compulsory_bytes):.2g} "
+                f"FLOP/byte over its compulsory bytes, below its ridge point "
+                f"{self.own_ridge(b, ridge):.3g}; {measured})"
             )
             impact = (
                 f"{self.ms(cyc):.3f} ms ({100 * share:.1f}% of the profiled time) in "
@@ -629,36 +648,25 @@ class _Analyzer:
             fix = self.fusion_fix(pa, pb, [(prog[j - 1], prog[j]) for j in consumers])
             if self.can_replay:
                 imp, basis, b_ms, m_ms = self.measure(substitute(prog, changes))
-                self.add(
-                    imp,
-                    MEASURED,
-                    basis,
-                    title="Memory-Bound Elementwise Chain",
-                    description=desc,
-                    impact=impact,
-                    suggestion=sugg,
-                    fix=fix,
-                    category="fusion",
-                    kernels=names,
-                    baseline_ms=b_ms,
-                    modified_ms=m_ms,
-                )
-            else:  # pragma: no cover - needs program
-                saved = min(
-                    cyc, 2 * mid / (self.dev.hbm_bandwidth_gbs * 1e9) * self.dev.clock_ghz * 1e9
-                )
-                self.add(
-                    saved / self.total,
-                    MODELLED,
-                    "modelled: intermediate bytes at HBM bandwidth",
-                    title="Memory-Bound Elementwise Chain",
-                    description=desc,
-                    impact=impact,
-                    suggestion=sugg,
-                    fix=fix,
-                    category="fusion",
-                    kernels=names,
-                )
+                how = dict(basis=basis, baseline_ms=b_ms, modified_ms=m_ms)
+                conf = MEASURED
+            else:  # AnalysisConfig(measure=False): the intermediate's bytes at HBM rate
+                hz = self.dev.clock_ghz * 1e9
+                imp = min(cyc, 2 * mid / (self.dev.hbm_bandwidth_gbs * 1e9) * hz) / self.total
+                how = dict(basis="modelled: intermediate bytes at HBM bandwidth")
+                conf = MODELLED
+            self.add(
+                imp,
+                conf,
+                title="Unfused Elementwise Chain",
+                description=desc,
+                impact=impact,
+                suggestion=sugg,
+                fix=fix,
+                category="fusion",
+                kernels=names,
+                **how,
+            )
 
     def fusion_fix(self, pa: str, pb: str, pairs: Sequence[tuple[Any, Any]]) -> Fix:
         """The fix of a fusion finding over ``pairs`` (producer kernel, consumer kernel):
