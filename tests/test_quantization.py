@@ -92,6 +92,14 @@ def test_config_takes_the_seeds_enums_and_strings():
         ),
         ([np.zeros((3, K))], r"calibration batch 0: input 'x' has shape \[3, 300\]"),
         ([], r"quantize_model: calibration_data holds no batch"),
+        (
+            [{"x": np.zeros((M, K))}, {"x": np.where(np.eye(M, K) > 0, np.nan, 0.0)}],
+            r"calibration batch 1: input 'x' has non-finite values \(96 NaN or inf of 28800\)",
+        ),
+        (
+            [np.full((M, K), 1e38, np.float32)],
+            r"calibration batch 0: activation '.*' has non-finite values",
+        ),
         (None, r"quantize_model: calibration_data is required for PTQ"),
     ],
 )

@@ -321,6 +321,12 @@ def _batches(graph: Graph, data: Any, limit: int) -> list[dict[str, np.ndarray]]
                     f"{list(np.shape(v))}, the graph needs "
                     f"{list(inputs[n].shape)}"
                 )
+            v = np.asarray(v)
+            if v.dtype.kind in "fc" and not np.all(np.isfinite(v)):
+                raise WorkloadError(
+                    f"calibration batch {i}: input {n!r} has non-finite values "
+                    f"({int(np.sum(~np.isfinite(v)))} NaN or inf of {v.size})"
+                )
         out.append({n: np.asarray(v) for n, v in b.items()})
     if not out:
         raise WorkloadError("quantize_model: calibration_data holds no batch")
@@ -394,10 +400,15 @@ def quantize_model(
     amax = dict.fromkeys(acts, 0.0)
     runs = []
     ws: dict[str, np.ndarray] = {}
-    for b in batches:  # pass 1: ranges (values kept for the histograms)
+    for i, b in enumerate(batches):  # pass 1: ranges (values kept for the histograms)
         vals, ws = _reference_values(graph, weights, seed, b, set(acts))
         runs.append(vals)
         for a in acts:
+            if not np.all(np.isfinite(vals[a])):
+                raise WorkloadError(
+                    f"calibration batch {i}: activation {a!r} has non-finite values "
+                    "(the float model overflows on this batch)"
+                )
             amax[a] = max(amax[a], float(np.max(np.abs(vals[a]))) if vals[a].size else 0.0)
     thresholds = {}
     for a in acts:  # pass 2: histograms of |x| over [0, amax]
