@@ -482,6 +482,10 @@ class EnergyConfig:
         _nonneg_num(self, "static_mw_per_hbm_channel")
 
 
+#: 0 K in degrees Celsius: no temperature of the thermal model is below it
+ABSOLUTE_ZERO_C = -273.15
+
+
 @dataclass(frozen=True, kw_only=True)
 class ThermalConfig:
     """A one-node RC thermal model with throttling.
@@ -498,6 +502,17 @@ class ThermalConfig:
     initial_c: float | None = None
 
     def __post_init__(self) -> None:
+        for name in ("ambient_c", "throttle_c", "initial_c"):
+            v = getattr(self, name)
+            if v is None and name == "initial_c":
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise SpecError(f"must be a temperature in °C, got {v!r}", field=name)
+            if v < ABSOLUTE_ZERO_C:
+                raise SpecError(
+                    f"must be at least absolute zero ({ABSOLUTE_ZERO_C} °C), got {v!r}",
+                    field=name,
+                )
         _pos_num(self, "resistance_c_per_w")
         _pos_num(self, "capacitance_j_per_c")
         if not 0 < self.throttle_factor <= 1:

@@ -110,6 +110,12 @@ def test_parse_override_reads_yaml_values():
             "thermal.throttle_factor",
             "must be in \\(0, 1\\]",
         ),
+        (
+            "ambient_c: 25",
+            "ambient_c: -300",
+            "thermal.ambient_c",
+            "must be at least absolute zero \\(-273.15 °C\\), got -300",
+        ),
     ],
 )
 def test_spec_errors_name_file_line_and_field(tmp_path, old, new, field, message):
