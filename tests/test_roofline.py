@@ -45,6 +45,33 @@ def test_seed_example_gives_the_seed_output():
     assert rf.attainable(10, level="L1") == pytest.approx(10 * 10000e9)
 
 
+def test_a_point_above_its_roof_is_said_to_be_so(tmp_path):
+    rf = create_roofline(SEED_CFG)
+    roofline_add_point(rf, 1000, 200e12, "too_fast")  # above the compute peak
+    roofline_add_point(rf, 2, 3e12, "too_fast_mem")  # above 2 x 900 GB/s
+    roofline_add_point(rf, 1000, 150e12, "at_peak")  # on the roof: near-optimal
+    got = {r.kernel_name: r for r in analyze_roofline(rf).recommendations}
+    assert got["too_fast"].suggestion == (
+        "Above its roof: 133% of what the ceilings allow (AI=1000). "
+        "The measurement or the ceilings are wrong."
+    )
+    assert got["too_fast"].severity == "above" and got["too_fast"].bound == "compute"
+    assert got["too_fast_mem"].severity == "above" and got["too_fast_mem"].bound == "memory"
+    assert got["at_peak"].suggestion.startswith("Compute-bound. Near-optimal")
+    with pytest.raises(wia_hw.WiaError, match=r"x\.svg: plots are PNG images"):
+        roofline_plot(rf, tmp_path / "x.svg")
+    assert not (tmp_path / "x.svg").exists()
+
+
+def test_create_roofline_takes_a_spec_name_or_path(tmp_path):
+    by_name = create_roofline("wia-edge").config
+    spec = wia_hw.load_spec("wia-edge")
+    assert by_name == create_roofline(spec).config
+    assert by_name.peak_flops == spec.peak_flops("fp16")
+    with pytest.raises(wia_hw.WiaError):
+        create_roofline("no-such-device")
+
+
 def test_config_errors_name_the_field():
     with pytest.raises(ValueError, match="peak_flops must be a positive number, got 0"):
         RooflineConfig(peak_flops=0, peak_bandwidth=1e9)

@@ -25,8 +25,12 @@ def new_figure(figsize: tuple[float, float] = (10, 6)) -> Any:
 
 
 def save(fig: Any, path: str | os.PathLike[str]) -> str:
-    """Write ``fig`` as PNG to ``path``; returns the path."""
+    """Write ``fig`` as PNG to ``path``; returns the path. A path with another suffix
+    is refused (:class:`~wia_hw.WiaError`): the file would be a PNG under a name that
+    says otherwise."""
     p = Path(path)
+    if p.suffix.lower() != ".png":
+        raise WiaError(f"cannot write {p}: plots are PNG images; give a path ending in .png")
     try:
         fig.savefig(p, dpi=110, bbox_inches="tight", format="png")
     except OSError as e:

@@ -18,6 +18,10 @@ L2, HBM), and the lowest ceiling binds, so a kernel served from L2 is judged by 
 * at or above the ridge, at 80 % of the peak or more: ``Compute-bound. Near-optimal
   performance (92% of peak).``; below 80 %: ``Compute-bound at 45% of peak. Increase
   parallelism or improve the array mapping.``
+* a point under half its roof is latency-bound, and a point above its roof (a user's
+  measurement the ceilings do not allow) is said to be so, never "near-optimal":
+  ``Above its roof: 133% of what the ceilings allow (AI=1000). The measurement or the
+  ceilings are wrong.``
 """
 
 from __future__ import annotations
@@ -179,7 +183,9 @@ class RooflineRecommendation:
     """One line of the analysis: ``kernel_name`` and the seed-form ``suggestion``, with
     the figures behind it (``bound`` ``memory`` or ``compute``, the binding memory
     ``level`` and the ``arithmetic_intensity`` there, ``pct_of_peak``,
-    ``pct_of_attainable``, ``severity`` ``severe``/``memory``/``ok``/``compute``)."""
+    ``pct_of_attainable``, ``severity`` ``severe``/``memory``/``ok``/``compute``/
+    ``latency``, or ``above`` for a point above its roof, which no measurement on the
+    modelled device can be)."""
 
     kernel_name: str
     suggestion: str
@@ -420,7 +426,13 @@ class Roofline:
             ai = f"{where}AI={fmt_ai(ai_b)}"
             pct_peak = 100.0 * p.performance / peak
             pct_att = 100.0 * p.performance / att
-            if pct_att < LATENCY_BOUND_PCT:
+            if p.performance > att * (1 + 1e-9):
+                bound, sev = ("memory" if att < peak else "compute"), "above"
+                text = (
+                    f"Above its roof: {pct_att:.0f}% of what the ceilings allow ({ai}). "
+                    "The measurement or the ceilings are wrong."
+                )
+            elif pct_att < LATENCY_BOUND_PCT:
                 bound, sev = "latency", "latency"
                 text = (
                     f"Latency-bound at {pct_att:.0f}% of its roof ({ai}). Batch or fuse "
@@ -716,12 +728,13 @@ def _fmt_bytes(n: int) -> str:
 
 
 def create_roofline(config: RooflineConfig | Any | None = None) -> Roofline:
-    """``wia_create_roofline``: from a :class:`RooflineConfig`, or from a device spec or
-    context (its ceilings via :meth:`RooflineConfig.from_spec`)."""
-    if config is None:
+    """``wia_create_roofline``: from a :class:`RooflineConfig`, or from a device spec,
+    a spec's name or path, or a context (its ceilings via
+    :meth:`RooflineConfig.from_spec`)."""
+    if config is None or isinstance(config, (str, os.PathLike)):
         from ..spec import DEFAULT_DEVICE, load_spec
 
-        config = RooflineConfig.from_spec(load_spec(DEFAULT_DEVICE))
+        config = RooflineConfig.from_spec(load_spec(DEFAULT_DEVICE if config is None else config))
     elif not isinstance(config, RooflineConfig):
         config = RooflineConfig.from_spec(config)
     return Roofline(config)
