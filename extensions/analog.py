@@ -166,8 +166,8 @@ class AnalogConfig:
     ``dac_bits`` and ``adc_bits`` (2..16; default 7 and 9 as aihwkit, or both
     ``analog_precision_bits``, the seed's single width, when that is given):
     converter resolutions (:attr:`dac_precision_bits`, :attr:`adc_precision_bits`);
-    ``digital_precision_bits`` (at least the DAC's bits, at most 16): inputs' and
-    weights' digital resolution; ``noise_compensation``: drift compensation and
+    ``digital_precision_bits`` (at least the DAC's bits, at most 16; default 8, or the
+    DAC's bits when finer): inputs' and weights' digital resolution; ``noise_compensation``: drift compensation and
     repeated reads. Each noise source can be switched off (``programming_noise``,
     ``read_noise``, ``drift``, ``output_noise=0``) or scaled. ``adc_headroom``: the ADC
     range in L2 norms of a column's weights (:func:`adc_full_scale`). ``policy``: which
@@ -178,7 +178,7 @@ class AnalogConfig:
     analog_precision_bits: int | None = None
     dac_bits: int | None = None
     adc_bits: int | None = None
-    digital_precision_bits: int = 8
+    digital_precision_bits: int | None = None
     noise_compensation: bool = True
     tile_size: int = 256
     g_max_us: float = 25.0
@@ -219,7 +219,15 @@ class AnalogConfig:
         for name in ("analog_precision_bits", "dac_bits", "adc_bits"):
             if getattr(self, name) is not None:
                 ints(name, 2, 16)
-        ints("digital_precision_bits", self.dac_precision_bits, 16)
+        dac = self.dac_precision_bits
+        if self.digital_precision_bits is None:  # 8 bits, or the DAC's when finer
+            object.__setattr__(self, "digital_precision_bits", max(8, dac))
+        d = self.digital_precision_bits
+        if isinstance(d, bool) or not isinstance(d, int) or not dac <= d <= 16:
+            raise ValueError(
+                f"AnalogConfig.digital_precision_bits must be an integer from the DAC's "
+                f"{dac} bits to 16, got {d!r}"
+            )
         ints("tile_size", 1, 4096)
         ints("repeated_reads", 1, 1024)
         ints("crossbars", 1, 1 << 20)
@@ -319,9 +327,12 @@ class AnalogConfig:
     def from_extension(cls, ext: DeviceExtension) -> AnalogConfig:
         """The tile described by the analog extension's parameters. In the manifest
         ``analog_precision_bits: 0`` means unset; a nonzero value sets both converters
-        unless ``dac_bits``/``adc_bits`` differ from their manifest defaults."""
+        unless ``dac_bits``/``adc_bits`` differ from their manifest defaults.
+        ``digital_precision_bits: 0`` means the default (8, or the DAC's bits)."""
         names = set(cls.__dataclass_fields__)
         vals = {k: v for k, v in ext.values.items() if k in names}
+        if not vals.get("digital_precision_bits"):  # 0: the default (8, or the DAC's)
+            vals.pop("digital_precision_bits", None)
         if not vals.get("analog_precision_bits"):
             vals.pop("analog_precision_bits", None)
         else:

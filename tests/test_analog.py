@@ -251,7 +251,7 @@ def test_timing_model_follows_its_parameters():
     [
         (
             {"analog_precision_bits": 8, "digital_precision_bits": 6},
-            r"digital_precision_bits must be an integer in 8..16, got 6",
+            r"digital_precision_bits must be an integer from the DAC's 8 bits to 16, got 6",
         ),
         ({"analog_precision_bits": 1}, r"analog_precision_bits must be an integer in 2..16"),
         ({"repeated_reads": 0}, r"repeated_reads must be an integer in 1..1024"),

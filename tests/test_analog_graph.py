@@ -188,7 +188,10 @@ def test_output_noise_variance_matches_its_parameter():
     [
         ({"dac_bits": 1}, r"AnalogConfig.dac_bits must be an integer in 2..16, got 1"),
         ({"adc_bits": 17}, r"AnalogConfig.adc_bits must be an integer in 2..16, got 17"),
-        ({"dac_bits": 10}, r"digital_precision_bits must be an integer in 10..16, got 8"),
+        (
+            {"dac_bits": 10, "digital_precision_bits": 8},
+            r"digital_precision_bits must be an integer from the DAC's 10 bits to 16, got 8",
+        ),
         ({"output_noise": -0.1}, r"AnalogConfig.output_noise must be a number >= 0"),
         ({"adc_energy_pj": -1.0}, r"AnalogConfig.adc_energy_pj must be None"),
         ({"adc_headroom": 0.0}, r"AnalogConfig.adc_headroom must be a number > 0"),
@@ -198,6 +201,19 @@ def test_output_noise_variance_matches_its_parameter():
 def test_analog_config_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         AnalogConfig(**kwargs)
+
+
+def test_digital_resolution_defaults_to_8_bits_or_the_dacs():
+    """A DAC finer than 8 bits raises the default digital resolution with it, from
+    Python and from the manifest (``--ext-param analog.dac_bits=10`` was an error
+    naming a field the user never set)."""
+    assert AnalogConfig().digital_precision_bits == 8
+    assert AnalogConfig(dac_bits=10).digital_precision_bits == 10
+    assert AnalogConfig(dac_bits=4, digital_precision_bits=12).digital_precision_bits == 12
+    ext = wia_hw.load_extension("analog", parameters={"dac_bits": 12})
+    assert AnalogConfig.from_extension(ext).digital_precision_bits == 12
+    ext = wia_hw.load_extension("analog", parameters={"digital_precision_bits": 9})
+    assert AnalogConfig.from_extension(ext).digital_precision_bits == 9
 
 
 def test_the_seed_single_width_sets_both_converters_and_the_manifest_defaults_to_aihwkit():
