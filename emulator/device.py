@@ -513,7 +513,12 @@ class Device:
                     loads.append((ref, g0, min(ref.rows, g0 + frac_rows), 0, ref.cols))
                 elif ref.rows == k.rows:
                     loads.append((ref, r0, r1, 0, ref.cols))
-                else:
+                elif ref.rows > k.rows or k.op_kind == "concat":
+                    # rows in proportion: a slice or reduction over a leading axis, or
+                    # one part of a concatenation, gives each row to one output chunk
+                    a0 = r0 * ref.rows // k.rows
+                    loads.append((ref, a0, max(a0 + 1, -(-r1 * ref.rows // k.rows)), 0, ref.cols))
+                else:  # a broadcast operand (bias, scale, position table): whole
                     loads.append((ref, 0, ref.rows, 0, ref.cols))
             stores: list[Region] = [
                 (

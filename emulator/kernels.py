@@ -152,7 +152,9 @@ class VectorKernel(_KernelBase):
     """An elementwise or row-reduction pass of the vector units over ``rows`` rows.
 
     Inputs whose row count equals ``rows`` are read in row chunks along with the output;
-    smaller ones (biases, scales, broadcast operands) are read whole by every tile.
+    larger ones (a slice's or reduction's source) and the parts of a concatenation in
+    proportional row chunks (each row read once over the kernel); other smaller ones
+    (biases, scales, broadcast operands) are read whole by every tile.
     ``elements`` is the number of output elements; ``flops`` what they cost.
 
     ``cols_per_tile`` (0: every column) cuts each row chunk into column chunks as well,
