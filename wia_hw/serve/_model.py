@@ -73,6 +73,10 @@ def graph_at(graph: Graph, batch: int, seq: int | None) -> Graph:
         )
     names = set(inspect.signature(fn).parameters)
     kw: dict[str, Any] = {k: v for k, v in p.items() if k in names}
+    if kw.get("phase") == "prefill":
+        # a prefill records kv_len=0 (no cached tokens), a value the builder refuses
+        # with phase='prefill' (kv_len is the decode phase's argument)
+        kw.pop("kv_len", None)
     kw["batch"] = batch
     if "seq" in names and seq is not None:
         kw["seq"] = seq
