@@ -4,6 +4,9 @@
 communicator; every collective, point-to-point message and device compute that
 *finishes* (collectives) or is *issued* (compute) until ``stop_comm_profiling(session)``
 is recorded, and the chunk transfers each link served when ``track_bandwidth`` is set.
+Every figure is clipped to the session: a collective that began before it counts only
+its time inside it (and is left out of ``records`` and ``collective_stats``), and link
+time still to be served when it stops is cut there.
 The :class:`CommProfileReport` carries every figure the seed prints:
 
 * ``total_comm_time_s``: the length of the union of the recorded communication
@@ -269,8 +272,14 @@ def stop_comm_profiling(session: CommProfilingSession) -> CommProfileReport:
     recs, comp = session.records, session.compute
     t0 = session.start_cycle
     t1 = max([comm.now_cycles] + [r.end_cycle for r in recs] + [c.end_cycle for c in comp])
-    comm_u = interval_union((r.start_cycle, r.end_cycle) for r in recs)
-    comp_u = interval_union((c.start_cycle, c.end_cycle) for c in comp)
+    # everything is clipped to the session [t0, t1]: a collective that began before it
+    # counts only its time inside (and not in the per-call statistics, whose times and
+    # bandwidths are whole calls'); link chunks are booked when they are queued, so a
+    # chunk still to be served when the session stops is cut at its end
+    comm_u = interval_union((max(r.start_cycle, t0), min(r.end_cycle, t1)) for r in recs)
+    comp_u = interval_union((max(c.start_cycle, t0), min(c.end_cycle, t1)) for c in comp)
+    recs = [r for r in recs if r.start_cycle >= t0]
+    events = _clip_events(events, t0, t1)
     comm_c = sum(e - s for s, e in comm_u)
     comp_c = sum(e - s for s, e in comp_u)
     peak = comm.peak_link_bandwidth_gbs
@@ -331,6 +340,19 @@ def stop_comm_profiling(session: CommProfilingSession) -> CommProfileReport:
         compute=list(comp),
         link_events=list(events),
     )
+
+
+def _clip_events(
+    events: Iterable[tuple[str, int, int, int]], t0: int, t1: int
+) -> list[tuple[str, int, int, int]]:
+    """Link chunks cut to ``[t0, t1]``; a cut chunk keeps its bytes in proportion."""
+    out = []
+    for name, s, e, nb in events:
+        cs, ce = max(s, t0), min(e, t1)
+        if ce <= cs:
+            continue
+        out.append((name, cs, ce, nb if (cs, ce) == (s, e) else nb * (ce - cs) // (e - s)))
+    return out
 
 
 def _lanes(spans: list[tuple[int, int, Any]]) -> list[tuple[int, int, int, Any]]:
