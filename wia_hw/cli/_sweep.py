@@ -147,12 +147,22 @@ def _params(r: dict[str, Any]) -> str:
     type=click.Path(dir_okay=False),
     help="Pareto plot: *.png, *.svg or *.pdf.",
 )
+@click.option(
+    "--superseded",
+    is_flag=True,
+    help="Also the rows of earlier definitions of the sweep (base spec, metrics, workloads).",
+)
 @click.option("--csv", "csv_path", default=None, type=click.Path(dir_okay=False), help="CSV.")
 @click.option(
     "--parquet", default=None, type=click.Path(dir_okay=False), help="Parquet (needs pyarrow)."
 )
 def sweep_report_cmd(
-    store: str, sweep_name: str | None, png: str | None, csv_path: str | None, parquet: str | None
+    store: str,
+    sweep_name: str | None,
+    superseded: bool,
+    png: str | None,
+    csv_path: str | None,
+    parquet: str | None,
 ) -> None:
     """Best points per metric and the Pareto front (latency vs energy) of STORE."""
     if png:
@@ -163,12 +173,18 @@ def sweep_report_cmd(
         check_suffix("--parquet", parquet, (".parquet",), "the points are Parquet: .parquet")
     st = open_store(store)
     try:
-        rows = st.points(sweep_name)
+        rows = st.points(sweep_name, superseded=superseded)
+        hidden = 0 if superseded else st.superseded(sweep_name)
     finally:
         st.close()
     out = Console(highlight=False, width=160)
     ok = sum(r["status"] == "ok" for r in rows)
     out.print(f"{store}: {len(rows)} points ({ok} ok, {len(rows) - ok} failed)")
+    if hidden:
+        out.print(
+            f"{hidden} superseded rows (computed under an earlier base spec, metrics or "
+            "workloads of the sweep) not shown; --superseded includes them"
+        )
     best = best_points(rows)
     fronts = pareto_front(rows)
     for wl in sorted(best):

@@ -170,6 +170,19 @@ class Sweep:
     constraint: tuple[Constraint, ...] = ()
     filtered: int = 0  # parameter sets the constraint removed
 
+    @property
+    def definition(self) -> str:
+        """sha256 (hex) of what makes the points' results comparable: the base spec's
+        content, the metrics, the workloads and the wia-hw version. A sweep's report
+        shows the rows of its current definition only."""
+        doc = {
+            "base": self.base_hash,
+            "metrics": list(self.metrics),
+            "workloads": [[w, a] for w, a in self.workloads],
+            "version": __version__,
+        }
+        return hashlib.sha256(canonical_json(doc).encode()).hexdigest()
+
     def points(self) -> list[Point]:
         out: dict[str, Point] = {}
         for params in self.param_sets:

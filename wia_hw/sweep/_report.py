@@ -53,9 +53,12 @@ def better(metric: str) -> str:
 
 
 def _by_workload(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """The ``ok`` rows by workload label, each point (``point_key``) once."""
     out: dict[str, list[Mapping[str, Any]]] = {}
+    seen: set[str] = set()
     for r in rows:
-        if r["status"] == "ok" and r["metrics"]:
+        if r["status"] == "ok" and r["metrics"] and r["point_key"] not in seen:
+            seen.add(r["point_key"])
             out.setdefault(r["workload"], []).append(r)
     return out
 

@@ -207,6 +207,7 @@ def sweep(
                     "file": sw.file,
                     "base": sw.base_name,
                     "base_hash": sw.base_hash,
+                    "definition": sw.definition,
                     "sampler": sw.sampler,
                     "parameters": list(sw.parameters),
                     "workloads": [[w, a] for w, a in sw.workloads],
@@ -215,6 +216,7 @@ def sweep(
                 }
             ),
         )
+        st.add_members(sw.name, sw.definition, by_key)
         tasks = [_task(sw, p) for p in todo]
         ok = failed = 0
         cpu_s = 0.0

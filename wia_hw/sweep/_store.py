@@ -11,10 +11,18 @@ Schema (``format`` = ``wia-hw-sweep/1``; readers such as ``wia-hw report`` rely 
                         error TEXT,     -- one line; NULL when ok
                         wall_s REAL,    -- seconds the worker spent on the point
                         finished_at TEXT)  -- ISO 8601 UTC
+    CREATE TABLE members(sweep_name TEXT, definition TEXT, point_key TEXT,
+                         PRIMARY KEY(sweep_name, definition, point_key))
 
 ``meta`` holds ``format``, ``wia_hw_version`` (of the store's creator), ``created_at``,
 and per sweep run into it ``sweep:<name>``: JSON of the file, base spec, sampler,
-parameters, workloads and metrics. Each finished point is written in its own
+parameters, workloads, metrics and ``definition`` (the hash of the base spec's content,
+the metrics, the workloads and the wia-hw version). ``members`` says which points
+belong to which definition of which sweep: points are shared by ``point_key`` between
+sweeps (``sweep_name`` is the sweep that computed the row first), and a sweep's rows are
+those of its current definition (rows of an earlier one are kept, *superseded*). A
+store without ``members`` rows for a sweep (written before they existed) falls back to
+``sweep_name``. Each finished point is written in its own
 transaction (``synchronous=FULL``), so a killed sweep loses no finished point.
 """
 
@@ -35,11 +43,16 @@ __all__ = ["STORE_FORMAT", "SweepError", "SweepStore", "open_store"]
 
 STORE_FORMAT = "wia-hw-sweep/1"
 
+_MEMBERS = (
+    "CREATE TABLE IF NOT EXISTS members(sweep_name TEXT, definition TEXT, point_key TEXT, "
+    "PRIMARY KEY(sweep_name, definition, point_key))"
+)
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)",
     "CREATE TABLE IF NOT EXISTS points(point_key TEXT PRIMARY KEY, sweep_name TEXT, "
     "params TEXT, workload TEXT, metrics TEXT, status TEXT, error TEXT, wall_s REAL, "
     "finished_at TEXT)",
+    _MEMBERS,
 )
 _COLUMNS = (
     "point_key",
@@ -141,6 +154,8 @@ class SweepStore:
                         ],
                     )
             cls._check(p, conn)
+            with conn:  # a store made before the members table: add it
+                conn.execute(_MEMBERS)
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
         except SweepError:
@@ -165,22 +180,84 @@ class SweepStore:
     def meta(self) -> dict[str, str]:
         return dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
 
-    def points(self, sweep_name: str | None = None) -> list[dict[str, Any]]:
-        """Every row as a dict with the columns above; ``params`` and ``metrics``
-        decoded from JSON. In order of ``finished_at``."""
-        sql = f"SELECT {', '.join(_COLUMNS)} FROM points"
-        args: tuple[Any, ...] = ()
-        if sweep_name is not None:
-            sql += " WHERE sweep_name = ?"
-            args = (sweep_name,)
-        rows = self._conn.execute(sql + " ORDER BY finished_at, point_key", args).fetchall()
+    def sweeps(self) -> dict[str, dict[str, Any]]:
+        """Sweep name -> its description from ``meta`` (``sweep:<name>``, JSON; ``{}``
+        when unreadable), plus the names only found in the ``sweep_name`` column."""
+        out: dict[str, dict[str, Any]] = {}
+        for k, v in sorted(self.meta.items()):
+            if k.startswith("sweep:"):
+                try:
+                    d = json.loads(v)
+                except (TypeError, ValueError):
+                    d = None
+                out[k[len("sweep:") :]] = d if isinstance(d, dict) else {}
+        for (n,) in self._conn.execute("SELECT DISTINCT sweep_name FROM points"):
+            if n is not None:
+                out.setdefault(n, {})
+        return out
+
+    def _has_members(self) -> bool:
+        return (
+            self._conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='members'"
+            ).fetchone()
+            is not None
+        )
+
+    def _member_keys(self, name: str, definition: str | None) -> set[str] | None:
+        """The point keys of ``name``'s ``definition`` (every definition when None);
+        None when the store records no membership for the sweep (an older store)."""
+        if not self._has_members():
+            return None
+        sql, args = "SELECT point_key FROM members WHERE sweep_name = ?", (name,)
+        if definition is not None:
+            sql, args = sql + " AND definition = ?", (name, definition)
+        keys = {r[0] for r in self._conn.execute(sql, args)}
+        if keys or definition is None:
+            return keys or None
+        any_def = self._conn.execute(
+            "SELECT 1 FROM members WHERE sweep_name = ? LIMIT 1", (name,)
+        ).fetchone()
+        return set() if any_def else None
+
+    def points(
+        self, sweep_name: str | None = None, *, superseded: bool = False
+    ) -> list[dict[str, Any]]:
+        """The rows of the current definition of ``sweep_name`` (of every sweep when
+        None) as dicts with the columns above; ``params`` and ``metrics`` decoded from
+        JSON; in order of ``finished_at``. A point another sweep computed is included
+        when it belongs to this sweep's definition. ``superseded=True`` adds the rows
+        of the sweep's earlier definitions (all rows when ``sweep_name`` is None).
+        :class:`SweepError` naming the known sweeps when ``sweep_name`` is unknown."""
+        sweeps = self.sweeps()
+        if sweep_name is not None and sweep_name not in sweeps:
+            known = ", ".join(sweeps) or "none"
+            raise SweepError(f"{self.path}: no sweep {sweep_name!r} in the store (known: {known})")
+        sql = f"SELECT {', '.join(_COLUMNS)} FROM points ORDER BY finished_at, point_key"
+        rows = self._conn.execute(sql).fetchall()
+        if sweep_name is None and superseded:
+            keep = None
+        else:
+            keep = set()
+            for name in [sweep_name] if sweep_name is not None else list(sweeps):
+                definition = None if superseded else sweeps[name].get("definition")
+                keys = self._member_keys(name, definition)
+                if keys is None or superseded:  # an older store: by the sweep_name column
+                    keep |= {r[0] for r in rows if r[1] == name}
+                keep |= keys or set()
         out = []
         for r in rows:
+            if keep is not None and r[0] not in keep:
+                continue
             d = dict(zip(_COLUMNS, r, strict=True))
             d["params"] = json.loads(d["params"]) if d["params"] is not None else {}
             d["metrics"] = json.loads(d["metrics"]) if d["metrics"] is not None else None
             out.append(d)
         return out
+
+    def superseded(self, sweep_name: str | None = None) -> int:
+        """How many rows :meth:`points` leaves out: rows of earlier definitions."""
+        return len(self.points(sweep_name, superseded=True)) - len(self.points(sweep_name))
 
     def __len__(self) -> int:
         return int(self._conn.execute("SELECT COUNT(*) FROM points").fetchone()[0])
@@ -207,6 +284,14 @@ class SweepStore:
         with self._conn:
             self._conn.execute(
                 "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value)
+            )
+
+    def add_members(self, sweep_name: str, definition: str, keys: Iterable[str]) -> None:
+        """Record that the points ``keys`` belong to ``definition`` of ``sweep_name``."""
+        with self._conn:
+            self._conn.executemany(
+                "INSERT OR IGNORE INTO members(sweep_name, definition, point_key) VALUES (?, ?, ?)",
+                ((sweep_name, definition, k) for k in keys),
             )
 
     def record(
