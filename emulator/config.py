@@ -54,27 +54,45 @@ TILE_SCHEDULES = ("contiguous", "round_robin")
 _RATES = (0.125, 0.25, 0.5, 1, 2, 4, 8)
 
 
-def _pos_int(obj: Any, name: str) -> None:
+#: The largest figure any spec field may hold (a count, size, rate, energy or time in
+#: its field's unit): a value past it is a typo or a hostile file, and reports built on
+#: it (a 300-digit latency, a clock whose cycle counts overflow) would be no answer.
+MAX_FIGURE = 10**12
+
+
+_FIGURE_WHY = "the largest figure a spec field may hold"
+
+
+def _pos_int(obj: Any, name: str, most: float = MAX_FIGURE, why: str = _FIGURE_WHY) -> None:
     v = getattr(obj, name)
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise SpecError(f"must be a positive integer, got {v!r}", field=name)
+    _at_most(obj, name, most, why)
 
 
 def _nonneg_int(obj: Any, name: str) -> None:
     v = getattr(obj, name)
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise SpecError(f"must be a non-negative integer, got {v!r}", field=name)
+    _at_most(obj, name, MAX_FIGURE, _FIGURE_WHY)
 
 
 #: The most cores and HBM channels one device may have: the emulator keeps state per
 #: core and per channel, and a value past this (a typo, a hostile file) would take the
 #: machine's memory instead of giving an answer.
 MAX_UNITS = 4096
+#: The longest side (rows or columns) of a systolic array: 16x the largest built
+#: (TPU v1's 256), and the RTL's cycle functions hold for any side.
+MAX_ARRAY_SIDE = 4096
+#: The hottest temperature the thermal model takes (°C), far above any die's failure.
+MAX_TEMPERATURE_C = 1000.0
 #: The least bandwidth (GB/s, 1 kB/s) a port may have: below it a transfer's cycles
 #: outgrow a float.
 MIN_BANDWIDTH_GBS = 1e-6
 #: The slowest clock a device may have (1 kHz): below it times outgrow a float.
 MIN_CLOCK_GHZ = 1e-6
+#: The fastest clock a device may have (GHz).
+MAX_CLOCK_GHZ = 1000
 
 
 def _at_most(obj: Any, name: str, most: int, why: str) -> None:
@@ -87,6 +105,7 @@ def _pos_num(obj: Any, name: str) -> None:
     v = getattr(obj, name)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or math.isinf(v):
         raise SpecError(f"must be a positive number, got {v!r}", field=name)
+    _at_most(obj, name, MAX_FIGURE, _FIGURE_WHY)
 
 
 def _bandwidth(obj: Any, name: str) -> None:
@@ -101,6 +120,7 @@ def _nonneg_num(obj: Any, name: str) -> None:
     v = getattr(obj, name)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or math.isinf(v):
         raise SpecError(f"must be a non-negative number, got {v!r}", field=name)
+    _at_most(obj, name, MAX_FIGURE, _FIGURE_WHY)
 
 
 def _pow2(obj: Any, name: str) -> None:
@@ -121,8 +141,15 @@ def _per_key(obj: Any, name: str, keys: tuple[str, ...], check: str) -> None:
                 raise SpecError(
                     f"must be one of {', '.join(map(str, _RATES))}, got {v!r}", field=f"{name}.{k}"
                 )
-        elif isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            raise SpecError(f"must be a non-negative number, got {v!r}", field=f"{name}.{k}")
+        elif (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or not 0 <= v <= MAX_FIGURE  # NaN fails too
+        ):
+            raise SpecError(
+                f"must be a non-negative number at most {MAX_FIGURE:,}, got {v!r}",
+                field=f"{name}.{k}",
+            )
     missing = [k for k in keys if k not in m]
     if missing and check == "energy":
         raise SpecError(f"missing {', '.join(missing)}", field=name)
@@ -155,8 +182,8 @@ class ArrayConfig:
     pipelined: bool = False
 
     def __post_init__(self) -> None:
-        _pos_int(self, "rows")
-        _pos_int(self, "cols")
+        for side in ("rows", "cols"):
+            _pos_int(self, side, MAX_ARRAY_SIDE, "the largest array side modelled")
         if not isinstance(self.pipelined, bool):
             raise SpecError(f"must be true or false, got {self.pipelined!r}", field="pipelined")
         if self.dataflow not in DATAFLOWS:
@@ -211,6 +238,9 @@ class VectorConfig:
                 raise SpecError(
                     f"must be a positive integer, got {v!r}", field=f"cycles_per_element.{k}"
                 )
+        # integral floats (``6.0``) are kept as integers: cycles are integers
+        merged = {k: int(v) for k, v in self.cycles_per_element.items()}
+        object.__setattr__(self, "cycles_per_element", types.MappingProxyType(merged))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -271,9 +301,8 @@ class ComputeConfig:
     tile_schedule: str = "contiguous"
 
     def __post_init__(self) -> None:
-        _pos_int(self, "cores")
-        _at_most(self, "cores", MAX_UNITS, "the emulator keeps state per core")
-        _pos_int(self, "arrays_per_core")
+        _pos_int(self, "cores", MAX_UNITS, "the emulator keeps state per core")
+        _pos_int(self, "arrays_per_core", MAX_UNITS, "the emulator keeps state per array")
         if self.tile_schedule not in TILE_SCHEDULES:
             raise SpecError(
                 f"must be one of {', '.join(TILE_SCHEDULES)}, got {self.tile_schedule!r}",
@@ -350,8 +379,7 @@ class HBMConfig:
     def __post_init__(self) -> None:
         _pos_num(self, "size_gib")
         _bandwidth(self, "bandwidth_gbs")
-        _pos_int(self, "channels")
-        _at_most(self, "channels", MAX_UNITS, "the emulator keeps state per channel")
+        _pos_int(self, "channels", MAX_UNITS, "the emulator keeps state per channel")
         _nonneg_num(self, "latency_ns")
         _pos_int(self, "interleave_bytes")
         _pow2(self, "interleave_bytes")
@@ -513,6 +541,12 @@ class ThermalConfig:
                     f"must be at least absolute zero ({ABSOLUTE_ZERO_C} °C), got {v!r}",
                     field=name,
                 )
+            if v > MAX_TEMPERATURE_C:
+                raise SpecError(
+                    f"must be at most {MAX_TEMPERATURE_C:g} °C (far above any die's "
+                    f"failure), got {v!r}",
+                    field=name,
+                )
         _pos_num(self, "resistance_c_per_w")
         _pos_num(self, "capacitance_j_per_c")
         if not 0 < self.throttle_factor <= 1:
@@ -555,6 +589,7 @@ class DeviceSpec:
                 f"must be at least {MIN_CLOCK_GHZ:g} GHz (1 kHz), got {self.clock_ghz!r}",
                 field="clock_ghz",
             )
+        _at_most(self, "clock_ghz", MAX_CLOCK_GHZ, "1 THz, past any digital clock")
         supported, mac_pj = self.compute.array.macs_per_pe_cycle, self.energy.pj_per_mac
         missing = [p for p in supported if p not in mac_pj]
         if missing:

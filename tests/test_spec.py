@@ -190,6 +190,19 @@ def test_spec_roundtrip_through_mapping():
         ),
         ("memory.l2.bandwidth_gbs", 1e-12, r"memory.l2.bandwidth_gbs: must be at least 1e-06"),
         ("clock_ghz", 1e-300, r"clock_ghz: must be at least 1e-06 GHz"),
+        ("clock_ghz", 5000.0, r"clock_ghz: must be at most 1,000 \(1 THz"),
+        ("compute.array.rows", 10**11, r"compute.array.rows: must be at most 4,096"),
+        ("compute.arrays_per_core", 10**12, r"compute.arrays_per_core: must be at most 4,096"),
+        ("memory.hbm.size_gib", 1e300, r"memory.hbm.size_gib: must be at most 1,000,000,000,000"),
+        ("thermal.capacitance_j_per_c", 1e300, r"thermal.capacitance_j_per_c: must be at most"),
+        ("thermal.initial_c", 1e6, r"thermal.initial_c: must be at most 1000 °C"),
+        ("energy.pj_per_byte.hbm", float("inf"), r"energy.pj_per_byte.hbm: must be a non-neg"),
+        ("energy.pj_per_mac.fp16", float("nan"), r"energy.pj_per_mac.fp16: must be a non-neg"),
+        (
+            "compute.vector.cycles_per_element.softmax",
+            1e300,
+            r"compute.vector.cycles_per_element.softmax: must be a non-negative number at most",
+        ),
     ],
 )
 def test_values_that_would_exhaust_the_machine_are_refused_at_load(field, value, match):
