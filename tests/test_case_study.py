@@ -193,3 +193,22 @@ def test_server_counts_are_conserved(cs):
     assert s.completed + s.rejected == s.offered
     assert sum(n * c for n, c in s.batch_size_histogram.items()) == s.completed
     assert np.isfinite(s.p99_latency_ms)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_decoder_model_rebuilds_for_calibration_and_verification(seed):
+    """GPT-2 (a prefill records kv_len=0; its LM head is tied to the token table) is
+    rebuilt small for int8 calibration and the accuracy check: the builder is not given
+    kv_len with phase='prefill', and the tied table keeps its rows so the LM head's
+    output still has the vocabulary's width."""
+    from wia_hw.bench._workflow import reduced_model
+
+    rng = np.random.default_rng(seed)
+    g = build("gpt2", batch=int(rng.integers(1, 33)), seq=int(rng.integers(16, 129)), layers=2)
+    vocab = g.tensors["lm_head"].shape[-1]
+    cal = calibration_model(g)
+    small, label = reduced_model(g, layers=1)
+    for m in (cal, small):
+        assert m.params["phase"] == "prefill" and m.tensors["lm_head"].shape[-1] == vocab
+        assert m.tensors["embeddings.token.table"].shape[0] == vocab
+    assert "REDUCED to 1 of 2 layers" in label

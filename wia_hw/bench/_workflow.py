@@ -339,6 +339,12 @@ def shrink_vocab(graph: Graph, rows: int = FUNCTIONAL_VOCAB_ROWS) -> tuple[Graph
             t = graph.tensors[op.inputs[1]]
             if t.shape[0] > rows:
                 cut[t.name] = (rows, *t.shape[1:])
+    # a table another op reads too (GPT-2's LM head is tied to its token embedding) keeps
+    # its rows: cutting it would change that op's output shape
+    for op in graph.ops:
+        if op.kind != "embedding":
+            for i in op.inputs:
+                cut.pop(i, None)
     if not cut:
         return graph, ""
     tensors = [replace(t, shape=cut[n]) if n in cut else t for n, t in graph.tensors.items()]
@@ -360,8 +366,10 @@ def reduced_model(graph: Graph, layers: int, batch: int = 2, seq: int = 16) -> t
     fn = next((f for k, f in WORKLOADS.items() if k.replace("-", "").replace("_", "") == key), None)
     if fn is None:
         return graph, f"{graph.name} (full graph)"
+    from ..serve._model import builder_kwargs
+
     names = set(inspect.signature(fn).parameters)
-    kw = {k: v for k, v in p.items() if k in names and k != "precision"}
+    kw = {k: v for k, v in builder_kwargs(p, names).items() if k != "precision"}
     kw["precision"] = _float_precision(graph)
     kw["batch"] = batch
     if "seq" in names:
@@ -510,8 +518,10 @@ def calibration_model(graph: Graph) -> Graph:
     fn = next((f for k, f in WORKLOADS.items() if k.replace("-", "").replace("_", "") == key), None)
     if fn is None:
         return graph
+    from ..serve._model import builder_kwargs
+
     names = set(inspect.signature(fn).parameters)
-    kw = {k: v for k, v in p.items() if k in names}
+    kw = builder_kwargs(p, names)
     kw["batch"] = 1
     if "seq" in names and "seq" in p:
         kw["seq"] = min(16, int(p["seq"]))

@@ -23,7 +23,7 @@ from ..optimize import FusionConfig, QuantizedGraph, apply_fusion
 from ..workloads import WORKLOADS, build
 from ._config import ServeError
 
-__all__ = ["ShapeTiming", "graph_at", "model_factory"]
+__all__ = ["ShapeTiming", "builder_kwargs", "graph_at", "model_factory"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,16 @@ def _float_precision(q: QuantizedGraph) -> str:
     return "fp16"
 
 
+def builder_kwargs(params: Mapping[str, Any], names: set[str]) -> dict[str, Any]:
+    """The recorded ``params`` of a built graph that its builder takes again (``names``):
+    a prefill's recorded ``kv_len=0`` (no cached tokens) is left out, as the builder
+    refuses ``kv_len`` with ``phase='prefill'``."""
+    kw = {k: v for k, v in params.items() if k in names}
+    if kw.get("phase") == "prefill":
+        kw.pop("kv_len", None)
+    return kw
+
+
 def graph_at(graph: Graph, batch: int, seq: int | None) -> Graph:
     """``graph`` at ``batch`` sequences of ``seq`` tokens (``seq`` ignored for a model
     without one). Raises :class:`ServeError` when the graph was not made from a builder
@@ -72,11 +82,7 @@ def graph_at(graph: Graph, batch: int, seq: int | None) -> Graph:
             "workload name or a callable (batch, seq) -> Graph"
         )
     names = set(inspect.signature(fn).parameters)
-    kw: dict[str, Any] = {k: v for k, v in p.items() if k in names}
-    if kw.get("phase") == "prefill":
-        # a prefill records kv_len=0 (no cached tokens), a value the builder refuses
-        # with phase='prefill' (kv_len is the decode phase's argument)
-        kw.pop("kv_len", None)
+    kw = builder_kwargs(p, names)
     kw["batch"] = batch
     if "seq" in names and seq is not None:
         kw["seq"] = seq
