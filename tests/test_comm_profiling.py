@@ -44,7 +44,9 @@ def test_report_fields_are_derived_from_the_records():
     assert ar.algbw_gbs == pytest.approx((32 << 20) / (t_ar / hz) / 1e9)
     assert ar.busbw_gbs == pytest.approx(ar.algbw_gbs * 2 * 7 / 8)
     assert ar.avg_bandwidth_gbs == ar.busbw_gbs
-    assert ar.pct_of_peak == pytest.approx(100 * ar.busbw_gbs / 100.0)
+    # the peak: each rank of the 100 GB/s ring can send on two links, 200 GB/s
+    assert ar.peak_bandwidth_gbs == pytest.approx(200.0)
+    assert ar.pct_of_peak == pytest.approx(100 * ar.busbw_gbs / 200.0)
     # sequential compute then communication: nothing overlaps
     assert r.total_compute_time_s == pytest.approx(3 * compute / hz)
     send = next(s for s in r.collective_stats if s.name == "send")
@@ -53,8 +55,9 @@ def test_report_fields_are_derived_from_the_records():
     assert r.communication_fraction == pytest.approx(
         r.total_comm_time_s / (r.total_comm_time_s + r.total_compute_time_s)
     )
-    assert r.peak_bandwidth_util == pytest.approx(ar.busbw_gbs / 100.0)
-    assert r.min_bandwidth_util == pytest.approx(send.busbw_gbs / 100.0)
+    assert r.peak_bandwidth_util == pytest.approx(ar.busbw_gbs / 200.0)
+    assert send.peak_bandwidth_gbs == pytest.approx(100.0)  # a send: its path's slowest link
+    assert r.min_bandwidth_util == pytest.approx(min(ar.busbw_gbs / 200.0, send.busbw_gbs / 100.0))
     assert r.min_bandwidth_util <= r.avg_bandwidth_util <= r.peak_bandwidth_util
     assert "Overlap Efficiency: 0.0%" in r.summary()
 

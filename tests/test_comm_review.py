@@ -47,3 +47,55 @@ def test_profile_is_clipped_to_the_session(seed):
     before.wait()
     for w in work:
         w.wait()
+
+
+# -- peaks: what a call's ranks can drive ----------------------------------------------
+
+
+def _random_cluster(rng):
+    kind = rng.choice(["ring", "fully_connected", "switch", "torus2d", "hierarchical", "tree"])
+    n = int(rng.integers(3, 13))
+    if kind == "torus2d":
+        r, c = int(rng.integers(1, 5)), int(rng.integers(2, 5))
+        return _spec(r * c, "torus2d", torus_dims=[r, c])
+    if kind == "hierarchical":
+        k, m = int(rng.integers(1, 5)), int(rng.integers(2, 4))
+        return _spec(k * m, "hierarchical", devices_per_node=k, inter_node_bandwidth_gbs=25)
+    if kind == "tree":  # a binary-tree graph: leaves have one link
+        return _spec(n, "custom", edges=[[i, (i - 1) // 2] for i in range(1, n)])
+    return _spec(n, str(kind))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_no_call_beats_its_peak(seed):
+    """Bus bandwidth never exceeds the call's peak (what its ranks' links can drive;
+    a send's slowest link), so no percentage of peak exceeds 100%."""
+    rng = np.random.default_rng(seed)
+    comm = wia_hw.open_cluster(_random_cluster(rng), chunk_bytes=int(rng.integers(1, 9)) << 17)
+    s = wia_hw.start_comm_profiling(comm)
+    for _ in range(6):
+        op = str(
+            rng.choice(["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"])
+        )
+        algo = "tree" if op == "all_reduce" and rng.random() < 0.4 else None
+        size = int(rng.integers(1, 32 << 20))
+        getattr(comm, op)(nbytes=size, algorithm=algo)
+        a, b = rng.choice(comm.size, size=2, replace=False)
+        comm.send(int(a), int(b), nbytes=size)
+    rep = wia_hw.stop_comm_profiling(s)
+    for r in rep.records:
+        assert r.busbw_gbs <= r.peak_busbw_gbs * (1 + 1e-9), (r.name, r.algorithm)
+    for st in rep.collective_stats:
+        assert 0 < st.pct_of_peak <= 100.0
+    assert 0 < rep.min_bandwidth_util <= rep.avg_bandwidth_util <= rep.peak_bandwidth_util <= 1
+
+
+def test_peaks_that_are_reached():
+    """All-to-all on fully connected links and a send on a rail reach near 100%."""
+    comm = wia_hw.open_cluster(_spec(8, "fully_connected"))
+    assert comm.all_to_all(nbytes=64 << 20).peak_busbw_gbs == 700
+    c2 = wia_hw.open_cluster("wia-cluster-2x8")
+    s = wia_hw.start_comm_profiling(c2)
+    c2.send(0, 8, nbytes=64 << 20)
+    send = wia_hw.stop_comm_profiling(s).collective_stats[0]
+    assert send.peak_bandwidth_gbs == pytest.approx(50) and 95 < send.pct_of_peak <= 100

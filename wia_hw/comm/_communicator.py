@@ -71,7 +71,9 @@ class CollectiveRecord:
     all-to-all, broadcast: one rank's buffer; all-gather: the gathered output).
     ``sent_bytes``: what the schedule sends (each transfer once); ``link_bytes``: bytes
     per directed link (a transfer counts on every link of its path). Times are device
-    cycles of the communicator's clock."""
+    cycles of the communicator's clock. ``peak_busbw_gbs``: the highest bus bandwidth
+    the call could reach on its links (:meth:`Communicator.peak_busbw_gbs`), so
+    ``busbw_gbs <= peak_busbw_gbs``."""
 
     name: str
     algorithm: str
@@ -84,6 +86,7 @@ class CollectiveRecord:
     transfers: int
     link_bytes: dict[str, int]
     kind: str = "collective"
+    peak_busbw_gbs: float = 0.0
     outputs: list[np.ndarray] | None = field(default=None, repr=False)
 
     @property
@@ -169,6 +172,10 @@ class Communicator:
         self.compute_records: list[ComputeRecord] = []
         self.listeners: list[Any] = []
         self._free_at = [0] * self.size
+        self._out_gbs = [0.0] * self.size
+        for (u, _), (b, _) in self.topology.links.items():
+            if u < self.size:
+                self._out_gbs[u] += b
         self._mailbox: dict[tuple[int, int], list[Work]] = {}
 
     def __repr__(self) -> str:
@@ -185,6 +192,28 @@ class Communicator:
     def peak_link_bandwidth_gbs(self) -> float:
         """The fastest device link's bandwidth (one direction), GB/s."""
         return max(b for b, _ in self.topology.links.values())
+
+    def out_bandwidth_gbs(self, rank: int) -> float:
+        """The bandwidth of all of ``rank``'s outgoing links together (GB/s); every link
+        is bidirectional, so it is also what the rank can receive."""
+        return self._out_gbs[self._rank(rank, "rank", "out_bandwidth_gbs")]
+
+    def peak_busbw_gbs(self, name: str, ranks: Sequence[int]) -> float:
+        """The highest bus bandwidth collective ``name`` could reach over ``ranks`` (GB/s):
+        for ``send`` (``ranks = [src, dst]``) the slowest link (or switch fabric) of its
+        path; for a collective the mean over its ranks of :meth:`out_bandwidth_gbs`.
+        Every collective's bytes-per-rank bound makes ``busbw`` at most that mean:
+        all-reduce sends at least 2 (n-1) S in all (each element needs 2 (n-1) one-way
+        transfers to be combined and known everywhere), reduce-scatter, all-gather and
+        all-to-all (n-1) S, broadcast S into each rank other than the root and S out of
+        the root; with the bus factors these are each ``busbw <= mean out bandwidth``."""
+        if name == "send":
+            src, dst = ranks
+            path = self.topology.route(src, dst)
+            bws = [self.topology.links[(u, v)][0] for u, v in zip(path, path[1:], strict=False)]
+            bws += [self.topology.fabric[u] for u in path[1:-1] if u in self.topology.fabric]
+            return min(bws)
+        return sum(self._out_gbs[r] for r in ranks) / len(ranks)
 
     def link_names(self) -> list[str]:
         return [link_name(u, v, self.size) for u, v in self.topology.links]
@@ -264,6 +293,7 @@ class Communicator:
     ) -> Any:
         env = self.env
         start = env.now
+        peak = self.peak_busbw_gbs(name, group)
         tally: dict[tuple[int, int], int] = {}
         tr = sched.transfers
         waiting = [len(t.deps) for t in tr]
@@ -289,6 +319,7 @@ class Communicator:
                 transfers=len(tr),
                 link_bytes={link_name(u, v, self.size): b for (u, v), b in sorted(tally.items())},
                 kind=kind,
+                peak_busbw_gbs=peak,
                 outputs=finalize(),
             )
             self.records.append(rec)

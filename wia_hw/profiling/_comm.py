@@ -17,10 +17,14 @@ The :class:`CommProfileReport` carries every figure the seed prints:
 * ``collective_stats``: one :class:`CollectiveStats` per collective name (``send`` for
   point-to-point): count, total/avg/min/max time, ``algbw_gbs`` (bytes / time, as
   nccl-tests), ``busbw_gbs`` (time-weighted bus bandwidth, nccl-tests' factors),
-  ``avg_bandwidth_gbs`` (= ``busbw_gbs``) and its ``pct_of_peak`` against the fastest
-  link's bandwidth, ``total_data_gb`` (the nccl-tests sizes summed).
-* ``avg/peak/min_bandwidth_util``: the bus bandwidth of each invocation over the peak
-  link bandwidth (fractions), averaged (time-weighted), highest, lowest.
+  ``avg_bandwidth_gbs`` (= ``busbw_gbs``) and its ``pct_of_peak`` against
+  ``peak_bandwidth_gbs``: the calls' own peaks (``CollectiveRecord.peak_busbw_gbs``,
+  the mean over the ranks of what each rank's links can send together; a send's
+  slowest link on its path), time-weighted, so it never exceeds 100%;
+  ``total_data_gb`` (the nccl-tests sizes summed).
+* ``avg/peak/min_bandwidth_util``: the bus bandwidth of each invocation over its own
+  peak (fractions, at most 1), averaged (time-weighted), highest, lowest. The report's
+  ``peak_bandwidth_gbs`` is the fastest link's, for reference.
 
 Timelines: :meth:`CommProfileReport.chrome_trace` gives Trace Event Format JSON with a
 compute and a communication track per rank and one track per link;
@@ -282,7 +286,6 @@ def stop_comm_profiling(session: CommProfilingSession) -> CommProfileReport:
     events = _clip_events(events, t0, t1)
     comm_c = sum(e - s for s, e in comm_u)
     comp_c = sum(e - s for s, e in comp_u)
-    peak = comm.peak_link_bandwidth_gbs
     stats = []
     for name in dict.fromkeys(r.name for r in recs):
         rs = [r for r in recs if r.name == name]
@@ -290,6 +293,12 @@ def stop_comm_profiling(session: CommProfilingSession) -> CommProfileReport:
         data = sum(r.nbytes for r in rs)
         bus = sum(r.nbytes * r.bus_factor for r in rs)
         busbw = bus / tot_s / 1e9 if tot_s else 0.0
+        # the calls' peaks weighted by their times: sum(bus) <= sum(peak x time)
+        peak = (
+            sum(r.peak_busbw_gbs * r.time_s for r in rs) / tot_s
+            if tot_s
+            else sum(r.peak_busbw_gbs for r in rs) / len(rs)
+        )
         stats.append(
             CollectiveStats(
                 name=name,
@@ -300,7 +309,7 @@ def stop_comm_profiling(session: CommProfilingSession) -> CommProfileReport:
                 max_time_ms=max(r.time_ms for r in rs),
                 avg_bandwidth_gbs=busbw,
                 peak_bandwidth_gbs=peak,
-                pct_of_peak=100.0 * busbw / peak,
+                pct_of_peak=100.0 * busbw / peak if peak else 0.0,
                 total_data_gb=data / 1e9,
                 algbw_gbs=data / tot_s / 1e9 if tot_s else 0.0,
                 busbw_gbs=busbw,
@@ -308,9 +317,9 @@ def stop_comm_profiling(session: CommProfilingSession) -> CommProfileReport:
             )
         )
     timed = [r for r in recs if r.duration_cycles]
-    utils = [r.busbw_gbs / peak for r in timed]
+    utils = [r.busbw_gbs / r.peak_busbw_gbs for r in timed]
     tot_t = sum(r.time_s for r in timed)
-    avg_u = sum(r.busbw_gbs / peak * r.time_s for r in timed) / tot_t if tot_t else 0.0
+    avg_u = sum(u * r.time_s for u, r in zip(utils, timed, strict=True)) / tot_t if tot_t else 0.0
     span = t1 - t0
     busy: dict[str, int] = {}
     for name, s, e, _ in events:
@@ -326,7 +335,7 @@ def stop_comm_profiling(session: CommProfilingSession) -> CommProfileReport:
         clock_ghz=comm.clock_ghz,
         start_cycle=t0,
         end_cycle=t1,
-        peak_bandwidth_gbs=peak,
+        peak_bandwidth_gbs=comm.peak_link_bandwidth_gbs,
         total_comm_time_s=comm_c / hz,
         total_compute_time_s=comp_c / hz,
         overlap_efficiency=overlap_cycles(comm_u, comp_u) / comm_c if comm_c else 0.0,
