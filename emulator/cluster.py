@@ -59,8 +59,9 @@ class Topology:
     """The cluster graph. ``links[(u, v)] = (bandwidth_gbs, latency_us)`` per direction;
     ``fabric[s]`` the switch fabric bandwidth (GB/s) of switch node ``s``;
     ``devices_per_node`` is set for a hierarchical cluster; ``ring`` is the order in
-    which ring algorithms visit the devices (neighbours adjacent where the topology
-    allows: a snake on a torus and across the nodes of a hierarchical cluster)."""
+    which ring algorithms visit the devices: on a torus and a hierarchical cluster each
+    step, the last back to the first included, is one hop (:func:`_torus_ring`,
+    :func:`_hierarchical_ring`)."""
 
     devices: int
     kind: str
@@ -126,6 +127,48 @@ def _squarest(n: int) -> tuple[int, int]:
     return r, n // r
 
 
+def _torus_ring(rows: int, cols: int) -> list[int]:
+    """A cycle through every device of a rows x cols torus, one hop per step (the last
+    device next to the first). With an even row count: a snake along the rows, closed by
+    the wrap-around of the first column; with an even column count, the same along the
+    columns; with both odd: row 0, then a snake down and up columns ``cols-1 .. 1`` over
+    rows ``1 .. rows-1``, then column 0 downwards, closed by its wrap-around."""
+
+    def at(r: int, c: int) -> int:
+        return r * cols + c
+
+    if rows == 1 or cols == 1 or rows % 2 == 0:
+        return [at(r, c if r % 2 == 0 else cols - 1 - c) for r in range(rows) for c in range(cols)]
+    if cols % 2 == 0:
+        return [at(r if c % 2 == 0 else rows - 1 - r, c) for c in range(cols) for r in range(rows)]
+    ring = [at(0, c) for c in range(cols)]
+    for i, c in enumerate(range(cols - 1, 0, -1)):
+        rs = range(1, rows) if i % 2 == 0 else range(rows - 1, 0, -1)
+        ring += [at(r, c) for r in rs]
+    return ring + [at(r, 0) for r in range(1, rows)]
+
+
+def _hierarchical_ring(m: int, k: int) -> list[int]:
+    """A cycle through the devices of ``m`` nodes of ``k``, one hop per step: each node's
+    devices in a row (entered and left by rails, which join equal local ranks of
+    neighbouring nodes), ending on a rail back to device 0. With ``k = 2`` and an odd
+    ``m`` no such order exists; there it runs along rail 0 and back along rail 1."""
+    if m == 1 or k == 1:
+        return list(range(m * k))
+    if m % 2 == 0:  # enter at j = 0 or k - 1, alternately; the last node leaves at 0
+        return [a * k + (j if a % 2 == 0 else k - 1 - j) for a in range(m) for j in range(k)]
+    if k == 2:
+        return [a * 2 for a in range(m)] + [a * 2 + 1 for a in range(m - 1, -1, -1)]
+    ring: list[int] = []
+    enter = 0
+    for a in range(m):
+        leave = 0 if a == m - 1 else (1 if enter != 1 else 2)
+        mid = [j for j in range(k) if j not in (enter, leave)]
+        ring += [a * k + j for j in [enter, *mid, leave]]
+        enter = leave
+    return ring
+
+
 def build_topology(spec: Any) -> Topology:
     """The :class:`Topology` of a cluster spec (see :class:`~emulator.config.LinkConfig`).
 
@@ -179,9 +222,7 @@ def build_topology(spec: Any) -> Topology:
                     both(i, r * cols + (c + 1) % cols)
                 if rows > 1:
                     both(i, ((r + 1) % rows) * cols + c)
-        for r in range(rows):
-            cs = range(cols) if r % 2 == 0 else range(cols - 1, -1, -1)
-            ring += [r * cols + c for c in cs]
+        ring = _torus_ring(rows, cols)
     elif lk.topology == "hierarchical":
         k = lk.devices_per_node
         if n % k:
@@ -198,9 +239,7 @@ def build_topology(spec: Any) -> Topology:
                     both(a * k + i, a * k + j)
                 if m > 1:
                     both(a * k + i, ((a + 1) % m) * k + i, ib, il)
-        for a in range(m):
-            js = range(k) if a % 2 == 0 else range(k - 1, -1, -1)
-            ring += [a * k + j for j in js]
+        ring = _hierarchical_ring(m, k)
     else:  # custom
         for i, (a, b) in enumerate(lk.edges):
             for x in (a, b):

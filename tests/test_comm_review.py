@@ -99,3 +99,38 @@ def test_peaks_that_are_reached():
     c2.send(0, 8, nbytes=64 << 20)
     send = wia_hw.stop_comm_profiling(s).collective_stats[0]
     assert send.peak_bandwidth_gbs == pytest.approx(50) and 95 < send.pct_of_peak <= 100
+
+
+# -- ring orders: one hop per step -----------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_ring_order_is_one_hop_per_step(seed):
+    """Every consecutive pair of the ring order, the last back to the first too, is
+    joined by a link (tori of any shape, hierarchical clusters of any node count)."""
+    from wia_hw.emulator.cluster import build_topology
+
+    from wia_hw.spec import load_spec
+
+    rng = np.random.default_rng(seed)
+    a, b = int(rng.integers(1, 8)), int(rng.integers(1, 8))
+    if a * b < 2:
+        b = 2
+    if seed % 2:
+        spec = _spec(a * b, "torus2d", torus_dims=[a, b])
+    else:
+        spec = _spec(a * b, "hierarchical", devices_per_node=b, inter_node_bandwidth_gbs=50)
+    topo = build_topology(load_spec(spec))
+    ring = topo.ring
+    assert sorted(ring) == list(range(a * b)) and ring[0] == 0
+    for u, v in zip(ring, ring[1:] + ring[:1], strict=True):
+        assert (u, v) in topo.links, (a, b, ring)
+
+
+@pytest.mark.parametrize("dims", [(3, 4), (3, 3), (5, 3)])
+def test_ring_all_reduce_on_odd_tori_meets_the_closed_form(dims):
+    n = dims[0] * dims[1]
+    comm = wia_hw.open_cluster(_spec(n, "torus2d", torus_dims=list(dims)))
+    S, B, L = 192 << 20, 100e9, 1e-6
+    t = comm.all_reduce(nbytes=S).time_s
+    assert t == pytest.approx(2 * (n - 1) * (L + S / n / B), rel=0.02)
