@@ -114,3 +114,81 @@ def test_a_store_without_membership_falls_back_to_the_sweep_name(tmp_path):
     with sqlite3.connect(store) as c:  # as written before the members table existed
         c.execute("DROP TABLE members")
     assert len(open_store(store).points("a")) == 2
+
+
+# -- 3: huge grids ---------------------------------------------------------------------
+
+
+def test_a_grid_above_the_point_limit_is_one_line_and_creates_no_store(tmp_path):
+    from wia_hw.sweep._file import MAX_POINTS
+
+    rnd = random.Random(7)
+    paths = ["clock_ghz", "compute.array.rows", "compute.array.cols", "compute.cores"]
+    paths += ["memory.hbm.bandwidth_gbs", "memory.hbm.channels", "energy.pj_per_mac.fp16"]
+    grid = {p: list(range(1, rnd.randint(9, 12))) for p in paths}
+    count = 1
+    for v in grid.values():
+        count *= len(v)
+    assert count > MAX_POINTS
+    doc = _sweep_doc("big", [1], grid=grid)
+    (tmp_path / "big.yaml").write_text(json.dumps(doc))  # JSON is YAML
+    store = tmp_path / "s.sqlite"
+    res = CliRunner().invoke(cli, ["sweep", str(tmp_path / "big.yaml"), "--store", str(store)])
+    line = _one_line_exit_2(res)
+    assert f"{count:,} parameter sets" in line and "compute.array.rows" in line
+    assert f"{MAX_POINTS:,}" in line and not store.exists()
+    doc = _sweep_doc("big", [1])
+    del doc["grid"]
+    doc["random"] = {"n": 10**11, "seed": 1, "parameters": {"clock_ghz": {"low": 1, "high": 2}}}
+    (tmp_path / "rnd.yaml").write_text(json.dumps(doc))
+    line = _one_line_exit_2(CliRunner().invoke(cli, ["sweep", str(tmp_path / "rnd.yaml")]))
+    assert "random.n: 100,000,000,000 samples" in line
+
+
+def test_the_constraint_env_is_the_spec_with_the_parameters_applied():
+    import copy
+
+    from wia_hw.sweep._file import _flat, _set_path, constraint_env
+
+    base = _base_mapping()
+    rnd = random.Random(11)
+    paths = ["clock_ghz", "compute.array.rows", "memory.hbm.bandwidth_gbs", "energy.pj_per_mac"]
+    paths += ["energy.pj_per_mac.fp16", "thermal.initial_c", "compute.array.dataflow"]
+    for _ in range(200):
+        params = {}
+        for p in rnd.sample(paths, rnd.randint(1, 3)):
+            if any(p.startswith(o + ".") or o.startswith(p + ".") for o in params):
+                continue  # one path inside another is refused by load_sweep
+            params[p] = rnd.choice(
+                [rnd.randint(1, 512), rnd.uniform(0.1, 9.0), "ws", {"fp16": 2.0, "int8": 1}]
+            )
+        data = copy.deepcopy(base)
+        for p, v in params.items():
+            _set_path(data, p, v)
+        want = _flat(data)
+        leaves = [p.rsplit(".", 1)[-1] for p in params]
+        for p, v in params.items():
+            leaf = p.rsplit(".", 1)[-1]
+            if leaves.count(leaf) == 1 and isinstance(v, (int, float)):
+                want.setdefault(leaf, v)
+        assert constraint_env(base, params) == want, params
+
+
+def test_no_constraint_means_no_constraint_env(tmp_path, monkeypatch):
+    from wia_hw.sweep import _file
+
+    calls = []
+    real = _file._EnvMaker.__call__
+    monkeypatch.setattr(_file._EnvMaker, "__call__", lambda s, p: calls.append(1) or real(s, p))
+    sw = _file.load_sweep(_sweep_doc("n", list(range(1, 3001))))
+    assert len(sw.param_sets) == 3000 and len(calls) <= 1
+    seen = []
+    sw = _file.load_sweep(
+        _sweep_doc("n", list(range(1, 3001)), constraint="rows <= 1500"),
+        progress=lambda stage, done, total: seen.append((done, total)),
+    )
+    assert len(sw.param_sets) == 1500 and seen[-1] == (3000, 3000)
+    doc = _sweep_doc("n", [1])
+    doc["grid"] = {"energy.pj_per_mac": [{"fp16": 1.0}], "energy.pj_per_mac.fp16": [2.0]}
+    with pytest.raises(wia_hw.SpecError, match="inside the swept parameter 'energy.pj_per_mac'"):
+        _file.load_sweep(doc)

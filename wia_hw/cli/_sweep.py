@@ -17,6 +17,7 @@ from ..sweep import (
     PARETO_PLOT_AXES,
     best_points,
     better,
+    load_sweep,
     open_store,
     pareto_front,
     plot_pareto,
@@ -108,9 +109,17 @@ def sweep_cmd(
         rate = f"{60 * done / elapsed:,.0f} points/min" if elapsed > 0 else ""
         bar.update(state["task"], completed=done, rate=rate, refresh=True)
 
+    def expanding(stage: str, done: int, total: int) -> None:
+        if total < 20_000:
+            return
+        if "expand" not in state:
+            state["expand"] = bar.add_task("checking the constraint", total=total, rate="")
+        bar.update(state["expand"], completed=done, refresh=True)
+
     with bar:
+        sw = load_sweep(file, progress=expanding)
         s = sweep(
-            file,
+            sw,
             executor=executor,
             store=store,
             workers=workers,

@@ -21,6 +21,7 @@ from typing import Any
 
 from ._file import (
     DEFAULT_METRICS,
+    MAX_POINTS,
     RUN_METRICS,
     SAMPLERS,
     SWEEP_SCHEMA_VERSION,
@@ -48,6 +49,7 @@ __all__ = [
     "CONNECT_TIMEOUT_S",
     "DEFAULT_METRICS",
     "MAXIMIZE",
+    "MAX_POINTS",
     "PARETO_OBJECTIVES",
     "PARETO_PLOT_AXES",
     "RUN_METRICS",

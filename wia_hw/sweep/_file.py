@@ -33,7 +33,7 @@ import json
 import math
 import re
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ from ..spec import list_specs, load_spec, spec_path
 
 __all__ = [
     "SWEEP_SCHEMA_VERSION",
+    "MAX_POINTS",
     "SAMPLERS",
     "RUN_METRICS",
     "DEFAULT_METRICS",
@@ -64,6 +65,11 @@ __all__ = [
 
 SWEEP_SCHEMA_VERSION = 1
 SAMPLERS = ("grid", "random", "latin_hypercube")
+#: The most points (parameter sets x workloads) one sweep file may expand to; a file
+#: asking for more is refused before anything is expanded.
+MAX_POINTS = 250_000
+#: ``progress(stage, done, total)`` of :func:`load_sweep` on long expansions.
+LoadProgress = Callable[[str, int, int], None]
 #: Metrics read from the run result (``utilisation`` is ``compute_utilization``, percent).
 RUN_METRICS = (
     "latency_ms",
@@ -333,6 +339,15 @@ def _samples(kind: str, spec: Any, ctx: _Ctx) -> tuple[list[str], list[dict[str,
     if kind == "grid":
         names = [str(k) for k in spec]
         vals = [_values(spec[k], f"{kind}.{k}", ctx, ranges=False) for k in spec]
+        count = math.prod(len(v) for v in vals)
+        if count > MAX_POINTS:
+            axes = " x ".join(f"{n} ({len(v)})" for n, v in zip(names, vals, strict=True))
+            raise ctx.err(
+                f"grid: {count:,} parameter sets ({axes}) is above the limit of "
+                f"{MAX_POINTS:,} points a sweep may have; split the sweep or use random: "
+                "or latin_hypercube:",
+                kind,
+            )
         sets = [{}]
         for n, vs in zip(names, vals, strict=True):
             sets = [dict(s, **{n: v}) for s in sets for v in vs]
@@ -347,6 +362,11 @@ def _samples(kind: str, spec: Any, ctx: _Ctx) -> tuple[list[str], list[dict[str,
     n, seed, params = spec.get("n"), spec.get("seed"), spec.get("parameters")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ctx.err(f"{kind}.n must be a positive integer, got {n!r}", f"{kind}.n")
+    if n > MAX_POINTS:
+        raise ctx.err(
+            f"{kind}.n: {n:,} samples is above the limit of {MAX_POINTS:,} points a sweep may have",
+            f"{kind}.n",
+        )
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ctx.err(f"{kind}.seed must be a non-negative integer, got {seed!r}", f"{kind}.seed")
     if not isinstance(params, Mapping) or not params:
@@ -427,25 +447,45 @@ def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
     node[last] = value
 
 
+class _EnvMaker:
+    """:func:`constraint_env` for many parameter sets over the same parameters: the
+    base spec is flattened once; per set only the swept paths are replaced."""
+
+    def __init__(self, base: Mapping[str, Any], names: list[str] | tuple[str, ...]) -> None:
+        self.flat = _flat(base)
+        self.under: dict[str, list[str]] = {}  # path -> the base's flat keys under it
+        for name in names:
+            node: Any = base
+            for part in name.split("."):
+                node = node.get(part) if isinstance(node, Mapping) else None
+            self.under[name] = list(_flat(node, name.replace(".", "_"))) if node is not None else []
+        leaves = [p.rsplit(".", 1)[-1] for p in names]
+        self.leaf = {p: p.rsplit(".", 1)[-1] for p in names}
+        self.unique = {p for p in names if leaves.count(self.leaf[p]) == 1}
+
+    def __call__(self, params: Mapping[str, Any]) -> dict[str, float]:
+        env = dict(self.flat)
+        for p, v in params.items():  # no path is inside another (load_sweep checks)
+            for k in self.under.get(p, ()):
+                env.pop(k, None)
+            _flat(v, p.replace(".", "_"), env)
+        for p, v in params.items():
+            if p in self.unique and isinstance(v, (int, float)) and not isinstance(v, bool):
+                env.setdefault(self.leaf[p], v)
+        return env
+
+
 def constraint_env(base: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, float]:
     """The names a constraint may read: every numeric field of the base spec with the
     point's parameters applied, by dotted path with ``.`` written ``_``
     (``compute_array_rows``), plus each swept parameter's last name (``rows``) when no
     other swept parameter shares it."""
-    data = copy.deepcopy(dict(base))
-    for p, v in params.items():
-        _set_path(data, p, v)
-    env = _flat(data)
-    leaves = [p.rsplit(".", 1)[-1] for p in params]
-    for p in params:
-        leaf = p.rsplit(".", 1)[-1]
-        v = params[p]
-        if leaves.count(leaf) == 1 and isinstance(v, (int, float)) and not isinstance(v, bool):
-            env.setdefault(leaf, v)
-    return env
+    return _EnvMaker(base, list(params))(params)
 
 
-def load_sweep(source: str | Path | Mapping[str, Any]) -> Sweep:
+def load_sweep(
+    source: str | Path | Mapping[str, Any], progress: LoadProgress | None = None
+) -> Sweep:
     """Read and check a sweep file (a path, or a mapping of the same form).
 
     Raises :class:`SpecError` (``file:line: message``) for a bad schema version, an
@@ -454,6 +494,9 @@ def load_sweep(source: str | Path | Mapping[str, Any]) -> Sweep:
     workload or builder argument, an unknown metric, or a constraint outside the
     expression language or reading an unknown name. Values are *not* validated here:
     a value the spec refuses makes that point fail (status ``failed``) when it runs.
+    A file of more than :data:`MAX_POINTS` points is refused before it is expanded.
+    ``progress(stage, done, total)`` is called now and then while the constraint is
+    checked over many parameter sets.
     """
     if isinstance(source, Mapping):
         data, lines, display, here = copy.deepcopy(dict(source)), {}, "<sweep>", Path.cwd()
@@ -501,6 +544,12 @@ def load_sweep(source: str | Path | Mapping[str, Any]) -> Sweep:
         problem = _check_path(n, base)
         if problem:
             raise ctx.err(problem, f"{prefix}.{n}")
+        outer = [o for o in names if n.startswith(o + ".")]
+        if outer:
+            raise ctx.err(
+                f"parameter {n!r} is inside the swept parameter {outer[0]!r}: sweep one of them",
+                f"{prefix}.{n}",
+            )
 
     for n in names:
         try:
@@ -529,9 +578,17 @@ def load_sweep(source: str | Path | Mapping[str, Any]) -> Sweep:
     if len(set(metrics)) != len(metrics):
         raise ctx.err("metrics lists a name twice", "metrics")
 
+    if len(sets) * len(workloads) > MAX_POINTS:
+        raise ctx.err(
+            f"{len(sets):,} parameter sets x {len(workloads)} workloads = "
+            f"{len(sets) * len(workloads):,} points is above the limit of {MAX_POINTS:,} "
+            "points a sweep may have",
+            kind,
+        )
     raw = data.get("constraint")
     texts = [] if raw is None else raw if isinstance(raw, list) else [raw]
-    allowed = set(constraint_env(base, sets[0]))
+    make_env = _EnvMaker(base, names)
+    allowed = set(make_env(sets[0]))
     constraints = []
     for i, t in enumerate(texts):
         try:
@@ -539,14 +596,19 @@ def load_sweep(source: str | Path | Mapping[str, Any]) -> Sweep:
         except ExprError as e:
             at = "constraint" if not isinstance(raw, list) else f"constraint.{i}"
             raise ctx.err(f"constraint: {e}", at) from None
-    kept = []
-    for s in sets:
-        env = constraint_env(base, s)
+    kept = [] if constraints else sets
+    step = max(1, len(sets) // 100)
+    for i, s in enumerate(sets if constraints else ()):
+        if progress is not None and i % step == 0:
+            progress("constraint", i, len(sets))
+        env = make_env(s)
         try:
             if all(c.holds(env) for c in constraints):
                 kept.append(s)
         except ExprError as e:
             raise ctx.err(f"constraint at {canonical_json(s)}: {e}", "constraint") from None
+    if progress is not None and constraints:
+        progress("constraint", len(sets), len(sets))
     return Sweep(
         name=name.strip(),
         file=display,
