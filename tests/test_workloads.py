@@ -7,6 +7,7 @@ import math
 import pytest
 from wia_hw.emulator.errors import WorkloadError
 
+import wia_hw
 from wia_hw.graph import (
     LAYER_NORM_FLOPS_PER_ELEMENT,
     SOFTMAX_FLOPS_PER_ELEMENT,
@@ -299,11 +300,19 @@ def test_gpt2_decode_several_tokens_gets_logits_for_each():
     assert op(g, "layer1.attention_softmax").attrs == {"causal": True, "past": 10}
 
 
-def test_gpt2_int8_keeps_the_tied_lm_head_fp16():
+def test_gpt2_int8_runs_the_lm_head_on_an_int8_copy_of_the_tied_table():
     g = gpt2(precision="int8", layers=1)
     assert g.tensors["layer0.attention_qkv_projection.weight"].dtype == "int8"
     assert g.tensors["embeddings.token.table"].dtype == "fp16"
-    assert g.tensors[op(g, "lm_head").inputs[0]].dtype == "fp16"
+    head = op(g, "lm_head")
+    assert [g.tensors[i].dtype for i in head.inputs] == ["int8", "int8"]
+    assert head.inputs[1] == "lm_head.weight" and g.tensors[head.outputs[0]].dtype == "fp16"
+    assert g.tensors["lm_head.weight"].shape == g.tensors["embeddings.token.table"].shape
+    fp16 = gpt2(layers=1)  # at fp16 the head reads the tied table itself
+    assert op(fp16, "lm_head").inputs[1] == "embeddings.token.table"
+    # an int8-only array (TPU v1) runs every built-in model at int8
+    for name, kw in (("gpt2", dict(seq=16, layers=1)), ("bert-base", dict(seq=16, layers=1))):
+        assert wia_hw.run(name, device="tpu-v1", precision="int8", **kw).latency_ms > 0
 
 
 @pytest.mark.parametrize(

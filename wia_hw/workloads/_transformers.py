@@ -27,8 +27,10 @@ Modelling choices (shared by both models):
   result next (QKV -> bmm, context -> output projection) and fp16 otherwise. Softmax,
   layer norm, GELU, residual adds and the embeddings stay fp16; softmax and GELU write
   int8 for the GEMM after them, and an explicit ``cast`` (``*_input_quantize``)
-  quantises the fp16 residual stream before the QKV and FFN projections. GPT-2's tied
-  LM head stays fp16 (it shares the fp16 token-embedding table).
+  quantises the fp16 residual stream before the QKV and FFN projections. GPT-2's LM
+  head is an int8 GEMM too, on a stored int8 copy of the tied token-embedding table
+  (``lm_head.weight``; the embeddings read the fp16 table), so int8-only arrays
+  (TPU v1) run the whole model.
 """
 
 from __future__ import annotations
@@ -326,7 +328,10 @@ def gpt2(
         rows = batch * seq
     x = b.op("reshape", "lm_head.flatten", [x], shape=(rows, h))
     x = layer_norm(b, "final_layer_norm", x)
-    b.op("bmm", "lm_head", [x, wte], transpose_b=True)
+    # at int8 the head is an int8 GEMM too: the tied table's quantised copy, stored
+    head = wte if gd == fd else b.weight("lm_head.weight", (cfg.vocab, h), gd)
+    xq = to_dtype(b, "lm_head.quantize", x, gd)
+    b.op("bmm", "lm_head", [xq, head], transpose_b=True, dtype=fd)
     return b.graph(
         sequences=batch,
         params={
