@@ -298,3 +298,47 @@ def test_generate_bad_arguments(kwargs, message):
     kw = dict(model="gpt2", prompt_len=2, new_tokens=2, layers=1) | kwargs
     with pytest.raises(WorkloadError, match=message):
         generate(kw.pop("model"), **kw)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("method", ["cached", "exact"])
+def test_a_generation_whose_last_step_does_not_fit_memory_is_refused(seed, method):
+    """The longest KV cache is checked against device memory before any step runs, by
+    the rule a single run applies: the step it names is the first whose single run does
+    not fit, and the step before it fits."""
+    from wia_hw.emulator.allocator import DeviceOutOfMemory
+
+    rng = np.random.default_rng(seed)
+    batch, prompt = int(rng.integers(16, 33)), int(rng.integers(1, 64))
+    ov = {"memory.hbm.size_gib": float(rng.uniform(0.15, 0.2))}
+    with pytest.raises(WorkloadError) as ei:
+        generate(
+            "gpt2",
+            prompt_len=prompt,
+            new_tokens=1024 - prompt,
+            batch=batch,
+            layers=LAYERS,
+            overrides=ov,
+            method=method,
+        )
+    msg = str(ei.value)
+    assert "\n" not in msg and "does not fit device memory" in msg
+    k = int(msg.split("(kv_len ")[1].split(")")[0])
+    step = int(msg.split("decode step ")[1].split()[0])
+    assert step == k - prompt + 1 and f"new_tokens={step}" in msg
+    kw = dict(batch=batch, seq=1, phase="decode", layers=LAYERS, device="wia-npu", overrides=ov)
+    with pytest.raises(DeviceOutOfMemory):
+        wia_hw.run("gpt2", kv_len=k, **kw)
+    if k > prompt:
+        wia_hw.run("gpt2", kv_len=k - 1, **kw)
+
+
+def test_cli_generate_past_device_memory_is_one_line():
+    res = CliRunner().invoke(
+        cli,
+        ["run", "gpt2", "--generate", "1024", "-b", "32", "-a", "layers=2"]
+        + ["--set", "memory.hbm.size_gib=0.2"],
+    )
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and "does not fit device memory" in lines[0]

@@ -54,7 +54,10 @@ Timing (``method``):
 Errors (:class:`~wia_hw.WorkloadError`, one line): ``new_tokens``, ``prompt_len`` or
 ``batch`` not a positive integer; a model that is not a decoder (no decode phase with a
 KV cache, e.g. ``bert-large``); ``prompt_len + new_tokens - 1`` past the model's
-positions; ``method``, ``kv_bucket`` or ``anchor_every`` invalid.
+positions; ``method``, ``kv_bucket`` or ``anchor_every`` invalid; a last decode step
+whose KV cache, weights and activations do not fit device memory (checked before any
+step runs, by the memory plan a single run applies; the error names the first step
+that does not fit).
 """
 
 from __future__ import annotations
@@ -441,6 +444,8 @@ def generate(
         ) from None
     if ctx is None:
         ctx = open_device(device, overrides=overrides, seed=seed)
+    if kv_lens:
+        _check_memory(ctx, build, kw, prompt_len, kv_lens)
     prefill = ctx.run(model, seq=prompt_len, phase="prefill", **kw)
     spec = ctx.spec
     per_token = _kv_bytes_per_token(build, 1, kw)
@@ -505,6 +510,64 @@ def generate(
                 "layers": params.get("layers"),
             },
         ),
+    )
+
+
+def _memory_error(ctx: Context, graph: Graph) -> str | None:
+    """Why one run of ``graph`` on ``ctx`` would not fit its device memory (the run's
+    memory plan, :class:`~wia_hw._memory_plan.RunMemory`, replayed on an allocator of
+    the same size holding the context's live buffers), or ``None`` when it fits."""
+    from ._memory_plan import RunMemory
+    from .emulator.allocator import CachingAllocator, DeviceOutOfMemory
+
+    live = ctx.allocator
+    alloc = CachingAllocator(live.capacity_bytes, live.config)
+    lowered = lower(graph, ctx.spec, ctx.providers)
+    try:
+        for blk in list(getattr(live, "_live", {}).values()):
+            alloc.malloc(max(1, blk.requested))
+        mem = RunMemory(alloc, graph, lowered)
+        mem.start(0)
+        for idx in range(len(lowered)):
+            mem.before_op(idx, 0)
+            mem.after_op(idx, 0)
+    except DeviceOutOfMemory as e:
+        return str(e)
+    return None
+
+
+def _check_memory(
+    ctx: Context, build: Any, kw: dict[str, Any], prompt_len: int, kv_lens: list[int]
+) -> None:
+    """Refuse a generation whose last decode step (the longest KV cache) would not fit
+    device memory, as a single run of that step does, naming the first step that does
+    not fit (the cache only grows, so the steps before it fit)."""
+
+    def err(k: int) -> str | None:
+        return _memory_error(ctx, build(seq=1, phase="decode", kv_len=k, **kw))
+
+    why = err(kv_lens[-1])
+    if why is None:
+        return
+    lo, hi = 0, len(kv_lens) - 1  # kv_lens[hi] does not fit
+    if err(kv_lens[0]) is not None:
+        hi = 0
+    else:
+        while hi - lo > 1:  # kv_lens[lo] fits, kv_lens[hi] does not
+            mid = (lo + hi) // 2
+            if err(kv_lens[mid]) is None:
+                lo = mid
+            else:
+                hi = mid
+        why = err(kv_lens[hi])
+    fits = (
+        f"the most that fit are new_tokens={hi + 1} (prompt_len {prompt_len})"
+        if hi > 0
+        else "no decode step fits"
+    )
+    raise WorkloadError(
+        f"generate: decode step {hi + 1} of {len(kv_lens)} (kv_len {kv_lens[hi]}) does not "
+        f"fit device memory ({ctx.spec.name}): {why}; {fits}"
     )
 
 
