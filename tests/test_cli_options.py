@@ -145,6 +145,32 @@ def test_flamegraph_unknown_kind_is_an_error_before_running(tmp_path, name):
     assert not f.exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--timeline", "{tmp}/no/t.json"], r"--timeline .*/no/t\.json: no folder .*/no$"),
+        (
+            ["--roofline", "{tmp}/r.svg"],
+            r"--roofline .*r\.svg: unknown kind '\.svg': plots are PNG",
+        ),
+        (["--memory-timeline", "{tmp}/m.jpg"], r"--memory-timeline .*: unknown kind '\.jpg'"),
+        (["--flamegraph", "{tmp}/no/f.svg"], r"--flamegraph .*: no folder"),
+    ],
+)
+def test_profile_outputs_are_checked_before_running(tmp_path, args, match):
+    """An output that cannot be written is refused before the profile runs (it was
+    found only after the whole run)."""
+    _one_line_error(["profile", *GEMM, *[a.format(tmp=tmp_path) for a in args]], match)
+
+
+@pytest.mark.parametrize(
+    "args", [["--confidence", "2"], ["--confidence", "-1"], ["--kernels", "-1"]]
+)
+def test_profile_option_ranges(args):
+    res = CliRunner().invoke(cli, ["profile", *GEMM, *args])
+    assert res.exit_code == 2 and "is not in the range" in res.output
+
+
 def test_save_flamegraph_refuses_unknown_suffix(tmp_path):
     import wia_hw
     from wia_hw import WiaError

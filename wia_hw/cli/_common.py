@@ -180,6 +180,19 @@ def check_suffix(option: str, path: str | Path, suffixes: tuple[str, ...], kinds
         raise WiaError(f"{option} {path}: unknown kind {suffix or '(no suffix)'!r}: {kinds}")
 
 
+def check_writable(option: str, path: str | Path | None) -> None:
+    """Refuse, before any work, an output file ``path`` of ``option`` that cannot be
+    written: its folder does not exist, or it is a folder (``None`` and ``-`` pass)."""
+    if path is None or str(path) == "-":
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise WiaError(f"{option} {p}: is a folder, not a file")
+    folder = p.parent
+    if not folder.is_dir():
+        raise WiaError(f"{option} {p}: no folder {folder}")
+
+
 def emit_json(text: str, output: Path | None, as_json: bool) -> bool:
     """Write a report's JSON ``text`` to ``output`` (when given) and to stdout (with
     ``--json``); returns whether it went to stdout (the command then prints no text)."""

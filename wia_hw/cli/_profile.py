@@ -36,7 +36,7 @@ from ..profiling import (
     start_profiling,
     stop_profiling,
 )
-from ._common import NO_PLOT, RunOptions, can_plot, check_suffix, run_options
+from ._common import NO_PLOT, RunOptions, can_plot, check_suffix, check_writable, run_options
 from ._generate import throughput_text
 
 __all__ = ["profile"]
@@ -113,7 +113,7 @@ FLAMEGRAPH_SUFFIXES = (".svg", ".png", ".folded", ".txt")
 )
 @click.option(
     "--confidence",
-    type=float,
+    type=click.FloatRange(0.0, 1.0),
     default=0.7,
     show_default=True,
     help="Lowest confidence of recommendations to print.",
@@ -121,7 +121,7 @@ FLAMEGRAPH_SUFFIXES = (".svg", ".png", ".folded", ".txt")
 @click.option(
     "--kernels",
     "top_kernels",
-    type=int,
+    type=click.IntRange(min=0),
     default=3,
     show_default=True,
     help="Print the seed's kernel profile for this many hottest kernels.",
@@ -182,6 +182,20 @@ def profile(
             FLAMEGRAPH_SUFFIXES,
             ".svg or .png draw it, .folded or .txt write collapsed stacks",
         )
+    for option, path in (
+        ("--roofline", roofline),
+        ("--memory-timeline", memory_timeline),
+    ):
+        if path is not None:
+            check_suffix(option, path, (".png",), "plots are PNG images")
+    for option, path in (
+        ("-o", output),
+        ("--timeline", timeline),
+        ("--flamegraph", flamegraph),
+        ("--roofline", roofline),
+        ("--memory-timeline", memory_timeline),
+    ):
+        check_writable(option, path)
     if apply_n is not None and as_json:
         raise click.UsageError("--apply prints before and after as text; drop --json")
     ctx = opts.open(seed=seed)
