@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -192,3 +193,85 @@ def test_no_constraint_means_no_constraint_env(tmp_path, monkeypatch):
     doc["grid"] = {"energy.pj_per_mac": [{"fp16": 1.0}], "energy.pj_per_mac.fp16": [2.0]}
     with pytest.raises(wia_hw.SpecError, match="inside the swept parameter 'energy.pj_per_mac'"):
         _file.load_sweep(doc)
+
+
+# -- 4, 5: hostile text and output folders in sweep-report and compare -----------------
+
+MARKUP = ["[/red]", "[bold]loud", "[link=x]y[/link]", "a[/]b", "[red", "\\[x]"]
+
+
+def _store_with(tmp_path: Path, names: list[str], status: str = "ok") -> Path:
+    from wia_hw.sweep import SweepStore
+
+    path = tmp_path / "m.sqlite"
+    with SweepStore.create(path) as st:
+        for i, n in enumerate(names):
+            ok = status == "ok"
+            st.record(
+                point_key=f"k{i}",
+                sweep_name="m",
+                params={"compute.array.dataflow": n},
+                workload=f"w{n}",
+                metrics={"latency_ms": 1.0 + i, "energy_j": 2.0 - i / 10} if ok else None,
+                status=status,
+                error=None if ok else f"boom {n}",
+                wall_s=0.0,
+            )
+    return path
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sweep_report_prints_user_text_verbatim(tmp_path, seed):
+    rnd = random.Random(seed)
+    names = rnd.sample(MARKUP, 3)
+    for status in ("ok", "failed"):
+        store = _store_with(tmp_path, names, status)
+        res = CliRunner().invoke(cli, ["sweep-report", str(store)], terminal_width=400)
+        assert res.exit_code == 0, res.output
+        for n in names:
+            assert f"compute.array.dataflow={n}" in res.output.replace("\n", "")
+
+
+def test_sweep_report_refuses_a_missing_output_folder_before_printing(tmp_path):
+    store = _store_with(tmp_path, ["os"])
+    for option, name in (("--csv", "x.csv"), ("--png", "x.png"), ("--parquet", "x.parquet")):
+        line = _one_line_exit_2(
+            CliRunner().invoke(cli, ["sweep-report", str(store), option, f"{tmp_path}/no/{name}"])
+        )
+        assert (
+            line.startswith(f"wia-hw: error: {option} {tmp_path}/no/{name}") and "no folder" in line
+        )
+
+
+def test_png_of_a_sweep_whose_points_all_failed_says_so(tmp_path):
+    store = _store_with(tmp_path, ["os", "ws"], status="failed")
+    res = CliRunner().invoke(cli, ["sweep-report", str(store), "--png", str(tmp_path / "p.png")])
+    assert res.exit_code == 0 and "no point succeeded" in res.output
+    assert not (tmp_path / "p.png").exists()
+
+
+@pytest.fixture(scope="module")
+def gemm_reports(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gemm")
+    args = ["gemm", "-a", "M=64", "-a", "N=64", "-a", "K=64"]
+    for kind, name in (("run", "r.json"), ("profile", "p.json")):
+        res = CliRunner().invoke(cli, [kind, *args, "-o", str(d / name)])
+        assert res.exit_code == 0, res.output
+    return d / "r.json", d / "p.json"
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_compare_prints_op_and_kernel_names_verbatim(tmp_path, gemm_reports, seed):
+    rnd = random.Random(seed)
+    d = json.loads(gemm_reports[0].read_text())
+    op, kern = rnd.sample(MARKUP, 2)
+    d["op_times"][0]["name"] = op
+    for k in d["kernels"]:
+        k["name"] = kern
+    d["provenance"]["overrides"] = {"x": rnd.choice(MARKUP)}
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps(d))
+    res = CliRunner().invoke(cli, ["compare", str(gemm_reports[0]), str(b)], terminal_width=300)
+    assert res.exit_code == 0, res.output
+    for text in (op, kern, d["provenance"]["overrides"]["x"]):
+        assert text in res.output

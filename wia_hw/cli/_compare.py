@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from ..emulator.errors import WiaError
@@ -201,13 +202,13 @@ def compare_cmd(reports: tuple[Path, ...], top: int, as_json: bool, width: int |
         click.echo(json.dumps(dict(cmp, reports=[str(p) for p in reports]), indent=1))
         return
     console = make_console(width)
-    names = [p.name for p in reports]
+    names = [escape(p.name) for p in reports]  # names and values are the user's text
     t = Table(title="Made with (what differs)", title_justify="left")
     t.add_column("", no_wrap=True)
     for n in names:
         t.add_column(n, no_wrap=True)
     for k, vs in cmp["made_with"].items():
-        t.add_row(k, *map(_fmt, vs))
+        t.add_row(escape(k), *(escape(_fmt(v)) for v in vs))
     if cmp["made_with"]:
         console.print(t)
     else:
@@ -223,10 +224,10 @@ def compare_cmd(reports: tuple[Path, ...], top: int, as_json: bool, width: int |
         for k, vs in list(rows.items())[:limit]:
             cells = []
             for i, v in enumerate(vs):
-                cells.append(_fmt(v))
+                cells.append(escape(_fmt(v)))
                 if i:
                     cells.append(_delta(vs[0], v))
-            t.add_row(k, *cells)
+            t.add_row(escape(k), *cells)
         console.print(t)
 
     t = Table(title="Totals", title_justify="left")
@@ -242,7 +243,7 @@ def compare_cmd(reports: tuple[Path, ...], top: int, as_json: bool, width: int |
             cells.append(_fmt(v) + (f" {units[k]}" if v is not None and units[k] else ""))
             if i:
                 cells.append(_delta(vs[0], v))
-        t.add_row(k, *cells)
+        t.add_row(escape(k), *cells)
     console.print(t)
     side("Per op", cmp["ops"], "ms", top)
     kern = {n: [None if v is None else v[1] for v in vs] for n, vs in cmp["kernels"].items()}

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from ..emulator.errors import WiaError
 from ..sweep import (
     PARETO_OBJECTIVES,
     PARETO_PLOT_AXES,
@@ -144,7 +147,22 @@ def _fmt(v: Any) -> str:
 
 
 def _params(r: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(r["params"].items()))
+    """The point's parameters, markup escaped (they are the user's text)."""
+    return escape(", ".join(f"{k}={_fmt(v)}" for k, v in sorted(r["params"].items())))
+
+
+def _check_folder(option: str, path: str) -> None:
+    """One line before anything runs when ``path``'s folder does not exist."""
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise WiaError(f"{option} {path}: cannot write it: no folder {folder}")
+
+
+def _write(path: str, fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args, path)
+    except OSError as e:
+        raise WiaError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 @click.command("sweep-report")
@@ -180,6 +198,9 @@ def sweep_report_cmd(
         check_suffix("--csv", csv_path, CSV_SUFFIXES, "the points are CSV text: .csv or .txt")
     if parquet:
         check_suffix("--parquet", parquet, (".parquet",), "the points are Parquet: .parquet")
+    for option, path in (("--png", png), ("--csv", csv_path), ("--parquet", parquet)):
+        if path:
+            _check_folder(option, path)
     st = open_store(store)
     try:
         rows = st.points(sweep_name, superseded=superseded)
@@ -188,7 +209,7 @@ def sweep_report_cmd(
         st.close()
     out = Console(highlight=False, width=160)
     ok = sum(r["status"] == "ok" for r in rows)
-    out.print(f"{store}: {len(rows)} points ({ok} ok, {len(rows) - ok} failed)")
+    out.print(f"{store}: {len(rows)} points ({ok} ok, {len(rows) - ok} failed)", markup=False)
     if hidden:
         out.print(
             f"{hidden} superseded rows (computed under an earlier base spec, metrics or "
@@ -197,16 +218,18 @@ def sweep_report_cmd(
     best = best_points(rows)
     fronts = pareto_front(rows)
     for wl in sorted(best):
-        t = Table(title=f"best points: {wl}", title_justify="left")
+        t = Table(title=f"best points: {escape(wl)}", title_justify="left")
         for c in ("metric", "best", "value", "parameters"):
             t.add_column(c, justify="right" if c == "value" else "left")
         for m, r in best[wl].items():
-            t.add_row(m, better(m), _fmt(r["metrics"][m]), _params(r))
+            t.add_row(escape(m), better(m), _fmt(r["metrics"][m]), _params(r))
         out.print(t)
         front = fronts.get(wl, [])
         if front:
             objs = [o for o in PARETO_OBJECTIVES if o in front[0]["metrics"]]
-            t = Table(title=f"Pareto front ({' vs '.join(objs)}): {wl}", title_justify="left")
+            t = Table(
+                title=f"Pareto front ({' vs '.join(objs)}): {escape(wl)}", title_justify="left"
+            )
             for c in (*objs, "parameters"):
                 t.add_column(c, justify="left" if c == "parameters" else "right")
             for r in front:
@@ -214,13 +237,18 @@ def sweep_report_cmd(
             out.print(t)
     failed = [r for r in rows if r["status"] == "failed"]
     for r in failed[:10]:
-        out.print(f"failed: {r['workload']} {_params(r)}: {r['error']}")
+        out.print(
+            f"failed: {r['workload']} {', '.join(f'{k}={_fmt(v)}' for k, v in sorted(r['params'].items()))}: {r['error']}",
+            markup=False,
+        )
     if len(failed) > 10:
         out.print(f"... and {len(failed) - 10} more failed points")
     if png:
         axes = PARETO_PLOT_AXES
         missing = [m for m in axes if not any(m in (r["metrics"] or {}) for r in rows)]
-        if missing:
+        if not ok:
+            click.echo(f"wia-hw: skipped {png}: no point succeeded, nothing to plot", err=True)
+        elif missing:
             click.echo(
                 f"wia-hw: skipped {png}: the Pareto plot is {' against '.join(axes)}, and "
                 f"no point has {' or '.join(missing)} (add it to the sweep's metrics)",
@@ -229,13 +257,13 @@ def sweep_report_cmd(
         elif not can_plot():
             click.echo(f"wia-hw: skipped {png}: {NO_PLOT}", err=True)
         else:
-            plot_pareto(rows, png)
+            _write(png, plot_pareto, rows)
             click.echo(f"wrote {png}")
     if csv_path:
-        write_csv(rows, csv_path)
+        _write(csv_path, write_csv, rows)
         click.echo(f"wrote {csv_path}")
     if parquet:
-        if write_parquet(rows, parquet) is None:
+        if _write(parquet, write_parquet, rows) is None:
             click.echo(f"parquet export skipped ({parquet}): pyarrow is not installed")
         else:
             click.echo(f"wrote {parquet}")
