@@ -275,3 +275,109 @@ def test_compare_prints_op_and_kernel_names_verbatim(tmp_path, gemm_reports, see
     assert res.exit_code == 0, res.output
     for text in (op, kern, d["provenance"]["overrides"]["x"]):
         assert text in res.output
+
+
+# -- 6, 7, 14: corrupted reports, other schema versions, compare/export options --------
+
+CORRUPT = [
+    ("kernels", None, "kernels"),
+    ("op_times", [1, 2], "op_times[0]"),
+    ("provenance", "x", "provenance"),
+    ("latency_ms", "fast", "latency_ms"),
+    ("kernels", [{"name": "k"}], "kernels[0].time_ms"),
+    ("counters", [1], "counters"),
+    ("kernels", [{"name": 3, "time_ms": 1.0}], "kernels[0].name"),
+    ("provenance", {"overrides": [1]}, "provenance.overrides"),
+    ("provenance", {"extensions": [{"id": "x", "parameters": 5}]}, "provenance.extensions[0]"),
+]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_corrupted_reports_are_one_line_naming_file_and_field(tmp_path, gemm_reports, seed):
+    rnd = random.Random(seed)
+    good = gemm_reports[0]
+    for key, value, field in rnd.sample(CORRUPT, 4):
+        d = json.loads(good.read_text())
+        d[key] = value
+        bad = tmp_path / f"bad-{key}.json"
+        bad.write_text(json.dumps(d))
+        commands = [["compare", str(good), str(bad)], ["compare", str(bad), str(good), "--json"]]
+        commands += [
+            ["export", str(bad), "--csv", "-", "--what", w] for w in ("kernels", "ops", "counters")
+        ]
+        for args in commands:
+            res = CliRunner().invoke(cli, args)
+            if key in ("kernels", "op_times", "counters", "latency_ms", "provenance"):
+                line = _one_line_exit_2(res)
+                assert str(bad) in line and f"field {field}" in line, line
+    d = json.loads(gemm_reports[1].read_text())
+    d["ops"][0]["end_cycle"] = "late"
+    bad = tmp_path / "p.json"
+    bad.write_text(json.dumps(d))
+    line = _one_line_exit_2(CliRunner().invoke(cli, ["compare", str(good), str(bad)]))
+    assert "field ops[0].end_cycle must be a number" in line
+
+
+@pytest.mark.parametrize("schema", ["wia-hw.run/2", "wia-hw.run/", "wia-hw.profile/0", None])
+def test_other_schema_versions_are_refused(tmp_path, gemm_reports, schema):
+    d = json.loads(gemm_reports[0].read_text())
+    d["schema"] = schema
+    other = tmp_path / "v.json"
+    other.write_text(json.dumps(d))
+    for args in (
+        ["compare", str(gemm_reports[0]), str(other)],
+        ["export", str(other), "--csv", "-"],
+        ["run", "--replay", str(other)],
+    ):
+        line = _one_line_exit_2(CliRunner().invoke(cli, args))
+        assert str(other) in line and repr(schema) in line, line
+
+
+def test_compare_and_export_options(tmp_path, gemm_reports):
+    run, prof = gemm_reports
+    for args in (["compare", str(run), str(prof), "--top", "-1"], ["run", "gemm", "--top", "-1"]):
+        res = CliRunner().invoke(cli, args)  # click's usage error: exit 2, no traceback
+        assert res.exit_code == 2 and "Invalid value for '--top'" in res.output
+    out = tmp_path / "a.csv"
+    line = _one_line_exit_2(
+        CliRunner().invoke(cli, ["export", str(run), "--csv", str(out), "--csv", str(out)])
+    )
+    assert "the same file" in line and not out.exists()
+    res = CliRunner().invoke(cli, ["compare", str(run), str(prof), "--json"])
+    made = json.loads(res.stdout)["made_with"]
+    for k in ("workload", "batch", "seq", "mode", "precision"):
+        assert k not in made
+
+
+# -- 8, 9: run --replay of a binary file, and options a replay does not take -----------
+
+
+def test_replay_of_a_binary_file_is_one_line(tmp_path):
+    rnd = random.Random(5)
+    for i, head in enumerate([b"SQLite format 3\x00", b"\xff\xfe", b'{"a": \xc3']):
+        f = tmp_path / f"b{i}.bin"
+        f.write_bytes(head + bytes(rnd.randrange(256) for _ in range(200)))
+        line = _one_line_exit_2(CliRunner().invoke(cli, ["run", "--replay", str(f)]))
+        assert str(f) in line
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_replay_refuses_the_options_the_report_records(gemm_reports, seed):
+    rnd = random.Random(seed)
+    options = [
+        ["--device", "tpu-v1"],
+        ["-b", "4"],
+        ["-s", "8"],
+        ["--precision", "int8"],
+        ["--seed", "3"],
+        ["--mode", "functional"],
+        ["-a", "M=8"],
+        ["--set", "clock_ghz=2"],
+        ["--kv-len", "4"],
+    ]
+    chosen = rnd.sample(options, 2)
+    args = ["run", "--replay", str(gemm_reports[0])] + [x for o in chosen for x in o]
+    line = _one_line_exit_2(CliRunner().invoke(cli, args))
+    assert line.startswith("wia-hw: error: --replay takes no ")
+    res = CliRunner().invoke(cli, ["run", "--replay", str(gemm_reports[0]), "--json"])
+    assert res.exit_code == 0

@@ -57,15 +57,107 @@ def read_report(path: Path) -> dict[str, Any]:
             f"{path}: not a wia-hw run or profile report (schema {schema!r}; "
             "expected wia-hw.run/1 or wia-hw.profile/1)"
         )
+    problem = _check_fields(d)
+    if problem:
+        raise WiaError(f"{path}: {problem}")
     return d
 
 
+#: The report schemas this wia-hw reads, by kind (another version is refused).
+SCHEMAS = {"run": "wia-hw.run/1", "profile": "wia-hw.profile/1"}
+
+
 def report_kind(d: dict[str, Any]) -> str | None:
-    """``"run"``, ``"profile"`` or None, from the report's ``schema``."""
-    schema = str(d.get("schema", ""))
-    for kind in ("run", "profile"):
-        if schema.startswith(f"wia-hw.{kind}/"):
+    """``"run"``, ``"profile"`` or None, from the report's ``schema`` (exactly
+    ``wia-hw.run/1`` or ``wia-hw.profile/1``)."""
+    schema = d.get("schema")
+    for kind, name in SCHEMAS.items():
+        if schema == name:
             return kind
+    return None
+
+
+def _short(v: Any) -> str:
+    text = json.dumps(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _check_fields(d: dict[str, Any]) -> str | None:
+    """What is wrong with the fields ``compare`` and ``export`` read (a report that
+    parses but was corrupted), naming the field; None when they are fine."""
+
+    def bad(field: str, what: str, got: Any) -> str:
+        return f"field {field} must be {what}, got {_short(got)}"
+
+    def records(key: str, needs: dict[str, str]) -> str | None:
+        if key not in d:
+            return None
+        v = d[key]
+        if not isinstance(v, list):
+            return bad(key, "a list of objects", v)
+        for i, r in enumerate(v):
+            if not isinstance(r, dict):
+                return bad(f"{key}[{i}]", "an object", r)
+            for f, kind in needs.items():
+                x = r.get(f)
+                if (kind == "str" and not isinstance(x, str)) or (kind == "num" and not _is_num(x)):
+                    return bad(f"{key}[{i}].{f}", "a string" if kind == "str" else "a number", x)
+        return None
+
+    def mapping(key: str, v: Any) -> str | None:
+        return None if isinstance(v, dict) else bad(key, "an object", v)
+
+    if report_kind(d) == "run":
+        for _, key, _, _ in TOTALS:
+            if d.get(key) is not None and not _is_num(d[key]):
+                return bad(key, "a number", d[key])
+        problem = records("op_times", {"name": "str", "time_ms": "num"}) or records(
+            "kernels", {"name": "str", "time_ms": "num"}
+        )
+    else:
+        for key in ("summary", "device"):
+            if key in d and (problem := mapping(key, d[key])):
+                return problem
+        for _, _, key, _ in TOTALS:
+            v = d.get("summary", {}).get(key) if key else None
+            if v is not None and not _is_num(v):
+                return bad(f"summary.{key}", "a number", v)
+        clock = d.get("device", {}).get("clock_ghz")
+        if clock is not None and not (_is_num(clock) and clock > 0):
+            return bad("device.clock_ghz", "a positive number", clock)
+        cycles = {"name": "str", "start_cycle": "num", "end_cycle": "num"}
+        problem = records("ops", cycles) or records("kernels", cycles)
+    if problem:
+        return problem
+    if "counters" in d and d["counters"] is not None and (p := mapping("counters", d["counters"])):
+        return p
+    prov = d.get("provenance")
+    if prov is None:
+        return None
+    if not isinstance(prov, dict):
+        return bad("provenance", "an object", prov)
+    for key in ("overrides", "peaks", "run"):
+        if prov.get(key) is not None and (p := mapping(f"provenance.{key}", prov[key])):
+            return p
+    peaks = prov.get("peaks") or {}
+    if peaks.get("peak_tflops") is not None and not isinstance(peaks["peak_tflops"], dict):
+        return bad("provenance.peaks.peak_tflops", "an object", peaks["peak_tflops"])
+    run = prov.get("run") or {}
+    if run.get("kwargs") is not None and not isinstance(run["kwargs"], dict):
+        return bad("provenance.run.kwargs", "an object", run["kwargs"])
+    exts = prov.get("extensions")
+    if exts is not None:
+        if not isinstance(exts, list):
+            return bad("provenance.extensions", "a list of objects", exts)
+        for i, e in enumerate(exts):
+            if not isinstance(e, dict) or not isinstance(e.get("id"), str):
+                return bad(f"provenance.extensions[{i}]", "an object with an id", e)
+            if e.get("parameters") is not None and not isinstance(e["parameters"], dict):
+                return bad(f"provenance.extensions[{i}].parameters", "an object", e["parameters"])
     return None
 
 
@@ -92,20 +184,20 @@ def _summary(d: dict[str, Any]) -> dict[str, Any]:
     """Totals, per-op ms, per-kernel (launches, ms) and provenance of one report."""
     if report_kind(d) == "run":
         totals = {label: d.get(key) for label, key, _, _ in TOTALS}
-        ops = {o["name"]: o["time_ms"] for o in d.get("op_times", [])}
-        kern = [(k["name"], k["time_ms"]) for k in d.get("kernels", [])]
+        ops = {o["name"]: o["time_ms"] for o in d.get("op_times") or []}
+        kern = [(k["name"], k["time_ms"]) for k in d.get("kernels") or []]
     else:
-        s = d.get("summary", {})
+        s = d.get("summary") or {}
         totals = {label: s.get(key) if key else None for label, _, key, _ in TOTALS}
-        clock = d.get("device", {}).get("clock_ghz") or 1.0
+        clock = (d.get("device") or {}).get("clock_ghz") or 1.0
 
         def ms(c: int) -> float:
             return c / (clock * 1e6)
 
         ops = {}
-        for o in d.get("ops", []):
+        for o in d.get("ops") or []:
             ops[o["name"]] = ops.get(o["name"], 0.0) + ms(o["end_cycle"] - o["start_cycle"])
-        kern = [(k["name"], ms(k["end_cycle"] - k["start_cycle"])) for k in d.get("kernels", [])]
+        kern = [(k["name"], ms(k["end_cycle"] - k["start_cycle"])) for k in d.get("kernels") or []]
     kernels: dict[str, list[float]] = {}
     for name, t in kern:
         k = kernels.setdefault(_layerless(name), [0, 0.0])
@@ -123,24 +215,34 @@ def _made_with(prov: dict[str, Any] | None) -> dict[str, Any]:
         "device": prov.get("device"),
         "spec sha256": str(prov.get("spec_sha256", ""))[:12],
     }
-    for k, v in sorted(prov.get("overrides", {}).items()):
+    for k, v in sorted((prov.get("overrides") or {}).items()):
         rows[f"--set {k}"] = v
-    for e in prov.get("extensions", []):
+    for e in prov.get("extensions") or []:
         rows[f"--ext {e['id']}"] = e.get("source")
-        for k, v in sorted(e.get("parameters", {}).items()):
+        for k, v in sorted((e.get("parameters") or {}).items()):
             rows[f"  {e['id']}.{k}"] = v
-    for k, v in sorted(prov.get("peaks", {}).get("peak_tflops", {}).items()):
+    peaks = prov.get("peaks") or {}
+    for k, v in sorted((peaks.get("peak_tflops") or {}).items()):
         rows[f"peak {k} TFLOPS"] = v
-    rows["peak HBM GB/s"] = prov.get("peaks", {}).get("hbm_bandwidth_gbs")
+    rows["peak HBM GB/s"] = peaks.get("hbm_bandwidth_gbs")
     rows["wia_hw"] = prov.get("wia_hw_version")
     rows["seed"] = prov.get("seed")
     run = prov.get("run") or {}
-    for k in ("workload", "batch", "seq", "precision", "mode"):
+    for k in _RUN_ROWS:
         if k in run:
             rows[k] = run[k]
     for k, v in sorted((run.get("kwargs") or {}).items()):
         rows[f"-a {k}"] = v
     return rows
+
+
+#: A run field (workload, batch, ...) of a report whose provenance has no ``run``.
+NOT_RECORDED = "not recorded"
+_RUN_ROWS = ("workload", "batch", "seq", "precision", "mode")
+
+
+def _is_run_row(k: str) -> bool:
+    return k in _RUN_ROWS or k.startswith("-a ")
 
 
 def _delta(base: float | None, v: float | None) -> str:
@@ -153,18 +255,25 @@ def _delta(base: float | None, v: float | None) -> str:
 
 def compare_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """The comparison as data: ``made_with`` (rows that differ between the reports:
-    name -> one value per report, ``None`` where absent), ``totals``, ``ops`` (ms) and
+    name -> one value per report, ``None`` where absent, ``"not recorded"`` for a run
+    field of a report without a recorded run, such as a profile), ``totals``, ``ops`` (ms) and
     ``kernels`` (``[launches, ms]``, a kernel of every layer as one), each name -> one
     value per report in the order of ``reports``; ops and kernels slowest first (by
     their largest time over the reports)."""
     sums = [_summary(d) for d in reports]
     made = [_made_with(s["provenance"]) for s in sums]
+    # a profile's provenance records no run: its workload, batch, ... are not recorded,
+    # and compare only between the reports that record them
+    has_run = [isinstance((s["provenance"] or {}).get("run"), dict) for s in sums]
     keys = list(dict.fromkeys(k for m in made for k in m))
-    differs = {
-        k: [m.get(k) for m in made]
-        for k in keys
-        if len({json.dumps(m.get(k), sort_keys=True) for m in made}) > 1
-    }
+    differs = {}
+    for k in keys:
+        vals = [m.get(k) for m in made]
+        if _is_run_row(k):
+            vals = [v if h else NOT_RECORDED for v, h in zip(vals, has_run, strict=True)]
+        recorded = [v for v in vals if v is not NOT_RECORDED]
+        if len({json.dumps(v, sort_keys=True) for v in recorded}) > 1:
+            differs[k] = vals
     totals = {label: [s["totals"].get(label) for s in sums] for label, *_ in TOTALS}
     totals = {k: v for k, v in totals.items() if any(x is not None for x in v)}
     op_names = list(dict.fromkeys(n for s in sums for n in s["ops"]))
@@ -188,7 +297,13 @@ def _fmt(v: Any) -> str:
 
 @click.command("compare")
 @click.argument("reports", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--top", type=int, default=15, show_default=True, help="Kernels and ops to list.")
+@click.option(
+    "--top",
+    type=click.IntRange(min=0),
+    default=15,
+    show_default=True,
+    help="Kernels and ops to list.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @width_option
 def compare_cmd(reports: tuple[Path, ...], top: int, as_json: bool, width: int | None) -> None:

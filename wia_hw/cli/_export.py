@@ -78,6 +78,14 @@ def export_cmd(report: Path, csv_files: tuple[str, ...], what: tuple[str, ...]) 
     """Export the kernels, ops or counters of a run or profile REPORT as CSV."""
     for f in csv_files:
         check_suffix("--csv", f, CSV_SUFFIXES, "export writes CSV text: *.csv or *.txt, or -")
+    seen: dict[Path, str] = {}
+    for f in csv_files:
+        if f == "-":
+            continue
+        key = Path(f).resolve()
+        if key in seen:
+            raise WiaError(f"--csv {f}: the same file as --csv {seen[key]}: give each file once")
+        seen[key] = f
     d = read_report(report)
     if what and len(what) != len(csv_files):
         raise WiaError(

@@ -28,6 +28,24 @@ from ._generate import run_generation, throughput_text
 
 __all__ = ["run_cmd", "print_run", "replay_context", "describe_provenance"]
 
+#: The run report schema ``--replay`` reads (another version is refused).
+RUN_SCHEMA = "wia-hw.run/1"
+#: Options a replay takes from the report: giving one with ``--replay`` is refused.
+_REPLAY_SETS = {
+    "device": "--device",
+    "batch": "--batch",
+    "seq": "--seq",
+    "precision": "--precision",
+    "args": "--arg",
+    "sets": "--set",
+    "exts": "--ext",
+    "ext_param": "--ext-param",
+    "phase": "--phase",
+    "kv_len": "--kv-len",
+    "mode": "--mode",
+    "seed": "--seed",
+}
+
 
 def _progress(console: Console) -> tuple[Callable[[int, int, str], None], Callable[[], None]]:
     """A progress callback that shows a bar only once a run has taken over a second."""
@@ -179,14 +197,17 @@ def replay_context(path: Path) -> tuple[Context, dict[str, Any]]:
     inputs or schedules given as a mapping, or a context that had run before) or when the spec resolves differently
     now (its hash differs)."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_bytes().decode("utf-8"))
     except OSError as e:
         raise WiaError(f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise WiaError(f"{path}: not a wia-hw run report (not UTF-8 text: not JSON)") from None
     except json.JSONDecodeError as e:
         raise WiaError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
-    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("wia-hw.run/"):
+    if not isinstance(data, dict) or data.get("schema") != RUN_SCHEMA:
         raise WiaError(
-            f"{path}: not a wia-hw run report (schema {data.get('schema')!r})"
+            f"{path}: not a wia-hw run report (schema {data.get('schema')!r}; "
+            f"expected {RUN_SCHEMA})"
             if isinstance(data, dict)
             else f"{path}: not a wia-hw run report"
         )
@@ -242,7 +263,9 @@ def replay_context(path: Path) -> tuple[Context, dict[str, Any]]:
     default=None,
     help="Write the JSON report to this file as well.",
 )
-@click.option("--top", type=int, default=10, show_default=True, help="Kernels to list.")
+@click.option(
+    "--top", type=click.IntRange(min=0), default=10, show_default=True, help="Kernels to list."
+)
 @click.option(
     "--generate", type=int, default=None, help="Generate N tokens (gpt2): prefill + decode steps."
 )
@@ -275,6 +298,19 @@ def run_cmd(
     if replay is not None:
         if opts is not None:
             raise WiaError("--replay takes no WORKLOAD: the report names it")
+        from click.core import ParameterSource
+
+        ctx_ = click.get_current_context()
+        given = [
+            flag
+            for name, flag in _REPLAY_SETS.items()
+            if ctx_.get_parameter_source(name) not in (ParameterSource.DEFAULT, None)
+        ]
+        if given:
+            raise WiaError(
+                f"--replay takes no {', '.join(given)}: the report records how the run was "
+                "made (run it without --replay to change it)"
+            )
         ctx, rec = replay_context(replay)
         workload: str = rec["workload"]
         kw: dict[str, Any] = dict(
