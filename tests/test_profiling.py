@@ -523,3 +523,24 @@ def test_the_runs_allocations_carry_the_users_call_site():
     lines = {(x.description.split(" of ")[-1], x.file, x.line) for x in sites}
     assert ("bert-base", __file__, first) in lines and ("gemm", __file__, second) in lines
     assert all(x.file == __file__ for x in sites)
+
+
+def test_kernels_off_the_arrays_are_not_judged_as_array_kernels():
+    """A matmul the photonic unit takes runs off the cores: the arrays' utilisation,
+    occupancy advice and compute ceiling say nothing of it, and the session's
+    utilisation counts only the cores' FLOPs."""
+    ctx = wia_hw.open_device()
+    wia_hw.register_device_extension(ctx, "photonic", parameters={"policy": "all"})
+    with wia_hw.start_profiling(ctx, wia_hw.ProfilingConfig(mode="counters")) as s:
+        ctx.run("gemm", M=256, N=256, K=256)
+    rep = s.report
+    (k,) = rep.kernels
+    assert k.kind == "photonic"
+    summary = rep.summary()
+    assert summary["off_core_flops"] == k.flop_count > 0
+    assert summary["compute_utilization"] == 0.0
+    p = rep.kernel_profiles()[0]
+    assert p.compute_utilization == 0.0
+    text = "\n".join(f"{a.level}: {a.message}" for a in p.assessments)
+    assert "off the arrays" in text and "occupancy" not in text and "ridge" not in text
+    assert "TFLOPS more on extension units" in rep.format_text()

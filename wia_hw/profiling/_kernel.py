@@ -171,7 +171,10 @@ class KernelProfile:
         p = cls(
             name=ks.name,
             duration_ms=ms,
-            compute_utilization=compute_utilization(ks.flop_count, cyc, ks.precision, dev),
+            # the arrays' utilisation: none for work done off them (an extension's unit)
+            compute_utilization=compute_utilization(ks.flop_count, cyc, ks.precision, dev)
+            if ks.kind in ON_CORES
+            else 0.0,
             memory_bandwidth_gbs=None
             if crossed is None
             else bandwidth_gbs(crossed["hbm"], cyc, dev),
@@ -261,8 +264,23 @@ def _what(p: KernelProfile) -> str:
 
 
 def assess(p: KernelProfile, dev: DeviceInfo) -> list[Assessment]:
-    """The seed's three checks with their thresholds, classified by the bound model."""
+    """The seed's three checks with their thresholds, classified by the bound model.
+    A kernel run off the cores (an extension's unit: photonic, analog, PIM) is judged
+    by its memory traffic only: the arrays' utilisation and occupancy say nothing of it,
+    and its unit's compute ceiling is not known."""
     out: list[Assessment] = []
+    if p.kind not in ON_CORES:
+        bw = p.bandwidth_pct
+        out.append(
+            Assessment(
+                "INFO",
+                f"Runs on the {p.kind} unit, off the arrays: no compute ceiling is known for "
+                "it"
+                + ("" if bw is None else f"; its HBM traffic reaches {bw:.0f}% of peak bandwidth"),
+                "See the unit's own figures (RunResult.extensions) for its rate and energy",
+            )
+        )
+        return out
     ai = p.arithmetic_intensity
     ai_txt = "inf" if ai is None else fmt_ai(ai)
     eff = p.roofline_efficiency or 0.0
@@ -440,6 +458,10 @@ def _why_slow(p: KernelProfile, dev: DeviceInfo) -> str:
     return "; ".join(t for _, t in parts) or "pipeline overheads (DMA setup, drain)"
 
 
+#: Record kinds of kernels run on the cores' arrays and vector units.
+ON_CORES = ("gemm", "vector")
+
+
 def _pct(v: float | None) -> str:
     return "n/a (no accesses)" if v is None else f"{v:.1f}%"
 
@@ -449,7 +471,8 @@ def format_kernel_profile(p: KernelProfile) -> str:
     lines = [
         f"Kernel: {p.name}",
         f"  Duration: {p.duration_ms:.3f} ms",
-        f"  Compute Utilization: {p.compute_utilization:.1f}%",
+        f"  Compute Utilization: {p.compute_utilization:.1f}%"
+        + ("" if p.kind in ON_CORES else f" (runs on the {p.kind} unit, off the arrays)"),
     ]
     if p.memory_bandwidth_gbs is not None:
         lines.append(
