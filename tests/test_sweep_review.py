@@ -381,3 +381,49 @@ def test_replay_refuses_the_options_the_report_records(gemm_reports, seed):
     assert line.startswith("wia-hw: error: --replay takes no ")
     res = CliRunner().invoke(cli, ["run", "--replay", str(gemm_reports[0]), "--json"])
     assert res.exit_code == 0
+
+
+# -- 11, 13, 14: equal numbers, a constraint that cannot be evaluated, the scheduler -----
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_numerically_equal_values_are_one_point(tmp_path, seed):
+    rnd = random.Random(seed)
+    ints = rnd.sample([16, 32, 64, 128], 3)
+    values = ints + [float(v) for v in rnd.sample(ints, 2)]
+    rnd.shuffle(values)
+    sw = wia_hw.sweep.load_sweep(_sweep_doc("eq", values))
+    assert len(sw.points()) == len(ints)
+    s = wia_hw.sweep(_sweep_doc("eq", values), store=tmp_path / "s.sqlite", workers=1)
+    assert (s.points, s.computed) == (len(ints), len(ints))
+    # booleans are not numbers here, and 0.5 stays 0.5
+    doc = _sweep_doc("eq", [1])
+    doc["grid"] = {"compute.array.pipelined": [True, 1, 1.0], "clock_ghz": [0.5]}
+    assert len(wia_hw.sweep.load_sweep(doc).points()) == 2
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_constraint_that_cannot_be_evaluated_fails_that_point_only(tmp_path, seed):
+    rnd = random.Random(seed)
+    rows = rnd.sample([8, 16, 32, 64, 256], 3) + [0]
+    rnd.shuffle(rows)
+    doc = _sweep_doc("c", rows, constraint="128 / rows >= 0.5")
+    store = tmp_path / "s.sqlite"
+    s = wia_hw.sweep(doc, store=store, workers=1)
+    keep = [r for r in rows if r and 128 / r >= 0.5]
+    assert (s.points, s.failed, s.ok) == (len(keep) + 1, 1, len(keep))
+    (bad,) = [r for r in open_store(store).points() if r["status"] == "failed"]
+    assert bad["params"] == {"compute.array.rows": 0}
+    assert "division by zero" in bad["error"] and "128 / rows" in bad["error"]
+    assert wia_hw.sweep(doc, store=store, workers=1).computed == 0
+
+
+def test_an_unreachable_scheduler_leaves_no_store(tmp_path, monkeypatch):
+    pytest.importorskip("distributed")
+    import wia_hw.sweep._run as run_mod
+
+    monkeypatch.setattr(run_mod, "CONNECT_TIMEOUT_S", 0.5)
+    store = tmp_path / "s.sqlite"
+    with pytest.raises(SweepError, match="cannot reach the Dask scheduler"):
+        wia_hw.sweep(_sweep_doc("d", [16]), executor="dask://127.0.0.1:9", store=store)
+    assert not store.exists()

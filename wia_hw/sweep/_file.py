@@ -156,6 +156,7 @@ class Point:
     workload_name: str
     workload_args: dict[str, Any]
     metrics: tuple[str, ...]
+    error: str | None = None  # the constraint could not be evaluated: failed, not run
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,9 @@ class Sweep:
     metrics: tuple[str, ...]
     constraint: tuple[Constraint, ...] = ()
     filtered: int = 0  # parameter sets the constraint removed
+    #: per parameter set: None, or why the constraint could not be evaluated (its
+    #: points are stored ``failed`` with that error and not run)
+    set_errors: tuple[str | None, ...] = field(default=(), repr=False)
 
     @property
     def definition(self) -> str:
@@ -191,13 +195,20 @@ class Sweep:
 
     def points(self) -> list[Point]:
         out: dict[str, Point] = {}
-        for params in self.param_sets:
+        errors = self.set_errors or (None,) * len(self.param_sets)
+        for params, error in zip(self.param_sets, errors, strict=True):
             for wname, wargs in self.workloads:
                 key = point_key(params, wname, wargs, self.metrics, self.base_hash)
                 out.setdefault(
                     key,
                     Point(
-                        key, dict(params), _label(wname, wargs), wname, dict(wargs), self.metrics
+                        key,
+                        dict(params),
+                        _label(wname, wargs),
+                        wname,
+                        dict(wargs),
+                        self.metrics,
+                        error,
                     ),
                 )
         return list(out.values())
@@ -206,6 +217,18 @@ class Sweep:
 def _label(name: str, args: Mapping[str, Any]) -> str:
     inner = ", ".join(f"{k}={args[k]}" for k in sorted(args))
     return f"{name}({inner})"
+
+
+def _canon(v: Any) -> Any:
+    """Numbers as one text per value: a float equal to an integer is that integer
+    (``600.0`` and ``600`` are one point); booleans stay booleans."""
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, Mapping):
+        return {k: _canon(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_canon(x) for x in v]
+    return v
 
 
 def point_key(
@@ -217,10 +240,11 @@ def point_key(
     version: str = __version__,
 ) -> str:
     """sha256 (hex) of the canonical JSON of (parameters, workload and its arguments,
-    metrics kept, the base spec's content hash, the wia-hw version)."""
+    metrics kept, the base spec's content hash, the wia-hw version); numerically equal
+    values give one key (``600.0`` is ``600``)."""
     doc = {
-        "params": dict(params),
-        "workload": {"name": workload, "args": dict(args)},
+        "params": _canon(dict(params)),
+        "workload": {"name": workload, "args": _canon(dict(args))},
         "metrics": list(metrics),
         "base": base_hash,
         "version": version,
@@ -597,6 +621,7 @@ def load_sweep(
             at = "constraint" if not isinstance(raw, list) else f"constraint.{i}"
             raise ctx.err(f"constraint: {e}", at) from None
     kept = [] if constraints else sets
+    set_errors: list[str | None] = []
     step = max(1, len(sets) // 100)
     for i, s in enumerate(sets if constraints else ()):
         if progress is not None and i % step == 0:
@@ -605,8 +630,10 @@ def load_sweep(
         try:
             if all(c.holds(env) for c in constraints):
                 kept.append(s)
-        except ExprError as e:
-            raise ctx.err(f"constraint at {canonical_json(s)}: {e}", "constraint") from None
+                set_errors.append(None)
+        except ExprError as e:  # this set fails (stored with the error), the others run
+            kept.append(s)
+            set_errors.append(f"constraint {', '.join(c.text for c in constraints)}: {e}")
     if progress is not None and constraints:
         progress("constraint", len(sets), len(sets))
     return Sweep(
@@ -622,4 +649,5 @@ def load_sweep(
         metrics=tuple(metrics),
         constraint=tuple(constraints),
         filtered=len(sets) - len(kept),
+        set_errors=tuple(set_errors),
     )

@@ -7,6 +7,7 @@ sweep was killed) computes only what is missing.
 
 from __future__ import annotations
 
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -196,7 +197,15 @@ def sweep(
     t0 = time.perf_counter()
     points = sw.points()
     by_key = {p.key: p for p in points}
-    st = SweepStore.create(store)
+    # the scheduler is reached before the store is touched: an unreachable one leaves
+    # no file behind
+    client, owned, dask_name = (None, False, "") if is_local else _dask_client(executor)
+    try:
+        st = SweepStore.create(store)
+    except BaseException:
+        if owned:
+            client.close()
+        raise
     try:
         done = st.finished_keys(by_key, include_failed=not retry_failed)
         todo = [p for p in points if p.key not in done]
@@ -217,23 +226,26 @@ def sweep(
             ),
         )
         st.add_members(sw.name, sw.definition, by_key)
-        tasks = [_task(sw, p) for p in todo]
+        tasks = [_task(sw, p) for p in todo if p.error is None]
+        refused = [  # the constraint could not be evaluated: failed without running
+            {"key": p.key, "status": "failed", "metrics": None, "error": p.error, "wall_s": 0.0}
+            for p in todo
+            if p.error is not None
+        ]
         ok = failed = 0
         cpu_s = 0.0
         if not tasks:
-            name = "local" if is_local else str(executor)
+            name = "local" if is_local else dask_name
             results: Iterator[dict[str, Any]] = iter(())
-            client, owned = None, False
         elif is_local:
             n = workers or os.cpu_count() or 1
             name = f"local pool ({min(n, len(tasks))} workers)"
             results = _local(tasks, min(n, len(tasks)))
-            client, owned = None, False
         else:
-            client, owned, name = _dask_client(executor)
+            name = dask_name
             results = _dask(tasks, client)
         try:
-            for i, r in enumerate(results, 1):
+            for i, r in enumerate(itertools.chain(refused, results), 1):
                 p = by_key[r["key"]]
                 st.record(
                     point_key=p.key,
@@ -251,15 +263,15 @@ def sweep(
                 else:
                     failed += 1
                 if progress is not None:
-                    progress(i, len(tasks))
+                    progress(i, len(todo))
         finally:
             close = getattr(results, "close", None)
             if close is not None:
                 close()  # an interrupted sweep: cancel what is queued, stop the pool
-            if owned and client is not None:
-                client.close()
     finally:
         st.close()
+        if owned and client is not None:
+            client.close()
     return SweepSummary(
         sweep=sw.name,
         store=str(Path(store)),
