@@ -7,6 +7,7 @@ import dataclasses
 import json
 import sqlite3
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -386,3 +387,31 @@ def test_remaining_bad_input_messages(tmp_path, gemm_result, monkeypatch):
     monkeypatch.setitem(sys.modules, "scipy", None)  # import scipy raises ImportError
     with pytest.raises(BenchmarkError, match=r"compare_benchmarks needs scipy: pip install"):
         compare_benchmarks([1.0, 2.0], [1.0, 2.0])
+
+
+@pytest.mark.parametrize("alpha", ["1.5", "0", "-0.1"])
+def test_cli_alpha_outside_0_1_is_refused_without_compare(alpha, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = CliRunner().invoke(cli, [*ARGS, "--alpha", alpha])
+    assert out.exit_code == 2
+    assert out.output.strip() == f"wia-hw: error: --alpha must be in (0, 1), got {float(alpha):g}"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cli_gates_only_on_a_change_above_the_noise_threshold(seed, tmp_path):
+    """A baseline a fraction of a percent faster is significant with nearly constant
+    samples but not a regression (exit 0); above --noise-threshold it is (exit 1)."""
+    rng = np.random.default_rng(seed)
+    runner = CliRunner()
+    db = tmp_path / "base.sqlite"
+    assert runner.invoke(cli, [*ARGS, "--save", str(db)]).exit_code == 0
+    base = load_baseline_results(db)
+    f = 1 - float(rng.uniform(0.001, 0.009))
+    fast = tuple(f * x * (1 + 1e-6 * i) for i, x in enumerate(base.samples_ms))
+    save_baseline(dataclasses.replace(base, samples_ms=fast, raw_samples_ms=fast), db)
+    out = runner.invoke(cli, [*ARGS, "--compare", str(db)])
+    assert out.exit_code == 0, out.output
+    assert "Statistical significance: YES" in out.output
+    assert "within the 1% noise threshold" in out.output
+    strict = runner.invoke(cli, [*ARGS, "--compare", str(db), "--noise-threshold", "0"])
+    assert strict.exit_code == 1, strict.output

@@ -318,3 +318,74 @@ def test_format_text_prints_the_seeds_comparison_lines():
     assert lines[1].startswith(f"  Speedup: {t.speedup:.2f}x (95% CI ")
     assert lines[2] == f"  Statistical significance: YES (p={t.p_value:.4f})"
     assert lines[3] == f"  Effect size (Cohen's d): {t.effect_size:.2f} ({t.effect_label})"
+
+
+# -- review: practical threshold, variation notes, degenerate samples -----------------
+@pytest.mark.parametrize("seed", range(6))
+def test_a_change_within_the_noise_threshold_is_never_a_regression(seed):
+    """Nearly constant samples (the within-run spread far below the difference) make a
+    tiny change statistically significant; below the 1 % noise threshold it is neither
+    a regression nor an improvement, and the text says so. Above it, it is."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(10, 60))
+    base = 0.1338 * (1 + rng.normal(0, 1e-5, n))
+    delta = float(rng.uniform(-0.009, 0.009))
+    small = compare_benchmarks(base, 0.1338 * (1 + delta) * (1 + rng.normal(0, 1e-5, n)))
+    assert small.is_significant and small.within_noise
+    assert not small.is_regression and not small.is_improvement
+    assert abs(small.change - delta) < 1e-4
+    assert "within the 1% noise threshold" in small.format_text()
+    big = float(rng.uniform(0.011, 0.2)) * (1 if seed % 2 else -1)
+    large = compare_benchmarks(base, 0.1338 * (1 + big) * (1 + rng.normal(0, 1e-5, n)))
+    assert large.is_regression == (big > 0) and large.is_improvement == (big < 0)
+    assert not large.within_noise
+    strict = compare_benchmarks(base, base * (1 + abs(delta)), noise_threshold=0.0)
+    assert strict.is_regression
+
+
+def test_noise_threshold_out_of_range_is_one_line():
+    with pytest.raises(BenchmarkError, match=r"noise_threshold must be in \[0, 1\), got 1.5"):
+        compare_benchmarks([1.0, 2.0], [1.0, 2.0], noise_threshold=1.5)
+
+
+def test_results_under_different_variation_seeds_get_a_note():
+    def res(sources, seed):
+        cfg = BenchmarkConfig(variation_sources=sources, variation_seed=seed)
+        return summarize(
+            [1.0, 1.001, 1.002],
+            cfg,
+            name="x",
+            kind="emulator",
+            device="d",
+            spec_hash="h",
+            tool_version="0",
+            env=EnvironmentalData(),
+        )
+
+    t = compare_benchmarks(res(("dram_refresh",), 0), res(("dram_refresh",), 1))
+    assert any("seed 0" in n and "seed 1" in n for n in t.notes)
+    assert "drawn once per run" in t.format_text()
+    # the seed only matters to the seeded sources
+    assert not compare_benchmarks(res(("thermal",), 0), res(("thermal",), 1)).notes
+    t = compare_benchmarks(res(("thermal",), 0), res(("thermal", "dram_refresh"), 0))
+    assert t.notes and "thermal,dram_refresh (seed 0)" in t.notes[0]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_nearly_constant_samples_compare_without_warnings(seed):
+    """A sample without spread against one with a little: no RuntimeWarning, the
+    t-test as the textbook computes it."""
+    import warnings
+
+    rng = np.random.default_rng(seed)
+    n1, n2 = int(rng.integers(2, 20)), int(rng.integers(2, 20))
+    a = [1.0] * n1
+    b = list(1.0 + rng.uniform(0, 1e-4, n2))
+    b[0] = 1.0001
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = compare_benchmarks(a, b)
+    ref_t, ref_p = _welch_by_hand(a, b)
+    assert t.t_statistic == pytest.approx(ref_t, rel=1e-6)
+    assert t.p_value == pytest.approx(ref_p, rel=1e-6)
+    assert math.isfinite(t.effect_size)

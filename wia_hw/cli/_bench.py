@@ -1,7 +1,7 @@
 """``wia-hw bench WORKLOAD``: benchmark a workload on an emulated device and print the
 seed's section 8.8 block; ``--save`` keeps the result as a baseline in an SQLite file,
 ``--compare`` compares it with the baseline there and exits with status 1 on a
-significant regression (for CI pipelines)."""
+significant regression larger than ``--noise-threshold`` (for CI pipelines)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,14 @@ __all__ = ["bench_cmd"]
     type=float,
     default=0.05,
     show_default=True,
-    help="Significance level of the comparison.",
+    help="Significance level of the comparison, in (0, 1).",
+)
+@click.option(
+    "--noise-threshold",
+    type=float,
+    default=0.01,
+    show_default=True,
+    help="Smallest relative change of the mean called a regression (criterion's 1%).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def bench_cmd(
@@ -99,9 +106,14 @@ def bench_cmd(
     save: Path | None,
     compare: Path | None,
     alpha: float,
+    noise_threshold: float,
     as_json: bool,
 ) -> None:
     """Benchmark WORKLOAD (gemm, bert-base, ..., or an .onnx file) on a device."""
+    if not 0 < alpha < 1:  # checked with or without --compare, before measuring
+        raise BenchmarkError(f"--alpha must be in (0, 1), got {alpha:g}")
+    if not 0 <= noise_threshold < 1:
+        raise BenchmarkError(f"--noise-threshold must be in [0, 1), got {noise_threshold:g}")
     cfg = BenchmarkConfig(
         warmup_iterations=warmup,
         measurement_iterations=iterations,
@@ -122,7 +134,9 @@ def bench_cmd(
     test = None
     if compare is not None:
         baseline = load_baseline_results(compare, result.name, device=ctx)
-        test = compare_benchmarks(baseline, result, alpha=alpha, seed=variation_seed)
+        test = compare_benchmarks(
+            baseline, result, alpha=alpha, seed=variation_seed, noise_threshold=noise_threshold
+        )
     if save is not None:
         save_baseline(result, save)
     if as_json:
@@ -144,7 +158,9 @@ def bench_cmd(
         if not as_json:
             click.echo(
                 f"wia-hw: significant regression against {compare}: "
-                f"{test.baseline_mean_ms:.6g} ms -> {test.result_mean_ms:.6g} ms",
+                f"{test.baseline_mean_ms:.6g} ms -> {test.result_mean_ms:.6g} ms "
+                f"({100 * test.change:+.2f}%, above the {100 * noise_threshold:g}% noise "
+                "threshold)",
                 err=True,
             )
         raise SystemExit(1)
