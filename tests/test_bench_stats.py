@@ -389,3 +389,21 @@ def test_nearly_constant_samples_compare_without_warnings(seed):
     assert t.t_statistic == pytest.approx(ref_t, rel=1e-6)
     assert t.p_value == pytest.approx(ref_p, rel=1e-6)
     assert math.isfinite(t.effect_size)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("method", [OutlierMethod.IQR, OutlierMethod.MAD])
+def test_a_sample_mostly_one_value_keeps_its_variation(seed, method):
+    """Over three quarters of the samples equal (IQR = MAD = 0): nothing is removed, so the mean
+    and spread are those of every sample (IQR removal discarded all the variation and
+    reported the slowest value as the mean)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(20, 120))
+    top = 0.133883
+    others = top - rng.uniform(1e-5, 3e-4, int(rng.integers(1, n // 4 - 1)))
+    samples = np.concatenate([others, np.full(n - others.size, top)])
+    rng.shuffle(samples)
+    assert not outlier_mask(samples, method, 1.5).any()
+    r = _summary(samples, BenchmarkConfig(outlier_detection=method))
+    assert r.num_outliers == 0 and r.cv_percent > 0
+    assert r.mean_ms == pytest.approx(samples.mean(), rel=1e-12) and r.mean_ms < top

@@ -30,7 +30,8 @@ class OutlierMethod(enum.Enum):
     ``[Q1 - k IQR, Q3 + k IQR]`` is removed (``k = outlier_threshold``, 1.5 by default;
     quartiles by linear interpolation, numpy's default). ``MAD``: the modified z-score of
     Iglewicz and Hoaglin, ``0.6745 |x - median| / MAD > k`` (they suggest ``k = 3.5``).
-    ``NONE`` keeps every sample.
+    ``NONE`` keeps every sample. When the IQR (or the MAD) is 0, most samples are one
+    value and the fences would collapse onto it: nothing is removed.
     """
 
     NONE = "none"

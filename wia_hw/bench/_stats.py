@@ -31,10 +31,17 @@ def tukey_fences(samples: np.ndarray, k: float) -> tuple[float, float]:
 
 def outlier_mask(samples: np.ndarray, method: OutlierMethod, threshold: float) -> np.ndarray:
     """True where a sample is an outlier under ``method`` (see :class:`OutlierMethod`).
-    Never marks every sample: the median is always kept."""
+    Never marks every sample: the median is always kept. A sample whose spread
+    measure is 0 (IQR or MAD: at least half the samples are one value) has no outliers:
+    the fences would otherwise collapse onto that value."""
     if method is OutlierMethod.NONE or samples.size < 3:
         return np.zeros(samples.shape, dtype=bool)
     if method is OutlierMethod.IQR:
+        q1, q3 = np.percentile(samples, [25.0, 75.0])
+        if q3 == q1:
+            # half the samples or more are one value: the fences would collapse onto it
+            # and every other sample, the modelled variation, would be called an outlier
+            return np.zeros(samples.shape, dtype=bool)
         lo, hi = tukey_fences(samples, threshold)
         return (samples < lo) | (samples > hi)
     med = np.median(samples)
