@@ -64,8 +64,35 @@ def test_overrides_apply_and_validate():
         r"integer, got -4$",
     ):
         load_spec("wia-npu", {"compute.array.rows": -4})
-    with pytest.raises(SpecError, match=r"override path does not exist"):
+    with pytest.raises(SpecError, match=r"^override: compute\.nothing: unknown field \(known: "):
         load_spec("wia-npu", {"compute.nothing.rows": 1})
+    with pytest.raises(SpecError, match=r"override path does not exist \('clock_ghz' is not a"):
+        load_spec("wia-npu", {"clock_ghz.x": 1})
+
+
+def test_overrides_reach_sections_a_file_leaves_out(tmp_path):
+    """A section the file leaves at its defaults (wia-edge has no compute.control, no
+    compute.vector.cycles_per_element) takes an override like any other field."""
+    edge = load_spec("wia-edge")
+    s = load_spec(
+        "wia-edge",
+        {
+            "compute.vector.cycles_per_element.softmax": 3,
+            "compute.control.launch_overhead_ns": 1000,
+        },
+    )
+    assert s.compute.vector.cycles_per_element["softmax"] == 3
+    assert s.compute.control.launch_overhead_ns == 1000
+    assert (
+        s.compute.vector.cycles_per_element["activation"]
+        == edge.compute.vector.cycles_per_element["activation"]
+    )
+
+
+def test_a_check_across_fields_an_override_broke_names_the_override():
+    with pytest.raises(SpecError) as ei:
+        load_spec("wia-edge", {"memory.l1.size_kib": 32})
+    assert str(ei.value).endswith("(with override memory.l1.size_kib=32)")
 
 
 def test_parse_override_reads_yaml_values():

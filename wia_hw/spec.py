@@ -58,12 +58,17 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def _apply_override(data: dict[str, Any], path: str, value: Any) -> None:
+    """Set ``path`` in ``data``. A section the file leaves out (its fields all at their
+    defaults, e.g. ``compute.control``) is created; validation then rejects a name that
+    is no field at all, naming it."""
     parts = path.split(".")
     node: Any = data
     for i, p in enumerate(parts[:-1]):
-        if not isinstance(node, dict) or p not in node:
+        if isinstance(node, dict) and p not in node:
+            node[p] = {}
+        if not isinstance(node, dict) or not isinstance(node[p], dict):
             raise SpecError(
-                f"override path does not exist (no {'.'.join(parts[: i + 1])!r})",
+                f"override path does not exist ({'.'.join(parts[: i + 1])!r} is not a section)",
                 file="override",
                 field=path,
             )
@@ -148,10 +153,13 @@ def load_spec(
         return out
     except SpecError as e:
         overridden = e.field is not None and any(
-            e.field == p or e.field.startswith(f"{p}.") for p in (overrides or {})
+            e.field == p or e.field.startswith(f"{p}.") or str(p).startswith(f"{e.field}.")
+            for p in (overrides or {})
         )
         if overridden:
             raise SpecError(e.message, file="override", field=e.field) from None
-        raise SpecError(
-            e.message, file=display, line=line_for(e.field, lines), field=e.field
-        ) from None
+        # a check across fields that an override broke: say which overrides were applied
+        msg = e.message
+        if overrides:
+            msg += " (with override " + ", ".join(f"{p}={v}" for p, v in overrides.items()) + ")"
+        raise SpecError(msg, file=display, line=line_for(e.field, lines), field=e.field) from None
