@@ -427,3 +427,77 @@ def test_an_unreachable_scheduler_leaves_no_store(tmp_path, monkeypatch):
     with pytest.raises(SweepError, match="cannot reach the Dask scheduler"):
         wia_hw.sweep(_sweep_doc("d", [16]), executor="dask://127.0.0.1:9", store=store)
     assert not store.exists()
+
+
+# -- 10, 12: Ctrl-C and a worker that dies ---------------------------------------------
+
+
+def test_ctrl_c_stores_what_finished_and_exits_130(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    rnd = random.Random(2)
+    rows = sorted(rnd.sample(range(16, 257, 16), 8))
+    doc = _sweep_doc("slow", rows, workloads={"gemm": {"M": 1024, "N": 1024, "K": 2048}})
+    (tmp_path / "s.yaml").write_text(json.dumps(doc))
+    store = tmp_path / "s.sqlite"
+    wia = Path(sys.executable).parent / "wia-hw"
+    p = subprocess.Popen(
+        [str(wia), "sweep", "s.yaml", "--store", str(store), "--workers", "2", "--no-progress"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a process group of its own, as a terminal's job
+    )
+
+    def stored() -> int:
+        try:
+            with sqlite3.connect(store) as c:
+                return c.execute("SELECT COUNT(*) FROM points").fetchone()[0]
+        except sqlite3.Error:
+            return 0
+
+    deadline = time.monotonic() + 120
+    while stored() < 1 and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    os.killpg(p.pid, signal.SIGINT)  # Ctrl-C: the whole group
+    t0 = time.monotonic()
+    _, err = p.communicate(timeout=60)
+    assert time.monotonic() - t0 < 10  # the running points are not waited for
+    if stored() == len(rows):
+        pytest.skip("the sweep finished before the interrupt")
+    assert p.returncode == 130, err
+    line = err.strip().splitlines()[-1]
+    assert "Traceback" not in err and line.startswith("wia-hw: interrupted: ")
+    n = stored()
+    assert n >= 1 and f"{n} of the sweep's {len(rows)} points" in line
+    again = wia_hw.sweep(doc, store=store, workers=1)
+    assert again.skipped == n
+
+
+def test_a_worker_that_dies_is_one_line_and_keeps_the_stored_points(tmp_path):
+    import subprocess
+    import sys
+
+    store = tmp_path / "t.sqlite"
+    wia_hw.sweep(_sweep_doc("t", [16]), store=store, workers=1)
+    script = tmp_path / "t.py"  # a thread and no __main__ guard: forkserver workers die
+    script.write_text(
+        "import threading, wia_hw\n"
+        "ev = threading.Event()\n"
+        "threading.Thread(target=ev.wait, daemon=True).start()\n"
+        f"wia_hw.sweep({_sweep_doc('t', [16, 32, 64])!r}, store='t.sqlite', workers=2)\n"
+        "ev.set()\n"
+    )
+    r = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode != 0
+    (last,) = [x for x in r.stderr.splitlines() if x.startswith("wia_hw.sweep._store.SweepError")]
+    assert "SweepError: a local worker process died" in last
+    assert "forkserver" in last and "if __name__ == '__main__':" in last
+    assert len(open_store(store).points()) == 1  # the point stored before is kept

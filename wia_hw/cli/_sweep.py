@@ -18,6 +18,7 @@ from ..emulator.errors import WiaError
 from ..sweep import (
     PARETO_OBJECTIVES,
     PARETO_PLOT_AXES,
+    SweepInterrupted,
     best_points,
     better,
     load_sweep,
@@ -119,16 +120,20 @@ def sweep_cmd(
             state["expand"] = bar.add_task("checking the constraint", total=total, rate="")
         bar.update(state["expand"], completed=done, refresh=True)
 
-    with bar:
-        sw = load_sweep(file, progress=expanding)
-        s = sweep(
-            sw,
-            executor=executor,
-            store=store,
-            workers=workers,
-            retry_failed=retry_failed,
-            progress=progress,
-        )
+    try:
+        with bar:
+            sw = load_sweep(file, progress=expanding)
+            s = sweep(
+                sw,
+                executor=executor,
+                store=store,
+                workers=workers,
+                retry_failed=retry_failed,
+                progress=progress,
+            )
+    except SweepInterrupted as e:
+        click.echo(f"wia-hw: {e}", err=True)
+        raise SystemExit(130) from None
     if as_json:
         click.echo(json.dumps(s.to_dict(), sort_keys=True))
         return

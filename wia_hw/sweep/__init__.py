@@ -42,7 +42,7 @@ from ._report import (
     write_csv,
     write_parquet,
 )
-from ._run import CONNECT_TIMEOUT_S, SweepSummary, sweep
+from ._run import CONNECT_TIMEOUT_S, SweepInterrupted, SweepSummary, sweep
 from ._store import STORE_FORMAT, SweepError, SweepStore, open_store
 
 __all__ = [
@@ -59,6 +59,7 @@ __all__ = [
     "Point",
     "Sweep",
     "SweepError",
+    "SweepInterrupted",
     "SweepStore",
     "SweepSummary",
     "best_points",

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from ._file import Point, Sweep, canonical_json, load_sweep
 from ._store import SweepError, SweepStore
 from ._worker import evaluate_point, init_worker
 
-__all__ = ["sweep", "SweepSummary", "CONNECT_TIMEOUT_S"]
+__all__ = ["sweep", "SweepSummary", "SweepInterrupted", "CONNECT_TIMEOUT_S"]
 
 #: Seconds to wait for a Dask scheduler before giving up with one line.
 CONNECT_TIMEOUT_S = 5.0
@@ -58,6 +59,11 @@ class SweepSummary:
         return dict(asdict(self), points_per_min=self.points_per_min)
 
 
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a sweep; every point finished before it is stored. ``str()`` is
+    one line saying how many."""
+
+
 def _task(sw: Sweep, p: Point) -> dict[str, Any]:
     return {
         "key": p.key,
@@ -86,11 +92,18 @@ def _mp_context() -> Any:
 
 def _local(tasks: list[dict[str, Any]], workers: int) -> Iterator[dict[str, Any]]:
     """Results of ``tasks`` on a process pool, as they finish (at most 2 per worker in
-    flight, so the parent writes each result while the others compute)."""
+    flight, so the parent writes each result while the others compute).
+
+    On Ctrl-C the results already finished are yielded first, then the workers are
+    stopped at once (what they were computing is lost, nothing stored is) and the
+    KeyboardInterrupt goes on. A worker that dies is a :class:`SweepError`."""
     ctx = _mp_context()
+    threads = threading.active_count()
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=init_worker)
     pending: set[Future[dict[str, Any]]] = set()
+    ready: list[Future[dict[str, Any]]] = []
     it = iter(tasks)
+    kill = False
     try:
         while True:
             while len(pending) < 2 * workers:
@@ -100,11 +113,56 @@ def _local(tasks: list[dict[str, Any]], workers: int) -> Iterator[dict[str, Any]
                 pending.add(pool.submit(evaluate_point, t))
             if not pending:
                 break
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for f in done:
-                yield f.result()
+            try:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            except KeyboardInterrupt:
+                kill = True
+                for f in pending:
+                    f.cancel()
+                ready += [f for f in pending if f.done() and not f.cancelled()]
+                pending = set()
+                while ready:
+                    f = ready.pop(0)
+                    if f.exception() is None:
+                        yield f.result()
+                raise
+            ready += list(done)
+            while ready:
+                yield ready.pop(0).result()
+    except BrokenProcessPool as e:
+        kill = True
+        why = f" ({str(e).rstrip('.')})" if str(e) else ""
+        hint = ""
+        if ctx.get_start_method() != "fork":
+            hint = (
+                f"; the workers were started by {ctx.get_start_method()} (this process had "
+                f"{threads} threads), which imports the calling script "
+                "again: guard the sweep call with if __name__ == '__main__':"
+            )
+        raise SweepError(
+            f"a local worker process died{why}; the points finished before are stored{hint}"
+        ) from None
+    except GeneratorExit:
+        kill = True
+        raise
     finally:
+        if kill:
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                proc.terminate()
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _record(st: SweepStore, sw: Sweep, p: Point, r: Mapping[str, Any]) -> None:
+    st.record(
+        point_key=p.key,
+        sweep_name=sw.name,
+        params=p.params,
+        workload=p.workload,
+        metrics=r["metrics"],
+        status=r["status"],
+        error=r["error"],
+        wall_s=r["wall_s"],
+    )
 
 
 def _dask_client(executor: Any) -> tuple[Any, bool, str]:
@@ -246,17 +304,7 @@ def sweep(
             results = _dask(tasks, client)
         try:
             for i, r in enumerate(itertools.chain(refused, results), 1):
-                p = by_key[r["key"]]
-                st.record(
-                    point_key=p.key,
-                    sweep_name=sw.name,
-                    params=p.params,
-                    workload=p.workload,
-                    metrics=r["metrics"],
-                    status=r["status"],
-                    error=r["error"],
-                    wall_s=r["wall_s"],
-                )
+                _record(st, sw, by_key[r["key"]], r)
                 cpu_s += r.get("cpu_s", 0.0)
                 if r["status"] == "ok":
                     ok += 1
@@ -264,6 +312,13 @@ def sweep(
                     failed += 1
                 if progress is not None:
                     progress(i, len(todo))
+        except KeyboardInterrupt:
+            stored = len(st.finished_keys(by_key))
+            raise SweepInterrupted(
+                f"interrupted: {ok + failed} points computed and stored by this run, "
+                f"{stored} of the sweep's {len(points)} points in {store}; run it again "
+                "to go on"
+            ) from None
         finally:
             close = getattr(results, "close", None)
             if close is not None:

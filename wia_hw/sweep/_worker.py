@@ -45,6 +45,9 @@ def init_worker() -> None:
     from ..workloads import build  # noqa: F401
 
     _freeze()
+    # Ctrl-C in a terminal reaches the whole process group: the parent stops the
+    # workers itself after storing what has finished
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     if sys.platform.startswith("linux"):
         try:
