@@ -34,3 +34,28 @@ def test_a_decoder_model_is_served(seed):
     )
     assert r.completed + r.rejected == r.offered > 0
     assert r.completed > 0 and all(s <= 64 for _, s in r.executed_shapes)
+
+
+@pytest.fixture(scope="module")
+def bert2():
+    cfg = BatchingConfig(max_batch_size=16, max_latency_ms=5.0)
+    return create_inference_server("bert-large", cfg, seq=128, layers=2)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_max_rate_search_under_a_bound_below_max_latency(bert2, seed):
+    """A bound below max_latency_ms fails at low rates (a lone request waits for a fuller
+    batch) and passes at high ones: the search must not report 'no rate' when a rate
+    meets the bound, and the rate it reports meets it."""
+    from wia_hw.serve import find_max_rate
+
+    rng = np.random.default_rng(seed)
+    bound = float(rng.uniform(3.9, 4.8))
+    m = find_max_rate(bert2, bound, duration_s=0.3, seed=seed)
+    check = benchmark_server(bert2, ServerWorkload(rate_rps=0.93 * m.capacity_rps, seed=seed))
+    if check.rejected == 0 and check.p99_latency_ms <= bound:
+        assert m.rate_rps > 0, m.reason
+    passed = [s for s in m.steps if s[3]]
+    assert passed and m.rate_rps == max(s[0] for s in passed)
+    assert all(s[1] <= bound and s[2] == 0 for s in passed)
+    assert "max_latency_ms" in m.search and "no rate down to" not in m.reason

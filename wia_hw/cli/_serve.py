@@ -96,6 +96,8 @@ def serve_cmd(
             f"Highest Poisson rate with P99 <= {m.p99_bound_ms:g} ms: {m.rate_rps:,.1f} req/s "
             f"(capacity {m.capacity_rps:,.1f} req/s, {len(m.steps)} runs){'; ' + m.reason if m.reason else ''}"
         )
+        if m.search != "bisection":
+            click.echo(f"  search: {m.search}")
     click.echo(
         f"Offered {r.offered} ({r.offered_rate_rps:,.1f} req/s), completed {r.completed}, "
         f"rejected {r.rejected} {r.rejected_by_reason or ''}"

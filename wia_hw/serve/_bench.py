@@ -20,13 +20,15 @@ class MaxRateResult:
     rejected (MLPerf Server): ``rate_rps`` (0 when even the lowest rate fails, ``reason``
     says why), the bisection's ``steps`` ``(rate_rps, p99_ms, rejected, passed,
     offered)`` and
-    ``capacity_rps``, the rate the search started from (full batches back to back)."""
+    ``capacity_rps``, the rate the search started from (full batches back to back).
+    ``search`` says how the rates were chosen (:func:`find_max_rate`)."""
 
     p99_bound_ms: float
     rate_rps: float
     capacity_rps: float
     steps: list[tuple[float, float, int, bool, int]] = field(default_factory=list)
     reason: str = ""
+    search: str = "bisection"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -35,6 +37,7 @@ class MaxRateResult:
             "capacity_rps": self.capacity_rps,
             "steps": [list(s) for s in self.steps],
             "reason": self.reason,
+            "search": self.search,
         }
 
 
@@ -135,6 +138,10 @@ def _poisson(
     return poisson_arrivals(rate, duration_s, wl.seed, seq, wl.seq_lengths)
 
 
+#: The grid a bound below ``max_latency_ms`` is searched on: capacity x k / GRID.
+GRID = 20
+
+
 def find_max_rate(
     server: InferenceServer,
     p99_bound_ms: float,
@@ -149,7 +156,12 @@ def find_max_rate(
     seconds of arrivals, ``seed``) meets
     P99 latency <= ``p99_bound_ms`` with no request rejected, by bisection over
     ``(0, capacity]`` until the bracket is within ``tolerance`` of its top (every rate
-    uses the same seed, so runs differ by the rate alone). Raises :class:`ServeError`
+    uses the same seed, so runs differ by the rate alone). Bisection assumes that a lower
+    rate does no worse, which holds when the bound is at least ``max_latency_ms``; a
+    tighter bound can fail at low rates (a lone request waits for a fuller batch) and
+    pass at high ones (batches fill at once), so then the rates ``capacity x k / 20``
+    (k = 19..1) are tried from the top first, and bisection runs between the highest
+    that passes and the one above it (``search`` says so). Raises :class:`ServeError`
     on a bound <= 0."""
     wl = ServerWorkload(
         duration_s=duration_s,
@@ -177,8 +189,21 @@ def find_max_rate(
     if passes(hi):
         res.rate_rps = hi
         return res
+    monotone = p99_bound_ms >= server.config.max_latency_ms
+    if not monotone:
+        res.search = (
+            f"bound below max_latency_ms ({server.config.max_latency_ms:g} ms), so a lower "
+            f"rate can do worse: {GRID - 1} rates capacity x k/{GRID} tried from the top, "
+            "then bisection above the highest that passed"
+        )
+        for k in range(GRID - 1, 0, -1):
+            rate = cap * k / GRID
+            if passes(rate):
+                lo = rate
+                break
+            hi = rate
     # down to 1/1000 of capacity; below that a lone request already misses the bound
-    while hi - lo > tolerance * hi and not (lo == 0.0 and hi < cap * 1e-3):
+    while (monotone or lo > 0) and hi - lo > tolerance * hi and not (lo == 0.0 and hi < cap * 1e-3):
         mid = (lo + hi) / 2
         if passes(mid):
             lo = mid
@@ -188,8 +213,13 @@ def find_max_rate(
     if lo == 0.0:
         lone = server.service_ms(1, wl.seq)
         wait = server.queue_delay_ns(wl.seq) / 1e6
+        tried = (
+            f"no rate down to {hi:.3g} req/s"
+            if monotone
+            else f"none of {len(res.steps)} rates from {cap / GRID:.3g} req/s to capacity"
+        )
         res.reason = (
-            f"no rate down to {hi:.3g} req/s meets P99 <= {p99_bound_ms:g} ms "
+            f"{tried} meets P99 <= {p99_bound_ms:g} ms with nothing rejected "
             f"(a lone request waits {wait:.3f} ms for a fuller batch, then takes "
             f"{lone:.3f} ms after padding)"
         )
