@@ -8,6 +8,7 @@ import pytest
 
 from wia_hw.serve import (
     BatchingConfig,
+    ServeError,
     ServerWorkload,
     benchmark_server,
     create_inference_server,
@@ -59,3 +60,25 @@ def test_max_rate_search_under_a_bound_below_max_latency(bert2, seed):
     assert passed and m.rate_rps == max(s[0] for s in passed)
     assert all(s[1] <= bound and s[2] == 0 for s in passed)
     assert "max_latency_ms" in m.search and "no rate down to" not in m.reason
+
+
+@pytest.mark.parametrize("t_ms", ["1e308", "9.3e12", "1e400"])
+def test_a_huge_trace_timestamp_is_one_line(t_ms, tmp_path):
+    from wia_hw.serve import load_trace
+
+    p = tmp_path / "t.csv"
+    p.write_text(f"0,16\n{t_ms},16\n")
+    with pytest.raises(ServeError, match=r"t\.csv:2: "):
+        load_trace(p, 128)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_contradictory_batching_configs_are_refused(seed):
+    rng = np.random.default_rng(seed)
+    mb = int(rng.integers(2, 64))
+    lat = float(rng.uniform(1, 20))
+    with pytest.raises(ServeError, match=r"^BatchingConfig\.max_queue_delay_ms .* must not exceed"):
+        BatchingConfig(max_batch_size=mb, max_latency_ms=lat, max_queue_delay_ms=lat * 1.5)
+    with pytest.raises(ServeError, match=r"^BatchingConfig\.max_queue \(\d+\) must be at least"):
+        BatchingConfig(max_batch_size=mb, max_queue=int(rng.integers(1, mb)))
+    BatchingConfig(max_batch_size=mb, max_latency_ms=lat, max_queue_delay_ms=lat, max_queue=mb)

@@ -76,7 +76,10 @@ class BatchingConfig:
     means ``max(0, max_latency_ms - service time of a full batch)``, the longest wait
     that still lets a full batch finish within the target.
 
-    Raises :class:`ServeError` naming the field and the bad value.
+    Raises :class:`ServeError` naming the field and the bad value, and on the
+    contradictions ``max_queue_delay_ms > max_latency_ms`` (every request left to wait
+    for a fuller batch times out first) and ``max_queue < max_batch_size`` (no batch
+    could fill).
     """
 
     max_batch_size: int = 64
@@ -102,6 +105,17 @@ class BatchingConfig:
             isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or d < 0
         ):
             raise ServeError(f"BatchingConfig.max_queue_delay_ms must be a number >= 0, got {d!r}")
+        if d is not None and d > v:
+            raise ServeError(
+                f"BatchingConfig.max_queue_delay_ms ({d:g}) must not exceed max_latency_ms "
+                f"({v:g}): a request waiting for a fuller batch would time out first"
+            )
+        if self.max_queue < self.max_batch_size:
+            raise ServeError(
+                f"BatchingConfig.max_queue ({self.max_queue}) must be at least max_batch_size "
+                f"({self.max_batch_size}): a batch takes waiting requests, so none could "
+                f"hold more than {self.max_queue}"
+            )
         try:
             object.__setattr__(self, "padding_strategy", PaddingStrategy(self.padding_strategy))
         except ValueError:

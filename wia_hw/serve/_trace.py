@@ -14,6 +14,9 @@ from ._config import ServeError
 
 __all__ = ["Arrival", "load_trace", "poisson_arrivals"]
 
+#: Emulated time is integer ns; a timestamp must stay below 2^63 ns (about 292 years).
+MAX_TIME_NS = 2**63
+
 
 @dataclass(frozen=True)
 class Arrival:
@@ -54,6 +57,11 @@ def load_trace(path: str | os.PathLike[str], default_seq: int) -> list[Arrival]:
                 f"{p}:{no}: expected 'timestamp_ms[,seq_len]' with timestamp >= 0 and "
                 f"seq_len >= 1, got {s!r}"
             ) from None
+        if t_ms * 1e6 >= MAX_TIME_NS:  # integer ns of emulated time
+            raise ServeError(
+                f"{p}:{no}: timestamp {t_ms:g} ms is past the longest emulated time "
+                f"({MAX_TIME_NS / 1e6:.4g} ms, 2^63 ns)"
+            )
         if prev_ms is not None and t_ms < prev_ms:
             raise ServeError(
                 f"{p}:{no}: timestamp {t_ms:g} ms is before the previous one ({prev_ms:g} ms); "
