@@ -62,6 +62,67 @@ def test_max_rate_search_under_a_bound_below_max_latency(bert2, seed):
     assert "max_latency_ms" in m.search and "no rate down to" not in m.reason
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_workload_longer_than_the_model_is_refused_naming_the_field(bert2, seed):
+    rng = np.random.default_rng(seed)
+    too_long = int(rng.integers(129, 1000))
+    for wl in (
+        ServerWorkload(rate_rps=100.0, seq=too_long),
+        ServerWorkload(p99_bound_ms=10.0, seq=too_long),
+        ServerWorkload(rate_rps=100.0, seq_lengths=[16, too_long]),
+    ):
+        with pytest.raises(
+            ServeError, match=rf"^ServerWorkload\.seq(_lengths)?: {too_long} tokens"
+        ):
+            benchmark_server(bert2, wl)
+
+
+def test_the_max_rate_reason_names_rejections_when_they_failed_it():
+    from wia_hw.serve import find_max_rate
+
+    cfg = BatchingConfig(max_batch_size=16, max_latency_ms=0.3, max_queue_delay_ms=0)
+    srv = create_inference_server("bert-large", cfg, seq=128, layers=2)
+    m = find_max_rate(srv, 50.0, duration_s=0.2)
+    assert m.rate_rps == 0 and "rejected (timeout" in m.reason
+    assert "a lone request waits" not in m.reason
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    return create_inference_server(
+        "resnet50", BatchingConfig(max_batch_size=16, max_latency_ms=50.0)
+    )
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_seq_options_are_refused_for_a_model_without_a_sequence(resnet, seed, tmp_path):
+    rng = np.random.default_rng(seed)
+    lengths = [int(x) for x in rng.integers(1, 6000, 3)]
+    with pytest.raises(ServeError, match="ServerWorkload.seq_lengths: model .* no sequence"):
+        benchmark_server(resnet, ServerWorkload(rate_rps=100.0, seq_lengths=lengths))
+    with pytest.raises(ServeError, match="ServerWorkload.seq: model .* no sequence"):
+        benchmark_server(resnet, ServerWorkload(rate_rps=100.0, seq=lengths[0]))
+    trace = tmp_path / "t.csv"
+    trace.write_text("".join(f"{i * 0.5},{n}\n" for i, n in enumerate(lengths)))
+    with pytest.raises(ServeError, match="gives sequence lengths"):
+        benchmark_server(resnet, ServerWorkload(trace=trace))
+    r = benchmark_server(resnet, ServerWorkload(rate_rps=float(rng.uniform(50, 400)), seed=seed))
+    assert 0 < r.padding_efficiency_pct <= 100.0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_padding_efficiency_is_at_most_100_percent(bert2, seed):
+    rng = np.random.default_rng(seed)
+    lengths = [int(x) for x in rng.integers(1, 129, 5)]
+    r = benchmark_server(
+        bert2,
+        ServerWorkload(
+            rate_rps=float(rng.uniform(100, 8000)), duration_s=0.1, seed=seed, seq_lengths=lengths
+        ),
+    )
+    assert 0 < r.padding_efficiency_pct <= 100.0
+
+
 @pytest.mark.parametrize("t_ms", ["1e308", "9.3e12", "1e400"])
 def test_a_huge_trace_timestamp_is_one_line(t_ms, tmp_path):
     from wia_hw.serve import load_trace

@@ -171,6 +171,7 @@ def find_max_rate(
         rate_tolerance=tolerance,
         min_requests=min_requests,
     )
+    check_workload(server, wl)
     cap = server.capacity_rps(wl.seq)
     res = MaxRateResult(p99_bound_ms, 0.0, cap)
 
@@ -183,7 +184,10 @@ def find_max_rate(
         p99 = percentile_ms(run.latency_ns, 99)
         ok = run.rejected_total == 0 and run.completed > 0 and p99 <= p99_bound_ms
         res.steps.append((rate, p99, run.rejected_total, ok, run.offered))
+        rejections[rate] = dict(run.rejected)
         return ok
+
+    rejections: dict[float, dict[str, int]] = {}
 
     lo, hi = 0.0, cap
     if passes(hi):
@@ -218,12 +222,43 @@ def find_max_rate(
             if monotone
             else f"none of {len(res.steps)} rates from {cap / GRID:.3g} req/s to capacity"
         )
-        res.reason = (
-            f"{tried} meets P99 <= {p99_bound_ms:g} ms with nothing rejected "
-            f"(a lone request waits {wait:.3f} ms for a fuller batch, then takes "
-            f"{lone:.3f} ms after padding)"
-        )
+        low_rate, low_p99, low_rej = min(res.steps)[:3]
+        if low_rej:  # name what failed the lowest rate: rejections, not latency
+            why = ", ".join(f"{k} {v}" for k, v in rejections.get(low_rate, {}).items())
+            cause = (
+                f"at {low_rate:.3g} req/s {low_rej} requests were rejected ({why}); "
+                f"P99 {low_p99:.3f} ms"
+            )
+        else:
+            cause = (
+                f"a lone request waits {wait:.3f} ms for a fuller batch, then takes "
+                f"{lone:.3f} ms after padding"
+            )
+        res.reason = f"{tried} meets P99 <= {p99_bound_ms:g} ms with nothing rejected ({cause})"
     return res
+
+
+def check_workload(server: InferenceServer, workload: ServerWorkload) -> None:
+    """Refuse sequence options the server's model cannot take: ``seq``/``seq_lengths``
+    on a model without a sequence dim, or longer than the model's (every such request
+    would be rejected ``seq_too_long``)."""
+    name = server.reference.name
+    given = [(f, v) for f, v in (("seq", workload.seq), ("seq_lengths", workload.seq_lengths)) if v]
+    if server.max_seq is None:
+        if given:
+            raise ServeError(
+                f"ServerWorkload.{given[0][0]}: model {name!r} has no sequence dimension, so "
+                "requests have no length"
+            )
+        return
+    for f, v in given:
+        longest = max(v) if isinstance(v, tuple) else v
+        if longest > server.max_seq:
+            raise ServeError(
+                f"ServerWorkload.{f}: {longest} tokens is longer than the {server.max_seq} "
+                f"the model {name!r} was built for (every such request would be rejected "
+                "seq_too_long); build it with a longer seq"
+            )
 
 
 def benchmark_server(server: InferenceServer, workload: ServerWorkload) -> ServerBenchmarkResult:
@@ -238,6 +273,7 @@ def benchmark_server(server: InferenceServer, workload: ServerWorkload) -> Serve
         raise TypeError(f"benchmark_server takes an InferenceServer, got {type(server).__name__}")
     if not isinstance(workload, ServerWorkload):
         raise TypeError(f"workload must be a ServerWorkload, got {type(workload).__name__}")
+    check_workload(server, workload)
     max_rate = None
     if workload.p99_bound_ms is not None:
         max_rate = find_max_rate(
@@ -251,6 +287,11 @@ def benchmark_server(server: InferenceServer, workload: ServerWorkload) -> Serve
         )
     if workload.trace is not None:
         arrivals = load_trace(workload.trace, workload.seq or server.max_seq or 1)
+        if server.max_seq is None and any(a.seq != 1 for a in arrivals):
+            raise ServeError(
+                f"ServerWorkload.trace: {workload.trace} gives sequence lengths, but model "
+                f"{server.reference.name!r} has no sequence dimension"
+            )
         window_ns = arrivals[-1].time_ns - arrivals[0].time_ns
     else:
         rate = workload.rate_rps

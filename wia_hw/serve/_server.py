@@ -216,7 +216,8 @@ class InferenceServer:
                 b, s = self.executed_shape(n, longest)
                 service_ns = round(self.shape_timing(b, s).latency_ms * 1e6)
                 out.batches.append((int(env.now), n, b, s, service_ns))
-                out.real_tokens += sum(a.seq for a in batch)
+                # a model without a sequence dim: a request is one item, whatever its seq
+                out.real_tokens += sum(a.seq for a in batch) if s is not None else n
                 out.padded_tokens += b * (s or 1)
                 yield env.timeout(service_ns)
                 for a in batch:
