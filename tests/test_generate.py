@@ -292,6 +292,10 @@ def test_cli_generate_bad_input_is_one_line(args, message):
         ),
         ({"model": "bert-large"}, r"'bert-large' is not a decoder model"),
         ({"model": "resnet50"}, r"'resnet50' is not a decoder model"),
+        # a bad model argument is the builder's error alone, not a token-positions one
+        ({"size": "huge"}, r"^gpt2: size must be one of small, medium, large, xl, got 'huge'$"),
+        ({"precision": "fp7"}, r"^gpt2: precision "),
+        ({"layers": 0}, r"^gpt2: layers "),
     ],
 )
 def test_generate_bad_arguments(kwargs, message):

@@ -433,6 +433,7 @@ def generate(
     kw = dict(model_kwargs, batch=batch, precision=precision)
     kw = {k: v for k, v in kw.items() if v is not None}
     kv_lens = list(range(prompt_len, prompt_len + new_tokens - 1))
+    build(seq=1, phase="prefill", **kw)  # the model's own arguments (size=, layers=, ...)
     try:
         build(seq=prompt_len, phase="prefill", **kw)
         if kv_lens:
