@@ -212,3 +212,20 @@ def test_a_decoder_model_rebuilds_for_calibration_and_verification(seed):
         assert m.params["phase"] == "prefill" and m.tensors["lm_head"].shape[-1] == vocab
         assert m.tensors["embeddings.token.table"].shape[0] == vocab
     assert "REDUCED to 1 of 2 layers" in label
+
+
+@pytest.mark.parametrize("where", ["missing_dir", "a_directory"])
+def test_cli_unwritable_markdown_is_refused_before_the_run(where, tmp_path, monkeypatch):
+    """A --markdown path that cannot be written is one line before anything runs (it
+    was a FileNotFoundError traceback after the whole case study)."""
+    import wia_hw.cli._case_study as mod
+
+    ran = []
+    monkeypatch.setattr(mod, "case_study", lambda *a, **k: ran.append(1))
+    path = tmp_path / "nowhere" / "x.md" if where == "missing_dir" else tmp_path
+    res = CliRunner().invoke(
+        cli, ["case-study", "bert-large", "--layers", "1", "--markdown", str(path)]
+    )
+    assert res.exit_code == 2 and not ran
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"wia-hw: error: --markdown {path}: ")

@@ -5,11 +5,13 @@ plots."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
 from .._case_study import case_study
+from ..emulator.errors import WiaError
 from ..spec import DEFAULT_DEVICE
 
 __all__ = ["case_study_cmd"]
@@ -68,6 +70,8 @@ def case_study_cmd(
     markdown: Path | None,
 ) -> None:
     """Run the seed's case study for MODEL (default bert-large) on a device."""
+    if markdown is not None:  # checked before the run, which takes minutes
+        _check_output(markdown)
     res = case_study(
         model,
         device=device,
@@ -80,6 +84,20 @@ def case_study_cmd(
         accuracy=not no_accuracy,
         accuracy_layers=accuracy_layers,
     )
-    if markdown is not None:
-        res.to_markdown(markdown)
     click.echo(res.to_json() if as_json else res.format_text())
+    if markdown is not None:  # after the table is out: a failed write loses nothing
+        try:
+            res.to_markdown(markdown)
+        except OSError as e:
+            raise WiaError(f"--markdown {markdown}: cannot write ({e.strerror})") from None
+
+
+def _check_output(path: Path) -> None:
+    """Refuse a --markdown path that cannot be written (its plots go beside it)."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise WiaError(f"--markdown {path}: is a directory")
+    if not parent.is_dir():
+        raise WiaError(f"--markdown {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise WiaError(f"--markdown {path}: not writable")
