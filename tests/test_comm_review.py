@@ -134,3 +134,109 @@ def test_ring_all_reduce_on_odd_tori_meets_the_closed_form(dims):
     S, B, L = 192 << 20, 100e9, 1e-6
     t = comm.all_reduce(nbytes=S).time_s
     assert t == pytest.approx(2 * (n - 1) * (L + S / n / B), rel=0.02)
+
+
+# -- bad input: one line --------------------------------------------------------------
+
+
+def _one_line(fn, match):
+    with pytest.raises(wia_hw.CommError, match=match) as e:
+        fn()
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda c: c.all_reduce([np.array([{}], dtype=object)] * 8), r"all_reduce: .* object"),
+        (lambda c: c.all_reduce([np.array(["a"])] * 8), r"all_reduce: .* <U1; buffers must"),
+        (lambda c: c.all_gather([np.array(["ab"])] * 8), r"all_gather: .* <U2"),
+        (lambda c: c.send(0, 1, np.array([{}])), r"send: .* object"),
+        (lambda c: c.all_reduce([np.array([True])] * 8), r"all_reduce: .* bool; a reduction"),
+        (lambda c: c.reduce_scatter([np.ones(8, bool)] * 8), r"reduce_scatter: .* bool"),
+        (lambda c: c.compute([], 10), r"compute: the list of ranks is empty"),
+    ],
+)
+def test_bad_buffers_and_ranks_are_one_line(call, match):
+    _one_line(lambda: call(wia_hw.open_cluster("wia-cluster-8")), match)
+
+
+def test_bools_move_unchanged_and_numpy_chunk_sizes_are_accepted():
+    rng = np.random.default_rng(3)
+    comm = wia_hw.open_cluster("wia-cluster-8", chunk_bytes=np.int64(1024))
+    assert comm.chunk_bytes == 1024 and type(comm.chunk_bytes) is int
+    bufs = [rng.random(40) < 0.5 for _ in range(8)]
+    out = comm.all_gather(bufs).outputs
+    assert all(o.dtype == bool and (o == np.stack(bufs)).all() for o in out)
+    for bad in (0, -1, 1.5, True, "1M"):
+        _one_line(lambda b=bad: wia_hw.open_cluster(chunk_bytes=b), "chunk_bytes must be")
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["--op", "all_reduce", "--max", "1K", "--chunk", "0"], "--chunk"),
+        (
+            [
+                "--op",
+                "all_reduce",
+                "--min",
+                "99999999999999999999G",
+                "--max",
+                "99999999999999999999G",
+            ],
+            "chunk transfers",
+        ),
+        (["--min", "256M", "--max", "256M", "--chunk", "1"], "lower --max or raise --chunk"),
+        (["--algo", "hierarchical", "--max", "1K"], "needs a hierarchical cluster"),
+    ],
+)
+def test_collectives_cli_refuses_in_one_line(args, match):
+    from click.testing import CliRunner
+
+    from wia_hw.cli import cli
+
+    r = CliRunner().invoke(cli, ["collectives", *args])
+    assert r.exit_code == 2 and match in r.output and "Traceback" not in r.output
+    assert "# all_reduce" not in r.output  # refused before anything is printed
+
+
+def test_train_cli_refuses_an_infinite_bucket():
+    from click.testing import CliRunner
+
+    from wia_hw.cli import cli
+
+    r = CliRunner().invoke(cli, ["train", "bert-large", "--bucket-mb", "inf"])
+    assert r.exit_code == 2 and "bucket_mb must be a positive finite number" in r.output
+
+
+# -- oversized work is refused up front -------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_oversized_collectives_are_refused_at_once(seed):
+    """A call whose schedule would pass the transfer limit is refused before anything
+    is built or simulated, naming the count and what to change; one just under runs."""
+    import time
+
+    from wia_hw.comm import MAX_CHUNK_TRANSFERS
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2000, 20000))
+    comm = wia_hw.open_cluster(_spec(n, "ring"))
+    op = str(rng.choice(["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]))
+    t = time.process_time()
+    _one_line(
+        lambda: getattr(comm, op)(nbytes=n),
+        rf"{op}: {n} ranks .* chunk transfers, more than the 2,000,000",
+    )
+    assert time.process_time() - t < 1.0
+    small = wia_hw.open_cluster("wia-cluster-8", chunk_bytes=int(rng.integers(1, 64)))
+    # 2 x 8 x 7 messages of S/8 bytes: the largest size that fits, then one chunk more
+    per = MAX_CHUNK_TRANSFERS // (2 * 8 * 7)
+    fits = 8 * per * small.chunk_bytes
+    assert small.chunk_transfers("all_reduce", "ring", 8, fits, 1) <= MAX_CHUNK_TRANSFERS
+    _one_line(
+        lambda: small.all_reduce(nbytes=fits + 8 * small.chunk_bytes),
+        "larger chunk_bytes",
+    )

@@ -223,8 +223,10 @@ def test_recommendation_measures_the_overlap_gain():
         (dict(dp=1, tp=2), r"dp x tp = 1 x 2 = 2 leaves 4 of the 6 devices of t6 idle"),
         (dict(tp=4), r"tp=4 does not divide the 6 devices of t6"),
         (dict(tp=0), r"tp must be a positive integer, got 0"),
-        (dict(bucket_mb=0), r"bucket_mb must be a positive number, got 0"),
+        (dict(bucket_mb=0), r"bucket_mb must be a positive finite number, got 0"),
         (dict(optimizer="lamb"), r"optimizer must be one of sgd, adam, got 'lamb'"),
+        (dict(first_bucket_mb=float("inf")), r"first_bucket_mb must be a positive finite number"),
+        (dict(bucket_mb=float("nan")), r"bucket_mb must be a positive finite number, got nan"),
     ],
 )
 def test_bad_input_is_one_line(kw, match):

@@ -14,7 +14,7 @@ import re
 
 import click
 
-from ..comm import ALGORITHMS, open_cluster
+from ..comm import ALGORITHMS, MAX_CHUNK_TRANSFERS, open_cluster
 from ._common import spec_overrides
 
 __all__ = ["collectives", "parse_size", "sweep_sizes"]
@@ -91,9 +91,28 @@ def collectives(
             f"{algo!r} is not an algorithm of {', '.join(ops)} (known: {', '.join(known)})",
             param_hint="--algo",
         )
-    comm = open_cluster(
-        cluster, overrides=spec_overrides(sets), chunk_bytes=parse_size(chunk, "--chunk")
-    )
+    chunk_bytes = parse_size(chunk, "--chunk")
+    if chunk_bytes < 1:
+        raise click.BadParameter(
+            f"the chunk must be at least 1 byte, got {chunk!r}", param_hint="--chunk"
+        )
+    comm = open_cluster(cluster, overrides=spec_overrides(sets), chunk_bytes=chunk_bytes)
+    for name in ops:  # the largest size first: refuse before printing anything
+        a = algo if algo in ALGORITHMS[name] else ALGORITHMS[name][0]
+        if a == "hierarchical" and comm.topology.devices_per_node is None:
+            raise click.BadParameter(
+                f"the hierarchical algorithm needs a hierarchical cluster; "
+                f"{comm.spec.name} is {comm.topology.kind}",
+                param_hint="--algo",
+            )
+        t = comm.chunk_transfers(name, a, comm.size, hi, 1)
+        if t > MAX_CHUNK_TRANSFERS:
+            raise click.BadParameter(
+                f"{name} of {hi:,} B over {comm.size} ranks in chunks of {chunk_bytes:,} B "
+                f"would take {t:,} chunk transfers, more than the {MAX_CHUNK_TRANSFERS:,} "
+                "modelled; lower --max or raise --chunk",
+                param_hint="--max/--chunk",
+            )
     topo = comm.topology
     click.echo(
         f"# {comm.spec.name}: {comm.size} ranks, {topo.kind} topology, peak link "

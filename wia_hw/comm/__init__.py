@@ -12,6 +12,7 @@ from __future__ import annotations
 from ._communicator import (
     ALGORITHMS,
     BUS_FACTORS,
+    MAX_CHUNK_TRANSFERS,
     CollectiveRecord,
     CommError,
     Communicator,
@@ -24,6 +25,7 @@ from ._schedule import Schedule, Transfer
 __all__ = [
     "ALGORITHMS",
     "BUS_FACTORS",
+    "MAX_CHUNK_TRANSFERS",
     "CollectiveRecord",
     "CommError",
     "Communicator",

@@ -34,7 +34,13 @@ __all__ = [
     "open_cluster",
     "BUS_FACTORS",
     "ALGORITHMS",
+    "MAX_CHUNK_TRANSFERS",
 ]
+
+#: The most chunk transfers one call may schedule (each is a SimPy event of about 10 us
+#: CPU): a ring all-reduce over 10,000 ranks, or 1-byte chunks of a 256 MiB message,
+#: would run for hours. The biggest call of the docs and tests is far below it.
+MAX_CHUNK_TRANSFERS = 2_000_000
 
 #: nccl-tests' bus-bandwidth factor per collective, as a function of the rank count.
 BUS_FACTORS: dict[str, Callable[[int], float]] = {
@@ -160,6 +166,13 @@ class Communicator:
     ) -> None:
         if not isinstance(spec, ClusterSpec):
             raise CommError(f"open_cluster needs a cluster spec, got {type(spec).__name__}")
+        if (
+            isinstance(chunk_bytes, bool)
+            or not isinstance(chunk_bytes, (int, np.integer))
+            or chunk_bytes < 1
+        ):
+            raise CommError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
+        chunk_bytes = int(chunk_bytes)
         self.spec = spec
         self.size = spec.devices
         self.device: DeviceSpec = spec.device
@@ -240,9 +253,16 @@ class Communicator:
         return group
 
     def _buffers(
-        self, where: str, group: list[int], buffers: Sequence[Any] | None, nbytes: int | None
+        self,
+        where: str,
+        group: list[int],
+        buffers: Sequence[Any] | None,
+        nbytes: int | None,
+        reduces: bool = False,
     ) -> tuple[list[np.ndarray] | None, int, int]:
-        """(flat copies or None, element count, itemsize) of a call's data."""
+        """(flat copies or None, element count, itemsize) of a call's data. Buffers must
+        hold numbers (integers, floats, complex); bools only where nothing is reduced
+        (``reduces``): a sum of bools is a count or an "or", and NCCL has neither."""
         if (buffers is None) == (nbytes is None):
             raise CommError(f"{where}: give either buffers (functional) or nbytes (timing)")
         if buffers is None:
@@ -253,6 +273,17 @@ class Communicator:
             raise CommError(f"{where}: {len(buffers)} buffers for {len(group)} ranks")
         arrs = [np.asarray(b) for b in buffers]
         a0 = arrs[0]
+        if a0.dtype.kind == "b" and reduces:
+            raise CommError(
+                f"{where}: rank {group[0]}'s buffer is bool; a reduction needs numbers "
+                "(integers, floats or complex); bools can only be moved (all_gather, "
+                "broadcast, all_to_all, send)"
+            )
+        if a0.dtype.kind not in "biufc":
+            raise CommError(
+                f"{where}: rank {group[0]}'s buffer is {a0.dtype}; buffers must hold numbers "
+                "(integers, floats or complex) or bools"
+            )
         for k, a in enumerate(arrs):
             if a.shape != a0.shape or a.dtype != a0.dtype:
                 raise CommError(
@@ -275,6 +306,39 @@ class Communicator:
 
     def _pieces(self, count: int, itemsize: int) -> int:
         return max(1, min(count, math.ceil(count * itemsize / self.chunk_bytes)))
+
+    def chunk_transfers(self, name: str, algorithm: str, n: int, count: int, itemsize: int) -> int:
+        """How many chunk transfers (messages x chunks per message, one per link hop not
+        counted) collective ``name`` over ``n`` ranks of ``count`` elements schedules, at
+        most: :data:`MAX_CHUNK_TRANSFERS` bounds it."""
+
+        def msgs(m: int, elems: int) -> int:  # m messages of up to elems elements
+            return m * max(1, -(-elems * itemsize // self.chunk_bytes))
+
+        def part(parts: int) -> int:
+            return -(-count // parts)
+
+        if name == "send":
+            return msgs(1, count)
+        if name in ("broadcast",) or algorithm == "tree":
+            p = self._pieces(count, itemsize)
+            return msgs((n - 1) * p * (2 if algorithm == "tree" else 1), part(p))
+        if algorithm == "hierarchical":
+            k = self.topology.devices_per_node or 1
+            m = n // k
+            return msgs(2 * m * k * (k - 1), part(k)) + msgs(2 * k * m * (m - 1), part(k * m))
+        steps = 2 * (n - 1) if name == "all_reduce" else n - 1
+        return msgs(n * steps, part(n))
+
+    def _bound(self, where: str, algorithm: str, n: int, count: int, itemsize: int) -> None:
+        t = self.chunk_transfers(where, algorithm, n, count, itemsize)
+        if t > MAX_CHUNK_TRANSFERS:
+            raise CommError(
+                f"{where}: {n} ranks moving {count * itemsize:,} B in chunks of "
+                f"{self.chunk_bytes:,} B would take {t:,} chunk transfers, more than the "
+                f"{MAX_CHUNK_TRANSFERS:,} modelled; use fewer ranks, a smaller message or a "
+                "larger chunk_bytes"
+            )
 
     # -- execution ----------------------------------------------------------------------
 
@@ -384,7 +448,15 @@ class Communicator:
         algo = self._algorithm(where, algorithm)
         if op not in _REDUCE_OPS:
             raise CommError(f"{where}: unknown op {op!r} (known: {', '.join(_REDUCE_OPS)})")
-        flat, count, isz = self._buffers(where, group, buffers, nbytes)
+        flat, count, isz = self._buffers(where, group, buffers, nbytes, reduces=True)
+        k = self.topology.devices_per_node
+        if algo == "hierarchical" and (k is None or len(group) != self.size):
+            raise CommError(
+                f"{where}: the hierarchical algorithm needs the whole "
+                "cluster on a hierarchical topology (this is "
+                f"{self.topology.kind}, {len(group)} of {self.size} ranks)"
+            )
+        self._bound(where, algo, len(group), count, isz)
         sched = Schedule(isz)
         rng = (0, count)
         if algo == "ring":
@@ -392,13 +464,7 @@ class Communicator:
         elif algo == "tree":
             sched.tree_all_reduce(self._order(group), rng, self._pieces(count, isz))
         else:
-            k = self.topology.devices_per_node
-            if k is None or len(group) != self.size:
-                raise CommError(
-                    f"{where}: the hierarchical algorithm needs the whole "
-                    "cluster on a hierarchical topology (this is "
-                    f"{self.topology.kind}, {len(group)} of {self.size} ranks)"
-                )
+            assert k is not None
             m = self.size // k
             segs = even_ranges(rng, k)
             after: dict[int, list[int]] = {}
@@ -454,10 +520,11 @@ class Communicator:
         algo = self._algorithm(where, algorithm)
         if op not in _REDUCE_OPS:
             raise CommError(f"{where}: unknown op {op!r} (known: {', '.join(_REDUCE_OPS)})")
-        flat, count, isz = self._buffers(where, group, buffers, nbytes)
+        flat, count, isz = self._buffers(where, group, buffers, nbytes, reduces=True)
         n = len(group)
         if flat is not None and count % n:
             raise CommError(f"{where}: {count} elements do not split evenly over {n} ranks")
+        self._bound(where, algo, n, count, isz)
         seg_of = dict(zip(group, even_ranges((0, count), n), strict=True))
         order = self._order(group)
         sched = Schedule(isz)
@@ -499,6 +566,7 @@ class Communicator:
         flat, count, isz = self._buffers(where, group, buffers, nbytes)
         n = len(group)
         total = count if flat is None else count * n
+        self._bound(where, algo, n, total, isz)
         seg_of = dict(zip(group, even_ranges((0, total), n), strict=True))
         order = self._order(group)
         sched = Schedule(isz)
@@ -540,6 +608,7 @@ class Communicator:
         if root not in group:
             raise CommError(f"{where}: root {root} is not in the group {group}")
         flat, count, isz = self._buffers(where, group, buffers, nbytes)
+        self._bound(where, algo, len(group), count, isz)
         order = self._order(group)
         i = order.index(root)
         order = order[i:] + order[:i]
@@ -576,6 +645,7 @@ class Communicator:
         n = len(group)
         if flat is not None and count % n:
             raise CommError(f"{where}: {count} elements do not split evenly over {n} ranks")
+        self._bound(where, algo, n, count, isz)
         blocks = even_ranges((0, count), n)
         sched = Schedule(isz)
         for s in range(1, n):
@@ -623,6 +693,7 @@ class Communicator:
             raise CommError(f"{where}: src and dst are both rank {src}")
         bufs = None if buffer is None else [buffer, buffer]
         flat, count, isz = self._buffers(where, [src, dst], bufs, nbytes)
+        self._bound(where, "p2p", 2, count, isz)
         sched = Schedule(isz)
         sched.add(src, dst, (0, count), "copy", [])
         state = None
@@ -682,6 +753,8 @@ class Communicator:
             else ([rank] if not isinstance(rank, Sequence) else list(rank))
         )
         ranks = [self._rank(r, "rank", where) for r in ranks]
+        if not ranks:
+            raise CommError(f"{where}: the list of ranks is empty")
         now = self.now_cycles
         recs = []
         for r in ranks:

@@ -25,6 +25,7 @@ on the link model, so ``start_comm_profiling(comm)`` around the call profiles th
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -284,8 +285,15 @@ def train_iteration(
             "(dp x tp must equal the device count)"
         )
     for nm, v in (("bucket_mb", bucket_mb), ("first_bucket_mb", first_bucket_mb)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-            raise WorkloadError(f"train_iteration: {nm} must be a positive number, got {v!r}")
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, (int, float))
+            or not v > 0
+            or not math.isfinite(v)
+        ):
+            raise WorkloadError(
+                f"train_iteration: {nm} must be a positive finite number, got {v!r}"
+            )
     if not isinstance(overlap, bool):
         raise WorkloadError(f"train_iteration: overlap must be a bool, got {overlap!r}")
     graph = resolve_workload(workload, batch=batch, seq=seq, **workload_kwargs)
