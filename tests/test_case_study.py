@@ -214,7 +214,7 @@ def test_a_decoder_model_rebuilds_for_calibration_and_verification(seed):
     assert "REDUCED to 1 of 2 layers" in label
 
 
-@pytest.mark.parametrize("where", ["missing_dir", "a_directory"])
+@pytest.mark.parametrize("where", ["missing_dir", "parent_is_a_file"])
 def test_cli_unwritable_markdown_is_refused_before_the_run(where, tmp_path, monkeypatch):
     """A --markdown path that cannot be written is one line before anything runs (it
     was a FileNotFoundError traceback after the whole case study)."""
@@ -222,7 +222,9 @@ def test_cli_unwritable_markdown_is_refused_before_the_run(where, tmp_path, monk
 
     ran = []
     monkeypatch.setattr(mod, "case_study", lambda *a, **k: ran.append(1))
-    path = tmp_path / "nowhere" / "x.md" if where == "missing_dir" else tmp_path
+    (tmp_path / "file.txt").write_text("")
+    parent = tmp_path / ("nowhere" if where == "missing_dir" else "file.txt")
+    path = parent / "x.md"
     res = CliRunner().invoke(
         cli, ["case-study", "bert-large", "--layers", "1", "--markdown", str(path)]
     )
