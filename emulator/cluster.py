@@ -265,7 +265,7 @@ def build_topology(spec: Any) -> Topology:
             f"the topology is disconnected: device{'s' if len(lost) > 1 else ''} "
             f"{', '.join(map(str, lost[:8]))}{' ...' if len(lost) > 8 else ''} "
             "cannot reach device 0",
-            field=f"links.{'edges' if lk.edges else 'topology'}",
+            field=f"links.{'edges' if lk.topology == 'custom' else 'topology'}",
         )
     return topo
 

@@ -240,3 +240,52 @@ def test_oversized_collectives_are_refused_at_once(seed):
         lambda: small.all_reduce(nbytes=fits + 8 * small.chunk_bytes),
         "larger chunk_bytes",
     )
+
+
+# -- cluster specs: the device file and the fields named -----------------------------
+
+
+def test_cluster_device_path_is_read_next_to_the_cluster_file(tmp_path, monkeypatch):
+    import yaml
+
+    from wia_hw.spec import load_spec, spec_path
+
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    npu = yaml.safe_load(spec_path("wia-npu").read_text())
+    npu["name"] = "mynpu"
+    (sub / "mynpu.yaml").write_text(yaml.safe_dump(npu))
+    cl = _spec(4, "ring")
+    cl["device"] = "mynpu.yaml"
+    (sub / "cl.yaml").write_text(yaml.safe_dump(cl))
+    for cwd in (tmp_path, sub):
+        monkeypatch.chdir(cwd)
+        path = "sub/cl.yaml" if cwd == tmp_path else "cl.yaml"
+        assert load_spec(path).device.name == "mynpu"
+    cl["device"] = "wia-npu"  # a built-in name still works from a file
+    (sub / "cl.yaml").write_text(yaml.safe_dump(cl))
+    assert load_spec(sub / "cl.yaml").device.name == "wia-npu"
+
+
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        (
+            dict(
+                _spec(2, "custom"),
+                links=dict(topology="custom", bandwidth_gbs=100, latency_us=1, edges=[]),
+            ),
+            r"links\.edges: the topology is disconnected",
+        ),
+        (
+            dict(_spec(8, "ring"), device="wia-cluster-8"),
+            r"device: 'wia-cluster-8' is itself a cluster spec",
+        ),
+    ],
+)
+def test_cluster_spec_errors_name_the_field(spec, match):
+    from wia_hw.spec import load_spec
+
+    with pytest.raises(wia_hw.SpecError, match=match) as e:
+        load_spec(spec)
+    assert "\n" not in str(e.value)

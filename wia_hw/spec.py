@@ -132,9 +132,14 @@ def load_spec(
 
     is_cluster = "devices" in data or "links" in data
     if is_cluster and isinstance(data.get("device"), str):
+        # a relative path is read next to the cluster file first, then as given (from
+        # the current directory, or a built-in name)
         ref = data["device"]
+        here = None
+        if isinstance(spec, (str, Path)) and Path(spec).is_file():
+            here = Path(spec).parent / ref
         try:
-            sub, _, _ = _read(ref)
+            sub, _, _ = _read(here if here is not None and here.is_file() else ref)
         except SpecError as e:
             raise SpecError(
                 f"cluster device {ref!r}: {e.message}",
@@ -142,6 +147,14 @@ def load_spec(
                 line=lines.get("device"),
                 field="device",
             ) from None
+        if "devices" in sub or "links" in sub:
+            raise SpecError(
+                f"{ref!r} is itself a cluster spec; a cluster's device must be a device "
+                "spec (e.g. wia-npu)",
+                file=display,
+                line=lines.get("device"),
+                field="device",
+            )
         data = dict(data, device=sub)
     for path, value in (overrides or {}).items():
         _apply_override(data, str(path), value)
