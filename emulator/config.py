@@ -101,6 +101,17 @@ def _at_most(obj: Any, name: str, most: int, why: str) -> None:
         raise SpecError(f"must be at most {most:,} ({why}), got {v!r}", field=name)
 
 
+def _spec_name(v: Any) -> None:
+    """A spec's ``name``: printed in every report header, so printable text (no control
+    characters: a terminal escape in a file would reach the user's terminal)."""
+    if not isinstance(v, str) or not v.strip():
+        raise SpecError(f"must be a non-empty string, got {v!r}", field="name")
+    if not v.isprintable():
+        raise SpecError(
+            f"must be printable text without control characters, got {v!r}", field="name"
+        )
+
+
 def _pos_num(obj: Any, name: str) -> None:
     v = getattr(obj, name)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or math.isinf(v):
@@ -581,8 +592,7 @@ class DeviceSpec:
                 f"(this wia-hw reads {SCHEMA_VERSION})",
                 field="schema_version",
             )
-        if not isinstance(self.name, str) or not self.name:
-            raise SpecError(f"must be a non-empty string, got {self.name!r}", field="name")
+        _spec_name(self.name)
         _pos_num(self, "clock_ghz")
         if self.clock_ghz < MIN_CLOCK_GHZ:
             raise SpecError(
@@ -764,6 +774,7 @@ class ClusterSpec:
                 f"(this wia-hw reads {SCHEMA_VERSION})",
                 field="schema_version",
             )
+        _spec_name(self.name)
         _pos_int(self, "devices")
         if self.devices < 2:
             raise SpecError(

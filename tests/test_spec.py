@@ -261,3 +261,23 @@ def test_dma_fields_past_what_changes_anything_cost_nothing():
         device=load_spec("wia-npu", {"dma.loads_in_flight": 10**8, "dma.engines_per_core": 10**8}),
     )
     assert huge.cycles == base.cycles and huge.to_dict()["kernels"] == base.to_dict()["kernels"]
+
+
+def test_spec_names_print_as_written_and_refuse_control_characters(tmp_path):
+    """A name is printed in every header: rich markup in it is printed literally (a
+    '[/bold]' crashed `wia-hw run`), and a terminal escape is refused at load."""
+    from click.testing import CliRunner
+
+    from wia_hw.cli import cli
+
+    text = (Path(__file__).resolve().parent.parent / "specs" / "wia-edge.yaml").read_text()
+    p = tmp_path / "m.yaml"
+    p.write_text(text.replace("name: wia-edge", 'name: "[/bold]x[red]"'))
+    res = CliRunner().invoke(
+        cli, ["run", "gemm", "-a", "M=64", "-a", "N=64", "-a", "K=64", "-d", str(p)]
+    )
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines()[0].startswith("gemm (batch=1) on [/bold]x[red], fp16")
+    p.write_text(text.replace("name: wia-edge", 'name: "\\e[31mred"'))
+    with pytest.raises(SpecError, match=r"name: must be printable text without control"):
+        load_spec(p)

@@ -17,7 +17,9 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ..emulator.errors import WiaError
 from ..profiling._report import spec_label
@@ -89,7 +91,8 @@ def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
     shape = ", ".join(f"{k}={p[k]}" for k in keys if p.get(k) is not None)
     changed = r.provenance.get("overrides") or r.provenance.get("extensions")
     console.print(
-        f"[bold]{r.workload}[/bold]{f' ({shape})' if shape else ''} on [bold]{r.device}[/bold]"
+        f"[bold]{escape(r.workload)}[/bold]{escape(f' ({shape})') if shape else ''} on "
+        f"[bold]{escape(r.device)}[/bold]"
         + (" (modified)" if changed else "")
         + f", {r.precision}, {r.mode} mode",
         highlight=False,
@@ -101,7 +104,7 @@ def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
     t.add_column("%", justify="right")
     t.add_column("GFLOP", justify="right")
     for o in r.ops:
-        t.add_row(o.name, f"{o.time_ms:.2f}", f"{o.pct:.1f}", f"{o.flops / 1e9:.1f}")
+        t.add_row(Text(o.name), f"{o.time_ms:.2f}", f"{o.pct:.1f}", f"{o.flops / 1e9:.1f}")
     console.print(t)
     console.print(f"  Latency:     {r.latency_ms:.2f} ms")
     console.print(f"  Throughput:  {throughput_text(r)}")
@@ -171,8 +174,8 @@ def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
             cyc = sum(k.cycles for k in ks)
             util = sum(k.compute_utilization * k.cycles for k in ks) / cyc if cyc else 0.0
             kt.add_row(
-                name,
-                ks[0].provider,
+                Text(name),
+                Text(ks[0].provider),
                 str(len(ks)),
                 f"{total:.3f}",
                 f"{total / len(ks):.3f}",
