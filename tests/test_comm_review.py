@@ -289,3 +289,53 @@ def test_cluster_spec_errors_name_the_field(spec, match):
     with pytest.raises(wia_hw.SpecError, match=match) as e:
         load_spec(spec)
     assert "\n" not in str(e.value)
+
+
+# -- training: its own time and its own collectives -------------------------------------
+
+
+def _tiny():
+    from wia_hw.workloads import bert_large
+
+    return bert_large(batch=2, seq=16, layers=1)
+
+
+@pytest.mark.parametrize("kw", [dict(dp=1, tp=8), dict(dp=8, tp=1), dict(dp=2, tp=4)])
+def test_training_algorithm_is_checked_before_any_kernel_is_timed(kw, monkeypatch):
+    import wia_hw.train._schedule as sched
+
+    def timed(*a, **k):
+        raise AssertionError("kernels were timed before the algorithm was checked")
+
+    monkeypatch.setattr(sched, "time_kernels", timed)
+    for algo, match in (("bogus", "unknown algorithm 'bogus'"), ("hierarchical", "hierarchical")):
+        if algo == "hierarchical" and kw["dp"] == 1:
+            continue  # no DP all-reduce: nothing to run it on
+        with pytest.raises(wia_hw.WorkloadError, match=match) as e:
+            wia_hw.train_iteration(_tiny(), cluster="wia-cluster-8", algorithm=algo, **kw)
+        assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_training_counts_only_its_own_step(seed):
+    """Compute booked earlier on some ranks delays the step but is not in it: the step
+    equals one on a fresh cluster. A collective still running when the step starts may
+    slow it, but is not its communication."""
+    rng = np.random.default_rng(seed)
+    g = _tiny()
+    fresh = wia_hw.train_iteration(g, cluster="wia-cluster-8", bucket_mb=1)
+    comm = wia_hw.open_cluster("wia-cluster-8")
+    busy = rng.choice(8, size=int(rng.integers(1, 8)), replace=False)
+    cycles = int(rng.integers(1, 5_000_000))
+    comm.compute([int(r) for r in busy], cycles, async_op=True)
+    end_busy = cycles
+    r = wia_hw.train_iteration(g, cluster=comm, bucket_mb=1)
+    assert r.start_cycle == end_busy  # the step starts when every rank is free
+    assert r.iteration_cycles == fresh.iteration_cycles
+    assert r.breakdown() == fresh.breakdown() and r.comm_ms == fresh.comm_ms
+    comm.all_reduce(nbytes=int(rng.integers(64, 512)) << 20, async_op=True)
+    r2 = wia_hw.train_iteration(g, cluster=comm, bucket_mb=1)
+    assert len(r2.records) == sum(r2.collective_calls.values())
+    assert all(x.start_cycle >= r2.start_cycle for x in r2.records)
+    assert r2.comm_ms <= r2.iteration_ms and r2.exposed_comm_ms >= 0
+    assert r2.compute_cycles == fresh.compute_cycles

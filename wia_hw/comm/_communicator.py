@@ -769,6 +769,13 @@ class Communicator:
         work = Work(self, self.env.timeout(end - now, value=recs))
         return work if async_op else work.wait()
 
+    def busy_until(self, rank: int | None = None) -> int:
+        """The cycle at which the compute booked on ``rank`` (``None``: every rank) ends;
+        at most :attr:`now_cycles` when it is idle."""
+        if rank is None:
+            return max(self._free_at)
+        return self._free_at[self._rank(rank, "rank", "busy_until")]
+
     def run(
         self,
         rank: int | Sequence[int] | None,

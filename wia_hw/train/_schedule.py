@@ -30,7 +30,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..comm import CommError, Communicator, open_cluster
+from ..comm import ALGORITHMS, CommError, Communicator, open_cluster
 from ..emulator.errors import WorkloadError
 from ..graph import Graph
 from ..profiling._comm import interval_union, overlap_cycles
@@ -257,8 +257,9 @@ def train_iteration(
     ``workload``: a builder name (``bert-large``, ...), an ``.onnx`` path or a Graph
     (built with the per-replica ``batch``; ``batch``/``seq`` go to the builder).
     ``cluster``: a cluster spec (name, path, mapping, ClusterSpec) or an open
-    :class:`~wia_hw.Communicator` (the iteration starts at its current time, so a
-    profiling session on it sees the step). ``dp`` defaults to ``devices // tp``;
+    :class:`~wia_hw.Communicator` (the iteration starts once every rank has finished
+    the compute booked on it before, and counts only its own compute and collectives;
+    a profiling session on it sees the step). ``dp`` defaults to ``devices // tp``;
     ``dp * tp`` must be the cluster's device count. ``algorithm``: the DP all-reduce's
     (default ring). Raises :class:`~wia_hw.WorkloadError` (one line) for a bad degree,
     a TP degree that does not divide the heads, bad bucket sizes or optimizer."""
@@ -296,6 +297,22 @@ def train_iteration(
             )
     if not isinstance(overlap, bool):
         raise WorkloadError(f"train_iteration: overlap must be a bool, got {overlap!r}")
+    known = ALGORITHMS["all_reduce"]
+    if algorithm is not None and algorithm not in known:
+        raise WorkloadError(
+            f"train_iteration: unknown algorithm {algorithm!r} for the DP all-reduce "
+            f"(known: {', '.join(known)})"
+        )
+    if (
+        algorithm == "hierarchical"
+        and dp > 1
+        and (comm.topology.devices_per_node is None or tp > 1)
+    ):
+        raise WorkloadError(
+            "train_iteration: the hierarchical all-reduce needs each DP group to be the "
+            f"whole of a hierarchical cluster (dp={dp}, tp={tp} on {comm.spec.name}, "
+            f"{comm.topology.kind}); use tp=1 on a hierarchical cluster or another algorithm"
+        )
     graph = resolve_workload(workload, batch=batch, seq=seq, **workload_kwargs)
     rank_graph, tpf, tpb = shard_graph(graph, tp)
     tk = training_kernels(rank_graph, optimizer=optimizer, tp_forward=tpf, tp_backward=tpb)
@@ -308,9 +325,11 @@ def train_iteration(
     dp_groups = [[d * tp + t for d in range(dp)] for t in range(tp)]
 
     env = comm.env
-    start = comm.now_cycles
-    first_rec = len(comm.records)
-    first_comp = len(comm.compute_records)
+    # the step starts once every rank has finished the compute booked before it, and
+    # counts only its own compute and collectives (earlier work still on the links
+    # may slow it, but is not its communication)
+    start = max(comm.now_cycles, comm.busy_until())
+    own_compute: list[Any] = []
     labelled: list[tuple[str, Any]] = []
     ready = [env.event() for _ in buckets]
     phase_cycles = {"forward": 0, "backward": 0, "optimizer": 0}
@@ -333,7 +352,10 @@ def train_iteration(
 
     def compute(cycles: int, label: str) -> Any:
         phase_cycles[label] += cycles
-        return comm.compute(None, cycles, label=label, async_op=True).event
+        k = len(comm.compute_records)
+        work = comm.compute(None, cycles, label=label, async_op=True)
+        own_compute.extend(comm.compute_records[k:])
+        return work.event
 
     def phase(kerns: list[Kern], label: str) -> Any:
         acc = 0
@@ -357,6 +379,8 @@ def train_iteration(
             yield compute(acc, label)
 
     def step() -> Any:
+        if start > env.now:
+            yield env.timeout(start - env.now)
         stream = env.process(ddp_stream()) if buckets else None
         yield from phase(tk.forward, "forward")
         yield from phase(tk.backward, "backward")
@@ -371,8 +395,8 @@ def train_iteration(
     while not proc.processed:
         env.step()
     end = comm.now_cycles
-    recs = comm.records[first_rec:]
-    comp = comm.compute_records[first_comp:]
+    recs = [r for _, r in labelled]
+    comp = own_compute
     comm_u = interval_union((r.start_cycle, r.end_cycle) for r in recs)
     comp_u = interval_union((c.start_cycle, c.end_cycle) for c in comp)
     coll_bytes: dict[str, int] = {}
