@@ -143,3 +143,39 @@ def test_contradictory_batching_configs_are_refused(seed):
     with pytest.raises(ServeError, match=r"^BatchingConfig\.max_queue \(\d+\) must be at least"):
         BatchingConfig(max_batch_size=mb, max_queue=int(rng.integers(1, mb)))
     BatchingConfig(max_batch_size=mb, max_latency_ms=lat, max_queue_delay_ms=lat, max_queue=mb)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_throughput_never_exceeds_the_offered_load_over_the_window(bert2, seed):
+    """Throughput counts completions over the arrival window (or to the last
+    completion): at low load it is at most what was offered, never one request over its
+    own service time (1 req/s reported 225.9 seq/s)."""
+    rng = np.random.default_rng(seed)
+    rate, dur = float(rng.uniform(0.5, 50)), float(rng.uniform(0.2, 2.0))
+    r = benchmark_server(bert2, ServerWorkload(rate_rps=rate, duration_s=dur, seed=seed))
+    if r.offered:
+        assert r.throughput <= r.offered / dur * (1 + 1e-9)
+        assert r.throughput == pytest.approx(r.completed / (r.duration_ms / 1e3))
+        assert r.duration_ms >= round(dur * 1e9) / 1e6
+
+
+def test_cli_low_load_prints_n_a_not_nan(tmp_path):
+    from click.testing import CliRunner
+
+    from wia_hw.cli import cli
+
+    args = ["serve", "bert-large", "-a", "layers=2", "-s", "128", "--max-batch-size", "16"]
+    one = tmp_path / "one.csv"
+    one.write_text("5\n")
+    res = CliRunner().invoke(cli, [*args, "--trace", str(one)])
+    assert res.exit_code == 0 and "nan" not in res.output
+    assert "Offered 1 (n/a: every arrival at one instant)" in res.output
+    rej = tmp_path / "rej.csv"  # longer than the model's 128 tokens: all rejected
+    rej.write_text("0,200\n0.1,300\n")
+    res = CliRunner().invoke(cli, [*args, "--trace", str(rej)])
+    assert res.exit_code == 0 and "nan" not in res.output
+    assert "P50 latency: n/a (no request completed)" in res.output
+    assert "padding efficiency n/a (no batch ran)" in res.output
+    assert "wia-hw: warning: no request completed: all 2 were rejected (seq_too_long 2)" in (
+        res.output
+    )

@@ -5,6 +5,7 @@ device and benchmark it (:mod:`wia_hw.serve`): Poisson arrivals at ``--rate``, a
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import click
@@ -98,17 +99,34 @@ def serve_cmd(
         )
         if m.search != "bisection":
             click.echo(f"  search: {m.search}")
+
+    def ms(v: float) -> str:
+        return "n/a (no request completed)" if math.isnan(v) else f"{v:.2f} ms"
+
+    rate = (
+        "n/a: every arrival at one instant"
+        if math.isnan(r.offered_rate_rps)
+        else f"{r.offered_rate_rps:,.1f} req/s"
+    )
     click.echo(
-        f"Offered {r.offered} ({r.offered_rate_rps:,.1f} req/s), completed {r.completed}, "
+        f"Offered {r.offered} ({rate}), completed {r.completed}, "
         f"rejected {r.rejected} {r.rejected_by_reason or ''}"
     )
     click.echo(
-        f"P50 latency: {r.p50_latency_ms:.2f} ms\nP90 latency: {r.p90_latency_ms:.2f} ms\n"
-        f"P99 latency: {r.p99_latency_ms:.2f} ms\nThroughput: {r.throughput:,.1f} seq/sec "
-        "(completed requests per emulated second)"
+        f"P50 latency: {ms(r.p50_latency_ms)}\nP90 latency: {ms(r.p90_latency_ms)}\n"
+        f"P99 latency: {ms(r.p99_latency_ms)}\nThroughput: {r.throughput:,.1f} seq/sec "
+        f"(completed requests per emulated second, over {r.duration_ms / 1e3:.3g} s)"
     )
     click.echo("Batch sizes: " + ", ".join(f"{k}: {v}" for k, v in r.batch_size_histogram.items()))
-    click.echo(
-        f"Queue depth: max {r.max_queue_depth} of {max_queue}; padding efficiency "
-        f"{r.padding_efficiency_pct:.1f}%"
+    pad = (
+        "n/a (no batch ran)"
+        if math.isnan(r.padding_efficiency_pct)
+        else f"{r.padding_efficiency_pct:.1f}%"
     )
+    click.echo(f"Queue depth: max {r.max_queue_depth} of {max_queue}; padding efficiency {pad}")
+    if r.completed == 0:
+        why = ", ".join(f"{k} {v}" for k, v in r.rejected_by_reason.items())
+        click.echo(
+            f"wia-hw: warning: no request completed: all {r.offered} were rejected ({why})",
+            err=True,
+        )

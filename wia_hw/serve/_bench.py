@@ -46,9 +46,14 @@ class ServerBenchmarkResult:
     """The seed's ``wia_server_benchmark_result_t`` and more. Latencies in ms, from a
     request's arrival to its batch's completion, over completed requests.
 
-    ``throughput``: completed requests (sequences) per second of emulated time, from the
-    first arrival to the last completion. ``offered_rate_rps``: requests offered per
-    second of the arrival window. ``batch_size_histogram``: requests per batch -> number
+    ``throughput``: completed requests (sequences) per second of emulated time over
+    ``duration_ms``: from the start of the arrival window (0 for Poisson arrivals, the
+    first arrival of a trace) to its end or the last completion, whichever is later, so
+    it never exceeds the offered rate over the arrival window (at 1 req/s one request
+    is 1 seq/s, not one over its own service time). ``offered_rate_rps``: requests
+    offered per second of the arrival window (NaN, ``None`` in JSON, when all arrivals
+    are at one instant). Latency percentiles and ``padding_efficiency_pct`` are NaN
+    (``None`` in JSON) when nothing completed. ``batch_size_histogram``: requests per batch -> number
     of batches (real requests, before padding); ``executed_shapes``: padded
     ``(batch, seq)`` -> number of batches; ``shape_latency_ms`` the service time of each.
     ``queue_depth``: ``(time_ms, waiting requests)`` after every change.
@@ -94,15 +99,18 @@ class ServerBenchmarkResult:
         return d
 
 
-def summarize(server: InferenceServer, run: ServerRun, window_ns: int) -> ServerBenchmarkResult:
-    """The figures of one simulation (see :class:`ServerBenchmarkResult`)."""
+def summarize(
+    server: InferenceServer, run: ServerRun, window_ns: int, start_ns: int = 0
+) -> ServerBenchmarkResult:
+    """The figures of one simulation (see :class:`ServerBenchmarkResult`); the arrival
+    window is ``[start_ns, start_ns + window_ns]``."""
     lat = run.latency_ns
     hist: dict[int, int] = {}
     shapes: dict[tuple[int, int | None], int] = {}
     for _, n, b, s, _ in run.batches:
         hist[n] = hist.get(n, 0) + 1
         shapes[(b, s)] = shapes.get((b, s), 0) + 1
-    span_ns = run.last_event_ns - run.first_arrival_ns
+    span_ns = max(run.last_event_ns, start_ns + window_ns) - start_ns
     return ServerBenchmarkResult(
         offered=run.offered,
         completed=run.completed,
@@ -287,6 +295,7 @@ def benchmark_server(server: InferenceServer, workload: ServerWorkload) -> Serve
         )
     if workload.trace is not None:
         arrivals = load_trace(workload.trace, workload.seq or server.max_seq or 1)
+        start_ns = arrivals[0].time_ns
         if server.max_seq is None and any(a.seq != 1 for a in arrivals):
             raise ServeError(
                 f"ServerWorkload.trace: {workload.trace} gives sequence lengths, but model "
@@ -304,11 +313,12 @@ def benchmark_server(server: InferenceServer, workload: ServerWorkload) -> Serve
             duration_s = _search_duration_s(workload, rate)
         arrivals = _poisson(server, workload, rate, duration_s)
         window_ns = round(duration_s * 1e9)
+        start_ns = 0
     if not arrivals:
         raise ServeError(
             f"the workload offers no request (rate {workload.rate_rps} req/s over "
             f"{workload.duration_s} s)"
         )
-    result = summarize(server, server.simulate(arrivals), window_ns)
+    result = summarize(server, server.simulate(arrivals), window_ns, start_ns)
     result.max_rate = max_rate
     return result
