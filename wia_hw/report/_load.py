@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..emulator.errors import WiaError
+from ..sweep._store import sweeps_in_meta
 
 __all__ = [
     "ReportError",
@@ -59,17 +60,8 @@ class SweepData:
     points: list[dict[str, Any]] = field(default_factory=list)
 
     def sweeps(self) -> dict[str, dict[str, Any]]:
-        """Sweep name -> its description from ``meta`` (``sweep:<name>`` keys, JSON);
-        a value that is not a JSON object is kept as ``{"text": value}``."""
-        out: dict[str, dict[str, Any]] = {}
-        for k, v in sorted(self.meta.items()):
-            if k.startswith("sweep:"):
-                try:
-                    d = json.loads(v)
-                except (TypeError, ValueError):
-                    d = None
-                out[k[len("sweep:") :]] = d if isinstance(d, dict) else {"text": v}
-        return out
+        """Sweep name -> its description from ``meta`` (:func:`sweeps_in_meta`)."""
+        return sweeps_in_meta(self.meta)
 
 
 def read_sweep_store(path: str | os.PathLike[str]) -> SweepData:

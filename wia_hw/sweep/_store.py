@@ -75,6 +75,20 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
 
 
+def sweeps_in_meta(meta: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Sweep name -> its description from a store's ``meta`` (``sweep:<name>`` keys,
+    JSON); a value that is not a JSON object is kept as ``{"text": value}``."""
+    out: dict[str, dict[str, Any]] = {}
+    for k, v in sorted(meta.items()):
+        if k.startswith("sweep:"):
+            try:
+                d = json.loads(v)
+            except (TypeError, ValueError):
+                d = None
+            out[k[len("sweep:") :]] = d if isinstance(d, dict) else {"text": v}
+    return out
+
+
 class SweepStore:
     """An open sweep store. ``meta`` is the meta table as a dict; :meth:`points` lists
     the rows. Use :func:`open_store` to read one; :meth:`create` opens one for writing.
@@ -181,16 +195,9 @@ class SweepStore:
         return dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
 
     def sweeps(self) -> dict[str, dict[str, Any]]:
-        """Sweep name -> its description from ``meta`` (``sweep:<name>``, JSON; ``{}``
-        when unreadable), plus the names only found in the ``sweep_name`` column."""
-        out: dict[str, dict[str, Any]] = {}
-        for k, v in sorted(self.meta.items()):
-            if k.startswith("sweep:"):
-                try:
-                    d = json.loads(v)
-                except (TypeError, ValueError):
-                    d = None
-                out[k[len("sweep:") :]] = d if isinstance(d, dict) else {}
+        """Sweep name -> its description from ``meta`` (:func:`sweeps_in_meta`), plus
+        the names only found in the ``sweep_name`` column."""
+        out = sweeps_in_meta(self.meta)
         for (n,) in self._conn.execute("SELECT DISTINCT sweep_name FROM points"):
             if n is not None:
                 out.setdefault(n, {})
