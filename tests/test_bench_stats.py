@@ -407,3 +407,16 @@ def test_a_sample_mostly_one_value_keeps_its_variation(seed, method):
     r = _summary(samples, BenchmarkConfig(outlier_detection=method))
     assert r.num_outliers == 0 and r.cv_percent > 0
     assert r.mean_ms == pytest.approx(samples.mean(), rel=1e-12) and r.mean_ms < top
+
+
+def test_one_measurement_has_no_spread_to_print():
+    """With one sample the spread is unknown, not zero: no '±0.000 ms', no 'CV 0.0%'."""
+    import wia_hw
+
+    cfg = wia_hw.BenchmarkConfig(measurement_iterations=1, warmup_iterations=0)
+    r = wia_hw.benchmark_operation(wia_hw.open_device("wia-npu"), "gemm", cfg, M=64, N=64, K=64)
+    text = r.format_text()
+    assert "±" not in text and "Coefficient of variation: n/a (one measurement)" in text
+    cfg = wia_hw.BenchmarkConfig(measurement_iterations=3, warmup_iterations=0)
+    r = wia_hw.benchmark_operation(wia_hw.open_device("wia-npu"), "gemm", cfg, M=64, N=64, K=64)
+    assert "±" in r.format_text()

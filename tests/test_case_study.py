@@ -231,3 +231,23 @@ def test_cli_unwritable_markdown_is_refused_before_the_run(where, tmp_path, monk
     assert res.exit_code == 2 and not ran
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"wia-hw: error: --markdown {path}: ")
+
+
+def test_speedups_print_a_slowdown_and_say_what_batching_compares():
+    from wia_hw._case_study import _speedup
+
+    assert [_speedup(v) for v in (1.0, 140.03 / 140.47, 4.324, None)] == [
+        "1.00x",
+        "0.997x",
+        "4.32x",
+        "-",
+    ]
+
+
+def test_batching_row_says_its_speedup_is_per_request_and_gives_throughput(cs):
+    row = next(r for r in cs.rows if r.step == "dynamic batching")
+    if not row.available:
+        pytest.skip("no batching row on this configuration")
+    base = next(r for r in cs.rows if r.step == "baseline")
+    assert "per-request P50 latency against the baseline batch's" in row.note
+    assert f"throughput {row.throughput / base.throughput:.2f}x the baseline's" in row.note

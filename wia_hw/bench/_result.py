@@ -111,11 +111,14 @@ class BenchmarkResult:
         """The seed's report block (section 8.8), one line per figure the config asks."""
         c = self.config
         lines = [f"Benchmark Results ({self.num_measurements} measurements):"]
+        # a spread needs two samples: with one, it is not zero but unknown
+        spread = self.num_measurements - self.num_outliers >= 2
+        sd_text = f"{fmt_ms(self.std_dev_ms)} ms" if spread else "n/a (one measurement)"
         if c.report_mean:
-            sd = f" (±{fmt_ms(self.std_dev_ms)} ms)" if c.report_std_dev else ""
+            sd = f" (±{sd_text})" if c.report_std_dev and spread else ""
             lines.append(f"  Mean: {fmt_ms(self.mean_ms)} ms{sd}")
         elif c.report_std_dev:
-            lines.append(f"  Std dev: {fmt_ms(self.std_dev_ms)} ms")
+            lines.append(f"  Std dev: {sd_text}")
         if c.report_median:
             lines.append(f"  Median: {fmt_ms(self.median_ms)} ms")
         if c.report_min_max:
@@ -123,7 +126,11 @@ class BenchmarkResult:
             lines.append(f"  Max: {fmt_ms(self.max_ms)} ms")
         for p, v in self.percentiles_ms.items():
             lines.append(f"  P{p:g}: {fmt_ms(v)} ms")
-        lines.append(f"  Coefficient of variation: {self.cv_percent:.1f}%")
+        lines.append(
+            f"  Coefficient of variation: {self.cv_percent:.1f}%"
+            if spread
+            else "  Coefficient of variation: n/a (one measurement)"
+        )
         lines.append(f"  Throughput: {self.throughput:.1f} ops/sec")
         lines.append(f"  Outliers removed: {self.num_outliers}")
         lines.extend(f"  {w}" for w in self.warnings)
