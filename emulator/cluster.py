@@ -70,7 +70,9 @@ class Topology:
     devices_per_node: int | None = None
     ring: list[int] = field(default_factory=list)
     _adj: dict[int, list[int]] = field(default_factory=dict, repr=False)
-    _parents: dict[int, list[int]] = field(default_factory=dict, repr=False)
+    #: (rows, cols) of a torus: its routes are dimension-ordered
+    dims: tuple[int, int] | None = None
+    _dist: dict[int, list[int]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         adj: dict[int, list[int]] = {}
@@ -87,25 +89,57 @@ class Topology:
         return self.devices + len(self.fabric)
 
     def route(self, src: int, dst: int) -> list[int]:
-        """The nodes of the path ``src -> dst`` (both included): a shortest path."""
+        """The nodes of the path ``src -> dst`` (both included): a shortest path in
+        hops. On a torus, dimension-order routing (along the row to the destination's
+        column, then along the column), each dimension the short way round, a half-way
+        tie going forward from the first half of every run of ``n / 2`` coordinates and
+        backward from the second (so every link of a direction carries as many tied
+        pairs as the others, and both directions alike when ``n / 2`` is even). Elsewhere, where several next hops are equally short, the
+        pair picks one by ``(src * dst + src + dst + hop) mod count`` (equal-cost
+        multi-path, as fabrics hash flows), so the pairs of an all-to-all spread over
+        the equal paths instead of all taking the lowest-numbered neighbour."""
         if (src, dst) in self.links:
             return [src, dst]
-        par = self._parents.get(src)
-        if par is None:
-            par = [-1] * self.nodes
-            par[src] = src
-            q = deque([src])
+        if self.dims is not None:
+            return self._dimension_order(src, dst)
+        dist = self._dist.get(dst)
+        if dist is None:  # hops to dst from every node (links come in both directions)
+            dist = [-1] * self.nodes
+            dist[dst] = 0
+            q = deque([dst])
             while q:
                 u = q.popleft()
                 for v in self._adj.get(u, ()):
-                    if par[v] < 0:
-                        par[v] = u
+                    if dist[v] < 0:
+                        dist[v] = dist[u] + 1
                         q.append(v)
-            self._parents[src] = par
-        path = [dst]
-        while path[-1] != src:
-            path.append(par[path[-1]])
-        return path[::-1]
+            self._dist[dst] = dist
+        path = [src]
+        u = src
+        while u != dst:
+            nxt = [v for v in self._adj[u] if dist[v] == dist[u] - 1]
+            u = nxt[(src * dst + src + dst + len(path)) % len(nxt)]
+            path.append(u)
+        return path
+
+    def _dimension_order(self, src: int, dst: int) -> list[int]:
+        """A torus route: along the row, then along the column (:meth:`route`)."""
+        rows, cols = self.dims  # type: ignore[misc]
+        (r, c), (r2, c2) = divmod(src, cols), divmod(dst, cols)
+        path = [src]
+        for dim, (a, b, n) in enumerate(((c, c2, cols), (r, r2, rows))):
+            fwd, back = (b - a) % n, (a - b) % n
+            # a tie (half way round): forward from the first half of every run of n/2
+            # coordinates, so each direction's links carry the same number of them
+            step = 1 if fwd < back or (fwd == back and 2 * (a % (n // 2)) < n // 2) else -1
+            for _ in range(min(fwd, back)):
+                a = (a + step) % n
+                if dim == 0:
+                    c = a
+                else:
+                    r = a
+                path.append(r * cols + c)
+        return path
 
     def connected(self) -> list[int]:
         """Devices not reachable from device 0 (empty when connected)."""
@@ -192,6 +226,7 @@ def build_topology(spec: Any) -> Topology:
     fabric: dict[int, float] = {}
     ring: list[int] = []
     per_node = None
+    dims: tuple[int, int] | None = None
 
     def both(u: int, v: int, b: float = bw, la: float = lat) -> None:
         links[(u, v)] = (b, la)
@@ -223,6 +258,7 @@ def build_topology(spec: Any) -> Topology:
                 if rows > 1:
                     both(i, ((r + 1) % rows) * cols + c)
         ring = _torus_ring(rows, cols)
+        dims = (rows, cols)
     elif lk.topology == "hierarchical":
         k = lk.devices_per_node
         if n % k:
@@ -258,6 +294,7 @@ def build_topology(spec: Any) -> Topology:
         fabric=fabric,
         devices_per_node=per_node,
         ring=ring,
+        dims=dims,
     )
     lost = topo.connected()
     if lost:

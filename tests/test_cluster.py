@@ -55,6 +55,33 @@ def test_torus_links_and_routes_are_shortest():
     assert all((u, v) in t.links for u, v in zip(ring, ring[1:] + ring[:1], strict=True))
 
 
+@pytest.mark.parametrize("rows,cols", [(4, 4), (3, 4), (4, 6), (5, 5), (2, 8), (8, 8)])
+def test_torus_routes_are_dimension_ordered_and_balance_an_all_to_all(rows, cols):
+    """Each route runs along its row, then its column, the short way round; over all
+    pairs every link of a dimension and direction carries the same number of routes
+    (half-way ties split evenly), where routes that took the lowest-numbered neighbour loaded link 0->1 of a
+    4x4 torus 3.4x the mean."""
+    t = build_topology(cluster(rows * cols, topology="torus2d", torus_dims=[rows, cols]))
+    load = {link: 0 for link in t.links}
+    for a in range(rows * cols):
+        for b in range(rows * cols):
+            if a == b:
+                continue
+            path = t.route(a, b)
+            turned = False
+            for u, v in zip(path, path[1:], strict=False):
+                load[(u, v)] += 1
+                along_row = u // cols == v // cols
+                assert not (turned and along_row), (a, b, path)  # row moves come first
+                turned = turned or not along_row
+    groups: dict[tuple[bool, int], set[int]] = {}
+    for (u, v), n in load.items():
+        along_row = u // cols == v // cols
+        step = (v - u) % cols if along_row else (v // cols - u // cols) % rows
+        groups.setdefault((along_row, step), set()).add(n)
+    assert all(len(counts) == 1 for counts in groups.values()), groups
+
+
 def test_hierarchical_links():
     t = build_topology(wia_hw.load_spec("wia-cluster-2x8"))
     k, m = 8, 2
