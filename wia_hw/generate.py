@@ -525,7 +525,7 @@ def _memory_error(ctx: Context, graph: Graph) -> str | None:
     alloc = CachingAllocator(live.capacity_bytes, live.config)
     lowered = lower(graph, ctx.spec, ctx.providers)
     try:
-        for blk in list(getattr(live, "_live", {}).values()):
+        for blk in live.live_blocks:
             alloc.malloc(max(1, blk.requested))
         mem = RunMemory(alloc, graph, lowered)
         mem.start(0)
