@@ -76,19 +76,21 @@ so a tuned kernel is never slower than the default on its own. Every choice is
 seeded: the same graph, spec, config and seed give the same schedules, unless a
 ``time_budget_seconds`` cuts the search at a wall-clock-dependent point.
 
-Errors: an :class:`AutotuneError` (one line) for a budget of 0, an unknown method or
-cost model, or a name in ``kernels_to_tune`` that is neither an op with a GEMM kernel
-nor a kernel key of the graph.
+Errors: an :class:`AutotuneError` (one line naming the field) for a budget of 0, a
+field of the wrong type or range (a seed is a non-negative integer), an unknown method
+or cost model, an empty ``kernels_to_tune``, or a name in it that is neither an op with
+a GEMM kernel nor a kernel key of the graph.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -178,29 +180,76 @@ class AutotuneConfig:
                 f"got {self.cost_model!r}"
             )
         t = self.time_budget_seconds
-        if t is not None and (
-            isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0 or math.isnan(t)
-        ):
+        if t is not None and not (_is_number(t) and t > 0):
             raise AutotuneError(
-                f"AutotuneConfig.time_budget_seconds must be positive (or None for no "
-                f"limit), got {t!r}: a budget of 0 tunes nothing"
+                "AutotuneConfig.time_budget_seconds must be positive (a number of seconds, "
+                f"or None for no limit), got {_shown(t)}"
+                + (": a budget of 0 tunes nothing" if _is_number(t) and t == 0 else "")
             )
         for name in ("max_trials", "batch_size", "max_tiles"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            if not (_is_int(v) and v >= 1):
                 raise AutotuneError(
-                    f"AutotuneConfig.{name} must be a positive integer, got {v!r}"
-                    + (": a budget of 0 tunes nothing" if name == "max_trials" else "")
+                    f"AutotuneConfig.{name} must be a positive integer, got {_shown(v)}"
+                    + (
+                        ": a budget of 0 tunes nothing"
+                        if name == "max_trials" and _is_int(v) and v == 0
+                        else ""
+                    )
                 )
+        if not (_is_int(self.seed) and self.seed >= 0):
+            raise AutotuneError(
+                f"AutotuneConfig.seed must be a non-negative integer, got {_shown(self.seed)}"
+            )
+        object.__setattr__(self, "seed", int(self.seed))
         if not isinstance(self.prune, bool):
             raise AutotuneError(f"AutotuneConfig.prune must be True or False, got {self.prune!r}")
-        if not 0.0 <= float(self.epsilon) <= 1.0:
-            raise AutotuneError(f"AutotuneConfig.epsilon must be in [0, 1], got {self.epsilon!r}")
-        if isinstance(self.kernels_to_tune, str):
+        if not (_is_number(self.epsilon) and 0.0 <= self.epsilon <= 1.0):
             raise AutotuneError(
-                "AutotuneConfig.kernels_to_tune must be a list of names, got the string "
-                f"{self.kernels_to_tune!r}"
+                f"AutotuneConfig.epsilon must be in [0, 1], got {_shown(self.epsilon)}"
             )
+        names = self.kernels_to_tune
+        if names is not None:
+            if isinstance(names, (str, bytes)):
+                raise AutotuneError(
+                    "AutotuneConfig.kernels_to_tune must be a list of names, got the string "
+                    f"{names!r}"
+                )
+            if not isinstance(names, Iterable):
+                raise AutotuneError(
+                    "AutotuneConfig.kernels_to_tune must be a list of names (or None for "
+                    f"every GEMM kernel), got {_shown(names)}"
+                )
+            names = tuple(names)
+            if not names:
+                raise AutotuneError(
+                    "AutotuneConfig.kernels_to_tune is empty, which tunes nothing (None "
+                    "tunes every GEMM kernel)"
+                )
+            for i, name in enumerate(names):
+                if not isinstance(name, str):
+                    raise AutotuneError(
+                        "AutotuneConfig.kernels_to_tune must hold op names or kernel keys "
+                        f"(strings), got {_shown(name)} at index {i}"
+                    )
+            object.__setattr__(self, "kernels_to_tune", names)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    """A real number that is not a bool or NaN."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and not math.isnan(v)
+
+
+def _shown(v: Any) -> str:
+    """``v`` for an error message: its repr, with its type when that is not obvious."""
+    r = repr(v)
+    if len(r) > 60:
+        r = r[:57] + "..."
+    return r if isinstance(v, (int, float)) or v is None else f"{r} ({type(v).__name__})"
 
 
 @dataclass
