@@ -32,7 +32,12 @@ never silent: the kernels' names and providers show them):
 * an attention chain lowers to flash attention only when that is not slower than the
   three unfused kernels on this device (both timed on a cold device of the same spec,
   write-back included, cached per shape): at short sequences the unfused GEMMs can
-  use the array better than the flash tiles do.
+  use the array better than the flash tiles do;
+* a vector pair (a residual add into a layer norm) lowers to its one fused pass, at
+  the fastest of its row chunkings (:func:`~wia_hw.optimize._kernels.fuse_vector_pair`),
+  only when that is not slower than the two unfused kernels, timed the same way: a
+  layer norm cannot be cut into column blocks as the add alone can, and over wide
+  rows the fused pass's row chunks can lose more than the intermediate saves.
 
 The fused graph keeps the source graph's weight values and static quantisation (an
 imported model's: ``Graph.weight_values``, ``Graph.quant``). Functional mode computes
@@ -55,7 +60,7 @@ from ..emulator.errors import WorkloadError
 from ..emulator.kernels import Kernel
 from ..graph import BINARY_KINDS, UNARY_KINDS, Graph, Op
 from ..lowering import ATTR_LOWERINGS, _builtin
-from ._kernels import fuse_gemm_epilogue, fuse_vector_pair
+from ._kernels import cold_cycles, fuse_gemm_epilogue, fuse_vector_pair
 
 __all__ = ["FusionConfig", "apply_fusion", "lower_fused", "refuse", "FUSION_PATTERNS"]
 
@@ -237,6 +242,8 @@ _BY_NAME: weakref.WeakKeyDictionary[Graph, dict[str, Op]] = weakref.WeakKeyDicti
 #: (spec id, shapes) -> (the spec, flash is not slower): the spec is held so that its
 #: id cannot be reused by another spec while the entry exists.
 _ATTENTION_CHOICE: dict[tuple[Any, ...], tuple[DeviceSpec, bool]] = {}
+#: (spec id, shapes, classes) -> (the spec, the fused vector pass is not slower)
+_PAIR_CHOICE: dict[tuple[Any, ...], tuple[DeviceSpec, bool]] = {}
 
 
 @functools.lru_cache(maxsize=1)
@@ -251,17 +258,6 @@ def _ops_by_name(graph: Graph) -> dict[str, Op]:
     if got is None:
         got = _BY_NAME[graph] = {o.name: o for o in graph.ops}
     return got
-
-
-def _cold_cycles(spec: DeviceSpec, kernels: Sequence[Kernel]) -> int:
-    """Cycles of ``kernels`` on a fresh device of ``spec``, results written back."""
-    from ..emulator.device import Device
-    from ..emulator.extension_kernels import execute_kernels
-
-    dev = Device(spec)
-    execute_kernels(dev, list(kernels))
-    dev.flush()
-    return dev.now
 
 
 def _attention_kernels(
@@ -297,7 +293,7 @@ def _attention_kernels(
     if hit is None or hit[0] is not spec:
         hit = _ATTENTION_CHOICE[key] = (
             spec,
-            _cold_cycles(spec, flash) <= _cold_cycles(spec, plain),
+            cold_cycles(spec, flash) <= cold_cycles(spec, plain),
         )
     return list(flash) if hit[1] else plain
 
@@ -327,12 +323,18 @@ def lower_fused(op: Op, graph: Graph, spec: DeviceSpec, storage: Any) -> list[Ke
         return _attention_kernels(ops, graph, spec, storage, plain)
     if len(plain) != 2:
         return plain
-    fused = (
-        fuse_gemm_epilogue(spec, plain, 0)
-        if pattern == "gemm_epilogue"
-        else fuse_vector_pair(spec, plain, 0)
-    )
-    return plain if fused is None else [fused]
+    if pattern == "gemm_epilogue":
+        fused = fuse_gemm_epilogue(spec, plain, 0)
+        return plain if fused is None else [fused]
+    fused = fuse_vector_pair(spec, plain, 0)
+    if fused is None:
+        return plain
+    key = (id(spec), "pair", *((r.rows, r.cols, r.elem_bytes) for r in fused.inputs))
+    key += tuple(k.vclass for k in plain)
+    hit = _PAIR_CHOICE.get(key)
+    if hit is None or hit[0] is not spec:
+        hit = _PAIR_CHOICE[key] = (spec, cold_cycles(spec, [fused]) <= cold_cycles(spec, plain))
+    return [fused] if hit[1] else plain
 
 
 ATTR_LOWERINGS["fusion"] = lower_fused
