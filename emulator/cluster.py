@@ -131,6 +131,8 @@ class Topology:
             fwd, back = (b - a) % n, (a - b) % n
             # a tie (half way round): forward from the first half of every run of n/2
             # coordinates, so each direction's links carry the same number of them
+            if fwd == 0:  # already there (every route on a side of 1)
+                continue
             step = 1 if fwd < back or (fwd == back and 2 * (a % (n // 2)) < n // 2) else -1
             for _ in range(min(fwd, back)):
                 a = (a + step) % n

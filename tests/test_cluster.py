@@ -55,7 +55,9 @@ def test_torus_links_and_routes_are_shortest():
     assert all((u, v) in t.links for u, v in zip(ring, ring[1:] + ring[:1], strict=True))
 
 
-@pytest.mark.parametrize("rows,cols", [(4, 4), (3, 4), (4, 6), (5, 5), (2, 8), (8, 8)])
+@pytest.mark.parametrize(
+    "rows,cols", [(4, 4), (3, 4), (4, 6), (5, 5), (2, 8), (8, 8), (1, 8), (7, 1), (2, 2)]
+)
 def test_torus_routes_are_dimension_ordered_and_balance_an_all_to_all(rows, cols):
     """Each route runs along its row, then its column, the short way round; over all
     pairs every link of a dimension and direction carries the same number of routes
