@@ -420,3 +420,11 @@ def test_one_measurement_has_no_spread_to_print():
     cfg = wia_hw.BenchmarkConfig(measurement_iterations=3, warmup_iterations=0)
     r = wia_hw.benchmark_operation(wia_hw.open_device("wia-npu"), "gemm", cfg, M=64, N=64, K=64)
     assert "±" in r.format_text()
+
+
+@pytest.mark.parametrize("base,res", [([0.0] * 30, [0.1] * 30), ([0.1] * 30, [0.0, -1.0] * 15)])
+def test_compare_refuses_a_time_at_or_below_zero(base, res):
+    from wia_hw.bench import BenchmarkError, compare_benchmarks
+
+    with pytest.raises(BenchmarkError, match=r"holds a time of .* ms: times are positive"):
+        compare_benchmarks(base, res)

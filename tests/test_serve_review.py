@@ -62,6 +62,25 @@ def test_max_rate_search_under_a_bound_below_max_latency(bert2, seed):
     assert "max_latency_ms" in m.search and "no rate down to" not in m.reason
 
 
+def test_max_rate_search_goes_below_the_grid_when_no_grid_rate_passes():
+    """Under a tight bound only low rates pass (a short queue delay keeps batches small);
+    the search found none of its capacity x k/20 rates and stopped, reporting 0 where
+    about 150 req/s meets the bound."""
+    from wia_hw import BatchingConfig, create_inference_server
+    from wia_hw.serve import find_max_rate
+
+    server = create_inference_server(
+        "bert-large",
+        BatchingConfig(max_batch_size=16, max_latency_ms=5.0, max_queue_delay_ms=0.5),
+        seq=128,
+        layers=2,
+    )
+    m = find_max_rate(server, 1.2, duration_s=0.5)
+    assert 0 < m.rate_rps < m.capacity_rps / 20, m.reason
+    passed = [s for s in m.steps if s[3]]
+    assert m.rate_rps == max(s[0] for s in passed)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_workload_longer_than_the_model_is_refused_naming_the_field(bert2, seed):
     rng = np.random.default_rng(seed)
@@ -177,5 +196,22 @@ def test_cli_low_load_prints_n_a_not_nan(tmp_path):
     assert "P50 latency: n/a (no request completed)" in res.output
     assert "padding efficiency n/a (no batch ran)" in res.output
     assert "wia-hw: warning: no request completed: all 2 were rejected (seq_too_long 2)" in (
+        res.output
+    )
+
+
+def test_cli_max_queue_follows_a_large_max_batch_size():
+    """--max-queue defaults to 256 or --max-batch-size when larger: a batch limit of 512
+    alone ran before the queue had to hold a full batch, and must still."""
+    from click.testing import CliRunner
+
+    from wia_hw.cli import cli
+
+    args = ["serve", "bert-base", "-s", "32", "-a", "layers=1", "--rate", "500"]
+    res = CliRunner().invoke(cli, [*args, "--max-batch-size", "512", "--duration", "0.05"])
+    assert res.exit_code == 0, res.output
+    assert "of 512; padding" in res.output
+    res = CliRunner().invoke(cli, [*args, "--max-batch-size", "512", "--max-queue", "300"])
+    assert res.exit_code == 2 and "max_queue (300) must be at least max_batch_size (512)" in (
         res.output
     )

@@ -136,6 +136,8 @@ def _samples(x: BenchmarkResult | Sequence[float] | np.ndarray, what: str) -> np
     arr = as_samples(x.samples_ms if isinstance(x, BenchmarkResult) else x, what)
     if arr.size < 2:
         raise BenchmarkError(f"{what} has {arr.size} sample; a t-test needs at least 2")
+    if np.any(arr <= 0):  # a speedup or a relative change divides by the times
+        raise BenchmarkError(f"{what} holds a time of {arr[arr <= 0][0]!r} ms: times are positive")
     return arr
 
 
@@ -161,7 +163,8 @@ def compare_benchmarks(
     Two results whose variation sources or (for the seeded sources) variation seeds
     differ get a note: each HBM channel's refresh phase is drawn once per run, so the
     run-to-run variation between them is not in either within-run spread.
-    Raises :class:`BenchmarkError` on an empty sample, one of fewer than 2 samples,
+    Raises :class:`BenchmarkError` on an empty sample, one of fewer than 2 samples, a
+    time at or below 0,
     ``alpha``/``confidence`` outside (0, 1), or ``noise_threshold`` outside [0, 1).
     """
     for name, v in (("alpha", alpha), ("confidence", confidence)):

@@ -33,7 +33,12 @@ __all__ = ["serve_cmd"]
     default="multiple_of_8",
     show_default=True,
 )
-@click.option("--max-queue", type=int, default=256, show_default=True)
+@click.option(
+    "--max-queue",
+    type=int,
+    default=None,
+    help="Requests waiting at most (default: 256, or --max-batch-size when larger).",
+)
 @click.option("--rate", type=float, default=None, help="Poisson arrivals per second.")
 @click.option(
     "--trace",
@@ -58,7 +63,7 @@ def serve_cmd(
     max_batch_size: int,
     max_latency_ms: float,
     padding: str,
-    max_queue: int,
+    max_queue: int | None,
     rate: float | None,
     trace: Path | None,
     p99_bound: float | None,
@@ -80,7 +85,7 @@ def serve_cmd(
         max_batch_size=max_batch_size,
         max_latency_ms=max_latency_ms,
         padding_strategy=padding,
-        max_queue=max_queue,
+        max_queue=max(256, max_batch_size) if max_queue is None else max_queue,
     )
     server = create_inference_server(workload, cfg, device=spec, seed=seed, **kw)
     wl = ServerWorkload(
@@ -123,7 +128,7 @@ def serve_cmd(
         if math.isnan(r.padding_efficiency_pct)
         else f"{r.padding_efficiency_pct:.1f}%"
     )
-    click.echo(f"Queue depth: max {r.max_queue_depth} of {max_queue}; padding efficiency {pad}")
+    click.echo(f"Queue depth: max {r.max_queue_depth} of {cfg.max_queue}; padding efficiency {pad}")
     if r.completed == 0:
         why = ", ".join(f"{k} {v}" for k, v in r.rejected_by_reason.items())
         click.echo(

@@ -215,7 +215,9 @@ def find_max_rate(
                 break
             hi = rate
     # down to 1/1000 of capacity; below that a lone request already misses the bound
-    while (monotone or lo > 0) and hi - lo > tolerance * hi and not (lo == 0.0 and hi < cap * 1e-3):
+    # (under a tight bound with no grid rate passing, the bisection goes on below the
+    # grid's lowest rate: rates that low can still pass)
+    while hi - lo > tolerance * hi and not (lo == 0.0 and hi < cap * 1e-3):
         mid = (lo + hi) / 2
         if passes(mid):
             lo = mid
@@ -226,9 +228,7 @@ def find_max_rate(
         lone = server.service_ms(1, wl.seq)
         wait = server.queue_delay_ns(wl.seq) / 1e6
         tried = (
-            f"no rate down to {hi:.3g} req/s"
-            if monotone
-            else f"none of {len(res.steps)} rates from {cap / GRID:.3g} req/s to capacity"
+            f"none of {len(res.steps)} rates tried, from {min(res.steps)[0]:.3g} req/s to capacity,"
         )
         low_rate, low_p99, low_rej = min(res.steps)[:3]
         if low_rej:  # name what failed the lowest rate: rejections, not latency
