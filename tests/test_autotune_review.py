@@ -5,12 +5,26 @@ device it tuned for."""
 
 from __future__ import annotations
 
+import json
 import random
+import warnings
 
 import numpy as np
 import pytest
+from wia_hw.emulator.kernels import GemmKernel, GemmTiling
 
-from wia_hw.optimize import AutotuneConfig, AutotuneError
+import wia_hw
+from wia_hw.lowering import gemm_key, lower
+from wia_hw.optimize import (
+    AutotuneConfig,
+    AutotuneError,
+    ScheduleDeviceWarning,
+    ScheduleError,
+    load_schedules,
+)
+from wia_hw.optimize._autotune import candidate_pool
+from wia_hw.optimize._schedules import FORMAT, spec_hash
+from wia_hw.runtime import open_device, resolve_workload
 
 # -- AutotuneConfig errors --------------------------------------------------------------
 
@@ -88,3 +102,180 @@ def test_bad_epsilon_is_one_line():
         with pytest.raises(AutotuneError, match=r"epsilon must be in \[0, 1\], got ") as e:
             AutotuneConfig(epsilon=v)
         assert "\n" not in str(e.value)
+
+
+# -- schedule files: validated against the device, duplicates refused --------------------
+
+SPECS = ("wia-npu", "wia-edge", "tpu-v1", "a100-systolic")
+
+
+def _kernel(spec, m: int, n: int, k: int, batch: int = 1) -> GemmKernel:
+    prec = "fp16" if spec.supports("fp16") else "int8"
+    g = resolve_workload("gemm", M=m, N=n, K=k, batch=batch, precision=prec)
+    (kern,) = [x for _, ks in lower(g, spec) for x in ks]
+    assert isinstance(kern, GemmKernel)
+    return kern
+
+
+def _file(path, entries) -> str:
+    path.write_text(json.dumps({"format": FORMAT, "version": 1, "entries": entries}))
+    return path
+
+
+def _entry(key: str, spec, t: GemmTiling, device: str | None = None) -> dict:
+    return {
+        "kernel": key,
+        "device": device or spec.name,
+        "spec_sha256": spec_hash(spec),
+        "tiling": {"tm": t.tm, "tn": t.tn, "tk": t.tk, "tb": t.tb, "order": t.order},
+    }
+
+
+def _fits(spec, kern: GemmKernel, t: GemmTiling) -> bool:
+    a = spec.compute.array
+    e, eo, l1 = kern.a.elem_bytes, kern.c.elem_bytes, spec.memory.l1.size_bytes
+    ok = t.tb * (t.tm + t.tn) * t.tk * e <= l1 // 2 and t.tb * t.tm * t.tn * eo <= l1 // 4
+    for v, unit, ext in ((t.tm, a.rows, kern.m), (t.tn, a.cols, kern.n), (t.tk, a.rows, kern.k)):
+        ok = ok and (v % unit == 0 or v == ext) and v <= -(-ext // unit) * unit
+    whole = t.tm >= kern.m and t.tn >= kern.n
+    return ok and t.tb <= kern.batch and (t.tb == 1 or whole)
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_every_tuner_candidate_loads_from_a_file(tmp_path, name):
+    """The file's rule is the tuner's: every candidate of the pool (random shapes, fixed
+    seed) is accepted by load_schedules on its spec."""
+    spec = open_device(name).spec
+    rng = random.Random(11)
+    for i in range(6):
+        b = rng.choice([1, 1, 2, 12])
+        m, n, k = (rng.choice([1, 7, 64, 100, 128, 384, 1000]) for _ in range(3))
+        kern = _kernel(spec, m, n, k, b)
+        pool = candidate_pool(kern, spec, max_tiles=64)
+        for t in rng.sample(pool, min(8, len(pool))):
+            p = _file(tmp_path / f"s{i}.json", [_entry(gemm_key(kern), spec, t)])
+            assert load_schedules(p, spec) == {gemm_key(kern): t}
+
+
+@pytest.mark.parametrize("name", ["wia-npu", "wia-edge"])
+def test_hand_edited_tilings_outside_the_device_rule_are_one_line(tmp_path, name):
+    """Random tilings: accepted exactly when they are aligned to the array (or whole),
+    within the extents and fit the double-buffered L1; refused with one line naming the
+    file, the entry and its kernel key, and the field."""
+    spec = open_device(name).spec
+    rng = random.Random(5)
+    refused = accepted = 0
+    for _ in range(200):
+        b = rng.choice([1, 4])
+        m, n, k = (rng.choice([3, 64, 128, 512, 1024, 2304]) for _ in range(3))
+        kern = _kernel(spec, m, n, k, b)
+        key = gemm_key(kern)
+        r, c = spec.compute.array.rows, spec.compute.array.cols
+        t = GemmTiling(
+            tm=rng.choice([7, r, r, 2 * r, 4 * r, m, m, 2048]),
+            tn=rng.choice([13, c, c, 2 * c, 4 * c, n, n, 2304]),
+            tk=rng.choice([5, r, 2 * r, 6 * r, k, k]),
+            tb=rng.choice([1, 1, 1, 2, 4, 8]),
+            order=rng.choice(["mn", "nm"]),
+        )
+        other = _entry("linear 1x2x2x2 fp16->2B b", spec, GemmTiling(2, 2, 2))
+        p = _file(tmp_path / "s.json", [other, _entry(key, spec, t)])
+        if _fits(spec, kern, t):
+            accepted += 1
+            assert load_schedules(p, spec)[key] == t
+            continue
+        refused += 1
+        with pytest.raises(ScheduleError) as e:
+            load_schedules(p, spec)
+        msg = str(e.value)
+        assert "\n" not in msg
+        assert msg.startswith(f"{p}: entry 1 ({key}): tiling"), msg
+        assert any(f in msg for f in ("tiling.tm=", "tiling.tn=", "tiling.tk=", "tiling.tb=")) or (
+            "does not fit the double-buffered L1" in msg
+        ), msg
+    assert refused > 50 and accepted > 5
+
+
+def test_the_reviewers_files_are_refused(tmp_path):
+    spec = open_device("wia-npu").spec
+    kern = _kernel(spec, 1024, 2304, 768)
+    key = gemm_key(kern)
+    # 1024 x 2304 x 768 fp16 double-buffered: 2 x 5.1 MB > 8 MiB
+    p = _file(tmp_path / "l1.json", [_entry(key, spec, GemmTiling(1024, 2304, 768))])
+    with pytest.raises(ScheduleError, match=r"does not fit the double-buffered L1 of wia-npu"):
+        load_schedules(p, spec)
+    p = _file(tmp_path / "odd.json", [_entry(key, spec, GemmTiling(7, 13, 5))])
+    with pytest.raises(
+        ScheduleError, match=r"entry 0 \(matmul 1x1024x2304x768 .*\): tiling.tm=7 is neither"
+    ):
+        load_schedules(p, spec)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_duplicate_entries_are_refused(tmp_path, seed):
+    """Two entries of one kernel and spec (same or different tilings, anywhere in the
+    file) are one line naming both; the same kernel on two specs is not a duplicate."""
+    spec = open_device("wia-npu").spec
+    other = open_device("wia-npu", overrides={"memory.l1.size_kib": 4096}).spec
+    rng = random.Random(seed)
+    keys = [gemm_key(_kernel(spec, 128 * rng.randint(1, 4), 128, 128)) for _ in range(4)]
+    keys = list(dict.fromkeys(keys))
+    entries = [_entry(k, spec, GemmTiling(128, 128, 128)) for k in keys]
+    entries += [_entry(k, other, GemmTiling(128, 128, 128)) for k in keys]
+    assert len(load_schedules(_file(tmp_path / "ok.json", entries), spec)) == len(keys)
+    i = rng.randrange(len(keys))
+    dup = _entry(keys[i], spec, GemmTiling(128, 128, 128, order=rng.choice(["mn", "nm"])))
+    at = rng.randint(len(keys), len(entries))
+    entries.insert(at, dup)
+    p = _file(tmp_path / "dup.json", entries)
+    with pytest.raises(ScheduleError) as e:
+        load_schedules(p, spec)
+    assert str(e.value) == (
+        f"{p}: entry {at} ({keys[i]}): 'kernel' repeats entry {i} for the same spec "
+        f"({spec_hash(spec)[:12]}): one schedule per kernel and spec; remove one of them"
+    )
+
+
+# -- schedule files of another device ---------------------------------------------------
+
+
+def test_a_file_for_another_device_warns_and_counts(tmp_path):
+    npu, edge = open_device("wia-npu").spec, open_device("wia-edge").spec
+    rng = random.Random(2)
+    n_npu, n_edge = rng.randint(1, 4), rng.randint(1, 3)
+    ents = [
+        _entry(gemm_key(_kernel(npu, 128 * (j + 1), 128, 128)), npu, GemmTiling(128, 128, 128))
+        for j in range(n_npu)
+    ]
+    p = _file(tmp_path / "npu.json", ents)
+    with pytest.warns(ScheduleDeviceWarning) as w:
+        got = load_schedules(p, edge)
+    assert got == {} and got.applied == 0 and got.other_spec == n_npu
+    assert got.other_devices == ("wia-npu",)
+    (msg,) = [str(x.message) for x in w]
+    assert msg == (
+        f"{p}: no schedule for wia-edge (spec {spec_hash(edge)[:12]}): its {n_npu} entries "
+        "are for another spec (wia-npu); the run uses the default tilings"
+    )
+    # in a run too
+    g = resolve_workload("gemm", M=128, N=128, K=128)
+    with pytest.warns(ScheduleDeviceWarning, match="no schedule for wia-edge"):
+        wia_hw.run(g, device="wia-edge", schedules=p)
+    # with entries for this device too: they apply, the others are counted, no warning
+    ents += [
+        _entry(gemm_key(_kernel(edge, 32 * (j + 1), 32, 32)), edge, GemmTiling(32, 32, 32))
+        for j in range(n_edge)
+    ]
+    p = _file(tmp_path / "both.json", ents)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = load_schedules(p, edge)
+    assert (got.applied, got.other_spec, got.device, got.path) == (
+        n_edge,
+        n_npu,
+        "wia-edge",
+        str(p),
+    )
+    # an empty file warns too
+    with pytest.warns(ScheduleDeviceWarning, match=r"it has no entries"):
+        load_schedules(_file(tmp_path / "empty.json", []), edge)

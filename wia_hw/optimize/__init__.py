@@ -32,7 +32,13 @@ from ._quant import (
     calibrate_threshold,
     quantize_model,
 )
-from ._schedules import AutotuneError, ScheduleError, load_schedules
+from ._schedules import (
+    AutotuneError,
+    ScheduleDeviceWarning,
+    ScheduleError,
+    Schedules,
+    load_schedules,
+)
 
 __all__ = [
     "FUSION_PATTERNS",
@@ -41,7 +47,9 @@ __all__ = [
     "AutotuneMethod",
     "AutotuneResult",
     "KernelTuning",
+    "ScheduleDeviceWarning",
     "ScheduleError",
+    "Schedules",
     "autotune_model",
     "load_schedules",
     "CalibrationMethod",

@@ -15,9 +15,24 @@ entry is one kernel's schedule on one device spec:
   ``trials``, ``method``, ``seed``.
 
 :func:`save_schedules` merges into an existing file (an entry of the same kernel and
-spec hash is replaced); :func:`load_schedules` gives the tilings that apply to a spec,
-which ``wia_hw.run(..., schedules=path)`` hands to lowering. A malformed file is one
-:class:`ScheduleError` naming the file and the entry.
+spec hash is replaced); :func:`load_schedules` gives the tilings that apply to a spec
+(a :class:`Schedules` mapping that also counts the entries it left out for another
+spec), which ``wia_hw.run(..., schedules=path)`` hands to lowering. A file with no
+entry for the spec warns (:class:`ScheduleDeviceWarning`): the run uses the default
+tilings.
+
+A malformed file is one :class:`ScheduleError` naming the file, the entry (its index
+and kernel key) and the field: a structural fault in any entry, two entries of one
+kernel and spec hash, and, for the entries of the spec being loaded, a tiling outside
+the tuner's search space on that device (:func:`check_tiling`): ``tm`` a multiple of
+the array's rows or the whole M, ``tn`` of its columns or the whole N, ``tk`` of its
+rows or the whole K, none above its whole extent rounded up to that unit; ``tb`` at
+most the batch, and above 1 only when a tile holds whole matrices; and the
+double-buffered L1 rule of lowering's heuristic and the tuner's pool,
+``tb (tm + tn) tk in_bytes <= L1/2`` and ``tb tm tn out_bytes <= L1/4`` (element bytes
+from the key's precision and output bytes). An entry for a kernel the graph does not
+have is not an error here (one file serves many graphs): lowering applies the keys it
+meets.
 """
 
 from __future__ import annotations
@@ -25,6 +40,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -38,10 +55,13 @@ __all__ = [
     "VERSION",
     "AutotuneError",
     "ScheduleError",
+    "ScheduleDeviceWarning",
+    "Schedules",
     "spec_hash",
     "load_schedules",
     "read_entries",
     "save_schedules",
+    "check_tiling",
 ]
 
 FORMAT = "wia-hw-schedules"
@@ -55,6 +75,27 @@ class AutotuneError(WiaError, ValueError):
 
 class ScheduleError(AutotuneError):
     """A schedule file that cannot be read or is malformed."""
+
+
+class ScheduleDeviceWarning(UserWarning):
+    """A schedule file has no entry for the device it is loaded for (its entries were
+    tuned on another spec, or it has none): the run uses the default tilings."""
+
+
+class Schedules(dict[str, GemmTiling]):
+    """The tilings of a schedule file that apply to one spec, by kernel key (a dict, what
+    lowering takes), and what was left out: ``path``, ``device`` (the spec's name),
+    ``applied`` (entries of this spec), ``other_spec`` (entries tuned on other specs,
+    not applied) and ``other_devices`` (those entries' device names, sorted)."""
+
+    path: str = ""
+    device: str = ""
+    other_spec: int = 0
+    other_devices: tuple[str, ...] = ()
+
+    @property
+    def applied(self) -> int:
+        return len(self)
 
 
 def spec_hash(spec: DeviceSpec) -> str:
@@ -81,8 +122,16 @@ def read_entries(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     entries = doc.get("entries")
     if not isinstance(entries, list):
         raise ScheduleError(f"{p}: 'entries' must be a list")
+    seen: dict[tuple[str, str], int] = {}
     for i, e in enumerate(entries):
         _check_entry(p, i, e)
+        j = seen.setdefault((e["spec_sha256"], e["kernel"]), i)
+        if j != i:
+            raise ScheduleError(
+                f"{p}: entry {i} ({e['kernel']}): 'kernel' repeats entry {j} for the same "
+                f"spec ({e['spec_sha256'][:12]}): one schedule per kernel and spec; "
+                "remove one of them"
+            )
     return entries
 
 
@@ -103,18 +152,94 @@ def _check_entry(p: Path, i: int, e: Any) -> GemmTiling:
         raise ScheduleError(f"{p}: entry {i} ({e['kernel']}): {exc}") from None
 
 
-def load_schedules(path: str | os.PathLike[str], spec: DeviceSpec) -> dict[str, GemmTiling]:
-    """The tilings of ``path`` tuned on ``spec`` (equal spec hash), by kernel key.
-    A missing file is a ScheduleError (a run asked for it)."""
+_KEY = re.compile(r"(\S+) (\d+)x(\d+)x(\d+)x(\d+) (\S+)->(\d+)B (?:bT|bB|b)(?:\+bias)?")
+_PRECISION_BYTES = {"int8": 1, "fp16": 2, "bf16": 2, "fp32": 4}
+
+
+def check_tiling(key: str, t: GemmTiling, spec: DeviceSpec) -> str | None:
+    """Why tiling ``t`` cannot be a schedule of the kernel of key ``key`` on ``spec``
+    (the field and the rule, one phrase), or None when it can: see the module
+    docstring."""
+    m = _KEY.fullmatch(key)
+    if m is None or m.group(6) not in _PRECISION_BYTES or int(m.group(7)) < 1:
+        return (
+            "'kernel' is not a GEMM kernel key (op batchxMxNxK precision-><out bytes>B "
+            "layout[+bias], e.g. 'linear 1x128x768x768 fp16->2B b+bias')"
+        )
+    batch, mm, nn, kk = (int(m.group(i)) for i in (2, 3, 4, 5))
+    e, eo = _PRECISION_BYTES[m.group(6)], int(m.group(7))
+    a = spec.compute.array
+    tm, tn, tk = t.tm, t.tn, t.tk
+    for name, v, unit, what, dim, extent in (
+        ("tm", tm, a.rows, "rows", "M", mm),
+        ("tn", tn, a.cols, "columns", "N", nn),
+        ("tk", tk, a.rows, "rows", "K", kk),
+    ):
+        if v > -(-extent // unit) * unit:
+            return (
+                f"tiling.{name}={v} is above the whole {dim} ({extent}) rounded up to the "
+                f"array's {unit} {what} on {spec.name}"
+            )
+        if v % unit and v != extent:
+            return (
+                f"tiling.{name}={v} is neither a multiple of the array's {unit} {what} nor "
+                f"the whole {dim} ({extent}) on {spec.name}"
+            )
+    if t.tb > batch:
+        return f"tiling.tb={t.tb} is above the kernel's batch ({batch})"
+    if t.tb > 1 and (tm < mm or tn < nn):
+        return (
+            f"tiling.tb={t.tb} batches tiles that do not hold whole {mm}x{nn} matrices "
+            f"(tm={t.tm}, tn={t.tn})"
+        )
+    l1 = spec.memory.l1.size_bytes
+    ins, outs = t.tb * (tm + tn) * tk * e, t.tb * tm * tn * eo
+    if ins > l1 // 2 or outs > l1 // 4:
+        return (
+            f"tiling tm={t.tm}, tn={t.tn}, tk={t.tk}, tb={t.tb} does not fit the "
+            f"double-buffered L1 of {spec.name}: operands tb(tm+tn)tk x {e} B = {ins:,} "
+            f"(at most L1/2 = {l1 // 2:,}), results tb tm tn x {eo} B = {outs:,} (at most "
+            f"L1/4 = {l1 // 4:,})"
+        )
+    return None
+
+
+def load_schedules(path: str | os.PathLike[str], spec: DeviceSpec) -> Schedules:
+    """The tilings of ``path`` tuned on ``spec`` (equal spec hash), by kernel key, as a
+    :class:`Schedules` (a dict that also counts the entries left out for another spec).
+    A missing file or an entry of this spec whose tiling cannot run as a schedule on it
+    (:func:`check_tiling`) is a ScheduleError (one line: the file, the entry, the
+    field); a file with no entry for ``spec`` warns (:class:`ScheduleDeviceWarning`)."""
     p = Path(path)
     if not p.exists():
         raise ScheduleError(f"{p}: schedule file not found")
     h = spec_hash(spec)
-    return {
-        e["kernel"]: _check_entry(p, i, e)
-        for i, e in enumerate(read_entries(p))
-        if e["spec_sha256"] == h
-    }
+    out = Schedules()
+    others: set[str] = set()
+    for i, e in enumerate(read_entries(p)):
+        if e["spec_sha256"] != h:
+            out.other_spec += 1
+            others.add(str(e.get("device", "?")))
+            continue
+        t = _check_entry(p, i, e)
+        why = check_tiling(e["kernel"], t, spec)
+        if why is not None:
+            raise ScheduleError(f"{p}: entry {i} ({e['kernel']}): {why}")
+        out[e["kernel"]] = t
+    out.path, out.device, out.other_devices = str(p), spec.name, tuple(sorted(others))
+    if not out:
+        what = (
+            f"its {out.other_spec} entries are for another spec ({', '.join(out.other_devices)})"
+            if out.other_spec
+            else "it has no entries"
+        )
+        warnings.warn(
+            f"{p}: no schedule for {spec.name} (spec {h[:12]}): {what}; the run uses the "
+            "default tilings",
+            ScheduleDeviceWarning,
+            stacklevel=2,
+        )
+    return out
 
 
 def save_schedules(path: str | os.PathLike[str], entries: Iterable[Mapping[str, Any]]) -> Path:
