@@ -205,6 +205,7 @@ def execute_gemm(
     arithmetic: str | None = None,
     group_passes: bool = True,
     round_operands: bool = True,
+    arrays: int = 1,
 ) -> np.ndarray:
     """``C[b] = A[b] @ B[b]`` (+ bias) executed over ``tiles`` as the module docstring
     describes; returns ``[batch, m, n]`` int32 (``arithmetic="int8"``) or float32.
@@ -213,7 +214,9 @@ def execute_gemm(
     or ``[batch, k, n]`` (already transposed when the kernel's B is stored transposed);
     ``bias``: ``[1 or batch, n]`` or ``None``. ``tiles``: the kernel's tiles with
     ``dims`` and ``origin`` (``Device.tiles_of``). ``dataflow``, ``rows``, ``cols``:
-    the systolic array's. ``arithmetic``: one of :data:`ARITHMETICS`, default the
+    the systolic array's; ``arrays``: the arrays per core, which the timing model deals
+    a tile's passes to in rounds (its ``passes`` field counts rounds). ``arithmetic``:
+    one of :data:`ARITHMETICS`, default the
     kernel's precision. ``round_operands=False`` skips rounding ``a`` and ``b`` to a
     float format when the caller holds them in it already (the golden model still
     rejects a value that is not representable).
@@ -255,11 +258,12 @@ def execute_gemm(
             )
     passes = [tile_passes(t, dataflow, rows, cols) for t in tiles]
     for idx, (t, p) in enumerate(zip(tiles, passes, strict=True)):
-        if len(p) != t.passes:
+        if -(-len(p) // arrays) != t.passes:
             raise ValueError(
                 f"kernel {name!r}: tile {idx} (dims {t.dims}) makes {len(p)} "
-                f"passes on a {rows}x{cols} {dataflow} array, but the timing "
-                f"model charged {t.passes}"
+                f"passes on a {rows}x{cols} {dataflow} array"
+                + (f" ({-(-len(p) // arrays)} rounds over {arrays} arrays)" if arrays > 1 else "")
+                + f", but the timing model charged {t.passes}"
             )
     _check_order(name, tiles, passes, batch, m, n, k)
 

@@ -215,6 +215,20 @@ def test_int8_gemm_wraps_like_int64_modulo_2_32(df, shape):
     np.testing.assert_array_equal(r.outputs["gemm"].reshape(batch, m, n), _ref_int8(a, bw))
 
 
+@pytest.mark.parametrize("shape", [(200, 1, 5000), (129, 1, 7000), (37, 48, 300)])
+def test_several_arrays_per_core_compute_the_same_products(shape):
+    """a100-systolic deals a tile's passes to its four arrays in rounds: functional mode
+    checks the rounds the timing model charged (it compared per-array passes with the
+    rounds and refused every tile of more than one pass) and computes int8 exactly."""
+    m, n, k = shape
+    rng = np.random.default_rng(m * n * k)
+    a = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    bw = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    g = gemm(m, n, k, precision="int8")
+    r = wia_hw.run(g, device="a100-systolic", mode="functional", inputs={"A": a, "B": bw})
+    np.testing.assert_array_equal(r.outputs["gemm"], _ref_int8(a[None], bw[None])[0])
+
+
 def test_int8_accumulator_wraps_across_k_chunks():
     """K = 140000 of -128 * -128 overflows int32 after 131072 steps; the K chunks of
     the tiling wrap exactly like one int64 sum reduced modulo 2**32."""

@@ -342,6 +342,7 @@ class FunctionalExecutor:
             cols=arr.cols,
             arithmetic=arith,
             round_operands=not held,
+            arrays=device.spec.compute.arrays_per_core,
         )
         return ops.finish(c)  # int32, or float32 that step() rounds to the output dtype
 
