@@ -133,3 +133,52 @@ def test_bad_input_is_one_line(digits, monkeypatch):
 
     with pytest.raises(ImportError, match=r"wia_hw.accuracy needs scikit-learn"):
         load_digits_split()
+
+
+def _logits(seed=0, n=100, classes=10):
+    rng = np.random.default_rng(seed)
+    out = rng.standard_normal((n, classes))
+    ref = out + 0.01 * rng.standard_normal((n, classes))
+    return out, ref, ref.argmax(1)
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda o, r, y: (o, r, y[:99]), r"labels \[99\] must hold one class id per sample, "),
+        (lambda o, r, y: (o, r, y[:1]), r"labels \[1\] must hold one class id per sample"),
+        (lambda o, r, y: (o, r, y[:, None]), r"labels \[100, 1\] must hold one class id"),
+        (lambda o, r, y: (o, r, np.eye(10)[y]), r"labels \[100, 10\] .*one-hot\? give argmax"),
+        (lambda o, r, y: (o, r, y + 0.5), r"labels must be integer class ids, got \d+\.5 at \[0\]"),
+        (lambda o, r, y: (o, r, y.astype(str)), r"labels must be integer class ids, got dtype <U"),
+        (lambda o, r, y: (o, r, y + 10), r"labels must be class ids 0\.\.9 \(the outputs have 10"),
+        (lambda o, r, y: (o, r, y - 10), r"labels must be class ids 0\.\.9 .*got -\d+ at \[0\]"),
+        (
+            lambda o, r, y: (o[:, 0], r[:, 0], y),
+            r"with labels, outputs must be \[samples, classes\]",
+        ),
+        (lambda o, r, y: (o[:0], r[:0], y[:0]), r"outputs \[0, 10\] hold no sample"),
+        (lambda o, r, y: (np.full_like(o, np.nan), r, y), r"outputs hold 1000 non-finite value"),
+        (lambda o, r, y: (o, np.where(r > 2, np.inf, r), y), r"reference hold \d+ non-finite"),
+    ],
+)
+def test_compare_refuses_labels_and_outputs_that_do_not_fit(make, match):
+    # seeded random logits; each case used to broadcast, mis-score or raise numpy's error
+    out, ref, y = make(*_logits(seed=3))
+    with pytest.raises(WorkloadError, match=r"^compare 'q': " + match) as e:
+        compare("q", out, ref, y)
+    assert "\n" not in str(e.value)
+
+
+def test_compare_still_scores_good_input_and_unlabelled_outputs():
+    out, ref, y = _logits(seed=5)
+    o2 = out.copy()
+    o2[:7] = -o2[:7]  # some predictions change
+    rep = compare("q", o2, ref, y.astype(np.float64))  # integral float labels are fine
+    want = 100.0 * np.mean(o2.argmax(1) == y)
+    assert rep.accuracy == pytest.approx(want) and rep.reference_accuracy == 100.0
+    assert compare("r", out[:, 0], ref[:, 0]).samples == 100  # regression-like, no labels
+    with pytest.raises(WorkloadError, match=r"^agreement_stats: outputs hold 1 non-finite"):
+        agreement_stats(np.where(np.arange(5) == 2, np.nan, 1.0), np.ones(5))
+    with pytest.raises(WorkloadError, match=r"^agreement_stats: outputs \[5\] and reference \[4\]"):
+        agreement_stats(np.ones(5), np.ones(4))

@@ -213,10 +213,39 @@ def unit_providers(
     return dict(ctx.providers)
 
 
+def _outputs(where: str, out: Any, ref: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``out`` and ``ref`` as float64 arrays of one shape with finite values; else one
+    WorkloadError line naming ``where`` and the argument."""
+    arrays = []
+    for arg, v in (("outputs", out), ("reference", ref)):
+        try:
+            a = np.asarray(v, np.float64)
+        except (TypeError, ValueError):
+            raise WorkloadError(
+                f"{where}: {arg} must be a numeric array, got {type(v).__name__}"
+            ) from None
+        arrays.append(a)
+    a, r = arrays
+    if a.shape != r.shape:
+        raise WorkloadError(
+            f"{where}: outputs {list(a.shape)} and reference {list(r.shape)} differ in shape"
+        )
+    for arg, v in (("outputs", a), ("reference", r)):
+        bad = ~np.isfinite(v)
+        if bad.any():
+            at = [int(i) for i in np.argwhere(bad)[0]]
+            raise WorkloadError(
+                f"{where}: {arg} hold {int(bad.sum())} non-finite value(s) of {v.size} "
+                f"(first {v[tuple(at)]} at {at})"
+            )
+    return a, r
+
+
 def agreement_stats(out: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
-    """(cosine similarity, max abs error) of ``out`` against ``ref``, flattened."""
-    a = np.asarray(out, np.float64).ravel()
-    r = np.asarray(ref, np.float64).ravel()
+    """(cosine similarity, max abs error) of ``out`` against ``ref``, flattened.
+    Raises WorkloadError when they differ in shape or hold a NaN or infinity."""
+    a, r = _outputs("agreement_stats", out, ref)
+    a, r = a.ravel(), r.ravel()
     den = float(np.linalg.norm(a) * np.linalg.norm(r))
     cos = float(a @ r) / den if den else (1.0 if not a.any() and not r.any() else 0.0)
     return cos, float(np.max(np.abs(a - r))) if a.size else 0.0
@@ -246,22 +275,56 @@ def compare(
     name: str, out: np.ndarray, ref: np.ndarray, labels: np.ndarray | None = None
 ) -> AccuracyReport:
     """An :class:`AccuracyReport` of ``out`` against ``ref`` (``[samples, classes]``
-    logits, or any regression-like outputs when ``labels`` is None)."""
-    out, ref = np.asarray(out), np.asarray(ref)
-    if out.shape != ref.shape:
-        raise WorkloadError(
-            f"compare {name!r}: outputs {list(out.shape)} and reference "
-            f"{list(ref.shape)} differ in shape"
-        )
+    logits, or any regression-like outputs when ``labels`` is None). ``labels``: one
+    class id per sample (``[samples]`` integers in ``0..classes-1``). Raises one
+    WorkloadError line when the outputs differ in shape, are empty or hold a NaN or
+    infinity, or when labels are given and the outputs are not ``[samples, classes]``
+    or the labels are not one class id per sample."""
+    where = f"compare {name!r}"
+    out, ref = _outputs(where, out, ref)
+    if out.ndim == 0 or out.shape[0] == 0:
+        raise WorkloadError(f"{where}: outputs {list(out.shape)} hold no sample")
     cos, err = agreement_stats(out, ref)
     acc = racc = agree = math.nan
     if labels is not None:
+        if out.ndim != 2:
+            raise WorkloadError(
+                f"{where}: with labels, outputs must be [samples, classes] logits, "
+                f"got {list(out.shape)}"
+            )
+        labels = _labels(where, labels, *out.shape)
         po, pr = out.argmax(axis=-1), ref.argmax(axis=-1)
-        labels = np.asarray(labels)
         acc = 100.0 * float(np.mean(po == labels))
         racc = 100.0 * float(np.mean(pr == labels))
         agree = 100.0 * float(np.mean(po == pr))
     return AccuracyReport(name, int(out.shape[0]), acc, racc, agree, cos, err)
+
+
+def _labels(where: str, labels: Any, samples: int, classes: int) -> np.ndarray:
+    """``labels`` as ``[samples]`` int64 class ids in ``0..classes-1``; else one
+    WorkloadError line."""
+    y = np.asarray(labels)
+    if y.shape != (samples,):
+        hint = " (one-hot? give argmax(axis=1))" if y.shape == (samples, classes) else ""
+        raise WorkloadError(
+            f"{where}: labels {list(y.shape)} must hold one class id per sample, "
+            f"shape [{samples}]{hint}"
+        )
+    if y.dtype.kind not in "iuf":
+        raise WorkloadError(f"{where}: labels must be integer class ids, got dtype {y.dtype}")
+    if y.dtype.kind == "f":
+        bad = ~(np.isfinite(y) & (y == np.round(y)))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise WorkloadError(f"{where}: labels must be integer class ids, got {y[i]} at [{i}]")
+    bad = (y < 0) | (y >= classes)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise WorkloadError(
+            f"{where}: labels must be class ids 0..{classes - 1} (the outputs have "
+            f"{classes} classes), got {y[i]:g} at [{i}]"
+        )
+    return y.astype(np.int64)
 
 
 # -- bundled data and trained models --------------------------------------------------
