@@ -182,3 +182,53 @@ def test_compare_still_scores_good_input_and_unlabelled_outputs():
         agreement_stats(np.where(np.arange(5) == 2, np.nan, 1.0), np.ones(5))
     with pytest.raises(WorkloadError, match=r"^agreement_stats: outputs \[5\] and reference \[4\]"):
         agreement_stats(np.ones(5), np.ones(4))
+
+
+def _two_heads(seed=0):
+    from wia_hw.graph import GraphBuilder
+
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder("heads", "fp32")
+    x = b.input("x", (4, 6))
+    b.linear("head_a", x, 3)
+    b.linear("head_b", x, 5)
+    w = {
+        "head_a.weight": rng.standard_normal((6, 3)).astype(np.float32),
+        "head_a.bias": rng.standard_normal(3).astype(np.float32),
+        "head_b.weight": rng.standard_normal((6, 5)).astype(np.float32),
+        "head_b.bias": rng.standard_normal(5).astype(np.float32),
+    }
+    return b.graph(sequences=4), w, rng.standard_normal((10, 6)).astype(np.float32)
+
+
+def test_predict_needs_output_when_the_graph_has_several():
+    g, w, x = _two_heads(seed=11)
+    ev = GraphEvaluator(g, w)
+    # it silently returned the first output
+    with pytest.raises(
+        WorkloadError,
+        match=r"^predict: graph 'heads' has outputs \['head_a', 'head_b'\]; name one with output=$",
+    ):
+        ev.predict(x)
+    with pytest.raises(WorkloadError, match=r"^predict: output 'head_c' is not one of graph"):
+        ev.predict(x, output="head_c")
+    for head, n in (("head_a", 3), ("head_b", 5)):
+        want = x.astype(np.float64) @ w[f"{head}.weight"] + w[f"{head}.bias"]
+        got = ev.predict(x, output=head)
+        assert got.shape == (10, n)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    with pytest.raises(WorkloadError, match=r"^predict: no sample given for input 'x'$"):
+        ev.predict(x[:0], output="head_a")
+
+
+def test_predict_refuses_a_graph_of_several_inputs():
+    from wia_hw.graph import GraphBuilder
+
+    b = GraphBuilder("two_in", "fp32")
+    s = b.op("add", "sum", [b.input("x", (4, 6)), b.input("z", (4, 6))])
+    b.op("relu", "out", [s])
+    x = np.random.default_rng(2).standard_normal((9, 6))
+    with pytest.raises(
+        WorkloadError, match=r"^predict: graph 'two_in' has inputs \['x', 'z'\]; predict feeds one"
+    ):
+        GraphEvaluator(b.graph(sequences=4)).predict(x)

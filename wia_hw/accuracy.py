@@ -158,24 +158,45 @@ class GraphEvaluator:
         return {n: np.asarray(v, dtype=np.float32) for n, v in fx.outputs().items()}
 
     def predict(self, x: np.ndarray, output: str | None = None) -> np.ndarray:
-        """Outputs for ``x`` (rows of samples; the graph's batch is its first input's
-        first dim), run batch by batch; the last batch is zero-padded and trimmed."""
+        """Outputs for ``x`` (rows of samples; the graph's batch is its input's first
+        dim), run batch by batch; the last batch is zero-padded and trimmed. ``output``
+        names the graph output to return; it is required when the graph has several.
+        Raises WorkloadError for a graph of several inputs (use :meth:`run`), samples
+        of another shape, no sample, or an ``output`` missing or not the graph's."""
+        if len(self.inputs) != 1:
+            raise WorkloadError(
+                f"predict: graph {self.graph.name!r} has inputs {self.inputs}; predict "
+                "feeds one, use run() with a {name: array} mapping"
+            )
         name = self.inputs[0]
         shape = self.graph.tensors[name].shape
         b = shape[0]
         x = np.asarray(x, dtype=np.float32)
-        if tuple(x.shape[1:]) != shape[1:]:
+        if x.ndim == 0 or tuple(x.shape[1:]) != shape[1:]:
             raise WorkloadError(
                 f"predict: samples of shape {list(x.shape[1:])}, input "
                 f"{name!r} needs {list(shape[1:])}"
             )
+        if len(x) == 0:
+            raise WorkloadError(f"predict: no sample given for input {name!r}")
         outs = []
+        key = output
         for i in range(0, len(x), b):
             chunk = x[i : i + b]
             pad = np.zeros((b,) + shape[1:], np.float32)
             pad[: len(chunk)] = chunk
             got = self.run({name: pad})
-            key = output or next(iter(got))
+            if key is None and len(got) > 1:
+                raise WorkloadError(
+                    f"predict: graph {self.graph.name!r} has outputs {sorted(got)}; "
+                    "name one with output="
+                )
+            key = key if key is not None else next(iter(got))
+            if key not in got:
+                raise WorkloadError(
+                    f"predict: output {key!r} is not one of graph {self.graph.name!r}'s "
+                    f"outputs {sorted(got)}"
+                )
             outs.append(got[key][: len(chunk)])
         return np.concatenate(outs)
 
