@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import wia_hw
+from wia_hw.profiling._comm import interval_union, overlap_cycles
 
 
 def _spec(n: int, topology: str, **links):
@@ -99,6 +100,156 @@ def test_peaks_that_are_reached():
     c2.send(0, 8, nbytes=64 << 20)
     send = wia_hw.stop_comm_profiling(s).collective_stats[0]
     assert send.peak_bandwidth_gbs == pytest.approx(50) and 95 < send.pct_of_peak <= 100
+
+
+# -- profiling: one window for every figure ---------------------------------------------
+
+
+def _clip(spans, t0, t1):
+    return [(max(s, t0), min(e, t1)) for s, e in spans if min(e, t1) > max(s, t0)]
+
+
+def _length(spans):
+    return sum(e - s for s, e in interval_union(spans))
+
+
+def _scenario(rng, cluster, start, stop):
+    """Issue the same seeded calls and compute at the same cycles; start a session at
+    ``start`` and stop it at ``stop`` (None: after everything has finished)."""
+    comm = wia_hw.open_cluster(cluster)
+    plan = []
+    t = 0
+    for _ in range(int(rng.integers(2, 5))):
+        op = str(rng.choice(["all_reduce", "all_gather", "all_to_all", "send"]))
+        plan.append((t, op, int(rng.integers(1, 24)) << 20, int(rng.integers(0, 300_000))))
+        t += int(rng.integers(0, 400_000))
+    acts = [(p[0], 1, p) for p in plan] + [(start, 0, None)]
+    acts += [(stop, 2, None)] if stop is not None else []
+    acts.sort(key=lambda a: (a[0], a[1]))
+    s = rep = None
+    for at, what, p in acts:
+        if at > comm.now_cycles:
+            comm.env.run(until=at)
+        if what == 1:
+            _, op, size, cyc = p
+            if op == "send":
+                comm.send(0, comm.size - 1, nbytes=size, async_op=True)
+            else:
+                getattr(comm, op)(nbytes=size, async_op=True)
+            comm.compute(int(rng.integers(0, comm.size)), cyc, async_op=True)
+        elif what == 0:
+            s = wia_hw.start_comm_profiling(comm)
+        else:
+            rep = wia_hw.stop_comm_profiling(s)
+    comm.synchronize()
+    if rep is None:
+        rep = wia_hw.stop_comm_profiling(s)
+    return comm, rep
+
+
+CLUSTERS = ["wia-cluster-8", "wia-cluster-torus16", _spec(8, "fully_connected")]
+
+
+@pytest.mark.parametrize("seed", range(9))
+def test_every_figure_counts_the_same_window(seed):
+    """A session from any cycle to any cycle, calls and compute straddling either edge:
+    communication time is exactly the union of every call's time clipped to the window,
+    each link's busy time exactly its chunks clipped to it, compute likewise, overlap
+    their intersection; the link-busy union lies inside the communication union, the
+    trace draws those same intervals, and records hold the calls wholly inside."""
+    cluster = CLUSTERS[seed % 3]
+    ref_comm, ref = _scenario(np.random.default_rng(seed), cluster, 0, None)
+    end = ref.end_cycle
+    rng = np.random.default_rng(1000 + seed)
+    t0 = int(rng.integers(0, end // 2))
+    t1 = int(rng.integers(t0 + 1, end + end // 4))
+    comm, rep = _scenario(np.random.default_rng(seed), cluster, t0, t1)
+    assert (rep.start_cycle, rep.end_cycle) == (t0, t1)
+    calls = [(r.start_cycle, r.end_cycle) for r in ref_comm.records]
+    comm_u = interval_union(_clip(calls, t0, t1))
+    assert round(rep.total_comm_time_s * comm.clock_ghz * 1e9) == _length(comm_u)
+    assert interval_union((x.start_cycle, x.end_cycle) for x in rep.comm_spans) == comm_u
+    comp = [(c.start_cycle, c.end_cycle) for c in ref_comm.compute_records]
+    comp_u = interval_union(_clip(comp, t0, t1))
+    assert round(rep.total_compute_time_s * comm.clock_ghz * 1e9) == _length(comp_u)
+    if comm_u:
+        assert rep.overlap_efficiency == overlap_cycles(comm_u, comp_u) / _length(comm_u)
+    busy = {}
+    for name, s, e, _ in ref.link_events:
+        for a, b in _clip([(s, e)], t0, t1):
+            busy[name] = busy.get(name, 0) + b - a
+    got = {n: round(u * (t1 - t0)) for n, u in rep.link_utilization.items() if u}
+    assert got == busy
+    link_u = interval_union((s, e) for _, s, e, _ in rep.link_events)
+    assert overlap_cycles(link_u, comm_u) == _length(link_u)  # links busy only in calls
+    for _, s, e, _ in rep.link_events:
+        assert t0 <= s < e <= t1
+    inside = sorted((a, b) for a, b in calls if t0 <= a and b <= t1)
+    assert sorted((r.start_cycle, r.end_cycle) for r in rep.records) == inside
+    assert sum(st.count for st in rep.collective_stats) == len(inside)
+    # the trace: comm tracks cover the communication union, link tracks the busy time
+    us = 1e-3 / comm.clock_ghz
+    ev = [e for e in rep.chrome_trace()["traceEvents"] if e["ph"] == "X"]
+    traced = interval_union(
+        (round(e["ts"] / us) + t0, round((e["ts"] + e["dur"]) / us) + t0)
+        for e in ev
+        if e["cat"] == "comm"
+    )
+    assert abs(_length(traced) - _length(comm_u)) <= len(ev)
+    link_tr = sum(e["dur"] for e in ev if e["cat"] == "link")
+    assert link_tr == pytest.approx(sum(busy.values()) * us, abs=1e-3 * len(ev))
+    for e in ev:
+        assert -1e-3 <= e["ts"] and e["ts"] + e["dur"] <= (t1 - t0) * us + 1e-3
+
+
+@pytest.mark.parametrize("edge", ["inside", "start", "stop", "both"])
+@pytest.mark.parametrize("seed", range(3))
+def test_one_call_inside_or_straddling_an_edge(edge, seed):
+    """One async call, the session inside it or around it: communication time is the
+    call's time inside the session and each link's busy time its chunks' time there
+    (chunks queued before the start included); the call is in records only when wholly
+    inside."""
+    rng = np.random.default_rng(seed)
+    cluster = CLUSTERS[seed % 3]
+    op = ["all_reduce", "all_to_all", "all_gather"][seed]
+    size = int(rng.integers(16, 64)) << 20
+    ref_comm = wia_hw.open_cluster(cluster)
+    ref_s = wia_hw.start_comm_profiling(ref_comm)
+    ref = getattr(ref_comm, op)(nbytes=size)
+    ref_rep = wia_hw.stop_comm_profiling(ref_s)
+    a, b = ref.start_cycle, ref.end_cycle
+    d = b - a
+    t0 = {"inside": 0, "start": int(rng.integers(1, d // 2)), "stop": 0, "both": d // 3}[edge]
+    t1 = {
+        "inside": b + 10,
+        "start": b + 10,
+        "stop": int(rng.integers(d // 2, d)),
+        "both": 2 * d // 3,
+    }[edge]
+    comm = wia_hw.open_cluster(cluster)
+    if t0:
+        w = getattr(comm, op)(nbytes=size, async_op=True)
+        comm.env.run(until=t0)
+        s = wia_hw.start_comm_profiling(comm)
+    else:
+        s = wia_hw.start_comm_profiling(comm)
+        w = getattr(comm, op)(nbytes=size, async_op=True)
+    comm.env.run(until=t1)
+    rep = wia_hw.stop_comm_profiling(s)
+    w.wait()
+    hz = comm.clock_ghz * 1e9
+    assert round(rep.total_comm_time_s * hz) == min(b, t1) - max(a, t0)
+    assert [(x.start_cycle, x.end_cycle, x.whole) for x in rep.comm_spans] == [
+        (max(a, t0), min(b, t1), edge == "inside")
+    ]
+    assert len(rep.records) == (edge == "inside")
+    # each link: exactly its chunks (from a session around the whole call) in the window
+    busy = {}
+    for name, x, y, _ in ref_rep.link_events:
+        for lo, hi in _clip([(x, y)], t0, t1):
+            busy[name] = busy.get(name, 0) + hi - lo
+    assert {n: round(u * (t1 - t0)) for n, u in rep.link_utilization.items() if u} == busy
+    assert max(busy.values()) > (min(b, t1) - max(a, t0)) // 2  # and that is much
 
 
 # -- ring orders: one hop per step -----------------------------------------------------

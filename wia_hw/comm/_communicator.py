@@ -29,6 +29,7 @@ __all__ = [
     "CommError",
     "CollectiveRecord",
     "ComputeRecord",
+    "CallInFlight",
     "Communicator",
     "Work",
     "open_cluster",
@@ -123,6 +124,19 @@ class CollectiveRecord:
 
 
 @dataclass(frozen=True)
+class CallInFlight:
+    """A collective or message that has started and not finished yet
+    (:attr:`Communicator.in_flight`): what it is and the cycle it started."""
+
+    name: str
+    algorithm: str
+    nbytes: int
+    ranks: tuple[int, ...]
+    start_cycle: int
+    kind: str = "collective"
+
+
+@dataclass(frozen=True)
 class ComputeRecord:
     """Device compute booked on ``rank`` from ``start_cycle`` to ``end_cycle``."""
 
@@ -184,6 +198,9 @@ class Communicator:
         self.records: list[CollectiveRecord] = []
         self.compute_records: list[ComputeRecord] = []
         self.listeners: list[Any] = []
+        #: the calls started and not finished yet, in start order (a profiling session
+        #: stopped meanwhile counts them up to its stop)
+        self.in_flight: dict[int, CallInFlight] = {}
         self._free_at = [0] * self.size
         self._out_gbs = [0.0] * self.size
         for (u, _), (b, _) in self.topology.links.items():
@@ -369,8 +386,10 @@ class Communicator:
         left = [len(tr)]
         done = env.event()
         links = self.links
+        self.in_flight[id(done)] = CallInFlight(name, algo, nbytes, tuple(group), int(start), kind)
 
         def finish() -> None:
+            del self.in_flight[id(done)]
             rec = CollectiveRecord(
                 name=name,
                 algorithm=algo,

@@ -1,17 +1,24 @@
 """Communication profiling (the seed's section 8.5) on a :class:`wia_hw.Communicator`.
 
 ``start_comm_profiling(comm, CommProfilingConfig())`` attaches a session to the
-communicator; every collective, point-to-point message and device compute that
-*finishes* (collectives) or is *issued* (compute) until ``stop_comm_profiling(session)``
-is recorded, and the chunk transfers each link served when ``track_bandwidth`` is set.
-Every figure is clipped to the session: a collective that began before it counts only
-its time inside it (and is left out of ``records`` and ``collective_stats``), and link
-time still to be served when it stops is cut there.
+communicator until ``stop_comm_profiling(session)``. The report covers the window
+``[start, stop]`` of simulated time and nothing else, by one rule for every figure:
+communication time, link busy time and utilisation, compute time, overlap and the
+timeline all count the time inside the window of whatever ran in it. A collective or
+message that began before the session counts from the start, one still running at the
+stop up to the stop (:attr:`CommProfileReport.comm_spans`: each call's clipped
+interval); link chunks queued before the session count from the start, chunks booked
+to be served after the stop up to the stop; compute booked before the session or
+running past the stop likewise. ``link_events`` are the link chunks so cut (a cut
+chunk keeps its bytes in proportion; the time a link still owed at the start to chunks
+queued before it is one event, its bytes from the link's rate). Only ``records`` and
+``collective_stats`` are per call, and they hold whole calls: those that began and
+ended inside the session.
 The :class:`CommProfileReport` carries every figure the seed prints:
 
-* ``total_comm_time_s``: the length of the union of the recorded communication
-  intervals (any rank, any collective); ``total_compute_time_s``: the same for device
-  compute; ``overlap_efficiency`` (Holistic Trace Analysis' definition): compute time
+* ``total_comm_time_s``: the length of the union of the communication intervals
+  (``comm_spans``: any rank, any collective, clipped to the session);
+  ``total_compute_time_s``: the same for device compute; ``overlap_efficiency`` (Holistic Trace Analysis' definition): compute time
   during communication / communication time, i.e. ``|compute ∩ comm| / |comm|`` on
   those unions; ``communication_fraction = comm / (comm + compute)``.
 * ``collective_stats``: one :class:`CollectiveStats` per collective name (``send`` for
@@ -45,6 +52,7 @@ __all__ = [
     "CommProfilingSession",
     "CommProfileReport",
     "CollectiveStats",
+    "CommSpan",
     "start_comm_profiling",
     "stop_comm_profiling",
     "plot_comm_timeline",
@@ -59,7 +67,8 @@ class CommProfilingConfig:
     """The seed's ``wia_comm_profiling_config_t``. ``track_collectives``: record
     collectives; ``track_p2p``: record send/recv; ``track_bandwidth``: record every
     chunk each link serves (link tracks, ``link_utilization``); ``track_latency``: keep
-    each invocation's record in ``report.records`` (timeline, plot); ``track_overlap``:
+    each whole invocation's record in ``report.records`` (``comm_spans``, which the
+    timeline draws, are kept either way); ``track_overlap``:
     record device compute (without it compute time and overlap are 0)."""
 
     track_collectives: bool = True
@@ -148,6 +157,7 @@ class CommProfileReport:
     records: list[Any] = field(default_factory=list, repr=False)
     compute: list[Any] = field(default_factory=list, repr=False)
     link_events: list[tuple[str, int, int, int]] = field(default_factory=list, repr=False)
+    comm_spans: list[CommSpan] = field(default_factory=list, repr=False)
 
     @property
     def num_collective_types(self) -> int:
@@ -205,26 +215,69 @@ class CommProfileReport:
         }
 
 
+@dataclass(frozen=True)
+class CommSpan:
+    """One call's communication inside the session: ``[start_cycle, end_cycle)`` is the
+    call's time clipped to the session. ``whole``: the call began and ended inside it
+    (then ``record`` is its :class:`~wia_hw.comm.CollectiveRecord`); a call that began
+    before the session or was still running at its stop is cut at that edge and has no
+    record (``algorithm`` and ``nbytes`` are still the call's)."""
+
+    name: str
+    algorithm: str
+    nbytes: int
+    ranks: tuple[int, ...]
+    start_cycle: int
+    end_cycle: int
+    whole: bool
+    record: Any = field(default=None, repr=False, compare=False)
+
+
 class CommProfilingSession:
     """An open communication-profiling session (``wia_comm_profiling_session_t``)."""
 
     def __init__(self, comm: Any, config: CommProfilingConfig) -> None:
         self.comm = comm
         self.config = config
-        self.start_cycle = comm.now_cycles
+        self.start_cycle = t0 = comm.now_cycles
         self.records: list[Any] = []
-        self.compute: list[Any] = []
+        # compute booked before the session that runs into it (each rank runs its
+        # compute in order, so looking back from the newest record, a rank is done at
+        # its first record that ends by the start)
+        carried: list[Any] = []
+        if config.track_overlap:
+            open_ranks = {r for r in range(comm.size) if comm.busy_until(r) > t0}
+            for c in reversed(comm.compute_records):
+                if not open_ranks:
+                    break
+                if c.rank not in open_ranks:
+                    continue
+                if c.end_cycle > t0:
+                    carried.append(c)
+                else:
+                    open_ranks.discard(c.rank)
+        self.compute: list[Any] = carried[::-1]
+        # link time booked before the session: each link is a FIFO whose chunks queued
+        # by now end at its free_at, back to back from the first that ends after now,
+        # so what it still serves is exactly [start, free_at)
+        self._carried_links = (
+            [
+                (p.name, t0, p.free_at, int((p.free_at - t0) * p.bytes_per_cycle))
+                for p in comm.links.ports.values()
+                if p.free_at > t0
+            ]
+            if config.track_bandwidth
+            else []
+        )
         self._link_start = len(comm.links.events)
         self._was_recording = comm.links.record
         self.active = True
 
+    def _tracks(self, kind: str) -> bool:
+        return self.config.track_p2p if kind == "p2p" else self.config.track_collectives
+
     def on_collective(self, rec: Any) -> None:
-        if (
-            rec.kind == "p2p"
-            and self.config.track_p2p
-            or rec.kind != "p2p"
-            and self.config.track_collectives
-        ):
+        if self._tracks(rec.kind):
             self.records.append(rec)
 
     def on_compute(self, rec: Any) -> None:
@@ -273,17 +326,36 @@ def stop_comm_profiling(session: CommProfilingSession) -> CommProfileReport:
     ):
         links.record = False
     hz = comm.clock_ghz * 1e9
-    recs, comp = session.records, session.compute
-    t0 = session.start_cycle
-    t1 = max([comm.now_cycles] + [r.end_cycle for r in recs] + [c.end_cycle for c in comp])
-    # everything is clipped to the session [t0, t1]: a collective that began before it
-    # counts only its time inside (and not in the per-call statistics, whose times and
-    # bandwidths are whole calls'); link chunks are booked when they are queued, so a
-    # chunk still to be served when the session stops is cut at its end
-    comm_u = interval_union((max(r.start_cycle, t0), min(r.end_cycle, t1)) for r in recs)
+    comp = session.compute
+    t0, t1 = session.start_cycle, comm.now_cycles
+    # one window for every figure: [t0, t1], the session's start and stop. A call that
+    # began before the session counts from t0, one still running at the stop up to t1;
+    # compute and link chunks booked before the session count from t0, those booked to
+    # run past the stop up to t1. records and collective_stats hold whole calls only
+    spans = [
+        CommSpan(
+            r.name,
+            r.algorithm,
+            r.nbytes,
+            r.ranks,
+            max(r.start_cycle, t0),
+            r.end_cycle,
+            r.start_cycle >= t0,
+            r if r.start_cycle >= t0 else None,
+        )
+        for r in session.records
+    ]
+    spans += [
+        CommSpan(c.name, c.algorithm, c.nbytes, c.ranks, max(c.start_cycle, t0), t1, False)
+        for c in comm.in_flight.values()
+        if session._tracks(c.kind)
+    ]
+    spans = [x for x in spans if x.end_cycle > x.start_cycle or x.whole]
+    comm_u = interval_union((x.start_cycle, x.end_cycle) for x in spans)
     comp_u = interval_union((max(c.start_cycle, t0), min(c.end_cycle, t1)) for c in comp)
-    recs = [r for r in recs if r.start_cycle >= t0]
-    events = _clip_events(events, t0, t1)
+    comp = [c for c in comp if min(c.end_cycle, t1) > max(c.start_cycle, t0)]
+    recs = [x.record for x in spans if x.whole]
+    events = _clip_events(session._carried_links + list(events), t0, t1)
     comm_c = sum(e - s for s, e in comm_u)
     comp_c = sum(e - s for s, e in comp_u)
     stats = []
@@ -348,6 +420,7 @@ def stop_comm_profiling(session: CommProfilingSession) -> CommProfileReport:
         records=list(recs) if cfg.track_latency else [],
         compute=list(comp),
         link_events=list(events),
+        comm_spans=spans,
     )
 
 
@@ -408,27 +481,26 @@ def comm_trace_events(report: CommProfileReport, *, pid: int = 2) -> list[dict[s
             }
         )
 
+    lo, hi = report.start_cycle, report.end_cycle
     for r in range(report.ranks):
         for lane, s, e, c in _lanes(
-            [(c.start_cycle, c.end_cycle, c) for c in report.compute if c.rank == r]
+            [
+                (max(c.start_cycle, lo), min(c.end_cycle, hi), c)
+                for c in report.compute
+                if c.rank == r
+            ]
         ):
             span(f"rank {r} compute{f' {lane}' if lane else ''}", c.label, s, e, "compute", {})
-        for lane, s, e, rec in _lanes(
-            [(x.start_cycle, x.end_cycle, x) for x in report.records if r in x.ranks]
+        for lane, s, e, x in _lanes(
+            [(x.start_cycle, x.end_cycle, x) for x in report.comm_spans if r in x.ranks]
         ):
-            span(
-                f"rank {r} comm{f' {lane}' if lane else ''}",
-                rec.name,
-                s,
-                e,
-                "comm",
-                {
-                    "algorithm": rec.algorithm,
-                    "bytes": rec.nbytes,
-                    "algbw_gbs": round(rec.algbw_gbs, 3),
-                    "busbw_gbs": round(rec.busbw_gbs, 3),
-                },
-            )
+            args: dict[str, Any] = {"algorithm": x.algorithm, "bytes": x.nbytes}
+            if x.record is not None:
+                args["algbw_gbs"] = round(x.record.algbw_gbs, 3)
+                args["busbw_gbs"] = round(x.record.busbw_gbs, 3)
+            else:
+                args["clipped"] = True  # the call runs past an edge of the session
+            span(f"rank {r} comm{f' {lane}' if lane else ''}", x.name, s, e, "comm", args)
     merged: dict[str, list[list[int]]] = {}
     for name, s, e, nb in sorted(report.link_events, key=lambda t: (t[0], t[1])):
         m = merged.setdefault(name, [])
@@ -475,11 +547,15 @@ def plot_comm_timeline(report: CommProfileReport, path: str | os.PathLike[str]) 
     ax = fig.subplots()
     colors = {"compute": "tab:blue"}
     palette = ["tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink"]
-    for rec in report.records:
-        colors.setdefault(rec.name, palette[(len(colors) - 1) % len(palette)])
+    for x in report.comm_spans:
+        colors.setdefault(x.name, palette[(len(colors) - 1) % len(palette)])
+    lo, hi = report.start_cycle, report.end_cycle
     for r in range(report.ranks):
         comp = [
-            ((c.start_cycle - t0) * to_ms, (c.end_cycle - c.start_cycle) * to_ms)
+            (
+                (max(c.start_cycle, lo) - t0) * to_ms,
+                (min(c.end_cycle, hi) - max(c.start_cycle, lo)) * to_ms,
+            )
             for c in report.compute
             if c.rank == r
         ]
@@ -487,8 +563,8 @@ def plot_comm_timeline(report: CommProfileReport, path: str | os.PathLike[str]) 
             ax.broken_barh(comp, (r - 0.4, 0.35), color=colors["compute"])
         for name in colors:
             bars = [
-                ((x.start_cycle - t0) * to_ms, x.duration_cycles * to_ms)
-                for x in report.records
+                ((x.start_cycle - t0) * to_ms, (x.end_cycle - x.start_cycle) * to_ms)
+                for x in report.comm_spans
                 if x.name == name and r in x.ranks
             ]
             if bars:
