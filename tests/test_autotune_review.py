@@ -20,6 +20,7 @@ from wia_hw.optimize import (
     AutotuneError,
     ScheduleDeviceWarning,
     ScheduleError,
+    autotune_model,
     load_schedules,
 )
 from wia_hw.optimize._autotune import candidate_pool
@@ -279,3 +280,98 @@ def test_a_file_for_another_device_warns_and_counts(tmp_path):
     # an empty file warns too
     with pytest.warns(ScheduleDeviceWarning, match=r"it has no entries"):
         load_schedules(_file(tmp_path / "empty.json", []), edge)
+
+
+# -- the tuner never hands back schedules that make the graph slower ---------------------
+
+
+def _mlp(rng: random.Random) -> wia_hw.Graph:
+    b = wia_hw.GraphBuilder(f"mlp{rng.randint(0, 999)}", "fp16")
+    x = b.input("x", (rng.choice([2, 64, 128, 200]), rng.choice([64, 256, 768])))
+    h = b.linear("fc0", x, rng.choice([128, 512, 1000]))
+    h = b.op("gelu", "act", [h])
+    b.linear("fc1", h, rng.choice([64, 384]))
+    return b.graph()
+
+
+def _in_graph(res: wia_hw.RunResult, graph, spec) -> dict[str, int]:
+    keys = {
+        k.name: gemm_key(k) for _, ks in lower(graph, spec) for k in ks if isinstance(k, GemmKernel)
+    }
+    out: dict[str, int] = {}
+    for k in res.kernels:
+        if k.name in keys:
+            out[keys[k.name]] = out.get(keys[k.name], 0) + k.cycles
+    return out
+
+
+def _assert_never_slower(graph, device: str, cfg: AutotuneConfig, tmp_path) -> None:
+    spec = open_device(device).spec
+    r = autotune_model(graph, cfg, device=device)
+    path = r.save(tmp_path / f"{graph.name}-{device}-{cfg.seed}.json")
+    base = wia_hw.run(graph, device=device)
+    tuned = wia_hw.run(graph, device=device, schedules=path)
+    assert tuned.cycles <= base.cycles, r.table()
+    per0, per1 = _in_graph(base, graph, spec), _in_graph(tuned, graph, spec)
+    for key in r.schedules:
+        assert per1[key] <= per0[key], (key, r.table())
+    if r.schedules:
+        assert (r.graph_default_cycles, r.graph_tuned_cycles) == (base.cycles, tuned.cycles)
+    for key, t in r.kernels.items():
+        assert (key in r.schedules) == t.applied
+        if t.dropped:
+            assert any(n.startswith(f"dropped {key}: ") or "dropped all" in n for n in r.notes)
+            assert "DROPPED" in r.table()
+    saved = {e["kernel"] for e in json.loads(path.read_text())["entries"]}
+    assert saved == set(r.schedules)
+    assert r.tuned_cycles <= r.default_cycles
+
+
+def test_bert_on_edge_is_not_slower_with_its_schedules(tmp_path):
+    """The reviewer's case: bert-base b2 s64 (one layer) tuned on wia-edge ran 2,035,540
+    -> 2,266,741 cycles with its schedules (the attention bmm 24,992 -> 225,080 in the
+    graph); the keys slower in the graph are dropped and say why."""
+    g = resolve_workload("bert-base", batch=2, seq=64, layers=1)
+    cfg = AutotuneConfig(method="ml", time_budget_seconds=None, max_trials=12, seed=0)
+    _assert_never_slower(g, "wia-edge", cfg, tmp_path)
+    r = autotune_model(g, cfg, device="wia-edge")
+    assert r.graph_tuned_cycles < r.graph_default_cycles
+    dropped = [k for k, t in r.kernels.items() if t.dropped]
+    assert "bmm 24x64x64x64 fp16->2B bT" in dropped
+    assert all("slower in the graph" in r.kernels[k].dropped for k in dropped)
+
+
+@pytest.mark.parametrize("device", ["wia-npu", "wia-edge"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_graphs_are_never_slower_with_their_schedules(tmp_path, device, seed):
+    rng = random.Random(100 * seed + len(device))
+    g = _mlp(rng)
+    cfg = AutotuneConfig(
+        method=rng.choice(["ml", "random", "grid"]),
+        time_budget_seconds=None,
+        max_trials=rng.choice([4, 8]),
+        seed=seed,
+    )
+    _assert_never_slower(g, device, cfg, tmp_path)
+
+
+def test_a_slower_whole_graph_drops_every_schedule(monkeypatch):
+    """When no key's kernels get slower but the whole run does, every schedule is
+    dropped and the result says so."""
+    from wia_hw.optimize import _autotune
+
+    real = _autotune._graph_run
+
+    def slower(graph, ctx, schedules, keys):
+        cycles, per = real(graph, ctx, {}, keys)  # each key exactly as without schedules
+        return cycles + (1000 if schedules else 0), per
+
+    monkeypatch.setattr(_autotune, "_graph_run", slower)
+    g = resolve_workload("bert-base", batch=2, seq=64, layers=1)
+    r = autotune_model(g, AutotuneConfig(time_budget_seconds=None, max_trials=4, seed=1))
+    assert r.schedules == {} and r.entries() == []
+    assert r.tuned_cycles == r.default_cycles
+    assert r.graph_tuned_cycles == r.graph_default_cycles
+    (note,) = r.notes
+    assert note.startswith("dropped all ") and "the whole graph was slower" in note
+    assert all(t.dropped for t in r.kernels.values() if t.best_cycles < t.default_cycles)

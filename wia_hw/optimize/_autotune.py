@@ -72,7 +72,21 @@ candidate (``cold_walls_s``, ``cold_candidates_per_s``).
   with probability ``epsilon`` (exploration).
 
 The heuristic's own tiling is measured first (trial 0) and kept when nothing beats it,
-so a tuned kernel is never slower than the default on its own. Every choice is
+so a tuned kernel is never slower than the default on its own.
+
+**In-graph check.** Alone on a fresh device is not how a kernel runs in the graph: its
+operands may already be in L2 (views into the op before's output), where a tiling
+tuned cold can thrash (bert-base's attention-score bmm on wia-edge: 18,623 -> 15,839
+cycles alone, 24,992 -> 225,080 in the graph). So after the search
+:func:`autotune_model` runs the whole graph on a fresh device (the runtime's own
+``run``, with the context's extensions) with the default tilings and with the tuned
+ones, sums each kernel key's in-graph cycles, and drops (falls back to the default
+for) every key whose kernels got slower; it runs again with the rest until no key is
+slower, and if the whole graph still is, drops them all. What was dropped and why is
+in ``KernelTuning.dropped``, ``AutotuneResult.notes`` and ``table()``; the schedules
+handed back (``schedules``, ``entries()``, ``save``) never make that graph slower on
+that device. The check costs 2 or more graph runs after the search, outside
+``time_budget_seconds`` (``check_s``). Every choice is
 seeded: the same graph, spec, config and seed give the same schedules, unless a
 ``time_budget_seconds`` cuts the search at a wall-clock-dependent point.
 
@@ -272,10 +286,24 @@ class KernelTuning:
     trials: int
     pool_size: int
     history: list[int] = field(default_factory=list)
+    #: in-graph cycles of this key's kernels (summed over its ops) in a whole run of the
+    #: graph with the default tilings, and in the last run with the tuned one applied
+    #: (``None``: not checked, nothing beat the default)
+    graph_default_cycles: int | None = None
+    graph_tuned_cycles: int | None = None
+    #: why the tuned tiling was dropped for the default after the in-graph check ("":
+    #: not dropped)
+    dropped: str = ""
 
     @property
     def count(self) -> int:
         return len(self.ops)
+
+    @property
+    def applied(self) -> bool:
+        """Whether the schedule is handed back: it beat the default alone and was not
+        dropped by the in-graph check."""
+        return self.best_cycles < self.default_cycles and not self.dropped
 
     @property
     def speedup(self) -> float:
@@ -307,6 +335,16 @@ class AutotuneResult:
     pruned: int = 0
     cut: int = 0
     cold_walls_s: list[tuple[str, float]] = field(default_factory=list)
+    #: the graph's name and the in-graph check (see :func:`autotune_model`): cycles of
+    #: a whole run with the default tilings and with the schedules handed back (``None``
+    #: when nothing beat a default, so no run was needed), the runs made and their wall
+    #: seconds, and what was dropped and why, one line each
+    graph: str = ""
+    graph_default_cycles: int | None = None
+    graph_tuned_cycles: int | None = None
+    graph_runs: int = 0
+    check_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
 
     @property
     def cold(self) -> int:
@@ -331,9 +369,10 @@ class AutotuneResult:
 
     @property
     def schedules(self) -> dict[str, GemmTiling]:
-        """The tuned tilings that beat the default, by kernel key (what ``run`` and
+        """The tuned tilings that beat the default alone and kept the graph from getting
+        slower (:attr:`KernelTuning.applied`), by kernel key (what ``run`` and
         :func:`wia_hw.lowering.lower` accept as ``schedules``)."""
-        return {k: t.best for k, t in self.kernels.items() if t.best_cycles < t.default_cycles}
+        return {k: t.best for k, t in self.kernels.items() if t.applied}
 
     @property
     def default_cycles(self) -> int:
@@ -343,14 +382,18 @@ class AutotuneResult:
 
     @property
     def tuned_cycles(self) -> int:
-        """The same sum with the tuned tilings."""
-        return sum(t.best_cycles * t.count for t in self.kernels.values())
+        """The same sum with the schedules handed back (a dropped key counts its
+        default)."""
+        return sum(
+            (t.best_cycles if t.applied else t.default_cycles) * t.count
+            for t in self.kernels.values()
+        )
 
     def entries(self) -> list[dict[str, Any]]:
         """The schedule-file entries of the tuned kernels (:mod:`._schedules`)."""
         out = []
         for key, t in self.kernels.items():
-            if t.best_cycles >= t.default_cycles:
+            if not t.applied:
                 continue
             b = t.best
             out.append(
@@ -367,6 +410,9 @@ class AutotuneResult:
                     "trials": t.trials,
                     "method": self.method,
                     "seed": self.seed,
+                    "graph": self.graph,
+                    "graph_default_cycles": t.graph_default_cycles,
+                    "graph_cycles": t.graph_tuned_cycles,
                 }
             )
         return out
@@ -386,8 +432,15 @@ class AutotuneResult:
             lines.append(
                 f"{key[:44]:44} {t.count:4d} {t.default_cycles:10d} {t.best_cycles:10d} "
                 f"{t.floor_cycles:10.0f} {t.speedup:5.2f} {t.trials:6d}  "
-                f"{b.tm}x{b.tn}x{b.tk} tb={b.tb} {b.order}"
+                f"{b.tm}x{b.tn}x{b.tk} tb={b.tb} {b.order}" + ("  DROPPED" if t.dropped else "")
             )
+        if self.graph_default_cycles is not None:
+            lines.append(
+                f"in the graph ({self.graph_runs} runs): {self.graph_default_cycles:,} -> "
+                f"{self.graph_tuned_cycles:,} cycles with {len(self.schedules)} of "
+                f"{len(self.kernels)} schedules"
+            )
+        lines += [f"  {n}" for n in self.notes]
         return "\n".join(lines)
 
 
@@ -857,6 +910,78 @@ def _kernels_of(
     return out
 
 
+def _graph_run(
+    graph: Graph, ctx: Any, schedules: Mapping[str, GemmTiling], keys: Mapping[str, str]
+) -> tuple[int, dict[str, int]]:
+    """(cycles, in-graph cycles per kernel key) of ``graph`` run with ``schedules`` on a
+    fresh device of ``ctx``'s spec with its extensions (what ``wia_hw.run`` does);
+    ``keys``: kernel name -> key of the tuned kernels."""
+    from ..runtime import Context
+
+    fresh = Context(ctx.spec, seed=ctx.seed)
+    fresh.providers = dict(ctx.providers)
+    fresh.extensions = dict(ctx.extensions)
+    res = fresh.run(graph, schedules=dict(schedules))
+    per: dict[str, int] = {}
+    for k in res.kernels:
+        key = keys.get(k.name)
+        if key is not None:
+            per[key] = per.get(key, 0) + k.cycles
+    return res.cycles, per
+
+
+def _check_in_graph(graph: Graph, ctx: Any, tuned: dict[str, KernelTuning]) -> dict[str, Any]:
+    """Drop the tuned tilings that make the graph slower on ``ctx``'s device (sets
+    ``KernelTuning.dropped`` and the in-graph cycles); returns the result's graph
+    fields. See :func:`autotune_model`."""
+    active = {k: t.best for k, t in tuned.items() if t.best_cycles < t.default_cycles}
+    out: dict[str, Any] = {"graph_runs": 0, "notes": []}
+    if not active:
+        return out
+    keys = {
+        k.name: gemm_key(k)
+        for _, ks in lower(graph, ctx.spec, ctx.providers)
+        for k in ks
+        if isinstance(k, GemmKernel) and gemm_key(k) in tuned
+    }
+    base, base_per = _graph_run(graph, ctx, {}, keys)
+    out["graph_runs"] = 1
+    for key, t in tuned.items():
+        t.graph_default_cycles = base_per.get(key, 0)
+    total = base
+    while active:
+        total, per = _graph_run(graph, ctx, active, keys)
+        out["graph_runs"] += 1
+        slower = [k for k in active if per.get(k, 0) > base_per.get(k, 0)]
+        for key in active:
+            tuned[key].graph_tuned_cycles = per.get(key, 0)
+        for key in slower:
+            t = tuned[key]
+            t.dropped = (
+                f"slower in the graph: {t.graph_default_cycles:,} -> {per.get(key, 0):,} "
+                f"cycles (alone {t.default_cycles:,} -> {t.best_cycles:,})"
+            )
+            out["notes"].append(f"dropped {key}: {t.dropped}")
+            del active[key]
+        if slower:
+            continue
+        if total > base:
+            for key in active:
+                tuned[key].dropped = (
+                    f"the whole graph was slower with the schedules: {base:,} -> {total:,} "
+                    "cycles, though no key's own kernels were"
+                )
+            out["notes"].append(
+                f"dropped all {len(active)} schedules: the whole graph was slower with them "
+                f"({base:,} -> {total:,} cycles) though no key's own kernels were"
+            )
+            active = {}
+        break
+    out["graph_default_cycles"] = base
+    out["graph_tuned_cycles"] = total if active else base
+    return out
+
+
 def autotune_model(
     graph: Graph,
     config: AutotuneConfig | None = None,
@@ -872,6 +997,9 @@ def autotune_model(
 
     Returns an :class:`AutotuneResult`; with ``schedules_file`` its schedules are also
     merged into that JSON file, which ``wia_hw.run(..., schedules=path)`` applies.
+    The schedules handed back have passed the in-graph check (module docstring): with
+    them, no key's kernels and not the whole graph run slower on a fresh ``device``
+    than with the default tilings; those that failed it are dropped and noted.
     ``measurements_file``: a JSON file of emulator measurements (read into the cache
     before the search, the cache's entries for this spec written back after it), so a
     later session evaluates a candidate measured before by a look-up.
@@ -948,7 +1076,12 @@ def autotune_model(
         pruned=ev.pruned,
         cut=ev.cut,
         cold_walls_s=ev.cold_walls,
+        graph=graph.name,
     )
+    t0 = time.perf_counter()
+    for name, value in _check_in_graph(graph, ctx, result.kernels).items():
+        setattr(result, name, value)
+    result.check_s = time.perf_counter() - t0
     if schedules_file is not None:
         result.save(schedules_file)
     if measurements_file is not None:
