@@ -7,9 +7,11 @@ import json
 import re
 
 import click
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from wia_hw import SpecError
 from wia_hw.cli import cli
 from wia_hw.cli._common import PIPE_WIDTH, RunOptions, make_console, run_options
 from wia_hw.profiling._flamegraph import parse_collapsed
@@ -63,7 +65,7 @@ def test_run_options_decorator_is_reusable():
     assert isinstance(opts, RunOptions)
     assert opts.device == "wia-edge" and opts.builder == {"M": 128, "N": 128, "K": 128}
     assert opts.overrides == {"compute.cores": 2}
-    assert opts.ext_params == {"transformer_engine": {"block_kv": 64}}
+    assert opts.ext_params == {"transformer_engine": {"block_kv": "64"}}  # typed by open()
     prov = seen["prov"]
     assert isinstance(prov, dict)
     assert prov["spec"] == "wia-edge" and prov["seed"] == 4
@@ -262,4 +264,86 @@ def test_builder_arguments_stand_for_the_workload_options() -> None:
     assert bad.exit_code == 2
     assert bad.output.strip() == (
         "wia-hw: error: -a precision=int8 contradicts --precision fp16; give one of them"
+    )
+
+
+_TAGGED = """\
+schema_version: 1
+extension_id: tagged
+version: "1.0"
+requires: {wia_hw: ">=0.1, <1.0"}
+capabilities: [structured_sparsity]
+parameters:
+  tag: {type: str, default: "none"}
+  keep: {type: int, default: 2, min: 1, max: 4}
+  scale: {type: float, default: 1.0, min: 0}
+  flag: {type: bool, default: false}
+operations:
+  - name: tagged_linear
+    claims: [linear, matmul]
+    compose: [matmul]
+    cost:
+      cycles: "B * ceil(M / array_rows) * ceil(N / array_cols) * (ceil(K * keep / rate) + 2 * array_rows + array_cols - 2)"
+      macs: "B * M * N * K"
+"""
+
+
+def _tagged(tmp_path, *items: str):
+    from wia_hw.cli._common import extension_params
+
+    p = tmp_path / "tagged.yaml"
+    p.write_text(_TAGGED)
+    opts = RunOptions("gemm", extensions=(str(p),), ext_params=extension_params(items))
+    return p, opts
+
+
+def test_ext_param_of_a_str_parameter_is_the_text_as_given(tmp_path):
+    # seeded texts YAML would read as a mapping, list, number, bool, null or comment
+    rng = np.random.default_rng(7)
+    alphabet = list("ab:,{}[]#&*!|>'\" -0123.") + ["yes", "null", "~", "names:"]
+    texts = ["names:", "a: b", "[1, 2]", "{x: 1}", "12", "true", "~", "", " spaced "]
+    texts += ["".join(rng.choice(alphabet, rng.integers(1, 12))) for _ in range(40)]
+    for text in texts:
+        _, opts = _tagged(tmp_path, f"tagged.tag={text}", "tagged.keep=3")
+        ext = opts.open().extensions["tagged"]
+        assert ext.values["tag"] == text and type(ext.values["tag"]) is str
+        assert ext.values["keep"] == 3
+
+
+@pytest.mark.parametrize(
+    "item, match",
+    [
+        ("tagged.keep=abc", r"must be an integer, got 'abc'"),
+        ("tagged.keep=names:", r"must be an integer, got \{'names': None\}"),
+        ("tagged.keep=9", r"value 9 is above the maximum 4"),
+        ("tagged.scale=-1", r"value -1\.0 is below the minimum 0"),
+        ("tagged.flag=maybe", r"must be true or false, got 'maybe'"),
+    ],
+)
+def test_a_bad_ext_param_value_names_the_option_not_the_manifest(tmp_path, item, match):
+    p, opts = _tagged(tmp_path, item)
+    name = item.partition("=")[0]
+    with pytest.raises(SpecError, match=rf"^--ext-param {re.escape(name)}: {match}") as e:
+        opts.open()
+    assert str(p) not in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_empty_analog_policy_name_list_is_one_line():
+    _one_line_error(
+        [
+            "run",
+            "bert-base",
+            "-b",
+            "1",
+            "-s",
+            "8",
+            "-a",
+            "layers=1",
+            "--ext",
+            "analog",
+            "--ext-param",
+            "analog.policy=names:",
+        ],
+        r"error: .*policy must be one of none, all, all_but_first_last, names:OP\[,OP\.\.\.\]; "
+        r"got 'names:'$",
     )

@@ -76,9 +76,17 @@ def builder_args(items: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+class ParamText(str):
+    """An ``--ext-param`` value as typed on the command line: :meth:`RunOptions.open`
+    reads it by the parameter's manifest type (a ``str`` parameter takes the text as
+    given, any other reads it as YAML)."""
+
+
 def extension_params(items: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    """``--ext-param ID.NAME=VALUE`` options as ``{id: {name: value}}`` (values read as
-    YAML). Raises :class:`SpecError` (field ``--ext-param``) on a malformed item."""
+    """``--ext-param ID.NAME=VALUE`` options as ``{id: {name: text}}``, each value a
+    :class:`ParamText` typed when the extension is loaded (only its manifest knows the
+    parameter's type). Raises :class:`SpecError` (field ``--ext-param``) on a malformed
+    item."""
     out: dict[str, dict[str, Any]] = {}
     for s in items:
         key, eq, raw = s.partition("=")
@@ -87,8 +95,22 @@ def extension_params(items: tuple[str, ...]) -> dict[str, dict[str, Any]]:
             raise SpecError(
                 f"{s!r} must read ID.NAME=VALUE, e.g. pim.bandwidth_gb_s=4000", field="--ext-param"
             )
-        out.setdefault(ext_id, {})[name.strip()] = load_yaml_text(raw, f"--ext-param {key}")
+        out.setdefault(ext_id, {})[name.strip()] = ParamText(raw)
     return out
+
+
+def _ext_param_value(ext: Any, name: str, value: Any) -> Any:
+    """``value`` of parameter ``name`` of ``ext`` checked against its manifest type and
+    range (command-line text read by that type); a refusal is one :class:`SpecError`
+    naming ``--ext-param ID.NAME``, not the manifest's file and line."""
+    where = f"--ext-param {ext.id}.{name}"
+    p = ext.parameters[name]
+    if isinstance(value, ParamText):
+        value = str(value) if p.type == "str" else load_yaml_text(str(value), where)
+    try:
+        return p.check(value)
+    except (TypeError, ValueError) as e:
+        raise SpecError(str(e), field=where) from None
 
 
 @dataclass(frozen=True)
@@ -136,6 +158,7 @@ class RunOptions:
                         f"(it has: {', '.join(sorted(ext.parameters)) or 'none'})",
                         field="--ext-param",
                     )
+                params = {n: _ext_param_value(ext, n, v) for n, v in params.items()}
                 ext = load_extension(source, parameters=params)  # checked with them
             register_device_extension(ctx, ext)
         stray = sorted(set(self.ext_params) - used)
