@@ -501,3 +501,114 @@ def test_a_worker_that_dies_is_one_line_and_keeps_the_stored_points(tmp_path):
     assert "SweepError: a local worker process died" in last
     assert "forkserver" in last and "if __name__ == '__main__':" in last
     assert len(open_store(store).points()) == 1  # the point stored before is kept
+
+
+# -- stores written before point keys were canonical -----------------------------------
+
+
+def _old_keys(monkeypatch):
+    """wia-hw before be3cce0: point keys of the values as given (1.0 and 1 two keys)."""
+    import hashlib
+
+    from wia_hw._version import __version__
+    from wia_hw.sweep import _file
+
+    def old_key(params, workload, args, metrics, base_hash, version=__version__):
+        doc = {
+            "params": dict(params),
+            "workload": {"name": workload, "args": dict(args)},
+            "metrics": list(metrics),
+            "base": base_hash,
+            "version": version,
+        }
+        return hashlib.sha256(_file.canonical_json(doc).encode()).hexdigest()
+
+    monkeypatch.setattr(_file, "point_key", old_key)
+
+
+def _clock_doc(seed: int) -> dict:
+    rnd = random.Random(seed)
+    clocks = sorted(rnd.sample([0.5, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0], 4))
+    if not any(float(c).is_integer() for c in clocks):
+        clocks[-1] = 2.0
+    doc = _sweep_doc("clk", [64], workloads=GEMM)
+    doc["grid"] = {"clock_ghz": clocks, "compute.array.rows": rnd.sample([32, 64.0, 128], 2)}
+    return doc
+
+
+@pytest.mark.parametrize("members", [False, True])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_store_from_before_canonical_keys_is_not_recomputed(tmp_path, monkeypatch, seed, members):
+    """A store written when 1.0 and 1 had two point keys (with or without the members
+    table): the same sweep run today computes nothing, and its report counts every
+    point once and no row superseded."""
+    doc = _clock_doc(seed)
+    store = tmp_path / "s.sqlite"
+    with monkeypatch.context() as m:
+        _old_keys(m)
+        first = wia_hw.sweep(doc, store=store, workers=1)
+    if not members:  # as written before membership was recorded (c384170)
+        with sqlite3.connect(store) as c:
+            c.execute("DROP TABLE members")
+    n = first.points
+    again = wia_hw.sweep(doc, store=store, workers=1)
+    assert (again.skipped, again.computed) == (n, 0)
+    st = open_store(store)
+    try:
+        assert len(st.points("clk")) == n and st.superseded("clk") == 0
+        assert len(st.points("clk", superseded=True)) == n
+        assert len(st) == n
+    finally:
+        st.close()
+    out = CliRunner().invoke(cli, ["sweep-report", str(store)]).output
+    assert f"{n} points" in out and "superseded" not in out
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_store_already_recomputed_under_new_keys_reads_each_point_once(
+    tmp_path, monkeypatch, seed
+):
+    """A store a wia-hw that did not know the old keys ran the sweep on again (so the
+    integral-float points are stored twice): the report reads each point once and calls
+    nothing superseded; the next run computes nothing and drops the duplicates."""
+    from wia_hw.sweep import SweepStore
+
+    doc = _clock_doc(seed)
+    store = tmp_path / "s.sqlite"
+    with monkeypatch.context() as m:
+        _old_keys(m)
+        first = wia_hw.sweep(doc, store=store, workers=1)
+    with sqlite3.connect(store) as c:
+        c.execute("DROP TABLE members")
+    with monkeypatch.context() as m:  # be3cce0: new keys, old ones unknown
+        m.setattr(SweepStore, "_key_aliases", lambda self, rows: {}, raising=False)
+        second = wia_hw.sweep(doc, store=store, workers=1)
+    n = first.points
+    assert second.computed > 0  # the duplicate rows this finding is about
+    st = open_store(store)
+    try:
+        assert len(st) > n
+        rows = st.points("clk", superseded=True)
+        assert len(rows) == n and st.superseded("clk") == 0
+        seen = [json.dumps(r["params"], sort_keys=True) for r in rows]
+        assert len(set(seen)) == n
+    finally:
+        st.close()
+    res = CliRunner().invoke(cli, ["sweep-report", str(store), "--superseded"])
+    assert f"{n} points" in res.output
+    third = wia_hw.sweep(doc, store=store, workers=1)
+    assert (third.skipped, third.computed) == (n, 0)
+    st = open_store(store)
+    try:
+        assert len(st) == n
+    finally:
+        st.close()
+
+
+def test_superseded_rows_name_the_version_too(tmp_path):
+    """The definition hashes the wia-hw version, and the report says so."""
+    store = tmp_path / "s.sqlite"
+    wia_hw.sweep(_sweep_doc("s", [32, 64]), store=store, workers=1)
+    wia_hw.sweep(_sweep_doc("s", [32, 64], metrics=["latency_ms"]), store=store, workers=1)
+    out = CliRunner().invoke(cli, ["sweep-report", str(store)]).output
+    assert "2 superseded rows" in out and "wia-hw version" in out

@@ -217,8 +217,8 @@ def sweep_report_cmd(
     out.print(f"{store}: {len(rows)} points ({ok} ok, {len(rows) - ok} failed)", markup=False)
     if hidden:
         out.print(
-            f"{hidden} superseded rows (computed under an earlier base spec, metrics or "
-            "workloads of the sweep) not shown; --superseded includes them"
+            f"{hidden} superseded rows (computed under an earlier base spec, metrics, "
+            "workloads or wia-hw version of the sweep) not shown; --superseded includes them"
         )
     best = best_points(rows)
     fronts = pareto_front(rows)

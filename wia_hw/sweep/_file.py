@@ -238,18 +238,34 @@ def point_key(
     metrics: tuple[str, ...] | list[str],
     base_hash: str,
     version: str = __version__,
+    *,
+    canonical: bool = True,
 ) -> str:
     """sha256 (hex) of the canonical JSON of (parameters, workload and its arguments,
     metrics kept, the base spec's content hash, the wia-hw version); numerically equal
-    values give one key (``600.0`` is ``600``)."""
+    values give one key (``600.0`` is ``600``). ``canonical=False`` gives the key as
+    wia-hw computed it before that (values as given: ``1.0`` and ``1`` two keys), which
+    stores written then hold; :class:`~wia_hw.sweep.SweepStore` maps those to these."""
     doc = {
-        "params": _canon(dict(params)),
-        "workload": {"name": workload, "args": _canon(dict(args))},
+        "params": _canon(dict(params)) if canonical else dict(params),
+        "workload": {"name": workload, "args": _canon(dict(args)) if canonical else dict(args)},
         "metrics": list(metrics),
         "base": base_hash,
         "version": version,
     }
     return hashlib.sha256(canonical_json(doc).encode()).hexdigest()
+
+
+def has_integral_float(v: Any) -> bool:
+    """Whether ``v`` holds a float equal to an integer (its point key changed when keys
+    became canonical)."""
+    if isinstance(v, float):
+        return v.is_integer()
+    if isinstance(v, Mapping):
+        return any(has_integral_float(x) for x in v.values())
+    if isinstance(v, (list, tuple)):
+        return any(has_integral_float(x) for x in v)
+    return False
 
 
 # -- loading -------------------------------------------------------------------------

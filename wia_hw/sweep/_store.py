@@ -31,6 +31,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
@@ -69,6 +70,10 @@ _COLUMNS = (
 
 class SweepError(WiaError, ValueError):
     """A sweep cannot run or a store cannot be read (one line: what and where)."""
+
+
+# an integral float in a row's params JSON (``1.0``, ``1e+16``), not ``2.05``
+_INTEGRAL_FLOAT = re.compile(r"\d\.0(?![0-9])|\de\+")
 
 
 def _now() -> str:
@@ -170,6 +175,7 @@ class SweepStore:
             cls._check(p, conn)
             with conn:  # a store made before the members table: add it
                 conn.execute(_MEMBERS)
+            cls(p, conn)._rekey_old_rows()  # points stored under pre-canonical keys
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
         except SweepError:
@@ -227,6 +233,73 @@ class SweepStore:
         ).fetchone()
         return set() if any_def else None
 
+    def _key_aliases(self, rows: Iterable[tuple[Any, ...]]) -> dict[str, str]:
+        """Old point key -> today's, for rows written before point keys were canonical
+        (wia-hw before numerically equal values were one point: ``clock_ghz: 1.0`` had
+        another key than ``1``). ``rows`` start with (point_key, sweep_name, params,
+        workload). A row's old key is recomputed from its params and workload and a
+        sweep description in ``meta`` (base hash, metrics, workloads) under this or the
+        store creator's wia-hw version; only a row whose stored key is that old key, and
+        differs from the canonical one, is mapped."""
+        from ._file import _label, has_integral_float, point_key
+
+        meta = self.meta
+        versions = list(dict.fromkeys([__version__, meta.get("wia_hw_version", __version__)]))
+        by_label: dict[str, list[tuple[str, dict[str, Any], list[str], str]]] = {}
+        for d in sweeps_in_meta(meta).values():
+            base, metrics, workloads = d.get("base_hash"), d.get("metrics"), d.get("workloads")
+            if not isinstance(base, str) or not isinstance(metrics, list):
+                continue
+            for w in workloads if isinstance(workloads, list) else ():
+                if isinstance(w, list) and len(w) == 2 and isinstance(w[1], dict):
+                    by_label.setdefault(_label(str(w[0]), w[1]), []).append(
+                        (str(w[0]), w[1], metrics, base)
+                    )
+        out: dict[str, str] = {}
+        for key, _, params_text, label in (r[:4] for r in rows):
+            cands = by_label.get(label)
+            if not cands or params_text is None:
+                continue
+            floats = bool(_INTEGRAL_FLOAT.search(params_text))
+            if not floats and not any(has_integral_float(a) for _, a, _, _ in cands):
+                continue
+            params = json.loads(params_text)
+            for w, a, metrics, base in cands:
+                if not (floats or has_integral_float(a)):
+                    continue
+                for v in versions:
+                    if point_key(params, w, a, metrics, base, v, canonical=False) == key:
+                        new = point_key(params, w, a, metrics, base, v)
+                        if new != key:
+                            out[key] = new
+                        break
+        return out
+
+    def _rekey_old_rows(self) -> None:
+        """Give rows stored under an old point key (:meth:`_key_aliases`) today's key,
+        in the points and members tables; a row whose point is also stored under
+        today's key (computed again by a wia-hw that did not know the old key) is the
+        same point and is dropped."""
+        rows = self._conn.execute(
+            "SELECT point_key, sweep_name, params, workload FROM points"
+        ).fetchall()
+        aliases = self._key_aliases(rows)
+        if not aliases:
+            return
+        have = {r[0] for r in rows}
+        with self._conn:
+            for old, new in aliases.items():
+                if new in have:
+                    self._conn.execute("DELETE FROM points WHERE point_key = ?", (old,))
+                else:
+                    self._conn.execute(
+                        "UPDATE points SET point_key = ? WHERE point_key = ?", (new, old)
+                    )
+                self._conn.execute(
+                    "UPDATE OR IGNORE members SET point_key = ? WHERE point_key = ?", (new, old)
+                )
+                self._conn.execute("DELETE FROM members WHERE point_key = ?", (old,))
+
     def points(
         self, sweep_name: str | None = None, *, superseded: bool = False
     ) -> list[dict[str, Any]]:
@@ -242,6 +315,15 @@ class SweepStore:
             raise SweepError(f"{self.path}: no sweep {sweep_name!r} in the store (known: {known})")
         sql = f"SELECT {', '.join(_COLUMNS)} FROM points ORDER BY finished_at, point_key"
         rows = self._conn.execute(sql).fetchall()
+        # rows under a pre-canonical key read as today's (and once, when both are stored)
+        aliases = self._key_aliases(rows)
+        if aliases:
+            have = {r[0] for r in rows}
+            rows = [
+                r if r[0] not in aliases else (aliases[r[0]], *r[1:])
+                for r in rows
+                if aliases.get(r[0]) not in have
+            ]
         if sweep_name is None and superseded:
             keep = None
         else:
@@ -249,6 +331,8 @@ class SweepStore:
             for name in [sweep_name] if sweep_name is not None else list(sweeps):
                 definition = None if superseded else sweeps[name].get("definition")
                 keys = self._member_keys(name, definition)
+                if keys is not None and aliases:
+                    keys = {aliases.get(k, k) for k in keys}
                 if keys is None or superseded:  # an older store: by the sweep_name column
                     keep |= {r[0] for r in rows if r[1] == name}
                 keep |= keys or set()
