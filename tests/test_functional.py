@@ -159,3 +159,21 @@ def test_bf16_rounding_of_a_scalar_keeps_its_shape():
     assert np.array_equal(
         round_to_bf16(x), np.stack([round_to_bf16(v) for v in x.reshape(-1)]).reshape(3, 4)
     )
+
+
+def test_random_int8_weights_are_named_as_such():
+    """An int8 graph run without its weights draws them as random codes, unrelated to
+    the float model's at the same seed: the run says so (a user comparing it with fp32
+    would see a cosine near 0 and conclude int8 is broken)."""
+    from wia_hw._functional import RandomInt8WeightsWarning
+    from wia_hw.workloads import gemm
+
+    with pytest.warns(RandomInt8WeightsWarning, match=r"drew 1 int8 weight\(s\) of 'gemm'"):
+        wia_hw.run(gemm(8, 8, 8, precision="int8"), mode="functional")
+    rng = np.random.default_rng(0)
+    given = {"B": rng.integers(-127, 128, (8, 8)).astype(np.int8)}
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RandomInt8WeightsWarning)
+        wia_hw.run(gemm(8, 8, 8, precision="int8"), mode="functional", inputs=given)

@@ -38,6 +38,7 @@ zero-point correction would. Its result is scaled per output channel.
 from __future__ import annotations
 
 import math
+import warnings
 import zlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -53,7 +54,13 @@ from .graph import GEMM_KINDS, MOVE_KINDS, Graph, Op, QuantParams, op_macs
 if TYPE_CHECKING:
     from .emulator.device import Device
 
-__all__ = ["FunctionalExecutor", "FUNCTIONAL_MAC_LIMIT"]
+__all__ = ["FunctionalExecutor", "FUNCTIONAL_MAC_LIMIT", "RandomInt8WeightsWarning"]
+
+
+class RandomInt8WeightsWarning(UserWarning):
+    """Functional mode drew an int8 graph's weights as random int8 codes, so its outputs
+    are not a quantised float model's (see :func:`wia_hw.quantize_model`)."""
+
 
 #: Above this many MACs in one op, functional mode refuses (it is for small sizes).
 FUNCTIONAL_MAC_LIMIT = 2_000_000_000
@@ -119,6 +126,7 @@ class FunctionalExecutor:
                 arr = np.asarray(value())
                 if tuple(arr.shape) == t.shape:
                     given[name] = arr
+        random_int8: list[str] = []  # int8 weights drawn as random codes
         for name, t in graph.tensors.items():
             if t.kind not in ("input", "weight"):
                 continue
@@ -144,7 +152,19 @@ class FunctionalExecutor:
             if t.dtype == "int8":
                 fan = _fan_in(t.shape) if t.kind == "weight" else 1
                 self.scales[name] = 1.0 / (127.0 * math.sqrt(fan))
+                if t.kind == "weight" and name not in graph.quant:
+                    random_int8.append(name)
             self.values[name] = arr
+        if random_int8:
+            warnings.warn(
+                f"functional mode drew {len(random_int8)} int8 weight(s) of {graph.name!r} "
+                f"as random codes (e.g. {random_int8[0]!r}), unrelated to the float "
+                "model's weights at the same seed: its outputs are not the float model's "
+                "quantised; to measure int8 error, quantise a float graph "
+                "(wia_hw.quantize_model) or give the weights",
+                RandomInt8WeightsWarning,
+                stacklevel=2,
+            )
         #: zero points of the tensors with static parameters (Graph.quant)
         self.zeros: dict[str, Any] = {}
         for name, p in graph.quant.items():
