@@ -189,9 +189,17 @@ def test_python_run_in_the_clones_root_imports_the_package():
     code = (  # as after a plain install: no editable-install finder maps the packages
         "import sys; sys.meta_path[:] = [f for f in sys.meta_path "
         "if 'editable' not in repr(f).lower()]; "
-        "import wia_hw, wia_hw.emulator, wia_hw.specs, wia_hw.extensions; "
+        "import wia_hw, wia_hw.emulator, wia_hw.specs, wia_hw.extensions, wia_hw.rtl; "
         "r = wia_hw.run('gemm', M=64, N=64, K=64); print(r.latency_ms > 0)"
     )
+    # the subpackages it maps are the ones pyproject's package-dir maps from beside it
+    import tomllib
+
+    import wia_hw
+
+    dirs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    mapped = {k.partition(".")[2] for k, v in dirs["package-dir"].items() if k != "wia_hw"}
+    assert mapped == set(wia_hw.MAPPED_BESIDE)
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120
     )

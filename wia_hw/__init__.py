@@ -7,7 +7,8 @@ Amaranth RTL where both exist), and see where the time goes::
     r = wia_hw.run("bert-large", batch=32, seq=128, device="wia-npu")
     r.latency_ms, r.throughput, r.ops, r.counters.cycles
 
-The seed's C names map to these by dropping the ``wia_`` prefix (see API.md).
+The seed's C names map to these by dropping the ``wia_`` prefix (docs/ARCHITECTURE.md,
+"Names follow the seed").
 """
 
 from __future__ import annotations
@@ -17,23 +18,28 @@ import os as _os
 import sys as _sys
 
 # Run from a clone's root after a plain (not editable) install, this directory shadows
-# the installed package, and the emulator, extensions and specs that the install maps
-# from beside it (pyproject's package-dir) are not inside it: load them from there.
+# the installed package, and the subpackages that the install maps from beside it
+# (pyproject's package-dir: emulator, extensions, specs, rtl) are not inside it: a
+# finder maps them from there, as the install does.
+#: the subpackages pyproject's package-dir maps from beside this directory
+MAPPED_BESIDE = ("emulator", "extensions", "specs", "rtl")
 if _util.find_spec(f"{__name__}.emulator") is None:
+    import importlib.abc as _abc
+
     _root = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
-    for _sub in ("emulator", "extensions", "specs"):
-        _dir = _os.path.join(_root, _sub)
-        _spec = _util.spec_from_file_location(
-            f"{__name__}.{_sub}",
-            _os.path.join(_dir, "__init__.py"),
-            submodule_search_locations=[_dir],
-        )
-        if _spec is None or _spec.loader is None:
-            break
-        _module = _util.module_from_spec(_spec)
-        _sys.modules[_spec.name] = _module
-        _spec.loader.exec_module(_module)
-        globals()[_sub] = _module  # as an import of the subpackage sets it
+
+    class _BesideFinder(_abc.MetaPathFinder):
+        """``wia_hw.<sub>`` from ``<clone>/<sub>`` for each mapped subpackage."""
+
+        def find_spec(self, name: str, path: object = None, target: object = None) -> object:
+            prefix, _, sub = name.partition(".")
+            if prefix != __name__ or sub not in MAPPED_BESIDE:
+                return None
+            where = _os.path.join(_root, sub)
+            init = _os.path.join(where, "__init__.py")
+            return _util.spec_from_file_location(name, init, submodule_search_locations=[where])
+
+    _sys.meta_path.append(_BesideFinder())
 
 from . import sweep  # the package is callable: wia_hw.sweep(file, ...)
 from ._case_study import CaseStudyResult, CaseStudyRow, case_study
