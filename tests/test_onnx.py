@@ -447,6 +447,25 @@ def test_corrupt_file(tmp_path):
         from_onnx(path)
 
 
+@needs_onnx
+@pytest.mark.parametrize(
+    ("name", "text", "match"),
+    [
+        ("g.json", "garbage", r"g\.json' is not a readable ONNX model: Failed to load JSON"),
+        ("m.textproto", "garbage {", r"m\.textproto' is not a readable ONNX model: 1:1"),
+        ("m.onnxtxt", "garbage", r"m\.onnxtxt' is not a readable ONNX model: \[ParseError"),
+        ("e.onnx", "", r"e\.onnx' is not an ONNX model: it holds no graph \(0 bytes\)"),
+    ],
+)
+def test_unreadable_files_of_every_kind_onnx_parses_are_one_line(tmp_path, name, text, match):
+    """onnx.load picks a JSON, text-format or .onnxtxt parser by suffix; their errors
+    were tracebacks, and an empty .onnx parsed as an empty model and ran to 0 ms."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(WorkloadError, match=match):
+        from_onnx(path)
+
+
 def test_missing_onnx_package(monkeypatch):
     monkeypatch.setitem(sys.modules, "onnx", None)
     with pytest.raises(

@@ -313,15 +313,32 @@ def _load(onnx: Any, model: Any) -> tuple[Any, str, str]:
         path = Path(model)
         if not path.is_file():
             raise WorkloadError(f"ONNX file not found: {str(path)!r}")
+        from google.protobuf import json_format, text_format
         from google.protobuf.message import DecodeError
 
+        unreadable = (
+            OSError,
+            ValueError,
+            DecodeError,
+            json_format.ParseError,
+            text_format.ParseError,
+            onnx.parser.ParseError,
+        )
         try:
             proto = onnx.load(str(path), load_external_data=False)
-        except (OSError, ValueError, DecodeError) as e:
+        except unreadable as e:
+            # onnx picks a parser by suffix: binary protobuf, JSON, text format, .onnxtxt
+            arg = e.args[0] if e.args else ""
+            why = (arg.decode(errors="replace") if isinstance(arg, bytes) else str(e)).strip()
             raise WorkloadError(
                 f"{str(path)!r} is not a readable ONNX model: "
-                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
+                f"{why.splitlines()[0] if why else type(e).__name__}"
             ) from None
+        if not proto.graph.node and not proto.graph.output:
+            raise WorkloadError(
+                f"{str(path)!r} is not an ONNX model: it holds no graph "
+                f"({path.stat().st_size} bytes)"
+            )
         generic = proto.graph.name in _GENERIC_NAMES
         return proto, path.stem if generic else proto.graph.name, str(path)
     if isinstance(model, onnx.ModelProto):
