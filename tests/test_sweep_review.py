@@ -612,3 +612,34 @@ def test_superseded_rows_name_the_version_too(tmp_path):
     wia_hw.sweep(_sweep_doc("s", [32, 64], metrics=["latency_ms"]), store=store, workers=1)
     out = CliRunner().invoke(cli, ["sweep-report", str(store)]).output
     assert "2 superseded rows" in out and "wia-hw version" in out
+
+
+def test_a_store_that_cannot_be_created_is_one_line(tmp_path):
+    """SQLite refusing the file (here /proc, where no file can be made) was a
+    sqlite3.OperationalError traceback."""
+    sweep_file = tmp_path / "s.yaml"
+    sweep_file.write_text(json.dumps(_sweep_doc("s", [32])))
+    res = CliRunner().invoke(cli, ["sweep", str(sweep_file), "--store", "/proc/s.sqlite"])
+    assert _one_line_exit_2(res).endswith(
+        "/proc/s.sqlite: cannot open the store (unable to open database file)"
+    )
+
+
+def test_a_store_this_user_cannot_write_is_read(tmp_path, monkeypatch):
+    """A store in a folder the user cannot write (a WAL store needs its -shm file there)
+    is opened read-only: it said 'not a sweep store (attempt to write a readonly
+    database)'."""
+    store = tmp_path / "s.sqlite"
+    sweep_file = tmp_path / "s.yaml"
+    sweep_file.write_text(json.dumps(_sweep_doc("s", [32, 64])))
+    wia_hw.sweep(str(sweep_file), store=store, workers=1)
+    want = len(open_store(store).points())
+    import wia_hw.sweep._store as store_mod
+
+    real = store_mod.os.access
+    monkeypatch.setattr(
+        store_mod.os, "access", lambda p, mode, **k: mode != store_mod.os.W_OK and real(p, mode)
+    )
+    assert len(open_store(store).points()) == want == 2
+    res = CliRunner().invoke(cli, ["sweep-report", str(store)])
+    assert res.exit_code == 0, res.output

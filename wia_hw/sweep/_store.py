@@ -105,9 +105,20 @@ class SweepStore:
 
     # -- opening ---------------------------------------------------------------------
     @classmethod
-    def _connect(cls, path: Path) -> sqlite3.Connection:
-        conn = sqlite3.connect(str(path), timeout=30)
-        conn.execute("PRAGMA busy_timeout = 30000")
+    def _connect(cls, path: Path, *, read_only: bool = False) -> sqlite3.Connection:
+        """A connection to ``path``; ``read_only`` opens a store this user cannot write
+        (its folder or file not writable: a WAL store would need its -shm file) as
+        immutable, for reading. SweepError when SQLite cannot open it."""
+        try:
+            if read_only:
+                uri = f"{path.resolve().as_uri()}?mode=ro&immutable=1"
+                conn = sqlite3.connect(uri, uri=True, timeout=30)
+            else:
+                conn = sqlite3.connect(str(path), timeout=30)
+            conn.execute("PRAGMA busy_timeout = 30000")
+        except sqlite3.Error as e:
+            why = "cannot read the store" if read_only else "cannot open the store"
+            raise SweepError(f"{path}: {why} ({e})") from None
         return conn
 
     @classmethod
@@ -139,7 +150,8 @@ class SweepStore:
         p = Path(path)
         if not p.is_file():
             raise SweepError(f"{p}: no such sweep store")
-        conn = cls._connect(p)
+        writable = os.access(p, os.W_OK) and os.access(p.parent, os.W_OK)
+        conn = cls._connect(p, read_only=not writable)
         try:
             cls._check(p, conn)
         except SweepError:
