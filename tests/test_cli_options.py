@@ -347,3 +347,53 @@ def test_an_empty_analog_policy_name_list_is_one_line():
         r"error: .*policy must be one of none, all, all_but_first_last, names:OP\[,OP\.\.\.\]; "
         r"got 'names:'$",
     )
+
+
+@pytest.fixture
+def terminal_progress(monkeypatch):
+    """Progress shown at once on a fake terminal; returns its buffer."""
+    import io
+
+    from rich.console import Console
+
+    import wia_hw.cli._common as common
+
+    buf = io.StringIO()
+    monkeypatch.setattr(common, "PROGRESS_DELAY", 0)
+    monkeypatch.setattr(
+        common, "progress_console", lambda: Console(file=buf, force_terminal=True, width=150)
+    )
+    return buf
+
+
+def test_progress_is_silent_when_stderr_is_not_a_terminal():
+    import io
+
+    from rich.console import Console
+
+    from wia_hw.cli._common import TaskProgress
+
+    buf = io.StringIO()
+    with TaskProgress("emulating", console=Console(file=buf)) as bar:
+        bar.update(1, 2, "gemm")
+    assert buf.getvalue() == ""
+
+
+def test_progress_on_a_terminal_shows_label_count_and_step(terminal_progress):
+    from wia_hw.cli._common import task_progress
+
+    with task_progress("measuring", unit="iterations") as bar:
+        bar.update(3, 10, "warm-up")
+        bar._bar.refresh()
+    shown = terminal_progress.getvalue()
+    assert "measuring" in shown and "3/10 iterations" in shown and "warm-up" in shown
+
+
+def test_run_progress_shows_while_a_one_op_run_runs(terminal_progress):
+    """A one-op run (the runtime reports between ops only) still shows the line at
+    once (a timer shows it, not the next op); stdout is unchanged."""
+    plain = _cli("run", *GEMM)
+    code, out, _ = _cli("run", *GEMM)
+    assert code == 0 and out == plain[1]
+    shown = terminal_progress.getvalue()
+    assert "emulating" in shown and "1/1 ops" in shown

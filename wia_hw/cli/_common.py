@@ -23,6 +23,7 @@ file (``--width`` to choose); :func:`width_option` adds that option.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,8 @@ __all__ = [
     "CSV_SUFFIXES",
     "can_plot",
     "NO_PLOT",
+    "task_progress",
+    "TaskProgress",
 ]
 
 #: What a file of CSV text may be called.
@@ -356,3 +359,93 @@ def make_console(width: int | None = None, *, stderr: bool = False) -> Console:
     if not c.is_terminal:
         c = Console(width=PIPE_WIDTH, stderr=stderr)
     return c
+
+
+#: Seconds a command runs before its progress line appears (short runs show none).
+PROGRESS_DELAY = 1.0
+
+
+def progress_console() -> Console:
+    """The console progress goes to: stderr (tests replace this to see it)."""
+    return make_console(stderr=True)
+
+
+class TaskProgress:
+    """A progress line on stderr for a long command: a spinner, ``label``, a bar (a
+    pulsing one while the total is unknown), ``done/total unit``, what runs now and the
+    elapsed time. It appears only when stderr is a terminal and the work has taken
+    over :data:`PROGRESS_DELAY` seconds (a timer thread shows it, so a single long step
+    shows it too), and it is erased when closed: piped output is unchanged.
+    :meth:`update` may be called from any thread; use it as a context manager."""
+
+    def __init__(self, label: str, *, unit: str = "", console: Console | None = None) -> None:
+        self.unit = unit
+        self._lock = threading.Lock()
+        self._shown = self._closed = False
+        self._bar: Any = None
+        self._timer: threading.Timer | None = None
+        console = progress_console() if console is None else console
+        if not console.is_terminal:
+            return
+        from rich.progress import (
+            BarColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self._bar = Progress(
+            SpinnerColumn(),
+            TextColumn(f"[bold]{label}"),
+            BarColumn(),
+            TextColumn("{task.fields[count]}"),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+        self._task = self._bar.add_task("", total=None, count="")
+        if PROGRESS_DELAY <= 0:
+            self._show()
+            return
+        self._timer = threading.Timer(PROGRESS_DELAY, self._show)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _show(self) -> None:
+        with self._lock:
+            if not self._closed and not self._shown:
+                self._bar.start()
+                self._shown = True
+
+    def update(self, done: int | None = None, total: int | None = None, what: str = "") -> None:
+        """``done`` of ``total`` (either may be None: unknown) and what runs now."""
+        if self._bar is None:
+            return
+        count = "" if done is None else f"{done}/{total}" if total else f"{done}"
+        if count and self.unit:
+            count += f" {self.unit}"
+        self._bar.update(
+            self._task, completed=done or 0, total=total or None, description=what, count=count
+        )
+
+    def close(self) -> None:
+        """Stop the timer and erase the line (it may be called more than once)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        with self._lock:
+            if self._shown and not self._closed:
+                self._bar.stop()
+            self._closed = True
+
+    def __enter__(self) -> TaskProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def task_progress(label: str, *, unit: str = "") -> TaskProgress:
+    """A :class:`TaskProgress` on :func:`progress_console` (stderr)."""
+    return TaskProgress(label, unit=unit)

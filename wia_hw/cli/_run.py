@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +23,14 @@ from ..emulator.errors import WiaError
 from ..profiling._report import spec_label
 from ..registry import load_extension, register_device_extension
 from ..runtime import Context, RunResult, open_device, spec_sha256
-from ._common import RunOptions, emit_json, make_console, run_options, width_option
+from ._common import (
+    RunOptions,
+    emit_json,
+    make_console,
+    run_options,
+    task_progress,
+    width_option,
+)
 from ._generate import run_generation, throughput_text
 
 __all__ = ["run_cmd", "print_run", "replay_context", "describe_provenance"]
@@ -47,36 +52,6 @@ _REPLAY_SETS = {
     "mode": "--mode",
     "seed": "--seed",
 }
-
-
-def _progress(console: Console) -> tuple[Callable[[int, int, str], None], Callable[[], None]]:
-    """A progress callback that shows a bar only once a run has taken over a second."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    state: dict[str, Any] = {"t0": time.monotonic(), "bar": None, "task": None}
-
-    def update(done: int, total: int, name: str) -> None:
-        if state["bar"] is None:
-            if time.monotonic() - state["t0"] < 1.0 or not console.is_terminal:
-                return
-            bar = Progress(
-                TextColumn("[bold]emulating"),
-                BarColumn(),
-                TextColumn("{task.completed}/{task.total} ops"),
-                TextColumn("{task.description}"),
-                TimeElapsedColumn(),
-                console=console,
-                transient=True,
-            )
-            bar.start()
-            state["bar"], state["task"] = bar, bar.add_task(name, total=total)
-        state["bar"].update(state["task"], completed=done, description=name)
-
-    def close() -> None:
-        if state["bar"] is not None:
-            state["bar"].stop()
-
-    return update, close
 
 
 def describe_provenance(prov: dict[str, Any]) -> str:
@@ -332,12 +307,10 @@ def run_cmd(
             kw["kv_len"] = kv_len
         ctx = opts.open(seed=seed)
         workload = opts.workload
-    err = make_console(stderr=True)
-    update, close = _progress(err)
-    try:
-        r = ctx.run(workload, mode=mode, seed=seed, progress=update, **kw)
-    finally:
-        close()
+    # the runtime reports between ops only: a one-op run (a large gemm) shows the
+    # spinner and elapsed time, with the op it is in
+    with task_progress("emulating", unit="ops") as bar:
+        r = ctx.run(workload, mode=mode, seed=seed, progress=bar.update, **kw)
     text = r.to_json()
     if emit_json(text, output, as_json):
         return
