@@ -251,3 +251,44 @@ def test_batching_row_says_its_speedup_is_per_request_and_gives_throughput(cs):
     base = next(r for r in cs.rows if r.step == "baseline")
     assert "per-request P50 latency against the baseline batch's" in row.note
     assert f"throughput {row.throughput / base.throughput:.2f}x the baseline's" in row.note
+
+
+def test_progress_names_each_step_in_order_and_ends_done():
+    seen: list[tuple[int, int, str]] = []
+    wia_hw.case_study(
+        "bert-base",
+        device="wia-npu",
+        batch=2,
+        seq=16,
+        layers=1,
+        accuracy=False,
+        server_duration_s=0.05,
+        cache=False,
+        progress=lambda d, n, what: seen.append((d, n, what)),
+    )
+    starts = [what for d, n, what in seen if "(ops" not in what and d < n]
+    assert starts[:4] == ["baseline", "fusion", "int8 calibration", "int8 quantisation"]
+    assert starts[-1] == "dynamic batching" and "accuracy" not in starts
+    assert any(what.startswith("baseline (ops ") for _, _, what in seen)
+    n = seen[0][1]
+    assert len(starts) == n and seen[-1] == (n, n, "")
+    assert [d for d, _, _ in seen] == sorted(d for d, _, _ in seen)
+
+
+def test_cli_progress_goes_to_a_terminal_stderr_only(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    import wia_hw.cli._common as common
+
+    buf = io.StringIO()
+    monkeypatch.setattr(common, "PROGRESS_DELAY", 0)
+    monkeypatch.setattr(
+        common, "progress_console", lambda: Console(file=buf, force_terminal=True, width=150)
+    )
+    args = ["case-study", "bert-base", "-b", "2", "-s", "16", "--layers", "1"]
+    args += ["--no-accuracy", "--duration", "0.05", "--json"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["rows"] and "case study" in buf.getvalue()

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -394,6 +395,7 @@ def case_study(
     calibration_batches: int = 2,
     seed: int = 0,
     cache: bool = True,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> CaseStudyResult:
     """Run the seed's case study (module docstring) and return its table.
 
@@ -403,6 +405,9 @@ def case_study(
     search. ``accuracy=False`` skips the functional accuracy measurement. With ``cache``
     (and ``device`` given by name) a second call with the same arguments in the same
     process returns the same result object (the runs are deterministic).
+    ``progress(done, total, step)`` is called as each step starts (``"baseline"``,
+    ``"fusion"``, ``"int8 calibration"``, ...; ``step`` adds ``(ops i/n)`` while a
+    step's run goes) and once at the end with ``done == total``.
     Raises :class:`~wia_hw.WorkloadError` on an unknown or non-transformer model.
     """
     key = (
@@ -431,26 +436,43 @@ def case_study(
             f"case_study needs a transformer workload with seq and layers (bert-large, "
             f"bert-base), got {model!r}"
         )
+    steps = ["baseline", "fusion", "int8 calibration", "int8 quantisation"]
+    steps += ["accuracy"] if accuracy else []
+    steps += ["auto-tuning"] if autotuner() is not None else []
+    steps += ["dynamic batching"]
+
+    def step(name: str) -> Callable[[int, int, str], None] | None:
+        """Report that step ``name`` starts; the run progress callback within it."""
+        if progress is None:
+            return None
+        i = steps.index(name)
+        progress(i, len(steps), name)
+        return lambda d, n, _op: progress(i, len(steps), f"{name} (ops {d}/{n})")
+
     runs: dict[str, RunResult] = {}
     graphs: dict[str, Graph] = {"baseline": g}
-    base = runs["baseline"] = run(g, device=spec, seed=seed)
+    base = runs["baseline"] = run(g, device=spec, seed=seed, progress=step("baseline"))
     gflop = base.flops / batch / 1e9
     rows = [_row("baseline", base, base, gflop, spec, SEED_FIGURES["baseline_ms"])]
 
     fused = apply_fusion(g, FusionConfig())
     graphs["fusion"] = fused
-    rf = runs["fusion"] = run(fused, device=spec, seed=seed)
+    rf = runs["fusion"] = run(fused, device=spec, seed=seed, progress=step("fusion"))
     rows.append(_row("fusion", rf, base, gflop, spec, SEED_FIGURES["fusion_ms"]))
     rows[-1].note = "fused chains: " + ", ".join(
         f"{k} {v}" for k, v in fused.params.get("fusion", {}).items()
     )
 
+    step("int8 calibration")
     q = apply_optimisation("int8", fused, spec, calibration_batches, seed)
     graphs["int8 quantisation"] = q
-    rq = runs["int8 quantisation"] = run(q, device=spec, seed=seed)
+    rq = runs["int8 quantisation"] = run(
+        q, device=spec, seed=seed, progress=step("int8 quantisation")
+    )
     rows.append(_row("int8 quantisation", rq, base, gflop, spec, SEED_FIGURES["int8_ms"]))
     acc = None
     if accuracy:
+        step("accuracy")
         a = functional_agreement(
             g,
             ["fusion", "int8"],
@@ -468,9 +490,12 @@ def case_study(
     final: Graph = q
     schedules: dict[str, Any] = {}
     if autotuner() is not None:
+        tuned_run = step("auto-tuning")
         schedules, tres = autotune_schedules(q, spec, seed=seed)
         graphs["auto-tuning"] = q
-        rt = runs["auto-tuning"] = run(q, device=spec, seed=seed, schedules=schedules or None)
+        rt = runs["auto-tuning"] = run(
+            q, device=spec, seed=seed, schedules=schedules or None, progress=tuned_run
+        )
         rows.append(_row("auto-tuning", rt, base, gflop, spec, SEED_FIGURES["autotune_ms"]))
         rows[-1].note = (
             f"ML-guided search, 32 trials per kernel key: {len(schedules)} of "
@@ -499,6 +524,7 @@ def case_study(
         schedules=schedules,
     )
     sb: ServerBenchmarkResult | None = None
+    step("dynamic batching")
     prec = rows[-1].precision if rows[-1].available else rows[-2].precision
     try:
         sb = benchmark_server(
@@ -547,6 +573,9 @@ def case_study(
                 ),
             )
         )
+
+    if progress is not None:
+        progress(len(steps), len(steps), "")
 
     # feasibility, with the arithmetic
     p16, p8 = spec.peak_flops("fp16") / 1e12, spec.peak_flops("int8") / 1e12

@@ -13,6 +13,7 @@ import click
 from .._case_study import case_study
 from ..emulator.errors import WiaError
 from ..spec import DEFAULT_DEVICE
+from ._common import task_progress
 
 __all__ = ["case_study_cmd"]
 
@@ -72,18 +73,20 @@ def case_study_cmd(
     """Run the seed's case study for MODEL (default bert-large) on a device."""
     if markdown is not None:  # checked before the run, which takes minutes
         _check_output(markdown)
-    res = case_study(
-        model,
-        device=device,
-        batch=batch,
-        seq=seq,
-        layers=layers,
-        target_latency_ms=target_ms,
-        max_batch_size=max_batch_size,
-        server_duration_s=duration,
-        accuracy=not no_accuracy,
-        accuracy_layers=accuracy_layers,
-    )
+    with task_progress("case study", unit="steps") as bar:
+        res = case_study(
+            model,
+            device=device,
+            batch=batch,
+            seq=seq,
+            layers=layers,
+            target_latency_ms=target_ms,
+            max_batch_size=max_batch_size,
+            server_duration_s=duration,
+            accuracy=not no_accuracy,
+            accuracy_layers=accuracy_layers,
+            progress=bar.update,
+        )
     click.echo(res.to_json() if as_json else res.format_text())
     if markdown is not None:  # after the table is out: a failed write loses nothing
         try:
