@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sqlite3
 
 import numpy as np
@@ -415,3 +416,93 @@ def test_cli_gates_only_on_a_change_above_the_noise_threshold(seed, tmp_path):
     assert "within the 1% noise threshold" in out.output
     strict = runner.invoke(cli, [*ARGS, "--compare", str(db), "--noise-threshold", "0"])
     assert strict.exit_code == 1, strict.output
+
+
+def _no_measuring(monkeypatch):
+    """Make measuring fail loudly: a store error must come before it."""
+    import wia_hw.cli._bench as bench_cli
+
+    def boom(*a, **k):
+        raise AssertionError("measured before checking the store")
+
+    monkeypatch.setattr(bench_cli, "benchmark_operation", boom)
+
+
+def _sqlite_with_other_table(path):
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE notes (x TEXT)")
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (None, r"--save nodir/b.sqlite: no folder nodir"),
+        (
+            lambda p: p.write_text("not sqlite " * 200),
+            r"--save b.sqlite: not a baseline database \(file is not a database\)",
+        ),
+        (
+            _sqlite_with_other_table,
+            r"--save b.sqlite: not a baseline database \(an SQLite file with no baselines",
+        ),
+    ],
+)
+def test_cli_save_store_is_checked_before_measuring(make, match, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _no_measuring(monkeypatch)
+    where = "nodir/b.sqlite" if make is None else "b.sqlite"
+    if make is not None:
+        make(tmp_path / where)
+    out = CliRunner().invoke(cli, [*ARGS, "--save", where])
+    assert out.exit_code == 2, out.output
+    lines = out.output.strip().splitlines()
+    assert len(lines) == 1 and re.search(match, lines[0]), out.output
+
+
+def test_cli_compare_store_is_checked_before_measuring(tmp_path, monkeypatch, gemm_result):
+    monkeypatch.chdir(tmp_path)
+    save_baseline(gemm_result, "other.sqlite", workload="resnet")
+    (tmp_path / "junk.sqlite").write_text("not sqlite " * 200)
+    sqlite3.connect(tmp_path / "empty.sqlite").close()
+    _no_measuring(monkeypatch)
+    for store, match in [
+        (
+            "other.sqlite",
+            r"other.sqlite: no baseline for workload 'gemm\(.*\)' \(it holds resnet\)",
+        ),
+        ("junk.sqlite", r"junk.sqlite: not a baseline database"),
+        ("empty.sqlite", r"empty.sqlite: holds no baseline"),
+    ]:
+        out = CliRunner().invoke(cli, [*ARGS, "--compare", store])
+        assert out.exit_code == 2, out.output
+        lines = out.output.strip().splitlines()
+        assert len(lines) == 1 and re.search(match, lines[0]), out.output
+
+
+def test_cli_save_into_a_baseline_store_still_appends(tmp_path):
+    db = tmp_path / "b.sqlite"
+    for _ in range(2):
+        assert CliRunner().invoke(cli, [*ARGS, "--save", str(db)]).exit_code == 0
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM baselines").fetchone()[0] == 2
+    con.close()
+
+
+def test_cli_progress_counts_iterations_on_a_terminal(monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    import wia_hw.cli._common as common
+
+    buf = io.StringIO()
+    monkeypatch.setattr(common, "PROGRESS_DELAY", 0)
+    monkeypatch.setattr(
+        common, "progress_console", lambda: Console(file=buf, force_terminal=True, width=150)
+    )
+    plain = CliRunner().invoke(cli, ARGS)
+    assert plain.exit_code == 0
+    shown = buf.getvalue()
+    assert "benchmarking" in shown and "7/7 iterations" in shown

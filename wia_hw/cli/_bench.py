@@ -6,7 +6,10 @@ significant regression larger than ``--noise-threshold`` (for CI pipelines)."""
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -19,8 +22,16 @@ from ..bench import (
     load_baseline_results,
     save_baseline,
 )
-from ..runtime import open_device
-from ._common import builder_args, spec_overrides, workload_options
+from ..bench._operation import workload_key
+from ..runtime import open_device, resolve_workload
+from ._common import (
+    TaskProgress,
+    builder_args,
+    check_writable,
+    spec_overrides,
+    task_progress,
+    workload_options,
+)
 
 __all__ = ["bench_cmd"]
 
@@ -125,15 +136,31 @@ def bench_cmd(
         else tuple(v.strip() for v in vary.split(",") if v.strip()),
         variation_seed=variation_seed,
     )
-    if compare is not None and not compare.is_file():  # fail before measuring
+    # every store is checked before measuring, which can take minutes
+    if compare is not None and not compare.is_file():
         raise BenchmarkError(f"no baseline file {compare}")
+    if save is not None:
+        _check_save(save)
     ctx = open_device(device, overrides=spec_overrides(sets))
-    result = benchmark_operation(
-        ctx, workload, cfg, batch=batch, seq=seq, precision=precision, **builder_args(args)
-    )
+    kw: dict[str, Any] = dict(batch=batch, seq=seq, precision=precision)
+    for name, value in builder_args(args).items():
+        if kw.get(name) is not None and kw[name] != value:
+            raise BenchmarkError(f"-a {name}={value} contradicts --{name} {kw[name]}")
+        kw[name] = value
+    run_kw = {k: kw.pop(k) for k in ("mode", "seed") if k in kw}  # ctx.run's, not the builder's
+    graph = resolve_workload(workload, **kw)
+    baseline = None
+    if compare is not None:  # the store holds a baseline of this workload on this device
+        baseline = load_baseline_results(compare, workload_key(graph), device=ctx)
+    with task_progress("benchmarking", unit="iterations") as bar:
+        watch = _IterationProgress(bar, cfg)
+        ctx.observers.append(watch)
+        try:
+            result = benchmark_operation(ctx, graph, cfg, **run_kw)
+        finally:
+            ctx.observers.remove(watch)
     test = None
-    if compare is not None:
-        baseline = load_baseline_results(compare, result.name, device=ctx)
+    if baseline is not None:
         test = compare_benchmarks(
             baseline, result, alpha=alpha, seed=variation_seed, noise_threshold=noise_threshold
         )
@@ -164,3 +191,62 @@ def bench_cmd(
                 err=True,
             )
         raise SystemExit(1)
+
+
+def _check_save(path: Path) -> None:
+    """Refuse a ``--save`` file that cannot take a baseline, in one line: its folder is
+    missing or not writable, or it exists and is not a baseline database (not SQLite,
+    or SQLite with tables but no ``baselines`` table)."""
+    check_writable("--save", path)
+    folder = path.parent
+    if not os.access(folder if not path.exists() else path, os.W_OK):
+        raise BenchmarkError(f"--save {path}: not writable")
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    try:
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as e:
+        raise BenchmarkError(f"--save {path}: not a baseline database ({e})") from None
+    if tables and "baselines" not in tables:
+        raise BenchmarkError(
+            f"--save {path}: not a baseline database (an SQLite file with no baselines table)"
+        )
+
+
+class _IterationProgress:
+    """A context observer that shows which benchmark iteration runs (warm-up, measured,
+    cool-down) on a :class:`TaskProgress`."""
+
+    wants_trace = False
+
+    def __init__(self, bar: TaskProgress, cfg: BenchmarkConfig) -> None:
+        self.bar, self.runs = bar, 0
+        self.phases = [
+            ("warm-up", cfg.warmup_iterations),
+            ("measuring", cfg.measurement_iterations),
+            ("cool-down", cfg.cooldown_iterations),
+        ]
+        self.total = sum(n for _, n in self.phases)
+
+    def run_begin(self, ctx: Any, graph: Any, lowered: Any) -> None:
+        i = self.runs
+        self.runs += 1
+        for name, n in self.phases:
+            if i < n:
+                self.bar.update(self.runs - 1, self.total, f"{name} {i + 1}/{n}")
+                return
+            i -= n
+
+    def op_begin(self, op: Any, kernels: Any, cycle: int) -> None:
+        pass
+
+    def op_end(self, op: Any, records: Any, cycle: int) -> None:
+        pass
+
+    def run_end(self, result: Any, trace: Any) -> None:
+        if self.runs == self.total:
+            self.bar.update(self.total, self.total, "")
