@@ -397,3 +397,39 @@ def test_run_progress_shows_while_a_one_op_run_runs(terminal_progress):
     assert code == 0 and out == plain[1]
     shown = terminal_progress.getvalue()
     assert "emulating" in shown and "1/1 ops" in shown
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["rnu"], r"No such command 'rnu'\. Did you mean 'run'\? \(see '(?:wia-hw|cli) --help'\)"),
+        (
+            ["run", "gemm", "--bach", "3"],
+            r"No such option '--bach'.*\(see '(?:wia-hw|cli) run --help'\)",
+        ),
+        (
+            ["run", "gemm", "-b", "abc"],
+            r"Invalid value for '-b' / '--batch': 'abc' is not a valid integer.*'(?:wia-hw|cli) run --help'",
+        ),
+        (["specs", "shwo"], r"No such command 'shwo'.*\(see '(?:wia-hw|cli) specs --help'\)"),
+        (["--bogus"], r"No such option '--bogus'\. \(see '(?:wia-hw|cli) --help'\)"),
+    ],
+)
+def test_usage_errors_are_one_line(args, match):
+    """click's usage errors (unknown command or option, a bad value) were four lines
+    (usage, a hint, a blank, the error); the README promises one."""
+    _one_line_error(args, r"^wia-hw: error: " + match)
+
+
+def test_a_group_without_a_command_still_shows_its_help():
+    res = CliRunner().invoke(cli, ["specs"])
+    assert "Usage: cli specs" in res.output or "Usage: wia-hw specs" in res.output
+
+
+def test_serve_progress_shows_the_rate_search_on_a_terminal_only(terminal_progress):
+    args = ["serve", "bert-base", "-a", "layers=1", "-s", "16", "--p99-bound", "20"]
+    args += ["--duration", "0.05", "--max-batch-size", "8", "--json"]
+    code, out, _ = _cli(*args)
+    assert code == 0 and json.loads(out)["max_rate"]
+    shown = terminal_progress.getvalue()
+    assert "serving" in shown and "rate search, run " in shown

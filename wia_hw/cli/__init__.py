@@ -7,12 +7,13 @@ section 8.7 breakdown (:mod:`._run`); ``specs`` lists, shows and validates devic
 blocks and emits their Verilog (:mod:`._rtl`); ``import`` shows what an ONNX model
 becomes and lists every unsupported op (:mod:`._import`). Options shared by several commands live
 in :mod:`._common`. Bad input exits with status 2 and one line on stderr naming what is
-wrong (every :class:`~wia_hw.WiaError` becomes that line).
+wrong (every :class:`~wia_hw.WiaError`, and every usage error click finds in a
+subcommand's arguments, becomes that line).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -35,9 +36,13 @@ from ._train import train_cmd
 
 __all__ = ["main", "cli", "print_run"]
 
+#: click's "no arguments: show the help" (a usage error whose message is the help)
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
 
 class _Cli(click.Group):
-    """Turns every WiaError into one line on stderr and exit status 2."""
+    """Turns every WiaError, and every usage error of a subcommand (an unknown command
+    or option, a bad option value), into one line on stderr and exit status 2."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -45,6 +50,25 @@ class _Cli(click.Group):
         except WiaError as e:
             click.echo(f"wia-hw: error: {e}", err=True)
             ctx.exit(2)
+        except click.UsageError as e:
+            _usage_error(e, ctx)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as e:  # the top level's own options (wia-hw --bogus)
+            _usage_error(e, ctx)
+
+
+def _usage_error(e: click.UsageError, ctx: click.Context) -> NoReturn:
+    """One line on stderr for a usage error, naming the command's help; exit status 2.
+    A group run without a command shows its help, as click does."""
+    if isinstance(e, _NO_ARGS_IS_HELP):
+        raise e
+    where = e.ctx.command_path if e.ctx is not None else ctx.command_path
+    msg = "; ".join(x.strip() for x in e.format_message().splitlines() if x.strip())
+    click.echo(f"wia-hw: error: {msg} (see '{where} --help')", err=True)
+    ctx.exit(2)
 
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
