@@ -7,20 +7,45 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..runtime import open_device
 from ..serve import (
     BatchingConfig,
+    InferenceServer,
     PaddingStrategy,
     ServerWorkload,
     benchmark_server,
     create_inference_server,
 )
-from ._common import builder_args, spec_overrides, workload_options
+from ._common import TaskProgress, builder_args, spec_overrides, task_progress, workload_options
 
 __all__ = ["serve_cmd"]
+
+
+def _watch(server: InferenceServer, bar: TaskProgress, searching: bool) -> None:
+    """Show on ``bar`` what ``server`` does: which batch shape the emulator times, and
+    each simulated run of the rate search (wraps the two methods of this instance:
+    :func:`benchmark_server` takes no progress callback)."""
+    timing, simulate = server.shape_timing, server.simulate
+    runs = [0]
+
+    def shape_timing(batch: int, seq: int | None) -> Any:
+        if (batch, seq) not in server.timed_shapes:
+            shape = f"{batch}" if seq is None else f"{batch}x{seq}"
+            bar.update(None, None, f"timing batch {shape} ({len(server.timed_shapes)} timed)")
+        return timing(batch, seq)
+
+    def simulate_run(arrivals: Any) -> Any:
+        runs[0] += 1
+        what = f"rate search, run {runs[0]}" if searching else "serving"
+        bar.update(None, None, f"{what}: {len(arrivals):,} requests")
+        return simulate(arrivals)
+
+    server.shape_timing = shape_timing  # type: ignore[method-assign]
+    server.simulate = simulate_run  # type: ignore[method-assign]
 
 
 @click.command("serve")
@@ -91,7 +116,9 @@ def serve_cmd(
     wl = ServerWorkload(
         rate_rps=rate, duration_s=duration, trace=trace, seed=seed, p99_bound_ms=p99_bound
     )
-    r = benchmark_server(server, wl)
+    with task_progress("serving") as bar:
+        _watch(server, bar, searching=p99_bound is not None)
+        r = benchmark_server(server, wl)
     if as_json:
         click.echo(json.dumps(r.to_dict(), indent=2, default=str))
         return
