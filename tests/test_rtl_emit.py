@@ -274,3 +274,17 @@ def test_cli_rows_cols_options_and_bool_params(tmp_path: Path) -> None:
     ]
     assert len(re.findall(r"^\s*systolic_array_row \S+ \(", text, re.M)) == 3
     assert len(re.findall(r"^\s*systolic_array_pe \S+ \(", text, re.M)) == 5
+
+
+def test_an_output_folder_that_cannot_be_made_is_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from wia_hw.cli import cli
+
+    (tmp_path / "pe.v").write_text("")  # a file where the folder should be
+    out = tmp_path / "pe.v" / "sub"
+    res = CliRunner().invoke(cli, ["rtl", "emit", "pe", "-o", str(out)])
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines() == [
+        f"wia-hw: error: cannot write {out / 'pe.v'}: Not a directory"
+    ]

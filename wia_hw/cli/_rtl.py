@@ -14,6 +14,8 @@ from pathlib import Path
 
 import click
 
+from ..emulator.errors import WiaError
+
 __all__ = ["rtl", "parse_param"]
 
 
@@ -95,5 +97,7 @@ def emit_cmd(
         paths = emit(block, values, outdir)
     except (TypeError, ValueError) as e:
         raise click.UsageError(f"{block}: {e}") from None
+    except OSError as e:
+        raise WiaError(str(e)) from None
     for path in paths:
         click.echo(str(path))
