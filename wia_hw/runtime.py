@@ -314,9 +314,15 @@ class Context:
         schedules: str | os.PathLike[str] | Mapping[str, Any] | None = None,
         **workload_kwargs: Any,
     ) -> RunResult:
-        """Run a workload; see :func:`wia_hw.run` for the arguments. ``schedules``: a
-        file of tuned GEMM schedules (:func:`wia_hw.optimize.autotune_model`; entries of
-        this spec apply, others are ignored) or a mapping of them by kernel key."""
+        """Run a workload on this context's device (it keeps its state: caches, memory,
+        temperature, clock; :func:`wia_hw.run` opens a fresh one). ``workload``,
+        ``batch``, ``seq``, ``precision``, ``mode`` and the builder's keyword arguments
+        are :func:`wia_hw.run`'s; ``seed`` defaults to the context's. ``inputs``:
+        ``{name: array}`` values of inputs and weights (functional mode). ``trace``: keep
+        the per-tile trace. ``progress``: ``(ops done, ops in all, op name)`` after each
+        op. ``schedules``: a file of tuned GEMM schedules
+        (:func:`wia_hw.optimize.autotune_model`; entries of this spec apply, others are
+        ignored) or a mapping of them by kernel key."""
         if mode not in MODES:
             raise WorkloadError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         seed = self.seed if seed is None else seed
@@ -662,12 +668,26 @@ def run(
     """Run ``workload`` on a fresh ``device``.
 
     ``workload`` is a builder name (``bert-large``, ``bert-base``, ``gpt2``,
-    ``resnet50``, ``gemm``), a path to an ``.onnx`` file, or a :class:`Graph`.
-    ``batch``, ``seq``, ``precision`` and other keyword arguments go to the builder.
+    ``resnet50``, ``gemm``), a path to an ``.onnx`` file or a SCALE-Sim topology
+    ``.csv``, or a :class:`Graph`. ``device``: a built-in spec name, a spec file (YAML,
+    or a SCALE-Sim ``.cfg``) or a :class:`DeviceSpec`; ``overrides``: ``{"dotted.path":
+    value}`` applied to it. ``batch``, ``seq``, ``precision`` and other keyword
+    arguments go to the builder (``M``/``N``/``K`` for ``gemm``, ``layers``,
+    ``phase``/``kv_len`` for ``gpt2``, an ONNX model's named dims), except these, which
+    go to the run (:meth:`Context.run`):
+
+    * ``inputs``: ``{name: array}`` values of inputs and weights (functional mode);
+    * ``schedules``: a file of tuned GEMM tilings (:func:`wia_hw.autotune_model`), or a
+      mapping of them by kernel key;
+    * ``trace``: keep the per-tile trace (``result.trace``);
+    * ``progress``: a callback ``(ops done, ops in all, op name)``.
+
     ``mode="timing"`` needs only shapes; ``mode="functional"`` also computes values
-    (small sizes). ``seed`` fixes every random choice: same inputs and seed, same
-    report byte for byte. ``profile`` (a :class:`wia_hw.ProfilingConfig`) profiles the
-    run; the report is ``result.profile`` (and is saved to its ``output_file``, if set).
+    (small sizes; ``result.outputs``). ``seed`` fixes every random choice: same inputs
+    and seed, same report byte for byte. ``profile`` (a :class:`wia_hw.ProfilingConfig`)
+    profiles the run; the report is ``result.profile`` (and is saved to its
+    ``output_file``, if set). Bad input raises a :class:`~wia_hw.WiaError` subclass
+    whose one-line message names the file, field, op or shape at fault.
     """
     ctx = open_device(device, overrides=overrides, seed=seed)
     if profile is None:
