@@ -317,3 +317,30 @@ def test_readme_gpt2_decode_command_runs_at_the_position_limit():
     res = _cli("run", "gpt2", "--phase", "decode", "--kv-len", "1000", "--seq", "25")
     assert res.exit_code == 2
     assert "gpt2: seq must be in 1..24, got 25 (GPT-2 has n_positions=1024" in res.output
+
+
+def test_cli_small_run_shows_significant_figures_not_zeros():
+    """A 512^3 GEMM takes microseconds: its rows, latency, floor and GFLOP read with
+    3 significant digits, not 0.00."""
+    import re
+
+    res = _cli("run", "gemm", "-a", "M=512", "-a", "N=512", "-a", "K=512")
+    assert res.exit_code == 0, res.output
+    r = wia_hw.run("gemm", M=512, N=512, K=512)
+    row = next(line for line in res.output.splitlines() if line.startswith("│ gemm "))
+    cells = [c.strip() for c in row.strip("│").split("│")]
+    assert float(cells[1]) == pytest.approx(r.ops[0].time_ms, rel=5e-3) and cells[1] != "0.00"
+    assert cells[3] == "0.268"
+    lat = re.search(r"Latency:\s+(\S+) ms", res.output).group(1)
+    assert float(lat) == pytest.approx(r.latency_ms, rel=5e-3)
+    floor = re.search(r"Roofline floor: (\S+) ms", res.output).group(1)
+    assert float(floor) == pytest.approx(r.roofline_floor_ms, rel=5e-3)
+
+
+def test_fixed_keeps_large_values_and_gives_small_ones_three_digits():
+    from wia_hw.cli._run import column_places, fixed
+
+    assert fixed(28.8712, 2) == "28.87" and fixed(0.0, 2) == "0.00"
+    assert fixed(0.004581, 2) == "0.00458" and fixed(0.5, 1) == "0.500"
+    assert column_places([16.73, 0.06, 0.0], 2) == 2  # BERT-Large's rows as before
+    assert column_places([0.00458, 0.00104], 2) == 5

@@ -9,6 +9,7 @@ and its arguments, seed): same wia_hw version, same report byte for byte.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,14 @@ from ._common import (
 )
 from ._generate import run_generation, throughput_text
 
-__all__ = ["run_cmd", "print_run", "replay_context", "describe_provenance"]
+__all__ = [
+    "run_cmd",
+    "print_run",
+    "replay_context",
+    "describe_provenance",
+    "fixed",
+    "column_places",
+]
 
 #: The run report schema ``--replay`` reads (another version is refused).
 RUN_SCHEMA = "wia-hw.run/1"
@@ -52,6 +60,22 @@ _REPLAY_SETS = {
     "mode": "--mode",
     "seed": "--seed",
 }
+
+
+def fixed(v: float, places: int) -> str:
+    """``v`` with ``places`` decimals, or, below 1, with 3 significant digits when
+    ``places`` would show fewer (a 6 µs latency reads ``0.00645`` ms, not ``0.00``)."""
+    if v == 0 or not math.isfinite(v) or abs(v) >= 1:
+        return f"{v:.{places}f}"
+    return f"{v:.{max(places, 2 - math.floor(math.log10(abs(v))))}f}"
+
+
+def column_places(values: list[float], places: int) -> int:
+    """Decimals for a column: ``places``, or more when its largest value is below 1, so
+    that it shows 3 significant digits (a small model's rows are not all ``0.00``; a
+    row far below the largest may still read 0)."""
+    top = max((abs(v) for v in values if math.isfinite(v)), default=0.0)
+    return places if top == 0 or top >= 1 else max(places, 2 - math.floor(math.log10(top)))
 
 
 def describe_provenance(prov: dict[str, Any]) -> str:
@@ -78,21 +102,23 @@ def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
     t.add_column("time (ms)", justify="right")
     t.add_column("%", justify="right")
     t.add_column("GFLOP", justify="right")
+    ms = column_places([o.time_ms for o in r.ops], 2)
+    gf = column_places([o.flops / 1e9 for o in r.ops], 1)
     for o in r.ops:
-        t.add_row(Text(o.name), f"{o.time_ms:.2f}", f"{o.pct:.1f}", f"{o.flops / 1e9:.1f}")
+        t.add_row(Text(o.name), f"{o.time_ms:.{ms}f}", f"{o.pct:.1f}", f"{o.flops / 1e9:.{gf}f}")
     console.print(t)
-    console.print(f"  Latency:     {r.latency_ms:.2f} ms")
+    console.print(f"  Latency:     {fixed(r.latency_ms, 2)} ms")
     console.print(f"  Throughput:  {throughput_text(r)}")
     console.print(
-        f"  Compute:     {r.achieved_tflops:.1f} TFLOPS of {r.peak_tflops:.1f} peak "
+        f"  Compute:     {fixed(r.achieved_tflops, 1)} TFLOPS of {r.peak_tflops:.1f} peak "
         f"({r.compute_utilization:.1f}% utilisation)"
     )
     console.print(
-        f"  Roofline floor: {r.roofline_floor_ms:.2f} ms (FLOPs at peak, HBM bytes "
+        f"  Roofline floor: {fixed(r.roofline_floor_ms, 2)} ms (FLOPs at peak, HBM bytes "
         f"at {r.memory_bandwidth_gbs:.0f}/{_peak_bw(r)} GB/s)"
     )
     console.print(
-        f"  Energy:      {r.energy_j * 1e3:.1f} mJ, {r.avg_power_w:.1f} W average, "
+        f"  Energy:      {fixed(r.energy_j * 1e3, 1)} mJ, {r.avg_power_w:.1f} W average, "
         f"peak {r.peak_temperature_c:.1f} °C"
     )
     for provider, d in sorted(getattr(r, "extensions", {}).items()):
@@ -101,7 +127,7 @@ def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
         )
         console.print(
             f"  Extension {provider}: {int(d['kernels'])} kernels, "
-            f"{r.clock_ghz and d['cycles'] / (r.clock_ghz * 1e6):.2f} ms"
+            f"{fixed(r.clock_ghz and d['cycles'] / (r.clock_ghz * 1e6), 2)} ms"
             + (f" ({figures})" if figures else "")
         )
     c = r.counters
@@ -123,9 +149,9 @@ def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
             (f"{lvl} hits / misses", f"{c.hits[lvl]:,} / {c.misses[lvl]:,} ({rate:.1f}% hit)")
         )
     for lvl, nb in c.bytes.items():
-        rows.append((f"bytes {lvl}", f"{nb / 1e9:.3f} GB"))
+        rows.append((f"bytes {lvl}", f"{fixed(nb / 1e9, 3)} GB"))
     rows.append(("stall cycles", ", ".join(f"{k} {v:,}" for k, v in c.stall_cycles.items())))
-    rows.append(("energy", f"{c.energy_j * 1e3:.2f} mJ"))
+    rows.append(("energy", f"{fixed(c.energy_j * 1e3, 2)} mJ"))
     for name, val in rows:
         ct.add_row(name, val)
     console.print(ct)
@@ -142,9 +168,9 @@ def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
             kt.add_column(
                 col, justify="left" if col in ("kernel", "provider") else "right", no_wrap=True
             )
-        for name, ks in sorted(alike.items(), key=lambda kv: -sum(k.cycles for k in kv[1]))[
-            :top_kernels
-        ]:
+        shown = sorted(alike.items(), key=lambda kv: -sum(k.cycles for k in kv[1]))[:top_kernels]
+        kms = column_places([sum(k.time_ms for k in ks) for _, ks in shown], 3)
+        for name, ks in shown:
             total = sum(k.time_ms for k in ks)
             cyc = sum(k.cycles for k in ks)
             util = sum(k.compute_utilization * k.cycles for k in ks) / cyc if cyc else 0.0
@@ -152,8 +178,8 @@ def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
                 Text(name),
                 Text(ks[0].provider),
                 str(len(ks)),
-                f"{total:.3f}",
-                f"{total / len(ks):.3f}",
+                f"{total:.{kms}f}",
+                f"{total / len(ks):.{kms}f}",
                 f"{util:.1f}",
                 str(ks[0].tiles),
             )

@@ -21,6 +21,7 @@ from ..serve import (
     create_inference_server,
 )
 from ._common import TaskProgress, builder_args, spec_overrides, task_progress, workload_options
+from ._run import fixed
 
 __all__ = ["serve_cmd"]
 
@@ -133,7 +134,7 @@ def serve_cmd(
             click.echo(f"  search: {m.search}")
 
     def ms(v: float) -> str:
-        return "n/a (no request completed)" if math.isnan(v) else f"{v:.2f} ms"
+        return "n/a (no request completed)" if math.isnan(v) else f"{fixed(v, 2)} ms"
 
     rate = (
         "n/a: every arrival at one instant"
