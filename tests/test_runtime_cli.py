@@ -344,3 +344,29 @@ def test_fixed_keeps_large_values_and_gives_small_ones_three_digits():
     assert fixed(0.004581, 2) == "0.00458" and fixed(0.5, 1) == "0.500"
     assert column_places([16.73, 0.06, 0.0], 2) == 2  # BERT-Large's rows as before
     assert column_places([0.00458, 0.00104], 2) == 5
+
+
+def test_cli_run_header_names_the_dims_used(tmp_path):
+    """An ONNX run's header shows its fixed dims (-s, -a NAME=N), a builder's the
+    arguments given; BERT-Large's reads as before."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [16, 4], np.zeros(64, dtype=np.float32))
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "mlp", [x], [y], [w])
+    path = tmp_path / "mlp.onnx"
+    onnx.save(helper.make_model(g), path)
+    first = {
+        ("run", str(path), "-a", "N=8"): "mlp (N=8) on ",
+        ("run", "gemm", "-a", "M=64", "-a", "N=8", "-a", "K=64"): "gemm (batch=1, M=64, N=8, K=64)",
+        ("run", "bert-base", "-b", "2", "-s", "16", "-a", "layers=1"): (
+            "bert-base (batch=2, seq=16, layers=1) on "
+        ),
+    }
+    for args, head in first.items():
+        res = _cli(*args)
+        assert res.exit_code == 0, res.output
+        assert res.output.splitlines()[0].startswith(head), res.output.splitlines()[0]

@@ -85,9 +85,7 @@ def describe_provenance(prov: dict[str, Any]) -> str:
 
 def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
     """Print a run the way the seed's section 8.7 does, plus what a profiler adds."""
-    p = r.params
-    keys = ("batch", "seq", "phase", "kv_len", "image")
-    shape = ", ".join(f"{k}={p[k]}" for k in keys if p.get(k) is not None)
+    shape = ", ".join(f"{k}={v}" for k, v in _dims_used(r).items())
     changed = r.provenance.get("overrides") or r.provenance.get("extensions")
     console.print(
         f"[bold]{escape(r.workload)}[/bold]{escape(f' ({shape})') if shape else ''} on "
@@ -184,6 +182,23 @@ def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
                 str(ks[0].tiles),
             )
         console.print(kt)
+
+
+def _dims_used(r: RunResult) -> dict[str, Any]:
+    """The sizes a run used, for its header: batch, seq, phase, kv_len, image; an ONNX
+    model's input dims as fixed (``-s`` and ``-a NAME=N``); and the other builder
+    arguments given (``-a M=512``, ``-a layers=2``) as the builder took them."""
+    p = r.params
+    used = {k: p[k] for k in ("batch", "seq", "phase", "kv_len", "image") if p.get(k) is not None}
+    dims = p.get("dims")
+    for k, v in dims.items() if isinstance(dims, dict) else ():
+        used.setdefault(k, v)
+    given = (r.provenance.get("run") or {}).get("kwargs") or {}
+    for k, v in given.items():
+        v = p.get(k, v)
+        if k not in used and isinstance(v, (int, float, str)) and k != "precision":
+            used[k] = v
+    return used
 
 
 def _peak_bw(r: RunResult) -> str:
