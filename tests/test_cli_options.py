@@ -433,3 +433,21 @@ def test_serve_progress_shows_the_rate_search_on_a_terminal_only(terminal_progre
     assert code == 0 and json.loads(out)["max_rate"]
     shown = terminal_progress.getvalue()
     assert "serving" in shown and "rate search, run " in shown
+
+
+MAIN = ["run", "bench", "case-study", "serve", "train", "import", "collectives", "specs", "profile"]
+
+
+@pytest.mark.parametrize("command", MAIN)
+def test_help_has_examples_and_every_option_a_description(command):
+    code, out, _ = _cli(command, "--help")
+    assert code == 0 and "Examples:\n" in out and f"wia-hw {command} " in out
+    cmd = cli.commands[command]
+    bare = [p.name for p in cmd.params if isinstance(p, click.Option) and not p.help]
+    assert not bare, bare
+
+
+def test_run_help_names_every_kind_of_workload_and_device():
+    _, out, _ = _cli("run", "--help")
+    flat = " ".join(out.split())
+    assert ".onnx file" in flat and "SCALE-Sim topology .csv" in flat and ".cfg" in flat

@@ -36,7 +36,14 @@ from ._common import (
 __all__ = ["bench_cmd"]
 
 
-@click.command("bench")
+@click.command(
+    "bench",
+    epilog="""\b
+Examples:
+  wia-hw bench gemm -a M=1024 -a N=1024 -a K=1024 -n 30 --save baseline.sqlite
+  wia-hw bench gemm -a M=1024 -a N=1024 -a K=1024 -n 30 --compare baseline.sqlite
+""",
+)
 @workload_options
 @click.option(
     "-n", "--iterations", type=int, default=100, show_default=True, help="Measured iterations."
@@ -69,7 +76,13 @@ __all__ = ["bench_cmd"]
     help="Variation sources, comma-separated: thermal, dram_refresh, "
     "arbitration_jitter; 'none' turns all off (identical runs).",
 )
-@click.option("--variation-seed", type=int, default=0, show_default=True)
+@click.option(
+    "--variation-seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the --vary sources (and of the comparison's bootstrap).",
+)
 @click.option(
     "--save",
     "save",
@@ -120,7 +133,11 @@ def bench_cmd(
     noise_threshold: float,
     as_json: bool,
 ) -> None:
-    """Benchmark WORKLOAD (gemm, bert-base, ..., or an .onnx file) on a device."""
+    """Benchmark WORKLOAD on an emulated device: warm-up, measured and cool-down
+    iterations, statistics, and optionally a baseline saved or compared with.
+
+    WORKLOAD is a built-in model (gemm, bert-base, ...), an .onnx file or a SCALE-Sim
+    topology .csv; --device also takes a SCALE-Sim .cfg."""
     if not 0 < alpha < 1:  # checked with or without --compare, before measuring
         raise BenchmarkError(f"--alpha must be in (0, 1), got {alpha:g}")
     if not 0 <= noise_threshold < 1:

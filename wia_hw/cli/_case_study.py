@@ -18,7 +18,14 @@ from ._common import task_progress
 __all__ = ["case_study_cmd"]
 
 
-@click.command("case-study")
+@click.command(
+    "case-study",
+    epilog="""\b
+Examples:
+  wia-hw case-study bert-large --device wia-npu --markdown report.md
+  wia-hw case-study bert-base -b 8 --layers 2 --no-accuracy --json
+""",
+)
 @click.argument("model", default="bert-large")
 @click.option(
     "-d", "--device", default=DEFAULT_DEVICE, show_default=True, help="Spec name or path."

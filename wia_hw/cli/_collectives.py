@@ -42,7 +42,14 @@ def sweep_sizes(lo: int, hi: int) -> list[int]:
     return out
 
 
-@click.command("collectives")
+@click.command(
+    "collectives",
+    epilog="""\b
+Examples:
+  wia-hw collectives --cluster wia-cluster-8 --op all_reduce --min 1K --max 1G
+  wia-hw collectives --cluster wia-cluster-8 --op all_reduce --algo ring --min 64M --max 256M
+""",
+)
 @click.option(
     "-c",
     "--cluster",

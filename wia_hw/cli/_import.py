@@ -27,7 +27,14 @@ def parse_dim(text: str) -> tuple[str, int]:
     return name, int(value)
 
 
-@click.command(name="import")
+@click.command(
+    name="import",
+    epilog="""\b
+Examples:
+  wia-hw import model.onnx
+  wia-hw import model.onnx --dim batch=1 --dim seq=128
+""",
+)
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option(
     "--batch", type=int, default=None, help="Value of a still-symbolic leading input dim."

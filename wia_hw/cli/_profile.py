@@ -46,7 +46,14 @@ __all__ = ["profile"]
 FLAMEGRAPH_SUFFIXES = (".svg", ".png", ".folded", ".txt")
 
 
-@click.command("profile")
+@click.command(
+    "profile",
+    epilog="""\b
+Examples:
+  wia-hw profile bert-large -b 32 -s 128 -o profile.json
+  wia-hw profile bert-base -b 2 -s 128 -a layers=2 --mode counters --apply 1
+""",
+)
 @run_options
 @click.option(
     "--mode",
@@ -141,7 +148,7 @@ FLAMEGRAPH_SUFFIXES = (".svg", ".png", ".folded", ".txt")
     help="Apply recommendation N (as printed; implies --recommend), run again, and "
     "print before and after.",
 )
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the emulated device.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report to stdout.")
 def profile(
     opts: RunOptions,
@@ -162,7 +169,8 @@ def profile(
     as_json: bool,
     apply_n: int | None = None,
 ) -> None:
-    """Profile WORKLOAD (bert-large, bert-base, gpt2, resnet50, gemm, or an .onnx file)."""
+    """Profile WORKLOAD (bert-large, bert-base, gpt2, resnet50, gemm, an .onnx file or a
+    SCALE-Sim topology .csv; --device also takes a SCALE-Sim .cfg)."""
     kw: dict[str, Any] = {}
     if counters:
         kw["hardware_counters"] = [c.strip() for c in counters.split(",") if c.strip()]

@@ -256,7 +256,16 @@ def replay_context(path: Path) -> tuple[Context, dict[str, Any]]:
     return ctx, run
 
 
-@click.command("run")
+@click.command(
+    "run",
+    epilog="""\b
+Examples:
+  wia-hw run bert-large -b 32 -s 128
+  wia-hw run gemm -a M=4096 -a N=4096 -a K=4096 --json -o run.json
+  wia-hw run model.onnx -b 1 -a sequence_length=128
+  wia-hw run examples/scalesim/resnet18.csv -d examples/scalesim/tpu_like.cfg
+""",
+)
 @run_options(workload_required=False)
 @click.option(
     "--phase",
@@ -271,9 +280,19 @@ def replay_context(path: Path) -> tuple[Context, dict[str, Any]]:
     help="GPT-2 decode: cached tokens (kv_len + seq <= 1024 positions).",
 )
 @click.option(
-    "--mode", type=click.Choice(["timing", "functional"]), default="timing", show_default=True
+    "--mode",
+    type=click.Choice(["timing", "functional"]),
+    default="timing",
+    show_default=True,
+    help="timing: cycles only; functional: also compute the outputs (slower).",
 )
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the device and of functional mode's random inputs and weights.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report to stdout.")
 @click.option(
     "-o",
@@ -310,7 +329,11 @@ def run_cmd(
     replay: Path | None,
     width: int | None,
 ) -> None:
-    """Run WORKLOAD (bert-large, bert-base, gpt2, resnet50, gemm, or an .onnx file)."""
+    """Run WORKLOAD on an emulated device and print its breakdown, totals and counters.
+
+    WORKLOAD is a built-in model (bert-large, bert-base, gpt2, resnet50, gemm), an
+    .onnx file or a SCALE-Sim topology .csv; --device takes a built-in spec name, a
+    device YAML or a SCALE-Sim .cfg (docs/SCALESIM.md)."""
     if generate is not None or prompt_len is not None:
         given = {"--phase": phase, "--kv-len": kv_len, "--replay": replay}
         return run_generation(opts, generate, prompt_len, mode, seed, as_json, output, width, given)

@@ -49,21 +49,43 @@ def _watch(server: InferenceServer, bar: TaskProgress, searching: bool) -> None:
     server.simulate = simulate_run  # type: ignore[method-assign]
 
 
-@click.command("serve")
+@click.command(
+    "serve",
+    epilog="""\b
+Examples:
+  wia-hw serve bert-large -a layers=2 --max-batch-size 16 --rate 500
+  wia-hw serve bert-base -s 128 --p99-bound 20
+""",
+)
 @workload_options
-@click.option("--max-batch-size", type=int, default=64, show_default=True)
-@click.option("--max-latency-ms", type=float, default=10.0, show_default=True)
+@click.option(
+    "--max-batch-size",
+    type=int,
+    default=64,
+    show_default=True,
+    help="Most requests the batcher puts in one batch.",
+)
+@click.option(
+    "--max-latency-ms",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Latency target (ms): a request queued longer is rejected (timeout); the "
+    "batcher waits for a fuller batch while a full one would still finish within it.",
+)
 @click.option(
     "--padding",
     type=click.Choice([p.value for p in PaddingStrategy]),
     default="multiple_of_8",
     show_default=True,
+    help="How a batch is padded before it runs (batch and sequence rounded up).",
 )
 @click.option(
     "--max-queue",
     type=int,
     default=None,
-    help="Requests waiting at most (default: 256, or --max-batch-size when larger).",
+    help="Most requests waiting; more are rejected (default: 256, or --max-batch-size "
+    "when larger).",
 )
 @click.option("--rate", type=float, default=None, help="Poisson arrivals per second.")
 @click.option(
@@ -76,7 +98,9 @@ def _watch(server: InferenceServer, bar: TaskProgress, searching: bool) -> None:
     "--p99-bound", type=float, default=None, help="Find the highest rate with P99 <= this (ms)."
 )
 @click.option("--duration", type=float, default=1.0, show_default=True, help="Emulated seconds.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of the Poisson arrivals."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def serve_cmd(
     workload: str,

@@ -13,7 +13,14 @@ from ._common import make_console, spec_overrides, width_option
 __all__ = ["specs"]
 
 
-@click.group("specs")
+@click.group(
+    "specs",
+    epilog="""\b
+Examples:
+  wia-hw specs list
+  wia-hw specs show wia-edge > my-npu.yaml && wia-hw specs validate my-npu.yaml
+""",
+)
 def specs() -> None:
     """List, show and validate device specs."""
 

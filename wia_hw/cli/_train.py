@@ -21,7 +21,14 @@ from ..train import DEFAULT_BUCKET_MB, OPTIMIZERS, train_iteration
 __all__ = ["train_cmd"]
 
 
-@click.command("train")
+@click.command(
+    "train",
+    epilog="""\b
+Examples:
+  wia-hw train bert-large --cluster wia-cluster-8 --dp 8 --tp 1 --batch 32 --seq 128
+  wia-hw train bert-large --cluster wia-cluster-8 --dp 8 --tp 1 --no-overlap
+""",
+)
 @click.argument("workload")
 @click.option(
     "-c",
@@ -43,7 +50,11 @@ __all__ = ["train_cmd"]
 )
 @click.option("--no-overlap", is_flag=True, help="All-reduce the gradients after backward.")
 @click.option(
-    "--optimizer", type=click.Choice(tuple(OPTIMIZERS)), default="adam", show_default=True
+    "--optimizer",
+    type=click.Choice(tuple(OPTIMIZERS)),
+    default="adam",
+    show_default=True,
+    help="Optimizer whose weight update (and state traffic) the iteration includes.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def train_cmd(
