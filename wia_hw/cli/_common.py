@@ -243,7 +243,7 @@ def _workload_and_device() -> list[Callable[[Any], Any]]:
             "--device",
             default=DEFAULT_DEVICE,
             show_default=True,
-            help="Built-in spec name or path to a device YAML.",
+            help="Built-in spec name, or path to a device YAML or a SCALE-Sim .cfg.",
         ),
         click.option("-b", "--batch", type=int, default=None, help="Batch size."),
         click.option("-s", "--seq", type=int, default=None, help="Sequence length."),

@@ -74,7 +74,7 @@ def build(name: str, **kwargs: Any) -> Graph:
         if fn is None:
             raise WorkloadError(
                 f"unknown workload {name!r} (known: {', '.join(WORKLOADS)}, "
-                "or a path to an .onnx file)"
+                "or a path to an .onnx file or a SCALE-Sim topology .csv)"
             )
     try:
         inspect.signature(fn).bind(*(() if fn is not from_onnx else (name,)), **kwargs)
