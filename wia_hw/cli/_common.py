@@ -400,7 +400,7 @@ class TaskProgress:
             TextColumn(f"[bold]{label}"),
             BarColumn(),
             TextColumn("{task.fields[count]}"),
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),
             TimeElapsedColumn(),
             console=console,
             transient=True,
