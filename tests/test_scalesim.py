@@ -111,12 +111,41 @@ def test_gemm_topology_is_linear_layers(tmp_path):
         ("Layer,M,N,K,\n", r"has a header but no layer rows"),
         (CONV.replace("2:4", "2:x"), r":7: layer 'Sparse': sparsity '2:x' is not N:M"),
         ("", r"empty"),
+        (
+            "Layer,M,N,K,\n\x1b[31mRED\x1b]0;pwned\x07,8,8,8,\n",
+            r":2: layer name .* has control characters",
+        ),
     ],
 )
 def test_bad_topologies_name_file_line_and_column(tmp_path, text, match):
     p = _write(tmp_path, "bad.csv", text)
     with pytest.raises(WorkloadError, match=match):
         read_topology(p)
+
+
+def test_a_comment_after_the_last_comma_is_ignored_as_scalesim_does(tmp_path):
+    """SCALE-Sim reads a row up to its last comma; its own mobilnet_paper.csv marks
+    depthwise rows '...,1,#dw' (the comment was read as a stride width and refused)."""
+    text = (
+        "Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, Channels, "
+        "Num Filter, Strides,\n"
+        "Conv1, 224, 224, 3, 3, 3, 32, 2,\n"
+        "Conv2_dw, 112, 112, 3, 3, 1, 1, 1,#dw\n"
+    )
+    g = read_topology(_write(tmp_path, "mobilnet.csv", text))
+    assert [op.name for op in g.ops] == ["Conv1", "Conv2_dw"]
+    assert g.ops[1].attrs.get("stride") in (1, [1, 1], (1, 1))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("os", 0, 4, 4, 4, 4), ("os", 4, 4, 0, 4, 4), ("ws", 4, 4, -5, 4, 4), ("is", 4, 4, 4, 4, 4)],
+)
+def test_fold_cycles_refuses_what_is_no_layer(args):
+    from wia_hw.scalesim import fold_cycles
+
+    with pytest.raises(ValueError, match=r"fold_cycles: (\w+ must be a positive integer|dataflow)"):
+        fold_cycles(*args)
 
 
 def test_missing_topology_names_the_path(tmp_path):

@@ -75,8 +75,11 @@ GEMM_COLUMNS = ("Layer", "M", "N", "K")
 
 def _fields(line: str) -> list[str]:
     """A CSV row's fields, stripped, without the trailing empty one(s) a final comma
-    leaves."""
+    leaves, or a comment after the final comma (SCALE-Sim ignores whatever follows the
+    last comma: its own ``mobilnet_paper.csv`` marks depthwise rows ``...,1,#dw``)."""
     out = [f.strip() for f in line.strip().split(",")]
+    if len(out) > 1 and out[-1].startswith("#"):
+        out.pop()
     while out and out[-1] == "":
         out.pop()
     return out
@@ -145,6 +148,11 @@ def read_topology(path: str | os.PathLike[str], *, batch: int = 1, dtype: str = 
                     f"{p}:{lineno}: layer {name!r}: {col} {raw!r} is not a positive integer"
                 )
             vals.append(v)
+        if not name.isprintable():  # printed in every report: no terminal escapes
+            raise WorkloadError(
+                f"{p}:{lineno}: layer name {name!r} has control characters (a layer "
+                "name must be printable text)"
+            )
         op = name or f"layer{lineno}"
         if op in seen:
             op = f"{op}@{lineno}"
@@ -198,6 +206,11 @@ def fold_cycles(
     equal to SCALE-Sim's own cycles); with it, what a non-pipelined wia-hw array takes."""
     from .emulator.cycles import systolic_tile_cycles
 
+    if dataflow not in ("os", "ws"):
+        raise ValueError(f"fold_cycles: dataflow must be os or ws, got {dataflow!r}")
+    for arg, v in (("rows", rows), ("cols", cols), ("m", m), ("n", n), ("k", k)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"fold_cycles: {arg} must be a positive integer, got {v!r}")
     sr, sc, t = (m, n, k) if dataflow == "os" else (k, n, m)  # spatial x spatial, temporal
     folds = -(-sr // rows) * -(-sc // cols)
     off = rows if dataflow == "os" and not drain else 0
