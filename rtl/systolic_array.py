@@ -382,8 +382,9 @@ class SystolicArray(wiring.Component):
     ``systolic_sequence_counters``).
 
     Verilog emission (:meth:`to_verilog`) writes one PE module and one row module and
-    instantiates them, so the text grows with ``rows + cols`` rather than ``rows *
-    cols``; the Amaranth simulator elaborates the same rows and PEs inline.
+    instantiates them, so the PE logic is written once; the instances' port maps and
+    the wiring still grow with ``rows * cols`` (docs/RTL.md gives the measured sizes).
+    The Amaranth simulator elaborates the same rows and PEs inline.
 
     Parameters
     ----------
