@@ -200,6 +200,17 @@ def main() -> None:
         "--sizes", action="store_true", help="also print every block's Verilog size at its defaults"
     )
     args = parser.parse_args()
+    for name, lo, hi in (
+        ("rows", 1, 256),
+        ("cols", 1, 256),
+        ("depth", 1, 65536),
+        ("sequence", 1, 64),
+    ):
+        if not lo <= getattr(args, name) <= hi:
+            parser.error(f"--{name} must be in {lo}..{hi}, got {getattr(args, name)}")
+    bad = [d for d in args.dataflows.split(",") if d not in ("os", "ws")]
+    if bad:
+        parser.error(f"--dataflows: {', '.join(bad)} is not os or ws")
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
     os.environ.setdefault("COCOTB_LOG_LEVEL", "WARNING")
     os.environ.setdefault("GPI_LOG_LEVEL", "WARNING")

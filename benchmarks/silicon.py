@@ -35,8 +35,9 @@ curve)
 
 from __future__ import annotations
 
-import sys
+import argparse
 import time
+from pathlib import Path
 
 import wia_hw
 from wia_hw.graph import GraphBuilder
@@ -335,10 +336,14 @@ def littles_law(png: str | None = None) -> list[dict]:
     return pts
 
 
-def main() -> None:
-    args = sys.argv[1:]
-    quick = "--quick" in args
-    png = args[args.index("--png") + 1] if "--png" in args[:-1] else None
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer A100 GEMM shapes")
+    ap.add_argument("--png", type=Path, default=None, help="plot the Little's-law curve here")
+    args = ap.parse_args(argv)  # a typo (--quik) is refused, not ignored
+    quick, png = args.quick, args.png
+    if png is not None and (png.suffix.lower() != ".png" or not png.parent.is_dir()):
+        ap.error(f"--png {png}: give a .png path in an existing folder")  # before the runs
     tpu = tpu_v1()
     print()
     gem = a100(quick)
