@@ -379,3 +379,28 @@ def test_a_slower_whole_graph_drops_every_schedule(monkeypatch):
     (note,) = r.notes
     assert note.startswith("dropped all ") and "the whole graph was slower" in note
     assert all(t.dropped for t in r.kernels.values() if t.best_cycles < t.default_cycles)
+
+
+def test_schedules_that_match_no_kernel_of_the_graph_warn_and_are_counted(tmp_path):
+    """Tilings tuned for this device but for another model's kernels change nothing: the
+    run says so (it used the defaults silently) and its provenance counts what it used."""
+    from wia_hw.optimize import ScheduleUnusedWarning
+
+    npu = open_device("wia-npu").spec
+    rng = random.Random(5)
+    m = 128 * rng.randint(2, 6)
+    ents = [_entry(gemm_key(_kernel(npu, m, 256, 128)), npu, GemmTiling(128, 128, 128))]
+    p = _file(tmp_path / "s.json", ents)
+    other = resolve_workload("gemm", M=128, N=128, K=128)
+    with pytest.warns(
+        ScheduleUnusedWarning, match=r"none of the 1 tuned tiling\(s\) for 'wia-npu'"
+    ):
+        r = wia_hw.run(other, schedules=p)
+    assert r.provenance["run"]["schedules_used"] == 0
+    same = resolve_workload("gemm", M=m, N=256, K=128)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ScheduleUnusedWarning)
+        r = wia_hw.run(same, schedules=p)
+    assert r.provenance["run"]["schedules_used"] == 1

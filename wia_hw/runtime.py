@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import os
+import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -29,9 +30,9 @@ from .emulator.counters import Counters
 from .emulator.device import Device, KernelRecord, TraceLog
 from .emulator.errors import SpecError, WorkloadError
 from .emulator.extension_kernels import execute_kernels, extension_summary
-from .emulator.kernels import MemoryKernel
+from .emulator.kernels import GemmKernel, MemoryKernel
 from .graph import Graph, Op
-from .lowering import Provider, Storage, lower
+from .lowering import Provider, Storage, gemm_key, lower
 from .spec import DEFAULT_DEVICE, load_spec
 
 __all__ = [
@@ -349,6 +350,19 @@ class Context:
 
             schedules = load_schedules(schedules, self.spec)
         lowered = lower(graph, self.spec, self.providers, schedules)
+        if schedules:  # which tuned tilings this graph used: none is worth saying
+            keys = {gemm_key(k) for _, ks in lowered for k in ks if isinstance(k, GemmKernel)}
+            invocation["schedules_used"] = used = len(keys & set(schedules))
+            if not used:
+                from .optimize._schedules import ScheduleUnusedWarning
+
+                warnings.warn(
+                    f"none of the {len(schedules)} tuned tiling(s) for {self.spec.name!r} "
+                    f"matches a GEMM kernel of {graph.name!r} (tuned for another model or "
+                    "shape?): the run uses the default tilings",
+                    ScheduleUnusedWarning,
+                    stacklevel=2,
+                )
         dev = self.device
         obs = tuple(self.observers)
         dev.trace = [] if trace or any(o.wants_trace for o in obs) else None

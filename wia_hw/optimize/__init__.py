@@ -37,6 +37,7 @@ from ._schedules import (
     ScheduleDeviceWarning,
     ScheduleError,
     Schedules,
+    ScheduleUnusedWarning,
     load_schedules,
 )
 
@@ -48,6 +49,7 @@ __all__ = [
     "AutotuneResult",
     "KernelTuning",
     "ScheduleDeviceWarning",
+    "ScheduleUnusedWarning",
     "ScheduleError",
     "Schedules",
     "autotune_model",

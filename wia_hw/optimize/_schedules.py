@@ -56,6 +56,7 @@ __all__ = [
     "AutotuneError",
     "ScheduleError",
     "ScheduleDeviceWarning",
+    "ScheduleUnusedWarning",
     "Schedules",
     "spec_hash",
     "load_schedules",
@@ -80,6 +81,11 @@ class ScheduleError(AutotuneError):
 class ScheduleDeviceWarning(UserWarning):
     """A schedule file has no entry for the device it is loaded for (its entries were
     tuned on another spec, or it has none): the run uses the default tilings."""
+
+
+class ScheduleUnusedWarning(UserWarning):
+    """A run was given tuned tilings for its device, but none matches a GEMM kernel of
+    its graph (tuned for another model or shape): it uses the default tilings."""
 
 
 class Schedules(dict[str, GemmTiling]):

@@ -11,6 +11,7 @@ shape is used as it is.
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,10 +163,13 @@ def time_shape(
 ) -> ShapeTiming:
     """Time ``graph`` on a fresh device of ``spec`` (timing mode), with tuned GEMM
     ``schedules`` by kernel key (those of other shapes do not apply)."""
+    from ..optimize import ScheduleUnusedWarning
     from ..runtime import run
 
     kw = {"schedules": dict(schedules)} if schedules else {}
-    r = run(graph, device=spec, seed=seed, **kw)
+    with warnings.catch_warnings():  # a server's shapes other than the tuned one's
+        warnings.simplefilter("ignore", ScheduleUnusedWarning)
+        r = run(graph, device=spec, seed=seed, **kw)
     return ShapeTiming(
         int(graph.params.get("batch", graph.sequences)),
         graph.params.get("seq"),
