@@ -34,7 +34,7 @@ Tiling heuristic (the autotuner may replace it):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from .emulator.config import DeviceSpec
@@ -335,11 +335,9 @@ def _vector_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[
             st.name(op.outputs[0]), rows, cols, DTYPE_BYTES[out_t.dtype], st.offset(op.outputs[0])
         ),
     )
-    row_bytes = cols * DTYPE_BYTES[out_t.dtype] + sum(
-        r.cols * r.elem_bytes * max(1, r.rows // rows) for r in in_refs if r.rows >= rows
-    )
+    row_bytes = vector_row_bytes(rows, out_refs, in_refs)
     budget = spec.memory.l1.size_bytes // 4
-    rpt = max(1, min(-(-rows // spec.compute.cores), budget // max(1, row_bytes)))
+    rpt = vector_rows_per_tile(spec, rows, out_refs, in_refs)
     cpt = 0
     if vclass in ("elementwise", "activation") and all(r.cols == cols for r in in_refs):
         rpt, cpt = _block_chunks(spec, out_refs[0], rows, cols, row_bytes, rpt, budget)
@@ -364,6 +362,23 @@ def _vector_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[
             cols_per_tile=cpt,
         )
     ]
+
+
+def vector_row_bytes(rows: int, outputs: Sequence[TensorRef], inputs: Sequence[TensorRef]) -> int:
+    """Bytes one row of a vector pass over ``rows`` rows reads and writes (inputs with
+    fewer rows, broadcast, not counted)."""
+    return sum(o.cols * o.elem_bytes for o in outputs) + sum(
+        r.cols * r.elem_bytes * max(1, r.rows // rows) for r in inputs if r.rows >= rows
+    )
+
+
+def vector_rows_per_tile(
+    spec: DeviceSpec, rows: int, outputs: Sequence[TensorRef], inputs: Sequence[TensorRef]
+) -> int:
+    """The vector chunking: at most L1/4 bytes of rows per tile, one chunk per core."""
+    budget = spec.memory.l1.size_bytes // 4
+    row_bytes = vector_row_bytes(rows, outputs, inputs)
+    return max(1, min(-(-rows // spec.compute.cores), budget // max(1, row_bytes)))
 
 
 def _block_chunks(

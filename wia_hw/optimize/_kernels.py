@@ -28,6 +28,8 @@ from typing import Any
 
 from ..emulator.extension_kernels import CostedKernel
 from ..emulator.kernels import GemmKernel, MemoryKernel, TensorRef, TiledKernel, VectorKernel
+from ..lowering import vector_row_bytes as rows_per_tile_bytes
+from ..lowering import vector_rows_per_tile as rows_per_tile
 
 __all__ = ["reads", "fuse_vector_pair", "fuse_gemm_epilogue", "rows_per_tile"]
 
@@ -58,25 +60,6 @@ def _read_later(program: Sequence[Any], start: int, name: str) -> bool:
         if name in r or "\0unknown" in r:
             return True
     return False
-
-
-def rows_per_tile_bytes(
-    rows: int, outputs: Sequence[TensorRef], inputs: Sequence[TensorRef]
-) -> int:
-    """Bytes one row of a vector pass over ``rows`` rows reads and writes (inputs with
-    fewer rows, broadcast, not counted)."""
-    return sum(o.cols * o.elem_bytes for o in outputs) + sum(
-        r.cols * r.elem_bytes * max(1, r.rows // rows) for r in inputs if r.rows >= rows
-    )
-
-
-def rows_per_tile(
-    spec: Any, rows: int, outputs: Sequence[TensorRef], inputs: Sequence[TensorRef]
-) -> int:
-    """The lowering's vector chunking: at most L1/4 bytes of rows, one chunk per core."""
-    row_bytes = rows_per_tile_bytes(rows, outputs, inputs)
-    budget = spec.memory.l1.size_bytes // 4
-    return max(1, min(-(-rows // spec.compute.cores), budget // max(1, row_bytes)))
 
 
 def fuse_vector_pair(spec: Any, program: Sequence[Any], i: int) -> VectorKernel | None:
