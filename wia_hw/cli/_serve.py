@@ -7,46 +7,21 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 import click
 
 from ..runtime import open_device
 from ..serve import (
     BatchingConfig,
-    InferenceServer,
     PaddingStrategy,
     ServerWorkload,
     benchmark_server,
     create_inference_server,
 )
-from ._common import TaskProgress, builder_args, spec_overrides, task_progress, workload_options
+from ._common import builder_args, spec_overrides, task_progress, workload_options
 from ._run import fixed
 
 __all__ = ["serve_cmd"]
-
-
-def _watch(server: InferenceServer, bar: TaskProgress, searching: bool) -> None:
-    """Show on ``bar`` what ``server`` does: which batch shape the emulator times, and
-    each simulated run of the rate search (wraps the two methods of this instance:
-    :func:`benchmark_server` takes no progress callback)."""
-    timing, simulate = server.shape_timing, server.simulate
-    runs = [0]
-
-    def shape_timing(batch: int, seq: int | None) -> Any:
-        if (batch, seq) not in server.timed_shapes:
-            shape = f"{batch}" if seq is None else f"{batch}x{seq}"
-            bar.update(None, None, f"timing batch {shape} ({len(server.timed_shapes)} timed)")
-        return timing(batch, seq)
-
-    def simulate_run(arrivals: Any) -> Any:
-        runs[0] += 1
-        what = f"rate search, run {runs[0]}" if searching else "serving"
-        bar.update(None, None, f"{what}: {len(arrivals):,} requests")
-        return simulate(arrivals)
-
-    server.shape_timing = shape_timing  # type: ignore[method-assign]
-    server.simulate = simulate_run  # type: ignore[method-assign]
 
 
 @click.command(
@@ -141,9 +116,18 @@ def serve_cmd(
     wl = ServerWorkload(
         rate_rps=rate, duration_s=duration, trace=trace, seed=seed, p99_bound_ms=p99_bound
     )
+    runs = [0]
+
+    def show(kind: str, what: str) -> None:
+        if kind == "run":
+            runs[0] += 1
+            what = f"{'rate search, run ' + str(runs[0]) if p99_bound else 'serving'}: {what}"
+        bar.update(None, None, what)
+
     with task_progress("serving") as bar:
-        _watch(server, bar, searching=p99_bound is not None)
+        server.on_work = show
         r = benchmark_server(server, wl)
+        server.on_work = None
     if as_json:
         click.echo(json.dumps(r.to_dict(), indent=2, default=str))
         return

@@ -93,6 +93,10 @@ class InferenceServer:
         self.seed = seed
         self.max_seq: int | None = reference.params.get("seq")
         self._shapes: dict[tuple[int, int | None], ShapeTiming] = {}
+        #: called with what the server starts now when set (progress for long serving
+        #: work): ``("shape", text)`` before timing a shape on the emulator, ``("run",
+        #: text)`` before a simulated run
+        self.on_work: Callable[[str, str], None] | None = None
 
     def __repr__(self) -> str:
         c = self.config
@@ -124,6 +128,9 @@ class InferenceServer:
         key = (batch, seq)
         t = self._shapes.get(key)
         if t is None:
+            if self.on_work is not None:
+                shape = f"{batch}" if seq is None else f"{batch}x{seq}"
+                self.on_work("shape", f"timing batch {shape} ({len(self._shapes)} timed)")
             t = self._shapes[key] = time_shape(
                 self.factory(batch, seq), self.spec, self.seed, self.schedules
             )
@@ -157,6 +164,8 @@ class InferenceServer:
     # -- simulation --------------------------------------------------------------------
     def simulate(self, arrivals: Sequence[Arrival]) -> ServerRun:
         """Serve ``arrivals`` (sorted by time) to the end; returns the raw record."""
+        if self.on_work is not None:
+            self.on_work("run", f"{len(arrivals):,} requests")
         c = self.config
         env = simpy.Environment()
         out = ServerRun(offered=len(arrivals))
