@@ -24,7 +24,7 @@ from ._config import BenchmarkError
 if TYPE_CHECKING:
     from ._result import BenchmarkResult
 
-__all__ = ["spec_hash", "save_baseline", "load_baseline_results"]
+__all__ = ["spec_hash", "save_baseline", "load_baseline_results", "check_baseline_file"]
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS baselines (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -72,6 +72,31 @@ def _connect(path: str | os.PathLike[str], *, create: bool) -> sqlite3.Connectio
     except sqlite3.DatabaseError as e:
         raise BenchmarkError(f"{p}: not a baseline database ({e})") from None
     return con
+
+
+def check_baseline_file(path: str | os.PathLike[str], what: str = "") -> None:
+    """Refuse, before any measuring, a file :func:`save_baseline` could not append to,
+    in one line (``what`` names the option): it is not writable, or it exists and is
+    not a baseline database (not SQLite, or SQLite with tables but no ``baselines``).
+    A missing or empty file passes (saving creates it). Nothing is written."""
+    p = Path(path)
+    label = f"{what} {p}" if what else str(p)
+    if not os.access(p if p.exists() else p.parent, os.W_OK):
+        raise BenchmarkError(f"{label}: not writable")
+    if not p.exists() or p.stat().st_size == 0:
+        return
+    try:
+        con = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as e:
+        raise BenchmarkError(f"{label}: not a baseline database ({e})") from None
+    if tables and "baselines" not in tables:
+        raise BenchmarkError(
+            f"{label}: not a baseline database (an SQLite file with no baselines table)"
+        )
 
 
 def save_baseline(

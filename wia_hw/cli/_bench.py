@@ -6,8 +6,6 @@ significant regression larger than ``--noise-threshold`` (for CI pipelines)."""
 from __future__ import annotations
 
 import json
-import os
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ from ..bench import (
     load_baseline_results,
     save_baseline,
 )
+from ..bench._baseline import check_baseline_file
 from ..bench._operation import workload_key
 from ..runtime import open_device, resolve_workload
 from ._common import (
@@ -157,7 +156,8 @@ def bench_cmd(
     if compare is not None and not compare.is_file():
         raise BenchmarkError(f"no baseline file {compare}")
     if save is not None:
-        _check_save(save)
+        check_writable("--save", save)
+        check_baseline_file(save, "--save")
     ctx = open_device(device, overrides=spec_overrides(sets))
     kw: dict[str, Any] = dict(batch=batch, seq=seq, precision=precision)
     for name, value in builder_args(args).items():
@@ -208,30 +208,6 @@ def bench_cmd(
                 err=True,
             )
         raise SystemExit(1)
-
-
-def _check_save(path: Path) -> None:
-    """Refuse a ``--save`` file that cannot take a baseline, in one line: its folder is
-    missing or not writable, or it exists and is not a baseline database (not SQLite,
-    or SQLite with tables but no ``baselines`` table)."""
-    check_writable("--save", path)
-    folder = path.parent
-    if not os.access(folder if not path.exists() else path, os.W_OK):
-        raise BenchmarkError(f"--save {path}: not writable")
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    try:
-        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-        try:
-            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
-        finally:
-            con.close()
-    except sqlite3.DatabaseError as e:
-        raise BenchmarkError(f"--save {path}: not a baseline database ({e})") from None
-    if tables and "baselines" not in tables:
-        raise BenchmarkError(
-            f"--save {path}: not a baseline database (an SQLite file with no baselines table)"
-        )
 
 
 class _IterationProgress:
