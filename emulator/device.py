@@ -513,7 +513,7 @@ class Device:
                     loads.append((ref, g0, min(ref.rows, g0 + frac_rows), 0, ref.cols))
                 elif ref.rows == k.rows:
                     loads.append((ref, r0, r1, 0, ref.cols))
-                elif ref.rows > k.rows or k.op_kind == "concat":
+                elif ref.rows > k.rows or k.split_inputs:
                     # rows in proportion: a slice or reduction over a leading axis, or
                     # one part of a concatenation, gives each row to one output chunk
                     a0 = r0 * ref.rows // k.rows

@@ -152,9 +152,10 @@ class VectorKernel(_KernelBase):
     """An elementwise or row-reduction pass of the vector units over ``rows`` rows.
 
     Inputs whose row count equals ``rows`` are read in row chunks along with the output;
-    larger ones (a slice's or reduction's source) and the parts of a concatenation in
-    proportional row chunks (each row read once over the kernel); other smaller ones
-    (biases, scales, broadcast operands) are read whole by every tile.
+    larger ones (a slice's or reduction's source) in proportional row chunks (each row
+    read once over the kernel), and so are smaller ones when ``split_inputs`` says they
+    are parts of the output's rows (a concatenation); other smaller ones (biases,
+    scales, broadcast operands) are read whole by every tile.
     ``elements`` is the number of output elements; ``flops`` what they cost.
 
     ``cols_per_tile`` (0: every column) cuts each row chunk into column chunks as well,
@@ -171,6 +172,7 @@ class VectorKernel(_KernelBase):
     outputs: tuple[TensorRef, ...] = ()
     rows_per_tile: int = 1
     cols_per_tile: int = 0
+    split_inputs: bool = False
 
     def __post_init__(self) -> None:
         if self.vclass not in VECTOR_CLASSES:
