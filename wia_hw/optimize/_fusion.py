@@ -239,11 +239,9 @@ def refuse(graph: Graph) -> Graph:
 # -- lowering ---------------------------------------------------------------------------
 
 _BY_NAME: weakref.WeakKeyDictionary[Graph, dict[str, Op]] = weakref.WeakKeyDictionary()
-#: (spec id, shapes) -> (the spec, flash is not slower): the spec is held so that its
-#: id cannot be reused by another spec while the entry exists.
-_ATTENTION_CHOICE: dict[tuple[Any, ...], tuple[DeviceSpec, bool]] = {}
-#: (spec id, shapes, classes) -> (the spec, the fused vector pass is not slower)
-_PAIR_CHOICE: dict[tuple[Any, ...], tuple[DeviceSpec, bool]] = {}
+#: (spec id, what is fused, shapes) -> (the spec, the fused kernels are not slower): the
+#: spec is held so that its id cannot be reused by another spec while the entry exists.
+_CHOICE: dict[tuple[Any, ...], tuple[DeviceSpec, bool]] = {}
 
 
 @functools.lru_cache(maxsize=1)
@@ -282,20 +280,24 @@ def _attention_kernels(
         return plain
     key = (
         id(spec),
-        spec.name,
+        "attention",
         q.shape,
         k.shape,
         t[chain[2].inputs[1]].shape,
         q.dtype,
         bool(chain[1].attrs.get("causal")),
     )
-    hit = _ATTENTION_CHOICE.get(key)
+    return list(flash) if _not_slower(spec, key, flash, plain) else plain
+
+
+def _not_slower(spec: DeviceSpec, key: tuple[Any, ...], fused: Any, plain: Any) -> bool:
+    """Whether the ``fused`` kernels take no more cycles than the ``plain`` ones on a
+    cold device of ``spec`` (:func:`cold_cycles`), cached under ``key`` (which holds
+    the spec's id and the shapes)."""
+    hit = _CHOICE.get(key)
     if hit is None or hit[0] is not spec:
-        hit = _ATTENTION_CHOICE[key] = (
-            spec,
-            cold_cycles(spec, flash) <= cold_cycles(spec, plain),
-        )
-    return list(flash) if hit[1] else plain
+        hit = _CHOICE[key] = (spec, cold_cycles(spec, fused) <= cold_cycles(spec, plain))
+    return hit[1]
 
 
 def lower_fused(op: Op, graph: Graph, spec: DeviceSpec, storage: Any) -> list[Kernel]:
@@ -331,10 +333,7 @@ def lower_fused(op: Op, graph: Graph, spec: DeviceSpec, storage: Any) -> list[Ke
         return plain
     key = (id(spec), "pair", *((r.rows, r.cols, r.elem_bytes) for r in fused.inputs))
     key += tuple(k.vclass for k in plain)
-    hit = _PAIR_CHOICE.get(key)
-    if hit is None or hit[0] is not spec:
-        hit = _PAIR_CHOICE[key] = (spec, cold_cycles(spec, [fused]) <= cold_cycles(spec, plain))
-    return [fused] if hit[1] else plain
+    return [fused] if _not_slower(spec, key, [fused], plain) else plain
 
 
 ATTR_LOWERINGS["fusion"] = lower_fused
