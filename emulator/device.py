@@ -688,8 +688,9 @@ class Device:
         c_.flops += k.flops
         c_.busy_cycles += self._array_busy
         nominal, throttled = self._clock_cycles
-        if throttled > nominal:  # the clock the kernel's work ran at, on average
-            factor = nominal / throttled
+        if throttled > nominal:  # the clock the kernel's work ran at, on average (whole
+            # cycles round each slowed pass up; the clock is never below the throttled one)
+            factor = max(self.thermal.cfg.throttle_factor, nominal / throttled)
         on_units = isinstance(k, TiledKernel) and not k.array
         power = self._account_energy(
             elapsed,
