@@ -275,14 +275,17 @@ NO_REFRESH = {
 }
 
 #: name -> (run, cycles, hits, misses, bytes, kernels, write-back bytes), as the
-#: block-by-block memory model of commit 31acf76 gave them.
+#: block-by-block memory model of commit 31acf76 gave them, re-pinned when the tiling
+#: heuristic began to even tiles over the cores and split them for pipelining (other
+#: tiles, so other counts; the memory model is unchanged, and its own tests above
+#: check it block by block).
 PINNED = {
     "wia-npu gemm 512x768x1024": (
         lambda: wia_hw.run(gemm(512, 768, 1024), overrides=NO_REFRESH),
-        12418,
-        {"l1": 0, "l2": 28},
-        {"l1": 48, "l2": 20},
-        {"l1": 20709376, "l2": 10747904, "hbm": 3407872},
+        10679,
+        {"l1": 128, "l2": 44},
+        {"l1": 64, "l2": 20},
+        {"l1": 24903680, "l2": 14942208, "hbm": 3407872},
         1,
         0,
     ),
@@ -291,10 +294,10 @@ PINNED = {
         # the pooler's first-token slice reads its source in proportion, each row once
         # (commit c384170; each of its tiles read the whole source before): 48 cycles
         # and 196,608 L1 bytes fewer, the same L2 and HBM traffic
-        115529,
-        {"l1": 795, "l2": 356},
-        {"l1": 682, "l2": 326},
-        {"l1": 153648148, "l2": 118472728, "hbm": 39285772},
+        107561,
+        {"l1": 1141, "l2": 344},
+        {"l1": 670, "l2": 326},
+        {"l1": 154563604, "l2": 119388184, "hbm": 39285772},
         34,
         1409024,
     ),
@@ -303,30 +306,30 @@ PINNED = {
             gemm(384, 640, 896),
             overrides={"memory.hbm.channels": 6, "memory.l2.size_kib": 1024, **NO_REFRESH},
         ),
-        9947,
-        {"l1": 0, "l2": 5},
-        {"l1": 48, "l2": 43},
-        {"l1": 12648448, "l2": 9764864, "hbm": 4489216},
+        10150,
+        {"l1": 60, "l2": 12},
+        {"l1": 60, "l2": 48},
+        {"l1": 14581760, "l2": 12451840, "hbm": 5242880},
         1,
-        0,
+        393216,
     ),
     "wia-edge bert-base 1 layer b1 s64": (
         lambda: wia_hw.run(
             build("bert-base", batch=1, seq=64, layers=1), device="wia-edge", overrides=NO_REFRESH
         ),
-        1382810,
-        {"l1": 2319, "l2": 1510},
+        1381786,
+        {"l1": 2645, "l2": 1510},
         {"l1": 2759, "l2": 1249},
-        {"l1": 90238348, "l2": 60030352, "hbm": 18950664},
+        {"l1": 90303884, "l2": 60095888, "hbm": 18950664},
         21,
         2105344,
     ),
     "a100-systolic gemm 256x1024x2048 (round robin)": (
         lambda: wia_hw.run(gemm(256, 1024, 2048), device="a100-systolic", overrides=NO_REFRESH),
-        80495,
-        {"l1": 836, "l2": 1152},
-        {"l1": 1472, "l2": 320},
-        {"l1": 175144960, "l2": 30965760, "hbm": 5767168},
+        57968,
+        {"l1": 1584, "l2": 2368},
+        {"l1": 2688, "l2": 320},
+        {"l1": 195788800, "l2": 51609600, "hbm": 5767168},
         1,
         0,
     ),

@@ -24,7 +24,17 @@ Tiling heuristic (the autotuner may replace it):
   sums of one tile stay in the accumulators), then the output columns.
 * Small batched matrices (attention heads) are grouped ``tb`` to a tile until the tile
   fills its half of L1.
-* Tiles are then split until every core has at least one, where the shape allows.
+* Tiles are then split until every core has at least one, where the shape allows, and
+  further, up to four a core, while each still keeps its array busy for four times a
+  tile's fixed cost (DMA setup, L2 and HBM latency): a core's first load and its last
+  computation overlap nothing, so a few large tiles expose more of them (a 1 x 4096 x
+  4096 GEMV on ``wia-npu`` took 36% longer with 32 MiB of L1 than with 8).
+* Finally the tiles are evened over the cores: of the tilings that cut batch, M or N
+  into more, even tiles, the one whose busiest core has the fewest MAC slots (the
+  larger tile on a tie), so a tiling that leaves one core more passes than its share
+  is not kept because a bigger L1 allowed its larger tiles. Smaller tiles read more
+  bytes per MAC, so a candidate may need at most half of a core's share of the L2
+  port at the arrays' peak (or no more than the tiling it replaces).
 * Loop order is row-major over output tiles (``mn``): consecutive tiles on a core share
   their A panel, which then hits in L1.
 * Vector ops run in row chunks of at most L1/4 bytes (inputs + outputs), at least one
@@ -36,6 +46,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from fractions import Fraction
 
 from .emulator.config import DeviceSpec
 from .emulator.errors import WorkloadError
@@ -167,30 +178,179 @@ def choose_gemm_tiling(
     def count(tm: int, tn: int, tb: int) -> int:
         return -(-batch // tb) * -(-m // tm) * -(-n // tn) * -(-k // tk)
 
-    while count(tm, tn, tb) < cores:  # give every core a tile where possible
+    def halved(tm: int, tn: int, tb: int) -> tuple[int, int, int] | None:
         if tb > 1:
-            tb = -(-tb // 2)
-        elif tm > R and tm >= tn:
-            tm = _ceil_to(-(-tm // 2), R)
-        elif tn > C:
-            tn = _ceil_to(-(-tn // 2), C)
-        elif a.dataflow == "ws" and tm > 64:
-            tm = -(-tm // 2)
-        else:
+            return tm, tn, -(-tb // 2)
+        if tm > R and tm >= tn:
+            return _ceil_to(-(-tm // 2), R), tn, tb
+        if tn > C:
+            return tm, _ceil_to(-(-tn // 2), C), tb
+        if a.dataflow == "ws" and tm > 64:
+            return -(-tm // 2), tn, tb
+        return None
+
+    while count(tm, tn, tb) < cores:  # give every core a tile where possible
+        if (half := halved(tm, tn, tb)) is None:
             break
-    return GemmTiling(tm=tm, tn=tn, tk=tk, tb=tb)
+        tm, tn, tb = half
+    # Then up to PIPELINE_TILES tiles a core while a tile still keeps its array busy for
+    # several times a tile's fixed cost, and its panels would not outrun the L2 port: a
+    # core's first load and last computation overlap nothing, and with few, large tiles
+    # they are a large part of its time.
+    floor = _min_tile_cycles(spec)
+    while count(tm, tn, tb) < PIPELINE_TILES * cores:
+        half = halved(tm, tn, tb)
+        if (
+            half is None
+            or _array_cycles(spec, *half, min(tk, k)) < floor
+            or _l2_demand(spec, *half, min(tk, k), elem_bytes) > 1
+        ):
+            break
+        tm, tn, tb = half
+    return _balanced(spec, batch, m, n, k, GemmTiling(tm=tm, tn=tn, tk=tk, tb=tb), elem_bytes)
+
+
+#: Tiles a core gets, where the shape and :func:`_min_tile_cycles` allow (see above).
+PIPELINE_TILES = 4
+
+
+def _array_cycles(spec: DeviceSpec, tm: int, tn: int, tb: int, tk: int) -> int:
+    """Steps a tile keeps one array busy: its passes times the rows each streams (``tk``
+    output-stationary, ``tm`` weight-stationary)."""
+    a = spec.compute.array
+    if a.dataflow == "ws":
+        return tb * -(-tk // a.rows) * -(-tn // a.cols) * tm
+    return tb * -(-tm // a.rows) * -(-tn // a.cols) * tk
+
+
+def _min_tile_cycles(spec: DeviceSpec) -> int:
+    """Array steps a tile must keep to be split further for pipelining: 4 times a
+    tile's fixed cost (DMA setup, L2 latency and HBM latency, in cycles). Steps of the
+    array rather than bytes or transfer time, so that no bandwidth or buffer size
+    changes the tiling it allows."""
+    hbm = math.ceil(spec.memory.hbm.latency_ns * spec.clock_ghz)
+    return 4 * (spec.dma.setup_cycles + spec.memory.l2.latency_cycles + hbm)
+
+
+def _l2_demand(spec: DeviceSpec, tm: int, tn: int, tb: int, tk: int, elem_bytes: int) -> Fraction:
+    """Operand bytes of a tile over what a core's share of the L2 port delivers while
+    the core's arrays run the tile at their peak rate (above 1: they would wait)."""
+    a = spec.compute.array
+    steps_per_cycle = _peak_macs(spec, elem_bytes) / (spec.compute.cores * a.rows * a.cols)
+    cycles = _array_cycles(spec, tm, tn, tb, tk) / steps_per_cycle
+    share = spec.bytes_per_cycle(spec.memory.l2.bandwidth_gbs) / spec.compute.cores
+    return Fraction(tb * (tm + tn) * tk * elem_bytes) / (share * cycles)
+
+
+def _sides(extent: int, side: int, unit: int) -> list[int]:
+    """Tile sides below ``side`` that cut ``extent`` into more, even tiles: for each
+    count up to twice as many tiles as ``side`` gives, plus one, ``ceil(extent /
+    count)`` rounded up to ``unit`` (not rounded when ``side`` is below one unit)."""
+    first = -(-extent // side)
+    out = set()
+    for count in range(first + 1, 2 * first + 2):
+        even = -(-extent // count)
+        s = _ceil_to(even, unit) if side >= unit else even
+        if s < side:
+            out.add(s)
+    return sorted(out, reverse=True)
+
+
+def _edge_sizes(extent: int, side: int) -> list[int]:
+    return [min(side, extent - i) for i in range(0, extent, side)]
+
+
+#: per (spec id, batch, m, n, k, tiling): (spec, balanced tiling)
+_BALANCED: dict[tuple, tuple[DeviceSpec, GemmTiling]] = {}
+
+
+def _balanced(
+    spec: DeviceSpec, batch: int, m: int, n: int, k: int, t: GemmTiling, elem_bytes: int
+) -> GemmTiling:
+    """``t``, or the tiling whose busiest core has the least array work among those that
+    cut batch, M or N into more, even tiles (same K slice and loop order); ties keep the
+    larger tile, so a tiling that is already even stays.
+
+    The cores take contiguous runs of tiles of equal count (or every ``cores``-th output
+    tile under ``tile_schedule: round_robin``), so tiles of unequal size, or a count that
+    does not divide over the cores, leave one core more passes than its share: 2048 x
+    2048 x 256 in 1536 x 1536 tiles gives one core 9 times the work of another, and the
+    bigger tiles a bigger L1 allows can make the kernel slower. A tile's array work is
+    its MAC slots: ``tb x tm x tn x tk``, with ``tm`` and ``tn`` (output-stationary) or
+    ``tk`` and ``tn`` (weight-stationary) padded to whole passes. Tiles only shrink, so
+    every candidate fits where ``t`` does.
+    """
+    cores = spec.compute.cores
+    out_tiles = -(-batch // t.tb) * -(-m // t.tm) * -(-n // t.tn)
+    if cores == 1 or out_tiles > 1024:
+        return t  # one core, or a share already within a fraction of a tile of even
+    key = (id(spec), batch, m, n, k, t, elem_bytes)
+    hit = _BALANCED.get(key)
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    a = spec.compute.array
+    um, un, uk = (1, a.cols, a.rows) if a.dataflow == "ws" else (a.rows, a.cols, 1)
+    slices = -(-k // t.tk)
+    k_work = sum(_ceil_to(s, uk) for s in _edge_sizes(k, t.tk))
+    rr = spec.compute.tile_schedule == "round_robin"
+
+    def busiest(tb: int, tm: int, tn: int) -> int:
+        mw = [_ceil_to(s, um) for s in _edge_sizes(m, tm)]
+        nw = [_ceil_to(s, un) for s in _edge_sizes(n, tn)]
+        outer, inner = (mw, nw) if t.order == "mn" else (nw, mw)
+        work = [b * o * i for b in _edge_sizes(batch, tb) for o in outer for i in inner]
+        if rr:  # whole output tiles (all their K slices) dealt in turn
+            return max(sum(work[c::cores]) for c in range(cores)) * k_work
+        # contiguous runs of equal tile count over the K slices of each output tile,
+        # every slice counted at its output tile's work (slices of one K cut alike)
+        prefix = [0]
+        for w in work:
+            prefix.append(prefix[-1] + w)
+
+        def upto(i: int) -> int:
+            q, r = divmod(i, slices)
+            return prefix[q] * slices + (r * work[q] if r else 0)
+
+        total, most, start = len(work) * slices, 0, 0
+        for c in range(cores):
+            end = start + total // cores + (1 if c < total % cores else 0)
+            most = max(most, upto(end) - upto(start))
+            start = end
+        return most * k_work // slices
+
+    best = (busiest(t.tb, t.tm, t.tn), 0, t)
+    tk = min(t.tk, k)
+    limit = max(Fraction(1, 2), _l2_demand(spec, t.tm, t.tn, t.tb, tk, elem_bytes))
+    for tb in [t.tb, *_sides(batch, t.tb, 1)]:
+        for tm in [t.tm, *_sides(m, t.tm, um)]:
+            for tn in [t.tn, *_sides(n, t.tn, un)]:
+                if -(-batch // tb) * -(-m // tm) * -(-n // tn) > 4 * out_tiles + cores:
+                    continue
+                if _l2_demand(spec, tm, tn, tb, tk, elem_bytes) > limit:
+                    continue
+                cand = (busiest(tb, tm, tn), -tb * tm * tn, replace(t, tb=tb, tm=tm, tn=tn))
+                if cand[:2] < best[:2]:
+                    best = cand
+    if len(_BALANCED) > 4096:
+        _BALANCED.clear()
+    _BALANCED[key] = (spec, best[2])
+    return best[2]
+
+
+def _peak_macs(spec: DeviceSpec, elem_bytes: int) -> Fraction:
+    """MACs per cycle of all the arrays for ``elem_bytes``-byte operands (the fastest
+    precision the array has when it has none of that width)."""
+    prec = {1: "int8", 2: "fp16", 4: "fp32"}.get(elem_bytes, "")
+    if spec.supports(prec):
+        return Fraction(spec.peak_macs_per_cycle(prec))
+    return Fraction(max(spec.peak_macs_per_cycle(p) for p in spec.compute.array.macs_per_pe_cycle))
 
 
 def _l2_starved(spec: DeviceSpec, elem_bytes: int, tm: int, tn: int) -> bool:
     """Whether output tiles of ``tm x tn`` need more L2 bandwidth than the L2 port has
     when every array runs at its peak rate for ``elem_bytes``-byte operands."""
-    prec = {1: "int8", 2: "fp16", 4: "fp32"}.get(elem_bytes, "")
-    if spec.supports(prec):
-        peak = spec.peak_macs_per_cycle(prec)
-    else:  # the fastest precision the array has
-        peak = max(spec.peak_macs_per_cycle(p) for p in spec.compute.array.macs_per_pe_cycle)
-    demand = elem_bytes * (1 / tm + 1 / tn) * float(peak)
-    return demand > float(spec.bytes_per_cycle(spec.memory.l2.bandwidth_gbs))
+    demand = elem_bytes * (Fraction(1, tm) + Fraction(1, tn)) * _peak_macs(spec, elem_bytes)
+    return demand > spec.bytes_per_cycle(spec.memory.l2.bandwidth_gbs)
 
 
 def gemm_key(k: GemmKernel) -> str:
