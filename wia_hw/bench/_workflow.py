@@ -508,6 +508,18 @@ def _measure(
     return run(graph, device=spec, seed=seed, profile=cfg, **kw)
 
 
+def _schedules_for(graph: Graph, spec: DeviceSpec, schedules: Mapping[str, Any]) -> dict[str, Any]:
+    """The tuned ``schedules`` whose kernel keys ``graph`` still has: a transformation
+    (int8 changes a GEMM's precision, fusion its epilogue) can leave none of them."""
+    if not schedules:
+        return {}
+    from ..emulator.kernels import GemmKernel
+    from ..lowering import gemm_key, lower
+
+    keys = {gemm_key(k) for _, ks in lower(graph, spec) for k in ks if isinstance(k, GemmKernel)}
+    return {key: t for key, t in schedules.items() if key in keys}
+
+
 def calibration_model(graph: Graph) -> Graph:
     """The model at batch 1, sequence 16 (a builder model; embedding tables cut by
     :func:`shrink_vocab`), for int8 calibration; another graph as it is."""
@@ -685,6 +697,7 @@ def optimize_workload(
             new_schedules = {**schedules, **tuned}
         else:
             new = apply_optimisation(name, graph, spec, wf.calibration_batches, seed)
+            new_schedules = _schedules_for(new, spec, schedules)
         r2 = _measure(new, spec, seed, new_schedules)
         step.after_ms, step.after_floor_ms = r2.latency_ms, r2.roofline_floor_ms
         step.gain = r.latency_ms / r2.latency_ms
