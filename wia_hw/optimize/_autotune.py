@@ -67,7 +67,9 @@ candidate (``cold_walls_s``, ``cold_candidates_per_s``).
   regression on quadratic features (numpy, ``cost_model="ridge"``) to the log cycles of
   the measured candidates from their features (:func:`schedule_features`: log tile
   sizes, tile counts, tiles per core and imbalance, padding waste on the array, L1
-  footprint, reuse per byte, loop order), ranks every unmeasured candidate of the pool
+  footprint, reuse per byte, loop order; and the log of the candidate's closed-form
+  lower bound, which the pruning computes anyway: the model learns how far above it
+  each kind of tiling lands), ranks every unmeasured candidate of the pool
   and measures the best ``batch_size`` of them, each slot replaced by a random one
   with probability ``epsilon`` (exploration).
 
@@ -775,6 +777,19 @@ class _Evaluator:
         self.seconds = self.cold_seconds = 0.0
         self.cold_walls: list[tuple[str, float]] = []
 
+    def _bound(self, key: tuple[str, str, GemmTiling], kernel: GemmKernel, t: GemmTiling) -> int:
+        bound = _BOUNDS.get(key)
+        if bound is None:
+            bound = _BOUNDS[key] = cycles_lower_bound(kernel, t, self.spec)
+            if len(_BOUNDS) > 200_000:
+                _BOUNDS.clear()
+        return bound
+
+    def bound(self, kernel: GemmKernel, t: GemmTiling) -> int:
+        """:func:`cycles_lower_bound` of a candidate, cached with the pruning's."""
+        t = canonical_tiling(kernel, t)
+        return self._bound((self.sha, _cache_key(kernel), t), kernel, t)
+
     def __call__(self, kernel: GemmKernel, t: GemmTiling, below: int | None = None) -> int:
         t0 = time.perf_counter()
         t = canonical_tiling(kernel, t)
@@ -788,11 +803,7 @@ class _Evaluator:
             self.seconds += time.perf_counter() - t0
             return hit[0]
         if below is not None:
-            bound = _BOUNDS.get(key)
-            if bound is None:
-                bound = _BOUNDS[key] = cycles_lower_bound(kernel, t, self.spec)
-                if len(_BOUNDS) > 200_000:
-                    _BOUNDS.clear()
+            bound = self._bound(key, kernel, t)
             if hit is not None:  # known not to win: the answer a fresh process gives
                 self.hits += 1
                 self.seconds += time.perf_counter() - t0
@@ -861,9 +872,13 @@ def _search(
                 break
             take(pool[int(i)])
     else:
-        feats = np.array([schedule_features(kernel, t, spec) for t in pool]) if pool else None
+
+        def features(t: GemmTiling) -> list[float]:
+            return [*schedule_features(kernel, t, spec), math.log2(ev.bound(kernel, t))]
+
+        feats = np.array([features(t) for t in pool]) if pool else None
         left = list(range(len(pool)))
-        xs = [schedule_features(kernel, default, spec)]
+        xs = [features(default)]
         ys = [math.log(default_cycles)]
         first = rng.permutation(len(pool))[: min(cfg.batch_size, budget)]
         batch = [int(i) for i in first]
