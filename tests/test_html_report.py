@@ -666,7 +666,7 @@ def test_profile_recommend_saves_the_measured_gains_the_page_shows(tmp_path: Pat
     out = tmp_path / "p.json"
     res = CliRunner().invoke(
         cli,
-        ["profile", "bert-base", "-b", "1", "-s", "32", "-a", "layers=1", "--recommend"]
+        ["profile", "bert-base", "-b", "8", "-s", "128", "-a", "layers=1", "--recommend"]
         + ["-o", str(out)],
     )
     assert res.exit_code == 0, res.output

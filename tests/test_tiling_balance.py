@@ -98,8 +98,8 @@ def test_tiles_split_for_pipelining_down_to_the_floor_only(monkeypatch):
     assert _array_cycles(spec, t.tm, t.tn, t.tb, t.tk) >= _min_tile_cycles(spec)
     # a small GEMM is not split for pipelining: halving would go below the floor
     small = load_spec("wia-edge", {"compute.cores": 2})
-    t = _unbalanced(monkeypatch, small, 1, 100, 300, 77, 1, 1)
-    count = -(-100 // t.tm) * -(-300 // t.tn) * -(-77 // t.tk)
+    t = _unbalanced(monkeypatch, small, 1, 64, 96, 64, 1, 1)
+    count = -(-64 // t.tm) * -(-96 // t.tn) * -(-64 // t.tk)
     assert count < PIPELINE_TILES * 2
 
 

@@ -26,7 +26,8 @@ Tiling heuristic (the autotuner may replace it):
   fills its half of L1.
 * Tiles are then split until every core has at least one, where the shape allows, and
   further, up to four a core, while each still keeps its array busy for four times a
-  tile's fixed cost (DMA setup, L2 and HBM latency): a core's first load and its last
+  tile's fixed cost (DMA setup, L2 latency, the array's fill and drain) and its panels
+  do not outrun the core's share of the L2 port: a core's first load and its last
   computation overlap nothing, so a few large tiles expose more of them (a 1 x 4096 x
   4096 GEMV on ``wia-npu`` took 36% longer with 32 MiB of L1 than with 8).
 * Finally the tiles are evened over the cores: of the tilings that cut batch, M or N
@@ -224,12 +225,13 @@ def _array_cycles(spec: DeviceSpec, tm: int, tn: int, tb: int, tk: int) -> int:
 
 
 def _min_tile_cycles(spec: DeviceSpec) -> int:
-    """Array steps a tile must keep to be split further for pipelining: 4 times a
-    tile's fixed cost (DMA setup, L2 latency and HBM latency, in cycles). Steps of the
-    array rather than bytes or transfer time, so that no bandwidth or buffer size
-    changes the tiling it allows."""
-    hbm = math.ceil(spec.memory.hbm.latency_ns * spec.clock_ghz)
-    return 4 * (spec.dma.setup_cycles + spec.memory.l2.latency_cycles + hbm)
+    """Array steps a tile must keep to be split further for pipelining: 4 times what a
+    tile costs besides its steps (DMA setup, L2 latency, and one fill and drain of the
+    array, ``2 rows + cols - 2``). All in cycles of the spec's own, so no bandwidth,
+    buffer size or clock changes the tiling it allows."""
+    a = spec.compute.array
+    fill = 2 * a.rows + a.cols - 2
+    return 4 * (spec.dma.setup_cycles + spec.memory.l2.latency_cycles + fill)
 
 
 def _l2_demand(spec: DeviceSpec, tm: int, tn: int, tb: int, tk: int, elem_bytes: int) -> Fraction:
