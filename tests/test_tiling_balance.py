@@ -137,3 +137,39 @@ def test_a_bigger_l1_no_longer_makes_these_gemms_slower(dims, l1_kib):
         for v in l1_kib
     ]
     assert max(times) <= times[0] * 1.015, times
+
+
+def test_tiles_narrower_than_a_block_widen_to_whole_blocks_on_a_ws_array():
+    """A 1 x 4096 x 4096 int8 GEMV on wia-edge (weight-stationary): B's 16 KiB blocks
+    are 128 x 128 and the heuristic's tiles were 32 wide, so each block was read by four
+    tiles and, from 3 cores on, evicted in between (0.87 ms on 3 cores, 1.42 ms on 4).
+    Tiles of whole block columns read every block of B once; more cores are never
+    slower, nor more L2 beyond the final write-back's share."""
+    times = []
+    for cores in (1, 2, 3, 4, 8):
+        spec = load_spec("wia-edge", {"compute.cores": cores})
+        t = choose_gemm_tiling(spec, 1, 1, 4096, 4096, 1, 4)
+        assert t.tn % 128 == 0 and t.tk % 128 == 0, t
+        assert 2 * (t.tm + t.tn) * t.tk <= spec.memory.l1.size_bytes
+        r = wia_hw.run("gemm", device=spec, M=1, N=4096, K=4096, precision="int8")
+        times.append(r.cycles)
+        # every block of B (16 MiB) crosses HBM once; A, C and the rest are small
+        assert r.counters.bytes["hbm"] < 1.05 * 4096 * 4096, (cores, r.counters.bytes)
+    assert times == sorted(times, reverse=True), times
+    over = [
+        wia_hw.run(
+            "gemm",
+            device="wia-edge",
+            overrides={"compute.cores": 4, "memory.l2.size_kib": v},
+            M=1,
+            N=4096,
+            K=4096,
+            precision="int8",
+        ).cycles
+        for v in (1024, 2048, 4096, 8192)
+    ]
+    # within the final write-back's share: a bigger L2 keeps more dirty blocks to the end
+    assert all(b <= a * 1.001 for a, b in zip(over, over[1:])), over
+    # an output-stationary array keeps its tiles (K slices there are partial outputs)
+    npu = load_spec("wia-npu")
+    assert choose_gemm_tiling(npu, 1, 1, 768, 4096, 2, 2).tn % 256 != 0
