@@ -12,7 +12,13 @@ from wia_hw.emulator.kernels import GemmKernel, GemmTiling, TensorRef
 
 import wia_hw
 import wia_hw.lowering as lowering
-from wia_hw.lowering import PIPELINE_TILES, _array_cycles, _min_tile_cycles, choose_gemm_tiling
+from wia_hw.lowering import (
+    PIPELINE_TILES,
+    _array_cycles,
+    _even_k,
+    _min_tile_cycles,
+    choose_gemm_tiling,
+)
 from wia_hw.spec import load_spec
 
 PREC = {1: "int8", 2: "fp16", 4: "fp32"}
@@ -169,7 +175,21 @@ def test_tiles_narrower_than_a_block_widen_to_whole_blocks_on_a_ws_array():
         for v in (1024, 2048, 4096, 8192)
     ]
     # within the final write-back's share: a bigger L2 keeps more dirty blocks to the end
-    assert all(b <= a * 1.001 for a, b in zip(over, over[1:])), over
+    assert all(b <= a * 1.001 for a, b in zip(over, over[1:], strict=False)), over
     # an output-stationary array keeps its tiles (K slices there are partial outputs)
     npu = load_spec("wia-npu")
     assert choose_gemm_tiling(npu, 1, 1, 768, 4096, 2, 2).tn % 256 != 0
+
+
+def test_k_slices_are_even_and_no_more_of_them():
+    """_even_k: no longer than the heuristic's slice, as many slices, a whole multiple
+    of the unit when it changes anything, and the shortest slice never shorter."""
+    rng = random.Random(9)
+    for _ in range(2000):
+        k, unit = rng.randint(1, 20000), rng.choice([1, 8, 16, 32, 128, 256])
+        tk = rng.randint(1, k)
+        even = _even_k(k, tk, unit)
+        what = (k, tk, unit, even)
+        assert even <= tk and -(-k // even) == -(-k // tk), what
+        assert even == tk or even % unit == 0, what
+        assert k - (-(-k // even) - 1) * even >= k - (-(-k // tk) - 1) * tk, what

@@ -175,6 +175,7 @@ def choose_gemm_tiling(
             tk = min(k, tk + R)
         while tn + C <= ncap and fits(tm, tn + C, tk):
             tn += C
+    tk = _even_k(k, tk, R)
     tb = 1
     if tm >= m and tn >= n and batch > 1:
         tb = max(
@@ -253,10 +254,21 @@ def _whole_blocks(
         return t
     tk = spec.memory.l1.size_bytes // 2 // ((t.tm + tn) * elem_bytes)
     unit = br if tk >= br else a.rows
-    tk = min(k, tk // unit * unit)
+    tk = _even_k(k, min(k, tk // unit * unit), unit)
     if tk < min(a.rows, k):
         return t
     return replace(t, tn=tn, tk=tk)
+
+
+def _even_k(k: int, tk: int, unit: int) -> int:
+    """A K slice no longer than ``tk`` that cuts K into as many slices as ``tk`` does,
+    as even as whole ``unit`` multiples allow: a short last slice cannot hide the next
+    tile's load behind its computation (a GEMV on wia-edge in slices of 3968 and 128:
+    2.20 ms; of 2048 and 2048, or whole: 1.58)."""
+    if tk >= k:
+        return tk
+    even = _ceil_to(-(-k // -(-k // tk)), unit)
+    return even if even <= tk else tk
 
 
 #: Tiles a core gets, where the shape and :func:`_min_tile_cycles` allow (see above).
