@@ -295,10 +295,10 @@ PINNED = {
         # the pooler's first-token slice reads its source in proportion, each row once
         # (commit c384170; each of its tiles read the whole source before): 48 cycles
         # and 196,608 L1 bytes fewer, the same L2 and HBM traffic
-        110697,
-        {"l1": 861, "l2": 344},
-        {"l1": 670, "l2": 326},
-        {"l1": 152728596, "l2": 117553176, "hbm": 39285772},
+        110620,
+        {"l1": 628, "l2": 284},
+        {"l1": 610, "l2": 326},
+        {"l1": 141633556, "l2": 106792984, "hbm": 39285772},
         34,
         1409024,
     ),
