@@ -1,5 +1,5 @@
 """The tiling heuristic's last two steps: tiles split for pipelining, and tiles evened
-over the cores (``wia_hw.lowering._balanced``), checked against the emulator's own
+over the cores (``wia_hw._tiling._balanced``), checked against the emulator's own
 tiles and core shares, and end to end where a bigger L1 used to be much slower."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from wia_hw.emulator.device import Device
 from wia_hw.emulator.kernels import GemmKernel, GemmTiling, TensorRef
 
 import wia_hw
-import wia_hw.lowering as lowering
-from wia_hw.lowering import (
+import wia_hw._tiling as tiling
+from wia_hw._tiling import (
     PIPELINE_TILES,
     _array_cycles,
     _even_k,
@@ -55,7 +55,7 @@ def _busiest(spec, kernel: GemmKernel) -> int:
 
 def _unbalanced(monkeypatch, spec, *args) -> GemmTiling:
     with monkeypatch.context() as mp:
-        mp.setattr(lowering, "_balanced", lambda spec, batch, m, n, k, t, e: t)
+        mp.setattr(tiling, "_balanced", lambda spec, batch, m, n, k, t, e: t)
         return choose_gemm_tiling(spec, *args)
 
 

@@ -1,0 +1,321 @@
+"""The GEMM tiling heuristic that :mod:`wia_hw.lowering`'s module docstring describes:
+:func:`choose_gemm_tiling` picks the tiles of one GEMM on a spec (the auto-tuner may
+replace them, per kernel key). Each step's reason, and what it measured, is in the
+docstring of the function that takes it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from fractions import Fraction
+
+from .emulator.config import DeviceSpec
+from .emulator.kernels import GemmTiling, TensorRef
+from .emulator.memory import BlockLayout
+
+__all__ = ["choose_gemm_tiling"]
+
+
+def _ceil_to(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def choose_gemm_tiling(
+    spec: DeviceSpec,
+    batch: int,
+    m: int,
+    n: int,
+    k: int,
+    elem_bytes: int,
+    out_bytes: int,
+    b_transposed: bool = False,
+) -> GemmTiling:
+    """The tiling heuristic of the module docstring, for one GEMM on ``spec``
+    (``b_transposed``: B is stored ``n x k``)."""
+    a = spec.compute.array
+    R, C = a.rows, a.cols
+    budget = spec.memory.l1.size_bytes // 2  # one of the two operand buffers
+    out_budget = spec.memory.l1.size_bytes // 4  # results drain through L1 as well
+    cores = spec.compute.cores
+
+    def fits(tm: int, tn: int, tk: int, tb: int = 1) -> bool:
+        return tb * (tm + tn) * tk * elem_bytes <= budget and tb * tm * tn * out_bytes <= out_budget
+
+    mcap, ncap = _ceil_to(m, R), _ceil_to(n, C)
+    if a.dataflow == "os":
+
+        def grow(tk: int) -> tuple[int, int]:
+            tm, tn = min(R, mcap), min(C, ncap)
+            while True:
+                grow_m = tm <= tn and tm + R <= mcap and fits(tm + R, tn, tk)
+                grow_n = not grow_m and tn + C <= ncap and fits(tm, tn + C, tk)
+                if grow_m:
+                    tm += R
+                elif grow_n:
+                    tn += C
+                elif tm + R <= mcap and fits(tm + R, tn, tk):
+                    tm += R
+                else:
+                    break
+            return tm, tn
+
+        tk = k
+        if not fits(R, C, tk):
+            tk = max(1, budget // ((R + C) * elem_bytes))
+            tk = min(k, max(R, tk // R * R))
+        tm, tn = grow(tk)
+        # Panels stream elem_bytes x (1/tm + 1/tn) bytes per MAC from L2. When that
+        # outruns the L2 port at the arrays' peak, a K slice of T (two T x T panels fill
+        # the buffer) lets the output tile, and the reuse of every byte, grow.
+        side = math.isqrt(budget // (2 * elem_bytes)) // R * R
+        if side > R and tk > side and _l2_starved(spec, elem_bytes, tm, tn):
+            tm2, tn2 = grow(side)
+            if 1 / tm2 + 1 / tn2 < 1 / tm + 1 / tn:
+                tk, tm, tn = side, tm2, tn2
+    else:
+        # weight-stationary: the streamed rows amortise fill and drain, so they go first
+        tm, tk, tn = min(m, 4096), min(k, R), min(C, ncap)
+        while tm > 1 and not fits(tm, tn, tk):
+            tm = max(1, tm // 2)
+        while tk < k and fits(tm, tn, min(k, tk + R)):
+            tk = min(k, tk + R)
+        while tn + C <= ncap and fits(tm, tn + C, tk):
+            tn += C
+    tk = _even_k(k, tk, R)
+    tb = 1
+    if tm >= m and tn >= n and batch > 1:
+        tb = max(
+            1,
+            min(
+                batch,
+                budget // max(1, (m * tk + tk * n) * elem_bytes),
+                out_budget // max(1, m * n * out_bytes),
+            ),
+        )
+    tm, tn = min(tm, max(m, 1)), min(tn, max(n, 1))
+
+    def count(tm: int, tn: int, tb: int) -> int:
+        return -(-batch // tb) * -(-m // tm) * -(-n // tn) * -(-k // tk)
+
+    def halved(tm: int, tn: int, tb: int) -> tuple[int, int, int] | None:
+        if tb > 1:
+            return tm, tn, -(-tb // 2)
+        if tm > R and tm >= tn:
+            return _ceil_to(-(-tm // 2), R), tn, tb
+        if tn > C:
+            return tm, _ceil_to(-(-tn // 2), C), tb
+        if a.dataflow == "ws" and tm > 64:
+            return -(-tm // 2), tn, tb
+        return None
+
+    while count(tm, tn, tb) < cores:  # give every core a tile where possible
+        if (half := halved(tm, tn, tb)) is None:
+            break
+        tm, tn, tb = half
+    # Then up to PIPELINE_TILES tiles a core while a tile still keeps its array busy for
+    # several times a tile's fixed cost, and its panels would not outrun the L2 port: a
+    # core's first load and last computation overlap nothing, and with few, large tiles
+    # they are a large part of its time.
+    floor = _min_tile_cycles(spec)
+    while count(tm, tn, tb) < PIPELINE_TILES * cores:
+        half = halved(tm, tn, tb)
+        if (
+            half is None
+            or _array_cycles(spec, *half, min(tk, k)) < floor
+            or _l2_demand(spec, *half, min(tk, k), elem_bytes) > 1
+        ):
+            break
+        tm, tn, tb = half
+    t = _balanced(spec, batch, m, n, k, GemmTiling(tm=tm, tn=tn, tk=tk, tb=tb), elem_bytes)
+    return t if b_transposed else _whole_blocks(spec, n, k, t, elem_bytes, out_bytes)
+
+
+def _whole_blocks(
+    spec: DeviceSpec, n: int, k: int, t: GemmTiling, elem_bytes: int, out_bytes: int
+) -> GemmTiling:
+    """``t``, or, on a weight-stationary array, ``t`` widened to whole block columns of
+    B with K cut to fit, when its B panel uses at most half of each block it touches.
+
+    B (``k x n``) is stored in blocks of ``br x bc`` elements (``BlockLayout``). A tile
+    narrower than ``bc`` reads whole blocks from HBM and uses a part; the rest waits in
+    L2 for the core's next tiles, as long as LRU keeps it: with several cores streaming,
+    it does not, and B crosses HBM several times (a 1 x 4096 x 4096 int8 GEMV on
+    ``wia-edge``, B in 128 x 128 blocks, tiles 32 wide: 0.87 ms on 3 cores, 1.42 ms on
+    4; 2.46 ms on one, where the L1 port and the DMA pay for the narrow panels). Tiles
+    of whole block columns read each block once: ``tn`` becomes a multiple of ``bc``
+    (and of the array's columns), ``tk`` the largest multiple of ``br`` (else of the
+    array's rows) that fits the operand buffer; a weight-stationary array sums the K
+    slices in its accumulators, so the cut costs little (1.80 ms on one core, 0.71 ms on
+    3 and on 4). On output-stationary arrays K slices are partial outputs stored and
+    read back, and the same widening measured slower (wia-npu: +5 to +14%), so they keep
+    the heuristic's tiles.
+    """
+    a = spec.compute.array
+    lay = BlockLayout.for_tensor(0, TensorRef("b", k, n, elem_bytes), spec.memory.block_bytes)
+    bc, br = lay.bc, lay.br
+    if a.dataflow != "ws" or t.tb > 1 or t.tn >= n or 2 * t.tn > bc:
+        return t
+    tn = min(_ceil_to(_ceil_to(t.tn, bc), a.cols), _ceil_to(n, a.cols))
+    if t.tm * tn * out_bytes > spec.memory.l1.size_bytes // 4:
+        return t
+    tk = spec.memory.l1.size_bytes // 2 // ((t.tm + tn) * elem_bytes)
+    unit = br if tk >= br else a.rows
+    tk = _even_k(k, min(k, tk // unit * unit), unit)
+    if tk < min(a.rows, k):
+        return t
+    return replace(t, tn=tn, tk=tk)
+
+
+def _even_k(k: int, tk: int, unit: int) -> int:
+    """A K slice no longer than ``tk`` that cuts K into as many slices as ``tk`` does,
+    as even as whole ``unit`` multiples allow: a short last slice cannot hide the next
+    tile's load behind its computation (a GEMV on wia-edge in slices of 3968 and 128:
+    2.20 ms; of 2048 and 2048, or whole: 1.58)."""
+    if tk >= k:
+        return tk
+    even = _ceil_to(-(-k // -(-k // tk)), unit)
+    return even if even <= tk else tk
+
+
+#: Tiles a core gets, where the shape and :func:`_min_tile_cycles` allow (see above).
+PIPELINE_TILES = 4
+
+
+def _array_cycles(spec: DeviceSpec, tm: int, tn: int, tb: int, tk: int) -> int:
+    """Steps a tile keeps one array busy: its passes times the rows each streams (``tk``
+    output-stationary, ``tm`` weight-stationary)."""
+    a = spec.compute.array
+    if a.dataflow == "ws":
+        return tb * -(-tk // a.rows) * -(-tn // a.cols) * tm
+    return tb * -(-tm // a.rows) * -(-tn // a.cols) * tk
+
+
+def _min_tile_cycles(spec: DeviceSpec) -> int:
+    """Array steps a tile must keep to be split further for pipelining: 4 times what a
+    tile costs besides its steps (DMA setup, L2 latency, and one fill and drain of the
+    array, ``2 rows + cols - 2``). All in cycles of the spec's own, so no bandwidth,
+    buffer size or clock changes the tiling it allows."""
+    a = spec.compute.array
+    fill = 2 * a.rows + a.cols - 2
+    return 4 * (spec.dma.setup_cycles + spec.memory.l2.latency_cycles + fill)
+
+
+def _l2_demand(spec: DeviceSpec, tm: int, tn: int, tb: int, tk: int, elem_bytes: int) -> Fraction:
+    """Operand bytes of a tile over what a core's share of the L2 port delivers while
+    the core's arrays run the tile at their peak rate (above 1: they would wait)."""
+    a = spec.compute.array
+    steps_per_cycle = _peak_macs(spec, elem_bytes) / (spec.compute.cores * a.rows * a.cols)
+    cycles = _array_cycles(spec, tm, tn, tb, tk) / steps_per_cycle
+    share = spec.bytes_per_cycle(spec.memory.l2.bandwidth_gbs) / spec.compute.cores
+    return Fraction(tb * (tm + tn) * tk * elem_bytes) / (share * cycles)
+
+
+def _sides(extent: int, side: int, unit: int) -> list[int]:
+    """Tile sides below ``side`` that cut ``extent`` into more, even tiles: for each
+    count up to twice as many tiles as ``side`` gives, plus one, ``ceil(extent /
+    count)`` rounded up to ``unit`` (not rounded when ``side`` is below one unit)."""
+    first = -(-extent // side)
+    out = set()
+    for count in range(first + 1, 2 * first + 2):
+        even = -(-extent // count)
+        s = _ceil_to(even, unit) if side >= unit else even
+        if s < side:
+            out.add(s)
+    return sorted(out, reverse=True)
+
+
+def _edge_sizes(extent: int, side: int) -> list[int]:
+    return [min(side, extent - i) for i in range(0, extent, side)]
+
+
+#: per (spec id, batch, m, n, k, tiling): (spec, balanced tiling)
+_BALANCED: dict[tuple, tuple[DeviceSpec, GemmTiling]] = {}
+
+
+def _balanced(
+    spec: DeviceSpec, batch: int, m: int, n: int, k: int, t: GemmTiling, elem_bytes: int
+) -> GemmTiling:
+    """``t``, or the tiling whose busiest core has the least array work among those that
+    cut batch, M or N into more, even tiles (same K slice and loop order); ties keep the
+    larger tile, so a tiling that is already even stays.
+
+    The cores take contiguous runs of tiles of equal count (or every ``cores``-th output
+    tile under ``tile_schedule: round_robin``), so tiles of unequal size, or a count that
+    does not divide over the cores, leave one core more passes than its share: 2048 x
+    2048 x 256 in 1536 x 1536 tiles gives one core 9 times the work of another, and the
+    bigger tiles a bigger L1 allows can make the kernel slower. A tile's array work is
+    its MAC slots: ``tb x tm x tn x tk``, with ``tm`` and ``tn`` (output-stationary) or
+    ``tk`` and ``tn`` (weight-stationary) padded to whole passes. Tiles only shrink, so
+    every candidate fits where ``t`` does.
+    """
+    cores = spec.compute.cores
+    out_tiles = -(-batch // t.tb) * -(-m // t.tm) * -(-n // t.tn)
+    if cores == 1 or out_tiles > 1024:
+        return t  # one core, or a share already within a fraction of a tile of even
+    key = (id(spec), batch, m, n, k, t, elem_bytes)
+    hit = _BALANCED.get(key)
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    a = spec.compute.array
+    um, un, uk = (1, a.cols, a.rows) if a.dataflow == "ws" else (a.rows, a.cols, 1)
+    slices = -(-k // t.tk)
+    k_work = sum(_ceil_to(s, uk) for s in _edge_sizes(k, t.tk))
+    rr = spec.compute.tile_schedule == "round_robin"
+
+    def busiest(tb: int, tm: int, tn: int) -> int:
+        mw = [_ceil_to(s, um) for s in _edge_sizes(m, tm)]
+        nw = [_ceil_to(s, un) for s in _edge_sizes(n, tn)]
+        outer, inner = (mw, nw) if t.order == "mn" else (nw, mw)
+        work = [b * o * i for b in _edge_sizes(batch, tb) for o in outer for i in inner]
+        if rr:  # whole output tiles (all their K slices) dealt in turn
+            return max(sum(work[c::cores]) for c in range(cores)) * k_work
+        # contiguous runs of equal tile count over the K slices of each output tile,
+        # every slice counted at its output tile's work (slices of one K cut alike)
+        prefix = [0]
+        for w in work:
+            prefix.append(prefix[-1] + w)
+
+        def upto(i: int) -> int:
+            q, r = divmod(i, slices)
+            return prefix[q] * slices + (r * work[q] if r else 0)
+
+        total, most, start = len(work) * slices, 0, 0
+        for c in range(cores):
+            end = start + total // cores + (1 if c < total % cores else 0)
+            most = max(most, upto(end) - upto(start))
+            start = end
+        return most * k_work // slices
+
+    best = (busiest(t.tb, t.tm, t.tn), 0, t)
+    tk = min(t.tk, k)
+    limit = max(Fraction(1, 2), _l2_demand(spec, t.tm, t.tn, t.tb, tk, elem_bytes))
+    for tb in [t.tb, *_sides(batch, t.tb, 1)]:
+        for tm in [t.tm, *_sides(m, t.tm, um)]:
+            for tn in [t.tn, *_sides(n, t.tn, un)]:
+                if -(-batch // tb) * -(-m // tm) * -(-n // tn) > 4 * out_tiles + cores:
+                    continue
+                if _l2_demand(spec, tm, tn, tb, tk, elem_bytes) > limit:
+                    continue
+                cand = (busiest(tb, tm, tn), -tb * tm * tn, replace(t, tb=tb, tm=tm, tn=tn))
+                if cand[:2] < best[:2]:
+                    best = cand
+    if len(_BALANCED) > 4096:
+        _BALANCED.clear()
+    _BALANCED[key] = (spec, best[2])
+    return best[2]
+
+
+def _peak_macs(spec: DeviceSpec, elem_bytes: int) -> Fraction:
+    """MACs per cycle of all the arrays for ``elem_bytes``-byte operands (the fastest
+    precision the array has when it has none of that width)."""
+    prec = {1: "int8", 2: "fp16", 4: "fp32"}.get(elem_bytes, "")
+    if spec.supports(prec):
+        return Fraction(spec.peak_macs_per_cycle(prec))
+    return Fraction(max(spec.peak_macs_per_cycle(p) for p in spec.compute.array.macs_per_pe_cycle))
+
+
+def _l2_starved(spec: DeviceSpec, elem_bytes: int, tm: int, tn: int) -> bool:
+    """Whether output tiles of ``tm x tn`` need more L2 bandwidth than the L2 port has
+    when every array runs at its peak rate for ``elem_bytes``-byte operands."""
+    demand = elem_bytes * (Fraction(1, tm) + Fraction(1, tn)) * _peak_macs(spec, elem_bytes)
+    return demand > spec.bytes_per_cycle(spec.memory.l2.bandwidth_gbs)
