@@ -91,7 +91,11 @@ def test_residual_layer_norm_fusion_is_a_builtin_cost_manifest(bert, tmp_path, w
     one, so its fix is a manifest that claims exactly its producers by name and reuses
     the emulator's kernel timing (``cost: builtin``), no copied formula."""
     report, recs = bert
-    rec = next(r for r in recs.considered if f'Kernel "{which}"' in r.description)
+    rec = next(
+        r
+        for r in recs.considered
+        if r.title == "Unfused Elementwise Chain" and f'Kernel "{which}"' in r.description
+    )
     assert rec.fix.kind == "manifest"
     ext = load_extension_text(rec.code_example, tmp_path)
     (op,) = ext.operations
@@ -357,9 +361,19 @@ def test_cli_apply_prints_before_after_and_the_gain():
 
 def test_cli_apply_a_manifest_fix():
     args = ["profile", "bert-base", "-b", "2", "-s", "128", "-a", "layers=2", "--mode"]
-    res = CliRunner().invoke(cli, args + ["counters", "--priority", "low", "--apply", "2"])
+    args += ["counters", "--priority", "low"]
+    listed = CliRunner().invoke(cli, [*args, "--recommend"])
+    assert listed.exit_code == 0, listed.output
+    # the residual + layer norm finding: its fix is a manifest (apply_fusion would fuse
+    # both pairs of a layer, the finding names one)
+    n = re.search(
+        r"^(\d+)\. \[\w+\] Unfused Elementwise Chain\n  Issue: Kernel \"\w+_layer_norm\"",
+        listed.output,
+        flags=re.M,
+    ).group(1)
+    res = CliRunner().invoke(cli, [*args, "--apply", n])
     assert res.exit_code == 0, res.output
-    assert "Applied recommendation 2: Unfused Elementwise Chain (manifest:" in res.output
+    assert f"Applied recommendation {n}: Unfused Elementwise Chain (manifest:" in res.output
     assert re.search(r"layer0\.(ffn|attention)_residual\+layer0\.\1_layer_norm: - -> ", res.output)
     measured, promised = _gain_line(res.output)
     assert measured == promised > 0
