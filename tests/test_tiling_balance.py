@@ -101,7 +101,7 @@ def test_tiles_split_for_pipelining_down_to_the_floor_only(monkeypatch):
     # a GEMV: 1 x 4096 x 4096 fp16 has work enough for PIPELINE_TILES tiles a core
     t = choose_gemm_tiling(spec, 1, 1, 4096, 4096, 2, 2)
     assert -(-4096 // t.tn) >= PIPELINE_TILES * cores
-    assert _array_cycles(spec, t.tm, t.tn, t.tb, t.tk) >= _min_tile_cycles(spec)
+    assert _array_cycles(spec, t.tm, t.tn, t.tb, t.tk, 2) >= _min_tile_cycles(spec)
     # a small GEMM is not split for pipelining: halving would go below the floor
     small = load_spec("wia-edge", {"compute.cores": 2})
     t = _unbalanced(monkeypatch, small, 1, 64, 96, 64, 1, 1)

@@ -10,6 +10,7 @@ from dataclasses import replace
 from fractions import Fraction
 
 from .emulator.config import DeviceSpec
+from .emulator.cycles import systolic_steps
 from .emulator.kernels import GemmTiling, TensorRef
 from .emulator.memory import BlockLayout
 
@@ -121,7 +122,7 @@ def choose_gemm_tiling(
         half = halved(tm, tn, tb)
         if (
             half is None
-            or _array_cycles(spec, *half, min(tk, k)) < floor
+            or _array_cycles(spec, *half, min(tk, k), elem_bytes) < floor
             or _l2_demand(spec, *half, min(tk, k), elem_bytes) > 1
         ):
             break
@@ -181,13 +182,15 @@ def _even_k(k: int, tk: int, unit: int) -> int:
 PIPELINE_TILES = 4
 
 
-def _array_cycles(spec: DeviceSpec, tm: int, tn: int, tb: int, tk: int) -> int:
-    """Steps a tile keeps one array busy: its passes times the rows each streams (``tk``
-    output-stationary, ``tm`` weight-stationary)."""
+def _array_cycles(spec: DeviceSpec, tm: int, tn: int, tb: int, tk: int, elem_bytes: int) -> int:
+    """Steps a tile keeps one array busy: its passes (``Device._gemm_geometry``'s count)
+    times the steps of each (:func:`~wia_hw.emulator.cycles.systolic_steps` of ``tk``
+    output-stationary, of ``tm`` weight-stationary, at the array's rate)."""
     a = spec.compute.array
+    rate = a.rate(_precision(spec, elem_bytes))
     if a.dataflow == "ws":
-        return tb * -(-tk // a.rows) * -(-tn // a.cols) * tm
-    return tb * -(-tm // a.rows) * -(-tn // a.cols) * tk
+        return tb * -(-tk // a.rows) * -(-tn // a.cols) * systolic_steps(tm, rate)
+    return tb * -(-tm // a.rows) * -(-tn // a.cols) * systolic_steps(tk, rate)
 
 
 def _min_tile_cycles(spec: DeviceSpec) -> int:
@@ -203,9 +206,7 @@ def _min_tile_cycles(spec: DeviceSpec) -> int:
 def _l2_demand(spec: DeviceSpec, tm: int, tn: int, tb: int, tk: int, elem_bytes: int) -> Fraction:
     """Operand bytes of a tile over what a core's share of the L2 port delivers while
     the core's arrays run the tile at their peak rate (above 1: they would wait)."""
-    a = spec.compute.array
-    steps_per_cycle = _peak_macs(spec, elem_bytes) / (spec.compute.cores * a.rows * a.cols)
-    cycles = _array_cycles(spec, tm, tn, tb, tk) / steps_per_cycle
+    cycles = Fraction(_array_cycles(spec, tm, tn, tb, tk, elem_bytes), spec.compute.arrays_per_core)
     share = spec.bytes_per_cycle(spec.memory.l2.bandwidth_gbs) / spec.compute.cores
     return Fraction(tb * (tm + tn) * tk * elem_bytes) / (share * cycles)
 
@@ -305,13 +306,18 @@ def _balanced(
     return best[2]
 
 
-def _peak_macs(spec: DeviceSpec, elem_bytes: int) -> Fraction:
-    """MACs per cycle of all the arrays for ``elem_bytes``-byte operands (the fastest
-    precision the array has when it has none of that width)."""
+def _precision(spec: DeviceSpec, elem_bytes: int) -> str:
+    """The precision of ``elem_bytes``-byte operands, or the array's fastest when it has
+    none of that width."""
     prec = {1: "int8", 2: "fp16", 4: "fp32"}.get(elem_bytes, "")
     if spec.supports(prec):
-        return Fraction(spec.peak_macs_per_cycle(prec))
-    return Fraction(max(spec.peak_macs_per_cycle(p) for p in spec.compute.array.macs_per_pe_cycle))
+        return prec
+    return max(spec.compute.array.macs_per_pe_cycle, key=spec.peak_macs_per_cycle)
+
+
+def _peak_macs(spec: DeviceSpec, elem_bytes: int) -> Fraction:
+    """MACs per cycle of all the arrays for ``elem_bytes``-byte operands."""
+    return Fraction(spec.peak_macs_per_cycle(_precision(spec, elem_bytes)))
 
 
 def _l2_starved(spec: DeviceSpec, elem_bytes: int, tm: int, tn: int) -> bool:
