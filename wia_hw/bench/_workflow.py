@@ -513,10 +513,9 @@ def _schedules_for(graph: Graph, spec: DeviceSpec, schedules: Mapping[str, Any])
     (int8 changes a GEMM's precision, fusion its epilogue) can leave none of them."""
     if not schedules:
         return {}
-    from ..emulator.kernels import GemmKernel
-    from ..lowering import gemm_key, lower
+    from ..optimize._autotune import _kernels_of
 
-    keys = {gemm_key(k) for _, ks in lower(graph, spec) for k in ks if isinstance(k, GemmKernel)}
+    keys = _kernels_of(graph, spec, None)
     return {key: t for key, t in schedules.items() if key in keys}
 
 
