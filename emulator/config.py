@@ -66,14 +66,14 @@ _FIGURE_WHY = "the largest figure a spec field may hold"
 def _pos_int(obj: Any, name: str, most: float = MAX_FIGURE, why: str = _FIGURE_WHY) -> None:
     v = getattr(obj, name)
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise SpecError(f"must be a positive integer, got {v!r}", field=name)
+        raise SpecError(f"must be a positive integer, got {_show(v)}", field=name)
     _at_most(obj, name, most, why)
 
 
 def _nonneg_int(obj: Any, name: str) -> None:
     v = getattr(obj, name)
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise SpecError(f"must be a non-negative integer, got {v!r}", field=name)
+        raise SpecError(f"must be a non-negative integer, got {_show(v)}", field=name)
     _at_most(obj, name, MAX_FIGURE, _FIGURE_WHY)
 
 
@@ -95,27 +95,39 @@ MIN_CLOCK_GHZ = 1e-6
 MAX_CLOCK_GHZ = 1000
 
 
+def _show(v: Any) -> str:
+    """``repr(v)`` for an error message; an integer too long to read (the Python API
+    takes any ``int``: ``10**400``) by its size instead, which ``repr`` may refuse."""
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10**30:
+        digits = int(abs(v).bit_length() * math.log10(2)) + 1
+        return f"{'a negative' if v < 0 else 'an'} integer of about {digits:,} digits"
+    try:
+        return repr(v)
+    except ValueError:  # an int past Python's str conversion limit inside a container
+        return f"a {type(v).__name__} too large to show"
+
+
 def _at_most(obj: Any, name: str, most: int, why: str) -> None:
     v = getattr(obj, name)
     if v > most:
-        raise SpecError(f"must be at most {most:,} ({why}), got {v!r}", field=name)
+        raise SpecError(f"must be at most {most:,} ({why}), got {_show(v)}", field=name)
 
 
 def _spec_name(v: Any) -> None:
     """A spec's ``name``: printed in every report header, so printable text (no control
     characters: a terminal escape in a file would reach the user's terminal)."""
     if not isinstance(v, str) or not v.strip():
-        raise SpecError(f"must be a non-empty string, got {v!r}", field="name")
+        raise SpecError(f"must be a non-empty string, got {_show(v)}", field="name")
     if not v.isprintable():
         raise SpecError(
-            f"must be printable text without control characters, got {v!r}", field="name"
+            f"must be printable text without control characters, got {_show(v)}", field="name"
         )
 
 
 def _pos_num(obj: Any, name: str) -> None:
     v = getattr(obj, name)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or math.isinf(v):
-        raise SpecError(f"must be a positive number, got {v!r}", field=name)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == math.inf:
+        raise SpecError(f"must be a positive number, got {_show(v)}", field=name)
     _at_most(obj, name, MAX_FIGURE, _FIGURE_WHY)
 
 
@@ -123,14 +135,15 @@ def _bandwidth(obj: Any, name: str) -> None:
     _pos_num(obj, name)
     if getattr(obj, name) < MIN_BANDWIDTH_GBS:
         raise SpecError(
-            f"must be at least {MIN_BANDWIDTH_GBS:g} GB/s, got {getattr(obj, name)!r}", field=name
+            f"must be at least {MIN_BANDWIDTH_GBS:g} GB/s, got {_show(getattr(obj, name))}",
+            field=name,
         )
 
 
 def _nonneg_num(obj: Any, name: str) -> None:
     v = getattr(obj, name)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or math.isinf(v):
-        raise SpecError(f"must be a non-negative number, got {v!r}", field=name)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or v == math.inf:
+        raise SpecError(f"must be a non-negative number, got {_show(v)}", field=name)
     _at_most(obj, name, MAX_FIGURE, _FIGURE_WHY)
 
 
@@ -143,14 +156,15 @@ def _pow2(obj: Any, name: str) -> None:
 def _per_key(obj: Any, name: str, keys: tuple[str, ...], check: str) -> None:
     m = getattr(obj, name)
     if not isinstance(m, Mapping):
-        raise SpecError(f"must be a mapping of {', '.join(keys)}, got {m!r}", field=name)
+        raise SpecError(f"must be a mapping of {', '.join(keys)}, got {_show(m)}", field=name)
     for k, v in m.items():
         if k not in keys:
             raise SpecError(f"unknown key {k!r} (known: {', '.join(keys)})", field=f"{name}.{k}")
         if check == "rate":
             if isinstance(v, bool) or v not in _RATES:
                 raise SpecError(
-                    f"must be one of {', '.join(map(str, _RATES))}, got {v!r}", field=f"{name}.{k}"
+                    f"must be one of {', '.join(map(str, _RATES))}, got {_show(v)}",
+                    field=f"{name}.{k}",
                 )
         elif (
             isinstance(v, bool)
@@ -158,7 +172,7 @@ def _per_key(obj: Any, name: str, keys: tuple[str, ...], check: str) -> None:
             or not 0 <= v <= MAX_FIGURE  # NaN fails too
         ):
             raise SpecError(
-                f"must be a non-negative number at most {MAX_FIGURE:,}, got {v!r}",
+                f"must be a non-negative number at most {MAX_FIGURE:,}, got {_show(v)}",
                 field=f"{name}.{k}",
             )
     missing = [k for k in keys if k not in m]
@@ -247,7 +261,7 @@ class VectorConfig:
         for k, v in self.cycles_per_element.items():
             if isinstance(v, float) and not v.is_integer() or v < 1:
                 raise SpecError(
-                    f"must be a positive integer, got {v!r}", field=f"cycles_per_element.{k}"
+                    f"must be a positive integer, got {_show(v)}", field=f"cycles_per_element.{k}"
                 )
         # integral floats (``6.0``) are kept as integers: cycles are integers
         merged = {k: int(v) for k, v in self.cycles_per_element.items()}
@@ -368,7 +382,9 @@ class HBMConfig:
     ``refresh_interval_ns`` (tREFI) and ``refresh_cycle_ns`` (tRFC): DRAM refresh. Every
     tREFI each channel is blocked for tRFC (all-bank refresh), so a channel moves
     ``1 - tRFC / tREFI`` of its nominal rate: the emulator's channels run at that rate
-    (both in whole cycles), the refresh's mean cost, which keeps a kernel's time
+    (both in whole cycles; a tREFI shorter than 1024 cycles is stretched to 1024 with
+    tRFC in proportion, see :func:`~wia_hw.emulator.memory.refresh_windows`), the
+    refresh's mean cost, which keeps a kernel's time
     independent of where on the timeline it runs (cached and replayed timings stay
     exact). The windows themselves, where a transfer that meets one pauses until its
     end, are the benchmark's ``dram_refresh`` variation source (run-to-run variation).
@@ -545,24 +561,29 @@ class ThermalConfig:
             v = getattr(self, name)
             if v is None and name == "initial_c":
                 continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise SpecError(f"must be a temperature in °C, got {v!r}", field=name)
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or isinstance(v, float)
+                and not math.isfinite(v)
+            ):
+                raise SpecError(f"must be a temperature in °C, got {_show(v)}", field=name)
             if v < ABSOLUTE_ZERO_C:
                 raise SpecError(
-                    f"must be at least absolute zero ({ABSOLUTE_ZERO_C} °C), got {v!r}",
+                    f"must be at least absolute zero ({ABSOLUTE_ZERO_C} °C), got {_show(v)}",
                     field=name,
                 )
             if v > MAX_TEMPERATURE_C:
                 raise SpecError(
                     f"must be at most {MAX_TEMPERATURE_C:g} °C (far above any die's "
-                    f"failure), got {v!r}",
+                    f"failure), got {_show(v)}",
                     field=name,
                 )
         _pos_num(self, "resistance_c_per_w")
         _pos_num(self, "capacitance_j_per_c")
         if not 0 < self.throttle_factor <= 1:
             raise SpecError(
-                f"must be in (0, 1], got {self.throttle_factor!r}", field="throttle_factor"
+                f"must be in (0, 1], got {_show(self.throttle_factor)}", field="throttle_factor"
             )
         if self.throttle_c <= self.ambient_c:
             raise SpecError(
@@ -596,7 +617,7 @@ class DeviceSpec:
         _pos_num(self, "clock_ghz")
         if self.clock_ghz < MIN_CLOCK_GHZ:
             raise SpecError(
-                f"must be at least {MIN_CLOCK_GHZ:g} GHz (1 kHz), got {self.clock_ghz!r}",
+                f"must be at least {MIN_CLOCK_GHZ:g} GHz (1 kHz), got {_show(self.clock_ghz)}",
                 field="clock_ghz",
             )
         _at_most(self, "clock_ghz", MAX_CLOCK_GHZ, "1 THz, past any digital clock")
@@ -737,12 +758,12 @@ class LinkConfig:
                 continue
             if not isinstance(v, list) or (n is not None and len(v) != n):
                 raise SpecError(
-                    f"must be a list{f' of {n} integers' if n else ''}, got {v!r}", field=name
+                    f"must be a list{f' of {n} integers' if n else ''}, got {_show(v)}", field=name
                 )
             if items is not None and not all(
                 isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in items
             ):
-                raise SpecError(f"must be positive integers, got {v!r}", field=name)
+                raise SpecError(f"must be positive integers, got {_show(v)}", field=name)
         for i, e in enumerate(self.edges or ()):
             if not (
                 isinstance(e, list)
@@ -750,7 +771,7 @@ class LinkConfig:
                 and all(isinstance(x, int) and not isinstance(x, bool) for x in e)
             ):
                 raise SpecError(
-                    f"must be a pair of device indices [a, b], got {e!r}", field=f"edges[{i}]"
+                    f"must be a pair of device indices [a, b], got {_show(e)}", field=f"edges[{i}]"
                 )
 
 
@@ -803,16 +824,16 @@ def _check_type(value: Any, hint: Any, path: str) -> Any:
         origin = typing.get_origin(hint)
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise SpecError(f"must be an integer, got {value!r}", field=path)
+            raise SpecError(f"must be an integer, got {_show(value)}", field=path)
     elif hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SpecError(f"must be a number, got {value!r}", field=path)
+            raise SpecError(f"must be a number, got {_show(value)}", field=path)
     elif hint is str:
         if not isinstance(value, str):
-            raise SpecError(f"must be a string, got {value!r}", field=path)
+            raise SpecError(f"must be a string, got {_show(value)}", field=path)
     elif origin in (Mapping, dict, typing.Mapping) or hint is Mapping:
         if not isinstance(value, Mapping):
-            raise SpecError(f"must be a mapping, got {value!r}", field=path)
+            raise SpecError(f"must be a mapping, got {_show(value)}", field=path)
     return value
 
 
@@ -823,7 +844,7 @@ def from_mapping(cls: type, data: Any, path: str = "") -> Any:
     whose ``field`` is the dotted path; ``__post_init__`` errors get the path prefixed.
     """
     if not isinstance(data, Mapping):
-        raise SpecError(f"must be a mapping, got {data!r}", field=path or None)
+        raise SpecError(f"must be a mapping, got {_show(data)}", field=path or None)
     hints = _hints(cls)
     known = {f.name: f for f in dataclasses.fields(cls)}
     for key in data:

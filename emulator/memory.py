@@ -53,6 +53,8 @@ __all__ = [
     "channel_of",
     "hbm_spread",
     "refresh_factor",
+    "refresh_windows",
+    "MIN_REFRESH_PERIOD_CYCLES",
 ]
 
 Key = tuple[int, int, int]
@@ -66,15 +68,43 @@ _consume = deque(maxlen=0).extend
 _chain = chain.from_iterable
 
 
+#: The fewest cycles a refresh period is counted in: a tREFI of fewer cycles (a sub-cycle
+#: or few-cycle refresh) is stretched to this many, its tRFC in proportion, so the
+#: refresh's share of a channel's time keeps its ratio to 1 part in this many instead of
+#: being rounded to whole cycles of a tiny period.
+MIN_REFRESH_PERIOD_CYCLES = 1024
+
+
+def refresh_windows(interval_ns: float, cycle_ns: float, clock_ghz: float) -> tuple[int, int]:
+    """The refresh of a DRAM channel in whole cycles: ``(T, R)``, a window of ``R``
+    cycles every ``T``, with ``R / T`` the share ``tRFC / tREFI`` (``cycle_ns /
+    interval_ns``, ``0 < cycle_ns < interval_ns``, as :class:`~wia_hw.emulator.config.
+    HBMConfig` checks) and ``0 < R < T``.
+
+    A tREFI of at least :data:`MIN_REFRESH_PERIOD_CYCLES` cycles is ``T = ceil(tREFI)``
+    and ``R = ceil(tRFC)`` in cycles (each rounded up to a whole cycle); a shorter one is
+    stretched to ``T = MIN_REFRESH_PERIOD_CYCLES`` with ``R = ceil(T * tRFC / tREFI)``,
+    so the share stays right to ``1 / T`` however small the figures. ``R`` is at most
+    ``T - 1``. Below that cap the share never falls when tRFC grows or tREFI shrinks
+    (across the stretch too: the stretched share is at least the whole-cycle one)."""
+    period = interval_ns * clock_ghz
+    if period >= MIN_REFRESH_PERIOD_CYCLES:
+        trefi = math.ceil(period)
+        trfc = math.ceil(cycle_ns * clock_ghz)
+    else:
+        trefi = MIN_REFRESH_PERIOD_CYCLES
+        trfc = math.ceil(trefi * Fraction(cycle_ns) / Fraction(interval_ns))
+    return trefi, max(1, min(trfc, trefi - 1))
+
+
 def refresh_factor(spec: DeviceSpec) -> Fraction:
     """The share of a DRAM channel's time left for transfers by refresh, ``1 - tRFC /
-    tREFI`` in whole cycles: the channels move their nominal rate times this (see
-    :class:`~wia_hw.emulator.config.HBMConfig`)."""
+    tREFI`` in the whole cycles of :func:`refresh_windows`: the channels move their
+    nominal rate times this (see :class:`~wia_hw.emulator.config.HBMConfig`)."""
     hbm = spec.memory.hbm
     if not hbm.refresh_cycle_ns:
         return Fraction(1)
-    trefi = math.ceil(hbm.refresh_interval_ns * spec.clock_ghz)
-    trfc = min(math.ceil(hbm.refresh_cycle_ns * spec.clock_ghz), trefi - 1)
+    trefi, trfc = refresh_windows(hbm.refresh_interval_ns, hbm.refresh_cycle_ns, spec.clock_ghz)
     return 1 - Fraction(trfc, trefi)
 
 

@@ -7,6 +7,9 @@ sweep files, ``--set``/``--arg`` values) goes through :func:`read_yaml_mapping` 
 once and construct the data from that node tree, so the data and the line index agree.
 A float written with an exponent and no dot (``1e-9``, ``6E2``) is a number, as in YAML
 1.2 (PyYAML's YAML 1.1 would read it as a string, and a spec field would refuse it).
+A base-60 number (``4:00``, ``1:30.5``) is a string, as in YAML 1.2 (PyYAML's YAML 1.1
+would read 240 and 90.5), so a numeric field refuses it; with an explicit ``!!int`` or
+``!!float`` tag it is refused outright.
 
 Refused, each with one :class:`~wia_hw.SpecError` reading ``file:line: message``:
 
@@ -144,6 +147,54 @@ class _BoundedSafeLoader(yaml.SafeLoader):
 
 # after SafeLoader's own resolvers, so integers and dotted floats resolve as before
 _BoundedSafeLoader.add_implicit_resolver(_FLOAT_TAG, _EXPONENT_FLOAT, list("-+0123456789"))
+
+#: YAML 1.1's integers less its base-60 form (``1:30`` is 90 to PyYAML); YAML 1.2 has none
+_INT = re.compile(
+    r"""^(?:[-+]?0b[0-1_]+
+    |[-+]?0[0-7_]+
+    |[-+]?(?:0|[1-9][0-9_]*)
+    |[-+]?0x[0-9a-fA-F_]+)$""",
+    re.X,
+)
+#: YAML 1.1's floats less its base-60 form (``1:30.5`` is 90.5 to PyYAML)
+_FLOAT = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+    |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+# a base-60 number (``cores: 4:00``, ``--set compute.cores=1:30``) is a typo or a time
+# to every reader but PyYAML, which reads 240 and 90: it reads as a string here (YAML
+# 1.2's reading), so a numeric field refuses it with its usual type error
+_SANS_BASE60 = {_INT_TAG: _INT, _FLOAT_TAG: _FLOAT}
+_BoundedSafeLoader.yaml_implicit_resolvers = {
+    first: [
+        (tag, rx if rx is _EXPONENT_FLOAT else _SANS_BASE60.get(tag, rx)) for tag, rx in resolvers
+    ]
+    for first, resolvers in _BoundedSafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _no_base60(base: Any) -> Any:
+    """``base``, a constructor, refusing the base-60 form an explicit tag
+    (``!!int 1:30``) would still give."""
+
+    def construct(loader: SafeConstructor, node: Node) -> Any:
+        if isinstance(node, ScalarNode) and ":" in str(node.value):
+            raise _Refused(
+                None,
+                None,
+                f"base-60 number {node.value!r} (YAML 1.1 only): write the value it means",
+                node.start_mark,
+            )
+        return base(loader, node)
+
+    return construct
+
+
+_BoundedSafeLoader.add_constructor(_INT_TAG, _no_base60(SafeConstructor.construct_yaml_int))
+_BoundedSafeLoader.add_constructor(_FLOAT_TAG, _no_base60(SafeConstructor.construct_yaml_float))
 
 
 _KEYS = SafeConstructor()

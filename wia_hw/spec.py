@@ -116,6 +116,8 @@ def load_spec(
     spec; ``device.<field>`` overrides then reach into it.
     """
     lines: dict[str, int] = {}
+    # a cluster's device read from its own file: (display, line index) of that file
+    device_file: tuple[str, dict[str, int]] | None = None
     if isinstance(spec, (DeviceSpec, ClusterSpec)):
         from .emulator.config import to_mapping
 
@@ -139,7 +141,9 @@ def load_spec(
         if isinstance(spec, (str, Path)) and Path(spec).is_file():
             here = Path(spec).parent / ref
         try:
-            sub, _, _ = _read(here if here is not None and here.is_file() else ref)
+            sub, sub_lines, sub_display = _read(
+                here if here is not None and here.is_file() else ref
+            )
         except SpecError as e:
             raise SpecError(
                 f"cluster device {ref!r}: {e.message}",
@@ -156,6 +160,7 @@ def load_spec(
                 field="device",
             )
         data = dict(data, device=sub)
+        device_file = (sub_display, sub_lines)
     for path, value in (overrides or {}).items():
         _apply_override(data, str(path), value)
         lines.pop(str(path), None)
@@ -175,4 +180,14 @@ def load_spec(
         msg = e.message
         if overrides:
             msg += " (with override " + ", ".join(f"{p}={v}" for p, v in overrides.items()) + ")"
+        if device_file is not None and e.field is not None and e.field.startswith("device."):
+            # a field of the device file the cluster names: that file's line and field
+            sub_display, sub_lines = device_file
+            field = e.field.removeprefix("device.")
+            raise SpecError(
+                f"{msg} (device of {display})",
+                file=sub_display,
+                line=line_for(field, sub_lines),
+                field=field,
+            ) from None
         raise SpecError(msg, file=display, line=line_for(e.field, lines), field=e.field) from None

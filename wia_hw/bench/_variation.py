@@ -14,6 +14,9 @@ model itself is untouched and runs outside a benchmark are unchanged.
   refresh_*``: the channels at ``1 - tRFC / tREFI`` of that rate). Each channel's phase
   is drawn once, uniformly in [0, tREFI), from ``variation_seed``, so an iteration's
   alignment with the windows (and its time) depends on where on the timeline it starts.
+  Both are in the whole cycles of :func:`~wia_hw.emulator.memory.refresh_windows` (a
+  tREFI shorter than 1024 cycles is stretched to 1024, tRFC in proportion), the same
+  windows whose share the spec's mean cost charges.
 * **Arbitration jitter** (``"arbitration_jitter"``): the channel's arbiter grants each
   transfer 0 to ``arbitration_jitter_cycles`` cycles late, uniformly, from a per-channel
   generator seeded by ``variation_seed``.
@@ -25,12 +28,11 @@ transfer meets (never once per cycle).
 
 from __future__ import annotations
 
-import math
 import random
 from typing import Any
 
 from ..emulator.config import HBMConfig
-from ..emulator.memory import BandwidthPort, MemorySystem
+from ..emulator.memory import BandwidthPort, MemorySystem, refresh_windows
 
 __all__ = ["VariedPort", "install", "uninstall"]
 
@@ -95,8 +97,7 @@ def install(mem: MemorySystem, cfg: Any, spec: Any) -> list[VariedPort]:
     hbm = spec.memory.hbm
     trefi_ns = cfg.refresh_interval_ns or hbm.refresh_interval_ns or HBMConfig.refresh_interval_ns
     trfc_ns = cfg.refresh_cycle_ns or hbm.refresh_cycle_ns or HBMConfig.refresh_cycle_ns
-    interval = max(1, math.ceil(trefi_ns * spec.clock_ghz))
-    rfc = min(math.ceil(trfc_ns * spec.clock_ghz), interval - 1)
+    interval, rfc = refresh_windows(trefi_ns, trfc_ns, spec.clock_ghz)
     seeder = random.Random(cfg.variation_seed)
     ports = []
     for p in mem.channels:

@@ -43,7 +43,8 @@ without excluding another extension's claim on the same kind.
 
 **Cost model** (YAML-only operations). Per tile of the built-in tiling (the array's
 GEMM tiles for ``matmul``, the vector unit's row chunks otherwise): ``cycles``
-(required), ``macs`` (default: the MACs of the tile) and ``energy_pj`` (default: the
+(required, at least 1), ``macs`` (default: the MACs of the tile; at least those, or one
+per output element for a ``structured_sparsity`` unit) and ``energy_pj`` (default: the
 array's or vector unit's energy). Names an expression may read: the tile's ``B``,
 ``M``, ``N``, ``K`` and ``rate`` (the array's MACs per PE per cycle at the op's
 precision) for matmul, ``ROWS``, ``COLS``, ``ELEMENTS`` otherwise, ``E`` (bytes per

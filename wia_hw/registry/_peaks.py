@@ -19,12 +19,20 @@ inherited one is refused. A tile's cost beats the peak when
   cost model's ``macs`` or the tile's ``B*M*N*K``);
 * vector unit: ``cycles * bytes_per_cycle < ELEMENTS * E``.
 
-:func:`check_tile` is the run-time check of every tile (a
+The MACs an array operation executes are bounded below (:func:`check_macs`), or a cost
+model could claim to execute none and run at any speed: at least the tile's
+``B*M*N*K``, unless the extension declares ``structured_sparsity`` (a unit that skips
+zero weights), then at least ``B*M*N``, one per output element. A tile's values must
+also be in range (:func:`check_values`: ``cycles`` at least 1, ``macs`` and
+``energy_pj`` not negative).
+
+:func:`check_values`, :func:`check_macs` and :func:`check_tile` are the run-time checks of every tile (a
 :class:`~wia_hw.WorkloadError` naming the op, the operation, the tile shape and the
 peak). :func:`check_costs` is the validate-time check: it evaluates the cost model on
 the full tiles each built-in device cuts, and refuses the manifest (a
 :class:`~wia_hw.SpecError` naming the file, line and field) when the cost beats the peak
-on one of them, which proves the operation would be refused when it runs there.
+on one of them (or its values are out of range, or its MACs too few, there), which
+proves the operation would be refused when it runs there, with the same message.
 """
 
 from __future__ import annotations
@@ -40,9 +48,17 @@ from ..graph import DTYPE_BYTES
 from ..lowering import choose_gemm_tiling
 from ..spec import list_specs, load_spec
 from ._expr import ExprError
-from ._manifest import PEAK_KEYS, DeviceExtension, Operation
+from ._manifest import PEAK_KEYS, Capability, DeviceExtension, Operation
 
-__all__ = ["device_names", "unit_peak", "check_tile", "check_costs"]
+__all__ = [
+    "device_names",
+    "unit_peak",
+    "skips_macs",
+    "check_values",
+    "check_macs",
+    "check_tile",
+    "check_costs",
+]
 
 Number = int | float
 
@@ -96,6 +112,61 @@ def unit_peak(op: Operation, env: Mapping[str, Number]) -> tuple[Fraction, str, 
 
 def _shape(dims: Mapping[str, int]) -> str:
     return "{" + ", ".join(f"{k}={v}" for k, v in dims.items()) + "}"
+
+
+def skips_macs(ext: DeviceExtension, op: Operation) -> bool:
+    """Whether ``op`` may execute fewer MACs than its tiles' ``B*M*N*K``: it, or its
+    extension, declares ``structured_sparsity`` (a unit that skips zero weights)."""
+    sparse = Capability.STRUCTURED_SPARSITY
+    return sparse in op.uses or sparse in ext.capabilities
+
+
+def check_values(
+    name: str,
+    dims: Mapping[str, int],
+    cycles: Number,
+    macs: Number | None,
+    energy_pj: Number | None,
+) -> str | None:
+    """Why a tile's cost values are out of range (``cycles`` below 1, ``macs`` or
+    ``energy_pj`` negative), or ``None``; the values are as the expressions gave them,
+    before rounding."""
+    if cycles >= 1 and (macs is None or macs >= 0) and (energy_pj is None or energy_pj >= 0):
+        return None
+    return (
+        f"cost model of {name} gave cycles {cycles!r}, macs {macs!r}, energy_pj "
+        f"{energy_pj!r} for tile {dict(dims)} (cycles must be >= 1, the others >= 0)"
+    )
+
+
+def check_macs(
+    name: str, op: Operation, dims: Mapping[str, int], macs: int | None, sparse: bool
+) -> str | None:
+    """Why the MACs an array operation's cost model says a tile executes are too few,
+    or ``None``: at least ``B*M*N*K``, or, for a unit that skips zero weights
+    (``sparse``, see :func:`skips_macs`), at least ``B*M*N`` (one per output element).
+    Without the bound a cost model claiming no MACs would beat any peak."""
+    if not op.on_array or macs is None:
+        return None
+    outputs = dims["B"] * dims["M"] * dims["N"]
+    least, what = (
+        (
+            outputs,
+            "B*M*N, one per output element (a structured-sparse unit skips zero weights, not outputs)",
+        )
+        if sparse
+        else (
+            outputs * dims["K"],
+            "B*M*N*K, the tile's MACs (only a unit that declares structured_sparsity may "
+            "skip some)",
+        )
+    )
+    if macs >= least:
+        return None
+    return (
+        f"{name}: cost model executes {_num(macs)} MACs on tile {_shape(dims)}, fewer "
+        f"than {_num(least)} = {what}"
+    )
 
 
 def check_tile(
@@ -178,9 +249,11 @@ def check_costs(ext: DeviceExtension) -> DeviceExtension:
         for device, names, gemm, vec in _builtin_samples():
             for dims in gemm if op.on_array else vec:
                 env = {**names, **ext.values, **dims}
+                cost = op.cost
                 try:
-                    cycles = math.ceil(op.cost["cycles"].evaluate(env))
-                    macs = op.cost["macs"].evaluate(env) if "macs" in op.cost else None
+                    cyc = cost["cycles"].evaluate(env)
+                    macs = cost["macs"].evaluate(env) if "macs" in cost else None
+                    pj = cost["energy_pj"].evaluate(env) if "energy_pj" in cost else None
                     unit_peak(op, env)
                 except ExprError:
                     continue
@@ -188,17 +261,24 @@ def check_costs(ext: DeviceExtension) -> DeviceExtension:
                     raise ext.error(
                         f"operations.{op.index}.peak", f"{e} on the built-in device {device!r}"
                     ) from None
-                if cycles < 1 or (macs is not None and macs < 0):
-                    continue  # refused at run time, with the values
+                name = f"{ext.id}.{op.name}"
                 tile = {k: v for k, v in dims.items() if k != "rate"}
-                why = check_tile(
-                    f"{ext.id}.{op.name}",
-                    op,
-                    env,
-                    tile,
-                    cycles,
-                    None if macs is None else math.ceil(macs),
-                )
+                on = f", on the built-in device {device!r}"
+                why = check_values(name, tile, cyc, macs, pj)
+                if why is not None:  # the run refuses it with this message
+                    key = (
+                        "cycles"
+                        if cyc < 1
+                        else "macs"
+                        if macs is not None and macs < 0
+                        else "energy_pj"
+                    )
+                    raise ext.error(f"operations.{op.index}.cost.{key}", why + on)
+                cycles, tile_macs = math.ceil(cyc), None if macs is None else math.ceil(macs)
+                why = check_macs(name, op, tile, tile_macs, skips_macs(ext, op))
+                if why is not None:
+                    raise ext.error(f"operations.{op.index}.cost.macs", why + on)
+                why = check_tile(name, op, env, tile, cycles, tile_macs)
                 if why is not None:
                     raise ext.error(
                         f"operations.{op.index}.cost.cycles",

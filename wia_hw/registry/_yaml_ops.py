@@ -30,7 +30,7 @@ from ..lowering import VIEW_KINDS, lower_op
 from ._chains import chain_head, match_chain
 from ._expr import ExprError
 from ._manifest import DeviceExtension, Operation
-from ._peaks import check_tile, device_names
+from ._peaks import check_macs, check_tile, check_values, device_names, skips_macs
 
 __all__ = ["yaml_operation_provider"]
 
@@ -119,6 +119,7 @@ def yaml_operation_provider(
         if isinstance(inner, GemmKernel):
             env_base["rate"] = float(spec.compute.array.rate(inner.precision))
         name = f"{ext.id}.{operation.name}"
+        sparse = skips_macs(ext, operation)
 
         def tile_cost(dims: Mapping[str, int]) -> tuple[int, int | None, float | None]:
             env = {**env_base, **dims}
@@ -130,14 +131,13 @@ def yaml_operation_provider(
                 raise WorkloadError(
                     f"op {head.name!r}: cost model of {name} failed for tile {dict(dims)}: {e}"
                 ) from None
-            if cyc < 1 or (macs is not None and macs < 0) or (pj is not None and pj < 0):
-                raise WorkloadError(
-                    f"op {head.name!r}: cost model of {name} gave cycles "
-                    f"{cyc!r}, macs {macs!r}, energy_pj {pj!r} for tile "
-                    f"{dict(dims)} (cycles must be >= 1, the others >= 0)"
-                )
+            why = check_values(name, dims, cyc, macs, pj)
+            if why is not None:
+                raise WorkloadError(f"op {head.name!r}: {why}")
             cycles, tile_macs = math.ceil(cyc), (None if macs is None else math.ceil(macs))
-            why = check_tile(name, operation, env, dims, cycles, tile_macs)
+            why = check_macs(name, operation, dims, tile_macs, sparse) or check_tile(
+                name, operation, env, dims, cycles, tile_macs
+            )
             if why is not None:
                 raise WorkloadError(f"op {head.name!r}: {why}")
             return cycles, tile_macs, pj
