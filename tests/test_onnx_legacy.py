@@ -245,6 +245,8 @@ def test_an_op_without_a_function_body_is_still_named_unsupported():
         ((5,), (5,), False),
         ((2, 3, 5), (1, 5, 7), True),
         ((2, 4, 3, 5), (1, 1, 5, 7), False),
+        ((5,), (2, 5, 7), False),
+        ((5,), (2, 3, 5, 7), True),
     ],
 )
 def test_matmul_with_1d_or_unit_batch_operands(sa, sb, b_const):
@@ -258,9 +260,13 @@ def test_matmul_with_1d_or_unit_batch_operands(sa, sb, b_const):
     same_as_reference(m, feeds)
 
 
-def test_matmul_broadcasting_a_1d_a_over_batches_is_refused_in_one_line():
-    m = model([helper.make_node("MatMul", ["a", "b"], ["y"])], [("a", (5,)), ("b", (2, 5, 7))], 17)
-    with pytest.raises(wia_hw.WorkloadError, match=r"A \[5\] x B \[2, 5, 7\] needs broadcasting"):
+def test_matmul_broadcasting_batch_dims_is_refused_in_one_line():
+    m = model(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])], [("a", (2, 3, 5, 8)), ("b", (3, 8, 4))], 17
+    )
+    with pytest.raises(
+        wia_hw.WorkloadError, match=r"A \[2, 3, 5, 8\] x B \[3, 8, 4\] needs broadcasting"
+    ):
         from_onnx(m)
 
 

@@ -620,7 +620,10 @@ class Graph:
     model quantised with QuantizeLinear/DequantizeLinear): functional mode reads and
     writes those tensors' codes with them. :func:`~wia_hw.apply_fusion` (which only
     marks ops) keeps both; a graph rebuilt from this one (quantisation) starts
-    without either.
+    without either. ``weight_sources`` maps a weight that holds (a new layout of, or
+    part of) one of the model's weights to that weight's name and element count (an
+    ONNX model's tied embedding, read transposed as the LM head, is two weights of
+    one source): :attr:`parameters` and :attr:`weight_bytes` count each source once.
     """
 
     def __init__(
@@ -644,6 +647,8 @@ class Graph:
         self.params: dict[str, Any] = dict(params or {})
         self.weight_values: dict[str, Callable[[], Any]] = {}
         self.quant: dict[str, QuantParams] = {}
+        #: weight -> (the model's weight it holds in another layout, that one's elements)
+        self.weight_sources: dict[str, tuple[str, int]] = {}
         #: the model's own outputs (an ONNX graph's), which functional mode returns
         #: besides the tensors no op reads
         self.declared_outputs: list[str] = []
@@ -697,9 +702,42 @@ class Graph:
     def macs(self) -> int:
         return sum(op_macs(o, self.shapes_of(o)[0]) for o in self.ops)
 
+    def _weight_groups(self) -> list[tuple[list[Tensor], int | None]]:
+        """The weights grouped by the model's weight they hold (``weight_sources``;
+        a weight without a source is its own group), with that source's elements."""
+        groups: dict[str, tuple[list[Tensor], int | None]] = {}
+        for t in self.tensors.values():
+            if t.kind != "weight":
+                continue
+            src, numel = self.weight_sources.get(t.name, (t.name, None))
+            members, known = groups.setdefault(src, ([], None))
+            members.append(t)
+            groups[src] = (members, numel if numel is not None else known)
+        return list(groups.values())
+
+    @staticmethod
+    def _once(sizes: list[int], source: int | None, per_element: int) -> int:
+        """What weights of ``sizes`` holding one source of ``source`` elements
+        count: all of them, but no more than the source (its elements at
+        ``per_element``) and no less than the largest."""
+        if len(sizes) == 1 or source is None:
+            return sum(sizes)
+        return max(max(sizes), min(sum(sizes), source * per_element))
+
+    @property
+    def parameters(self) -> int:
+        """The weights' elements, each of the model's weights counted once (a weight
+        that holds another's values in another layout adds nothing)."""
+        return sum(self._once([t.numel for t in ts], src, 1) for ts, src in self._weight_groups())
+
     @property
     def weight_bytes(self) -> int:
-        return sum(t.nbytes for t in self.tensors.values() if t.kind == "weight")
+        """The weights' bytes, each of the model's weights counted once (as
+        :attr:`parameters`, at the widest dtype of the weights that hold it)."""
+        return sum(
+            self._once([t.nbytes for t in ts], src, max(DTYPE_BYTES[t.dtype] for t in ts))
+            for ts, src in self._weight_groups()
+        )
 
     def with_float_dtype(self, dtype: str) -> Graph:
         """This graph with every float tensor (fp32, fp16, bf16) in ``dtype``, one of
@@ -725,6 +763,7 @@ class Graph:
         )
         g.weight_values = dict(self.weight_values)
         g.quant = dict(self.quant)
+        g.weight_sources = dict(self.weight_sources)
         g.declared_outputs = list(self.declared_outputs)
         return g
 

@@ -212,6 +212,7 @@ def _same_values(src: Graph, marked: Graph) -> Graph:
     marked.weight_values = dict(src.weight_values)
     marked.quant = dict(src.quant)
     marked.declared_outputs = list(src.declared_outputs)
+    marked.weight_sources = dict(src.weight_sources)
     return marked
 
 

@@ -24,9 +24,12 @@ __all__ = ["ImportReport", "import_report", "format_report"]
 @dataclass(frozen=True, kw_only=True)
 class ImportReport:
     """One import. ``ops_by_kind`` maps each op kind to (ops, FLOPs, MACs);
-    ``parameters`` counts weight elements; ``weight_bytes``, ``input_bytes`` and
+    ``parameters`` counts weight elements (each of the model's weights once, however
+    many layouts of it the import holds: ``Graph.parameters``); ``weight_bytes``, ``input_bytes`` and
     ``activation_bytes`` are the bytes of the weights, the graph inputs and every
-    value an op writes; ``unsupported`` maps each unmapped ONNX op type to its node
+    value an op writes; ``folded_nodes`` and ``dead_nodes`` count the ONNX nodes
+    folded as constants and those removed because no graph output depends on them
+    (both within ``onnx_nodes``); ``unsupported`` maps each unmapped ONNX op type to its node
     count (then ``graph`` is None and the figures are 0); ``import_s`` is the wall
     time of the import."""
 
@@ -34,6 +37,7 @@ class ImportReport:
     model: str
     onnx_nodes: int
     folded_nodes: int
+    dead_nodes: int = 0
     unsupported: Mapping[str, int] = field(default_factory=dict)
     ops_by_kind: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)
     flops: int = 0
@@ -76,7 +80,8 @@ def import_report(
     t0 = time.perf_counter()
     proto, gname, source, folded, info = _onnx._prepare(onnx, model, batch, dims)
     dims = info["dims"]
-    nodes = len(proto.graph.node) + folded
+    dead = info["dead"]
+    nodes = len(proto.graph.node) + folded + dead
     bad = _onnx.unsupported_ops(proto)
     if bad:
         return ImportReport(
@@ -84,6 +89,7 @@ def import_report(
             model=gname,
             onnx_nodes=nodes,
             folded_nodes=folded,
+            dead_nodes=dead,
             unsupported=bad,
             import_s=time.perf_counter() - t0,
         )
@@ -98,17 +104,17 @@ def import_report(
         ins, outs = g.shapes_of(op)
         n, f, m = by_kind.get(op.kind, (0, 0, 0))
         by_kind[op.kind] = (n + 1, f + g.flops(op), m + op_macs(op, ins))
-    weights = [t for t in g.tensors.values() if t.kind == "weight"]
     return ImportReport(
         source=source,
         model=gname,
         onnx_nodes=nodes,
         folded_nodes=folded,
+        dead_nodes=dead,
         ops_by_kind=dict(sorted(by_kind.items(), key=lambda kv: (-kv[1][1], kv[0]))),
         flops=g.flops(),
         macs=g.macs(),
-        parameters=sum(t.numel for t in weights),
-        weight_bytes=sum(t.nbytes for t in weights),
+        parameters=g.parameters,
+        weight_bytes=g.weight_bytes,
         input_bytes=sum(t.nbytes for t in g.tensors.values() if t.kind == "input"),
         activation_bytes=sum(t.nbytes for t in g.tensors.values() if t.kind == "activation"),
         import_s=elapsed,
@@ -136,7 +142,9 @@ def format_report(r: ImportReport) -> str:
     of every unsupported op type with its count."""
     head = (
         f"{r.model} ({r.source}): {r.onnx_nodes} ONNX nodes, {r.folded_nodes} folded "
-        f"as constants, imported in {r.import_s:.2f} s"
+        f"as constants, "
+        + (f"{r.dead_nodes} dead (no output depends on them), " if r.dead_nodes else "")
+        + f"imported in {r.import_s:.2f} s"
     )
     if r.unsupported:
         lines = [head, f"unsupported op types ({len(r.unsupported)}):"]

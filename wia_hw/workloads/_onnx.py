@@ -565,6 +565,9 @@ class _Importer:
         #: codes of a float weight the model quantises, _onnx_qdq), registered only
         #: when those weights' values are there
         self.computed: dict[str, Callable[[], Any]] = {}
+        #: weight -> the ONNX constant whose values it holds (itself, or reshaped or
+        #: transposed at import: :meth:`const_weight`), for counting each once
+        self.weight_origin: dict[str, str] = {}
 
     # -- values ------------------------------------------------------------------------
     def dtype(self, value: str, elem: int, node: str = "") -> str:
@@ -603,6 +606,7 @@ class _Importer:
         if value in self.consts:
             t = self.consts[value]
             name = self.b.weight(value, tuple(t.dims), self.dtype(value, t.data_type, node))
+            self.weight_origin[name] = value
             if self.has_value(value):
                 self.values[name] = lambda v=value: self.weight_array(v)
             return name
@@ -627,6 +631,7 @@ class _Importer:
         if self.defined(name):
             return name
         name = self.b.weight(name, shape, self.dtype(value, t.data_type, node))
+        self.weight_origin[name] = value
         fn = make or (lambda arr: arr.reshape(shape))
         if self.has_value(value):
             self.values[name] = lambda: fn(self.weight_array(value))
@@ -940,6 +945,10 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
         imp.add("reshape", name, [v(0)], out, grp, dt, shape=theirs)
     elif t == "MatMul":
         sa, sb = imp.shape(ins[0]), imp.shape(ins[1])
+        if len(sa) == 1 and len(sb) > 2:
+            _row_times_batched(imp, ins, is_const, name, out, grp, dt)
+            imp.check(node, name, out)
+            return
         ops, final = [v(0), v(1)], out
         # numpy's rules: a 1-D A is a row, a 1-D B a column (dropped from the result);
         # B with unit batch dims, under an A of at least its rank, is its last two
@@ -1215,6 +1224,37 @@ def _map_node(imp: _Importer, node: Any, name: str) -> None:
     else:  # pragma: no cover - the support check runs before
         raise fail("is not supported")
     imp.check(node, name, node.output[0])
+
+
+def _row_times_batched(
+    imp: _Importer,
+    ins: list[str],
+    is_const: Callable[[int], bool],
+    name: str,
+    out: str,
+    grp: str,
+    dt: str | None,
+) -> None:
+    """MatMul of a 1-D A ``[K]`` by a batched B ``[..., K, N]`` as numpy: the row
+    times each matrix of B, ``[..., N]``. Computed as B with its last two axes swapped
+    (a ``transpose``; at import for a constant B) times A as a column ``[K, 1]``: one
+    ``linear`` of the same MACs, its unit axis dropped by a ``reshape``."""
+    sa, sb = imp.shape(ins[0]), imp.shape(ins[1])
+    perm = (*range(len(sb) - 2), len(sb) - 1, len(sb) - 2)
+    bt_shape = tuple(sb[i] for i in perm)
+    if is_const(1):
+        bt = imp.const_weight(ins[1], bt_shape, "T", name, make=lambda arr: arr.transpose(perm))
+    else:
+        bt = imp.add(
+            "transpose", f"{name}.bt", [imp.value(ins[1], name)], f"{out}.bt", grp, dt, perm=perm
+        )
+    col_shape = (sa[0], 1)
+    if is_const(0):
+        col = imp.const_weight(ins[0], col_shape, "mm", name)
+    else:
+        col = imp.view(imp.value(ins[0], name), col_shape, f"{name}.in0", f"{out}.in0", grp)
+    y = imp.add("linear", name, [bt, col], f"{out}.mm", grp, dt)
+    imp.add("reshape", f"{name}.squeeze", [y], out, grp, dt, shape=(*sb[:-2], sb[-1]))
 
 
 def _gemm(
@@ -3030,14 +3070,27 @@ def _prepare(
     """Load, fix the input dims, infer shapes and fold constants: (proto, graph name,
     source, nodes folded, ``info``: ``dims``, the entries of ``dims`` the model used;
     ``moved``, the shape-folded moves of weights, output -> a function giving its
-    values; ``held``, the bytes of the large inline initializers, held out of the
-    proto while shape inference copies it round after round, which
-    :func:`_import_prepared` puts back)."""
+    values; ``sources``, the shape-folded nodes that hold one weight of the model,
+    output -> (that weight, its element count); ``held``, the bytes of the large
+    inline initializers, held out of the proto while shape inference copies it round
+    after round, which :func:`_import_prepared` puts back; ``dead``, the number of
+    nodes removed after folding because no graph output depends on them)."""
     import onnx.shape_inference
 
-    from ._onnx_fold import DERIVED, HELD, check_loops, fold, hold_weights, inline_small_external
+    from ._onnx_fold import (
+        DERIVED,
+        HELD,
+        SOURCES,
+        check_loops,
+        fold,
+        hold_weights,
+        inline_small_external,
+        prune_dead,
+        sort_nodes,
+    )
 
     proto, gname, source = _load(onnx, model)
+    sort_nodes(proto.graph, source)  # shape inference reads the nodes in order
     _preflight(proto, source)
     replace_removed_ops(onnx, proto)
     proto = upgrade_old_opset(onnx, proto, source)
@@ -3056,7 +3109,14 @@ def _prepare(
         if not step or complete:
             break
     check_loops(memo, source)
-    info = {"dims": used, "moved": memo.get(DERIVED, {}), "held": memo[HELD]}
+    dead = prune_dead(onnx, proto)  # before the unsupported-op check: a dead op is no op
+    info = {
+        "dims": used,
+        "moved": memo.get(DERIVED, {}),
+        "sources": memo.get(SOURCES, {}),
+        "held": memo[HELD],
+        "dead": dead,
+    }
     return proto, gname, source, folded, info
 
 
@@ -3187,6 +3247,7 @@ def _import_prepared(
         "batch": batch,
         "dims": dims,
         "folded_nodes": folded,
+        "dead_nodes": (info or {}).get("dead", 0),
     }
     if recognise:  # the builder checked every op; the rewrite validates the result
         graph = Graph(
@@ -3207,7 +3268,26 @@ def _import_prepared(
     graph.weight_values = {n: f for n, f in imp.values.items() if n in graph.tensors}
     graph.quant = quant_of(graph, imp.qparams)
     graph.declared_outputs = [o.name for o in proto.graph.output if o.name in graph.tensors]
+    graph.weight_sources = _weight_sources(imp, graph, (info or {}).get("sources", {}))
     return graph
+
+
+def _weight_sources(
+    imp: _Importer, graph: Graph, sources: Mapping[str, tuple[str, int]]
+) -> dict[str, tuple[str, int]]:
+    """:attr:`Graph.weight_sources`: each weight that holds another constant's values
+    (a shape-folded move of a weight, ``sources``; a constant laid out anew at
+    import) -> (the model's weight, its elements)."""
+    found: dict[str, tuple[str, int]] = {}
+    for w, v in imp.weight_origin.items():
+        if w not in graph.tensors:
+            continue
+        src = sources.get(v)
+        if src is None and w != v:
+            src = (v, math.prod(imp.consts[v].dims))
+        if src is not None and src[0] != w:
+            found[w] = src
+    return found
 
 
 def from_onnx(

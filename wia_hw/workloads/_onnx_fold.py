@@ -42,6 +42,13 @@ in place):
   Random ops (``RandomNormal``...), ops of other domains than ONNX's and nodes with
   subgraphs are never folded.
 
+Around the folding, :func:`sort_nodes` puts the nodes in topological order (as ONNX
+Runtime does on load; ONNX requires it, graph-surgery tools do not always keep it) and
+:func:`prune_dead` removes the nodes that no graph output depends on (a ``Transpose``
+read only by a ``Shape`` that folded away, say). Both treat the names read inside a
+node's subgraphs (``If``, ``Loop``, ``Scan``) from the enclosing scope as that node's
+inputs.
+
 Values of initializers stored in an external data file are read only when a folded
 node needs them (small tensors); a missing data file is fine for everything else,
 which is how the repository's weight-stripped fixtures are stored.
@@ -49,6 +56,7 @@ which is how the repository's weight-stripped fixtures are stored.
 
 from __future__ import annotations
 
+import heapq
 import math
 from pathlib import Path
 from typing import Any
@@ -70,6 +78,10 @@ DERIVED = ("derived weights",)
 HELD = ("held weights",)
 #: Initializers of more bytes than this are held (their values are never folded).
 HOLD_BYTES = 4 * INIT_MAX_ELEMENTS
+#: The memo key of the shape-folded nodes on weights that hold (part of, or a new
+#: layout of) one weight of the model: output -> (that initializer's name, its
+#: element count), for counting the model's parameters once (:meth:`_Folder.derive`)
+SOURCES = ("weight sources",)
 #: Most iterations a Loop with a constant trip count is unrolled to.
 UNROLL_MAX = 4096
 #: The key, in the memo that the rounds of one import share, of the unrolled loops'
@@ -285,6 +297,21 @@ class _Folder:
 
         self.memo.setdefault(DERIVED, {})[node.output[0]] = make
 
+    def record_source(self, node: Any, vals: list[Any]) -> None:
+        """A shape-folded node reading one weight (the others small constants): its
+        output holds that weight's values in another layout, or part of them
+        (``memo[SOURCES]``: output -> (the model's initializer, its element count),
+        through chains of such nodes), so the import counts that weight once."""
+        big = [i for i, v in zip(node.input, vals, strict=True) if i and v is None]
+        if len(big) != 1 or len(node.output) != 1:
+            return
+        sources = self.memo.setdefault(SOURCES, {})
+        src = sources.get(big[0])
+        if src is None and big[0] in self.inits:
+            src = (big[0], _numel(tuple(self.inits[big[0]].dims)))
+        if src is not None:
+            sources[node.output[0]] = src
+
     def source_values(self, name: str) -> Any | None:
         """A function giving weight ``name``'s values (from the model, its external
         data file, or a move of another weight's), or None when they are not there."""
@@ -373,6 +400,7 @@ class _Folder:
         if unknown_out:
             return False
         self.derive(node, vals)
+        self.record_source(node, vals)
         for o in node.output:
             if o:
                 self.shape_only.add(o)
@@ -647,3 +675,146 @@ def fold(
     docstring."""
     opsets = {(o.domain or ""): o.version for o in proto.opset_import}
     return _Folder(onnx, proto.graph, opsets, base_dir, {} if memo is None else memo).run()
+
+
+def _subgraph_reads(node: Any) -> set[str]:
+    """The names ``node``'s subgraphs (If's branches, Loop's and Scan's bodies, at any
+    depth) read from the enclosing scope: what they read less what they define."""
+    reads: set[str] = set()
+    for a in node.attribute:
+        for g in [a.g] if a.HasField("g") else list(a.graphs):
+            defined = {v.name for v in g.input} | {t.name for t in g.initializer}
+            defined |= {o for n in g.node for o in n.output if o}
+            inner = {i for n in g.node for i in n.input if i}
+            inner |= {o.name for o in g.output}
+            for n in g.node:
+                inner |= _subgraph_reads(n)
+            reads |= inner - defined
+    return reads
+
+
+def node_reads(node: Any) -> set[str]:
+    """The values ``node`` reads: its inputs and what its subgraphs read from the
+    enclosing scope."""
+    reads = {i for i in node.input if i}
+    if any(a.type in (5, 10) for a in node.attribute):  # GRAPH, GRAPHS
+        reads |= _subgraph_reads(node)
+    return reads
+
+
+def sort_nodes(graph: Any, source: str) -> bool:
+    """Put ``graph``'s nodes in topological order, in place, keeping the file's order
+    among the nodes that are ready (a sorted graph is left as it is); returns whether
+    the order changed. A value no node produces (a graph input, an initializer, or a
+    name nothing defines, which shape inference reports) is ready from the start.
+
+    Raises :class:`~wia_hw.WorkloadError` naming a node of a cycle when there is one.
+    """
+    nodes = list(graph.node)
+    producer: dict[str, int] = {}
+    for k, n in enumerate(nodes):
+        for o in n.output:
+            if o:
+                producer.setdefault(o, k)
+    deps = [{producer[i] for i in node_reads(n) if i in producer} for n in nodes]
+    if all(d < k for k, ds in enumerate(deps) for d in ds):
+        return False
+    waiting = [len(ds) for ds in deps]
+    readers: dict[int, list[int]] = {}
+    for k, ds in enumerate(deps):
+        for d in ds:
+            readers.setdefault(d, []).append(k)
+    ready = [k for k, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        k = heapq.heappop(ready)
+        order.append(k)
+        for r in readers.get(k, []):
+            waiting[r] -= 1
+            if waiting[r] == 0:
+                heapq.heappush(ready, r)
+    if len(order) < len(nodes):
+        k = next(k for k, w in enumerate(waiting) if w)
+        seen: list[int] = []
+        while k not in seen:  # walk back along unscheduled producers until one repeats
+            seen.append(k)
+            k = min(d for d in deps[k] if waiting[d])
+        n, reader = nodes[k], nodes[seen[-1]]  # seen[-1] reads an output of k
+        value = next(o for o in n.output if o and o in node_reads(reader))
+        by = (
+            "itself"
+            if reader is n
+            else f"{reader.name or reader.op_type!r} ({reader.op_type}), which depends on it"
+        )
+        raise WorkloadError(
+            f"{source}: ONNX node {n.name or n.op_type!r} ({n.op_type}) is in a cycle: "
+            f"its output {value!r} is read by {by}"
+        )
+    del graph.node[:]
+    graph.node.extend(nodes[k] for k in order)
+    return True
+
+
+def prune_dead(onnx: Any, proto: Any) -> int:
+    """Remove the nodes of ``proto``'s graph that no graph output depends on, and the
+    initializers only they read, in place; returns the number of nodes removed. The
+    optional outputs that nothing reads are dropped from the nodes kept (an LSTM's
+    ``Y_h`` and ``Y_c`` when only ``Y`` is used: the importer then builds no copies
+    for them). A graph that declares no outputs is left as it is."""
+    graph = proto.graph
+    needed = {o.name for o in graph.output}
+    if not needed:
+        return 0
+    producer = {o: k for k, n in enumerate(graph.node) for o in n.output if o}
+    live: set[int] = set()
+    todo = list(needed)
+    while todo:
+        k = producer.get(todo.pop())
+        if k is None or k in live:
+            continue
+        live.add(k)
+        reads = node_reads(graph.node[k])
+        todo.extend(reads - needed)
+        needed |= reads
+    opsets = {(o.domain or ""): o.version for o in proto.opset_import}
+    for k in live:
+        _drop_unread_outputs(onnx, graph.node[k], needed, opsets)
+    removed = len(graph.node) - len(live)
+    if not removed:
+        return 0
+    kept = [n for k, n in enumerate(graph.node) if k in live]
+    del graph.node[:]
+    graph.node.extend(kept)
+    inputs = {v.name for v in graph.input}
+    inits = [t for t in graph.initializer if t.name in needed or t.name in inputs]
+    if len(inits) < len(graph.initializer):
+        del graph.initializer[:]
+        graph.initializer.extend(inits)
+    return removed
+
+
+def _drop_unread_outputs(onnx: Any, node: Any, needed: set[str], opsets: dict[str, int]) -> None:
+    """Blank ``node``'s outputs that nothing reads and that its op's schema marks
+    optional (the first only for the recurrent ops, whose outputs all are)."""
+    if all(o in needed for o in node.output if o):
+        return
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    version = opsets.get(domain)
+    if version is None:
+        return
+    try:
+        schema = onnx.defs.get_schema(node.op_type, version, domain)
+    except onnx.defs.SchemaError:
+        return
+    optional = onnx.defs.OpSchema.FormalParameterOption.Optional
+    params = schema.outputs
+    for k, o in enumerate(node.output):
+        if (
+            o
+            and o not in needed
+            and k < len(params)
+            and params[k].option == optional
+            and (k > 0 or node.op_type in ("LSTM", "GRU", "RNN"))
+        ):
+            node.output[k] = ""

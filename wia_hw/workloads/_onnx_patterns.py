@@ -801,7 +801,9 @@ class _Rewriter:
         ``kt`` from it, the ops that replace them), or None. Forms: one ``transpose``
         (its perm with the last two entries swapped back stays, unless that is the
         identity), or ``reshape -> transpose(last two) -> reshape`` over merged
-        leading dims (the dynamo exporter's 3-D transpose)."""
+        leading dims (the dynamo exporter's 3-D transpose; when the first reshape's input
+        groups the leading dims otherwise, a ``reshape`` of k to kt's leading dims
+        replaces the three)."""
         from ..graph import Tensor
 
         p = self.prod.get(kt)
@@ -832,10 +834,23 @@ class _Rewriter:
         if r1 is None or r1.kind != "reshape" or self.only_reader(tr.inputs[0]) is not tr:
             return None
         k = r1.inputs[0]
-        ks, kts = self.t(k).shape, self.t(kt).shape
-        if len(ks) < 2 or kts != ks[:-2] + (ks[-1], ks[-2]):
+        ks, mid, kts = self.t(k).shape, self.t(r1.outputs[0]).shape, self.t(kt).shape
+        if (
+            len(ks) < 2
+            or len(kts) < 2
+            or mid[-2:] != ks[-2:]  # the first reshape merges leading axes only
+            or kts[-2:] != (ks[-1], ks[-2])
+            or math.prod(ks[:-2]) != math.prod(kts[:-2])
+        ):
             return None
-        return k, [r1, tr, p], []
+        if kts[:-2] == ks[:-2]:
+            return k, [r1, tr, p], []
+        # k's leading axes regrouped too (Hugging Face's repeat_kv: [B, n_kv, n_rep,
+        # T, d] read as [B, H, d, T]): a view of k with kt's leading axes stays
+        name = f"{kt}.untransposed"
+        shape = kts[:-2] + ks[-2:]
+        self.new_tensors[name] = Tensor(name, shape, self.t(kt).dtype)
+        return name, [r1, tr, p], [Op(p.name, "reshape", (k,), (name,), p.group, {"shape": shape})]
 
     def _reaches_bmm(self, tensor: str) -> bool:
         for _ in range(6):

@@ -221,10 +221,15 @@ def _lstm_step(
         return step.add("add", f"q{tag}", [g, step.add("mul", f"m{tag}", [peep[p], cell])])
 
     i_ = step.add("sigmoid", "i", [peeped("i", 0, 0, c)])
-    f_ = step.add("sigmoid", "f", [peeped("f", 2, 2, c)])
+    # a zero previous cell state needs no forget gate: f * 0 adds nothing
+    f_ = None if c is None else step.add("sigmoid", "f", [peeped("f", 2, 2, c)])
     cc = step.add("tanh", "cc", [step.gate(pre, 3, "pc")])
     ic = step.add("mul", "ic", [i_, cc])
-    c = ic if c is None else step.add("add", "c", [step.add("mul", "fc", [f_, c]), ic])
+    c = (
+        ic
+        if c is None or f_ is None
+        else step.add("add", "c", [step.add("mul", "fc", [f_, c]), ic])
+    )
     o_ = step.add("sigmoid", "o", [peeped("o", 1, 1, c)])
     return step.add("mul", "h", [o_, step.add("tanh", "tc", [c])]), c
 
