@@ -6,6 +6,7 @@ docstring of the function that takes it."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from fractions import Fraction
 
@@ -46,7 +47,7 @@ def choose_gemm_tiling(
     if a.dataflow == "os":
 
         def grow(tk: int) -> tuple[int, int]:
-            tm, tn = min(R, mcap), min(C, ncap)
+            tm, tn = _shrunk(min(R, mcap), min(C, ncap), lambda tm, tn: fits(tm, tn, tk))
             while True:
                 grow_m = tm <= tn and tm + R <= mcap and fits(tm + R, tn, tk)
                 grow_n = not grow_m and tn + C <= ncap and fits(tm, tn + C, tk)
@@ -63,7 +64,9 @@ def choose_gemm_tiling(
         tk = k
         if not fits(R, C, tk):
             tk = max(1, budget // ((R + C) * elem_bytes))
-            tk = min(k, max(R, tk // R * R))
+            # whole array rows deep where that fits; below, K slices as deep as fit (an
+            # output-stationary array streams K, so a shallow slice costs loads, not MACs)
+            tk = min(k, tk // R * R if tk >= R else tk)
         tm, tn = grow(tk)
         # Panels stream elem_bytes x (1/tm + 1/tn) bytes per MAC from L2. When that
         # outruns the L2 port at the arrays' peak, a K slice of T (two T x T panels fill
@@ -78,6 +81,11 @@ def choose_gemm_tiling(
         tm, tk, tn = min(m, 4096), min(k, R), min(C, ncap)
         while tm > 1 and not fits(tm, tn, tk):
             tm = max(1, tm // 2)
+        if tm < min(m, R) or not fits(tm, tn, tk):
+            # fewer streamed rows than the array is high (a pass's fill and drain, about
+            # 2R + C steps, then outweigh them), or no tile fits at all: the stationary
+            # block may be cut too
+            tm, tk, tn = _ws_small_buffer(spec, m, n, k, elem_bytes, fits)
         while tk < k and fits(tm, tn, min(k, tk + R)):
             tk = min(k, tk + R)
         while tn + C <= ncap and fits(tm, tn + C, tk):
@@ -131,6 +139,53 @@ def choose_gemm_tiling(
     return t if b_transposed else _whole_blocks(spec, n, k, t, elem_bytes, out_bytes)
 
 
+def _halvings(x: int) -> list[int]:
+    """``x, ceil(x / 2), ...`` down to 1."""
+    out = [x]
+    while out[-1] > 1:
+        out.append(-(-out[-1] // 2))
+    return out
+
+
+def _ws_small_buffer(
+    spec: DeviceSpec, m: int, n: int, k: int, elem_bytes: int, fits: Callable[..., bool]
+) -> tuple[int, int, int]:
+    """A weight-stationary tile ``(tm, tk, tn)`` for an L1 too small for an array's
+    height of streamed rows under a whole stationary block: of the tiles whose rows,
+    depth and width are halvings of ``min(m, 4096)``, ``min(k, R)`` and the array's
+    width, that fit, the one with the fewest array cycles over the whole GEMM (its
+    tiles x passes x (steps + fill and drain)); ties to the larger tile. The smallest
+    tile when none fits."""
+    a = spec.compute.array
+    R, C = a.rows, a.cols
+    rate = a.rate(_precision(spec, elem_bytes))
+    fill = 2 * R + C - 2
+    best: tuple[int, int, int] = (1, 1, 1)
+    best_key: tuple[int, int] | None = None
+    for tm in _halvings(min(m, 4096)):
+        steps = systolic_steps(tm, rate) + fill
+        for tk in _halvings(min(k, R)):
+            for tn in _halvings(min(n, C)):
+                if not fits(tm, tn, tk):
+                    continue
+                tiles = -(-m // tm) * -(-n // tn) * -(-k // tk)
+                key = (tiles * steps, -tm * tk * tn)
+                if best_key is None or key < best_key:
+                    best, best_key = (tm, tk, tn), key
+    return best
+
+
+def _shrunk(x: int, y: int, ok: Callable[[int, int], bool]) -> tuple[int, int]:
+    """``(x, y)``, the larger halved (rounded up) while ``ok`` refuses them and one is
+    above 1: a tile's two sides cut to fit its buffer."""
+    while not ok(x, y) and (x > 1 or y > 1):
+        if x >= y:
+            x = -(-x // 2)
+        else:
+            y = -(-y // 2)
+    return x, y
+
+
 def _whole_blocks(
     spec: DeviceSpec, n: int, k: int, t: GemmTiling, elem_bytes: int, out_bytes: int
 ) -> GemmTiling:
@@ -161,7 +216,10 @@ def _whole_blocks(
         return t
     tk = spec.memory.l1.size_bytes // 2 // ((t.tm + tn) * elem_bytes)
     unit = br if tk >= br else a.rows
-    tk = _even_k(k, min(k, tk // unit * unit), unit)
+    tk = min(k, tk // unit * unit)
+    if tk < min(a.rows, k):  # not an array's height of K beside the wider panel
+        return t
+    tk = _even_k(k, tk, unit)
     if tk < min(a.rows, k):
         return t
     return replace(t, tn=tn, tk=tk)
