@@ -263,7 +263,7 @@ def test_bad_calls_are_one_line_errors():
         (lambda: comm.all_reduce(bufs, nbytes=64), r"give either buffers .* or nbytes"),
         (
             lambda: comm.all_reduce(nbytes=64, algorithm="bruck"),
-            r"all_reduce: unknown algorithm 'bruck' \(known: ring, tree, hierarchical\)",
+            r"all_reduce: unknown algorithm 'bruck' \(known: auto, ring, tree, hierarchical\)",
         ),
         (
             lambda: comm.all_reduce(nbytes=64, algorithm="hierarchical"),

@@ -6,6 +6,8 @@ on sizes from ``--min`` to ``--max``, doubling, and prints per size: bytes, elem
 count (float32), time (us), algorithm and bus bandwidth (GB/s; nccl-tests'
 definitions, see ``docs/COMMUNICATION.md``), then the average bus bandwidth. ``--algo``
 applies to the collectives that have that algorithm (the others keep their default).
+By default (``auto``) each size runs the algorithm that ends first for it alone on idle
+links, as NCCL's tuner picks one per size; the ``algo`` column then says which.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import re
 
 import click
 
-from ..comm import ALGORITHMS, MAX_CHUNK_TRANSFERS, open_cluster
+from ..comm import ALGORITHMS, AUTO, MAX_CHUNK_TRANSFERS, open_cluster
 from ._common import spec_overrides
 
 __all__ = ["collectives", "parse_size", "sweep_sizes"]
@@ -64,7 +66,12 @@ Examples:
     show_default=True,
     help="The collective to sweep.",
 )
-@click.option("--algo", default=None, help="Algorithm, e.g. ring, tree, hierarchical.")
+@click.option(
+    "--algo",
+    default=AUTO,
+    show_default=True,
+    help="Algorithm: ring, tree, hierarchical, or auto (per size, the one that ends first).",
+)
 @click.option("--min", "min_size", default="1K", show_default=True, help="Smallest size.")
 @click.option("--max", "max_size", default="1G", show_default=True, help="Largest size.")
 @click.option("--chunk", default="1M", show_default=True, help="Link chunk and pipelining unit.")
@@ -78,7 +85,7 @@ Examples:
 def collectives(
     cluster: str,
     op: str,
-    algo: str | None,
+    algo: str,
     min_size: str,
     max_size: str,
     chunk: str,
@@ -92,8 +99,8 @@ def collectives(
             f"need 1 <= min <= max, got {lo} and {hi}", param_hint="--min/--max"
         )
     ops = OPS if op == "all" else (op,)
-    if algo is not None and not any(algo in ALGORITHMS[o] for o in ops):
-        known = sorted({a for o in ops for a in ALGORITHMS[o]})
+    if algo != AUTO and not any(algo in ALGORITHMS[o] for o in ops):
+        known = [AUTO, *sorted({a for o in ops for a in ALGORITHMS[o]})]
         raise click.BadParameter(
             f"{algo!r} is not an algorithm of {', '.join(ops)} (known: {', '.join(known)})",
             param_hint="--algo",
@@ -104,15 +111,23 @@ def collectives(
             f"the chunk must be at least 1 byte, got {chunk!r}", param_hint="--chunk"
         )
     comm = open_cluster(cluster, overrides=spec_overrides(sets), chunk_bytes=chunk_bytes)
+    hierarchical = comm.topology.devices_per_node is not None
+    if algo == "hierarchical" and not hierarchical:
+        raise click.BadParameter(
+            f"the hierarchical algorithm needs a hierarchical cluster; "
+            f"{comm.spec.name} is {comm.topology.kind}",
+            param_hint="--algo",
+        )
+
+    def algorithm(name: str) -> str:
+        return algo if algo in ALGORITHMS[name] else AUTO
+
     for name in ops:  # the largest size first: refuse before printing anything
-        a = algo if algo in ALGORITHMS[name] else ALGORITHMS[name][0]
-        if a == "hierarchical" and comm.topology.devices_per_node is None:
-            raise click.BadParameter(
-                f"the hierarchical algorithm needs a hierarchical cluster; "
-                f"{comm.spec.name} is {comm.topology.kind}",
-                param_hint="--algo",
-            )
-        t = comm.chunk_transfers(name, a, comm.size, hi, 1)
+        a = algorithm(name)
+        if a == AUTO and comm.auto_candidates(name, range(comm.size), hi, 1):
+            continue  # auto runs one of them
+        x = ALGORITHMS[name][0] if a == AUTO else a
+        t = comm.chunk_transfers(name, x, comm.size, hi, 1)
         if t > MAX_CHUNK_TRANSFERS:
             raise click.BadParameter(
                 f"{name} of {hi:,} B over {comm.size} ranks in chunks of {chunk_bytes:,} B "
@@ -126,10 +141,13 @@ def collectives(
         f"{comm.peak_link_bandwidth_gbs:g} GB/s; sizes {lo} to {hi} bytes, float32"
     )
     for name in ops:
-        a = algo if algo in ALGORITHMS[name] else ALGORITHMS[name][0]
-        click.echo(f"#\n# {name} (algorithm {a})")
+        a = algorithm(name)
+        several = a == AUTO and len(ALGORITHMS[name]) > 1
+        shown = a if a != AUTO or several else ALGORITHMS[name][0]
+        click.echo(f"#\n# {name} (algorithm {shown})")
+        col = f" {'algo':>12}" if several else ""
         click.echo(
-            f"# {'size':>12} {'count':>12} {'type':>7} {'time':>10} {'algbw':>8} {'busbw':>8}"
+            f"# {'size':>12} {'count':>12} {'type':>7} {'time':>10} {'algbw':>8} {'busbw':>8}" + col
         )
         click.echo(
             f"# {'(B)':>12} {'(elements)':>12} {'':>7} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8}"
@@ -141,5 +159,6 @@ def collectives(
             click.echo(
                 f"  {size:>12} {size // 4:>12} {'float':>7} {rec.time_s * 1e6:>10.2f} "
                 f"{rec.algbw_gbs:>8.2f} {rec.busbw_gbs:>8.2f}"
+                + (f" {rec.algorithm:>12}" if several else "")
             )
         click.echo(f"# Avg bus bandwidth: {sum(busbws) / len(busbws):.3f} GB/s")

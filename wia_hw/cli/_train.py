@@ -1,7 +1,7 @@
 """``wia-hw train``: one training iteration of a workload on a cluster.
 
 ``wia-hw train bert-large --cluster wia-cluster-8 --dp 8 --tp 1 [--batch 32] [--seq
-128] [--bucket-mb 25] [--no-overlap] [--optimizer adam] [--json]`` prints the
+128] [--bucket-mb 25] [--no-overlap] [--optimizer adam] [--algo auto] [--json]`` prints the
 iteration time, its breakdown (forward, backward, optimizer, exposed communication),
 the communication time and its overlap efficiency, and the bytes each kind of
 collective moved (``--json``: the result's ``to_dict()``). With ``--no-overlap`` it
@@ -16,6 +16,7 @@ import json
 
 import click
 
+from ..comm import ALGORITHMS, AUTO
 from ..train import DEFAULT_BUCKET_MB, OPTIMIZERS, train_iteration
 
 __all__ = ["train_cmd"]
@@ -56,6 +57,13 @@ Examples:
     show_default=True,
     help="Optimizer whose weight update (and state traffic) the iteration includes.",
 )
+@click.option(
+    "--algo",
+    type=click.Choice((AUTO, *ALGORITHMS["all_reduce"])),
+    default=AUTO,
+    show_default=True,
+    help="The gradient all-reduce's algorithm (auto: per bucket size, the one that ends first).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def train_cmd(
     workload: str,
@@ -67,6 +75,7 @@ def train_cmd(
     bucket_mb: float,
     no_overlap: bool,
     optimizer: str,
+    algo: str,
     as_json: bool,
 ) -> None:
     """One training iteration of WORKLOAD (e.g. bert-large) on a cluster."""
@@ -80,6 +89,7 @@ def train_cmd(
         bucket_mb=bucket_mb,
         overlap=not no_overlap,
         optimizer=optimizer,
+        algorithm=algo,
     )
     recs = r.communication_recommendations() if no_overlap else None
     if as_json:

@@ -13,6 +13,7 @@ while other collectives and device compute (:meth:`Communicator.compute`) procee
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,7 @@ __all__ = [
     "open_cluster",
     "BUS_FACTORS",
     "ALGORITHMS",
+    "AUTO",
     "MAX_CHUNK_TRANSFERS",
 ]
 
@@ -53,7 +55,11 @@ BUS_FACTORS: dict[str, Callable[[int], float]] = {
     "send": lambda n: 1.0,
 }
 
-#: The algorithms of each collective (the first is the default).
+#: The algorithm name that picks, per call, the collective's algorithm that ends first
+#: alone on idle links (the default; see ``Communicator._auto_all_reduce``).
+AUTO = "auto"
+
+#: The algorithms of each collective (``AUTO`` chooses among them where there are several).
 ALGORITHMS: dict[str, tuple[str, ...]] = {
     "all_reduce": ("ring", "tree", "hierarchical"),
     "all_gather": ("ring",),
@@ -176,7 +182,12 @@ class Communicator:
     """
 
     def __init__(
-        self, spec: ClusterSpec, *, chunk_bytes: int = 1 << 20, env: simpy.Environment | None = None
+        self,
+        spec: ClusterSpec,
+        *,
+        chunk_bytes: int = 1 << 20,
+        env: simpy.Environment | None = None,
+        _topology: Topology | None = None,
     ) -> None:
         if not isinstance(spec, ClusterSpec):
             raise CommError(f"open_cluster needs a cluster spec, got {type(spec).__name__}")
@@ -191,7 +202,7 @@ class Communicator:
         self.size = spec.devices
         self.device: DeviceSpec = spec.device
         self.clock_ghz = spec.device.clock_ghz
-        self.topology: Topology = build_topology(spec)
+        self.topology: Topology = build_topology(spec) if _topology is None else _topology
         self.env = env if env is not None else simpy.Environment()
         self.links = LinkModel(self.topology, self.clock_ghz, self.env, chunk_bytes)
         self.chunk_bytes = chunk_bytes
@@ -207,6 +218,9 @@ class Communicator:
             if u < self.size:
                 self._out_gbs[u] += b
         self._mailbox: dict[tuple[int, int], list[Work]] = {}
+        #: the all-reduce algorithm "auto" chose, per (group, element count, width)
+        self._auto_choice: dict[tuple[tuple[int, ...], int, int], str] = {}
+        self._reach: int | None = None  # 2 x the hops from device 0 to the farthest node
 
     def __repr__(self) -> str:
         return f"Communicator({self.spec.name!r}, ranks={self.size}, topology={self.topology.kind})"
@@ -310,11 +324,17 @@ class Communicator:
         return [a.reshape(-1).copy() for a in arrs], a0.size, a0.dtype.itemsize
 
     def _algorithm(self, name: str, algorithm: str | None) -> str:
+        """The algorithm a call names, checked; ``None`` and ``"auto"`` give the
+        collective's only algorithm, or :data:`AUTO` where it has several (the caller
+        picks per size with its ``_auto_*``)."""
         algos = ALGORITHMS[name]
-        algo = algos[0] if algorithm is None else algorithm
-        if algo not in algos:
-            raise CommError(f"{name}: unknown algorithm {algo!r} (known: {', '.join(algos)})")
-        return algo
+        if algorithm is None or algorithm == AUTO:
+            return algos[0] if len(algos) == 1 else AUTO
+        if algorithm not in algos:
+            raise CommError(
+                f"{name}: unknown algorithm {algorithm!r} (known: {AUTO}, {', '.join(algos)})"
+            )
+        return algorithm
 
     def _order(self, group: list[int]) -> list[int]:
         """The group's members in the topology's ring order."""
@@ -443,40 +463,16 @@ class Communicator:
         work = Work(self, done)
         return work if async_op else work.wait()
 
-    # -- collectives --------------------------------------------------------------------
+    def _hierarchical_fits(self, group: list[int]) -> bool:
+        """Whether the hierarchical all-reduce can run over ``group``: the whole cluster
+        of a hierarchical topology."""
+        return self.topology.devices_per_node is not None and len(group) == self.size
 
-    def all_reduce(
-        self,
-        buffers: Sequence[Any] | None = None,
-        *,
-        nbytes: int | None = None,
-        algorithm: str | None = None,
-        op: str = "sum",
-        ranks: Sequence[int] | None = None,
-        async_op: bool = False,
-    ) -> Any:
-        """Reduce one buffer per rank elementwise (``op``: sum, max, min, prod) and give
-        every rank the result. ``algorithm``: ``ring`` (default), ``tree`` or
-        ``hierarchical`` (whole cluster of a hierarchical topology). ``buffers``: one
-        array per rank of ``ranks`` (default all), all of one shape and dtype
-        (functional mode; ``record.outputs`` holds each rank's result); or ``nbytes``
-        (timing mode). Returns a :class:`CollectiveRecord` (a :class:`Work` with
-        ``async_op``). Raises :class:`CommError` on a bad rank, buffer or algorithm."""
-        where = "all_reduce"
-        group = self._group(ranks, where)
-        algo = self._algorithm(where, algorithm)
-        if op not in _REDUCE_OPS:
-            raise CommError(f"{where}: unknown op {op!r} (known: {', '.join(_REDUCE_OPS)})")
-        flat, count, isz = self._buffers(where, group, buffers, nbytes, reduces=True)
-        k = self.topology.devices_per_node
-        if algo == "hierarchical" and (k is None or len(group) != self.size):
-            raise CommError(
-                f"{where}: the hierarchical algorithm needs the whole "
-                "cluster on a hierarchical topology (this is "
-                f"{self.topology.kind}, {len(group)} of {self.size} ranks)"
-            )
-        self._bound(where, algo, len(group), count, isz)
+    def _all_reduce_schedule(self, algo: str, group: list[int], count: int, isz: int) -> Schedule:
+        """The transfers of an all-reduce of ``count`` elements of ``isz`` bytes over
+        ``group`` by ``algo`` (ring, tree or hierarchical)."""
         sched = Schedule(isz)
+        k = self.topology.devices_per_node
         rng = (0, count)
         if algo == "ring":
             sched.ring_all_reduce(self._order(group), rng, {})
@@ -501,6 +497,110 @@ class Communicator:
                 after2 = after
             for a in range(m):
                 sched.ring_all_gather([a * k + j for j in range(k)], segs, after2, 1)
+        return sched
+
+    def _max_hops(self) -> int:
+        """An upper bound of the hops of any route: twice the hops from device 0 to
+        the node farthest from it (one breadth-first search, kept)."""
+        if self._reach is None:
+            adj = self.topology._adj
+            dist = {0: 0}
+            q = deque([0])
+            while q:
+                u = q.popleft()
+                for v in adj.get(u, ()):
+                    if v not in dist:
+                        dist[v] = dist[u] + 1
+                        q.append(v)
+            self._reach = max(1, 2 * max(dist.values()))
+        return self._reach
+
+    def auto_candidates(
+        self, name: str, group: Sequence[int], count: int, itemsize: int
+    ) -> list[str]:
+        """The algorithms ``auto`` would time for collective ``name`` over ``group``
+        (``count`` elements of ``itemsize`` bytes): those that can run there
+        (``hierarchical`` over the whole of a hierarchical cluster) and whose chunk
+        transfers, times the hops a transfer may take (one for the ring, whose steps
+        are single hops; else :meth:`_max_hops`), stay within
+        :data:`MAX_CHUNK_TRANSFERS`. Empty: the call would be refused."""
+        out = []
+        for a in ALGORITHMS[name]:
+            if a == "hierarchical" and not self._hierarchical_fits(list(group)):
+                continue
+            work = self.chunk_transfers(name, a, len(group), count, itemsize)
+            if work * (1 if a in ("ring", "direct", "p2p") else self._max_hops()) > (
+                MAX_CHUNK_TRANSFERS
+            ):
+                continue
+            out.append(a)
+        return out
+
+    def _auto_all_reduce(self, group: list[int], count: int, isz: int) -> str:
+        """The all-reduce algorithm that ends first for this group and size, each run
+        alone on idle links of a fresh copy of the cluster (timing mode, the same
+        schedule the call would run), as NCCL's tuner picks an algorithm per size;
+        ties go to the earlier of ``ALGORITHMS["all_reduce"]``. An algorithm that cannot
+        run here (hierarchical off a hierarchical topology or on part of the cluster)
+        is not tried, nor one whose chunk transfers times the hops a transfer may take
+        (at most twice the farthest node's from device 0) pass
+        :data:`MAX_CHUNK_TRANSFERS`: timing it would cost more than the call. When
+        none is left, the ring runs (and is refused with the usual error if it is too
+        large); when one is, it runs untimed. Cached per group, size and element
+        width."""
+        key = (tuple(group), count, isz)
+        hit = self._auto_choice.get(key)
+        if hit is not None:
+            return hit
+        tried = self.auto_candidates("all_reduce", group, count, isz)
+        best, best_end = (tried or ALGORITHMS["all_reduce"])[0], None
+        for a in tried if len(tried) > 1 else ():  # one left: nothing to time
+            scratch = Communicator(self.spec, chunk_bytes=self.chunk_bytes, _topology=self.topology)
+            sched = scratch._all_reduce_schedule(a, group, count, isz)
+            rec = scratch._run("all_reduce", a, count * isz, group, sched, None, None, lambda: None)
+            if best_end is None or rec.end_cycle < best_end:
+                best, best_end = a, rec.end_cycle
+        self._auto_choice[key] = best
+        return best
+
+    # -- collectives --------------------------------------------------------------------
+
+    def all_reduce(
+        self,
+        buffers: Sequence[Any] | None = None,
+        *,
+        nbytes: int | None = None,
+        algorithm: str | None = None,
+        op: str = "sum",
+        ranks: Sequence[int] | None = None,
+        async_op: bool = False,
+    ) -> Any:
+        """Reduce one buffer per rank elementwise (``op``: sum, max, min, prod) and give
+        every rank the result. ``algorithm``: ``auto`` (default: of the algorithms that
+        can run, the one that ends first alone on idle links for this group and size,
+        measured on a fresh copy of the cluster, as NCCL's tuner picks per size),
+        ``ring``, ``tree`` or ``hierarchical`` (whole cluster of a hierarchical
+        topology); the record's ``algorithm`` is the one that ran. ``buffers``: one
+        array per rank of ``ranks`` (default all), all of one shape and dtype
+        (functional mode; ``record.outputs`` holds each rank's result); or ``nbytes``
+        (timing mode). Returns a :class:`CollectiveRecord` (a :class:`Work` with
+        ``async_op``). Raises :class:`CommError` on a bad rank, buffer or algorithm."""
+        where = "all_reduce"
+        group = self._group(ranks, where)
+        algo = self._algorithm(where, algorithm)
+        if op not in _REDUCE_OPS:
+            raise CommError(f"{where}: unknown op {op!r} (known: {', '.join(_REDUCE_OPS)})")
+        flat, count, isz = self._buffers(where, group, buffers, nbytes, reduces=True)
+        if algo == AUTO:
+            algo = self._auto_all_reduce(group, count, isz)
+        elif algo == "hierarchical" and not self._hierarchical_fits(group):
+            raise CommError(
+                f"{where}: the hierarchical algorithm needs the whole "
+                "cluster on a hierarchical topology (this is "
+                f"{self.topology.kind}, {len(group)} of {self.size} ranks)"
+            )
+        self._bound(where, algo, len(group), count, isz)
+        sched = self._all_reduce_schedule(algo, group, count, isz)
         shape = None if buffers is None else np.asarray(buffers[0]).shape
         state = None if flat is None else {r: {"buf": f} for r, f in zip(group, flat, strict=True)}
 

@@ -30,7 +30,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..comm import ALGORITHMS, CommError, Communicator, open_cluster
+from ..comm import ALGORITHMS, AUTO, CommError, Communicator, open_cluster
 from ..emulator.errors import WorkloadError
 from ..graph import Graph
 from ..profiling._comm import interval_union, overlap_cycles
@@ -93,6 +93,8 @@ class TrainingResult:
     collective_bytes: dict[str, int]
     sent_bytes: dict[str, int]
     collective_calls: dict[str, int]
+    #: per label, the algorithms its calls ran (in first-use order)
+    collective_algorithms: dict[str, tuple[str, ...]]
     kernels: TrainingKernels = field(repr=False)
     comm: Communicator = field(repr=False)
     records: list[Any] = field(default_factory=list, repr=False)
@@ -171,9 +173,11 @@ class TrainingResult:
             f"({self.grad_bytes / 2**20:.1f} MiB per replica)",
         ]
         for k in sorted(self.collective_bytes):
+            algos = self.collective_algorithms.get(k, ())
             lines.append(
                 f"  {k}: {self.collective_calls[k]} calls, "
                 f"{self.collective_bytes[k] / 2**20:.1f} MiB"
+                + (f" ({', '.join(algos)})" if algos else "")
             )
         return "\n".join(lines)
 
@@ -200,6 +204,7 @@ class TrainingResult:
             "collective_bytes": dict(self.collective_bytes),
             "sent_bytes": dict(self.sent_bytes),
             "collective_calls": dict(self.collective_calls),
+            "collective_algorithms": {k: list(v) for k, v in self.collective_algorithms.items()},
         }
 
     def rerun(self, **changes: Any) -> TrainingResult:
@@ -261,7 +266,8 @@ def train_iteration(
     the compute booked on it before, and counts only its own compute and collectives;
     a profiling session on it sees the step). ``dp`` defaults to ``devices // tp``;
     ``dp * tp`` must be the cluster's device count. ``algorithm``: the DP all-reduce's
-    (default ring). Raises :class:`~wia_hw.WorkloadError` (one line) for a bad degree,
+    (default ``auto``: per bucket size, the one that ends first alone on idle links;
+    the tensor-parallel all-reduces always choose so). Raises :class:`~wia_hw.WorkloadError` (one line) for a bad degree,
     a TP degree that does not divide the heads, bad bucket sizes or optimizer."""
     from ..runtime import resolve_workload
 
@@ -297,7 +303,7 @@ def train_iteration(
             )
     if not isinstance(overlap, bool):
         raise WorkloadError(f"train_iteration: overlap must be a bool, got {overlap!r}")
-    known = ALGORITHMS["all_reduce"]
+    known = (AUTO, *ALGORITHMS["all_reduce"])
     if algorithm is not None and algorithm not in known:
         raise WorkloadError(
             f"train_iteration: unknown algorithm {algorithm!r} for the DP all-reduce "
@@ -402,7 +408,9 @@ def train_iteration(
     coll_bytes: dict[str, int] = {}
     sent: dict[str, int] = {}
     calls: dict[str, int] = {}
+    algos: dict[str, dict[str, None]] = {}
     for lb, r in labelled:
+        algos.setdefault(lb, {})[r.algorithm] = None
         coll_bytes[lb] = coll_bytes.get(lb, 0) + r.nbytes
         sent[lb] = sent.get(lb, 0) + r.sent_bytes
         calls[lb] = calls.get(lb, 0) + 1
@@ -430,6 +438,7 @@ def train_iteration(
         collective_bytes=coll_bytes,
         sent_bytes=sent,
         collective_calls=calls,
+        collective_algorithms={k: tuple(v) for k, v in algos.items()},
         kernels=tk,
         comm=comm,
         records=recs,
