@@ -8,7 +8,10 @@ level) sets a floor on its time, the ceiling with the largest floor binds, and a
 reaching under half of it is latency-bound, with the measured cause. "Low utilisation
 is expected" is said only of a memory-bound kernel (at least half its memory roof) and
 of vector work; the advice follows the bound: vector, array mapping, memory, pipeline,
-parallelism or latency.
+parallelism or latency. The bandwidth rule reads the kernel's own HBM traffic and fires
+only where the bound model finds HBM binding (or within 10 % of it): the L2's eager
+write-backs of earlier results fill the port's idle time without delaying the kernel.
+A memory-bound verdict states the intensity and ridge point of the level that binds.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from ._bounds import (
     binding_ceiling,
     floors_cycles,
     latency_cause,
+    memory_traffic_bytes,
     unit_floors,
 )
 from ._metrics import (
@@ -88,7 +92,16 @@ class KernelProfile:
 
     Percentages are 0-100. ``flops`` is the achieved rate in FLOP/s (the seed prints it
     as ``FLOPS: x TFLOPS``); ``flop_count`` the operations performed.
-    ``arithmetic_intensity`` is FLOP per HBM byte (``None`` when no HBM byte moved);
+    ``bytes`` is the kernel's own traffic per level: the counters less the L2
+    controller's eager write-backs of earlier kernels' dirty results in the kernel's idle
+    HBM time (``KernelRecord.eager_writeback_bytes``), which never delayed it.
+    ``memory_bandwidth_gbs`` is the kernel's own HBM bytes over its duration (so its
+    percent of peak is the share of the HBM roof it reaches, and ``flops /
+    memory_bandwidth_gbs`` its arithmetic intensity); ``writeback_bandwidth_gbs`` the
+    eager write-backs that crossed HBM during it, over the same duration (the HBM port
+    carried both). ``arithmetic_intensity`` is FLOP per own HBM byte (``None`` when no
+    HBM byte moved); :meth:`level_intensity` and :meth:`level_ridge_point` give the
+    same at each memory level;
     hit rates are ``None`` for a level with no accesses. ``occupancy`` is
     ``pe_mapping x core_balance``: ``pe_mapping`` the share of the units' issue cycles
     doing useful work (the array's fill and drain and unmapped PEs count against it),
@@ -102,7 +115,8 @@ class KernelProfile:
     array peak at its precision; for a vector kernel its op class's rate);
     ``unit_ceiling_flops`` the rate its pipeline and parallelism allow (at most the
     former); ``attainable_flops`` the rate its binding ceiling allows; ``ridge_point``
-    the HBM intensity where ``compute_ceiling_flops`` meets HBM bandwidth.
+    the HBM intensity where ``compute_ceiling_flops`` meets HBM bandwidth, and
+    ``ridge_points`` the same at every memory level (L1: all cores' ports together).
     ``writeback_owed_bytes``: L2 bytes the kernel left dirty, written to HBM later.
     ``near_ceilings``: the other ceilings whose floor is within 10 % of the binding one
     (the kernel is bound by them nearly as much; the assessment names them).
@@ -137,6 +151,8 @@ class KernelProfile:
     fill_drain_pct: float = 0.0
     tiles: int = 0
     writeback_owed_bytes: int = 0
+    writeback_bandwidth_gbs: float | None = None
+    ridge_points: dict[str, float] | None = None
     op_class: str | None = None
     near_ceilings: list[str] = field(default_factory=list)
     stall_cycles: dict[str, int] | None = None
@@ -147,13 +163,13 @@ class KernelProfile:
         """Derive every field from a kernel's raw record (see :mod:`._metrics`)."""
         cyc = ks.cycles
         ms = dev.cycles_to_ms(cyc)
-        crossed = nbytes = ks.counter("bytes")
-        if nbytes is not None and ks.eager_writeback_bytes:
-            # the kernel's own traffic (its floors, intensity and roofline point): less the
-            # L2 controller's eager write-backs in its idle time, which filled gaps and
-            # never delayed it (the bandwidth line still counts every byte that crossed)
-            e = ks.eager_writeback_bytes
-            nbytes = {**nbytes, "hbm": nbytes["hbm"] - e, "l2": nbytes["l2"] - e}
+        nbytes = ks.counter("bytes")
+        eager = ks.eager_writeback_bytes if nbytes is not None else 0
+        if eager:
+            # the kernel's own traffic (its bandwidth, floors, intensity and roofline
+            # point): less the L2 controller's eager write-backs of earlier results in its
+            # idle time, which filled gaps and never delayed it (reported apart)
+            nbytes = {**nbytes, "hbm": nbytes["hbm"] - eager, "l2": nbytes["l2"] - eager}
         hits, misses = ks.counter("hits"), ks.counter("misses")
         l1 = l2 = None
         if hits is not None and misses is not None:
@@ -175,9 +191,8 @@ class KernelProfile:
             compute_utilization=compute_utilization(ks.flop_count, cyc, ks.precision, dev)
             if ks.kind in ON_CORES
             else 0.0,
-            memory_bandwidth_gbs=None
-            if crossed is None
-            else bandwidth_gbs(crossed["hbm"], cyc, dev),
+            memory_bandwidth_gbs=None if nbytes is None else bandwidth_gbs(nbytes["hbm"], cyc, dev),
+            writeback_bandwidth_gbs=None if nbytes is None else bandwidth_gbs(eager, cyc, dev),
             peak_bandwidth_gbs=dev.peak_bandwidth_gbs,
             l1_cache_hit_rate=l1,
             l2_cache_hit_rate=l2,
@@ -205,7 +220,12 @@ class KernelProfile:
             p.compute_ceiling_flops = ks.flop_count / (floors["compute"] / hz)
             unit = max(floors[c] for c in ("compute", "pipeline", "parallelism") if c in floors)
             p.unit_ceiling_flops = ks.flop_count / (unit / hz)
-            p.ridge_point = p.compute_ceiling_flops / (dev.hbm_bandwidth_gbs * 1e9)
+            p.ridge_points = {
+                lvl: p.compute_ceiling_flops / (bw * 1e9) if bw else math.inf
+                for lvl in MEMORY_CEILINGS
+                for bw in (dev.level_bandwidth_gbs(lvl),)
+            }
+            p.ridge_point = p.ridge_points["hbm"]
         if nbytes is not None or uf:
             ceiling, floor = binding_ceiling(floors)
             p.ceiling = ceiling
@@ -240,6 +260,19 @@ class KernelProfile:
             return None
         return 100.0 * self.memory_bandwidth_gbs / self.peak_bandwidth_gbs
 
+    def level_intensity(self, level: str) -> float | None:
+        """FLOP per byte the kernel itself moves at memory ``level`` (the bytes its
+        floor there counts, :func:`~._bounds.memory_traffic_bytes`); ``None`` when no
+        byte moved there or its bytes are not known."""
+        if self.bytes is None:
+            return None
+        return arithmetic_intensity(self.flop_count, memory_traffic_bytes(self.bytes)[level])
+
+    def level_ridge_point(self, level: str) -> float:
+        """FLOP per ``level`` byte where that level's bandwidth meets the kernel's compute
+        ceiling (``ridge_points``); ``inf`` when not known."""
+        return (self.ridge_points or {}).get(level, math.inf)
+
     def ceiling_pct(self, ceiling: str) -> float | None:
         """How close the kernel gets to ``ceiling`` (its floor over the measured time)."""
         f = (self.floor_cycles or {}).get(ceiling)
@@ -248,6 +281,10 @@ class KernelProfile:
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in vars(self).items() if k != "assessments"}
         d["ridge_point"] = None if math.isinf(self.ridge_point) else self.ridge_point
+        if self.ridge_points is not None:
+            d["ridge_points"] = {
+                k: None if math.isinf(v) else v for k, v in self.ridge_points.items()
+            }
         d["assessments"] = [a.to_dict() for a in self.assessments]
         return d
 
@@ -288,11 +325,22 @@ def assess(p: KernelProfile, dev: DeviceInfo) -> list[Assessment]:
     vector = p.kind == "vector"
     if b in MEMORY_CEILINGS:
         lvl = LEVEL_NAMES[b]
+        if p.flop_count:
+            # the intensity and ridge point of the level that binds: FLOP per byte the
+            # kernel moves there, and its compute ceiling over that level's bandwidth
+            lai = p.level_intensity(b)
+            why = (
+                f"AI={'inf' if lai is None else fmt_ai(lai)} FLOP per {lvl} byte (ridge "
+                f"point {fmt_ai(p.level_ridge_point(b))})"
+            )
+        else:
+            moved = memory_traffic_bytes(p.bytes or {}).get(b, 0)
+            why = f"moves {moved:,} {lvl} bytes and does no arithmetic"
         out.append(
             Assessment(
                 "INFO",
-                f"Memory-bound ({lvl} bandwidth): AI={ai_txt} FLOP/byte (ridge point "
-                f"{fmt_ai(p.ridge_point)}); reaches {eff:.0f}% of what the {lvl} ceiling allows",
+                f"Memory-bound ({lvl} bandwidth): {why}; reaches {eff:.0f}% of what the "
+                f"{lvl} ceiling allows",
                 "Reduce memory traffic through tiling or fusion",
             )
         )
@@ -313,8 +361,8 @@ def assess(p: KernelProfile, dev: DeviceInfo) -> list[Assessment]:
         out.append(
             Assessment(
                 "INFO",
-                f"Compute-bound ({what} peak): AI={ai_txt} FLOP/byte is above the ridge "
-                f"point {fmt_ai(p.ridge_point)}; reaches {eff:.0f}% of that peak",
+                f"Compute-bound ({what} peak): AI={ai_txt} FLOP per HBM byte is above the "
+                f"ridge point {fmt_ai(p.ridge_point)}; reaches {eff:.0f}% of that peak",
                 sugg,
             )
         )
@@ -403,12 +451,18 @@ def assess(p: KernelProfile, dev: DeviceInfo) -> list[Assessment]:
                     f"passes, at least {dev.cores} of them",
                 )
             )
+    # the seed's near-peak rule, on the kernel's own HBM traffic, and only where that
+    # traffic binds it (or nearly): the L2's eager write-backs of earlier kernels' results
+    # fill the HBM port's idle time without delaying the kernel, and a kernel bound
+    # elsewhere is not memory-bound however busy the port was
     bw = p.bandwidth_pct
-    if bw is not None and bw > 90.0:
+    if bw is not None and bw > 90.0 and "hbm" in (b, *p.near_ceilings):
         out.append(
             Assessment(
                 "INFO",
-                f"Near-peak bandwidth ({bw:.0f}% of peak) - memory-bound",
+                f"Near-peak bandwidth ({bw:.0f}% of peak) - memory-bound"
+                if b == "hbm"
+                else f"Near-peak bandwidth ({bw:.0f}% of peak): nearly as bound by HBM bandwidth",
                 "Reduce memory traffic through tiling or fusion",
             )
         )
@@ -475,9 +529,15 @@ def format_kernel_profile(p: KernelProfile) -> str:
         + ("" if p.kind in ON_CORES else f" (runs on the {p.kind} unit, off the arrays)"),
     ]
     if p.memory_bandwidth_gbs is not None:
+        wb = p.writeback_bandwidth_gbs
         lines.append(
             f"  Memory Bandwidth: {p.memory_bandwidth_gbs:.1f} GB/s "
             f"({100.0 * p.memory_bandwidth_gbs / p.peak_bandwidth_gbs:.1f}% of peak)"
+            + (
+                f" + {wb:.1f} GB/s of earlier results written back"
+                if wb is not None and round(wb, 1)
+                else ""
+            )
         )
     lines += [
         f"  Cache Hit Rate L1: {_pct(p.l1_cache_hit_rate)}",
@@ -486,7 +546,7 @@ def format_kernel_profile(p: KernelProfile) -> str:
         f"  FLOPS: {p.flops / 1e12:.1f} TFLOPS",
     ]
     if p.arithmetic_intensity is not None:
-        lines.append(f"  Arithmetic Intensity: {p.arithmetic_intensity:.1f} FLOP/byte")
+        lines.append(f"  Arithmetic Intensity: {p.arithmetic_intensity:.1f} FLOP/byte (HBM)")
     for a in p.assessments:
         lines.append(f"  {a.level}: {a.message}")
         lines.append(f"  Suggestion: {a.suggestion}")

@@ -9,9 +9,11 @@ is the difference. ``confidence`` says how the figure was obtained, and
 
 * ``0.9`` measured: both replays on the emulator (a model of the device; both start
   from cold caches, so the figure is the change's effect, not the session's warm-up);
-* ``0.5`` modelled: an upper bound from the report's counters and the roofline (a
-  report loaded from JSON keeps no kernels to replay, or the emulator cannot make the
-  change yet, e.g. overlapping multi-device communication).
+* ``0.5`` modelled: an estimate from the report's counters (a report loaded from JSON
+  keeps no kernels to replay, or the emulator cannot make the change yet, e.g.
+  overlapping multi-device communication). Most are heuristics (half the unmapped share
+  of a kernel's time, half a chain's time) that the measured gain can exceed or fall
+  short of; only the communication finding's, the exposed time, is a bound.
 
 Rules: low kernel occupancy (fill and drain count); low compute utilisation in an array
 kernel bound by compute, pipeline or parallelism; cache thrashing; unfused
@@ -46,7 +48,7 @@ from typing import Any
 
 from ..emulator.allocator import AllocatorConfig
 from ..emulator.kernels import GemmKernel, VectorKernel
-from ._bounds import CEILING_NAMES, MEMORY_CEILINGS
+from ._bounds import CEILING_NAMES, MEMORY_CEILINGS, _signature
 from ._kernel import KernelProfile, ideal_cycles
 from ._metrics import DeviceInfo
 from ._report import ProfilingReport
@@ -296,6 +298,7 @@ class _Analyzer:
         self._base: int | None = None
         self.out: list[Recommendation] = []
         self.notes: dict[str, str] = {}
+        self._pidx: dict[int, int] | None = None
 
     # -- measuring ---------------------------------------------------------------------
     def ms(self, cycles: float) -> float:
@@ -344,12 +347,53 @@ class _Analyzer:
         )
 
     # -- grouping ----------------------------------------------------------------------
+    def shape(self, i: int) -> Any:
+        """A key equal for kernels of one shape and tiling: the launched kernel's tiling
+        signature (:func:`._bounds._signature`) when the program is kept, else the
+        kernel's figures that its shape fixes."""
+        if self._pidx is None:
+            self._pidx = self.program_index()
+        pidx = self._pidx
+        prog = self.r.program or []
+        k = prog[pidx[i]] if i in pidx else None
+        sig = None if k is None else _signature(k)
+        if sig is not None:
+            return sig
+        ks = self.r.kernels[i]
+        return (
+            ks.kind,
+            ks.precision,
+            ks.op_class,
+            ks.flop_count,
+            ks.macs,
+            ks.tiles,
+            ks.compulsory_bytes,
+        )
+
     def groups(self) -> dict[str, list[int]]:
-        """Kernel indices grouped by name without the ``layerN.`` prefix."""
-        g: dict[str, list[int]] = {}
+        """Kernel indices grouped by shape: kernels of one shape and tiling whose names
+        differ only in their numbers (``layer3.1.conv2``, ``layer3.2.conv2``) share a
+        finding, so a re-tiling changes them all alike and their figures are one
+        kernel's. A group is named by its name without the ``layerN.`` prefix when its
+        kernels share it and no other shape does, else by its kernels' names."""
+        g: dict[tuple[str, Any], list[int]] = {}
         for i, k in enumerate(self.r.kernels):
-            g.setdefault(_pattern(k.name), []).append(i)
-        return g
+            g.setdefault((re.sub(r"\d+", "#", k.name), self.shape(i)), []).append(i)
+        shapes: dict[str, int] = {}
+        for idx in g.values():
+            for p in {_pattern(self.r.kernels[i].name) for i in idx}:
+                shapes[p] = shapes.get(p, 0) + 1
+        out: dict[str, list[int]] = {}
+        for idx in g.values():
+            names = [self.r.kernels[i].name for i in idx]
+            pats = {_pattern(n) for n in names}
+            if len(pats) == 1 and shapes[next(iter(pats))] == 1:
+                out[next(iter(pats))] = idx
+            elif len(names) <= 3:
+                out[", ".join(names)] = idx
+            else:
+                out[f"{names[0]} and {len(names) - 1} more of its shape"] = idx
+        return out
 
     def share(self, idx: Sequence[int]) -> float:
         return sum(self.r.kernels[i].cycles for i in idx) / self.total
@@ -431,20 +475,13 @@ class _Analyzer:
             if share < self.cfg.min_time_share:
                 continue
             ps = [self.profiles[i] for i in idx]
-            p0 = ps[0]
+            cyc = max(1, sum(p.cycles for p in ps))
             time_ms = self.ms(sum(self.r.kernels[i].cycles for i in idx))
-            occ = sum(p.occupancy * p.cycles for p in ps) / max(1, sum(p.cycles for p in ps))
-            # a compute-bound kernel's share of its own compute ceiling (the arrays'
-            # peak for GEMMs, its op class's rate for vector kernels)
-            util = sum(
-                (
-                    p.roofline_efficiency
-                    if p.roofline_efficiency is not None
-                    else p.compute_utilization
-                )
-                * p.cycles
-                for p in ps
-            ) / max(1, sum(p.cycles for p in ps))
+            # the group's figures, time-weighted over its kernels (one shape: the PE
+            # mapping is theirs alike; the cores' balance may differ by launch)
+            occ = sum(p.occupancy * p.cycles for p in ps) / cyc
+            mapping = sum(p.pe_mapping * p.cycles for p in ps) / cyc
+            balance = 100.0 * occ / mapping if mapping else 0.0
             n = f" (x{len(idx)})" if len(idx) > 1 else ""
             if occ < 50.0 and pat not in seen:
                 seen.add(pat)
@@ -452,8 +489,8 @@ class _Analyzer:
                     idx,
                     "Low Kernel Occupancy",
                     "occupancy",
-                    f'Kernel "{pat}"{n} has occupancy of {occ:.0f}% ({p0.pe_mapping:.0f}% of '
-                    f"PE slots mapped x {p0.core_balance:.0f}% of core time busy), wasting "
+                    f'Kernel "{pat}"{n} has occupancy of {occ:.0f}% ({mapping:.0f}% of '
+                    f"PE slots mapped x {balance:.0f}% of core time busy), wasting "
                     "compute resources",
                     f"Underutilizing {100 - occ:.0f}% of available compute units for "
                     f"{time_ms:.3f} ms ({100 * share:.1f}% of the profiled time)",
@@ -463,45 +500,51 @@ class _Analyzer:
                     share,
                     occupancy=occ,
                 )
-            if (
-                p0.bound in ("compute", "pipeline", "parallelism")
-                and p0.kind != "vector"
-                and util < 50.0
-                and pat not in seen
-            ):
+            # array kernels bound by their compute side that reach under half of their
+            # compute ceiling (the arrays' peak at their precision), each bound apart:
+            # the finding names the bound its kernels share
+            for b in ("compute", "pipeline", "parallelism"):
+                sub = [i for i, p in zip(idx, ps, strict=True) if p.bound == b]
+                if pat in seen or not sub or ps[0].kind == "vector":
+                    continue
+                qs = [self.profiles[i] for i in sub]
+                qcyc = max(1, sum(q.cycles for q in qs))
+                util = (
+                    sum((q.ceiling_pct("compute") or q.compute_utilization) * q.cycles for q in qs)
+                    / qcyc
+                )
+                if util >= 50.0:
+                    continue
                 seen.add(pat)
+                sshare = self.share(sub)
+                sn = f" (x{len(sub)})" if len(sub) > 1 else ""
+                what = "compute" if b == "compute" else f"its {CEILING_NAMES[b]}"
                 self.tiling_rec(
-                    idx,
+                    sub,
                     "Low Compute Utilization",
                     "utilization",
-                    f'Kernel "{pat}"{n} is compute-bound by the roofline but reaches '
-                    f"{util:.0f}% of its compute ceiling",
-                    f"{time_ms:.3f} ms "
-                    f"({100 * share:.1f}% of the profiled time) at under half the rate its "
+                    f'Kernel "{pat}"{sn} is bound by {what} and reaches {util:.0f}% of '
+                    "its compute ceiling",
+                    f"{self.ms(sum(q.cycles for q in qs)):.3f} ms "
+                    f"({100 * sshare:.1f}% of the profiled time) at under half the rate its "
                     "units allow",
                     "Increase parallelism or change the tiling to cut stalls and fill/drain",
-                    share,
-                    occupancy=occ,
+                    sshare,
+                    occupancy=sum(q.occupancy * q.cycles for q in qs) / qcyc,
                 )
-            l2 = p0.l2_cache_hit_rate
-            kst = self.r.kernels[idx[0]]
-            hbm = (p0.bytes or {}).get("hbm", 0)
-            if (
-                l2 is not None
-                and l2 < 50.0
-                and kst.compulsory_bytes
-                and hbm > 2 * kst.compulsory_bytes
-                and pat not in seen
-            ):
+            hit = [(p.l2_cache_hit_rate, p.cycles) for p in ps if p.l2_cache_hit_rate is not None]
+            l2 = sum(h * c for h, c in hit) / max(1, sum(c for _, c in hit)) if hit else None
+            comp = sum(self.r.kernels[i].compulsory_bytes for i in idx)
+            hbm = sum((p.bytes or {}).get("hbm", 0) for p in ps)
+            if l2 is not None and l2 < 50.0 and comp and hbm > 2 * comp and pat not in seen:
                 seen.add(pat)
                 self.tiling_rec(
                     idx,
                     "Cache Thrashing",
                     "cache",
-                    f'Kernel "{pat}"{n} moves {hbm / kst.compulsory_bytes:.1f}x its '
+                    f'Kernel "{pat}"{n} moves {hbm / comp:.1f}x its '
                     f"compulsory bytes through HBM with an L2 hit rate of {l2:.0f}%",
-                    f"{(hbm - kst.compulsory_bytes) * len(idx) / 1e6:.1f} MB of repeated "
-                    f"HBM traffic over {time_ms:.3f} ms",
+                    f"{(hbm - comp) / 1e6:.1f} MB of repeated HBM traffic over {time_ms:.3f} ms",
                     "Change the loop order or tile sizes so a tile's panels stay in L2",
                     share,
                     occupancy=occ,
@@ -537,7 +580,29 @@ class _Analyzer:
                 )
                 return
             changes, how = found
+            # the fix names exactly the kernels the replay changed: what it applies is
+            # what was measured
+            pidx = self.program_index()
+            names = tuple(self.r.kernels[i].name for i in idx if i in pidx and pidx[i] in changes)
             imp, basis, b_ms, m_ms = self.measure(substitute(self.r.program or [], changes))
+            if m_ms >= b_ms:
+                # faster alone, not in the run (its neighbours' caches, the cores' share):
+                # no fix to offer, as applying it would give what was measured, a loss
+                self.add(
+                    0.0,
+                    MEASURED,
+                    f"{basis}; the tiling faster alone ({how.split(': ')[-1]}) does not make "
+                    "the run faster",
+                    title=title,
+                    description=desc,
+                    impact=impact,
+                    suggestion=suggestion,
+                    category=category,
+                    kernels=names,
+                    baseline_ms=b_ms,
+                    modified_ms=m_ms,
+                )
+                return
             example = _retile_example(names, next(iter(changes.values())))
             self.add(
                 imp,

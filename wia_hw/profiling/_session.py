@@ -205,7 +205,11 @@ class ProfilingSession:
         ctx.observers.remove(self)
         self.active = False
         end = dev.now
-        samples = self._sampler.stop() if self._sampler is not None else []
+        samples = (
+            self._sampler.stop([r for e in self._raw if e is not None for r in e[2]])
+            if self._sampler is not None
+            else []
+        )
         port_events = _ports.uninstall(dev.memory, self._ports) if self._ports else None
         memory = self._mem.stop() if self._mem is not None else None
         program, program_stats, ops, kstats = self._unpack()

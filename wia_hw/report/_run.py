@@ -14,8 +14,9 @@ Recommendations come from, in order: the ``recommendations`` argument; a
 :meth:`PerformanceRecommendations.to_dict`); otherwise
 :func:`~wia_hw.profiling.analyze_performance` run on the profiling report at the lowest
 thresholds. On a live report that re-runs the emulator, so the gains are measured; a
-report read back from JSON keeps no kernels to replay, so its gains are modelled upper
-bounds, and each recommendation says which (its ``confidence_basis``). A run report
+report read back from JSON keeps no kernels to replay, so its gains are modelled
+estimates (heuristics from the counters, which a measurement can exceed or fall short
+of), and each recommendation says which (its ``confidence_basis``). A run report
 has no profile to analyse and gets none.
 """
 
@@ -44,12 +45,20 @@ _KERNEL_COLS_RUN = [
     Col("GFLOP", "gflop", num=True),
     Col("TFLOPS", "tflops", num=True),
     Col("util %", "compute_utilization", num=True),
-    Col("HBM MB", "hbm_mb", num=True),
-    Col("FLOP/B (HBM)", "ai_hbm", num=True),
+    # a run report keeps no split of the HBM bytes: every byte that crossed during the
+    # kernel, the L2's write-backs of earlier results included
+    Col("HBM MB (incl. write-backs)", "hbm_mb", num=True),
+    Col("FLOP/B (HBM, incl. write-backs)", "ai_hbm", num=True),
     Col("tiles", "tiles", num=True),
 ]
 _KERNEL_COLS_PROFILE = [
-    *_KERNEL_COLS_RUN,
+    *(c for c in _KERNEL_COLS_RUN if c.key not in ("hbm_mb", "ai_hbm", "tiles")),
+    # the kernel's own HBM traffic (what its intensity, floors and roofline point use),
+    # and apart the L2's eager write-backs of earlier results that crossed HBM during it
+    Col("HBM MB (own)", "hbm_mb", num=True),
+    Col("FLOP/B (HBM)", "ai_hbm", num=True),
+    Col("write-back MB", "writeback_mb", num=True),
+    Col("tiles", "tiles", num=True),
     Col("bound", "bound"),
     Col("occupancy %", "occupancy", num=True),
     Col("L1 hit %", "l1_cache_hit_rate", num=True),
@@ -244,7 +253,14 @@ def _profile_view(d: Mapping[str, Any]) -> dict[str, Any]:
         p = k.get("profile") or {}
         flops = _f(k.get("flop_count"))
         t = _f(p.get("duration_ms"))
-        hbm = _f(((k.get("counters") or {}).get("bytes") or {}).get("hbm"))
+        # the kernel's own HBM bytes, as its profile counts them: the counters less the
+        # eager write-backs of earlier results during it (a report without the profile's
+        # bytes: the same from the counters)
+        crossed = _f(((k.get("counters") or {}).get("bytes") or {}).get("hbm"))
+        eager = _f(k.get("eager_writeback_bytes")) or 0.0
+        hbm = _f((p.get("bytes") or {}).get("hbm"))
+        if hbm is None and crossed is not None:
+            hbm = crossed - eager
         sc = _f(k.get("start_cycle"))
         kernels.append(
             {
@@ -262,6 +278,7 @@ def _profile_view(d: Mapping[str, Any]) -> dict[str, Any]:
                 "compute_utilization": _f(p.get("compute_utilization")),
                 "hbm_mb": None if hbm is None else hbm / 1e6,
                 "ai_hbm": _div(flops, hbm),
+                "writeback_mb": None if crossed is None else eager / 1e6,
                 "tiles": k.get("tiles"),
                 "bound": p.get("bound"),
                 "occupancy": _f(p.get("occupancy")),
@@ -664,7 +681,8 @@ def run_report_html(report: Any, *, recommendations: Any = None, analyze: bool =
             "session's kernels on the emulator."
             if live is not None and live.program
             else "Analysed now from the saved report, which keeps no kernels to re-run: "
-            "gains are modelled upper bounds (for measured gains, write the page from the "
+            "gains are modelled estimates, heuristics from the counters that the measured "
+            "gain can exceed or fall short of (for measured gains, write the page from the "
             "live session: wia_hw.report.write_report(report, path))."
         )
     if recs is None:
