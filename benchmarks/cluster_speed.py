@@ -12,8 +12,10 @@ backward pass): the wall and CPU time of ``wia_hw.train_iteration`` with the ker
 timing cache emptied first (so each figure includes emulating every distinct kernel
 once), the all-reduces and transfers it simulated, and the simulated iteration time.
 The issue's targets: at most 2 s wall on 8 devices, 10 s on 64. Measured (CPU s,
-8 to 256 devices): 0.29, 0.40, 0.56, 1.85, 6.5, 31. The growth is the 2 n (n - 1)
-point-to-point transfers of each ring all-reduce, one SimPy event each (~10 us).
+8 to 256 devices): 0.27, 0.64, 1.30, 3.74, 11.8, 24.3 (the default ``auto`` all-reduce
+times the ring and the tree once per bucket size, up to 128 devices). The growth is the
+2 n (n - 1) point-to-point transfers of each ring all-reduce, one SimPy event each
+(~10 us).
 
 Usage: ``python benchmarks/cluster_speed.py [--max-devices 256] [--max-size 1G]
 [--only sweep|train]``
@@ -93,7 +95,7 @@ def sweep(args: argparse.Namespace) -> None:
             transfers = 0
             rec = None
             for s in sizes:
-                rec = comm.all_reduce(nbytes=s)
+                rec = comm.all_reduce(nbytes=s, algorithm="ring")
                 transfers += rec.transfers
             wall, cpu = time.perf_counter() - w0, time.process_time() - c0
             assert rec is not None
