@@ -456,13 +456,18 @@ def generate(
     def step(i: int, k: int, cycles: int, source: str) -> DecodeStep:
         return DecodeStep(i, k, cycles, spec.cycles_to_ms(cycles), (k + 1) * per_token, source)
 
-    if method == "exact":
+    gs = None
+    if method != "exact" and kv_lens:
+        try:  # the probe's three decode graphs, one and two positions past the first
+            gs = [build(seq=1, phase="decode", kv_len=kv_lens[0] + d, **kw) for d in (0, 1, 2)]
+        except WorkloadError:  # past the model's positions (its last one or two steps):
+            gs = None  # those few steps are emulated whole
+    if gs is None:
         for i, k in enumerate(kv_lens, 1):
             r = ctx.run(model, seq=1, phase="decode", kv_len=k, **kw)
             steps.append(step(i, k, r.cycles, "emulated"))
-    elif kv_lens:
+    else:
         first = kv_lens[0]
-        gs = [build(seq=1, phase="decode", kv_len=first + d, **kw) for d in (0, 1, 2)]
         probe = _Probe(gs[0], gs[1], gs[2], first)
         timer = _ProbeTimer(ctx, probe)
         anchor_cycles, anchor_probe = 0, {}

@@ -345,10 +345,13 @@ class Context:
         graph = resolve_workload(
             workload, batch=batch, seq=seq, precision=precision, **workload_kwargs
         )
-        if schedules is not None and not isinstance(schedules, Mapping):
-            from .optimize._schedules import load_schedules
+        if schedules is not None:
+            from .optimize._schedules import check_schedules, load_schedules
 
-            schedules = load_schedules(schedules, self.spec)
+            if isinstance(schedules, (str, os.PathLike)):
+                schedules = load_schedules(schedules, self.spec)
+            else:  # a mapping (or a wrong type), checked as a file's entries are
+                schedules = check_schedules(schedules, self.spec)
         lowered = lower(graph, self.spec, self.providers, schedules)
         if schedules:  # which tuned tilings this graph used: none is worth saying
             keys = {gemm_key(k) for _, ks in lowered for k in ks if isinstance(k, GemmKernel)}

@@ -248,6 +248,47 @@ def load_schedules(path: str | os.PathLike[str], spec: DeviceSpec) -> Schedules:
     return out
 
 
+def check_schedules(schedules: Any, spec: DeviceSpec) -> Schedules:
+    """A mapping of tilings by kernel key, as ``wia_hw.run(..., schedules=mapping)``
+    takes it, checked as :func:`load_schedules` checks a file's entries: each key a
+    GEMM kernel key, each value a :class:`~wia_hw.emulator.kernels.GemmTiling` or a
+    mapping of its fields (``tm``, ``tn``, ``tk``, and ``tb``, ``order``), each tiling
+    one that :func:`check_tiling` accepts on ``spec``. A :class:`Schedules` loaded from
+    a file is returned as it is. One :class:`ScheduleError` names the key and the
+    field at fault."""
+    if isinstance(schedules, Schedules):
+        return schedules
+    if not isinstance(schedules, Mapping):
+        raise ScheduleError(
+            "schedules must be a path to a schedule file or a mapping of tilings by kernel "
+            f"key, got {type(schedules).__name__}"
+        )
+    out = Schedules()
+    for key, t in schedules.items():
+        if not isinstance(key, str):
+            raise ScheduleError(f"schedules: key {key!r} is not a kernel key (a string)")
+        if isinstance(t, Mapping):
+            if set(t) - set(_TILING_FIELDS) or not {"tm", "tn", "tk"} <= set(t):
+                raise ScheduleError(
+                    f"schedules[{key!r}]: a tiling maps tm, tn, tk (and tb, order), got {sorted(t)}"
+                )
+            try:
+                t = GemmTiling(**t)
+            except (TypeError, ValueError) as exc:
+                raise ScheduleError(f"schedules[{key!r}]: {exc}") from None
+        elif not isinstance(t, GemmTiling):
+            raise ScheduleError(
+                f"schedules[{key!r}]: must be a GemmTiling or a mapping of tm, tn, tk (and "
+                f"tb, order), got {type(t).__name__}"
+            )
+        why = check_tiling(key, t, spec)
+        if why is not None:
+            raise ScheduleError(f"schedules[{key!r}]: {why}")
+        out[key] = t
+    out.device = spec.name
+    return out
+
+
 def save_schedules(path: str | os.PathLike[str], entries: Iterable[Mapping[str, Any]]) -> Path:
     """Merge ``entries`` into the file at ``path`` (created if absent): an entry of the
     same ``kernel`` and ``spec_sha256`` is replaced; order is by (spec hash, kernel),

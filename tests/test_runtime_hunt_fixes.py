@@ -1,0 +1,65 @@
+"""Inputs users bring to ``wia_hw.run`` and generation that used to escape the checks:
+a mapping of schedules (checked as a schedule file's entries are), and a generation
+that ends at the model's last positions."""
+
+from __future__ import annotations
+
+import pytest
+
+import wia_hw
+from wia_hw import GraphBuilder
+from wia_hw.lowering import GemmTiling
+from wia_hw.optimize import ScheduleError
+
+KEY = "linear 1x64x256x256 fp16->2B b+bias"
+
+
+def _graph():
+    b = GraphBuilder("ffn", "fp16")
+    x = b.input("x", (64, 256))
+    y = b.linear("fc", x, 256)
+    b.op("gelu", "act", [y])
+    return b.graph()
+
+
+def test_a_mapping_of_schedules_is_checked_like_a_file():
+    g = _graph()
+    base = wia_hw.run(g)
+    good = wia_hw.run(g, schedules={KEY: GemmTiling(tm=64, tn=128, tk=128, order="nm")})
+    as_dict = wia_hw.run(g, schedules={KEY: {"tm": 64, "tn": 128, "tk": 128, "order": "nm"}})
+    assert good.provenance["run"]["schedules_used"] == 1
+    assert as_dict.cycles == good.cycles and good.cycles != base.cycles
+    bad = [
+        ({KEY: GemmTiling(tm=7, tn=128, tk=128)}, r"tiling\.tm=7 is neither a multiple"),
+        ({KEY: GemmTiling(tm=64, tn=256, tk=100000)}, r"tiling\.tk=100000 is above"),
+        ({KEY: {"tm": 64, "tn": 128}}, r"a tiling maps tm, tn, tk"),
+        ({KEY: {"tm": 64, "tn": 128, "tk": 128, "tz": 1}}, r"a tiling maps tm, tn, tk"),
+        ({KEY: 5}, r"must be a GemmTiling or a mapping"),
+        ({"linear": GemmTiling(tm=64, tn=128, tk=128)}, r"is not a GEMM kernel key"),
+        ({3: GemmTiling(tm=64, tn=128, tk=128)}, r"is not a kernel key"),
+        (5, r"schedules must be a path to a schedule file or a mapping"),
+    ]
+    for schedules, match in bad:
+        with pytest.raises(ScheduleError, match=match) as e:
+            wia_hw.run(g, schedules=schedules)
+        assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("prompt_len, new_tokens", [(1022, 2), (1023, 2), (1022, 3), (1021, 3)])
+def test_generation_may_end_at_the_models_last_position(prompt_len, new_tokens):
+    """GPT-2 has 1024 positions: a request that fits them runs (the decode probe read
+    one and two positions past the first step, past the model's end)."""
+    r = wia_hw.generate("gpt2", new_tokens=new_tokens, prompt_len=prompt_len, layers=1, batch=1)
+    assert [s.kv_len for s in r.steps] == list(range(prompt_len, prompt_len + new_tokens - 1))
+    exact = wia_hw.generate(
+        "gpt2", new_tokens=new_tokens, prompt_len=prompt_len, layers=1, batch=1, method="exact"
+    )
+    for s, x in zip(r.steps, exact.steps, strict=True):
+        if s.source == "emulated":  # emulated steps are the exact method's
+            assert s.cycles == x.cycles
+        else:  # the probe's cached steps are within its documented error
+            assert abs(s.cycles - x.cycles) <= 1e-3 * x.cycles
+    with pytest.raises(wia_hw.WorkloadError, match="generate: prompt_len"):
+        wia_hw.generate(
+            "gpt2", new_tokens=new_tokens + 1, prompt_len=1024 - new_tokens + 1, layers=1, batch=1
+        )
