@@ -384,9 +384,15 @@ def assess(p: KernelProfile, dev: DeviceInfo) -> list[Assessment]:
                     f"{p.fill_drain_pct:.0f}% of the array's issue cycles fill and drain short "
                     f"passes, {100 - p.pe_mapping:.0f}% of its MAC slots do no useful work; "
                     f"reaches {eff:.0f}% of that ceiling",
-                    f"Longer passes: more reduction depth per pass (batch small GEMMs, fuse the "
-                    f"chain, e.g. flash attention) or a pipelined {dev.array_rows}x"
-                    f"{dev.array_cols} array that overlaps fill and drain",
+                    (
+                        "Longer passes: more reduction depth per pass (batch small GEMMs, "
+                        "fuse the chain, e.g. flash attention)"
+                        if dev.dataflow == "os"
+                        else "Longer passes: more streamed rows per pass (a larger batch, "
+                        "or small GEMMs batched into one)"
+                    )
+                    + f" or a pipelined {dev.array_rows}x{dev.array_cols} array that "
+                    "overlaps fill and drain",
                 )
             )
     elif b == "parallelism":
