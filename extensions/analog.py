@@ -37,8 +37,9 @@ the front-end golden model of :mod:`wia_hw.emulator.frontend_model`):
    rounding for one read as for several), partial tiles along ``K`` are summed
    (``accumulate_tiles``) and scaled back.
 
-``analog_precision_bits`` (the seed's single width) sets both converters when
-``dac_bits``/``adc_bits`` are not given.
+``analog_precision_bits`` (the seed's single width) sets each converter whose own
+width (``dac_bits``/``adc_bits``) is not given; a width given explicitly is honoured
+(in the manifest, 0 means not given).
 
 **Noise compensation** (``noise_compensation=True``): global drift compensation (a
 fixed calibration input is read right after programming and again at inference; the
@@ -277,8 +278,11 @@ class AnalogConfig:
                     f"got {v!r}"
                 )
         h = self.adc_headroom
-        if isinstance(h, bool) or not isinstance(h, (int, float)) or not 0 < h < 1e6:
-            raise ValueError(f"AnalogConfig.adc_headroom must be a number > 0, got {h!r}")
+        if isinstance(h, bool) or not isinstance(h, (int, float)) or not 0 < h <= 1e6:
+            raise ValueError(
+                f"AnalogConfig.adc_headroom must be a number > 0 and at most 1e6 "
+                f"(ADC range in L2 norms of a column's weights), got {h!r}"
+            )
         for name in ("noise_compensation", "programming_noise", "read_noise", "drift"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"AnalogConfig.{name} must be a bool, got {getattr(self, name)!r}")
@@ -326,20 +330,16 @@ class AnalogConfig:
     @classmethod
     def from_extension(cls, ext: DeviceExtension) -> AnalogConfig:
         """The tile described by the analog extension's parameters. In the manifest
-        ``analog_precision_bits: 0`` means unset; a nonzero value sets both converters
-        unless ``dac_bits``/``adc_bits`` differ from their manifest defaults.
+        ``0`` means unset for ``dac_bits``, ``adc_bits`` and ``analog_precision_bits``
+        (their default): a converter whose own width is unset takes
+        ``analog_precision_bits`` when that is set, else aihwkit's 7 (DAC) or 9 (ADC);
+        a width given explicitly is honoured, whatever its value.
         ``digital_precision_bits: 0`` means the default (8, or the DAC's bits)."""
         names = set(cls.__dataclass_fields__)
         vals = {k: v for k, v in ext.values.items() if k in names}
-        if not vals.get("digital_precision_bits"):  # 0: the default (8, or the DAC's)
-            vals.pop("digital_precision_bits", None)
-        if not vals.get("analog_precision_bits"):
-            vals.pop("analog_precision_bits", None)
-        else:
-            for k in ("dac_bits", "adc_bits"):
-                p = ext.parameters.get(k)
-                if p is not None and vals.get(k) == p.default:
-                    vals.pop(k)
+        for k in ("digital_precision_bits", "analog_precision_bits", "dac_bits", "adc_bits"):
+            if vals.get(k) == 0:  # 0: unset (the defaults above)
+                vals.pop(k)
         try:
             return cls(**vals)
         except ValueError as e:  # a parameter value the unit cannot take: one line

@@ -59,10 +59,12 @@ loss, on every channel), ``dac_energy_pj`` per input sample, ``adc_energy_pj`` p
 output (``y = 1``) is the current ``R P0 L``; the detectors add shot noise (``2 q I B``
 per arm) and thermal noise (``4 k T B / R_load`` per arm), so ``SNR = (R P0 L)**2 / 2 /
 sigma**2`` for a full-scale sine and ``ENOB = (SNR_dB - 1.76) / 6.02``. A product whose
-outputs span a fraction ``f`` of full scale gets ``log2(f)`` bits fewer
-(``PhotonicResult.effective_bits``). When the bits delivered fall short of
-``precision_bits`` a :class:`PhotonicPrecisionWarning` says so (configured against
-delivered bits; once per configuration). :func:`laser_power_for_bits` sizes the laser
+outputs span a fraction ``f`` of full scale gets ``log2(f)`` bits fewer. The bits a
+result reports as delivered (``PhotonicResult.enob``, ``effective_bits``) are those the
+noise leaves, capped at ``precision_bits``: the DAC and ADC resolve no more, whatever
+the laser. When the bits delivered fall short of ``precision_bits`` a
+:class:`PhotonicPrecisionWarning` says so (configured against delivered bits; once per
+configuration). :func:`laser_power_for_bits` sizes the laser
 for a number of bits and :func:`size_laser_power` reports the energy a product takes at
 that power. The seed's configuration (64 channels, 100 GHz, 256 x 256, 8 bits, 10 mW)
 delivers 7.45 bits at full scale.
@@ -125,6 +127,7 @@ __all__ = [
     "size_laser_power",
     "LaserSizing",
     "PhotonicPrecisionWarning",
+    "MAX_PATH_LOSS_DB",
     "photonic_linear",
     "run_offchip_unit",
 ]
@@ -133,6 +136,14 @@ _Q = 1.602176634e-19  # electron charge, C
 _KB = 1.380649e-23  # Boltzmann constant, J/K
 #: Graph op kinds the extension claims (its ``policy`` picks among them).
 _CLAIMS = ("linear", "matmul", "conv2d")
+#: The largest optical path loss a configuration may have, in dB (a factor 1e10). Past
+#: it no usable light reaches the detectors: even the largest laser the manifest allows
+#: (10 W per output and channel) would deliver 1 nW, below the detectors' thermal noise
+#: at the default 100 GHz and 1 kOhm (1.3 uA rms against 1 nA of signal), and the
+#: lasers would have to emit 1e10 times the power the detectors receive. A
+#: configuration whose ``insertion_loss_db_per_component * (matrix_size_limit + 3)``
+#: exceeds it is refused (a ValueError naming both and the total).
+MAX_PATH_LOSS_DB = 100.0
 
 
 class PhotonicPrecisionWarning(UserWarning):
@@ -261,10 +272,23 @@ class PhotonicConfig:
                 f"PhotonicConfig.laser_wall_plug_efficiency must be in (0, 1], "
                 f"got {self.laser_wall_plug_efficiency}"
             )
+        loss_db = self.insertion_loss_db
+        if loss_db > MAX_PATH_LOSS_DB:
+            # in dB: the delivered power itself may underflow a float
+            delivered_dbm = 10 * math.log10(self.laser_power_mw) - loss_db
+            raise ValueError(
+                f"PhotonicConfig: insertion_loss_db_per_component="
+                f"{self.insertion_loss_db_per_component:g} over matrix_size_limit + 3 = "
+                f"{self.matrix_size_limit + 3} components is a {loss_db:.4g} dB optical path "
+                f"loss, above the {MAX_PATH_LOSS_DB:g} dB at which no usable light reaches "
+                f"the detectors (laser_power_mw={self.laser_power_mw:g} would deliver "
+                f"{delivered_dbm:.4g} dBm); lower the loss per component or the mesh size"
+            )
 
     @property
     def insertion_loss_db(self) -> float:
-        """Loss of one light path: the mesh's columns, the modulator, two couplers."""
+        """Loss of one light path: the mesh's columns, the modulator, two couplers (at
+        most :data:`MAX_PATH_LOSS_DB`, checked on construction)."""
         return self.insertion_loss_db_per_component * (self.matrix_size_limit + 3)
 
     @property
@@ -342,10 +366,12 @@ class PhotonicMatmul:
 class PhotonicResult:
     """The product and its cost. ``time_ns`` on the photonic core; ``energy_pj`` of the
     core (lasers, tuning, DACs, ADCs, programming); ``adc_shift`` the calibrated gain.
-    ``enob``: effective bits the shot and thermal noise leave at full scale
-    (:func:`photonic_enob`); ``effective_bits``: those left over the range this
-    product's outputs span (``enob + log2(peak |y|)``, ``y = W x / n`` the normalised
-    output; timing-only calls report ``enob``); ``precision_bits``: configured."""
+    ``enob``: effective bits delivered at full scale, those the shot and thermal noise
+    leave (:func:`photonic_enob`) capped at ``precision_bits`` (the converters resolve
+    no more); ``effective_bits``: those delivered over the range this product's outputs
+    span (``photonic_enob + log2(peak |y|)``, ``y = W x / n`` the normalised output,
+    capped at ``precision_bits``; timing-only calls report ``enob``);
+    ``precision_bits``: configured. Both are at most ``precision_bits``."""
 
     output: np.ndarray = field(repr=False)
     time_ns: float
@@ -511,6 +537,8 @@ def photonic_matmul(
     else:
         out, shift, eff = np.zeros((0, 0)), 0, enob
     _warn_precision(cfg, mm, enob, eff)
+    # delivered: the noise's bits, but no more than the converters resolve
+    enob, eff = min(enob, cfg.precision_bits), min(eff, cfg.precision_bits)
     if C is not None and functional:
         write_product("photonic_matmul", C, out)
     m, k = a.shape
@@ -604,14 +632,31 @@ def laser_power_for_bits(
     """The laser power (mW per output and channel, ``laser_power_mw``) at which
     :func:`photonic_enob` reaches ``bits`` (default ``precision_bits``) for outputs
     spanning ``signal_fraction`` of full scale: the root of ``(f c P)**2 / 2 =
-    SNR (a P + b)``. Raises ValueError for a fraction outside (0, 1]."""
-    if not 0 < signal_fraction <= 1:
+    SNR (a P + b)``. This is the noise's budget only: a result never reports more bits
+    than ``precision_bits`` (the converters' resolution), whatever the laser. Raises
+    ValueError for a fraction outside (0, 1], for ``bits`` not a finite number, or
+    when no finite laser power reaches ``bits`` (the power would overflow)."""
+    if (
+        isinstance(signal_fraction, bool)
+        or not isinstance(signal_fraction, (int, float))
+        or not 0 < signal_fraction <= 1
+    ):
         raise ValueError(f"signal_fraction must be in (0, 1], got {signal_fraction!r}")
     bits = cfg.precision_bits if bits is None else bits
-    snr = 10 ** ((6.02 * bits + 1.76) / 10)
+    if isinstance(bits, bool) or not isinstance(bits, (int, float)) or not math.isfinite(bits):
+        raise ValueError(f"bits must be a finite number, got {bits!r}")
     c, a, b = _noise_terms(cfg, mm)
     cc = (signal_fraction * c) ** 2
-    p_w = (2 * snr * a + math.sqrt((2 * snr * a) ** 2 + 8 * cc * snr * b)) / (2 * cc)
+    try:
+        snr = 10 ** ((6.02 * bits + 1.76) / 10)
+        p_w = (2 * snr * a + math.sqrt((2 * snr * a) ** 2 + 8 * cc * snr * b)) / (2 * cc)
+    except (OverflowError, ZeroDivisionError):
+        p_w = math.inf
+    if not math.isfinite(p_w):
+        raise ValueError(
+            f"no finite laser power reaches {bits:g} bits at signal_fraction="
+            f"{signal_fraction:g} with a {cfg.insertion_loss_db:.4g} dB path loss"
+        )
     return p_w * 1e3
 
 
@@ -655,22 +700,26 @@ def _warn_precision(cfg: PhotonicConfig, mm: PhotonicMatmul, enob: float, eff: f
         return
     p = cfg.laser_power_mw
     if enob < cfg.precision_bits:
-        need = laser_power_for_bits(cfg, mm)
+        snr = photonic_snr(cfg, mm)
+        snr_text = f"{10 * math.log10(snr):.1f} dB" if snr > 0 else "no signal"
+        try:
+            need = f"laser_power_mw={laser_power_for_bits(cfg, mm):.3g} would reach"
+        except ValueError:
+            need = "no finite laser power reaches"
         msg = (
             f"photonic core configured for precision_bits={cfg.precision_bits} delivers "
             f"{enob:.2f} effective bits at full scale: the shot and thermal noise at "
-            f"laser_power_mw={p:g} leave an SNR of "
-            f"{10 * math.log10(photonic_snr(cfg, mm)):.1f} dB "
-            f"(laser_power_mw={need:.3g} would reach {cfg.precision_bits} bits at full "
+            f"laser_power_mw={p:g} leave an SNR of {snr_text} "
+            f"({need} {cfg.precision_bits} bits at full "
             "scale; outputs spanning less of it get fewer: PhotonicResult.effective_bits)"
         )
     else:
         msg = (
             f"photonic core configured for precision_bits={cfg.precision_bits} delivers "
-            f"{enob:.2f} effective bits at full scale (laser_power_mw={p:g}), but the "
-            "products' outputs span a fraction of full scale and get fewer than "
-            f"{cfg.precision_bits} (PhotonicResult.effective_bits; size the laser with "
-            "laser_power_for_bits(signal_fraction=...))"
+            f"{cfg.precision_bits} effective bits at full scale (the noise at "
+            f"laser_power_mw={p:g} leaves {enob:.2f}), but the products' outputs span a "
+            f"fraction of full scale and get {eff:.2f} (PhotonicResult.effective_bits; "
+            "size the laser with laser_power_for_bits(signal_fraction=...))"
         )
     warnings.warn(msg, PhotonicPrecisionWarning, stacklevel=3)
 

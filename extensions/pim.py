@@ -66,8 +66,12 @@ an off-chip access).
 **Runtime offload**: registered on a context, the extension lowers a graph's ``relu``
 on a 16-bit float tensor of at least ``offload_min_bytes`` (0: the L2 size, so it would
 stream through HBM anyway) to a PIM kernel, in place when the input has no other
-reader; the kernel record reports ``saved_hbm_bytes`` and ``saved_cycles`` against a
-roofline estimate of the vector unit doing the same.
+reader, when its estimate says the memory is faster (:func:`relu_offload_estimate`: the
+bank stream plus the write-back of the dirty cached input, against the vector unit at
+the bandwidth of the level the data sits in, L2 for an activation that fits there with
+its output, else HBM). The kernel record reports ``saved_hbm_bytes`` and
+``saved_cycles``: the built-in cost *estimated* that way (``npu_cycles_estimate``, not
+measured: the built-in kernel is not run) minus the PIM kernel's measured cycles.
 """
 
 from __future__ import annotations
@@ -82,7 +86,7 @@ import numpy as np
 from ..emulator.config import DeviceSpec
 from ..emulator.cycles import vector_op_cycles
 from ..emulator.enums import StrNamedEnum
-from ..emulator.errors import WorkloadError
+from ..emulator.errors import SpecError, WorkloadError
 from ..emulator.extension_kernels import MemoryKernel, execute_kernels
 from ..emulator.pim_model import (
     GRF_ENTRIES,
@@ -100,7 +104,7 @@ from ..emulator.pim_model import (
     program_cycles,
     validate_program,
 )
-from ..graph import Graph
+from ..graph import UNARY_KINDS, Graph, Tensor
 from ..graph import Op as GraphOp
 from ..registry import (
     DeviceExtension,
@@ -122,6 +126,7 @@ __all__ = [
     "pim_execute",
     "unit_commands",
     "pim_relu_impl",
+    "relu_offload_estimate",
     "PimError",
 ]
 
@@ -361,8 +366,18 @@ class PIMConfig:
 
     @classmethod
     def from_extension(cls, ext: DeviceExtension) -> PIMConfig:
-        """The stack described by the PIM extension's parameters."""
+        """The stack described by the PIM extension's parameters. A combination the
+        stack cannot take (``bank_columns`` not a multiple of
+        ``compute_units_per_bank``, more than 64 columns per unit) is a one-line
+        :class:`~wia_hw.SpecError` naming the extension's parameters."""
         v = ext.values
+        try:
+            return cls._from_values(v)
+        except ValueError as e:
+            raise SpecError(str(e), field=f"extension {ext.id!r} parameters") from None
+
+    @classmethod
+    def _from_values(cls, v: Any) -> PIMConfig:
         return cls(
             pim_type=v["pim_type"],
             memory_capacity_gb=v["memory_capacity_gb"],
@@ -759,13 +774,58 @@ def pim_execute(
 # -- lowering: offload memory-bound ReLU ------------------------------------------------
 
 
+def relu_offload_estimate(
+    spec: DeviceSpec, x: Tensor, y: Tensor, pim_dev_cycles: int
+) -> dict[str, int]:
+    """The estimates :func:`pim_relu_impl` decides by, in device cycles (a roofline, not
+    a measurement: the lowering runs before the caches' state is known).
+
+    ``npu_cycles_estimate``: the vector unit reading ``x`` and writing ``y`` at the
+    bandwidth of the level the data sits in, or at its issue rate (ReLU is an
+    ``elementwise`` op: one cycle per ``lanes`` elements, the cores sharing the
+    elements), whichever is slower. An activation that fits in L2 with its output
+    (``x.nbytes + y.nbytes <= L2 size``: its producer just wrote it there) is read and
+    written at L2 bandwidth (``l2_resident = 1``), anything else at HBM bandwidth.
+    ``pim_cycles_estimate``: the bank stream (``pim_dev_cycles``) plus the write-back the
+    device does before the banks may start: the dirty cached part of an activation,
+    at most the L2 size, at HBM bandwidth (0 for graph inputs and weights)."""
+    l2 = spec.memory.l2
+    moved = x.nbytes + y.nbytes
+    hbm_bpc = float(spec.bytes_per_cycle(spec.peak_bandwidth_gbs))
+    l2_bpc = float(spec.bytes_per_cycle(l2.bandwidth_gbs))
+    produced = x.kind == "activation"
+    resident = produced and moved <= l2.size_bytes
+    v = spec.compute.vector
+    vclass = "activation" if UNARY_KINDS["relu"] > 1 else "elementwise"  # as the lowering
+    vec = vector_op_cycles(
+        -(-x.numel // spec.compute.cores),
+        v.lanes,
+        int(v.cycles_per_element[vclass]),
+        v.pipeline_depth,
+    )
+    npu = max(math.ceil(moved / (l2_bpc if resident else hbm_bpc)), vec)
+    dirty = min(x.nbytes, l2.size_bytes) if produced else 0
+    return {
+        "npu_cycles_estimate": npu,
+        "pim_cycles_estimate": pim_dev_cycles + math.ceil(dirty / hbm_bpc),
+        "l2_resident": int(resident),
+    }
+
+
 def pim_relu_impl(
     op: GraphOp, graph: Graph, spec: DeviceSpec, storage: Any, ext: DeviceExtension
 ) -> list[Any] | None:
     """Lowering of ``pim_relu``: a graph ``relu`` on a 16-bit float tensor of at least
-    ``offload_min_bytes`` (0: the device's L2 size) runs in the memory, when the PIM
-    stream is faster than the vector unit's roofline estimate; in place (the output
-    shares the input's storage) when nothing else reads the input. Else declines."""
+    ``offload_min_bytes`` (0: the device's L2 size) runs in the memory when, by
+    :func:`relu_offload_estimate`, the PIM stream with its write-back is faster than the
+    vector unit at the data's level; in place (the output shares the input's storage)
+    when nothing else reads the input. Else declines.
+
+    The kernel record reports ``npu_cycles_estimate``, ``pim_cycles_estimate`` and
+    ``l2_resident_estimate`` (those estimates), ``pim_cycles`` (the bank stream,
+    cycle-exact) and, from the device, ``saved_cycles`` = ``npu_cycles_estimate`` minus
+    the cycles the PIM kernel measured (write-back included): the saving against an
+    estimate of the built-in cost, not a second run."""
     if op.kind != "relu":
         return None
     x, y = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
@@ -781,19 +841,10 @@ def pim_relu_impl(
     what = PIMOperation(operation=ElementwiseOp.RELU, in_place=in_place)
     cycles, reqs, units = pim_timing(cfg, what, n)
     dev_cycles = math.ceil(cycles * spec.clock_ghz / cfg.pim_clock_ghz)
-    # what the vector unit would take: read x, write y at HBM bandwidth, or its issue rate
+    est = relu_offload_estimate(spec, x, y, dev_cycles)
+    if est["pim_cycles_estimate"] >= est["npu_cycles_estimate"]:
+        return None  # by its own estimate the memory would be slower: the cores run it
     moved = x.nbytes + y.nbytes
-    hbm = float(spec.bytes_per_cycle(spec.peak_bandwidth_gbs))
-    v = spec.compute.vector
-    vec = vector_op_cycles(
-        -(-n // spec.compute.cores),
-        v.lanes,
-        int(v.cycles_per_element["activation"]),
-        v.pipeline_depth,
-    )
-    npu = max(math.ceil(moved / hbm), vec)
-    if dev_cycles >= npu:
-        return None
     xref = storage.ref(op.inputs[0])
     if in_place:
         storage.alias(op.outputs[0], op.inputs[0])
@@ -821,7 +872,9 @@ def pim_relu_impl(
                 "operation": "pim_relu",
                 "pim_cycles": cycles,
                 "in_place": int(in_place),
-                "npu_cycles_estimate": npu,
+                "npu_cycles_estimate": est["npu_cycles_estimate"],
+                "pim_cycles_estimate": est["pim_cycles_estimate"],
+                "l2_resident_estimate": est["l2_resident"],
                 "npu_hbm_bytes_estimate": moved,
             },
         )
