@@ -37,7 +37,8 @@ quantised graph come from :class:`QuantExecutor` (what :mod:`wia_hw.accuracy` ru
 which honours the static scales.
 
 Errors (one line each): a config field out of range or unknown (``ValueError``),
-calibration data of the wrong shape or naming an unknown input, no calibration batch,
+calibration data of the wrong shape or kind (integers for an integer input such as
+token ids, real numbers for a float one) or naming an unknown input, no calibration batch,
 a graph with nothing to quantise (:class:`~wia_hw.WorkloadError`).
 """
 
@@ -283,6 +284,17 @@ def _quant_targets(graph: Graph) -> list[Op]:
     ]
 
 
+def _wanted_kind(dtype: str) -> tuple[str, str]:
+    """The numpy dtype kinds calibration data for a graph input of ``dtype`` may have,
+    and how to say so: integers for an integer input (token ids), real numbers (not
+    complex) for a float one."""
+    if dtype in FLOAT_DTYPES:
+        return "iuf", "real numbers (integer or float, not complex)"
+    if dtype == "bool":
+        return "biu", "booleans or integers"
+    return "iu", "integers (such as token ids)"
+
+
 def _batches(graph: Graph, data: Any, limit: int) -> list[dict[str, np.ndarray]]:
     inputs = {n: t for n, t in graph.tensors.items() if t.kind == "input"}
     if data is None:
@@ -322,7 +334,13 @@ def _batches(graph: Graph, data: Any, limit: int) -> list[dict[str, np.ndarray]]
                     f"{list(inputs[n].shape)}"
                 )
             v = np.asarray(v)
-            if v.dtype.kind in "fc" and not np.all(np.isfinite(v)):
+            need = _wanted_kind(inputs[n].dtype)
+            if v.dtype.kind not in need[0]:
+                raise WorkloadError(
+                    f"calibration batch {i}: input {n!r} has dtype {v.dtype}, the graph's "
+                    f"{inputs[n].dtype} input needs {need[1]}"
+                )
+            if v.dtype.kind == "f" and not np.all(np.isfinite(v)):
                 raise WorkloadError(
                     f"calibration batch {i}: input {n!r} has non-finite values "
                     f"({int(np.sum(~np.isfinite(v)))} NaN or inf of {v.size})"

@@ -14,12 +14,20 @@
 from __future__ import annotations
 
 from ._bench import MaxRateResult, ServerBenchmarkResult, benchmark_server, find_max_rate
-from ._config import REJECT_REASONS, BatchingConfig, PaddingStrategy, ServeError, ServerWorkload
+from ._config import (
+    MAX_REQUESTS,
+    REJECT_REASONS,
+    BatchingConfig,
+    PaddingStrategy,
+    ServeError,
+    ServerWorkload,
+)
 from ._model import ShapeTiming, graph_at
 from ._server import InferenceServer, ServerRun, create_inference_server
 from ._trace import Arrival, load_trace, poisson_arrivals
 
 __all__ = [
+    "MAX_REQUESTS",
     "REJECT_REASONS",
     "Arrival",
     "BatchingConfig",

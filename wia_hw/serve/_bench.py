@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._config import REJECT_REASONS, ServeError, ServerWorkload
+from ._config import REJECT_REASONS, ServeError, ServerWorkload, check_request_count
 from ._server import InferenceServer, ServerRun, percentile_ms
 from ._trace import Arrival, load_trace, poisson_arrivals
 
@@ -170,7 +170,8 @@ def find_max_rate(
     pass at high ones (batches fill at once), so then the rates ``capacity x k / 20``
     (k = 19..1) are tried from the top first, and bisection runs between the highest
     that passes and the one above it (``search`` says so). Raises :class:`ServeError`
-    on a bound <= 0."""
+    on a bound <= 0, and when the run at capacity would offer more than
+    :data:`~wia_hw.serve.MAX_REQUESTS` requests (capacity x ``duration_s``)."""
     wl = ServerWorkload(
         duration_s=duration_s,
         seq=seq,
@@ -181,6 +182,12 @@ def find_max_rate(
     )
     check_workload(server, wl)
     cap = server.capacity_rps(wl.seq)
+    check_request_count(
+        cap,
+        duration_s,
+        "ServerWorkload.duration_s: the P99 rate search starts at the capacity, ",
+        "shorten the duration",
+    )
     res = MaxRateResult(p99_bound_ms, 0.0, cap)
 
     def passes(rate: float) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 import math
+import numbers
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,12 +13,23 @@ from dataclasses import dataclass
 from ..emulator.errors import WiaError
 
 __all__ = [
+    "MAX_REQUESTS",
+    "MAX_TIME_NS",
     "BatchingConfig",
     "PaddingStrategy",
     "ServeError",
     "ServerWorkload",
     "REJECT_REASONS",
 ]
+
+#: Emulated time is integer ns; a timestamp must stay below 2^63 ns (about 292 years).
+MAX_TIME_NS = 2**63
+
+#: The most requests one simulated Poisson run may be expected to offer (rate x
+#: duration). Drawing and simulating a request takes about 10 us and 400 bytes (bert-base,
+#: one layer, on a 2020s laptop core), so a run at the limit takes about a minute and 2 GB
+#: of memory; a rate search makes one such run per rate it tries.
+MAX_REQUESTS = 5_000_000
 
 #: Why a request can be rejected (the keys of ``ServerBenchmarkResult.rejected_by_reason``).
 REJECT_REASONS: dict[str, str] = {
@@ -31,6 +43,20 @@ REJECT_REASONS: dict[str, str] = {
 class ServeError(WiaError, ValueError):
     """Bad serving input (a config value, a trace file, a workload). ``str(err)`` is one
     line naming the field, or the file and line."""
+
+
+def check_request_count(
+    rate_rps: float, duration_s: float, what: str, hint: str = "lower the rate or the duration"
+) -> None:
+    """Raise :class:`ServeError` when a Poisson run of ``rate_rps`` over ``duration_s``
+    seconds would be expected to offer more than :data:`MAX_REQUESTS` requests. The
+    message starts with ``what`` (the fields at fault) and ends with ``hint``."""
+    expected = rate_rps * duration_s
+    if expected > MAX_REQUESTS:
+        raise ServeError(
+            f"{what}{rate_rps:g} req/s x {duration_s:g} s = {expected:.4g} expected requests "
+            f"is above the limit of {MAX_REQUESTS:,} one run may offer; {hint}"
+        )
 
 
 class PaddingStrategy(enum.Enum):
@@ -146,6 +172,10 @@ class ServerWorkload:
     ``max(duration_s, min_requests / rate)`` seconds, so a P99 rests on at least
     ``min_requests`` samples (MLPerf asks a minimum query count for the same reason); a
     run at a given ``rate_rps`` lasts ``duration_s``.
+
+    Raises :class:`ServeError` naming the field and the bad value; also when
+    ``rate_rps x duration_s`` (the expected request count) or ``min_requests`` is above
+    :data:`MAX_REQUESTS`, or ``duration_s`` reaches 2^63 ns of emulated time.
     """
 
     rate_rps: float | None = None
@@ -172,12 +202,30 @@ class ServerWorkload:
         number("rate_tolerance", 0, True)
         if self.p99_bound_ms is not None:
             number("p99_bound_ms", 0, True)
+        if self.duration_s * 1e9 >= MAX_TIME_NS:  # integer ns of emulated time
+            raise ServeError(
+                f"ServerWorkload.duration_s must be below {MAX_TIME_NS / 1e9:.4g} s "
+                f"(2^63 ns of emulated time), got {self.duration_s!r}"
+            )
         if self.rate_rps is None and self.trace is None and self.p99_bound_ms is None:
             raise ServeError("ServerWorkload needs rate_rps, trace or p99_bound_ms")
         for name in ("seq", "min_requests"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ServeError(f"ServerWorkload.{name} must be an integer >= 1, got {v!r}")
+        if self.min_requests > MAX_REQUESTS:
+            raise ServeError(
+                f"ServerWorkload.min_requests: {self.min_requests:,} is above the limit of "
+                f"{MAX_REQUESTS:,} requests one run may offer"
+            )
+        v = self.seed
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
+            raise ServeError(f"ServerWorkload.seed must be a non-negative integer, got {v!r}")
+        object.__setattr__(self, "seed", int(v))
+        if self.rate_rps is not None and self.trace is None:
+            check_request_count(
+                self.rate_rps, self.duration_s, "ServerWorkload.rate_rps x duration_s: "
+            )
         if self.seq_lengths is not None:
             s = tuple(self.seq_lengths)
             if not s or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in s):

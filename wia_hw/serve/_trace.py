@@ -10,12 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ._config import ServeError
+from ._config import MAX_TIME_NS, ServeError, check_request_count
 
 __all__ = ["Arrival", "load_trace", "poisson_arrivals"]
-
-#: Emulated time is integer ns; a timestamp must stay below 2^63 ns (about 292 years).
-MAX_TIME_NS = 2**63
 
 
 @dataclass(frozen=True)
@@ -83,7 +80,10 @@ def poisson_arrivals(
 ) -> list[Arrival]:
     """Arrivals of a Poisson process of ``rate_rps`` per second in ``[0, duration_s)``:
     exponential gaps of mean ``1/rate_rps`` (numpy ``default_rng(seed)``), rounded to
-    whole ns; sequence lengths ``seq`` or drawn uniformly from ``seq_lengths``."""
+    whole ns; sequence lengths ``seq`` or drawn uniformly from ``seq_lengths``. Raises
+    :class:`ServeError` when ``rate_rps x duration_s`` is above
+    :data:`~wia_hw.serve.MAX_REQUESTS` (the arrays would not fit in memory)."""
+    check_request_count(rate_rps, duration_s, "poisson_arrivals: rate_rps x duration_s: ")
     rng = np.random.default_rng(seed)
     n_guess = int(rate_rps * duration_s + 6 * math.sqrt(rate_rps * duration_s) + 16)
     times_s = np.cumsum(rng.exponential(1.0 / rate_rps, n_guess))

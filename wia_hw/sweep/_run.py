@@ -11,10 +11,11 @@ import itertools
 import json
 import multiprocessing as mp
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -96,41 +97,48 @@ def _local(tasks: list[dict[str, Any]], workers: int) -> Iterator[dict[str, Any]
 
     On Ctrl-C the results already finished are yielded first, then the workers are
     stopped at once (what they were computing is lost, nothing stored is) and the
-    KeyboardInterrupt goes on. A worker that dies is a :class:`SweepError`."""
+    KeyboardInterrupt goes on. A worker that dies is a :class:`SweepError`.
+
+    Finished futures are announced on a queue by done-callbacks rather than waited for
+    with :func:`concurrent.futures.wait`: that holds every pending future's lock while
+    it registers and removes its waiter, and a Ctrl-C landing there left a lock held, so
+    the pool's manager thread blocked on it for good and a waiting shutdown (or the
+    interpreter's exit, which joins that thread) hung. A stopped pool is also shut down
+    without waiting for its manager thread: no result is left to wait for."""
     ctx = _mp_context()
     threads = threading.active_count()
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=init_worker)
     pending: set[Future[dict[str, Any]]] = set()
-    ready: list[Future[dict[str, Any]]] = []
+    finished: queue.SimpleQueue[Future[dict[str, Any]]] = queue.SimpleQueue()
     it = iter(tasks)
-    kill = False
+    completed = False
     try:
         while True:
-            while len(pending) < 2 * workers:
-                t = next(it, None)
-                if t is None:
-                    break
-                pending.add(pool.submit(evaluate_point, t))
-            if not pending:
-                break
             try:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                while len(pending) < 2 * workers:
+                    t = next(it, None)
+                    if t is None:
+                        break
+                    f = pool.submit(evaluate_point, t)
+                    pending.add(f)
+                    f.add_done_callback(finished.put)
+                if not pending:
+                    break
+                f = finished.get()  # a Ctrl-C here leaves no lock held
+                r = f.result()
+                pending.discard(f)
             except KeyboardInterrupt:
-                kill = True
                 for f in pending:
                     f.cancel()
-                ready += [f for f in pending if f.done() and not f.cancelled()]
+                ready = [f for f in pending if f.done() and not f.cancelled()]
                 pending = set()
-                while ready:
-                    f = ready.pop(0)
+                for f in ready:
                     if f.exception() is None:
                         yield f.result()
                 raise
-            ready += list(done)
-            while ready:
-                yield ready.pop(0).result()
+            yield r
+        completed = True
     except BrokenProcessPool as e:
-        kill = True
         why = f" ({str(e).rstrip('.')})" if str(e) else ""
         hint = ""
         if ctx.get_start_method() != "fork":
@@ -142,14 +150,15 @@ def _local(tasks: list[dict[str, Any]], workers: int) -> Iterator[dict[str, Any]
         raise SweepError(
             f"a local worker process died{why}; the points finished before are stored{hint}"
         ) from None
-    except GeneratorExit:
-        kill = True
-        raise
     finally:
-        if kill:
-            for proc in list(getattr(pool, "_processes", {}).values()):
+        if completed:
+            pool.shutdown(wait=True)
+        else:  # Ctrl-C, a dead worker, or the caller closed us: stop the workers now
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
                 proc.terminate()
-        pool.shutdown(wait=True, cancel_futures=True)
+            # the manager thread sees the workers gone and ends by itself; waiting for
+            # it could hang (see above), and no result is left to wait for
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _record(st: SweepStore, sw: Sweep, p: Point, r: Mapping[str, Any]) -> None:
@@ -302,20 +311,32 @@ def sweep(
         else:
             name = dask_name
             results = _dask(tasks, client)
+        # a Ctrl-C can land after a point's row is committed and before it is counted:
+        # the point being recorded is counted then if its row is new (a retried failed
+        # point has a row already, with an earlier finished_at)
+        before = st.finished_at(p.key for p in todo)
+        recording: str | None = None
         try:
             for i, r in enumerate(itertools.chain(refused, results), 1):
+                recording = r["key"]
                 _record(st, sw, by_key[r["key"]], r)
                 cpu_s += r.get("cpu_s", 0.0)
                 if r["status"] == "ok":
                     ok += 1
                 else:
                     failed += 1
+                recording = None
                 if progress is not None:
                     progress(i, len(todo))
         except KeyboardInterrupt:
+            computed = ok + failed
+            if recording is not None:
+                stamp = st.finished_at([recording]).get(recording)
+                if stamp is not None and stamp != before.get(recording):
+                    computed += 1
             stored = len(st.finished_keys(by_key))
             raise SweepInterrupted(
-                f"interrupted: {ok + failed} points computed and stored by this run, "
+                f"interrupted: {computed} points computed and stored by this run, "
                 f"{stored} of the sweep's {len(points)} points in {store}; run it again "
                 "to go on"
             ) from None

@@ -382,6 +382,21 @@ class SweepStore:
             )
         return found
 
+    def finished_at(self, keys: Iterable[str]) -> dict[str, str]:
+        """``finished_at`` (ISO 8601 UTC, to the microsecond) of each of ``keys`` that
+        has a row."""
+        want = list(keys)
+        found: dict[str, str] = {}
+        for i in range(0, len(want), 500):
+            chunk = want[i : i + 500]
+            q = ",".join("?" * len(chunk))
+            found.update(
+                self._conn.execute(
+                    f"SELECT point_key, finished_at FROM points WHERE point_key IN ({q})", chunk
+                ).fetchall()
+            )
+        return found
+
     # -- writing (the sweep's parent process only) -----------------------------------
     def set_meta(self, key: str, value: str) -> None:
         with self._conn:
