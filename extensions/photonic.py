@@ -51,8 +51,9 @@ against ``y = W x / n`` of typical data (a few per cent of full scale): the phot
 budget, not the ADC, then limits accuracy; raise ``laser_power_mw`` or lower
 ``modulation_bandwidth_ghz`` to trade energy or speed for it. **Energy**: lasers (``laser_power_mw`` per channel at
 ``laser_wall_plug_efficiency``) and MZI tuning (``tuning_power_mw_per_mzi``) over the
-busy time (``P0 = laser_power_mw`` must reach each of the ``n`` outputs through the
-loss, on every channel), ``dac_energy_pj`` per input sample, ``adc_energy_pj`` per detector sample,
+busy time (``P0 = laser_power_mw`` is launched toward each of the ``n`` outputs on
+every channel, and ``P0`` times the path's transmission reaches a detector, as the noise
+budget has it: the loss is charged once, in the light delivered), ``dac_energy_pj`` per input sample, ``adc_energy_pj`` per detector sample,
 ``program_energy_pj_per_mzi`` per reprogrammed MZI; reported per MAC.
 
 **Precision delivered** (:func:`photonic_snr`, :func:`photonic_enob`): a full-scale
@@ -406,13 +407,12 @@ def _energy_pj(
 ) -> float:
     s = cfg.matrix_size_limit
     busy_s = time_ns * 1e-9
-    # P0 reaches each of the s outputs on each channel (the core model's normalisation)
+    # P0 is launched toward each of the s outputs on each channel (the core model's
+    # normalisation): the optics deliver P0 x transmission to a detector (the noise
+    # budget's R P0 L), so the lasers emit s x channels x P0, drawing that over their
+    # wall-plug efficiency; the path's loss is in what reaches the detectors, once
     laser_w = (
-        cfg.laser_power_mw
-        * 1e-3
-        * s
-        * cfg.wavelength_channels
-        / (cfg.laser_wall_plug_efficiency * cfg.transmission)
+        cfg.laser_power_mw * 1e-3 * s * cfg.wavelength_channels / cfg.laser_wall_plug_efficiency
     )
     tuning_w = cfg.tuning_power_mw_per_mzi * 1e-3 * s * s
     programs = tiles * mm.weight_passes

@@ -215,3 +215,23 @@ def test_pim_estimate_reads_l2_resident_activations_at_l2_bandwidth():
     xin = g.tensors["x"]
     est_in = relu_offload_estimate(spec, xin, xin, 100)
     assert est_in["l2_resident"] == 0 and est_in["pim_cycles_estimate"] == 100
+
+
+def test_photonic_laser_energy_charges_the_path_loss_once():
+    """``laser_power_mw`` is launched power: the noise budget sees it times the path's
+    transmission (``R P0 L``), so a lossier path delivers fewer bits for the same
+    laser energy; the energy is not divided by the transmission a second time (it
+    was: 3.3x the laser energy at the default loss)."""
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((32, 64)), rng.standard_normal((64, 16))
+    out = {}
+    for loss in (0.0, 0.05):
+        cfg = PhotonicConfig(matrix_size_limit=64, insertion_loss_db_per_component=loss)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PhotonicPrecisionWarning)
+            out[loss] = photonic_matmul(None, cfg, PhotonicMatmul(), a, b, functional=False)
+    assert out[0.05].energy_pj == pytest.approx(out[0.0].energy_pj, rel=1e-12)
+    lossy = PhotonicConfig(matrix_size_limit=64, insertion_loss_db_per_component=0.05)
+    assert photonic_enob(lossy) < photonic_enob(
+        PhotonicConfig(matrix_size_limit=64, insertion_loss_db_per_component=0.0)
+    )
