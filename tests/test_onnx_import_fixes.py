@@ -392,3 +392,46 @@ def test_matmul_vector_by_batched_matrix_as_numpy(const_b):
     assert g.macs() == 3 * 2 * 8 * 5
     assert g.parameters == (b.size if const_b else 0)
     check_functional(m, g, feeds)
+
+
+def test_parameters_do_not_depend_on_the_dims_a_model_is_imported_at():
+    """A ViT's class token expanded to the batch and its learned position table sliced
+    to the sequence fold to constants of the import's dims; the parameters are the
+    model's (token, table and linear, each whole and once) at every batch and length."""
+    P, H = 65, 32
+    rng = np.random.default_rng(11)
+    cls = rng.standard_normal((1, 1, H)).astype(np.float32)
+    pos = rng.standard_normal((P, H)).astype(np.float32)
+    W = rng.standard_normal((H, H)).astype(np.float32)
+    nodes = [
+        node("Shape", ["x"], ["xs"]),
+        node("Gather", ["xs", "zero"], ["b"], axis=0),
+        node("Gather", ["xs", "one"], ["t"], axis=0),
+        node("Unsqueeze", ["b", "ax0"], ["b1"]),
+        node("Concat", ["b1", "ones2"], ["cshape"], axis=0),
+        node("Expand", ["cls", "cshape"], ["clsb"]),
+        node("Concat", ["clsb", "x"], ["xc"], axis=1),
+        node("Add", ["t", "one"], ["t1"]),
+        node("Unsqueeze", ["t1", "ax0"], ["t1v"]),
+        node("Slice", ["pos", "zero1", "t1v", "zero1"], ["posn"]),
+        node("Add", ["xc", "posn"], ["xp"]),
+        node("MatMul", ["xp", "W"], ["y"]),
+    ]
+    inits = [
+        init("cls", cls),
+        init("pos", pos),
+        init("W", W),
+        init("zero", 0, np.int64),
+        init("one", 1, np.int64),
+        init("ax0", [0], np.int64),
+        init("zero1", [0], np.int64),
+        init("ones2", [1, H], np.int64),
+    ]
+    m = model(nodes, [vi("x", ["batch", "seq", H])], [vi("y", ["batch", "seq1", H])], inits)
+    want = cls.size + pos.size + W.size
+    for batch, seq in [(1, 16), (2, 16), (8, 4), (1, 64)]:
+        g = from_onnx(m, dims={"batch": batch, "seq": seq})
+        assert g.parameters == want, (batch, seq)
+        assert import_report(m, dims={"batch": batch, "seq": seq}).parameters == want
+        x = rng.standard_normal((batch, seq, H)).astype(np.float32)
+        check_functional(m, g, {"x": x}, rtol=1e-4, atol=1e-4)

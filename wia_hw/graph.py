@@ -726,9 +726,13 @@ class Graph:
 
     @property
     def parameters(self) -> int:
-        """The weights' elements, each of the model's weights counted once (a weight
-        that holds another's values in another layout adds nothing)."""
-        return sum(self._once([t.numel for t in ts], src, 1) for ts, src in self._weight_groups())
+        """The weights' elements, each of the model's weights counted once and whole: a
+        weight that holds another's values (another layout, a part, or repeated:
+        ``weight_sources``) counts as that weight, so the count is the model's whatever
+        dims it was imported at."""
+        return sum(
+            sum(t.numel for t in ts) if src is None else src for ts, src in self._weight_groups()
+        )
 
     @property
     def weight_bytes(self) -> int:

@@ -113,6 +113,10 @@ def _fallback(node: Any, inputs: list[Any]) -> list[Any] | None:
     return None
 
 
+#: ONNX element types of weights: float, float16, double, bfloat16
+_FLOAT_ELEMS = frozenset({1, 10, 11, 16})
+
+
 def _numel(shape: tuple[int, ...]) -> int:
     return math.prod(shape)
 
@@ -312,6 +316,29 @@ class _Folder:
         if src is not None:
             sources[node.output[0]] = src
 
+    def record_small_source(self, node: Any) -> None:
+        """A node folded whole whose one float input is a weight of the model (or holds
+        one's values): its outputs hold that weight's values, in another layout, in
+        part (position rows sliced to the sequence) or repeated (a class token expanded
+        to the batch), so :attr:`Graph.parameters` counts the weight, once and whole,
+        whatever dims the model is imported at (``memo[SOURCES]``)."""
+        sources = self.memo.setdefault(SOURCES, {})
+        found = set()
+        for i in node.input:
+            if not i:
+                continue
+            src = sources.get(i)
+            t = self.inits.get(i)
+            if src is None and t is not None and t.data_type in _FLOAT_ELEMS:
+                src = (i, _numel(tuple(t.dims)))
+            if src is not None:
+                found.add(src)
+        if len(found) == 1:
+            src = found.pop()
+            for o in node.output:
+                if o:
+                    sources[o] = src
+
     def source_values(self, name: str) -> Any | None:
         """A function giving weight ``name``'s values (from the model, its external
         data file, or a move of another weight's), or None when they are not there."""
@@ -396,6 +423,7 @@ class _Folder:
                 if o:
                     self.values[o] = v
                     self.shapes[o] = tuple(v.shape)
+            self.record_small_source(node)
             return True
         if unknown_out:
             return False
