@@ -173,6 +173,9 @@ class VectorKernel(_KernelBase):
     rows_per_tile: int = 1
     cols_per_tile: int = 0
     split_inputs: bool = False
+    #: the output's dtype (``fp32``, ``fp16``, ``bf16``, ``int8``, ...), a label of the
+    #: kernel's records; empty: read from the output's element width
+    precision: str = ""
 
     def __post_init__(self) -> None:
         if self.vclass not in VECTOR_CLASSES:

@@ -63,3 +63,11 @@ def test_generation_may_end_at_the_models_last_position(prompt_len, new_tokens):
         wia_hw.generate(
             "gpt2", new_tokens=new_tokens + 1, prompt_len=1024 - new_tokens + 1, layers=1, batch=1
         )
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_vector_kernels_are_labelled_with_their_own_precision(precision):
+    """A vector kernel's record names its output's dtype (an fp32 run's ReLU, adds and
+    softmax were labelled fp16)."""
+    r = wia_hw.run("bert-base", batch=1, seq=32, layers=1, precision=precision)
+    assert {k.precision for k in r.kernels} == {precision}

@@ -280,6 +280,7 @@ def _vector_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[
             rows_per_tile=rpt,
             cols_per_tile=cpt,
             split_inputs=op.kind == "concat",  # its inputs are parts of its rows
+            precision=out_t.dtype,
         )
     ]
 
