@@ -123,3 +123,30 @@ def test_cli_refuses_an_oversized_auto_sweep_before_printing(tmp_path):
     )
     assert r.exit_code == 2 and "chunk transfers" in r.output, r.output
     assert "# all_reduce" not in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("cluster", ["wia-cluster-8", "wia-cluster-torus16", "wia-cluster-2x8"])
+def test_more_data_is_never_faster(cluster):
+    """Every collective and algorithm: a larger message never takes less time. Tree and
+    broadcast pipeline in fixed chunks with a short last one (they cut a message into
+    equal pieces, so one element past a chunk halved the pieces and ran up to 43%
+    faster than the chunk alone)."""
+    rng = np.random.default_rng(5)
+    sizes = sorted(
+        {int(s) for s in rng.integers(1, 1 << 19, 14)}
+        | {k << 16 for k in (1, 2, 3)}
+        | {(k << 16) + 4 for k in (1, 2, 3)}
+    )
+    calls = [("broadcast", {}), ("all_gather", {}), ("reduce_scatter", {})]
+    calls += [("all_reduce", {"algorithm": a}) for a in ("auto", "ring", "tree")]
+    if cluster == "wia-cluster-2x8":
+        calls.append(("all_reduce", {"algorithm": "hierarchical"}))
+    for name, kw in calls:
+        times = [
+            getattr(wia_hw.open_cluster(cluster, chunk_bytes=1 << 16), name)(
+                nbytes=s, **kw
+            ).duration_cycles
+            for s in sizes
+        ]
+        for i in range(1, len(sizes)):
+            assert times[i] >= times[i - 1], (name, kw, sizes[i - 1 : i + 1], times[i - 1 : i + 1])

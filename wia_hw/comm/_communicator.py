@@ -12,7 +12,6 @@ while other collectives and device compute (:meth:`Communicator.compute`) procee
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -341,8 +340,13 @@ class Communicator:
         members = set(group)
         return [r for r in self.topology.ring if r in members]
 
+    def _chunk_elems(self, itemsize: int) -> int:
+        """Elements of one pipelining chunk (``chunk_bytes`` of them, at least one)."""
+        return max(1, self.chunk_bytes // itemsize)
+
     def _pieces(self, count: int, itemsize: int) -> int:
-        return max(1, min(count, math.ceil(count * itemsize / self.chunk_bytes)))
+        """The chunks a message of ``count`` elements is pipelined in (at least one)."""
+        return max(1, -(-count // self._chunk_elems(itemsize)))
 
     def chunk_transfers(self, name: str, algorithm: str, n: int, count: int, itemsize: int) -> int:
         """How many chunk transfers (messages x chunks per message, one per link hop not
@@ -477,7 +481,7 @@ class Communicator:
         if algo == "ring":
             sched.ring_all_reduce(self._order(group), rng, {})
         elif algo == "tree":
-            sched.tree_all_reduce(self._order(group), rng, self._pieces(count, isz))
+            sched.tree_all_reduce(self._order(group), rng, self._chunk_elems(isz))
         else:
             assert k is not None
             m = self.size // k
@@ -732,7 +736,7 @@ class Communicator:
         i = order.index(root)
         order = order[i:] + order[:i]
         sched = Schedule(isz)
-        sched.chain_broadcast(order, (0, count), self._pieces(count, isz))
+        sched.chain_broadcast(order, (0, count), self._chunk_elems(isz))
         state = None if flat is None else {r: {"buf": f} for r, f in zip(group, flat, strict=True)}
         shape = None if buffers is None else np.asarray(buffers[0]).shape
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Transfer", "Schedule", "even_ranges"]
+__all__ = ["Transfer", "Schedule", "chunk_ranges", "even_ranges"]
 
 
 @dataclass(slots=True)
@@ -102,12 +102,13 @@ class Schedule:
 
     # -- tree ---------------------------------------------------------------------------
 
-    def tree_all_reduce(self, ranks: list[int], rng: tuple[int, int], pieces: int) -> None:
+    def tree_all_reduce(self, ranks: list[int], rng: tuple[int, int], chunk: int) -> None:
         """A binary tree (heap order over ``ranks``: the parent of position ``i`` is
-        ``(i - 1) // 2``), pipelined in ``pieces`` chunks: each node sends chunk ``c`` up
-        once it has it from all its children; the root's result flows down the same way."""
+        ``(i - 1) // 2``), pipelined in chunks of ``chunk`` elements (the last shorter,
+        :func:`chunk_ranges`): each node sends chunk ``c`` up once it has it from all
+        its children; the root's result flows down the same way."""
         m = len(ranks)
-        for lo, hi in even_ranges(rng, pieces):
+        for lo, hi in chunk_ranges(rng, chunk):
             up: dict[int, int] = {}
             for i in range(m - 1, 0, -1):
                 kids = [k for k in (2 * i + 1, 2 * i + 2) if k < m]
@@ -122,12 +123,25 @@ class Schedule:
 
     # -- others -------------------------------------------------------------------------
 
-    def chain_broadcast(self, order: list[int], rng: tuple[int, int], pieces: int) -> None:
-        """``order[0]`` (the root) to the others along the chain, pipelined in chunks."""
-        for lo, hi in even_ranges(rng, pieces):
+    def chain_broadcast(self, order: list[int], rng: tuple[int, int], chunk: int) -> None:
+        """``order[0]`` (the root) to the others along the chain, pipelined in chunks
+        of ``chunk`` elements (the last shorter, :func:`chunk_ranges`)."""
+        for lo, hi in chunk_ranges(rng, chunk):
             prev: list[int] = []
             for a, b in zip(order, order[1:], strict=False):
                 prev = [self.add(a, b, (lo, hi), "copy", prev)]
+
+
+def chunk_ranges(rng: tuple[int, int], chunk: int) -> list[tuple[int, int]]:
+    """``rng`` cut into pieces of ``chunk`` elements, the last one shorter (one empty
+    piece for an empty range). Fixed pieces, not equal ones: a message one element
+    longer than a chunk adds a short piece after a full one, so more data never takes
+    less time (cut in two equal halves, it pipelined over the hops and ran 43% faster
+    than one chunk's worth)."""
+    lo, hi = rng
+    if hi <= lo:
+        return [(lo, hi)]
+    return [(a, min(hi, a + chunk)) for a in range(lo, hi, chunk)]
 
 
 def even_ranges(rng: tuple[int, int], parts: int) -> list[tuple[int, int]]:
