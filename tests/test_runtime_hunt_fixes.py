@@ -71,3 +71,18 @@ def test_vector_kernels_are_labelled_with_their_own_precision(precision):
     softmax were labelled fp16)."""
     r = wia_hw.run("bert-base", batch=1, seq=32, layers=1, precision=precision)
     assert {k.precision for k in r.kernels} == {precision}
+
+
+def test_report_cli_names_the_missing_folder_as_the_docs_say(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from wia_hw.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(
+        cli, ["run", "gemm", "-a", "M=64", "-a", "N=64", "-a", "K=64", "--json", "-o", "run.json"]
+    )
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(cli, ["report", "run.json", "-o", "out/page.html"])
+    assert r.exit_code == 2
+    assert "cannot write out/page.html: no folder out" in r.output

@@ -35,8 +35,10 @@ def report_cmd(source: Path, output: Path | None) -> None:
     from ..report import render_report
     from ..report._load import ReportError
 
-    kind, text = render_report(source)
     out = output if output is not None else source.with_suffix(".html")
+    if not out.parent.is_dir():  # before the page is rendered, as write_report does
+        raise ReportError(f"cannot write {out}: no folder {out.parent}")
+    kind, text = render_report(source)
     if out.resolve() == source.resolve():
         raise ReportError(f"{out}: the page would overwrite its source; name another -o")
     try:
