@@ -478,10 +478,11 @@ def _fix_input_dims(
                 value = batch
             if value is None:
                 missing = sorted(_dim_names(param) - set(resolved)) if param else []
+                seq_flag = "--seq N or " if missing and missing[0] in SEQ_DIMS else ""
                 hints = (
                     [
-                        f"dims={{{missing[0]!r}: N}} (command line: -a {missing[0]}=N; "
-                        f"wia-hw import: --dim {missing[0]}=N)"
+                        f"dims={{{missing[0]!r}: N}} (command line: {seq_flag}-a "
+                        f"{missing[0]}=N; wia-hw import: --dim {missing[0]}=N)"
                     ]
                     if missing
                     else []
