@@ -4,6 +4,8 @@ that ends at the model's last positions."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 import wia_hw
@@ -86,3 +88,35 @@ def test_report_cli_names_the_missing_folder_as_the_docs_say(tmp_path, monkeypat
     r = CliRunner().invoke(cli, ["report", "run.json", "-o", "out/page.html"])
     assert r.exit_code == 2
     assert "cannot write out/page.html: no folder out" in r.output
+
+
+def test_training_says_when_its_power_would_throttle_the_die():
+    """Kernels are timed alone from the initial temperature; a step's mean power and
+    the temperature it holds the die at are reported, and a device that would throttle
+    under it is flagged (failed cooling trained exactly as fast, silently)."""
+    from wia_hw.train import TrainingThermalWarning
+
+    def cluster(device):
+        return dict(
+            schema_version=1,
+            name=f"{device}-4",
+            devices=4,
+            device=device,
+            links=dict(topology="ring", bandwidth_gbs=100, latency_us=2.0),
+        )
+
+    kw = dict(batch=4, seq=64, layers=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TrainingThermalWarning)
+        cool = wia_hw.train_iteration("bert-base", cluster=cluster("wia-npu"), **kw)
+    assert not cool.would_throttle and "settles at" in cool.summary()
+    spec = wia_hw.load_spec("wia-npu")
+    assert cool.mean_power_w > spec.static_power_w
+    th = spec.thermal
+    assert cool.sustained_temperature_c == pytest.approx(
+        th.ambient_c + cool.mean_power_w * th.resistance_c_per_w
+    )
+    with pytest.warns(TrainingThermalWarning, match="above its throttle point"):
+        hot = wia_hw.train_iteration("bert-base", cluster=cluster("wia-npu-passive"), **kw)
+    assert hot.would_throttle and "a throttling clock would make" in hot.summary()
+    assert hot.to_dict()["sustained_temperature_c"] > hot.throttle_c

@@ -13,11 +13,12 @@ one line (see :mod:`wia_hw.cli`).
 from __future__ import annotations
 
 import json
+import warnings
 
 import click
 
 from ..comm import ALGORITHMS, AUTO
-from ..train import DEFAULT_BUCKET_MB, OPTIMIZERS, train_iteration
+from ..train import DEFAULT_BUCKET_MB, OPTIMIZERS, TrainingThermalWarning, train_iteration
 
 __all__ = ["train_cmd"]
 
@@ -79,18 +80,20 @@ def train_cmd(
     as_json: bool,
 ) -> None:
     """One training iteration of WORKLOAD (e.g. bert-large) on a cluster."""
-    r = train_iteration(
-        workload,
-        cluster=cluster,
-        dp=dp,
-        tp=tp,
-        batch=batch,
-        seq=seq,
-        bucket_mb=bucket_mb,
-        overlap=not no_overlap,
-        optimizer=optimizer,
-        algorithm=algo,
-    )
+    with warnings.catch_warnings():  # the summary's Power line says it
+        warnings.simplefilter("ignore", TrainingThermalWarning)
+        r = train_iteration(
+            workload,
+            cluster=cluster,
+            dp=dp,
+            tp=tp,
+            batch=batch,
+            seq=seq,
+            bucket_mb=bucket_mb,
+            overlap=not no_overlap,
+            optimizer=optimizer,
+            algorithm=algo,
+        )
     recs = r.communication_recommendations() if no_overlap else None
     if as_json:
         d = r.to_dict()

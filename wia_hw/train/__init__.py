@@ -23,6 +23,7 @@ from ._schedule import (
     FIRST_BUCKET_MB,
     Bucket,
     TrainingResult,
+    TrainingThermalWarning,
     train_iteration,
 )
 
@@ -32,6 +33,7 @@ __all__ = [
     "Bucket",
     "TPError",
     "TrainingResult",
+    "TrainingThermalWarning",
     "shard_graph",
     "train_iteration",
     "GRAD_FLOPS",

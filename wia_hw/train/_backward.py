@@ -78,6 +78,7 @@ __all__ = [
     "TrainingKernels",
     "training_kernels",
     "time_kernels",
+    "kernel_energy_j",
     "GRAD_FLOPS",
     "OPTIMIZERS",
 ]
@@ -680,6 +681,8 @@ def training_kernels(
 # -- timing ---------------------------------------------------------------------------
 
 _CACHE: dict[tuple[str, tuple[Any, ...]], int] = {}
+#: the joules of each kernel's timing run (dynamic and static), by the same key
+_ENERGY: dict[tuple[str, tuple[Any, ...]], float] = {}
 
 
 class _OpTimer:
@@ -736,11 +739,22 @@ def time_kernels(spec: DeviceSpec, kernels: Iterable[Kern]) -> dict[tuple[Any, .
         ctx = Context(spec)
         timer = _OpTimer()
         ctx.observers.append(timer)
-        ctx.run(probe)
+        res = ctx.run(probe)
         c = timer.cycles["k"]
         _CACHE[(key, sig)] = c
+        _ENERGY[(key, sig)] = res.energy_j
         out[sig] = c
     return out
+
+
+def kernel_energy_j(spec: DeviceSpec, kernels: Iterable[Kern]) -> float:
+    """Joules of ``kernels`` (each as often as listed) on ``spec``, each as its
+    :func:`time_kernels` run spent them (dynamic and static energy of that run);
+    kernels not timed yet are timed first."""
+    kernels = list(kernels)
+    time_kernels(spec, kernels)
+    key = repr(spec)
+    return sum(_ENERGY.get((key, k.signature), 0.0) for k in kernels)
 
 
 def kern_bytes(k: Kern) -> int:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,10 +35,17 @@ from ..comm import ALGORITHMS, AUTO, CommError, Communicator, open_cluster
 from ..emulator.errors import WorkloadError
 from ..graph import Graph
 from ..profiling._comm import interval_union, overlap_cycles
-from ._backward import Kern, TrainingKernels, time_kernels, training_kernels
+from ._backward import Kern, TrainingKernels, kernel_energy_j, time_kernels, training_kernels
 from ._parallel import shard_graph
 
-__all__ = ["TrainingResult", "Bucket", "train_iteration", "DEFAULT_BUCKET_MB", "FIRST_BUCKET_MB"]
+__all__ = [
+    "TrainingResult",
+    "TrainingThermalWarning",
+    "Bucket",
+    "train_iteration",
+    "DEFAULT_BUCKET_MB",
+    "FIRST_BUCKET_MB",
+]
 
 #: PyTorch DDP's defaults: ``bucket_cap_mb=25`` and a first bucket of 1 MiB.
 DEFAULT_BUCKET_MB = 25.0
@@ -51,6 +59,11 @@ class Bucket:
     index: int
     params: tuple[str, ...]
     nbytes: int
+
+
+class TrainingThermalWarning(UserWarning):
+    """Sustained training at the iteration's power would hold the die above its
+    throttle point (:attr:`TrainingResult.would_throttle`)."""
 
 
 @dataclass
@@ -98,7 +111,20 @@ class TrainingResult:
     kernels: TrainingKernels = field(repr=False)
     comm: Communicator = field(repr=False)
     records: list[Any] = field(default_factory=list, repr=False)
+    #: a device's mean power over the iteration (its kernels' energy, static power
+    #: while it waits) and the die temperature that power holds it at when sustained
+    #: (``ambient + P x R``); ``throttle_c``: the spec's throttle point
+    mean_power_w: float = 0.0
+    sustained_temperature_c: float = 0.0
+    throttle_c: float = 0.0
     _rerun: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def would_throttle(self) -> bool:
+        """Whether sustained training at this power would hold the die above its
+        throttle point: the iteration time assumes an unthrottled clock (each kernel is
+        timed alone from the spec's initial temperature), so it is then optimistic."""
+        return self.sustained_temperature_c > self.throttle_c
 
     def _ms(self, cycles: int) -> float:
         return cycles / (self.clock_ghz * 1e6)
@@ -172,6 +198,18 @@ class TrainingResult:
             f"  Gradient buckets: {len(self.buckets)} "
             f"({self.grad_bytes / 2**20:.1f} MiB per replica)",
         ]
+        deg = "\N{DEGREE SIGN}C"
+        lines.append(
+            f"  Power: {self.mean_power_w:.1f} W per device; "
+            + (
+                f"unthrottled, the die would settle at {self.sustained_temperature_c:.1f} "
+                f"{deg}, above its throttle point ({self.throttle_c:g} {deg}): a throttling "
+                "clock would make each step slower than shown"
+                if self.would_throttle
+                else f"the die settles at {self.sustained_temperature_c:.1f} {deg} (throttle "
+                f"at {self.throttle_c:g} {deg})"
+            )
+        )
         for k in sorted(self.collective_bytes):
             algos = self.collective_algorithms.get(k, ())
             lines.append(
@@ -205,6 +243,9 @@ class TrainingResult:
             "sent_bytes": dict(self.sent_bytes),
             "collective_calls": dict(self.collective_calls),
             "collective_algorithms": {k: list(v) for k, v in self.collective_algorithms.items()},
+            "mean_power_w": self.mean_power_w,
+            "sustained_temperature_c": self.sustained_temperature_c,
+            "throttle_c": self.throttle_c,
         }
 
     def rerun(self, **changes: Any) -> TrainingResult:
@@ -414,6 +455,23 @@ def train_iteration(
         coll_bytes[lb] = coll_bytes.get(lb, 0) + r.nbytes
         sent[lb] = sent.get(lb, 0) + r.sent_bytes
         calls[lb] = calls.get(lb, 0) + 1
+    spec = comm.device
+    iter_s = (end - start) / (comm.clock_ghz * 1e9)
+    busy_s = sum(phase_cycles.values()) / (comm.clock_ghz * 1e9)
+    energy = kernel_energy_j(spec, tk.forward + tk.backward + tk.optimizer)
+    power = (energy + spec.static_power_w * max(0.0, iter_s - busy_s)) / iter_s if iter_s else 0.0
+    th = spec.thermal
+    sustained = th.ambient_c + power * th.resistance_c_per_w
+    if sustained > th.throttle_c:
+        warnings.warn(
+            f"train_iteration: {power:.1f} W per device would hold {spec.name}'s die at "
+            f"{sustained:.1f} \N{DEGREE SIGN}C when sustained, above its throttle point "
+            f"({th.throttle_c:g} \N{DEGREE SIGN}C); the iteration time assumes an "
+            "unthrottled clock (kernels timed alone from the initial temperature), so a "
+            "throttling device trains slower than shown",
+            TrainingThermalWarning,
+            stacklevel=2,
+        )
     return TrainingResult(
         workload=graph.name,
         cluster=comm.spec.name,
@@ -442,6 +500,9 @@ def train_iteration(
         kernels=tk,
         comm=comm,
         records=recs,
+        mean_power_w=power,
+        sustained_temperature_c=sustained,
+        throttle_c=th.throttle_c,
         _rerun=dict(
             workload=graph,
             cluster=comm.spec,
