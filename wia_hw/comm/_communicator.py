@@ -552,18 +552,58 @@ class Communicator:
         none is left, the ring runs (and is refused with the usual error if it is too
         large); when one is, it runs untimed. Cached per group, size and element
         width."""
-        key = (tuple(group), count, isz)
+        return self._fastest([group], count, isz)
+
+    def choose_all_reduce(self, groups: Sequence[Sequence[int]], nbytes: int) -> str:
+        """The all-reduce algorithm that ends first when ``groups`` (disjoint rank
+        lists) each all-reduce ``nbytes`` at the same time, on idle links of a fresh
+        copy of the cluster: what ``auto`` picks for one group alone, for concurrent
+        ones (a training step's data-parallel groups share links, and an algorithm
+        fastest alone can contend). Candidates and ties as ``auto``'s."""
+        gs = [self._group(g, "choose_all_reduce") for g in groups]
+        if not gs:
+            raise CommError("choose_all_reduce: no groups")
+        return self._fastest(gs, int(nbytes), 1)
+
+    def _fastest(self, groups: list[list[int]], count: int, isz: int) -> str:
+        key = (tuple(tuple(g) for g in groups), count, isz)
         hit = self._auto_choice.get(key)
         if hit is not None:
             return hit
-        tried = self.auto_candidates("all_reduce", group, count, isz)
+        tried = [
+            a
+            for a in ALGORITHMS["all_reduce"]
+            if all(a in self.auto_candidates("all_reduce", g, count, isz) for g in groups)
+        ]
+        if len(groups) > 1:  # concurrent groups multiply the transfers timed
+            tried = [
+                a
+                for a in tried
+                if len(groups)
+                * self.chunk_transfers("all_reduce", a, len(groups[0]), count, isz)
+                * (1 if a == "ring" else self._max_hops())
+                <= MAX_CHUNK_TRANSFERS
+            ] or tried[:1]
         best, best_end = (tried or ALGORITHMS["all_reduce"])[0], None
         for a in tried if len(tried) > 1 else ():  # one left: nothing to time
             scratch = Communicator(self.spec, chunk_bytes=self.chunk_bytes, _topology=self.topology)
-            sched = scratch._all_reduce_schedule(a, group, count, isz)
-            rec = scratch._run("all_reduce", a, count * isz, group, sched, None, None, lambda: None)
-            if best_end is None or rec.end_cycle < best_end:
-                best, best_end = a, rec.end_cycle
+            works = [
+                scratch._run(
+                    "all_reduce",
+                    a,
+                    count * isz,
+                    g,
+                    scratch._all_reduce_schedule(a, g, count, isz),
+                    None,
+                    None,
+                    lambda: None,
+                    async_op=True,
+                )
+                for g in groups
+            ]
+            end = max(w.wait().end_cycle for w in works)
+            if best_end is None or end < best_end:
+                best, best_end = a, end
         self._auto_choice[key] = best
         return best
 

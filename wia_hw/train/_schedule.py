@@ -382,6 +382,8 @@ def train_iteration(
     phase_cycles = {"forward": 0, "backward": 0, "optimizer": 0}
 
     def collective(label: str, nbytes: int, groups: list[list[int]], algo: str | None) -> Any:
+        if algo in (None, AUTO) and len(groups) > 1:  # the groups share links: chosen
+            algo = comm.choose_all_reduce(groups, nbytes)  # as they run, together
         works = []
         for g in groups:
             try:
