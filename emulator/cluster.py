@@ -102,8 +102,20 @@ class Topology:
             return [src, dst]
         if self.dims is not None:
             return self._dimension_order(src, dst)
+        dist = self.hops_to(dst)
+        path = [src]
+        u = src
+        while u != dst:
+            nxt = [v for v in self._adj[u] if dist[v] == dist[u] - 1]
+            u = nxt[(src * dst + src + dst + len(path)) % len(nxt)]
+            path.append(u)
+        return path
+
+    def hops_to(self, dst: int) -> list[int]:
+        """Hops to node ``dst`` from every node (-1: unreachable), by breadth-first
+        search, kept; links come in both directions, so also the hops from ``dst``."""
         dist = self._dist.get(dst)
-        if dist is None:  # hops to dst from every node (links come in both directions)
+        if dist is None:
             dist = [-1] * self.nodes
             dist[dst] = 0
             q = deque([dst])
@@ -114,13 +126,7 @@ class Topology:
                         dist[v] = dist[u] + 1
                         q.append(v)
             self._dist[dst] = dist
-        path = [src]
-        u = src
-        while u != dst:
-            nxt = [v for v in self._adj[u] if dist[v] == dist[u] - 1]
-            u = nxt[(src * dst + src + dst + len(path)) % len(nxt)]
-            path.append(u)
-        return path
+        return dist
 
     def _dimension_order(self, src: int, dst: int) -> list[int]:
         """A torus route: along the row, then along the column (:meth:`route`)."""

@@ -679,7 +679,7 @@ class Device:
             array_flops, vector_flops = 0, k.flops
         else:
             array_flops, vector_flops = k.flops - k.vector_flops, k.vector_flops
-        precision = getattr(k, "precision", "") or _width_label(k)
+        precision = getattr(k, "precision", "fp16")
         if k.macs:
             c_.macs += k.macs
             c_.macs_by_precision[precision] = c_.macs_by_precision.get(precision, 0) + k.macs
@@ -1159,11 +1159,3 @@ def _pipelined_kw(fn: Callable[..., Any]) -> dict[str, bool]:
 
 _LATENCY_KW = _pipelined_kw(systolic_tile_cycles)
 _COUNTERS_KW = _pipelined_kw(systolic_tile_counters)
-
-
-def _width_label(k: Any) -> str:
-    """The precision label of a kernel that names none: its output's element width
-    (4 bytes fp32, 2 fp16, 1 int8; fp16 when it has no output)."""
-    outs = getattr(k, "outputs", ())
-    width = outs[0].elem_bytes if outs else 2
-    return {4: "fp32", 2: "fp16", 1: "int8"}.get(width, "fp16")

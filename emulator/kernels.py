@@ -174,8 +174,8 @@ class VectorKernel(_KernelBase):
     cols_per_tile: int = 0
     split_inputs: bool = False
     #: the output's dtype (``fp32``, ``fp16``, ``bf16``, ``int8``, ...), a label of the
-    #: kernel's records; empty: read from the output's element width
-    precision: str = ""
+    #: kernel's records, as :class:`GemmKernel`'s
+    precision: str = "fp16"
 
     def __post_init__(self) -> None:
         if self.vclass not in VECTOR_CLASSES:

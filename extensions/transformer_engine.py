@@ -496,6 +496,7 @@ def flash_attention_kernels(
                 inputs=(part,),
                 outputs=(o,),
                 rows_per_tile=rpt,
+                precision=s.precision,
             )
         )
     return kernels

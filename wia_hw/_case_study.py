@@ -42,6 +42,7 @@ from .bench._workflow import (
     apply_optimisation,
     autotune_schedules,
     autotuner,
+    default_cost_model,
     functional_agreement,
 )
 from .emulator.config import DeviceSpec
@@ -497,13 +498,10 @@ def case_study(
             q, device=spec, seed=seed, schedules=schedules or None, progress=tuned_run
         )
         rows.append(_row("auto-tuning", rt, base, gflop, spec, SEED_FIGURES["autotune_ms"]))
-        import importlib.util
-
-        model = (  # autotune_schedules' choice: the trees need scikit-learn
-            "gradient-boosted trees"
-            if importlib.util.find_spec("sklearn")
-            else "ridge regression, scikit-learn not installed"
-        )
+        model = {  # autotune_schedules' choice: the trees need scikit-learn
+            "gbt": "gradient-boosted trees",
+            "ridge": "ridge regression, scikit-learn not installed",
+        }[default_cost_model()]
         rows[-1].note = (
             f"ML-guided search ({model}), 32 trials per kernel key: {len(schedules)} of "
             f"{len(tres.kernels)} GEMM kernel keys got a faster tiling "

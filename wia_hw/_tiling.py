@@ -11,7 +11,7 @@ from dataclasses import replace
 from fractions import Fraction
 
 from .emulator.config import DeviceSpec
-from .emulator.cycles import systolic_steps
+from .emulator.cycles import systolic_steps, systolic_tile_cycles
 from .emulator.kernels import GemmTiling, TensorRef
 from .emulator.memory import BlockLayout
 
@@ -164,11 +164,10 @@ def _ws_small_buffer(
     a = spec.compute.array
     R, C = a.rows, a.cols
     rate = a.rate(_precision(spec, elem_bytes))
-    fill = 2 * R + C - 2
     best: tuple[int, int, int] = (1, 1, 1)
     best_key: tuple[int, int] | None = None
     for tm in _halvings(min(m, 4096)):
-        steps = systolic_steps(tm, rate) + fill
+        steps = systolic_tile_cycles("ws", R, C, systolic_steps(tm, rate))  # with fill
         for tk in _halvings(min(k, R)):
             for tn in _halvings(min(n, C)):
                 if not fits(tm, tn, tk):
@@ -262,7 +261,7 @@ def _min_tile_cycles(spec: DeviceSpec) -> int:
     array, ``2 rows + cols - 2``). All in cycles of the spec's own, so no bandwidth,
     buffer size or clock changes the tiling it allows."""
     a = spec.compute.array
-    fill = 2 * a.rows + a.cols - 2
+    fill = systolic_tile_cycles(a.dataflow, a.rows, a.cols, 1) - 1  # a pass less its step
     return 4 * (spec.dma.setup_cycles + spec.memory.l2.latency_cycles + fill)
 
 

@@ -281,6 +281,14 @@ def autotuner() -> Callable[..., Any] | None:
     return getattr(optimize, "autotune_model", None)
 
 
+def default_cost_model() -> str:
+    """The ML tuner's cost model :func:`autotune_schedules` uses: gradient-boosted trees
+    (``gbt``) where scikit-learn is installed (the test extra), else numpy's ``ridge``."""
+    import importlib.util
+
+    return "gbt" if importlib.util.find_spec("sklearn") else "ridge"
+
+
 def autotune_schedules(
     graph: Graph, spec: DeviceSpec, config: Any = None, seed: int = 0
 ) -> tuple[dict[str, Any], Any]:
@@ -292,12 +300,12 @@ def autotune_schedules(
     from .. import optimize
 
     if config is None:
-        import importlib.util
-
-        # gradient-boosted trees need scikit-learn (the test extra); else numpy's ridge
-        model = "gbt" if importlib.util.find_spec("sklearn") else "ridge"
         config = optimize.AutotuneConfig(  # type: ignore[attr-defined]
-            method="ml", time_budget_seconds=None, max_trials=32, seed=seed, cost_model=model
+            method="ml",
+            time_budget_seconds=None,
+            max_trials=32,
+            seed=seed,
+            cost_model=default_cost_model(),
         )
     res = optimize.autotune_model(graph, config, device=spec)  # type: ignore[attr-defined]
     return dict(res.schedules), res

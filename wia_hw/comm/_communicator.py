@@ -12,7 +12,6 @@ while other collectives and device compute (:meth:`Communicator.compute`) procee
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -219,7 +218,6 @@ class Communicator:
         self._mailbox: dict[tuple[int, int], list[Work]] = {}
         #: the all-reduce algorithm "auto" chose, per (group, element count, width)
         self._auto_choice: dict[tuple[tuple[int, ...], int, int], str] = {}
-        self._reach: int | None = None  # 2 x the hops from device 0 to the farthest node
 
     def __repr__(self) -> str:
         return f"Communicator({self.spec.name!r}, ranks={self.size}, topology={self.topology.kind})"
@@ -505,19 +503,8 @@ class Communicator:
 
     def _max_hops(self) -> int:
         """An upper bound of the hops of any route: twice the hops from device 0 to
-        the node farthest from it (one breadth-first search, kept)."""
-        if self._reach is None:
-            adj = self.topology._adj
-            dist = {0: 0}
-            q = deque([0])
-            while q:
-                u = q.popleft()
-                for v in adj.get(u, ()):
-                    if v not in dist:
-                        dist[v] = dist[u] + 1
-                        q.append(v)
-            self._reach = max(1, 2 * max(dist.values()))
-        return self._reach
+        the node farthest from it (:meth:`Topology.hops_to`)."""
+        return max(1, 2 * max(self.topology.hops_to(0)))
 
     def auto_candidates(
         self, name: str, group: Sequence[int], count: int, itemsize: int

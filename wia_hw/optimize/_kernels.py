@@ -93,6 +93,7 @@ def fuse_vector_pair(spec: Any, program: Sequence[Any], i: int) -> VectorKernel 
         inputs=inputs,
         outputs=b.outputs,
         rows_per_tile=rows_per_tile(spec, b.rows, b.outputs, inputs),
+        precision=b.precision,
     )
     return dataclasses.replace(fused, rows_per_tile=_best_rows(spec, fused))
 

@@ -680,9 +680,9 @@ def training_kernels(
 
 # -- timing ---------------------------------------------------------------------------
 
-_CACHE: dict[tuple[str, tuple[Any, ...]], int] = {}
-#: the joules of each kernel's timing run (dynamic and static), by the same key
-_ENERGY: dict[tuple[str, tuple[Any, ...]], float] = {}
+#: (spec, kernel signature) -> (cycles, joules) of the kernel's timing run (the joules
+#: dynamic and static)
+_CACHE: dict[tuple[str, tuple[Any, ...]], tuple[int, float]] = {}
 
 
 class _OpTimer:
@@ -726,7 +726,7 @@ def time_kernels(spec: DeviceSpec, kernels: Iterable[Kern]) -> dict[tuple[Any, .
         if hit is None:
             todo[sig] = k
         else:
-            out[sig] = hit
+            out[sig] = hit[0]
     for sig, k in todo.items():  # each alone on a fresh device: history cannot matter
         tensors: list[Tensor] = []
         ins = []
@@ -741,8 +741,7 @@ def time_kernels(spec: DeviceSpec, kernels: Iterable[Kern]) -> dict[tuple[Any, .
         ctx.observers.append(timer)
         res = ctx.run(probe)
         c = timer.cycles["k"]
-        _CACHE[(key, sig)] = c
-        _ENERGY[(key, sig)] = res.energy_j
+        _CACHE[(key, sig)] = (c, res.energy_j)
         out[sig] = c
     return out
 
@@ -754,7 +753,7 @@ def kernel_energy_j(spec: DeviceSpec, kernels: Iterable[Kern]) -> float:
     kernels = list(kernels)
     time_kernels(spec, kernels)
     key = repr(spec)
-    return sum(_ENERGY.get((key, k.signature), 0.0) for k in kernels)
+    return sum(_CACHE[(key, k.signature)][1] for k in kernels)
 
 
 def kern_bytes(k: Kern) -> int:

@@ -33,6 +33,7 @@ from typing import Any
 
 from ..comm import ALGORITHMS, AUTO, CommError, Communicator, open_cluster
 from ..emulator.errors import WorkloadError
+from ..emulator.power import ThermalModel
 from ..graph import Graph
 from ..profiling._comm import interval_union, overlap_cycles
 from ._backward import Kern, TrainingKernels, kernel_energy_j, time_kernels, training_kernels
@@ -124,7 +125,7 @@ class TrainingResult:
         """Whether sustained training at this power would hold the die above its
         throttle point: the iteration time assumes an unthrottled clock (each kernel is
         timed alone from the spec's initial temperature), so it is then optimistic."""
-        return self.sustained_temperature_c > self.throttle_c
+        return self.sustained_temperature_c >= self.throttle_c
 
     def _ms(self, cycles: int) -> float:
         return cycles / (self.clock_ghz * 1e6)
@@ -463,8 +464,8 @@ def train_iteration(
     energy = kernel_energy_j(spec, tk.forward + tk.backward + tk.optimizer)
     power = (energy + spec.static_power_w * max(0.0, iter_s - busy_s)) / iter_s if iter_s else 0.0
     th = spec.thermal
-    sustained = th.ambient_c + power * th.resistance_c_per_w
-    if sustained > th.throttle_c:
+    sustained = ThermalModel(th).steady_state_c(power)
+    if sustained >= th.throttle_c:  # as ThermalModel.throttling
         warnings.warn(
             f"train_iteration: {power:.1f} W per device would hold {spec.name}'s die at "
             f"{sustained:.1f} \N{DEGREE SIGN}C when sustained, above its throttle point "

@@ -307,14 +307,8 @@ class _Folder:
         (``memo[SOURCES]``: output -> (the model's initializer, its element count),
         through chains of such nodes), so the import counts that weight once."""
         big = [i for i, v in zip(node.input, vals, strict=True) if i and v is None]
-        if len(big) != 1 or len(node.output) != 1:
-            return
-        sources = self.memo.setdefault(SOURCES, {})
-        src = sources.get(big[0])
-        if src is None and big[0] in self.inits:
-            src = (big[0], _numel(tuple(self.inits[big[0]].dims)))
-        if src is not None:
-            sources[node.output[0]] = src
+        if len(big) == 1 and len(node.output) == 1:
+            self._record(node, big, float_only=False)
 
     def record_small_source(self, node: Any) -> None:
         """A node folded whole whose one float input is a weight of the model (or holds
@@ -322,14 +316,18 @@ class _Folder:
         part (position rows sliced to the sequence) or repeated (a class token expanded
         to the batch), so :attr:`Graph.parameters` counts the weight, once and whole,
         whatever dims the model is imported at (``memo[SOURCES]``)."""
+        self._record(node, [i for i in node.input if i], float_only=True)
+
+    def _record(self, node: Any, names: list[str], float_only: bool) -> None:
+        """``node``'s outputs hold the one weight that ``names`` hold (a recorded
+        source, or an initializer: a float one with ``float_only``); nothing when they
+        hold none or several."""
         sources = self.memo.setdefault(SOURCES, {})
         found = set()
-        for i in node.input:
-            if not i:
-                continue
+        for i in names:
             src = sources.get(i)
             t = self.inits.get(i)
-            if src is None and t is not None and t.data_type in _FLOAT_ELEMS:
+            if src is None and t is not None and (not float_only or t.data_type in _FLOAT_ELEMS):
                 src = (i, _numel(tuple(t.dims)))
             if src is not None:
                 found.add(src)
