@@ -656,6 +656,19 @@ class DeviceSpec:
         """cores x arrays per core x rows x cols x MACs/PE/cycle x 2 FLOP/MAC x clock."""
         return float(2 * self.peak_macs_per_cycle(precision)) * self.clock_hz
 
+    def blended_peak_flops(self, flops_by_precision: Mapping[str, float]) -> float:
+        """The array's peak over a mix of work at several precisions: the work over the
+        time each part takes at its own precision's peak (a weighted harmonic mean), so
+        ``work / blended_peak_flops`` is the sum of the parts' ideal times and a run of
+        the mix is never above 100% of it. Equal to :meth:`peak_flops` for one
+        precision; 0 when some part's precision is not supported (it has no peak)."""
+        parts = {p: w for p, w in flops_by_precision.items() if w > 0}
+        if not parts or not all(self.supports(p) for p in parts):
+            return 0.0
+        if len(parts) == 1:
+            return self.peak_flops(next(iter(parts)))
+        return sum(parts.values()) / sum(w / self.peak_flops(p) for p, w in parts.items())
+
     @property
     def peak_bandwidth_gbs(self) -> float:
         return self.memory.hbm.bandwidth_gbs

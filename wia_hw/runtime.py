@@ -83,6 +83,11 @@ class KernelTime:
     compute_utilization: float  # percent of the precision's peak
     counters: Counters
     record: KernelRecord = field(repr=False, compare=False)
+    #: the kernel as lowered and launched, and the device's resolved spec (overrides and
+    #: extensions applied): what ``profile_kernel`` and ``Roofline.add_report`` need for
+    #: the kernel's floors; ``None`` for a kernel read back from JSON
+    kernel: Any = field(default=None, repr=False, compare=False)
+    spec: DeviceSpec | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -101,6 +106,8 @@ class RunResult:
     cycles: int
     clock_ghz: float
     flops: int
+    # the array's peak at the run's precision; for GEMMs at several precisions, the
+    # blend of their peaks (DeviceSpec.blended_peak_flops)
     peak_tflops: float
     compute_utilization: float  # percent of peak over the whole run
     ops: list[OpTime]  # the seed's 8.7 breakdown, by op group
@@ -121,6 +128,8 @@ class RunResult:
     #: What produced the run (:meth:`Context.provenance` plus ``run``: the workload
     #: and its arguments as given); ``wia-hw run --replay`` re-runs it from this.
     provenance: dict[str, Any] = field(default_factory=dict)
+    #: the device's resolved spec (overrides and extensions applied); not serialised
+    spec: DeviceSpec | None = field(default=None, repr=False, compare=False)
 
     @property
     def achieved_tflops(self) -> float:
@@ -163,7 +172,7 @@ class RunResult:
                 {
                     k: (v.to_dict() if isinstance(v, Counters) else v)
                     for k, v in vars(kt).items()
-                    if k != "record"
+                    if k not in ("record", "kernel", "spec")
                 }
                 for kt in self.kernels
             ],
@@ -382,6 +391,7 @@ class Context:
             _host_writes_inputs(dev, graph)
         on_chip = _on_chip_bytes(dev)  # a warm device: what need not cross HBM again
         records: list[tuple[str, str, KernelRecord]] = []
+        launched: list[Any] = []  # the kernel of each record, as lowered
         fx = FunctionalExecutor(graph, seed, inputs) if mode == "functional" else None
         op_cycles: dict[str, int] = {}
         for idx, (op, kernels) in enumerate(lowered):
@@ -392,6 +402,7 @@ class Context:
             for o in obs:
                 o.op_begin(op, kernels, t0)
             recs = execute_kernels(dev, kernels)  # extension kernels run themselves
+            launched.extend(kernels)
             for rec in recs:
                 records.append((op.name, op.group, rec))
             for o in obs:
@@ -416,9 +427,11 @@ class Context:
             mode,
             seed,
             floor_bytes=compulsory_hbm_bytes(graph, lowered, on_chip, outputs=not host_l2),
+            launched=launched,
         )
         result.extensions = extension_summary([r for _, _, r in records])
         result.provenance = dict(self.provenance(), run=invocation)
+        result.spec = self.spec
         if fx is not None:
             result.outputs = fx.outputs()
         result.trace = dev.trace if trace else None
@@ -439,6 +452,7 @@ class Context:
         seed: int,
         *,
         floor_bytes: int = 0,
+        launched: list[Any] | None = None,
     ) -> RunResult:
         spec = self.spec
         to_ms = spec.cycles_to_ms
@@ -475,7 +489,7 @@ class Context:
             for op in graph.ops
         ]
         kernels = []
-        for _opname, _group, r in records:
+        for i, (_opname, _group, r) in enumerate(records):
             peak = (
                 float(spec.peak_macs_per_cycle(r.precision)) * 2
                 if spec.supports(r.precision)
@@ -500,6 +514,8 @@ class Context:
                     compute_utilization=util,
                     counters=r.counters,
                     record=r,
+                    kernel=launched[i] if launched else None,
+                    spec=spec,
                 )
             )
         # the FLOPs the array executed, against its peak: not the MACs done on attached
@@ -512,7 +528,20 @@ class Context:
             for _, _, r in records
         )
         prec_for_peak = precision if spec.supports(precision) else "fp16"
-        peak = spec.peak_flops(prec_for_peak) if spec.supports(prec_for_peak) else 0.0
+        # the array's peak for this mix: GEMMs at their own precision (a mixed-precision
+        # graph's fp32 and int8 parts each at their peak), the rest at the run's
+        by_prec: dict[str, float] = {}
+        for _, _, r in records:
+            if r.kind == "gemm" and spec.supports(r.precision):
+                by_prec[r.precision] = by_prec.get(r.precision, 0) + r.flops
+        rest = flops - sum(by_prec.values())
+        if rest > 0 or not by_prec:
+            by_prec[prec_for_peak] = by_prec.get(prec_for_peak, 0) + max(rest, 0)
+        peak = (
+            spec.blended_peak_flops(by_prec) or spec.peak_flops(prec_for_peak)
+            if spec.supports(prec_for_peak)
+            else 0.0
+        )
         # the floor: the graph's FLOPs at peak, its compulsory HBM traffic at peak
         # bandwidth (from the graph, never the simulated bytes)
         floor_s = max(flops / peak if peak else 0.0, floor_bytes / (spec.peak_bandwidth_gbs * 1e9))

@@ -225,18 +225,13 @@ def floors_cycles(
     nbytes: Mapping[str, int] | None,
     dev: Any,
 ) -> dict[str, float]:
-    """Every known ceiling's floor in cycles: ``compute`` (``ideal_cycles``, else the FLOPs
-    at the array or vector peak; 0 for an extension unit whose rate is not known),
-    ``pipeline``/``parallelism`` (from ``floors``, the stored :class:`UnitFloors`
-    figures) and each memory level (when ``nbytes`` is known)."""
-    if ideal_cycles is None:  # an extension's unit (PIM, photonic): rate unknown
-        peak = (
-            dev.cores * dev.vector_lanes
-            if kind == "vector"
-            else dev.peak_flops_per_cycle(precision)
-            if kind == "gemm"
-            else 0.0
-        )
+    """Every known ceiling's floor in cycles: ``compute`` (``ideal_cycles``, else a GEMM's
+    FLOPs at the array's peak; 0 where the rate is not known: an extension's unit, or a
+    vector kernel without its op class, whose FLOPs per element and cycles per element
+    differ by class), ``pipeline``/``parallelism`` (from ``floors``, the stored
+    :class:`UnitFloors` figures) and each memory level (when ``nbytes`` is known)."""
+    if ideal_cycles is None:
+        peak = dev.peak_flops_per_cycle(precision) if kind == "gemm" else 0.0
         ideal_cycles = flop_count / peak if peak else 0.0
     out = {"compute": float(ideal_cycles)}
     if floors:

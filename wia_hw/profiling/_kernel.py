@@ -715,8 +715,13 @@ def profile_kernel(
     if isinstance(kernel, KernelRecord):
         return KernelProfile.from_stats(stats_from_record(kernel), dev)
     rec = getattr(kernel, "record", None)
-    if isinstance(rec, KernelRecord):
-        return KernelProfile.from_stats(stats_from_record(rec), dev)
+    if isinstance(rec, KernelRecord):  # a run's KernelTime: its launched kernel and spec
+        spec = getattr(kernel, "spec", None) or ctx.spec
+        launched = getattr(kernel, "kernel", None)
+        return KernelProfile.from_stats(
+            stats_from_record(rec, kernel=launched, spec=spec if launched is not None else None),
+            DeviceInfo.from_spec(spec),
+        )
     if isinstance(kernel, (GemmKernel, VectorKernel, TiledKernel)):
         k = kernel
     else:

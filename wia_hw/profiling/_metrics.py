@@ -34,6 +34,7 @@ __all__ = [
     "fmt_ai",
     "duration_ms",
     "compute_utilization",
+    "mix_utilization",
     "bandwidth_gbs",
     "hit_rate",
     "occupancy_parts",
@@ -149,6 +150,18 @@ def compute_utilization(flop_count: int, cycles: int, precision: str, dev: Devic
     """Percent of the array peak at ``precision`` (0 for an unsupported precision)."""
     peak = dev.peak_flops_per_cycle(precision)
     return 100.0 * flop_count / (cycles * peak) if cycles and peak else 0.0
+
+
+def mix_utilization(flops_by_precision: Mapping[str, float], cycles: int, dev: DeviceInfo) -> float:
+    """Percent of the arrays' peak for a mix of work at several precisions: the parts'
+    ideal cycles (each at its own precision's peak) over ``cycles``, so never above 100%
+    for a run of the mix (``DeviceSpec.blended_peak_flops``); 0 when some part's
+    precision has no peak."""
+    parts = {p: w for p, w in flops_by_precision.items() if w > 0}
+    peaks = {p: dev.peak_flops_per_cycle(p) for p in parts}
+    if not cycles or not all(peaks.values()):
+        return 0.0
+    return 100.0 * sum(w / peaks[p] for p, w in parts.items()) / cycles
 
 
 def bandwidth_gbs(nbytes: int, cycles: int, dev: DeviceInfo) -> float:

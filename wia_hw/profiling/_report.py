@@ -20,7 +20,7 @@ from ..emulator.device import TraceEvent
 from ..emulator.errors import WiaError
 from ._config import OutputFormat, ProfileMode, ProfilingConfig
 from ._kernel import ON_CORES, KernelProfile
-from ._metrics import DeviceInfo, bandwidth_gbs, compute_utilization, hit_rate
+from ._metrics import DeviceInfo, bandwidth_gbs, hit_rate, mix_utilization
 from ._ports import merged
 from ._records import KernelStats, OpSpan, RunInfo, Sample
 from ._timeline import event_rows
@@ -111,6 +111,17 @@ class ProfilingReport:
         by = {p: v for p, v in self.counters.macs_by_precision.items() if v}
         return max(by, key=lambda p: by[p]) if by else "fp16"
 
+    def _flops_by_precision(self, off: int) -> dict[str, float]:
+        """The arrays' FLOPs by precision: GEMMs at their own, the rest (less the ``off``
+        FLOPs done off the cores) at :attr:`precision`."""
+        by: dict[str, float] = {}
+        for k in self.kernels:
+            if k.kind == "gemm" and self.device.peak_flops_per_cycle(k.precision):
+                by[k.precision] = by.get(k.precision, 0) + k.flop_count
+        rest = self.counters.flops - off - sum(by.values())
+        by[self.precision] = by.get(self.precision, 0) + max(rest, 0)
+        return by
+
     def summary(self) -> dict[str, Any]:
         """Session-wide figures, each a formula over ``counters`` (see _metrics)."""
         c, dev, cyc = self.counters, self.device, self.cycles
@@ -119,6 +130,7 @@ class ProfilingReport:
         # FLOPs done off the cores (an extension's photonic, analog or PIM unit) are not
         # the arrays' work: utilisation counts the rest
         off = sum(k.flop_count for k in self.kernels if k.kind not in ON_CORES)
+        by_prec = self._flops_by_precision(off)
         return {
             "duration_ms": ms,
             "cycles": cyc,
@@ -126,7 +138,9 @@ class ProfilingReport:
             "flops": c.flops,
             "off_core_flops": off,
             "achieved_tflops": (c.flops - off) / secs / 1e12 if secs else 0.0,
-            "compute_utilization": compute_utilization(c.flops - off, cyc, self.precision, dev),
+            "compute_utilization": mix_utilization(by_prec, cyc, dev),
+            # whose peak: the run's precision, or the blend of the GEMMs' several
+            "peak_of": "+".join(sorted(p for p, w in by_prec.items() if w)) or self.precision,
             "memory_bandwidth_gbs": bandwidth_gbs(c.bytes["hbm"], cyc, dev),
             "peak_bandwidth_gbs": dev.peak_bandwidth_gbs,
             "l1_cache_hit_rate": hit_rate(c.hits["l1"], c.misses["l1"]),
@@ -264,7 +278,7 @@ class ProfilingReport:
             f"{len(self.kernels)} kernels",
             f"  Spec: {spec_label(self.provenance)}",
             f"  Compute: {s['achieved_tflops']:.1f} TFLOPS "
-            f"({s['compute_utilization']:.1f}% of {s['precision']} peak)"
+            f"({s['compute_utilization']:.1f}% of {s['peak_of']} peak)"
             + (
                 f"; {s['off_core_flops'] / (s['duration_ms'] * 1e-3) / 1e12:.1f} TFLOPS more "
                 "on extension units"

@@ -363,12 +363,18 @@ class Roofline:
         if hasattr(report, "kernel_profiles"):
             profiles = report.kernel_profiles()
             dev = report.device
-        else:  # a RunResult
+        else:  # a RunResult: its resolved spec and launched kernels (the floors need both)
             from ..spec import load_spec
 
-            dev = DeviceInfo.from_spec(load_spec(report.device))
+            spec = getattr(report, "spec", None) or load_spec(report.device)
+            dev = DeviceInfo.from_spec(spec)
             profiles = [
-                KernelProfile.from_stats(stats_from_record(k.record, i), dev)
+                KernelProfile.from_stats(
+                    stats_from_record(
+                        k.record, i, kernel=k.kernel, spec=spec if k.kernel is not None else None
+                    ),
+                    dev,
+                )
                 for i, k in enumerate(report.kernels)
             ]
         groups: dict[str, list[Any]] = {}
