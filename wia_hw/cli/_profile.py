@@ -38,6 +38,7 @@ from ..profiling import (
 )
 from ._common import NO_PLOT, RunOptions, can_plot, check_suffix, check_writable, run_options
 from ._generate import throughput_text
+from ._run import phase_kwargs, phase_options
 
 __all__ = ["profile"]
 
@@ -55,6 +56,7 @@ Examples:
 """,
 )
 @run_options
+@phase_options
 @click.option(
     "--mode",
     type=click.Choice([m.value for m in ProfileMode]),
@@ -152,6 +154,8 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report to stdout.")
 def profile(
     opts: RunOptions,
+    phase: str | None,
+    kv_len: int | None,
     seed: int,
     mode: str,
     counters: str | None,
@@ -206,10 +210,11 @@ def profile(
         check_writable(option, path)
     if apply_n is not None and as_json:
         raise click.UsageError("--apply prints before and after as text; drop --json")
+    run_kw = phase_kwargs(opts.run_kwargs(), phase, kv_len)
     ctx = opts.open(seed=seed)
     session = start_profiling(ctx, cfg)
     try:
-        before = ctx.run(opts.workload, **opts.run_kwargs())
+        before = ctx.run(opts.workload, **run_kw)
     finally:
         report = stop_profiling(session)
     if output is not None:
@@ -277,7 +282,7 @@ def profile(
             data["recommendations"] = recs.to_dict()
             Path(output).write_text(json.dumps(data, indent=1))
         if apply_n is not None:
-            _apply(opts, seed, recs.recommendations, apply_n, before)
+            _apply(opts, seed, run_kw, recs.recommendations, apply_n, before)
     written = [
         p
         for p in (output, timeline, flamegraph, roofline, memory_timeline)
@@ -287,7 +292,9 @@ def profile(
         click.echo("wrote " + ", ".join(str(p) for p in written))
 
 
-def _apply(opts: RunOptions, seed: int, recs: list[Any], n: int, before: Any) -> None:
+def _apply(
+    opts: RunOptions, seed: int, run_kw: dict[str, Any], recs: list[Any], n: int, before: Any
+) -> None:
     """Apply recommendation ``n`` (1-based) of ``recs`` on a fresh context and print
     before (the profiled run: profiling adds no device cycles) and after."""
     if n > len(recs):
@@ -301,7 +308,7 @@ def _apply(opts: RunOptions, seed: int, recs: list[Any], n: int, before: Any) ->
         raise WiaError(
             f"--apply {n}: {rec.title!r} has no fix the emulator can apply ({rec.confidence_basis})"
         )
-    after = rec.fix.apply(opts.open(seed=seed), opts.workload, opts.run_kwargs())
+    after = rec.fix.apply(opts.open(seed=seed), opts.workload, run_kw)
     click.echo(f"Applied recommendation {n}: {rec.title} ({rec.fix.kind}: {rec.fix.description})")
     gain = (before.cycles - after.cycles) / before.cycles if before.cycles else 0.0
     click.echo(

@@ -256,6 +256,32 @@ def replay_context(path: Path) -> tuple[Context, dict[str, Any]]:
     return ctx, run
 
 
+def phase_options(f: Any) -> Any:
+    """``--phase`` and ``--kv-len`` (GPT-2's prefill or decode step), as ``run`` and
+    ``profile`` take them (shorthands of ``-a phase=`` and ``-a kv_len=``)."""
+    f = click.option(
+        "--kv-len",
+        type=int,
+        default=None,
+        help="GPT-2 decode: cached tokens (kv_len + seq <= 1024 positions).",
+    )(f)
+    return click.option(
+        "--phase",
+        type=click.Choice(["prefill", "decode"]),
+        default=None,
+        help="GPT-2: prefill or decode.",
+    )(f)
+
+
+def phase_kwargs(kw: dict[str, Any], phase: str | None, kv_len: int | None) -> dict[str, Any]:
+    """``kw`` with ``phase`` and ``kv_len`` set where given."""
+    if phase is not None:
+        kw["phase"] = phase
+    if kv_len is not None:
+        kw["kv_len"] = kv_len
+    return kw
+
+
 @click.command(
     "run",
     epilog="""\b
@@ -267,18 +293,7 @@ Examples:
 """,
 )
 @run_options(workload_required=False)
-@click.option(
-    "--phase",
-    type=click.Choice(["prefill", "decode"]),
-    default=None,
-    help="GPT-2: prefill or decode.",
-)
-@click.option(
-    "--kv-len",
-    type=int,
-    default=None,
-    help="GPT-2 decode: cached tokens (kv_len + seq <= 1024 positions).",
-)
+@phase_options
 @click.option(
     "--mode",
     type=click.Choice(["timing", "functional"]),
@@ -364,11 +379,7 @@ def run_cmd(
     elif opts is None:
         raise WiaError("missing WORKLOAD (or --replay REPORT.json)")
     else:
-        kw = opts.run_kwargs()
-        if phase is not None:
-            kw["phase"] = phase
-        if kv_len is not None:
-            kw["kv_len"] = kv_len
+        kw = phase_kwargs(opts.run_kwargs(), phase, kv_len)
         ctx = opts.open(seed=seed)
         workload = opts.workload
     # the runtime reports between ops only: a one-op run (a large gemm) shows the

@@ -86,13 +86,19 @@ class UnitFloors:
     """The unit-side floors of one kernel in cycles (see the module docstring):
     ``pipeline_cycles`` and ``parallel_cycles``; ``latency_cycles`` the fixed latency of
     a core's first and last tile; ``fill_drain_pct`` the share of the array's issue
-    cycles not streaming operands (0 for vector work); ``tiles``, ``cores``."""
+    cycles not streaming operands (0 for vector work); ``tiles``, ``cores``;
+    ``own_tiles_pct`` the share of the issue cycles in tiles an extension built itself
+    (their array passes' fill and drain are inside its cost model, not separable: the
+    fill/drain share covers the other tiles only) and ``own_vector_pct`` the share of
+    those tiles' cycles on the vector unit (a flash kernel's online softmax)."""
 
     pipeline_cycles: float
     parallel_cycles: float
     latency_cycles: float
     fill_drain_pct: float
     tiles: int
+    own_tiles_pct: float = 0.0
+    own_vector_pct: float = 0.0
 
     def to_dict(self) -> dict[str, float]:
         return dict(vars(self))
@@ -160,6 +166,7 @@ def unit_floors(kernel: Any, spec: Any) -> UnitFloors | None:
     issue: list[float] = []
     streaming = occupied = 0
     drain = 0
+    own_arr = own_vec = 0  # cycles of tiles the kernel's extension built itself
     for t in tiles:
         steps = getattr(t, "pass_steps", 0)
         if not steps and isinstance(kernel, GemmKernel) and t.passes:
@@ -181,6 +188,8 @@ def unit_floors(kernel: Any, spec: Any) -> UnitFloors | None:
             drain = max(drain, v.pipeline_depth)
         else:
             issue.append(float(t.array_cycles + t.vector_cycles))
+            own_arr += t.array_cycles
+            own_vec += t.vector_cycles
     cores = spec.compute.cores
     shares = Device.partition(
         list(range(len(tiles))),
@@ -198,6 +207,8 @@ def unit_floors(kernel: Any, spec: Any) -> UnitFloors | None:
         latency_cycles=float(latency),
         fill_drain_pct=100.0 * (1 - streaming / occupied) if occupied else 0.0,
         tiles=len(tiles),
+        own_tiles_pct=100.0 * (own_arr + own_vec) / sum(issue) if sum(issue) else 0.0,
+        own_vector_pct=100.0 * own_vec / (own_arr + own_vec) if own_arr + own_vec else 0.0,
     )
     if key is not None:
         if len(_CACHE) > 4096:

@@ -150,6 +150,10 @@ class KernelProfile:
     latency_cause: str | None = None
     fill_drain_pct: float = 0.0
     tiles: int = 0
+    #: UnitFloors' own_tiles_pct and own_vector_pct: issue cycles in tiles an
+    #: extension built itself, and those tiles' share on the vector unit
+    own_tiles_pct: float = 0.0
+    own_vector_pct: float = 0.0
     writeback_owed_bytes: int = 0
     writeback_bandwidth_gbs: float | None = None
     ridge_points: dict[str, float] | None = None
@@ -210,6 +214,8 @@ class KernelProfile:
             core_balance=100.0 * balance,
             floor_cycles=floors,
             fill_drain_pct=float(uf["fill_drain_pct"]) if uf else 0.0,
+            own_tiles_pct=float(uf.get("own_tiles_pct", 0.0)) if uf else 0.0,
+            own_vector_pct=float(uf.get("own_vector_pct", 0.0)) if uf else 0.0,
             tiles=int(uf["tiles"]) if uf else 0,
             writeback_owed_bytes=ks.dirtied_bytes,
             op_class=ks.op_class,
@@ -376,6 +382,20 @@ def assess(p: KernelProfile, dev: DeviceInfo) -> list[Assessment]:
                     "Use larger row chunks per tile (fewer, fuller issues)",
                 )
             )
+        elif p.own_tiles_pct >= 50.0:
+            # tiles the extension costed itself: their passes' fill and drain are inside
+            # its cost model, so only the vector share and the whole pipeline are known
+            out.append(
+                Assessment(
+                    "INFO",
+                    f"Pipeline-bound (its extension's own tiles: array passes and vector "
+                    f"work back to back, {p.own_vector_pct:.0f}% of their cycles on the "
+                    f"vector unit): the units' issue cycles are {100 - p.pe_mapping:.0f}% "
+                    f"above the MAC-rate floor; reaches {eff:.0f}% of that ceiling",
+                    "Larger blocks per tile (fewer, longer passes; see the extension's "
+                    "parameters) or less vector work per tile",
+                )
+            )
         else:
             out.append(
                 Assessment(
@@ -391,8 +411,12 @@ def assess(p: KernelProfile, dev: DeviceInfo) -> list[Assessment]:
                         else "Longer passes: more streamed rows per pass (a larger batch, "
                         "or small GEMMs batched into one)"
                     )
-                    + f" or a pipelined {dev.array_rows}x{dev.array_cols} array that "
-                    "overlaps fill and drain",
+                    + (
+                        ""
+                        if dev.array_pipelined
+                        else f" or a pipelined {dev.array_rows}x{dev.array_cols} array "
+                        "that overlaps fill and drain"
+                    ),
                 )
             )
     elif b == "parallelism":
@@ -472,13 +496,19 @@ def assess(p: KernelProfile, dev: DeviceInfo) -> list[Assessment]:
                 "Reduce memory traffic through tiling or fusion",
             )
         )
-    if p.occupancy < 50.0 and not vector:
+    if p.occupancy < 50.0 and not vector and b not in MEMORY_CEILINGS:
+        # (a memory-bound kernel's idle PEs are expected: the note above says so)
         out.append(
             Assessment(
                 "WARNING",
                 f"Low occupancy ({p.occupancy:.1f}%): {p.pe_mapping:.0f}% of the "
-                f"array's issue cycles do useful MACs (fill/drain {p.fill_drain_pct:.0f}%) x "
-                f"{p.core_balance:.0f}% of core time busy",
+                f"array's issue cycles do useful MACs ("
+                + (
+                    f"its extension's own tiles, {p.own_vector_pct:.0f}% vector work"
+                    if p.own_tiles_pct >= 50.0
+                    else f"fill/drain {p.fill_drain_pct:.0f}%"
+                )
+                + f") x {p.core_balance:.0f}% of core time busy",
                 f"Use tiles in multiples of {dev.array_rows}x{dev.array_cols} with long passes "
                 f"and at least {dev.cores} of them (one per core); batch small matrices into one "
                 "kernel",
@@ -494,7 +524,11 @@ def _why_slow(p: KernelProfile, dev: DeviceInfo) -> str:
         parts.append(
             (
                 100.0 - p.pe_mapping,
-                f"{100 - p.pe_mapping:.0f}% of the array's issue "
+                f"{100 - p.pe_mapping:.0f}% of the units' issue cycles do no useful MAC "
+                f"(its extension's own tiles: their passes' fill and drain and "
+                f"{p.own_vector_pct:.0f}% vector work)"
+                if p.own_tiles_pct >= 50.0
+                else f"{100 - p.pe_mapping:.0f}% of the array's issue "
                 f"cycles do no useful MAC (fill/drain of short passes "
                 f"{p.fill_drain_pct:.0f}%, tiles smaller than the array)",
             )
@@ -522,8 +556,10 @@ def _why_slow(p: KernelProfile, dev: DeviceInfo) -> str:
 ON_CORES = ("gemm", "vector")
 
 
-def _pct(v: float | None) -> str:
-    return "n/a (no accesses)" if v is None else f"{v:.1f}%"
+def _pct(v: float | None, captured: bool = True) -> str:
+    if v is None:
+        return "n/a (no accesses)" if captured else "n/a (counters not captured)"
+    return f"{v:.1f}%"
 
 
 def format_kernel_profile(p: KernelProfile) -> str:
@@ -546,8 +582,8 @@ def format_kernel_profile(p: KernelProfile) -> str:
             )
         )
     lines += [
-        f"  Cache Hit Rate L1: {_pct(p.l1_cache_hit_rate)}",
-        f"  Cache Hit Rate L2: {_pct(p.l2_cache_hit_rate)}",
+        f"  Cache Hit Rate L1: {_pct(p.l1_cache_hit_rate, p.bytes is not None)}",
+        f"  Cache Hit Rate L2: {_pct(p.l2_cache_hit_rate, p.bytes is not None)}",
         f"  Occupancy: {p.occupancy:.1f}%",
         f"  FLOPS: {p.flops / 1e12:.1f} TFLOPS",
     ]

@@ -57,6 +57,8 @@ class DeviceInfo:
     array_cols: int
     dataflow: str
     vector_lanes: int
+    #: the array overlaps one pass's fill and drain with the next's (``pipelined``)
+    array_pipelined: bool = False
     peak_macs_per_cycle: Mapping[str, float] = field(default_factory=dict)
     hbm_bandwidth_gbs: float = 0.0
     hbm_channels: int = 1
@@ -77,6 +79,7 @@ class DeviceInfo:
             array_cols=spec.compute.array.cols,
             dataflow=spec.compute.array.dataflow,
             vector_lanes=spec.compute.vector.lanes,
+            array_pipelined=bool(getattr(spec.compute.array, "pipelined", False)),
             peak_macs_per_cycle={
                 p: float(spec.peak_macs_per_cycle(p)) for p in spec.compute.array.macs_per_pe_cycle
             },

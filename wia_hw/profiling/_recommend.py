@@ -404,6 +404,17 @@ class _Analyzer:
         return {s: j for j, s in enumerate(ps) if s is not None}
 
     # -- re-tiling ---------------------------------------------------------------------
+    def retileable(self, idx: Sequence[int]) -> bool:
+        """Whether the kernels ``idx`` are the built-in GEMMs or vector kernels
+        :meth:`retile` can try other tilings of (an extension's kernel tiles itself)."""
+        pidx = self.program_index()
+        prog = self.r.program or []
+        ks = [prog[pidx[i]] for i in idx if i in pidx]
+        return bool(ks) and (
+            all(isinstance(k, GemmKernel) for k in ks)
+            or all(isinstance(k, VectorKernel) for k in ks)
+        )
+
     def retile(self, idx: Sequence[int]) -> tuple[dict[int, Any], str] | None:
         """Best tiling found for the GEMMs ``idx`` (same shape), as program changes."""
         pidx = self.program_index()
@@ -483,7 +494,31 @@ class _Analyzer:
             mapping = sum(p.pe_mapping * p.cycles for p in ps) / cyc
             balance = 100.0 * occ / mapping if mapping else 0.0
             n = f" (x{len(idx)})" if len(idx) > 1 else ""
-            if occ < 50.0 and pat not in seen:
+            # occupancy is the arrays' (PE slots mapped, cores busy): it says nothing of
+            # vector work or a unit off the arrays; and a memory-bound kernel's idle PEs
+            # are expected (more PEs busy would only wait longer for bytes): for it, only a
+            # tiling measured to move its bytes faster is a finding
+            arrays = all(p.kind == "gemm" for p in ps)
+            mem = [p for p in ps if p.bound in MEMORY_CEILINGS]
+            if occ < 50.0 and arrays and len(mem) == len(ps) and pat not in seen:
+                seen.add(pat)
+                eff = sum((p.roofline_efficiency or 0.0) * p.cycles for p in ps) / cyc
+                lvls = sorted({CEILING_NAMES[p.bound or "hbm"] for p in ps})
+                self.tiling_rec(
+                    idx,
+                    "Memory-Bound Kernel Below Its Roof",
+                    "memory",
+                    f'Kernel "{pat}"{n} is bound by {" and ".join(lvls)} at {eff:.0f}% of '
+                    f"that roof (its {occ:.0f}% occupancy is expected of a memory-bound "
+                    "kernel)",
+                    f"{time_ms:.3f} ms ({100 * share:.1f}% of the profiled time) below the "
+                    "rate its memory allows",
+                    "Tiles that keep more loads in flight or reuse panels in L2",
+                    share,
+                    occupancy=occ,
+                    only_if_gain=True,
+                )
+            if occ < 50.0 and arrays and pat not in seen:
                 seen.add(pat)
                 self.tiling_rec(
                     idx,
@@ -505,7 +540,7 @@ class _Analyzer:
             # the finding names the bound its kernels share
             for b in ("compute", "pipeline", "parallelism"):
                 sub = [i for i, p in zip(idx, ps, strict=True) if p.bound == b]
-                if pat in seen or not sub or ps[0].kind == "vector":
+                if pat in seen or not sub or ps[0].kind != "gemm":
                     continue
                 qs = [self.profiles[i] for i in sub]
                 qcyc = max(1, sum(q.cycles for q in qs))
@@ -560,10 +595,18 @@ class _Analyzer:
         suggestion: str,
         share: float,
         occupancy: float,
+        only_if_gain: bool = False,
     ) -> None:
+        """A finding of the kernels ``idx`` with the best other tiling measured by a
+        replay of the session (or, without one, a modelled bound); ``only_if_gain``: none
+        unless a tiling measured faster in the run."""
         names = tuple(self.r.kernels[i].name for i in idx)
-        if self.can_replay:
+        if only_if_gain and not (self.can_replay and self.retileable(idx)):
+            return
+        if self.can_replay and self.retileable(idx):
             found = self.retile(idx)
+            if found is None and only_if_gain:
+                return
             if found is None:
                 self.add(
                     0.0,
@@ -585,6 +628,8 @@ class _Analyzer:
             pidx = self.program_index()
             names = tuple(self.r.kernels[i].name for i in idx if i in pidx and pidx[i] in changes)
             imp, basis, b_ms, m_ms = self.measure(substitute(self.r.program or [], changes))
+            if m_ms >= b_ms and only_if_gain:
+                return
             if m_ms >= b_ms:
                 # faster alone, not in the run (its neighbours' caches, the cores' share):
                 # no fix to offer, as applying it would give what was measured, a loss
@@ -624,7 +669,11 @@ class _Analyzer:
                 bound,
                 MODELLED,
                 "modelled: half the unmapped share of the kernels' time "
-                "(the report has no kernels to re-run)",
+                + (
+                    "(an extension tiles these kernels itself: no other tiling to try)"
+                    if self.can_replay
+                    else "(the report has no kernels to re-run)"
+                ),
                 title=title,
                 description=desc,
                 impact=impact,
@@ -1010,6 +1059,21 @@ class _Analyzer:
                     "reason": reason,
                 }
             )
+        wb = sum(r.writeback_cycles for r in self.r.runs)
+        if wb and wb / self.total >= min_share:
+            out.append(
+                {
+                    "group": "writeback",
+                    "share": wb / self.total,
+                    "time_ms": self.ms(wb),
+                    "recommendations": [],
+                    "reason": "the runs' final write-back of their results (dirty L2 "
+                    "blocks) to HBM, bound by HBM bandwidth: only smaller outputs (a lower "
+                    "precision) or a host that reads them from L2 (memory.host_io: l2) "
+                    "shorten it",
+                }
+            )
+            out.sort(key=lambda d: -d["share"])
         return out
 
     def why_none(self, group: str, idx: Sequence[int], recs: Sequence[Recommendation]) -> str:
@@ -1019,14 +1083,22 @@ class _Analyzer:
         by: dict[str, list[int]] = {}
         for i in idx:
             p = self.profiles[i]
-            by.setdefault(p.bound or "unknown", []).append(i)
+            # a unit off the arrays (photonic, analog, PIM): its cost model sets its time
+            key = (p.bound or "unknown") if p.kind in ("gemm", "vector") else f"unit:{p.kind}"
+            by.setdefault(key, []).append(i)
         parts = []
         for b, ii in sorted(by.items(), key=lambda x: -sum(self.r.kernels[i].cycles for i in x[1])):
             c = sum(self.r.kernels[i].cycles for i in ii)
+            pats = sorted({_pattern(self.r.kernels[i].name) for i in ii})
+            if b.startswith("unit:"):
+                parts.append(
+                    f"{', '.join(pats[:3])}{', ...' if len(pats) > 3 else ''}: run on the "
+                    f"{b[5:]} unit, off the arrays (its cost model sets their time)"
+                )
+                continue
             eff = sum(
                 (self.profiles[i].roofline_efficiency or 0.0) * self.r.kernels[i].cycles for i in ii
             ) / max(1, c)
-            pats = sorted({_pattern(self.r.kernels[i].name) for i in ii})
             parts.append(
                 f"{', '.join(pats[:3])}{', ...' if len(pats) > 3 else ''}: "
                 f"{CEILING_NAMES.get(b, b)}-bound at {eff:.0f}% of that ceiling"

@@ -190,6 +190,11 @@ class ProfilingReport:
                 a = agg.setdefault(key, [0, 0])
                 a[0] += k.cycles
                 a[1] += 1
+            # each run's final write-back of its results (after its last kernel): part
+            # of the profiled time, as the run's op breakdown shows it
+            wb = [r.writeback_cycles for r in self.runs if r.writeback_cycles]
+            if wb:
+                agg["writeback"] = [sum(wb), len(wb)]
         else:
             for s in self.samples:
                 names = {n for n in s.kernels if n is not None}
