@@ -2,8 +2,9 @@
 
 1. **The seed's photonic configuration** (``wavelength_channels=64,
    modulation_bandwidth_ghz=100, matrix_size_limit=256, precision_bits=8``) on the
-   issue's 300x200 @ 200x100 product: the effective bits its shot and thermal noise
-   leave (at full scale and over the product's range), the warning it raises, its
+   issue's 300x200 @ 200x100 product: the effective bits its detectors' noise (over
+   the intensity encoding's two passes) and converters leave (at full scale and over
+   the product's range), the warning it raises, its
    error and energy per MAC at the default laser power and at the power sized for 8
    bits (:func:`~wia_hw.extensions.photonic.laser_power_for_bits`).
 2. **Digits MLP** (scikit-learn's digits, an ``MLPClassifier`` trained here, seeded),

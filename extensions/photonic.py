@@ -58,17 +58,26 @@ budget has it: the loss is charged once, in the light delivered), ``dac_energy_p
 
 **Precision delivered** (:func:`photonic_snr`, :func:`photonic_enob`): a full-scale
 output (``y = 1``) is the current ``R P0 L``; the detectors add shot noise (``2 q I B``
-per arm) and thermal noise (``4 k T B / R_load`` per arm), so ``SNR = (R P0 L)**2 / 2 /
-sigma**2`` for a full-scale sine and ``ENOB = (SNR_dB - 1.76) / 6.02``. A product whose
-outputs span a fraction ``f`` of full scale gets ``log2(f)`` bits fewer. The bits a
+per arm) and thermal noise (``4 k T B / R_load`` per arm) and round to ``det_bits``
+samples of the unattenuated ``R P0`` (``step**2 / 12`` each: it grows with the light
+like the signal), once per pass (phase encoding one, intensity two, intensity on an
+incoherent mesh four: the passes' results are summed, so their noise adds in variance
+while the full-scale signal they share does not grow), and the inputs' ``in_bits``
+rounding reaches an output as ``step**2 / 12 / n``; so ``SNR = (R P0 L)**2 / 2 /
+sigma**2`` for a full-scale sine and ``ENOB = (SNR_dB - 1.76) / 6.02``
+(:func:`_noise_terms`). A product whose outputs span a fraction ``f`` of full scale
+gets ``log2(f)`` bits fewer, and one of ``t`` tiles along ``K`` (each adding its
+noise) ``log2(t) / 2`` fewer against one tile's full scale. The bits a
 result reports as delivered (``PhotonicResult.enob``, ``effective_bits``) are those the
 noise leaves, capped at ``precision_bits``: the DAC and ADC resolve no more, whatever
 the laser. When the bits delivered fall short of ``precision_bits`` a
 :class:`PhotonicPrecisionWarning` says so (configured against delivered bits; once per
 configuration). :func:`laser_power_for_bits` sizes the laser
 for a number of bits and :func:`size_laser_power` reports the energy a product takes at
-that power. The seed's configuration (64 channels, 100 GHz, 256 x 256, 8 bits, 10 mW)
-delivers 7.45 bits at full scale.
+that power (or says in one line that the converters alone cannot reach the bits). The
+seed's configuration (64 channels, 100 GHz, 256 x 256, 8 bits, 10 mW) delivers 6.95
+bits at full scale with its intensity encoding (7.45 with phase encoding); 41.8 mW
+reach 8.
 
 **Graph routing** (:func:`photonic_linear`): with ``policy`` other than ``none`` the
 extension takes ``linear``, ``matmul`` and ``conv2d`` ops of a graph (``all``,
@@ -257,12 +266,12 @@ class PhotonicConfig:
                 f"PhotonicConfig.precision_bits must be an integer in 2..16, "
                 f"got {self.precision_bits!r}"
             )
-        if not 2 <= self.in_bits <= 32 or self.precision_bits > self.in_bits:
-            raise ValueError(
-                f"PhotonicConfig.in_bits must be in precision_bits..32, got {self.in_bits!r}"
-            )
-        if not 2 <= self.det_bits <= 32:
-            raise ValueError(f"PhotonicConfig.det_bits must be in 2..32, got {self.det_bits!r}")
+        # type first: a comparison of a str or float would raise a TypeError naming no field
+        for n, lo in (("in_bits", self.precision_bits), ("det_bits", 2)):
+            v = getattr(self, n)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= 32:
+                low = f"precision_bits ({lo})" if n == "in_bits" else f"{lo}"
+                raise ValueError(f"PhotonicConfig.{n} must be an integer in {low}..32, got {v!r}")
         if self.matrix_size_limit > 4096:
             raise ValueError(
                 f"PhotonicConfig.matrix_size_limit must be at most 4096, got "
@@ -367,11 +376,13 @@ class PhotonicMatmul:
 class PhotonicResult:
     """The product and its cost. ``time_ns`` on the photonic core; ``energy_pj`` of the
     core (lasers, tuning, DACs, ADCs, programming); ``adc_shift`` the calibrated gain.
-    ``enob``: effective bits delivered at full scale, those the shot and thermal noise
-    leave (:func:`photonic_enob`) capped at ``precision_bits`` (the converters resolve
-    no more); ``effective_bits``: those delivered over the range this product's outputs
-    span (``photonic_enob + log2(peak |y|)``, ``y = W x / n`` the normalised output,
-    capped at ``precision_bits``; timing-only calls report ``enob``);
+    ``enob``: effective bits delivered at full scale, those the detectors' noise over
+    the product's passes and the converters' rounding leave (:func:`photonic_enob`)
+    capped at ``precision_bits`` (the converters resolve no more); ``effective_bits``:
+    those delivered over the range this product's outputs span (``photonic_enob +
+    log2(peak |y|) - log2(tiles) / 2``, ``y = W x / n`` the normalised output summed
+    over passes and tiles along ``K``, capped at ``precision_bits``; timing-only calls
+    report ``enob``);
     ``precision_bits``: configured. Both are at most ``precision_bits``."""
 
     output: np.ndarray = field(repr=False)
@@ -431,7 +442,9 @@ def _photonic_product(
     cfg: PhotonicConfig, mm: PhotonicMatmul, a: np.ndarray, b: np.ndarray, seed: int
 ) -> tuple[np.ndarray, int, float]:
     """The computed ``a @ b`` (float64) through quantisers, optics and noise; the adc
-    shift; the peak ``|y|`` (normalised output) of any pass."""
+    shift; the peak ``|y|`` of the summed output (passes and tiles along ``K`` added,
+    in units of one tile's full scale ``y = 1``: the range the delivered bits are
+    judged over; the ADC's gain follows the peak of any single pass instead)."""
     s = cfg.matrix_size_limit
     p = cfg.precision_bits
     m, k = a.shape
@@ -458,8 +471,9 @@ def _photonic_product(
 
     # the ADC gain: the largest shift for which no pass's ideal difference saturates
     x_norm = codes / hi
-    peak = 0.0
+    peak, out_peak = 0.0, 0.0
     for mb in range(mt):
+        total = 0.0
         for kb in range(kt):
             w = wq[mb * s : (mb + 1) * s, kb * s : (kb + 1) * s]
             xs = x_norm[kb * s : (kb + 1) * s]
@@ -467,6 +481,8 @@ def _photonic_product(
                 for xsign in signs:
                     y = part(w, ws) @ part(xs, xsign) / s
                     peak = max(peak, float(np.abs(y).max()))
+                    total = total + (1 if ws >= 0 else -1) * (1 if xsign >= 0 else -1) * y
+        out_peak = max(out_peak, float(np.abs(total).max()))
     full = loss * top * max(peak, 1e-12)
     shift = int(min(cfg.det_bits, max(0, math.ceil(math.log2(full / hi_adc)))))
     core = PhotonicCore(params=cfg.core_params(), seed=seed)
@@ -499,7 +515,7 @@ def _photonic_product(
             [accumulate_tiles([t[:, j] for t in partial]) for j in range(n)], axis=1
         )
     scale = (1 << shift) * s / (loss * top)
-    return result[:m].astype(np.float64) * scale * amax * bmax, shift, peak
+    return result[:m].astype(np.float64) * scale * amax * bmax, shift, out_peak
 
 
 def photonic_matmul(
@@ -533,7 +549,7 @@ def photonic_matmul(
     enob = photonic_enob(cfg, mm)
     if functional:
         out, shift, peak = _photonic_product(cfg, mm, a, b, seed)
-        eff = photonic_enob(cfg, mm, signal_fraction=peak) if peak > 0 else enob
+        eff = _product_bits(cfg, mm, a.shape[1], peak, enob)
     else:
         out, shift, eff = np.zeros((0, 0)), 0, enob
     _warn_precision(cfg, mm, enob, eff)
@@ -578,36 +594,76 @@ def photonic_matmul(
     return res
 
 
-# -- precision delivered: the shot- and thermal-noise budget -----------------------------
+# -- precision delivered: the detectors' and converters' noise budget ----------------------
 
 
-def _noise_terms(cfg: PhotonicConfig, mm: PhotonicMatmul | None) -> tuple[float, float, float]:
-    """``(c, a, b)`` in SI units: the full-scale signal current is ``c * P0`` and the
-    noise variance of one detected output ``a * P0 + b`` (``P0`` in W), at y = 0."""
+def _passes(mm: PhotonicMatmul) -> int:
+    """Detections summed into one output per tile: ``x+``/``x-`` of an intensity
+    encoding times ``W+``/``W-`` of an incoherent mesh (1 to 4)."""
+    return mm.input_passes * mm.weight_passes
+
+
+def _noise_terms(
+    cfg: PhotonicConfig, mm: PhotonicMatmul | None
+) -> tuple[float, float, float, float]:
+    """``(c, a, b, d)`` in SI units: a full-scale output (``y = 1``) is the current
+    ``c * P0`` and the noise variance of one output of one tile, every pass and
+    converter counted, is ``a * P0 + b + d * P0**2`` (``P0`` in W), at ``y = 0``.
+
+    The passes (:func:`_passes`) are independent detections whose results are summed:
+    their noise variances add, while the signal does not grow: the passes split one
+    product (``y = y+ - y-``), whose full scale is still ``y = 1``. So the detectors'
+    shot and thermal noise and their samples' rounding count once per pass. The
+    detectors' samples are ``det_bits`` wide over the unattenuated ``R P0`` (the core's
+    normalisation), so their rounding (``step**2 / 12`` per sample, a step ``R P0 /
+    (2**det_bits - 1)``) grows with ``P0`` like the signal: more light cannot beat it.
+    The inputs' rounding to ``in_bits`` samples (``step**2 / 12`` of their full scale,
+    the step ``1 / (2**(precision_bits - 1) - 1) / 2**(in_bits - precision_bits)``)
+    is done once, before the passes, and reaches an output through ``y = W x / n``: at
+    full scale (``|w| = 1``) the ``n`` inputs' errors add in variance while their
+    signals add in amplitude, so ``1 / n`` of it. The ``precision_bits`` codes of the
+    DAC and ADC are not in the budget: they bound the bits delivered instead."""
+    mm = PhotonicMatmul() if mm is None else mm
+    passes = _passes(mm)
     bw_hz = cfg.modulation_bandwidth_ghz * 1e9
-    c = cfg.detector_responsivity_a_per_w * cfg.transmission
+    r = cfg.detector_responsivity_a_per_w
+    c = r * cfg.transmission
     shot = 2 * _Q * c * bw_hz if cfg.shot_noise else 0.0  # one arm at y=0 carries c P0 / 2
     thermal = 4 * _KB * cfg.temperature_k * bw_hz / cfg.load_ohm if cfg.thermal_noise else 0.0
-    single = mm is not None and mm.output_detection is PhotonicDetection.SINGLE
-    if single:  # one arm doubled: 4x one arm's variance
-        return c, 4 * shot / 2, 4 * thermal
-    return c, shot, 2 * thermal  # balanced: two arms' variances add
+    det = (r / ((1 << cfg.det_bits) - 1)) ** 2 / 12  # one sample's rounding, per W**2
+    if mm.output_detection is PhotonicDetection.SINGLE:  # one arm doubled: 4x its variance
+        a, b, d = 4 * shot / 2, 4 * thermal, 4 * det
+    else:  # balanced: the two arms' variances add
+        a, b, d = shot, 2 * thermal, 2 * det
+    hi = (1 << (cfg.precision_bits - 1)) - 1
+    in_step = 1.0 / (hi * (1 << (cfg.in_bits - cfg.precision_bits)))
+    d_in = c**2 * in_step**2 / 12 / cfg.matrix_size_limit
+    return c, passes * a, passes * b, passes * d + d_in
 
 
 def photonic_snr(
     cfg: PhotonicConfig, mm: PhotonicMatmul | None = None, *, signal_fraction: float = 1.0
 ) -> float:
-    """Signal-to-noise ratio (linear, power) of one detected output: a sine of amplitude
-    ``signal_fraction`` of full scale (``y = 1``: current ``R P0 L``) against the shot
-    noise (``2 q I B`` per arm) and thermal noise (``4 k T B / R_load`` per arm) of the
-    detectors, ``B = modulation_bandwidth_ghz``: ``SNR = (f R P0 L)**2 / 2 / sigma**2``.
+    """Signal-to-noise ratio (linear, power) of one output of a product (one tile):
+    a sine of amplitude ``signal_fraction`` of full scale (``y = 1``: current ``R P0
+    L``) against the noise budget of :func:`_noise_terms`: the detectors' shot noise
+    (``2 q I B`` per arm) and thermal noise (``4 k T B / R_load`` per arm), ``B =
+    modulation_bandwidth_ghz``, and the rounding of their ``det_bits`` samples, all once
+    per pass of ``mm`` (default :class:`PhotonicMatmul`: intensity encoding, two passes),
+    and the inputs' ``in_bits`` rounding: ``SNR = (f R P0 L)**2 / 2 / sigma**2``.
     Balanced detection sums both arms' variances (the shot part is then independent of
     ``y``); single detection doubles one arm (4x its variance). Infinite without noise."""
-    c, a, b = _noise_terms(cfg, mm)
+    c, a, b, d = _noise_terms(cfg, mm)
     p0 = cfg.laser_power_mw * 1e-3
-    var = a * p0 + b
+    var = a * p0 + b + d * p0**2
     sig = (signal_fraction * c * p0) ** 2 / 2
     return math.inf if var == 0 else sig / var
+
+
+def _snr_bits(snr: float) -> float:
+    if snr <= 0:
+        return -math.inf
+    return math.inf if math.isinf(snr) else (10 * math.log10(snr) - 1.76) / 6.02
 
 
 def photonic_enob(
@@ -615,11 +671,31 @@ def photonic_enob(
 ) -> float:
     """Effective number of bits the noise leaves: ``(SNR_dB - 1.76) / 6.02`` with
     :func:`photonic_snr` (full scale unless ``signal_fraction`` < 1: a product whose
-    outputs span a fraction ``f`` of full scale gets ``log2(f)`` bits fewer)."""
-    snr = photonic_snr(cfg, mm, signal_fraction=signal_fraction)
-    if snr <= 0:
-        return -math.inf
-    return math.inf if math.isinf(snr) else (10 * math.log10(snr) - 1.76) / 6.02
+    outputs span a fraction ``f`` of full scale gets ``log2(f)`` bits fewer). ``mm``
+    (default :class:`PhotonicMatmul`) sets the passes: phase encoding one, intensity
+    encoding two (half a bit fewer), intensity on an incoherent mesh four (one bit
+    fewer)."""
+    return _snr_bits(photonic_snr(cfg, mm, signal_fraction=signal_fraction))
+
+
+def _converter_bits(cfg: PhotonicConfig, mm: PhotonicMatmul | None) -> float:
+    """The bits at full scale the converters' rounding alone leaves (any laser power)."""
+    c, _, _, d = _noise_terms(cfg, mm)
+    return _snr_bits(math.inf if d == 0 else c**2 / 2 / d)
+
+
+def _product_bits(
+    cfg: PhotonicConfig, mm: PhotonicMatmul, k: int, peak: float, enob: float
+) -> float:
+    """The bits delivered over the range a product's outputs span (before the
+    ``precision_bits`` cap): ``peak`` is their largest ``|y|`` in units of one tile's
+    full scale (up to ``ceil(k / n)``, the tiles along ``K`` being summed). Each tile
+    adds its own noise, so ``ceil(k / n)`` tiles have that many times one tile's
+    variance: ``log2(peak) - log2(tiles) / 2`` bits against full scale."""
+    if peak <= 0:
+        return enob
+    tiles = -(-k // cfg.matrix_size_limit)
+    return enob + math.log2(peak) - 0.5 * math.log2(tiles)
 
 
 def laser_power_for_bits(
@@ -631,11 +707,14 @@ def laser_power_for_bits(
 ) -> float:
     """The laser power (mW per output and channel, ``laser_power_mw``) at which
     :func:`photonic_enob` reaches ``bits`` (default ``precision_bits``) for outputs
-    spanning ``signal_fraction`` of full scale: the root of ``(f c P)**2 / 2 =
-    SNR (a P + b)``. This is the noise's budget only: a result never reports more bits
-    than ``precision_bits`` (the converters' resolution), whatever the laser. Raises
-    ValueError for a fraction outside (0, 1], for ``bits`` not a finite number, or
-    when no finite laser power reaches ``bits`` (the power would overflow)."""
+    spanning ``signal_fraction`` of full scale, with ``mm``'s passes (default
+    :class:`PhotonicMatmul`): the root of ``(f c P)**2 / 2 = SNR (a P + b + d P**2)``
+    (:func:`_noise_terms`). This is the noise's budget only: a result never reports
+    more bits than ``precision_bits`` (the converters' resolution), whatever the laser.
+    Raises ValueError for a fraction outside (0, 1], for ``bits`` not a finite number,
+    when the converters' rounding alone leaves fewer than ``bits`` (it grows with the
+    light like the signal: no laser power helps; the message says how many bits they
+    leave), or when no finite laser power reaches ``bits`` (the power would overflow)."""
     if (
         isinstance(signal_fraction, bool)
         or not isinstance(signal_fraction, (int, float))
@@ -645,11 +724,21 @@ def laser_power_for_bits(
     bits = cfg.precision_bits if bits is None else bits
     if isinstance(bits, bool) or not isinstance(bits, (int, float)) or not math.isfinite(bits):
         raise ValueError(f"bits must be a finite number, got {bits!r}")
-    c, a, b = _noise_terms(cfg, mm)
-    cc = (signal_fraction * c) ** 2
+    c, a, b, d = _noise_terms(cfg, mm)
     try:
         snr = 10 ** ((6.02 * bits + 1.76) / 10)
-        p_w = (2 * snr * a + math.sqrt((2 * snr * a) ** 2 + 8 * cc * snr * b)) / (2 * cc)
+        # (f c)**2 / 2 - SNR d: the signal's P**2 coefficient less the converters'
+        lead = (signal_fraction * c) ** 2 / 2 - snr * d
+        if lead <= 0:
+            conv = _converter_bits(cfg, mm) + math.log2(signal_fraction)
+            raise ValueError(
+                f"no finite laser power reaches {bits:g} bits at signal_fraction="
+                f"{signal_fraction:g}: the converters' rounding alone leaves {conv:.2f} bits "
+                f"(det_bits={cfg.det_bits} detector samples over the unattenuated laser "
+                f"power, a {cfg.insertion_loss_db:.4g} dB path loss, in_bits={cfg.in_bits}); "
+                "raise det_bits or lower the loss"
+            )
+        p_w = (snr * a + math.sqrt((snr * a) ** 2 + 4 * lead * snr * b)) / (2 * lead)
     except (OverflowError, ZeroDivisionError):
         p_w = math.inf
     if not math.isfinite(p_w):
@@ -702,16 +791,27 @@ def _warn_precision(cfg: PhotonicConfig, mm: PhotonicMatmul, enob: float, eff: f
     if enob < cfg.precision_bits:
         snr = photonic_snr(cfg, mm)
         snr_text = f"{10 * math.log10(snr):.1f} dB" if snr > 0 else "no signal"
-        try:
-            need = f"laser_power_mw={laser_power_for_bits(cfg, mm):.3g} would reach"
-        except ValueError:
-            need = "no finite laser power reaches"
+        conv = _converter_bits(cfg, mm)
+        if conv < cfg.precision_bits:
+            need = (
+                f"no laser power reaches {cfg.precision_bits} bits: the det_bits="
+                f"{cfg.det_bits} detector samples and in_bits={cfg.in_bits} inputs alone "
+                f"leave {conv:.2f} bits"
+            )
+        else:
+            try:
+                need = (
+                    f"laser_power_mw={laser_power_for_bits(cfg, mm):.3g} would reach "
+                    f"{cfg.precision_bits} bits"
+                )
+            except ValueError:
+                need = f"no finite laser power reaches {cfg.precision_bits} bits"
         msg = (
             f"photonic core configured for precision_bits={cfg.precision_bits} delivers "
-            f"{enob:.2f} effective bits at full scale: the shot and thermal noise at "
-            f"laser_power_mw={p:g} leave an SNR of {snr_text} "
-            f"({need} {cfg.precision_bits} bits at full "
-            "scale; outputs spanning less of it get fewer: PhotonicResult.effective_bits)"
+            f"{enob:.2f} effective bits at full scale: the detectors' shot and thermal "
+            f"noise over {_passes(mm)} pass(es) at laser_power_mw={p:g} and the converters' "
+            f"rounding leave an SNR of {snr_text} ({need} at full scale; outputs spanning "
+            "less of it get fewer: PhotonicResult.effective_bits)"
         )
     else:
         msg = (
@@ -751,8 +851,7 @@ def photonic_linear(op: Op, graph: Graph, spec: Any, storage: Any, ext: DeviceEx
 
     def unit_gemm(a: np.ndarray, b: np.ndarray, seed: int) -> np.ndarray:
         out, _, peak = _photonic_product(cfg, mm, np.asarray(b).T, np.asarray(a).T, seed)
-        eff = photonic_enob(cfg, mm, signal_fraction=peak) if peak > 0 else enob
-        _warn_precision(cfg, mm, enob, eff)
+        _warn_precision(cfg, mm, enob, _product_bits(cfg, mm, k, peak, enob))
         return out.T
 
     extra = {

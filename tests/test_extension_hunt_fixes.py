@@ -51,7 +51,12 @@ def test_photonic_path_loss_limit_is_inclusive_and_the_largest_mesh_fits():
         PhotonicConfig(insertion_loss_db_per_component=0.5, matrix_size_limit=198)
     big = PhotonicConfig(matrix_size_limit=4096)  # 0.02 dB x 4099 = 82 dB
     assert big.insertion_loss_db == pytest.approx(0.02 * 4099)
-    assert math.isfinite(laser_power_for_bits(big))
+    # 16-bit detector samples see 4e-4 of a step at full scale: no laser helps (one line)
+    with pytest.raises(ValueError, match=r"converters' rounding alone leaves -11.23 bits"):
+        laser_power_for_bits(big)
+    assert math.isfinite(
+        laser_power_for_bits(PhotonicConfig(matrix_size_limit=4096, det_bits=32), bits=4)
+    )
 
 
 def test_photonic_graph_run_with_the_repro_loss_is_one_spec_error():
@@ -88,7 +93,7 @@ def test_photonic_delivered_bits_never_exceed_the_converters(precision_bits):
     a, b = rng.standard_normal((48, 64)), rng.standard_normal((64, 16))
     cfg = PhotonicConfig(matrix_size_limit=64, laser_power_mw=10000, precision_bits=precision_bits)
     # the noise alone would leave more than 8 bits at this power
-    assert photonic_enob(cfg, PhotonicMatmul()) > 13
+    assert photonic_enob(cfg, PhotonicMatmul()) > 12
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         r = photonic_matmul(None, cfg, PhotonicMatmul(), a, b, seed=1)
