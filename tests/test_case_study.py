@@ -48,7 +48,9 @@ def test_each_optimisation_helps(cs):
     tuned = cs.row("auto-tuning")
     if tuned.available:
         assert tuned.latency_ms < q.latency_ms and cs.schedules
-    assert q.floor_ms == pytest.approx(base.floor_ms / 2, rel=0.02)  # int8 peak = 2x fp16
+    # int8 peak = 2x fp16; attention's bmm GEMMs (2% of the MACs) stay fp16 at their own
+    # peak, so the floor is a little above half
+    assert base.floor_ms / 2 < q.floor_ms < base.floor_ms / 2 * 1.05
     b = cs.row("dynamic batching")
     assert b.available and b.throughput > base.throughput
     assert cs.server.p99_latency_ms <= cs.target_latency_ms and cs.server.rejected == 0

@@ -23,6 +23,14 @@ result carries the product of its operands' scales (an int8 result is requantise
 same dynamic way); any float op dequantises its quantised inputs (``q * scale``) first. Data movement (reshape, slice, concat,
 transpose) keeps the integers and their scale.
 
+A graph made by :func:`wia_hw.quantize_model` carries static scales in its ops'
+``attrs["quant"]``, and these win over the dynamic rule: a quantising ``cast`` (or a
+vector op that writes int8 itself, ``output_scale``) uses its calibrated scale, and a
+quantised GEMM accumulates its int8 codes and int32 bias exactly (as above) and its
+epilogue writes ``acc * input_scale * weight_scale`` (per output channel) in the output's
+dtype. Its codes and biases are the graph's ``weight_values``, so ``wia_hw.run(q,
+mode="functional")`` computes what :class:`wia_hw.accuracy.GraphEvaluator` does.
+
 Tensors with static parameters (``Graph.quant``: an imported QDQ model) hold codes
 with a zero point: real value ``(q - zero_point) * scale``; uint8 codes are held minus
 128, with their zero point, so every 8-bit code fits int8. An op writing such a tensor
@@ -254,6 +262,31 @@ class FunctionalExecutor:
         else:
             self.values[out_name] = cast_to(np.asarray(y, np.float32), out.dtype)
 
+    def _calibrated_step(
+        self, op: Op, q: Mapping[str, Any], kernels: Sequence[Kernel], device: Device | None
+    ) -> None:
+        """An op of a :func:`wia_hw.quantize_model` graph: a vector op that writes int8
+        with its ``output_scale``, a quantising ``cast`` with its ``scale``, or an int8
+        GEMM whose int32 accumulator (bias included) is scaled by ``input_scale *
+        weight_scale``. The codes' scales are the calibrated ones, never the dynamic
+        rule's: the weights' codes carry no scale of their own."""
+        out = op.outputs[0]
+        t = self.graph.tensors[out]
+        if "output_scale" in q or op.kind == "cast":
+            s = np.float32(q["output_scale"] if "output_scale" in q else q["scale"])
+            if op.kind == "cast":
+                y = self._dequantised(op.inputs[0]).astype(np.float32)
+            else:
+                ins = [self._dequantised(i) for i in op.inputs]
+                y = evaluate(op.kind, op.attrs, ins, t.shape, "fp32", None, op.name)
+            self.values[out] = np.clip(np.rint(y / s), -127, 127).astype(np.int8)
+            self.scales[out] = float(s)
+            return
+        acc = self._gemm(op, [self.values[i] for i in op.inputs], "int32", kernels, device)
+        sw = np.asarray(q["weight_scale"], dtype=np.float64)
+        scale = (float(q["input_scale"]) * sw).astype(np.float32)
+        self.values[out] = cast_to(acc.astype(np.float32) * scale, t.dtype)
+
     def _dynamic_int8(self, name: str, x: np.ndarray) -> None:
         """Dynamic symmetric per-tensor int8: ``scale = max|x| / 127``."""
         amax = float(np.max(np.abs(x))) if x.size else 0.0
@@ -401,6 +434,9 @@ class FunctionalExecutor:
                 f"op {op.name!r}: too large for functional mode "
                 f"(> {FUNCTIONAL_MAC_LIMIT:.0e} MACs); use mode='timing'"
             )
+        if "quant" in op.attrs:  # quantize_model's static scales (module docstring)
+            self._calibrated_step(op, op.attrs["quant"], kernels, device)
+            return
         if op.kind == "cast" and op.attrs.get("dynamic_quant"):
             self._dynamic_quant(op)
             return

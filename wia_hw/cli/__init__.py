@@ -13,6 +13,7 @@ subcommand's arguments, becomes that line).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, NoReturn
 
 import click
@@ -98,6 +99,20 @@ for _command in (
     cli.add_command(_command)
 
 
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """A warning as one line on stderr, as errors are (``wia-hw: warning: ...``), not
+    Python's two lines naming the source line that raised it."""
+    click.echo(f"wia-hw: warning: {message}", err=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``wia-hw`` console script."""
+    warnings.showwarning = _show_warning
     cli.main(args=argv, prog_name="wia-hw", standalone_mode=True)

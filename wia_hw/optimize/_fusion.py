@@ -40,7 +40,10 @@ never silent: the kernels' names and providers show them):
   rows the fused pass's row chunks can lose more than the intermediate saves.
 
 The fused graph keeps the source graph's weight values and static quantisation (an
-imported model's: ``Graph.weight_values``, ``Graph.quant``). Functional mode computes
+imported model's: ``Graph.weight_values``, ``Graph.quant``); fusing a
+:class:`~wia_hw.optimize.QuantizedGraph` gives one, with its weights and scales (the
+documented order is fuse, then quantise; with one config both orders give the same
+graph). Functional mode computes
 a fused chain op by op, each intermediate rounded to its
 declared dtype (an epilogue that converts the accumulator before applying the
 activation); flash attention's values are the extension-lowered path's (untiled
@@ -208,7 +211,24 @@ def apply_fusion(graph: Graph, config: FusionConfig | None = None) -> Graph:
 
 def _same_values(src: Graph, marked: Graph) -> Graph:
     """``marked`` (``src``'s tensors and ops, marks changed) with ``src``'s weight values
-    and static quantisation: fused chains compute op by op, so they still apply."""
+    and static quantisation: fused chains compute op by op, so they still apply. A
+    quantised ``src`` gives a quantised graph, with its weights, scales and thresholds
+    (fusing after :func:`wia_hw.quantize_model` marks what fusing before it would: the
+    rewrite fuses its result again with the same config)."""
+    from ._quant import QuantizedGraph  # _quant imports this module
+
+    if isinstance(src, QuantizedGraph):
+        q = QuantizedGraph(
+            marked.name,
+            marked.tensors.values(),
+            marked.ops,
+            sequences=marked.sequences,
+            params=marked.params,
+            validate=False,
+        )
+        q.weights, q.float_weights = dict(src.weights), dict(src.float_weights)
+        q.thresholds, q.config = dict(src.thresholds), src.config
+        marked = q
     marked.weight_values = dict(src.weight_values)
     marked.quant = dict(src.quant)
     marked.declared_outputs = list(src.declared_outputs)

@@ -8,14 +8,16 @@ run int8 on the array, plus the values to run it with (``weights``).
 Per quantised op ``y = x @ W (+ b)`` (``W`` is ``[K, N]``):
 
 * **Weights**, symmetric: ``s_w[n] = max_k |W[k, n]| / 127`` per output channel
-  (``per_channel=True``) or one ``s_w = max |W| / 127``;
+  (``per_channel=True``) or one ``s_w = max |W| / 127``, raised (with a warning) where
+  the bias would not fit the int32 accumulator (below);
   ``W_q = clip(rint(W / s_w), -127, 127)`` (int8).
 * **Activations**, symmetric per tensor: ``s_x = T / 127`` with the threshold ``T``
   calibrated on the data (:class:`CalibrationMethod`): ``minmax`` (``T = max |x|``),
   ``percentile`` (the ``percentile``-th percentile of ``|x|``), ``mse`` (the ``T`` of
   128 candidates that minimises the mean squared quantisation error over the
-  histogram of ``|x|``), ``entropy`` (TensorRT's KL-divergence calibration: 2048-bin
-  histogram, the threshold whose 128-level quantised distribution is nearest in KL).
+  histogram of ``|x|``), ``entropy`` (TensorRT's KL-divergence calibration as NVIDIA's
+  pytorch-quantization implements it: 2048-bin histogram, the threshold whose 128-level
+  quantised distribution is nearest in KL, the zero bin counted as its neighbour).
   Histograms have ``HIST_BINS`` bins over ``[0, max |x|]``; stats use at most
   ``calibration_batches`` batches.
 * Each quantised activation is quantised once, ``x_q = clip(rint(x / s_x), -127,
@@ -26,26 +28,38 @@ Per quantised op ``y = x @ W (+ b)`` (``W`` is ``[K, N]``):
   op reads ``x_q``, ``{op}.weight_q`` (int8) and ``{op}.bias_q`` (int32,
   ``rint(b / (s_x s_w))``), accumulates in int32 (bit-exact with the RTL's int8 golden
   model, over the device's tiles) and its epilogue writes
-  ``acc * s_x * s_w[n]`` in the op's original output dtype.
+  ``acc * s_x * s_w[n]`` in the op's original output dtype. The accumulator cannot
+  wrap: codes are within 127, so ``|acc| <= K 127^2 + |b_q|``, and ``s_w`` is raised
+  where needed to keep ``|b_q| <= 2^31 - 1 - K 127^2`` (as ONNX Runtime's quantiser
+  does; it binds only for weights tiny next to their bias, such as a pruned neuron).
 
 A graph made by :func:`~wia_hw.apply_fusion` is fused again after the rewrite, with
-the same config (a GEMM -> GELU epilogue then writes int8).
+the same config (a GEMM -> GELU epilogue then writes int8). The graph keeps the
+source's declared outputs (an ONNX model's), which stay float: a declared output that
+a quantised op reads is quantised by a ``cast``, never by its producer.
 
 Scales are in each op's ``attrs["quant"]`` (``input_scale``, ``weight_scale``: a float
-or one per output channel). Timing mode needs only the graph; functional values of a
-quantised graph come from :class:`QuantExecutor` (what :mod:`wia_hw.accuracy` runs),
-which honours the static scales.
+or one per output channel). Timing mode needs only the graph; functional mode
+(``wia_hw.run(q, mode="functional")``, and :mod:`wia_hw.accuracy`, which runs
+:class:`QuantExecutor`, the same executor) honours the static scales and loads the
+graph's ``weights`` (its ``weight_values``). ``params["precision"]`` is ``"int8"`` only
+when every GEMM-class op became int8; otherwise (a CNN's convolutions, attention's
+``bmm``) it is left out, a run reports its dominant GEMM precision, and
+:func:`quantize_model` warns with the share of GEMM MACs left float.
 
 Errors (one line each): a config field out of range or unknown (``ValueError``),
 calibration data of the wrong shape or kind (integers for an integer input such as
 token ids, real numbers for a float one) or naming an unknown input, no calibration batch,
-a graph with nothing to quantise (:class:`~wia_hw.WorkloadError`).
+a weight or bias of an op to quantise holding NaN or inf (named, with the index of the
+first), an op whose K int8 products could overflow int32 on their own (K > 133,144), a
+graph with nothing to quantise (:class:`~wia_hw.WorkloadError`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import warnings
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,8 +68,7 @@ import numpy as np
 from .._functional import FunctionalExecutor
 from ..emulator.enums import StrNamedEnum
 from ..emulator.errors import WorkloadError
-from ..emulator.functional import cast_to, evaluate
-from ..graph import FLOAT_DTYPES, Graph, Op, Tensor
+from ..graph import FLOAT_DTYPES, Graph, Op, Tensor, op_macs
 from ._fusion import refuse
 
 __all__ = [
@@ -75,6 +88,8 @@ __all__ = [
 HIST_BINS = 2048
 #: Largest int8 code of the symmetric quantiser (-127..127; -128 is not used).
 QMAX = 127
+#: Largest int32 value: the accumulator (and so the bias codes) must stay within it.
+INT32_MAX = 2**31 - 1
 #: Producers that quantise their own output instead of a separate cast (their output
 #: conversion writes int8; no extra pass).
 _FOLDABLE = ("gelu", "relu", "tanh", "sigmoid", "softmax", "layer_norm", "add", "sub", "mul")
@@ -166,7 +181,9 @@ class QuantizedGraph(Graph):
     (every weight tensor's value: int8 ``weight_q``, int32 ``bias_q`` and the float
     weights of the other ops), ``float_weights`` (the float weights it was made from:
     the reference), ``thresholds`` (the calibrated ``T`` of each quantised activation)
-    and the ``config`` used."""
+    and the ``config`` used. ``weight_values`` returns ``weights`` (so functional mode
+    runs the codes without being given them); the declared outputs, static parameters
+    (``Graph.quant``) and weight sources of the source graph carry over."""
 
     weights: dict[str, np.ndarray]
     float_weights: dict[str, np.ndarray]
@@ -174,38 +191,12 @@ class QuantizedGraph(Graph):
     config: QuantizationConfig
 
 
-class QuantExecutor(FunctionalExecutor):
-    """Functional execution that honours static int8 scales (``attrs["quant"]``): a
-    quantising ``cast`` uses its calibrated scale and a quantised GEMM's epilogue
-    multiplies its int32 accumulator by ``input_scale * weight_scale`` (per channel).
-    Every other op runs as in :class:`~wia_hw._functional.FunctionalExecutor`; the
-    int32 accumulation is the same tiled, RTL-exact int8 path."""
-
-    def step(self, op: Op, kernels: Sequence[Any] = (), device: Any = None) -> None:
-        q = op.attrs.get("quant")
-        if q is None:
-            super().step(op, kernels, device)
-            return
-        out = op.outputs[0]
-        if "output_scale" in q:  # a vector op that writes int8 with a static scale
-            t = self.graph.tensors[out]
-            ins = [self._dequantised(i) for i in op.inputs]
-            y = evaluate(op.kind, op.attrs, ins, t.shape, "fp32", None, op.name)
-            s = np.float32(q["output_scale"])
-            self.values[out] = np.clip(np.rint(y / s), -QMAX, QMAX).astype(np.int8)
-            self.scales[out] = float(s)
-            return
-        if op.kind == "cast":
-            s = np.float32(q["scale"])
-            x = self._dequantised(op.inputs[0]).astype(np.float32)
-            self.values[out] = np.clip(np.rint(x / s), -QMAX, QMAX).astype(np.int8)
-            self.scales[out] = float(s)
-            return
-        acc = self._gemm(op, [self.values[i] for i in op.inputs], "int32", kernels, device)
-        sw = np.asarray(q["weight_scale"], dtype=np.float64)
-        scale = (float(q["input_scale"]) * sw).astype(np.float32)
-        y = acc.astype(np.float32) * scale
-        self.values[out] = cast_to(y, self.graph.tensors[out].dtype)
+#: Functional execution of a quantised graph: :class:`~wia_hw._functional.FunctionalExecutor`
+#: itself honours the static scales (``attrs["quant"]``: a quantising ``cast`` uses its
+#: calibrated scale, a quantised GEMM's epilogue multiplies its int32 accumulator by
+#: ``input_scale * weight_scale``), so ``wia_hw.run(q, mode="functional")`` and
+#: :mod:`wia_hw.accuracy` compute the same values; the name is what the latter uses.
+QuantExecutor = FunctionalExecutor
 
 
 # -- calibration ----------------------------------------------------------------------
@@ -218,32 +209,44 @@ def _quant_error(centers: np.ndarray, counts: np.ndarray, t: float) -> float:
 
 
 def _kl_threshold(hist: np.ndarray, edges: np.ndarray, levels: int = QMAX + 1) -> float:
-    """TensorRT's entropy calibration: for each candidate ``i`` bins (``levels`` to
+    """TensorRT's entropy calibration, as NVIDIA's pytorch-quantization implements it
+    (``_compute_amax_entropy``): for each candidate ``i`` bins (``levels`` to
     ``len(hist)``), the reference ``P`` is the first ``i`` bins with the outliers added to
     the last; ``Q`` merges them into ``levels`` groups, spread back uniformly over each
-    group's non-empty bins; the threshold is the edge with the smallest KL(P || Q)."""
+    group's non-empty bins; the threshold is the edge with the smallest KL(P || Q).
+
+    As the reference does: the zero bin counts as its neighbour (``hist[0] = hist[1]``),
+    since zero is exact at every threshold and a ReLU's spike of zeros would otherwise
+    dominate P and pull ``T`` down to a few bins (on a ReLU output the spike is most of
+    the data); a candidate whose ``Q`` is empty where ``P`` is not (outliers piled into an
+    empty last bin) has infinite divergence; among equal divergences the largest ``T``
+    wins (the last minimum). The last rule matters for discrete data (pixels of 17
+    levels): every candidate whose groups hold at most one value each represents P
+    exactly (KL 0), and the smallest such ``T`` would clip all but the lowest level."""
     n = len(hist)
     if n <= levels:
         return float(edges[-1])
+    hist = hist.astype(np.float64)  # a copy: the caller's histogram is left alone
+    hist[0] = hist[1]
+    if not hist.any():  # only zeros besides bin 0's neighbour: nothing to trade off
+        return float(edges[-1])
     best_i, best_kl = n, math.inf
-    hist = hist.astype(np.float64)
     for i in range(levels, n + 1):
         p = hist[:i].copy()
         p[-1] += hist[i:].sum()
         nz = p > 0
-        if not nz.any():
-            continue
         idx = np.minimum((np.arange(i) * levels) // i, levels - 1)
         sums = np.bincount(idx, weights=hist[:i], minlength=levels)
         cnt = np.bincount(idx, weights=(hist[:i] > 0).astype(np.float64), minlength=levels)
         with np.errstate(divide="ignore", invalid="ignore"):
             per = np.where(cnt > 0, sums / cnt, 0.0)
         q = np.where(hist[:i] > 0, per[idx], 0.0)
-        ps, qs = p / p.sum(), q / max(q.sum(), 1e-300)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            terms = np.where(nz, ps * np.log(ps / np.where(qs > 0, qs, 1e-12)), 0.0)
-        kl = float(terms.sum())
-        if kl < best_kl:
+        if np.any(nz & (q == 0)):
+            kl = math.inf
+        else:
+            ps, qs = p[nz] / p.sum(), q[nz] / q.sum()
+            kl = float(np.sum(ps * np.log(ps / qs)))
+        if kl <= best_kl:
             best_i, best_kl = i, kl
     return float(edges[best_i])
 
@@ -351,16 +354,36 @@ def _batches(graph: Graph, data: Any, limit: int) -> list[dict[str, np.ndarray]]
     return out
 
 
+def _check_finite(targets: list[Op], ws: Mapping[str, np.ndarray]) -> None:
+    """Refuse a non-finite weight or bias of an op to quantise: its scale (``max |W|``)
+    and codes would be meaningless, and the int8 graph would compute finite, wrong
+    numbers where the float one gives NaN or inf."""
+    for op in targets:
+        for name in op.inputs[1:]:
+            v = np.asarray(ws[name])
+            bad = ~np.isfinite(v)
+            if bad.any():
+                at = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), v.shape))
+                raise WorkloadError(
+                    f"quantize_model: {name!r} (op {op.name!r}) has non-finite values "
+                    f"({int(bad.sum())} NaN or inf of {v.size}; the first, at index "
+                    f"{list(at)}, is {v[at]})"
+                )
+
+
 def _reference_values(
     graph: Graph,
     weights: Mapping[str, np.ndarray] | None,
     seed: int,
     batch: Mapping[str, np.ndarray],
     want: set[str],
+    check: list[Op] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """The float run of one batch (device-free GEMMs): values of ``want`` and every
-    weight."""
+    weight. The weights and biases of the ``check`` ops are checked finite first."""
     fx = FunctionalExecutor(graph, seed, {**(weights or {}), **batch})
+    if check:
+        _check_finite(check, fx.values)
     got = {}
     for op in graph.ops:
         fx.step(op)
@@ -419,7 +442,9 @@ def quantize_model(
     runs = []
     ws: dict[str, np.ndarray] = {}
     for i, b in enumerate(batches):  # pass 1: ranges (values kept for the histograms)
-        vals, ws = _reference_values(graph, weights, seed, b, set(acts))
+        vals, ws = _reference_values(
+            graph, weights, seed, b, set(acts), targets if i == 0 else None
+        )
         runs.append(vals)
         for a in acts:
             if not np.all(np.isfinite(vals[a])):
@@ -435,7 +460,71 @@ def quantize_model(
             if amax[a] > 0:
                 hist += np.histogram(np.abs(vals[a]), bins=HIST_BINS, range=(0.0, amax[a]))[0]
         thresholds[a] = calibrate_threshold(hist, amax[a], config.method, config.percentile)
-    return _rewrite(graph_for_data, config, targets, thresholds, ws)
+    q = _rewrite(graph_for_data, config, targets, thresholds, ws)
+    left = _float_gemm_macs(q)
+    if left:  # said once here, not by every rewrite (a server re-shapes the graph)
+        total = sum(left.values()) + sum(
+            op_macs(o, q.shapes_of(o)[0])
+            for o in q.ops
+            if "weight_scale" in o.attrs.get("quant", {})
+        )
+        warnings.warn(
+            f"quantize_model: {_share(sum(left.values()) / total)} of graph {q.name!r}'s GEMM "
+            f"MACs stay float ({', '.join(f'{k} {m:,}' for k, m in sorted(left.items()))}): "
+            "only linear and matmul ops with a weight operand are quantised, so the graph is "
+            "not labelled int8 and a run reports its dominant GEMM precision",
+            stacklevel=2,
+        )
+    return q
+
+
+def _share(f: float) -> str:
+    """A share as a percentage; one below 0.1% is not printed as 0."""
+    return f"{f:.1%}" if f >= 0.001 else "<0.1%"
+
+
+def _float_gemm_macs(graph: Graph) -> dict[str, int]:
+    """MACs of the GEMM-class ops that did not become int8, by op kind."""
+    left: dict[str, int] = {}
+    for op in graph.ops:
+        m = op_macs(op, graph.shapes_of(op)[0])
+        if m and "weight_scale" not in op.attrs.get("quant", {}):
+            left[op.kind] = left.get(op.kind, 0) + m
+    return left
+
+
+def _weight_scale(op: Op, w: np.ndarray, b: np.ndarray | None, sx: float, per_channel: bool) -> Any:
+    """``s_w`` of ``op``'s weights ``w`` (``[K, N]``): ``max |W| / 127`` per output channel
+    or per tensor (1 for all-zero weights), raised where needed so that the int32
+    accumulator cannot wrap. Inputs are clipped to 127 codes, so ``|acc| <= K 127^2 +
+    |b_q|``; each bias code ``rint(b / (s_x s_w))`` must therefore stay within
+    ``2^31 - 1 - K 127^2``, and ``s_w >= |b| / (s_x (2^31 - 1 - K 127^2))``, as ONNX
+    Runtime's quantiser raises a weight scale too small for its bias. It binds only
+    where the weights are tiny next to the bias (a pruned neuron, or tiny inputs): those
+    channels' weights then use fewer codes, whose share of the output is as small."""
+    amax_w = np.max(np.abs(w), axis=0) if per_channel else np.max(np.abs(w))
+    sw = np.where(amax_w > 0, amax_w / QMAX, 1.0)
+    k = w.shape[0]
+    room = INT32_MAX - k * QMAX * QMAX
+    if room <= 0:
+        raise WorkloadError(
+            f"quantize_model: op {op.name!r} sums K={k:,} int8 products, more than the "
+            "int32 accumulator holds at full scale (K x 127 x 127 > 2^31 - 1)"
+        )
+    if b is None:
+        return sw
+    need = np.abs(b) / (sx * room)
+    floor = need if per_channel else need.max()
+    raised = np.ravel(floor > sw)
+    if raised.any():
+        warnings.warn(
+            f"quantize_model: op {op.name!r}: the weight scale of {int(raised.sum())} of "
+            f"{raised.size} output channel(s) (first: {int(np.argmax(raised))}) is raised so "
+            "that the int32 bias fits the accumulator (weights tiny next to the bias); "
+            "those channels' weights use fewer than 127 codes",
+            stacklevel=4,
+        )
+    return np.maximum(sw, floor)
 
 
 def _rewrite(
@@ -454,18 +543,23 @@ def _rewrite(
     for op in graph.ops:
         for i in dict.fromkeys(op.inputs):
             readers.setdefault(i, []).append(op)
+    # a declared output (an ONNX model's) keeps its float value: it is read by the
+    # caller as well as by the quantised ops, so it gets a cast instead
+    declared = set(graph.declared_outputs)
     folded: dict[str, Op] = {}
     for op in graph.ops:
         x = op.outputs[0] if op.outputs else None
         rs = readers.get(x, [])
         if (
             x in thresholds
+            and x not in declared
             and rs
             and op.kind in _FOLDABLE
             and all(r.name in tset and r.inputs[0] == x and x not in r.inputs[1:] for r in rs)
         ):
             folded[x] = op
     cast_for: dict[str, str] = {x: x for x in folded}
+    sources = dict(graph.weight_sources)
     ops: list[Op] = []
     for op in graph.ops:
         x = op.outputs[0] if op.outputs else None
@@ -507,18 +601,20 @@ def _rewrite(
                 )
             )
         w = np.asarray(ws[op.inputs[1]], dtype=np.float64)
-        amax_w = np.max(np.abs(w), axis=0) if cfg.per_channel else np.max(np.abs(w))
-        sw = np.where(amax_w > 0, amax_w / QMAX, 1.0)
+        b = np.asarray(ws[op.inputs[2]], dtype=np.float64) if len(op.inputs) == 3 else None
+        sw = _weight_scale(op, w, b, sx, cfg.per_channel)
         wq = np.clip(np.rint(w / sw), -QMAX, QMAX).astype(np.int8)
         wname = f"{op.name}.weight_q"
         tensors[wname] = Tensor(wname, w.shape, "int8", "weight")
         values[wname] = wq
+        sources[wname] = graph.weight_sources.get(op.inputs[1], (op.inputs[1], w.size))
         ins = [xq, wname]
-        if len(op.inputs) == 3:
-            b = np.asarray(ws[op.inputs[2]], dtype=np.float64)
+        if b is not None:
             bname = f"{op.name}.bias_q"
             tensors[bname] = Tensor(bname, b.shape, "int32", "weight")
-            values[bname] = np.clip(np.rint(b / (sx * sw)), -(2**31), 2**31 - 1).astype(np.int32)
+            # within int32 by construction (_weight_scale): never clipped
+            values[bname] = np.rint(b / (sx * sw)).astype(np.int32)
+            sources[bname] = graph.weight_sources.get(op.inputs[2], (op.inputs[2], b.size))
             ins.append(bname)
         wscale: Any = [float(v) for v in np.ravel(sw)] if cfg.per_channel else float(sw)
         ops.append(
@@ -533,19 +629,22 @@ def _rewrite(
         )
     used = {i for op in ops for i in op.inputs}
     tensors = {n: t for n, t in tensors.items() if t.kind != "weight" or n in used}
-    params = {
-        **graph.params,
-        "quantization": {
-            "method": cfg.method.value,
-            "per_channel": cfg.per_channel,
-            "ops": len(targets),
-        },
-        "precision": "int8",
+    params = {k: v for k, v in graph.params.items() if k != "precision"}
+    params["quantization"] = {
+        "method": cfg.method.value,
+        "per_channel": cfg.per_channel,
+        "ops": len(targets),
     }
+    bare = Graph(graph.name, tensors.values(), ops, sequences=graph.sequences, params=params)
+    # labelled int8 only when every GEMM is: otherwise a run reports its dominant GEMM
+    # precision from its kernels (a CNN whose convolutions stay float is not int8)
+    if not _float_gemm_macs(bare):
+        bare.params["precision"] = "int8"
+    bare.declared_outputs = list(graph.declared_outputs)
+    bare.quant = {n: p for n, p in graph.quant.items() if n in tensors}
+    bare.weight_sources = {n: s for n, s in sources.items() if n in tensors}
     # a fused graph's marks are derived again over the new ops
-    plain = refuse(
-        Graph(graph.name, tensors.values(), ops, sequences=graph.sequences, params=params)
-    )
+    plain = refuse(bare)
     qg = QuantizedGraph(
         plain.name,
         plain.tensors.values(),
@@ -554,7 +653,18 @@ def _rewrite(
         params=plain.params,
     )
     qg.weights = {n: v for n, v in values.items() if n in tensors}
+    # functional mode (wia_hw.run) loads the same values: the codes, the int32 biases and
+    # the float weights of the other ops (an ONNX model's among them)
+    qg.weight_values = {n: _constant(v) for n, v in qg.weights.items()}
+    qg.declared_outputs = list(plain.declared_outputs)
+    qg.quant = dict(plain.quant)
+    qg.weight_sources = dict(plain.weight_sources)
     qg.float_weights = dict(ws)
     qg.thresholds = thresholds
     qg.config = cfg
     return qg
+
+
+def _constant(value: np.ndarray) -> Any:
+    """A ``Graph.weight_values`` entry that returns ``value``."""
+    return lambda: value
