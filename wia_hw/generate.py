@@ -53,7 +53,9 @@ Timing (``method``):
 
 Errors (:class:`~wia_hw.WorkloadError`, one line): ``new_tokens``, ``prompt_len`` or
 ``batch`` not a positive integer; a model that is not a decoder (no decode phase with a
-KV cache, e.g. ``bert-large``); ``prompt_len + new_tokens - 1`` past the model's
+KV cache, e.g. ``bert-large``); a model argument its builder does not take, or one
+that generation sets itself (``seq``, ``phase``, ``kv_len``: :data:`GENERATION_SET`);
+``prompt_len + new_tokens - 1`` past the model's
 positions; ``method``, ``kv_bucket`` or ``anchor_every`` invalid; a last decode step
 whose KV cache, weights and activations do not fit device memory (checked before any
 step runs, by the memory plan a single run applies; the error names the first step
@@ -81,6 +83,7 @@ from .lowering import lower
 from .runtime import Context, RunResult, open_device
 from .spec import DEFAULT_DEVICE
 from .workloads import WORKLOADS
+from .workloads import build as build_workload
 
 __all__ = [
     "generate",
@@ -90,6 +93,7 @@ __all__ = [
     "GENERATION_METHODS",
     "DEFAULT_KV_BUCKET",
     "DEFAULT_ANCHOR_EVERY",
+    "GENERATION_SET",
 ]
 
 #: Workloads that generate: their builder has a decode phase over a KV cache.
@@ -103,6 +107,14 @@ DEFAULT_KV_BUCKET = 4
 DEFAULT_ANCHOR_EVERY = 256
 
 _LAYER = re.compile(r"^layer\d+\.")
+
+#: The model arguments generation sets itself, and how (a keyword argument naming one
+#: is refused: it would contradict the prefill and the decode steps).
+GENERATION_SET: dict[str, str] = {
+    "seq": "the prefill runs prompt_len tokens (--prompt-len) and every decode step one",
+    "phase": "generation runs the prefill, then the decode steps",
+    "kv_len": "decode step i attends to prompt_len + i - 1 cached tokens",
+}
 
 
 @dataclass(frozen=True)
@@ -403,7 +415,8 @@ def generate(
     """Generate ``new_tokens`` tokens per sequence after a ``prompt_len``-token prompt.
 
     ``model`` is a decoder workload (:data:`DECODER_MODELS`: ``gpt2``); extra keyword
-    arguments go to its builder (``size="medium"``, ``layers=2``). ``device``,
+    arguments go to its builder (``size="medium"``, ``layers=2``; not those
+    generation sets, :data:`GENERATION_SET`). ``device``,
     ``overrides`` and ``seed`` open the device as :func:`wia_hw.run` does, or ``ctx``
     is a context to run on (with its extensions; its state carries over). ``method``
     is ``"cached"`` or ``"exact"`` (module docstring); ``kv_bucket`` (>= 1) and
@@ -429,7 +442,15 @@ def generate(
         raise WorkloadError(
             f"generate: anchor_every ({anchor_every}) must be a multiple of kv_bucket ({kv_bucket})"
         )
-    build = WORKLOADS[model]
+    for name in model_kwargs:
+        if name in GENERATION_SET:
+            raise WorkloadError(
+                f"generate: {name} is not a model argument here: {GENERATION_SET[name]}"
+            )
+
+    def build(**a: Any) -> Graph:  # refuses an argument the builder does not take
+        return build_workload(model, **a)
+
     kw = dict(model_kwargs, batch=batch, precision=precision)
     kw = {k: v for k, v in kw.items() if v is not None}
     kv_lens = list(range(prompt_len, prompt_len + new_tokens - 1))

@@ -8,6 +8,7 @@ report). :func:`throughput_text` labels a run's throughput with what it counts
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,17 @@ __all__ = ["run_generation", "print_generation", "throughput_text"]
 
 #: Rows of the per-step table (evenly spaced steps, the first and the last included).
 TABLE_ROWS = 16
+
+#: The command-line options that set :func:`wia_hw.generate`'s own arguments (``-a``
+#: gives model arguments only; ``batch`` and ``precision`` are the model's too).
+_OWN_OPTIONS = {
+    "new_tokens": "--generate N",
+    "prompt_len": "--prompt-len P",
+    "device": "--device",
+    "overrides": "--set PATH=VALUE",
+    "seed": "--seed",
+    "model": "MODEL",
+}
 
 
 def throughput_text(r: RunResult) -> str:
@@ -134,8 +146,17 @@ def run_generation(
     for name, value in given.items():
         if value is not None:
             raise WiaError(f"{name} does not apply with --generate")
+    own = inspect.signature(generate).parameters
+    for name, value in opts.builder.items():
+        if name in own and name not in ("batch", "precision"):
+            how = _OWN_OPTIONS.get(name)
+            raise WiaError(
+                f"-a {name}={value}: {name} is not a model argument but generation's own"
+                + (f" (give it as {how})" if how else " (not set from the command line)")
+            )
     ctx = opts.open(seed=seed)
-    kw = {k: v for k, v in opts.run_kwargs().items() if v is not None and k != "seq"}
+    # -a seq, phase or kv_len reach generate(), which refuses them (--seq was refused)
+    kw = {k: v for k, v in opts.run_kwargs().items() if v is not None}
     g = generate(
         opts.workload,
         prompt_len=1 if prompt_len is None else prompt_len,

@@ -4,7 +4,8 @@
 graph on every device of a cluster, data-parallel (DDP gradient buckets all-reduced as
 their layers' backward finishes) and tensor-parallel (Megatron column/row splits), with
 the kernels timed by the single-device emulator and the collectives by the cluster's
-link model. See ``docs/COMMUNICATION.md``, section "Training".
+link model, after checking that the step's memory per device fits (:mod:`._memory`).
+See ``docs/COMMUNICATION.md``, section "Training".
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ._backward import (
     time_kernels,
     training_kernels,
 )
+from ._memory import TrainingMemory, training_memory
 from ._parallel import TPError, shard_graph
 from ._schedule import (
     DEFAULT_BUCKET_MB,
@@ -32,6 +34,7 @@ __all__ = [
     "FIRST_BUCKET_MB",
     "Bucket",
     "TPError",
+    "TrainingMemory",
     "TrainingResult",
     "TrainingThermalWarning",
     "shard_graph",
@@ -42,4 +45,5 @@ __all__ = [
     "TrainingKernels",
     "time_kernels",
     "training_kernels",
+    "training_memory",
 ]

@@ -55,10 +55,12 @@ shape rules (a ``softmax`` with two inputs); they are timed in graphs built with
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..emulator.allocator import DeviceOutOfMemory
 from ..emulator.config import DeviceSpec
 from ..emulator.errors import WorkloadError
 from ..graph import (
@@ -122,6 +124,13 @@ OPTIMIZERS: dict[str, tuple[tuple[str, tuple[str, ...], str, int], ...]] = {
 }
 _STATE_DTYPE = "fp32"
 
+
+def operand_dtypes(param_dtype: str) -> dict[str, str]:
+    """The dtype of each optimizer operand of a parameter of ``param_dtype``: ``p``
+    and ``g`` its own, the state (``m``, ``v``) fp32."""
+    return {"p": param_dtype, "g": param_dtype, "m": _STATE_DTYPE, "v": _STATE_DTYPE}
+
+
 Shape = tuple[int, ...]
 
 
@@ -133,7 +142,11 @@ class Kern:
     it reads, ``output`` what it writes; ``phase`` is ``forward``, ``backward`` or
     ``optimizer``; ``params`` the parameter tensors whose gradient is complete once
     this kernel ran; ``tp_all_reduce_bytes`` > 0 marks a tensor-parallel all-reduce
-    of that many bytes right after the kernel (its result is needed next)."""
+    of that many bytes right after the kernel (its result is needed next). ``reads``,
+    one per input: the graph tensor it is (a weight, or an activation the forward
+    pass wrote, which a backward kernel reading it keeps alive until it runs: a
+    *saved* activation), or ``None`` for a gradient or a temporary of the backward
+    pass; not part of the signature."""
 
     name: str
     kind: str
@@ -143,6 +156,7 @@ class Kern:
     attrs: tuple[tuple[str, Any], ...] = ()
     params: tuple[str, ...] = ()
     tp_all_reduce_bytes: int = 0
+    reads: tuple[str | None, ...] = ()
 
     @property
     def signature(self) -> tuple[Any, ...]:
@@ -175,13 +189,15 @@ def op_macs_of(k: Kern) -> int:
 @dataclass
 class TrainingKernels:
     """The kernels of one training step of ``graph`` and its parameters, in the order
-    their gradients become ready (reverse layer order: DDP's bucket order)."""
+    their gradients become ready (reverse layer order: DDP's bucket order);
+    ``optimizer_name`` the :data:`OPTIMIZERS` entry of the optimizer kernels."""
 
     graph: Graph
     forward: list[Kern]
     backward: list[Kern]
     optimizer: list[Kern]
     params: list[Tensor] = field(default_factory=list)
+    optimizer_name: str = "adam"
 
     @property
     def param_bytes(self) -> int:
@@ -233,8 +249,11 @@ class _Builder:
         output: tuple[Shape, str],
         params: Iterable[str] = (),
         tp: int = 0,
+        reads: Sequence[str | None] | None = None,
         **attrs: Any,
     ) -> None:
+        """A backward kernel; ``reads`` names the graph tensor each input is (``None``
+        for a gradient), all gradients when not given."""
         self.out.append(
             Kern(
                 name,
@@ -245,6 +264,7 @@ class _Builder:
                 _attrs(**attrs),
                 tuple(params),
                 tp,
+                tuple(reads) if reads is not None else (None,) * len(inputs),
             )
         )
 
@@ -277,6 +297,7 @@ class _Builder:
         out: tuple[Shape, str],
         params: Iterable[str] = (),
         flops_per: int = 1,
+        reads: Sequence[str | None] | None = None,
     ) -> None:
         """A column reduction of ``srcs`` (all of one numel) to ``out``'s numel."""
         n_in = math.prod(srcs[0][0])
@@ -288,6 +309,7 @@ class _Builder:
             [((1, n_out, rows, 1), d) for _, d in srcs],
             ((1, n_out, 1, 1), out[1]),
             params,
+            reads=reads,
             flops=flops_per * n_in * len(srcs),
         )
 
@@ -317,6 +339,7 @@ class _Builder:
                     [((1, m, nn), dy[1]), ((1, kk, nn), wd)],
                     ((1, m, kk), xd),
                     tp=tp,
+                    reads=(None, op.inputs[1]),
                     transpose_b=True,
                 )
                 self.add_grad(op.inputs[0])
@@ -327,6 +350,7 @@ class _Builder:
                     [((kk, m), xd), ((m, nn), dy[1])],
                     ((kk, nn), wd),
                     [op.inputs[1]],
+                    reads=(op.inputs[0], None),
                 )
             if len(op.inputs) == 3 and wants[2]:
                 self.reduce(f"{n}.grad_bias", [((m, nn), dy[1])], ins[2], [op.inputs[2]])
@@ -340,6 +364,7 @@ class _Builder:
                     "bmm",
                     [((1, m, nn), dy[1]), ((1, kk, nn), bd)],
                     ((1, m, kk), ad),
+                    reads=(None, op.inputs[1]),
                     transpose_b=True,
                 )
                 self.add_grad(op.inputs[0])
@@ -350,6 +375,7 @@ class _Builder:
                     [((kk, m), ad), ((m, nn), dy[1])],
                     (b_s, bd),
                     [op.inputs[1]] if op.inputs[1] in params else [],
+                    reads=(op.inputs[0], None),
                 )
                 self.add_grad(op.inputs[1])
             return
@@ -362,24 +388,41 @@ class _Builder:
             pb = [op.inputs[1]] if op.inputs[1] in params else []
             if wants[0]:
                 if tb:  # dA = dY @ B
-                    self.emit(f"{n}.grad_a", "bmm", [(y[0], dy[1]), (b_s, bd)], (a_s, ad))
+                    self.emit(
+                        f"{n}.grad_a",
+                        "bmm",
+                        [(y[0], dy[1]), (b_s, bd)],
+                        (a_s, ad),
+                        reads=(None, op.inputs[1]),
+                    )
                 else:  # dA = dY @ B^T
                     self.emit(
                         f"{n}.grad_a",
                         "bmm",
                         [(y[0], dy[1]), (b_s, bd)],
                         (a_s, ad),
+                        reads=(None, op.inputs[1]),
                         transpose_b=True,
                     )
                 self.add_grad(op.inputs[0])
             if wants[1]:
                 if tb:  # dB = dY^T @ A: [*, N, M] x [*, M, K]
                     self.emit(
-                        f"{n}.grad_b", "bmm", [(bt + (nn, m), dy[1]), (a_s, ad)], (b_s, bd), pb
+                        f"{n}.grad_b",
+                        "bmm",
+                        [(bt + (nn, m), dy[1]), (a_s, ad)],
+                        (b_s, bd),
+                        pb,
+                        reads=(None, op.inputs[0]),
                     )
                 else:  # dB = A^T @ dY: [*, K, M] x [*, M, N]
                     self.emit(
-                        f"{n}.grad_b", "bmm", [(bt + (kk, m), ad), (y[0], dy[1])], (b_s, bd), pb
+                        f"{n}.grad_b",
+                        "bmm",
+                        [(bt + (kk, m), ad), (y[0], dy[1])],
+                        (b_s, bd),
+                        pb,
+                        reads=(op.inputs[0], None),
                     )
                 self.add_grad(op.inputs[1])
             return
@@ -392,6 +435,7 @@ class _Builder:
                 "softmax",
                 [y, dy],
                 ins[0],
+                reads=(op.outputs[0], None),
                 flops=SOFTMAX_GRAD_FLOPS_PER_ELEMENT * math.prod(y[0]),
                 **dict(op.attrs),
             )
@@ -407,6 +451,7 @@ class _Builder:
                     "layer_norm",
                     [ins[0], dy] + ins[1:2],
                     ins[0],
+                    reads=(op.inputs[0], None, *op.inputs[1:2]),
                     flops=LAYER_NORM_GRAD_FLOPS_PER_ELEMENT * numel,
                 )
                 self.add_grad(op.inputs[0])
@@ -417,6 +462,7 @@ class _Builder:
                     ((2, h), xd),
                     params,
                     flops_per=LAYER_NORM_PARAM_GRAD_FLOPS_PER_ELEMENT,
+                    reads=(op.inputs[0], None),
                 )
             return
         if k in UNARY_KINDS:
@@ -433,6 +479,7 @@ class _Builder:
                 k,
                 [src, dy],
                 ins[0],
+                reads=(op.outputs[0] if k in _GRAD_FROM_OUTPUT else op.inputs[0], None),
                 flops=GRAD_FLOPS.get(k, UNARY_KINDS[k] + 1) * math.prod(y[0]),
             )
             self.add_grad(op.inputs[0])
@@ -450,9 +497,23 @@ class _Builder:
                 if k == "sub" and j == 1:  # -dY
                     self.emit(f"{n}.grad_{j}", "neg", [dy], out)
                 elif k == "div" and j == 1:  # -dY a / b^2
-                    self.emit(f"{n}.grad_{j}", "div", [dy, ins[0], ins[1]], out, flops=3 * numel)
+                    self.emit(
+                        f"{n}.grad_{j}",
+                        "div",
+                        [dy, ins[0], ins[1]],
+                        out,
+                        reads=(None, *op.inputs),
+                        flops=3 * numel,
+                    )
                 elif k not in ("add", "sub"):  # dY * other (mul, div, max/min select...)
-                    self.emit(f"{n}.grad_{j}", k, [dy, other], out, flops=BINARY_KINDS[k] * numel)
+                    self.emit(
+                        f"{n}.grad_{j}",
+                        k,
+                        [dy, other],
+                        out,
+                        reads=(None, op.inputs[1 - j]),
+                        flops=BINARY_KINDS[k] * numel,
+                    )
                 mine = [i] if i in params else []
                 if math.prod(s_i[0]) != numel:  # broadcast: sum dY over those dims
                     self.reduce(f"{n}.grad_{j}_sum", [out], s_i, mine)
@@ -469,7 +530,14 @@ class _Builder:
                     continue
                 s_i, i = ins[j], op.inputs[j]
                 out = (y[0], s_i[1])
-                self.emit(f"{n}.grad_{j}", "where", [ins[0], dy, dy], out, flops=numel)
+                self.emit(
+                    f"{n}.grad_{j}",
+                    "where",
+                    [ins[0], dy, dy],
+                    out,
+                    reads=(op.inputs[0], None, None),
+                    flops=numel,
+                )
                 mine = [i] if i in params else []
                 if math.prod(s_i[0]) != numel:  # broadcast: sum dY over those dims
                     self.reduce(f"{n}.grad_{j}_sum", [out], s_i, mine)
@@ -506,7 +574,14 @@ class _Builder:
                     self.add_grad(i)
             return
         if k in ("maxpool", "avgpool"):
-            self.emit(f"{n}.grad", k, [ins[0], dy], ins[0], flops=math.prod(ins[0][0]))
+            self.emit(
+                f"{n}.grad",
+                k,
+                [ins[0], dy],
+                ins[0],
+                reads=(op.inputs[0], None),
+                flops=math.prod(ins[0][0]),
+            )
             self.add_grad(op.inputs[0])
             return
         if k == "global_avgpool":
@@ -553,6 +628,7 @@ class _Builder:
                 [((c, nb, min(h, he), min(w, we)), xd), ((o, nb, ho, wo), dy[1])],
                 ((c, o, kh, kw), wd),
                 [op.inputs[1]],
+                reads=(op.inputs[0], None),
                 pad=win.pad,
                 dilation=win.stride,
                 stride=win.dilation,
@@ -563,11 +639,22 @@ class _Builder:
             # stride and dilation 1: dX is the full convolution of dY with W
             full = (kh - 1 - pt, kw - 1 - pl, kh - 1 - pb, kw - 1 - pr)
             if win.stride == (1, 1) and win.dilation == (1, 1) and min(full) >= 0:
-                self.emit(f"{n}.grad_input", "conv2d", [dy, ((c, o, kh, kw), wd)], ins[0], pad=full)
+                self.emit(
+                    f"{n}.grad_input",
+                    "conv2d",
+                    [dy, ((c, o, kh, kw), wd)],
+                    ins[0],
+                    reads=(None, op.inputs[1]),
+                    pad=full,
+                )
             else:
                 m, kc = nb * ho * wo, c * kh * kw
                 self.emit(
-                    f"{n}.grad_col", "matmul", [((m, o), dy[1]), ((o, kc), wd)], ((m, kc), xd)
+                    f"{n}.grad_col",
+                    "matmul",
+                    [((m, o), dy[1]), ((o, kc), wd)],
+                    ((m, kc), xd),
+                    reads=(None, op.inputs[1]),
                 )
                 # col2im: every column element is added into its input position
                 self.emit(
@@ -635,6 +722,7 @@ def training_kernels(
                 _freeze(dict(op.attrs)),
                 (),
                 tpf.get(op.name, 0),
+                tuple(op.inputs),
             )
         )
     b = _Builder(graph, tp_backward or {})
@@ -663,7 +751,7 @@ def training_kernels(
     for name in order:
         t = graph.tensors[name]
         shape = t.shape if len(t.shape) > 1 else (1, t.shape[0])
-        dt = {"p": t.dtype, "g": t.dtype, "m": _STATE_DTYPE, "v": _STATE_DTYPE}
+        dt = operand_dtypes(t.dtype)
         for pas, reads, writes, fl in OPTIMIZERS[optimizer]:
             opt.append(
                 Kern(
@@ -675,7 +763,7 @@ def training_kernels(
                     _attrs(flops=fl * t.numel),
                 )
             )
-    return TrainingKernels(graph, fwd, b.out, opt, [graph.tensors[p] for p in order])
+    return TrainingKernels(graph, fwd, b.out, opt, [graph.tensors[p] for p in order], optimizer)
 
 
 # -- timing ---------------------------------------------------------------------------
@@ -708,6 +796,10 @@ class _OpTimer:
 def time_kernels(spec: DeviceSpec, kernels: Iterable[Kern]) -> dict[tuple[Any, ...], int]:
     """Cycles of each distinct kernel (by :attr:`Kern.signature`) on ``spec``.
 
+    A kernel whose operands do not fit the device's memory raises
+    :class:`~wia_hw.emulator.allocator.DeviceOutOfMemory` naming it (its phase, op
+    name and output).
+
     Each kernel not timed before on this spec (a process-wide cache) runs alone, as a
     one-op graph on a fresh device (cold caches), through :func:`wia_hw.lowering.lower`
     and the emulator like any workload, so its cycles do not depend on which kernels
@@ -735,11 +827,24 @@ def time_kernels(spec: DeviceSpec, kernels: Iterable[Kern]) -> dict[tuple[Any, .
             ins.append(f"in{j}")
         tensors.append(Tensor("out", k.output[0], k.output[1]))
         op = Op("k", k.kind, tuple(ins), ("out",), k.phase, dict(k.attrs))
-        probe = Graph("training-kernel", tensors, [op], validate=False)
+        probe = Graph(k.name, tensors, [op], validate=False)
         ctx = Context(spec)
         timer = _OpTimer()
         ctx.observers.append(timer)
-        res = ctx.run(probe)
+        try:
+            res = ctx.run(probe)
+        except DeviceOutOfMemory as e:  # name the kernel and its operand, not the probe
+            m = re.search(r"'(in\d+|out)' does not fit: (.*)$", str(e))
+            if m is None:
+                raise
+            which, why = m.groups()
+            j = None if which == "out" else int(which[2:])
+            s, d = k.output if j is None else k.inputs[j]
+            operand = "output" if j is None else f"input {j}"
+            raise DeviceOutOfMemory(
+                f"{k.phase} kernel {k.name!r} ({k.kind}): its {operand} {list(s)} {d} does "
+                f"not fit device memory ({spec.name}): {why}"
+            ) from None
         c = timer.cycles["k"]
         _CACHE[(key, sig)] = (c, res.energy_j)
         out[sig] = c

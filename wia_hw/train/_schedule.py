@@ -19,12 +19,18 @@ divides its node size), a DP group the ranks of one TP index across the replicas
   backward pass.
 * **Optimizer**: after the last bucket arrived, the optimizer kernels.
 
+Before any kernel is timed the step's memory per device (:mod:`._memory`: weights,
+gradients, optimizer state, saved activations, the largest kernel's workspace) is
+checked against the device's: a step that does not fit is refused, naming the largest
+per-replica batch that would.
+
 Compute is booked on every rank with :meth:`Communicator.compute`, collectives run
 on the link model, so ``start_comm_profiling(comm)`` around the call profiles the step.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import warnings
@@ -37,6 +43,7 @@ from ..emulator.power import ThermalModel
 from ..graph import Graph
 from ..profiling._comm import interval_union, overlap_cycles
 from ._backward import Kern, TrainingKernels, kernel_energy_j, time_kernels, training_kernels
+from ._memory import GIB, TrainingMemory, training_memory
 from ._parallel import shard_graph
 
 __all__ = [
@@ -82,7 +89,8 @@ class TrainingResult:
     were called with (nccl-tests' convention) and what their schedules sent, summed
     over every call and group. ``grad_bytes`` the gradient bytes one DP group
     all-reduces per iteration (= ``param_bytes``, one rank's parameters, when
-    ``dp > 1``)."""
+    ``dp > 1``). ``memory``: what one device holds at the step's peak (weights,
+    gradients, optimizer state, saved activations, workspace) and its capacity."""
 
     workload: str
     cluster: str
@@ -118,6 +126,7 @@ class TrainingResult:
     mean_power_w: float = 0.0
     sustained_temperature_c: float = 0.0
     throttle_c: float = 0.0
+    memory: TrainingMemory | None = None
     _rerun: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -199,6 +208,8 @@ class TrainingResult:
             f"  Gradient buckets: {len(self.buckets)} "
             f"({self.grad_bytes / 2**20:.1f} MiB per replica)",
         ]
+        if self.memory is not None:
+            lines.append(f"  Memory: {self.memory.line()}")
         deg = "\N{DEGREE SIGN}C"
         lines.append(
             f"  Power: {self.mean_power_w:.1f} W per device; "
@@ -247,6 +258,7 @@ class TrainingResult:
             "mean_power_w": self.mean_power_w,
             "sustained_temperature_c": self.sustained_temperature_c,
             "throttle_c": self.throttle_c,
+            "memory": self.memory.to_dict() if self.memory is not None else None,
         }
 
     def rerun(self, **changes: Any) -> TrainingResult:
@@ -276,6 +288,51 @@ def _buckets(order: list[tuple[str, int]], bucket_mb: float, first_mb: float) ->
     if cur:
         out.append(Bucket(len(out), tuple(cur), size))
     return out
+
+
+#: What a graph built for inference computes, by its ``phase`` (GPT-2's).
+_INFERENCE_PHASES = {
+    "prefill": "logits for the last token only",
+    "decode": "one decode step over a KV cache",
+}
+
+
+def _training_kwargs(workload: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` for a builder with a ``phase`` (GPT-2): ``phase="train"`` unless
+    given, the forward pass with every position's logits (a causal-LM loss reads all
+    of them; the inference prefill keeps the last token's only)."""
+    if not isinstance(workload, str) or "phase" in kwargs:
+        return kwargs
+    from ..workloads import WORKLOADS, _norm
+
+    fn = next((f for k, f in WORKLOADS.items() if _norm(k) == _norm(workload)), None)
+    if fn is not None and "phase" in inspect.signature(fn).parameters:
+        return dict(kwargs, phase="train")
+    return kwargs
+
+
+def _largest_batch(batch: int, mem: TrainingMemory, memory_at: Any) -> int:
+    """The largest batch below ``batch`` (where the step needs ``mem``) whose step
+    fits (0: none), by ``memory_at(b)`` (the step's memory at batch ``b``). Activations
+    and workspace are about linear in the batch (``c + p b``): each guess is where the
+    line through the two closest measured batches meets the capacity, kept inside
+    the bracket (a bisection when it falls outside), so it takes few builds."""
+    lo, hi = 0, batch  # the step fits at lo (0: nothing to fit), not at hi
+    var = {batch: mem.activations + mem.workspace}
+    room = mem.capacity - mem.fixed
+    guess = room * batch // var[batch]
+    while hi - lo > 1:
+        b = guess if lo < guess < hi else (lo + hi) // 2
+        m = memory_at(b)
+        var[b] = m.activations + m.workspace
+        if m.fits:
+            lo = b
+        else:
+            hi = b
+        a, c = (lo, hi) if lo else (hi, batch)
+        slope = (var[c] - var[a]) / (c - a) if c != a else 0
+        guess = a + math.floor((room - var[a]) / slope) if slope > 0 else 0
+    return lo
 
 
 def _positive(name: str, v: Any) -> int:
@@ -309,8 +366,12 @@ def train_iteration(
     a profiling session on it sees the step). ``dp`` defaults to ``devices // tp``;
     ``dp * tp`` must be the cluster's device count. ``algorithm``: the DP all-reduce's
     (default ``auto``: per bucket size, the one that ends first alone on idle links;
-    the tensor-parallel all-reduces always choose so). Raises :class:`~wia_hw.WorkloadError` (one line) for a bad degree,
-    a TP degree that does not divide the heads, bad bucket sizes or optimizer."""
+    the tensor-parallel all-reduces always choose so). A builder with a ``phase``
+    (GPT-2) is built with ``phase="train"``: every position's logits, as a causal-LM
+    loss needs. Raises :class:`~wia_hw.WorkloadError` (one line) for a bad degree,
+    a TP degree that does not divide the heads, bad bucket sizes or optimizer, a graph
+    built for inference (GPT-2's prefill or decode phase), and a step whose memory
+    per device (:attr:`TrainingResult.memory`) exceeds the device's."""
     from ..runtime import resolve_workload
 
     comm = cluster if isinstance(cluster, Communicator) else open_cluster(cluster)
@@ -361,9 +422,28 @@ def train_iteration(
             f"whole of a hierarchical cluster (dp={dp}, tp={tp} on {comm.spec.name}, "
             f"{comm.topology.kind}); use tp=1 on a hierarchical cluster or another algorithm"
         )
+    workload_kwargs = _training_kwargs(workload, workload_kwargs)
     graph = resolve_workload(workload, batch=batch, seq=seq, **workload_kwargs)
-    rank_graph, tpf, tpb = shard_graph(graph, tp)
-    tk = training_kernels(rank_graph, optimizer=optimizer, tp_forward=tpf, tp_backward=tpb)
+    phase = graph.params.get("phase")
+    if phase in _INFERENCE_PHASES:
+        raise WorkloadError(
+            f"train_iteration: graph {graph.name!r} is built for inference (phase={phase!r}: "
+            f"{_INFERENCE_PHASES[phase]}); a training step's loss reads every position's "
+            "logits: build it with phase='train'"
+        )
+    cap = comm.device.memory.hbm.size_bytes
+
+    def memory_at(b: int | None) -> tuple[TrainingMemory, TrainingKernels]:
+        g = graph if b is None else resolve_workload(workload, batch=b, seq=seq, **workload_kwargs)
+        rank_graph, tpf, tpb = shard_graph(g, tp)
+        k = training_kernels(rank_graph, optimizer=optimizer, tp_forward=tpf, tp_backward=tpb)
+        return training_memory(k, cap), k
+
+    mem, tk = memory_at(None)
+    if not mem.fits:
+        raise WorkloadError(
+            _does_not_fit(graph, mem, comm.device.name, dp, tp, optimizer, workload, memory_at)
+        )
     cyc = time_kernels(comm.device, tk.forward + tk.backward + tk.optimizer)
     order = [(t.name, t.nbytes) for t in tk.params]
     buckets = _buckets(order, bucket_mb, first_bucket_mb) if dp > 1 else []
@@ -506,6 +586,7 @@ def train_iteration(
         mean_power_w=power,
         sustained_temperature_c=sustained,
         throttle_c=th.throttle_c,
+        memory=mem,
         _rerun=dict(
             workload=graph,
             cluster=comm.spec,
@@ -517,3 +598,53 @@ def train_iteration(
             algorithm=algorithm,
         ),
     )
+
+
+def _does_not_fit(
+    graph: Graph,
+    mem: TrainingMemory,
+    device: str,
+    dp: int,
+    tp: int,
+    optimizer: str,
+    workload: Any,
+    memory_at: Any,
+) -> str:
+    """The one-line refusal of a step that does not fit: its memory, the device's, and
+    the largest per-replica batch that would fit (rebuilt and checked when the
+    workload is a builder name or a file; estimated from the batch's share of the
+    memory for a Graph)."""
+    batch, seq = graph.params.get("batch"), graph.params.get("seq")
+    what = (
+        f"a training step of {graph.name!r} ("
+        + (f"batch {batch} per replica, " if batch is not None else "")
+        + (f"seq {seq}, " if seq is not None else "")
+        + f"dp={dp}, tp={tp}, {optimizer})"
+    )
+    head = f"train_iteration: {what} does not fit device memory ({device}): it needs {mem.line()}"
+    if mem.fixed >= mem.capacity:
+        return (
+            f"{head}; the weights, gradients and optimizer state alone take "
+            f"{mem.fixed / GIB:.2f} GiB, so no batch fits (split the layers over more "
+            "devices with a larger tp, or train a smaller model)"
+        )
+    if not isinstance(batch, int):  # a graph without a batch: nothing to suggest
+        return f"{head}; its activations and workspace must shrink"
+    if batch < 2:
+        return f"{head}; no batch fits (the activations of one sample do not)"
+    why = "activations grow with the batch; weights, gradients and optimizer state do not"
+    if isinstance(workload, Graph):
+        est = (mem.capacity - mem.fixed) * batch // (mem.activations + mem.workspace)
+        if est < 1:
+            return f"{head}; no batch fits (the activations of one sample do not)"
+        return (
+            f"{head}; about batch {min(est, batch - 1)} per replica would fit ({why}: "
+            "build the graph with it)"
+        )
+    try:
+        best = _largest_batch(batch, mem, lambda b: memory_at(b)[0])
+    except WorkloadError:  # a model whose batch is fixed
+        return f"{head}; its batch cannot be changed"
+    if best < 1:
+        return f"{head}; no batch fits (the activations of one sample do not at this seq)"
+    return f"{head}; the largest batch that fits is {best} per replica ({why})"

@@ -248,26 +248,29 @@ def gpt2(
     ``size`` is small (12 x 768), medium (24 x 1024), large (36 x 1280) or xl
     (48 x 1600). ``phase="prefill"`` runs ``seq`` prompt tokens (default 128) with a
     causal mask and computes next-token logits for the **last token only** (a
-    generating server needs nothing else). ``phase="decode"`` runs ``seq`` new tokens
-    (default 1) that attend to ``kv_len`` cached tokens (default 128): each layer's
-    cache is an input ``[B*heads, kv_len, dh]`` concatenated with the new keys and
-    values (a copy, as in a framework that concatenates; an in-place cache append
-    would move only the new rows), and every new token gets logits.
+    generating server needs nothing else). ``phase="train"`` is the forward pass of
+    training: the same ``seq`` tokens, with logits for **every** position (the
+    causal-LM loss reads all of them, so the LM head is a ``[B*S, H] x [V, H]^T``
+    GEMM; :func:`wia_hw.train_iteration` builds GPT-2 so). ``phase="decode"`` runs
+    ``seq`` new tokens (default 1) that attend to ``kv_len`` cached tokens (default
+    128): each layer's cache is an input ``[B*heads, kv_len, dh]`` concatenated with
+    the new keys and values (a copy, as in a framework that concatenates; an in-place
+    cache append would move only the new rows), and every new token gets logits.
     ``kv_len + seq`` must fit the 1024 positions (``n_positions``: the cached tokens
     take positions ``0..kv_len-1``, the new ones ``kv_len..kv_len+seq-1``; so one new
     token attends to at most 1023 cached ones). The LM head is tied to the token
     embedding table (``bmm`` with ``transpose_b``), after the final layer norm; both
     are group ``output``.
     """
-    phase = check_choice("gpt2", "phase", phase, ("prefill", "decode"))
+    phase = check_choice("gpt2", "phase", phase, ("prefill", "train", "decode"))
     size = check_choice("gpt2", "size", size, tuple(GPT2_SIZES))
     cfg = GPT2_SIZES[size]
     w = cfg.name
     batch = check_int(w, "batch", batch)
-    if phase == "prefill":
+    if phase != "decode":
         if kv_len is not None:
             raise WorkloadError(
-                f"{w}: kv_len is for phase='decode', got kv_len={kv_len!r} with phase='prefill'"
+                f"{w}: kv_len is for phase='decode', got kv_len={kv_len!r} with phase={phase!r}"
             )
         past = 0
         seq = check_int(w, "seq", 128 if seq is None else seq, 1, cfg.max_positions)
