@@ -227,3 +227,14 @@ def test_elementwise_passes_never_reload_blocks_more_with_more_cores(seed):
         # one core loads every block once; no more than BLOCK_ROW_SHARES chunks load one
         assert max(moved) <= BLOCK_ROW_SHARES * moved[0], what
         assert all(b <= a * 1.10 for a, b in zip(times, times[1:], strict=False)), what
+
+
+@pytest.mark.parametrize("m, n, k", [(4096, 1024, 32768), (1024, 1024, 65536), (1024, 4096, 16384)])
+def test_a_deep_k_gemm_whose_operands_outgrow_l2_takes_large_output_tiles(m, n, k):
+    # a weight gradient's K is the step's tokens: 128 x 128 x 8192 tiles re-read A and B
+    # from HBM for every column and row of output tiles (9.66 ms, 5.4 GB for the first;
+    # its transpose 32768 x 1024 x 4096 takes 2.18 ms); larger output tiles re-read less
+    r = wia_hw.run("gemm", M=m, N=n, K=k)
+    assert r.latency_ms <= 1.1 * r.roofline_floor_ms
+    compulsory = (m * k + k * n + m * n) * 2
+    assert r.counters.bytes["hbm"] <= 1.5 * compulsory

@@ -71,8 +71,19 @@ def choose_gemm_tiling(
         # Panels stream elem_bytes x (1/tm + 1/tn) bytes per MAC from L2. When that
         # outruns the L2 port at the arrays' peak, a K slice of T (two T x T panels fill
         # the buffer) lets the output tile, and the reuse of every byte, grow.
+        # The same when the panels' re-reads from HBM (an operand too large to stay in L2
+        # is read again for every row or column of output tiles) outrun HBM: a weight
+        # gradient's K is the step's tokens (4096 x 1024 x 32768: 9.66 ms, 5.4 GB from
+        # HBM with 128 x 128 x 8192 tiles; 2.18 ms, 344 MB with 1024 x 1024 x 1024).
         side = math.isqrt(budget // (2 * elem_bytes)) // R * R
-        if side > R and tk > side and _l2_starved(spec, elem_bytes, tm, tn):
+        if (
+            side > R
+            and tk > side
+            and (
+                _l2_starved(spec, elem_bytes, tm, tn)
+                or _hbm_starved(spec, batch, m, n, k, elem_bytes, tm, tn)
+            )
+        ):
             tm2, tn2 = grow(side)
             if 1 / tm2 + 1 / tn2 < 1 / tm + 1 / tn:
                 tk, tm, tn = side, tm2, tn2
@@ -380,6 +391,26 @@ def _precision(spec: DeviceSpec, elem_bytes: int) -> str:
 def _peak_macs(spec: DeviceSpec, elem_bytes: int) -> Fraction:
     """MACs per cycle of all the arrays for ``elem_bytes``-byte operands."""
     return Fraction(spec.peak_macs_per_cycle(_precision(spec, elem_bytes)))
+
+
+def _hbm_starved(
+    spec: DeviceSpec, batch: int, m: int, n: int, k: int, elem_bytes: int, tm: int, tn: int
+) -> bool:
+    """Whether output tiles of ``tm x tn`` (each over all of K) re-read their operands
+    from HBM, and for longer than the arrays take at peak: an operand is read once when
+    it stays in L2 (all of B, or A's ``tm x k`` panel, within half of L2), else once per
+    column (A) or row (B) of output tiles. Reads once each (a GEMV's weights) are no
+    starvation larger tiles could cure. An estimate that ignores the cores' shared
+    reuse, so it errs towards starved; its use only picks larger output tiles, which
+    re-read less."""
+    l2 = spec.memory.l2.size_bytes // 2
+    a_bytes, b_bytes = batch * m * k * elem_bytes, k * n * elem_bytes
+    a_reads = a_bytes if tm * k * elem_bytes <= l2 else a_bytes * -(-n // tn)
+    b_reads = b_bytes if b_bytes <= l2 else batch * b_bytes * -(-m // tm)
+    if a_reads + b_reads <= a_bytes + b_bytes:
+        return False
+    hbm = (a_reads + b_reads) / spec.bytes_per_cycle(spec.memory.hbm.bandwidth_gbs)
+    return hbm > Fraction(batch * m * n * k) / _peak_macs(spec, elem_bytes)
 
 
 def _l2_starved(spec: DeviceSpec, elem_bytes: int, tm: int, tn: int) -> bool:
