@@ -207,11 +207,11 @@ def test_int8_gemms_are_bit_exact_with_the_golden_model(method):
         np.testing.assert_array_equal(fx.values[name], want)
 
 
-@pytest.mark.parametrize("method", ["minmax", "percentile", "mse"])
+@pytest.mark.parametrize("method", ["minmax", "percentile", "mse", "entropy"])
 def test_int8_outputs_track_fp32(method):
     # a hard case on purpose: fc1's channels span two decades, and its ReLU output is
-    # quantised per tensor; measured relative L2 errors 0.033 to 0.043 (entropy
-    # calibration clips the large channels and does far worse here: see the docs)
+    # quantised per tensor; measured relative L2 errors 0.033 to 0.050 (entropy, which
+    # counted the ReLU's spike of zeros until 2026-12-01, was at 0.71 cosine here)
     g, w = _mlp()
     q = quantize_model(g, QuantizationConfig(method=method), _data(4), weights=w)
     batch = _data(1, seed=7)[0]

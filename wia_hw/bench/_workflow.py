@@ -395,24 +395,11 @@ def reduced_model(graph: Graph, layers: int, batch: int = 2, seq: int = 16) -> t
 
 
 def fuse(graph: Graph, config: Mapping[str, bool] | None = None) -> Graph:
-    """:func:`apply_fusion` (with ``config``, a recorded ``fusion_config``, or every
-    pattern) that keeps a quantised graph's weights, scales and config."""
-    from ..optimize import FusionConfig, QuantizedGraph, apply_fusion
+    """:func:`apply_fusion` with ``config``, a recorded ``fusion_config``, or every
+    pattern (a quantised graph stays quantised, its weights and scales kept)."""
+    from ..optimize import FusionConfig, apply_fusion
 
-    out = apply_fusion(graph, FusionConfig(**config) if config else FusionConfig())
-    if not isinstance(graph, QuantizedGraph):
-        return out
-    q = QuantizedGraph(
-        out.name,
-        out.tensors.values(),
-        out.ops,
-        sequences=out.sequences,
-        params=out.params,
-        validate=False,
-    )
-    q.weights, q.float_weights = graph.weights, graph.float_weights
-    q.thresholds, q.config = graph.thresholds, graph.config
-    return q
+    return apply_fusion(graph, FusionConfig(**config) if config else FusionConfig())
 
 
 def _float_precision(graph: Graph) -> str:
