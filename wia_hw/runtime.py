@@ -245,6 +245,9 @@ class Context:
         #: How the spec was given (built-in name or path; the spec's name for an
         #: object) and the ``--set`` overrides applied to it (:func:`open_device`).
         self.spec_source: str = spec.name
+        #: The spec file's absolute path when the spec was read from a file, so that a
+        #: replay from another folder reads the same file (:func:`open_device`).
+        self.spec_file: Path | None = None
         self.overrides: dict[str, Any] = {}
         self.device = Device(spec)
         self.providers: dict[str, tuple[str, Provider]] = {}
@@ -262,15 +265,19 @@ class Context:
 
     def provenance(self) -> dict[str, Any]:
         """The spec as used, in plain types: ``spec`` (name or path as given),
-        ``overrides``, ``extensions`` (id, version, source, parameters, in registration
-        order), ``spec_sha256`` (of the resolved spec, :func:`spec_sha256`), ``peaks``
-        (clock, peak TFLOPS per precision and HBM GB/s of the resolved spec), the
-        ``wia_hw_version`` and the context's ``seed``."""
+        ``spec_path`` (the file's absolute path, for a spec read from a file),
+        ``overrides``, ``extensions`` (id, version, source, parameters, the sha256 of
+        their manifest and module files, in registration order:
+        :func:`_extension_provenance`), ``spec_sha256`` (of the resolved spec,
+        :func:`spec_sha256`), ``peaks`` (clock, peak TFLOPS per precision and HBM GB/s
+        of the resolved spec), the ``wia_hw_version`` and the context's ``seed``."""
         from ._version import __version__
 
         spec = self.spec
+        where = {} if self.spec_file is None else {"spec_path": str(self.spec_file)}
         return {
             "spec": self.spec_source,
+            **where,
             "device": spec.name,
             "overrides": dict(self.overrides),
             "extensions": [_extension_provenance(e) for e in self.extensions.values()],
@@ -349,8 +356,14 @@ class Context:
             "kwargs": dict(workload_kwargs),
             "start_cycle": self.device.now,
         }
+        # a model or schedules file: where it was and what it held, so that a replay
+        # from another folder reads it there, and one of an edited file is refused
+        # rather than run on other content
+        if not isinstance(workload, Graph):
+            invocation.update(workload_file_provenance(workload))
         if isinstance(schedules, (str, os.PathLike)):
             invocation["schedules"] = os.fspath(schedules)
+            invocation.update(file_provenance("schedules", schedules))
         graph = resolve_workload(
             workload, batch=batch, seq=seq, precision=precision, **workload_kwargs
         )
@@ -650,10 +663,62 @@ def spec_sha256(spec: DeviceSpec | ClusterSpec) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """SHA-256 (hex) of a file's bytes (read in 1 MiB blocks: a model may be large)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def is_workload_file(workload: str | os.PathLike[str]) -> bool:
+    """Whether :func:`resolve_workload` reads ``workload`` from a file (an ``.onnx``
+    model or a SCALE-Sim ``.csv`` topology) rather than building it by name."""
+    return os.fspath(workload).lower().endswith((".onnx", ".csv"))
+
+
+def file_provenance(key: str, path: str | os.PathLike[str]) -> dict[str, str]:
+    """``{key}_path`` (absolute) and ``{key}_sha256`` (of its bytes) of a file a run
+    reads; empty for a file that cannot be read (the run then refuses it, naming it)."""
+    p = Path(path)
+    try:
+        return {f"{key}_path": str(p.resolve()), f"{key}_sha256": file_sha256(p)}
+    except OSError:
+        return {}
+
+
+def workload_file_provenance(workload: str | os.PathLike[str]) -> dict[str, str]:
+    """``workload_path`` and ``workload_sha256`` of a workload read from a file
+    (:func:`file_provenance`); empty for a builder name."""
+    return file_provenance("workload", workload) if is_workload_file(workload) else {}
+
+
+def extension_files(ext: Any) -> dict[str, str]:
+    """``manifest_sha256`` and ``module_sha256`` of an extension's files: its YAML
+    manifest and its Python module (beside the manifest, built in, or an entry point's),
+    each when it has one. The version a manifest states is not enough: an edited cost
+    expression or operation keeps it."""
+    out: dict[str, str] = {}
+    src = ext.source
+    module = getattr(ext.module_obj, "__file__", None)
+    if module is None and ext.module is not None and src is not None:
+        module = Path(src).parent / f"{ext.module}.py"
+    for key, f in (("manifest_sha256", src), ("module_sha256", module)):
+        if f is not None:
+            try:
+                out[key] = file_sha256(f)
+            except OSError:  # gone since it was loaded: nothing to record
+                pass
+    return out
+
+
 def _extension_provenance(ext: Any) -> dict[str, Any]:
     """id, version, source (the id when the registry finds it by id at the same file,
-    else the manifest path), every parameter's value and the names of those that differ
-    from their default (``changed``) of a registered extension."""
+    else the manifest path as given), ``path`` (that manifest's absolute path, so a
+    replay from another folder reads the same file), every parameter's value, the names
+    of those that differ from their default (``changed``) and the sha256 of its files
+    (:func:`extension_files`) of a registered extension."""
     from .registry._sources import find_extensions
 
     ext_id = str(getattr(ext.id, "value", ext.id))
@@ -664,10 +729,12 @@ def _extension_provenance(ext: Any) -> dict[str, Any]:
         "id": ext_id,
         "version": ext.version,
         "source": ext_id if by_id or src is None else str(src),
+        **({} if by_id or src is None else {"path": str(Path(src).resolve())}),
         "parameters": {k: ext.values[k] for k in sorted(ext.values)},
         "changed": sorted(
             k for k, p in ext.parameters.items() if k in ext.values and ext.values[k] != p.default
         ),
+        **extension_files(ext),
     }
 
 
@@ -694,6 +761,8 @@ def open_device(
     ctx = Context(loaded, seed=seed)  # type: ignore[arg-type]
     if isinstance(spec, (str, os.PathLike)):
         ctx.spec_source = os.fspath(spec)
+        if Path(spec).is_file():  # read from this file (load_spec prefers a file)
+            ctx.spec_file = Path(spec).resolve()
     ctx.overrides = dict(overrides or {})
     return ctx
 

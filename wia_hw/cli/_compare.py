@@ -1,14 +1,17 @@
 """``wia-hw compare A.json B.json [...]``: reports side by side.
 
 Takes run reports (``wia-hw run -o``) and profiling reports (``wia-hw profile -o``).
-Prints what differs in how they were made (spec, its hash, overrides, extensions and
-their parameters, wia_hw version, seed, workload and its arguments: from each report's
-``provenance``), then the totals, the time per op and per kernel (a kernel of every
-layer grouped as one row, as in ``run``'s kernel table), each with its change against
-the first report (``+12.3%``). ``--json`` prints the same as JSON.
+Prints what differs in how they were made (spec, its hash, overrides, extensions with
+their parameters and the hashes of their files, wia_hw version, seed, workload and its
+arguments with a model file's hash: from each report's ``provenance``; the graphs run
+with their parameters, the resolved precision and a profile's mode: from the report
+bodies; a field is compared only between the reports that record it), then the
+totals, the time per op (a run's final write-back as one more) and per kernel (a kernel
+of every layer grouped as one row, as in ``run``'s kernel table), each with its change
+against the first report (``+12.3%``). ``--json`` prints the same as JSON.
 
-The helpers :func:`read_report`, :func:`report_kind` and :func:`flatten` are shared
-with ``wia-hw export``.
+The helpers :func:`read_report`, :func:`report_kind`, :func:`op_records` and
+:func:`flatten` are shared with ``wia-hw export``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,14 @@ from rich.table import Table
 from ..emulator.errors import WiaError
 from ._common import make_console, width_option
 
-__all__ = ["compare_cmd", "compare_reports", "read_report", "report_kind", "flatten"]
+__all__ = [
+    "compare_cmd",
+    "compare_reports",
+    "read_report",
+    "report_kind",
+    "op_records",
+    "flatten",
+]
 
 #: Totals compared: (label, run-report key, profile-report summary key, unit).
 TOTALS = (
@@ -180,11 +190,25 @@ def _layerless(name: str) -> str:
     return re.sub(r"^layer\d+\.", "", name)
 
 
+def op_records(d: dict[str, Any]) -> list[dict[str, Any]]:
+    """The op records of a report: a run report's ``op_times`` (every graph op) and its
+    final write-back of results (the ``writeback`` entry of ``ops`` that holds no op),
+    so that their times add up to the latency; a profile report's ``ops``."""
+    if report_kind(d) != "run":
+        return list(d.get("ops") or [])
+    tail = [
+        o
+        for o in d.get("ops") or []
+        if isinstance(o, dict) and o.get("name") == "writeback" and not o.get("count")
+    ]
+    return list(d.get("op_times") or []) + tail
+
+
 def _summary(d: dict[str, Any]) -> dict[str, Any]:
     """Totals, per-op ms, per-kernel (launches, ms) and provenance of one report."""
     if report_kind(d) == "run":
         totals = {label: d.get(key) for label, key, _, _ in TOTALS}
-        ops = {o["name"]: o["time_ms"] for o in d.get("op_times") or []}
+        ops = {o["name"]: o["time_ms"] for o in op_records(d)}
         kern = [(k["name"], k["time_ms"]) for k in d.get("kernels") or []]
     else:
         s = d.get("summary") or {}
@@ -206,43 +230,87 @@ def _summary(d: dict[str, Any]) -> dict[str, Any]:
     return {"totals": totals, "ops": ops, "kernels": kernels, "provenance": d.get("provenance")}
 
 
-def _made_with(prov: dict[str, Any] | None) -> dict[str, Any]:
-    """How a report was made, as flat rows (what ``compare`` diffs)."""
+def _ran(d: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """What a report ran, from its body: (graph name, graph parameters) of a run report,
+    of each run of a profile report (``runs``); what is not recorded is left out."""
+    recs = [d] if report_kind(d) == "run" else d.get("runs")
+    out = []
+    for r in recs if isinstance(recs, list) else ():
+        if isinstance(r, dict) and isinstance(r.get("workload"), str):
+            params = r.get("params")
+            out.append((r["workload"], params if isinstance(params, dict) else {}))
+    return out
+
+
+def _made_with(d: dict[str, Any]) -> dict[str, Any]:
+    """How a report was made, as flat rows (what ``compare`` diffs): the spec as used,
+    the run as given (run reports), the graphs run with their parameters and the
+    resolved precision (run and profile reports), the profile mode (profiles)."""
+    prov = d.get("provenance")
+    rows: dict[str, Any] = {}
     if not prov:
-        return {"provenance": "not recorded"}
-    rows: dict[str, Any] = {
-        "spec": prov.get("spec"),
-        "device": prov.get("device"),
-        "spec sha256": str(prov.get("spec_sha256", ""))[:12],
-    }
-    for k, v in sorted((prov.get("overrides") or {}).items()):
-        rows[f"--set {k}"] = v
-    for e in prov.get("extensions") or []:
-        rows[f"--ext {e['id']}"] = e.get("source")
-        for k, v in sorted((e.get("parameters") or {}).items()):
-            rows[f"  {e['id']}.{k}"] = v
-    peaks = prov.get("peaks") or {}
-    for k, v in sorted((peaks.get("peak_tflops") or {}).items()):
-        rows[f"peak {k} TFLOPS"] = v
-    rows["peak HBM GB/s"] = peaks.get("hbm_bandwidth_gbs")
-    rows["wia_hw"] = prov.get("wia_hw_version")
-    rows["seed"] = prov.get("seed")
-    run = prov.get("run") or {}
-    for k in _RUN_ROWS:
-        if k in run:
-            rows[k] = run[k]
-    for k, v in sorted((run.get("kwargs") or {}).items()):
-        rows[f"-a {k}"] = v
+        rows["provenance"] = "not recorded"
+    else:
+        rows["spec"] = prov.get("spec")
+        rows["device"] = prov.get("device")
+        rows["spec sha256"] = str(prov.get("spec_sha256", ""))[:12]
+        for k, v in sorted((prov.get("overrides") or {}).items()):
+            rows[f"--set {k}"] = v
+        for e in prov.get("extensions") or []:
+            rows[f"--ext {e['id']}"] = e.get("source")
+            for k, v in sorted((e.get("parameters") or {}).items()):
+                rows[f"  {e['id']}.{k}"] = v
+            # an edited manifest or module keeps its version: its bytes tell
+            for f in ("manifest", "module"):
+                if e.get(f"{f}_sha256") is not None:
+                    rows[f"  {e['id']} {f} sha256"] = str(e[f"{f}_sha256"])[:12]
+        peaks = prov.get("peaks") or {}
+        for k, v in sorted((peaks.get("peak_tflops") or {}).items()):
+            rows[f"peak {k} TFLOPS"] = v
+        rows["peak HBM GB/s"] = peaks.get("hbm_bandwidth_gbs")
+        rows["wia_hw"] = prov.get("wia_hw_version")
+        rows["seed"] = prov.get("seed")
+        run = prov.get("run") or {}
+        for k in _RUN_ROWS:
+            if k in run:
+                rows[k] = run[k]
+        if run.get("workload_sha256") is not None:
+            rows["workload sha256"] = str(run["workload_sha256"])[:12]
+        for k, v in sorted((run.get("kwargs") or {}).items()):
+            rows[f"-a {k}"] = v
+    ran = _ran(d)
+    if ran:
+        rows["graph"] = ", ".join(name for name, _ in ran)
+        for k in dict.fromkeys(k for _, p in ran for k in p if k != "precision"):
+            vals = [p.get(k) for _, p in ran]
+            rows[f"graph {k}"] = vals[0] if len(vals) == 1 else vals
+    # the precision the run resolved to: a run without -p is at its default, which
+    # ``-p`` of that same precision makes the same run
+    precisions = (
+        [d.get("precision")] if report_kind(d) == "run" else [p.get("precision") for _, p in ran]
+    )
+    if precisions and all(isinstance(p, str) for p in precisions):
+        rows["precision"] = ", ".join(dict.fromkeys(precisions))
+    if report_kind(d) == "profile" and d.get("mode") is not None:
+        rows["profile mode"] = d.get("mode")
     return rows
 
 
-#: A run field (workload, batch, ...) of a report whose provenance has no ``run``.
+#: A field of a report that does not record it (a run field of a report whose
+#: provenance has no ``run``, a profile's mode of a run report).
 NOT_RECORDED = "not recorded"
-_RUN_ROWS = ("workload", "batch", "seq", "precision", "mode")
+#: The run as given (``provenance.run``): recorded by run reports only.
+_RUN_ROWS = ("workload", "batch", "seq", "mode")
+#: Rows recorded by the reports that have them only (from the report body).
+_BODY_ROWS = ("graph", "precision", "profile mode")
 
 
 def _is_run_row(k: str) -> bool:
-    return k in _RUN_ROWS or k.startswith("-a ")
+    return k in _RUN_ROWS or k == "workload sha256" or k.startswith("-a ")
+
+
+def _is_body_row(k: str) -> bool:
+    return k in _BODY_ROWS or k.startswith("graph ")
 
 
 def _delta(base: float | None, v: float | None) -> str:
@@ -255,15 +323,20 @@ def _delta(base: float | None, v: float | None) -> str:
 
 def compare_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """The comparison as data: ``made_with`` (rows that differ between the reports:
-    name -> one value per report, ``None`` where absent, ``"not recorded"`` for a run
-    field of a report without a recorded run, such as a profile), ``totals``, ``ops`` (ms) and
-    ``kernels`` (``[launches, ms]``, a kernel of every layer as one), each name -> one
-    value per report in the order of ``reports``; ops and kernels slowest first (by
-    their largest time over the reports)."""
+    name -> one value per report, ``None`` where absent, ``"not recorded"`` for a field
+    a report does not record: a run field of a report without a recorded run, such as a
+    profile, or a profile's mode of a run report; a row is compared between the reports
+    that record it), ``not_recorded_by_all`` (of ``spec``, ``workload as given``,
+    ``graph``, ``precision``: what some report does not record, so no sameness is
+    claimed for it), ``totals``, ``ops`` (ms) and ``kernels`` (``[launches, ms]``, a
+    kernel of every layer as one), each name -> one value per report in the order of
+    ``reports``; ops and kernels slowest first (by their largest time over the
+    reports)."""
     sums = [_summary(d) for d in reports]
-    made = [_made_with(s["provenance"]) for s in sums]
+    made = [_made_with(d) for d in reports]
     # a profile's provenance records no run: its workload, batch, ... are not recorded,
-    # and compare only between the reports that record them
+    # and compare only between the reports that record them (so do the graphs run, the
+    # precision and the profile mode, from the report bodies)
     has_run = [isinstance((s["provenance"] or {}).get("run"), dict) for s in sums]
     keys = list(dict.fromkeys(k for m in made for k in m))
     differs = {}
@@ -271,9 +344,23 @@ def compare_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
         vals = [m.get(k) for m in made]
         if _is_run_row(k):
             vals = [v if h else NOT_RECORDED for v, h in zip(vals, has_run, strict=True)]
+        elif _is_body_row(k):  # a graph parameter: recorded by a report that has graphs
+            has = "graph" if k.startswith("graph ") else k
+            vals = [m.get(k) if has in m else NOT_RECORDED for m in made]
         recorded = [v for v in vals if v is not NOT_RECORDED]
         if len({json.dumps(v, sort_keys=True) for v in recorded}) > 1:
             differs[k] = vals
+    # what no row may be said to be the same in: not recorded by every report
+    unknown = [
+        what
+        for what, ok in (
+            ("spec", all(s["provenance"] for s in sums)),
+            ("workload as given", all(has_run)),
+            ("graph", all("graph" in m for m in made)),
+            ("precision", all("precision" in m for m in made)),
+        )
+        if not ok
+    ]
     totals = {label: [s["totals"].get(label) for s in sums] for label, *_ in TOTALS}
     totals = {k: v for k, v in totals.items() if any(x is not None for x in v)}
     op_names = list(dict.fromkeys(n for s in sums for n in s["ops"]))
@@ -282,7 +369,13 @@ def compare_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     k_names = list(dict.fromkeys(n for s in sums for n in s["kernels"]))
     k_names.sort(key=lambda n: -max(s["kernels"].get(n, [0, 0.0])[1] for s in sums))
     kernels = {n: [s["kernels"].get(n) for s in sums] for n in k_names}
-    return {"made_with": differs, "totals": totals, "ops": ops, "kernels": kernels}
+    return {
+        "made_with": differs,
+        "not_recorded_by_all": unknown,
+        "totals": totals,
+        "ops": ops,
+        "kernels": kernels,
+    }
 
 
 def _fmt(v: Any) -> str:
@@ -324,10 +417,24 @@ def compare_cmd(reports: tuple[Path, ...], top: int, as_json: bool, width: int |
         t.add_column(n, no_wrap=True)
     for k, vs in cmp["made_with"].items():
         t.add_row(escape(k), *(escape(_fmt(v)) for v in vs))
+    unknown = cmp["not_recorded_by_all"]
     if cmp["made_with"]:
         console.print(t)
-    else:
-        console.print("Made with: the same spec, overrides, extensions, version, seed and workload")
+    else:  # the same in what every report records, and only that
+        same = [
+            what
+            for what, ok in (
+                ("spec, overrides, extensions, version, seed", "spec" not in unknown),
+                ("workload and its arguments", "workload as given" not in unknown),
+                ("graph and its parameters", "graph" not in unknown),
+                ("precision", "precision" not in unknown),
+                ("profile mode", all(report_kind(d) == "profile" for d in data)),
+            )
+            if ok
+        ]
+        console.print(f"Made with: the same {'; '.join(same) or 'nothing recorded by all'}")
+    if unknown:
+        console.print(f"Not compared (not recorded in every report): {', '.join(unknown)}")
 
     def side(title: str, rows: dict[str, list[Any]], unit: str, limit: int | None) -> None:
         t = Table(title=title, title_justify="left")

@@ -3,8 +3,9 @@ records as CSV.
 
 * ``kernels``: one row per kernel launch, every field of the report's kernel record
   with nested counters as dotted columns (``counters.bytes.hbm``);
-* ``ops``: one row per graph op (a run report's ``op_times``; a profile report's
-  ``ops``);
+* ``ops``: one row per graph op (a run report's ``op_times``, then a ``writeback`` row
+  for the final write-back of results, so that ``time_ms`` adds up to the latency; a
+  profile report's ``ops``);
 * ``counters``: one ``counter,value`` row per counter of the whole run or session
   (dotted names for per-level and per-precision counters).
 
@@ -24,7 +25,7 @@ import click
 
 from ..emulator.errors import WiaError
 from ._common import CSV_SUFFIXES, check_suffix
-from ._compare import flatten, read_report, report_kind
+from ._compare import flatten, op_records, read_report
 
 __all__ = ["export_cmd", "export_rows", "WHAT"]
 
@@ -37,7 +38,7 @@ def export_rows(d: dict[str, Any], what: str) -> tuple[list[str], list[dict[str,
     if what == "kernels":
         records = d.get("kernels") or []
     elif what == "ops":
-        records = d.get("op_times" if report_kind(d) == "run" else "ops") or []
+        records = op_records(d)
     elif what == "counters":
         flat = flatten(d.get("counters") or {})
         return ["counter", "value"], [{"counter": k, "value": v} for k, v in flat.items()]
@@ -106,7 +107,8 @@ def export_cmd(report: Path, csv_files: tuple[str, ...], what: tuple[str, ...]) 
                     f"{', '.join(w + '.csv' for w in WHAT)})"
                 )
     for f, kind in zip(csv_files, kinds, strict=True):
-        text = _csv_text(*export_rows(d, kind))
+        cols, rows = export_rows(d, kind)
+        text = _csv_text(cols, rows)
         if f == "-":
             click.echo(text, nl=False)
             continue
@@ -114,4 +116,5 @@ def export_cmd(report: Path, csv_files: tuple[str, ...], what: tuple[str, ...]) 
             Path(f).write_text(text)
         except OSError as e:
             raise WiaError(f"cannot write {f}: {e.strerror}") from None
-        click.echo(f"wrote {f} ({kind}, {text.count(chr(10)) - 1} rows)", err=True)
+        # records, not lines: a quoted field may hold a newline (a name with one)
+        click.echo(f"wrote {f} ({kind}, {len(rows)} rows)", err=True)

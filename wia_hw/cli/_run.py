@@ -23,7 +23,14 @@ from rich.text import Text
 from ..emulator.errors import WiaError
 from ..profiling._report import spec_label
 from ..registry import load_extension, register_device_extension
-from ..runtime import Context, RunResult, open_device, spec_sha256
+from ..runtime import (
+    Context,
+    RunResult,
+    extension_files,
+    file_provenance,
+    open_device,
+    spec_sha256,
+)
 from ._common import (
     RunOptions,
     emit_json,
@@ -211,10 +218,15 @@ def replay_context(path: Path) -> tuple[Context, dict[str, Any]]:
     """A fresh context as the run report at ``path`` was made (spec as given, overrides,
     extensions with their parameters, seed) and the run's recorded arguments.
 
-    Raises :class:`WiaError` (one line, naming the file) when the file is not a run
-    report with provenance, when its run cannot be replayed (a Graph object, given
-    inputs or schedules given as a mapping, or a context that had run before) or when the spec resolves differently
-    now (its hash differs)."""
+    A file (spec, extension manifest, model, schedules) is read as the run gave it when that still
+    names the same file from the current folder, so the replay's report is the same
+    byte for byte; from another folder, at the absolute path the report recorded
+    (:func:`_as_recorded`). Raises :class:`WiaError` (one line, naming the file) when
+    the file is not a run report with provenance, when its run cannot be replayed (a
+    Graph object, given inputs or schedules given as a mapping, or a context that had
+    run before), when the spec resolves differently now (its hash differs), or when an
+    extension's manifest or module, the model file or the schedules file holds other
+    bytes now (their sha256 differ)."""
     try:
         data = json.loads(path.read_bytes().decode("utf-8"))
     except OSError as e:
@@ -244,16 +256,59 @@ def replay_context(path: Path) -> tuple[Context, dict[str, Any]]:
             f"{path}: the run started at cycle {run['start_cycle']} of a context that had "
             "run before; only a run on a fresh device can be replayed"
         )
-    ctx = open_device(prov["spec"], overrides=prov.get("overrides") or {}, seed=prov["seed"])
+    spec = _as_recorded(prov["spec"], prov.get("spec_path"))
+    ctx = open_device(spec, overrides=prov.get("overrides") or {}, seed=prov["seed"])
     for e in prov.get("extensions", []):
-        register_device_extension(ctx, load_extension(e["source"], parameters=e["parameters"]))
+        ext = load_extension(_as_recorded(e["source"], e.get("path")), parameters=e["parameters"])
+        now_ext = extension_files(ext)
+        for key in ("manifest_sha256", "module_sha256"):
+            _same_bytes(path, f"extension {e['id']!r} ({ext.file})", key, e, now_ext)
+        register_device_extension(ctx, ext)
     now = spec_sha256(ctx.spec)
     if now != prov.get("spec_sha256"):
         raise WiaError(
             f"{path}: spec {prov['spec']!r} resolves differently now (sha256 {now[:12]}, "
             f"the report has {str(prov.get('spec_sha256'))[:12]})"
         )
+    run = dict(run)
+    for key in ("workload", "schedules"):  # a model file; a file of tuned tilings
+        if run.get(f"{key}_sha256") is not None:
+            run[key] = _as_recorded(run[key], run.get(f"{key}_path"))
+            now_file = file_provenance(key, run[key])
+            _same_bytes(path, f"{key} {run[key]}", f"{key}_sha256", run, now_file)
     return ctx, run
+
+
+def _as_recorded(given: str, recorded: str | None) -> str:
+    """The file a report recorded as ``given`` (as the run gave it) at the absolute path
+    ``recorded``: ``given`` when it still names that file from the current folder (the
+    replay's report then names it alike), else ``recorded``; ``given`` when the report
+    recorded no path (a built-in name or id, or a report made before wia_hw recorded
+    paths)."""
+    if recorded is None or Path(given).resolve() == Path(recorded):
+        return given
+    return recorded
+
+
+def _same_bytes(
+    report: Path, what: str, key: str, recorded: dict[str, Any], now: dict[str, str]
+) -> None:
+    """Refuse a replay whose file holds other bytes than when the report was made: the
+    file hash ``key`` (``workload_sha256``, ``manifest_sha256``...) the report records
+    against ``now``'s; a hash the report does not record (made before wia_hw recorded
+    them) is not checked."""
+    was, got = recorded.get(key), now.get(key)
+    if was is None or got == was:
+        return
+    name = key.replace("_", " ")
+    if got is None:
+        raise WiaError(
+            f"{report}: {what} cannot be read now (the report has {name} {str(was)[:12]})"
+        )
+    raise WiaError(
+        f"{report}: {what} has changed since the report ({name} {got[:12]}, the report "
+        f"has {str(was)[:12]})"
+    )
 
 
 def phase_options(f: Any) -> Any:

@@ -179,18 +179,23 @@ class Sweep:
     #: per parameter set: None, or why the constraint could not be evaluated (its
     #: points are stored ``failed`` with that error and not run)
     set_errors: tuple[str | None, ...] = field(default=(), repr=False)
+    #: sha256 of each workload read from a file (``.onnx``, ``.csv``), by its path:
+    #: part of its points' keys, so a changed model gets new points
+    workload_sha256: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def definition(self) -> str:
         """sha256 (hex) of what makes the points' results comparable: the base spec's
-        content, the metrics, the workloads and the wia-hw version. A sweep's report
-        shows the rows of its current definition only."""
+        content, the metrics, the workloads (a model file's content too) and the
+        wia-hw version. A sweep's report shows the rows of its current definition only."""
         doc = {
             "base": self.base_hash,
             "metrics": list(self.metrics),
             "workloads": [[w, a] for w, a in self.workloads],
             "version": __version__,
         }
+        if self.workload_sha256:  # absent for builders only: their definitions stay
+            doc["workload_sha256"] = dict(self.workload_sha256)
         return hashlib.sha256(canonical_json(doc).encode()).hexdigest()
 
     def points(self) -> list[Point]:
@@ -198,7 +203,10 @@ class Sweep:
         errors = self.set_errors or (None,) * len(self.param_sets)
         for params, error in zip(self.param_sets, errors, strict=True):
             for wname, wargs in self.workloads:
-                key = point_key(params, wname, wargs, self.metrics, self.base_hash)
+                sha = self.workload_sha256.get(wname)
+                # a builder's key as it always was: only a model file adds its hash
+                extra = {} if sha is None else {"file_sha256": sha}
+                key = point_key(params, wname, wargs, self.metrics, self.base_hash, **extra)
                 out.setdefault(
                     key,
                     Point(
@@ -240,15 +248,21 @@ def point_key(
     version: str = __version__,
     *,
     canonical: bool = True,
+    file_sha256: str | None = None,
 ) -> str:
     """sha256 (hex) of the canonical JSON of (parameters, workload and its arguments,
-    metrics kept, the base spec's content hash, the wia-hw version); numerically equal
-    values give one key (``600.0`` is ``600``). ``canonical=False`` gives the key as
-    wia-hw computed it before that (values as given: ``1.0`` and ``1`` two keys), which
-    stores written then hold; :class:`~wia_hw.sweep.SweepStore` maps those to these."""
+    the sha256 of the workload's model file when it is read from one (``file_sha256``:
+    a changed model is a new point, never the stored one), metrics kept, the base
+    spec's content hash, the wia-hw version); numerically equal values give one key
+    (``600.0`` is ``600``). ``canonical=False`` gives the key as wia-hw computed it
+    before that (values as given: ``1.0`` and ``1`` two keys), which stores written then
+    hold; :class:`~wia_hw.sweep.SweepStore` maps those to these."""
+    wl: dict[str, Any] = {"name": workload, "args": _canon(dict(args)) if canonical else dict(args)}
+    if file_sha256 is not None:  # absent for a builder: its keys stay as they were
+        wl["sha256"] = file_sha256
     doc = {
         "params": _canon(dict(params)) if canonical else dict(params),
-        "workload": {"name": workload, "args": _canon(dict(args)) if canonical else dict(args)},
+        "workload": wl,
         "metrics": list(metrics),
         "base": base_hash,
         "version": version,
@@ -434,8 +448,14 @@ def _samples(kind: str, spec: Any, ctx: _Ctx) -> tuple[list[str], list[dict[str,
     return names, sets
 
 
-def _workloads(spec: Any, here: Path, ctx: _Ctx) -> list[tuple[str, dict[str, Any]]]:
-    from ..workloads import build
+def _workloads(
+    spec: Any, here: Path, ctx: _Ctx
+) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, str]]:
+    """The workloads (name, arguments), each checked by building it as a point runs it
+    (:func:`~wia_hw.runtime.resolve_workload`, so what loads runs), and the sha256 of
+    each model file (``.onnx``, SCALE-Sim ``.csv``; a relative path is relative to the
+    sweep file) by its absolute path."""
+    from ..runtime import file_sha256, is_workload_file, resolve_workload
 
     items: list[tuple[str, Any, str]] = []
     if isinstance(spec, Mapping) and spec:
@@ -453,19 +473,25 @@ def _workloads(spec: Any, here: Path, ctx: _Ctx) -> list[tuple[str, dict[str, An
             "workloads must be a non-empty mapping NAME: {ARGS} (or a list of them)", "workloads"
         )
     out = []
+    hashes: dict[str, str] = {}
     for name, args, at in items:
         if args is None:
             args = {}
         if not isinstance(args, Mapping):
             raise ctx.err(f"workload {name!r}: arguments must be a mapping, got {args!r}", at)
-        if name.lower().endswith(".onnx") and not Path(name).is_absolute():
+        if is_workload_file(name) and not Path(name).is_absolute():
             name = str(here / name)
         try:
-            build(name, **args)
+            resolve_workload(name, **{str(k): v for k, v in args.items()})
         except WiaError as e:
             raise ctx.err(f"workload {name!r}: {e}", at) from None
+        if is_workload_file(name) and name not in hashes:
+            try:
+                hashes[name] = file_sha256(name)
+            except OSError as e:
+                raise ctx.err(f"workload {name!r}: cannot read it: {e.strerror}", at) from None
         out.append((name, {str(k): v for k, v in args.items()}))
-    return out
+    return out, hashes
 
 
 def _flat(data: Any, prefix: str = "", out: dict[str, float] | None = None) -> dict[str, float]:
@@ -599,7 +625,7 @@ def load_sweep(
                 f"values of {n!r} must be finite numbers, strings, lists or mappings ({e})",
                 f"{prefix}.{n}",
             ) from None
-    workloads = _workloads(data.get("workloads"), here, ctx)
+    workloads, workload_sha256 = _workloads(data.get("workloads"), here, ctx)
     for wname, wargs in workloads:
         try:
             canonical_json(wargs)
@@ -662,6 +688,7 @@ def load_sweep(
         parameters=tuple(names),
         param_sets=tuple(kept),
         workloads=tuple(workloads),
+        workload_sha256=workload_sha256,
         metrics=tuple(metrics),
         constraint=tuple(constraints),
         filtered=len(sets) - len(kept),

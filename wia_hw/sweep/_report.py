@@ -170,7 +170,9 @@ def plot_pareto(
     y: str = PARETO_PLOT_AXES[1],
 ) -> Path:
     """A PNG: every ``ok`` point (``x`` against ``y``), one panel per workload, with
-    its Pareto front drawn as a line. Needs matplotlib (``wia-hw[plot]``)."""
+    its Pareto front drawn as a line (an SVG or PDF by ``path``'s suffix). The same
+    rows give the same bytes: no date in an SVG or PDF, and a fixed id salt in an SVG
+    (as ``report/_svg.py`` writes its plots). Needs matplotlib (``wia-hw[plot]``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -206,6 +208,10 @@ def plot_pareto(
         axes[0][0].text(0.5, 0.5, "no finished points", ha="center", va="center")
     fig.tight_layout()
     p = Path(path)
-    fig.savefig(p, dpi=110)
+    # matplotlib stamps an SVG's <dc:date> and a PDF's /CreationDate with the time, and
+    # salts an SVG's ids at random: none of them, so a re-run compares equal
+    metadata = {".svg": {"Date": None}, ".pdf": {"CreationDate": None}}.get(p.suffix.lower())
+    with matplotlib.rc_context({"svg.hashsalt": "wia-hw-sweep"}):
+        fig.savefig(p, dpi=110, metadata=metadata)
     plt.close(fig)
     return p

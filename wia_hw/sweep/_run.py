@@ -72,6 +72,7 @@ def _task(sw: Sweep, p: Point) -> dict[str, Any]:
         "params": p.params,
         "workload": p.workload_name,
         "args": p.workload_args,
+        "workload_sha256": sw.workload_sha256.get(p.workload_name),
         "metrics": list(p.metrics),
     }
 
@@ -287,6 +288,7 @@ def sweep(
                     "sampler": sw.sampler,
                     "parameters": list(sw.parameters),
                     "workloads": [[w, a] for w, a in sw.workloads],
+                    **({"workload_sha256": dict(sw.workload_sha256)} if sw.workload_sha256 else {}),
                     "metrics": list(sw.metrics),
                     "points": len(points),
                 }

@@ -57,12 +57,26 @@ def init_worker() -> None:
             pass  # best effort: without it an orphan waits on its queue, idle
 
 
-def _graph(name: str, args: Mapping[str, Any]) -> Graph:
-    from ..runtime import resolve_workload
+def _graph(name: str, args: Mapping[str, Any], sha256: str | None = None) -> Graph:
+    """The graph of workload ``name`` with ``args``, cached per process. ``sha256``: the
+    model file's hash when the sweep was loaded (its points' keys hold it); a file that
+    holds other bytes now is refused, never stored under that key, and a graph cached
+    from another version of the file is not reused."""
+    from ..runtime import file_sha256, resolve_workload
 
-    key = canonical_json([name, dict(args)])
+    key = canonical_json([name, dict(args), sha256])
     g = _GRAPHS.get(key)
     if g is None:
+        if sha256 is not None:
+            try:
+                now = file_sha256(name)
+            except OSError as e:
+                raise WiaError(f"workload {name}: cannot read it: {e.strerror}") from None
+            if now != sha256:
+                raise WiaError(
+                    f"workload {name} has changed since the sweep was loaded (sha256 "
+                    f"{now[:12]}, the sweep's points have {sha256[:12]})"
+                )
         g = resolve_workload(name, **args)
         _GRAPHS[key] = g
         while len(_GRAPHS) > _GRAPH_CACHE_SIZE:
@@ -94,7 +108,8 @@ def extract_metrics(result: Any, names: tuple[str, ...] | list[str]) -> dict[str
 
 def evaluate_point(task: Mapping[str, Any]) -> dict[str, Any]:
     """Run one point. ``task`` holds ``key``, ``base`` (the base spec mapping),
-    ``params`` (dotted path -> value), ``workload``, ``args`` and ``metrics``.
+    ``params`` (dotted path -> value), ``workload``, ``args``, ``workload_sha256`` (of a
+    model file, else None or absent) and ``metrics``.
 
     Returns ``{"key", "status": "ok"|"failed", "metrics" (None when failed), "error",
     "wall_s", "cpu_s"}`` (seconds of wall time and of this process's CPU time). A point whose parameters the spec refuses, or whose run raises, is
@@ -110,7 +125,8 @@ def evaluate_point(task: Mapping[str, Any]) -> dict[str, Any]:
     error = None
     try:
         spec = load_spec(task["base"], task["params"])
-        result = Context(spec).run(_graph(task["workload"], task["args"]))  # type: ignore[arg-type]
+        graph = _graph(task["workload"], task["args"], task.get("workload_sha256"))
+        result = Context(spec).run(graph)  # type: ignore[arg-type]
         metrics = extract_metrics(result, task["metrics"])
     except WiaError as e:
         error = str(e).splitlines()[0] if str(e) else type(e).__name__
