@@ -204,8 +204,9 @@ def _shrunk(x: int, y: int, ok: Callable[[int, int], bool]) -> tuple[int, int]:
 def _whole_blocks(
     spec: DeviceSpec, n: int, k: int, t: GemmTiling, elem_bytes: int, out_bytes: int
 ) -> GemmTiling:
-    """``t``, or, on a weight-stationary array, ``t`` widened to whole block columns of
-    B with K cut to fit, when its B panel uses at most half of each block it touches.
+    """``t``, or ``t`` widened to whole block columns of B with K cut to fit, when its B
+    panel uses at most half of each block it touches (output-stationary: only when K is
+    cut already).
 
     B (``k x n``) is stored in blocks of ``br x bc`` elements (``BlockLayout``). A tile
     narrower than ``bc`` reads whole blocks from HBM and uses a part; the rest waits in
@@ -218,13 +219,16 @@ def _whole_blocks(
     array's rows) that fits the operand buffer; a weight-stationary array sums the K
     slices in its accumulators, so the cut costs little (1.80 ms on one core, 0.71 ms on
     3 and on 4). On output-stationary arrays K slices are partial outputs stored and
-    read back, and the same widening measured slower (wia-npu: +5 to +14%), so they keep
-    the heuristic's tiles.
+    read back, so they are widened only where K is cut already: there the same re-read
+    happens (1 x 8192 x 28672 fp16 on wia-npu, B in 256 x 256 blocks, 128-wide tiles:
+    B crossed HBM twice, 1.69 ms on 4 cores against 1.23 on 2; 0.86 ms widened, and
+    8 x 4096 x 16384 0.49 -> 0.25 ms); a K slice a whole-K tile would add measured
+    slower (+5 to +14%).
     """
     a = spec.compute.array
     lay = BlockLayout.for_tensor(0, TensorRef("b", k, n, elem_bytes), spec.memory.block_bytes)
     bc, br = lay.bc, lay.br
-    if a.dataflow != "ws" or t.tb > 1 or t.tn >= n or 2 * t.tn > bc:
+    if t.tb > 1 or t.tn >= n or 2 * t.tn > bc or (a.dataflow != "ws" and t.tk >= k):
         return t
     tn = min(_ceil_to(_ceil_to(t.tn, bc), a.cols), _ceil_to(n, a.cols))
     if t.tm * tn * out_bytes > spec.memory.l1.size_bytes // 4:
