@@ -389,3 +389,20 @@ def test_compare_default_precision_is_the_resolved_one(tmp_path):
     assert "precision" not in json.loads(out)["made_with"]
     code, out, _ = _cli("compare", str(tmp_path / "a.json"), str(tmp_path / "c.json"), "--json")
     assert json.loads(out)["made_with"]["precision"] == ["fp16", "fp32"]
+
+
+def test_a_generation_report_replays_byte_for_byte(tmp_path):
+    # a --generate report says its run is replayable: --replay generates again, on the
+    # spec, overrides and extension it was made with (it refused the schema before)
+    a, b = tmp_path / "gen.json", tmp_path / "again.json"
+    made = [
+        "run", "gpt2", "--generate", "6", "--prompt-len", "3", "-b", "2", "-a", "layers=2",
+        "-d", "wia-edge", "--set", "memory.hbm.bandwidth_gbs=300",
+        "--ext", "transformer_engine", "-o", str(a),
+    ]  # fmt: skip
+    assert _cli(*made)[0] == 0
+    code, out, err = _cli("run", "--replay", str(a), "-o", str(b))
+    assert code == 0, err
+    assert a.read_bytes() == b.read_bytes()
+    d = json.loads(a.read_text())
+    assert d["schema"] == "wia-hw.generate/1" and d["provenance"]["run"]["replayable"]

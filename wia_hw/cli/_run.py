@@ -39,7 +39,7 @@ from ._common import (
     task_progress,
     width_option,
 )
-from ._generate import run_generation, throughput_text
+from ._generate import print_generation, run_generation, throughput_text
 
 __all__ = [
     "run_cmd",
@@ -52,6 +52,7 @@ __all__ = [
 
 #: The run report schema ``--replay`` reads (another version is refused).
 RUN_SCHEMA = "wia-hw.run/1"
+GENERATE_SCHEMA = "wia-hw.generate/1"
 #: Options a replay takes from the report: giving one with ``--replay`` is refused.
 _REPLAY_SETS = {
     "device": "--device",
@@ -235,10 +236,10 @@ def replay_context(path: Path) -> tuple[Context, dict[str, Any]]:
         raise WiaError(f"{path}: not a wia-hw run report (not UTF-8 text: not JSON)") from None
     except json.JSONDecodeError as e:
         raise WiaError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
-    if not isinstance(data, dict) or data.get("schema") != RUN_SCHEMA:
+    if not isinstance(data, dict) or data.get("schema") not in (RUN_SCHEMA, GENERATE_SCHEMA):
         raise WiaError(
             f"{path}: not a wia-hw run report (schema {data.get('schema')!r}; "
-            f"expected {RUN_SCHEMA})"
+            f"expected {RUN_SCHEMA} or {GENERATE_SCHEMA})"
             if isinstance(data, dict)
             else f"{path}: not a wia-hw run report"
         )
@@ -246,6 +247,10 @@ def replay_context(path: Path) -> tuple[Context, dict[str, Any]]:
     if not isinstance(prov, dict) or not isinstance(prov.get("run"), dict):
         raise WiaError(f"{path}: the report has no provenance (made before wia_hw recorded it)")
     run = prov["run"]
+    if data["schema"] == GENERATE_SCHEMA:  # its prefill's run, and the generation's own
+        if not isinstance(prov.get("generate"), dict):
+            raise WiaError(f"{path}: the generation report records no generation arguments")
+        run = dict(run, generate=prov["generate"])
     if not run.get("replayable", False):
         raise WiaError(
             f"{path}: the run was of a Graph object, with given inputs or with schedules "
@@ -277,6 +282,32 @@ def replay_context(path: Path) -> tuple[Context, dict[str, Any]]:
             now_file = file_provenance(key, run[key])
             _same_bytes(path, f"{key} {run[key]}", f"{key}_sha256", run, now_file)
     return ctx, run
+
+
+def _replay_generation(
+    ctx: Context, rec: dict[str, Any], as_json: bool, output: Path | None, width: int | None
+) -> None:
+    """Generate again as the ``wia-hw.generate/1`` report's provenance says (its model,
+    prompt, tokens, batch, precision, method and model arguments) on ``ctx``, and print
+    or write it as ``run --generate`` does."""
+    from ..generate import generate
+
+    gen = rec["generate"]
+    g = generate(
+        rec["workload"] if rec.get("workload_sha256") else gen["model"],
+        prompt_len=gen["prompt_len"],
+        new_tokens=gen["new_tokens"],
+        batch=gen["batch"],
+        precision=rec.get("precision"),
+        method=gen["method"],
+        kv_bucket=gen["kv_bucket"],
+        anchor_every=gen["anchor_every"],
+        ctx=ctx,
+        **gen.get("kwargs", {}),
+    )
+    if emit_json(json.dumps(g.to_dict(), indent=2), output, as_json):
+        return
+    print_generation(g, make_console(width))
 
 
 def _as_recorded(given: str, recorded: str | None) -> str:
@@ -424,6 +455,8 @@ def run_cmd(
                 "made (run it without --replay to change it)"
             )
         ctx, rec = replay_context(replay)
+        if rec.get("generate") is not None:  # a --generate report: generate again
+            return _replay_generation(ctx, rec, as_json, output, width)
         workload: str = rec["workload"]
         kw: dict[str, Any] = dict(
             batch=rec["batch"], seq=rec["seq"], precision=rec["precision"], **rec["kwargs"]
