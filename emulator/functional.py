@@ -273,7 +273,11 @@ def _cubic_weights(
 def _resize_linear(
     x: np.ndarray, attrs: Mapping[str, Any], out_shape: tuple[int, ...]
 ) -> np.ndarray:
-    sh, sw = (float(v) for v in attrs["scales"])
+    # ``scales`` map coordinates as ONNX's Resize input does; a graph given only the
+    # documented ``size`` (GraphBuilder) scales by output over input size, as an ONNX
+    # Resize given only sizes does
+    default = (out_shape[2] / x.shape[2], out_shape[3] / x.shape[3])
+    sh, sw = (float(v) for v in attrs.get("scales", default))
     ctm = str(attrs.get("coordinate_transformation_mode", "half_pixel"))
     if attrs.get("mode") == "cubic":
         a, ex = float(attrs.get("cubic_coeff_a", -0.75)), bool(attrs.get("exclude_outside"))

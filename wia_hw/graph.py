@@ -59,6 +59,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from numbers import Integral
 from typing import Any
 
 from .emulator.errors import WorkloadError
@@ -345,6 +346,22 @@ def infer_shapes(op: Op, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, .
         if not lo <= len(shapes) <= hi:
             raise WorkloadError(f"op {n!r} ({k}): takes {lo}..{hi} inputs, got {len(shapes)}")
 
+    def required(attr: str) -> Any:
+        if attr not in a:
+            raise WorkloadError(f"op {n!r} ({k}): attribute {attr!r} is required")
+        return a[attr]
+
+    def axis(shape: tuple[int, ...], default: int) -> int:
+        """The ``axis`` attribute as an index into ``shape`` (negative from the end):
+        out of range is an error, never wrapped round."""
+        v, rank = a.get("axis", default), len(shape)
+        if isinstance(v, bool) or not isinstance(v, Integral) or not -rank <= v < rank:
+            raise WorkloadError(
+                f"op {n!r} ({k}): axis {v!r} is out of range for input {list(shape)} "
+                f"(rank {rank}: {-rank}..{rank - 1})"
+            )
+        return int(v) % rank
+
     if k == "linear":
         need((2, 3))
         x, w = shapes[0], shapes[1]
@@ -400,6 +417,7 @@ def infer_shapes(op: Op, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, .
         return [(x[0], w[0], ho, wo)]
     if k == "softmax":  # x, and an additive bias (a mask, a position bias) broadcast to it
         need((1, 2))
+        axis(shapes[0], -1)
         if len(shapes) == 2 and _broadcast(n, shapes[0], shapes[1]) != shapes[0]:
             raise WorkloadError(
                 f"op {n!r} (softmax): bias {list(shapes[1])} does not broadcast to "
@@ -426,6 +444,7 @@ def infer_shapes(op: Op, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, .
         return [_broadcast(n, _broadcast(n, shapes[0], shapes[1]), shapes[2])]
     if k == "cumsum":  # running sums along ``axis`` (``exclusive``, ``reverse``)
         need(1)
+        axis(shapes[0], 0)
         return [shapes[0]]
     if k == "resize":  # [N, C, H, W] -> [N, C, *size]
         need(1)
@@ -480,7 +499,14 @@ def infer_shapes(op: Op, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, .
         return [(x[0], x[1], 1, 1)]
     if k == "reshape":
         need(1)
-        new = tuple(a["shape"])
+        new = required("shape")
+        if not isinstance(new, (list, tuple)) or not all(
+            isinstance(d, Integral) and not isinstance(d, bool) and d > 0 for d in new
+        ):
+            raise WorkloadError(
+                f"op {n!r} (reshape): shape {new!r} must be a list of positive integers"
+            )
+        new = tuple(int(d) for d in new)
         if math.prod(new) != math.prod(shapes[0]):
             raise WorkloadError(
                 f"op {n!r} (reshape): cannot reshape {list(shapes[0])} to {list(new)}"
@@ -488,28 +514,28 @@ def infer_shapes(op: Op, shapes: Sequence[tuple[int, ...]]) -> list[tuple[int, .
         return [new]
     if k == "transpose":
         need(1)
-        perm = tuple(a["perm"])
-        if sorted(perm) != list(range(len(shapes[0]))):
+        perm = required("perm")
+        if not isinstance(perm, (list, tuple)) or sorted(perm) != list(range(len(shapes[0]))):
             raise WorkloadError(
-                f"op {n!r} (transpose): perm {list(perm)} does not fit {list(shapes[0])}"
+                f"op {n!r} (transpose): perm {perm!r} does not fit {list(shapes[0])}"
             )
         return [tuple(shapes[0][p] for p in perm)]
     if k == "concat":
         need((1, 1 << 16))
-        axis = a.get("axis", -1)
         base = list(shapes[0])
-        ax = axis % len(base)
+        ax = axis(shapes[0], -1)
         for s in shapes[1:]:
             if len(s) != len(base) or any(s[i] != base[i] for i in range(len(s)) if i != ax):
                 raise WorkloadError(
-                    f"op {n!r} (concat): {list(shapes[0])} and {list(s)} differ outside axis {axis}"
+                    f"op {n!r} (concat): {list(shapes[0])} and {list(s)} differ outside axis "
+                    f"{a.get('axis', -1)}"
                 )
             base[ax] += s[ax]
         return [tuple(base)]
     if k == "slice":
         need(1)
         x = list(shapes[0])
-        ax = a.get("axis", 0) % len(x)
+        ax = axis(shapes[0], 0)
         step = a.get("step", 1)
         if not isinstance(step, int) or isinstance(step, bool) or step == 0:
             raise WorkloadError(f"op {n!r} (slice): step {step!r} must be a nonzero integer")
@@ -619,8 +645,8 @@ class Graph:
     ``quant`` maps integer tensors to their static :class:`QuantParams` (an ONNX
     model quantised with QuantizeLinear/DequantizeLinear): functional mode reads and
     writes those tensors' codes with them. :func:`~wia_hw.apply_fusion` (which only
-    marks ops) keeps both; a graph rebuilt from this one (quantisation) starts
-    without either. ``weight_sources`` maps a weight that holds (a new layout of, or
+    marks ops) keeps both; a quantised graph (:func:`~wia_hw.quantize_model`)
+    holds its own (its codes, biases and the float weights it kept). ``weight_sources`` maps a weight that holds (a new layout of, or
     part of) one of the model's weights to that weight's name and element count (an
     ONNX model's tied embedding, read transposed as the LM head, is two weights of
     one source): :attr:`parameters` and :attr:`weight_bytes` count each source once.

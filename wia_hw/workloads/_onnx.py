@@ -569,8 +569,24 @@ class _Importer:
         #: weight -> the ONNX constant whose values it holds (itself, or reshaped or
         #: transposed at import: :meth:`const_weight`), for counting each once
         self.weight_origin: dict[str, str] = {}
+        #: ONNX constants that hold none of the model's data (_onnx_fold.PLAIN), and
+        #: the float ones folding computed from those (_onnx_fold.MADE)
+        self.plain: set[str] = set()
+        self.made_consts: set[str] = set()
+        #: weights the import makes that hold none of the model's data (:meth:`made`)
+        self.made_weights: set[str] = set()
 
     # -- values ------------------------------------------------------------------------
+    def made(self, weight: str) -> str:
+        """Mark ``weight`` as a constant of the run that holds none of the model's data
+        (a zero padding slab, a mask or fill built from shapes and scalars): not one of
+        the model's parameters (:func:`_weight_sources`). It stays a weight that its
+        op reads, as torch reads the buffer it allocates for it (``F.pad``'s zeros, an
+        RNN's ``torch.zeros`` state, an ``attn_mask``), so timing still moves its bytes;
+        only the parameter count leaves it out."""
+        self.made_weights.add(weight)
+        return weight
+
     def dtype(self, value: str, elem: int, node: str = "") -> str:
         dt = self.dtypes.get(elem)
         if dt is None:
@@ -1603,6 +1619,8 @@ def _select(imp: _Importer, node: Any, name: str, out: str, grp: str, dt: str | 
     if consts and math.prod(_broadcast_shape(consts)) > 1 or not vals[1:]:
         shape = _broadcast_shape(consts) if consts else (1,)
         w = imp.b.weight(f"{name}.{t.lower()}_const", shape, xd if xd != "bool" else (dt or "fp32"))
+        if all(i in imp.plain for i in ins if i and i not in dyn):
+            imp.made(w)  # a mask or fill from shapes and scalars: no model data
         vals.append(w)
         cond = imp.array_of(ins[0]) if t == "Where" else None
         if cond is not None:  # the elements that keep the run-time value
@@ -1864,7 +1882,7 @@ def _pad(
             if mode != "constant":
                 return [_pad_border(imp, name, out, grp, dt, src, ax, side, width, mode, j)]
             shape = imp.b.shape(src)[:ax] + (width,) + imp.b.shape(src)[ax + 1 :]
-            wname = imp.b.weight(f"{name}.fill{j}_{side}", shape, xd)
+            wname = imp.made(imp.b.weight(f"{name}.fill{j}_{side}", shape, xd))
             if fill is not None:
                 imp.values[wname] = lambda: np.full(shape, fill, dtype=np.float32)
             return [wname]
@@ -2295,15 +2313,15 @@ def _attention(
     if len(ins) > 3 and ins[3]:
         mask = imp.value(ins[3], name)
         if imp.b.tensor(mask).dtype == "bool":  # True attends: 0, False: -inf
-            zero = imp.b.weight(f"{name}.mask_keep", (1,), "fp32")
-            drop = imp.b.weight(f"{name}.mask_drop", (1,), "fp32")
+            zero = imp.made(imp.b.weight(f"{name}.mask_keep", (1,), "fp32"))
+            drop = imp.made(imp.b.weight(f"{name}.mask_drop", (1,), "fp32"))
             imp.values[zero] = lambda: np.zeros(1, np.float32)
             imp.values[drop] = lambda: np.full(1, -np.inf, np.float32)
             mask = imp.add("where", f"{name}.mask", [mask, zero, drop], f"{out}.mask", grp, None)
         y = imp.add("add", f"{name}.masked", [y, mask], f"{out}.masked", grp, dt)
     causal = bool(a.get("is_causal", 0))
     if causal and sq != sk:  # ONNX aligns the triangle upper-left: query i sees keys <= i
-        tri = imp.b.weight(f"{name}.causal", (sq, sk), "fp32")
+        tri = imp.made(imp.b.weight(f"{name}.causal", (sq, sk), "fp32"))
         imp.values[tri] = lambda: np.where(
             np.tril(np.ones((sq, sk), bool)), np.float32(0), np.float32(-np.inf)
         ).astype(np.float32)
@@ -2557,7 +2575,8 @@ def _depth_taps(
         for side, width in (("lo", lo), ("hi", hi)):
             if width:
                 shape = (x[0], x[1], width, *x[3:])
-                wname = imp.b.weight(f"{name}.depth_pad_{side}", shape, xd)
+                # zeros of the padded depth: a constant of the run (Importer.made)
+                wname = imp.made(imp.b.weight(f"{name}.depth_pad_{side}", shape, xd))
                 imp.values[wname] = lambda shape=shape: np.full(shape, fill, np.float32)
                 parts.append(wname)
         parts.insert(1 if lo else 0, src)
@@ -3066,7 +3085,11 @@ def _preflight(proto: Any, source: str) -> None:
 
 
 def _prepare(
-    onnx: Any, model: Any, batch: int | None, dims: Mapping[str, int]
+    onnx: Any,
+    model: Any,
+    batch: int | None,
+    dims: Mapping[str, int],
+    source: str | None = None,
 ) -> tuple[Any, str, str, int, dict[str, Any]]:
     """Load, fix the input dims, infer shapes and fold constants: (proto, graph name,
     source, nodes folded, ``info``: ``dims``, the entries of ``dims`` the model used;
@@ -3075,12 +3098,17 @@ def _prepare(
     output -> (that weight, its element count); ``held``, the bytes of the large
     inline initializers, held out of the proto while shape inference copies it round
     after round, which :func:`_import_prepared` puts back; ``dead``, the number of
-    nodes removed after folding because no graph output depends on them)."""
+    nodes removed after folding because no graph output depends on them; ``plain`` and
+    ``made``, the constants that hold none of the model's data and the float ones
+    folding computed from those). ``source``, when given, names the model in messages
+    (``from_torch`` gives the module's class)."""
     import onnx.shape_inference
 
     from ._onnx_fold import (
         DERIVED,
         HELD,
+        MADE,
+        PLAIN,
         SOURCES,
         check_loops,
         fold,
@@ -3090,7 +3118,8 @@ def _prepare(
         sort_nodes,
     )
 
-    proto, gname, source = _load(onnx, model)
+    proto, gname, loaded = _load(onnx, model)
+    source = source or loaded
     sort_nodes(proto.graph, source)  # shape inference reads the nodes in order
     _preflight(proto, source)
     replace_removed_ops(onnx, proto)
@@ -3117,6 +3146,8 @@ def _prepare(
         "sources": memo.get(SOURCES, {}),
         "held": memo[HELD],
         "dead": dead,
+        "plain": memo.get(PLAIN, set()),
+        "made": memo.get(MADE, set()),
     }
     return proto, gname, source, folded, info
 
@@ -3201,6 +3232,8 @@ def _import_prepared(
     imp = _Importer(onnx, proto, gname)
     imp.base_dir = base_dir
     imp.computed.update((info or {}).get("moved", {}))  # shape-folded nodes on weights
+    imp.plain = set((info or {}).get("plain", ()))
+    imp.made_consts = set((info or {}).get("made", ()))
     for vi in imp.g.input:
         if vi.name in imp.inits:
             continue
@@ -3240,7 +3273,7 @@ def _import_prepared(
                     "that output is not modelled"
                 )
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
-    sequences = batch or dims.get("batch") or 1
+    sequences = batch or dims.get("batch") or _common_batch(imp) or 1
     params = {
         "model": gname,
         "source": source,
@@ -3273,14 +3306,37 @@ def _import_prepared(
     return graph
 
 
+def _common_batch(imp: _Importer) -> int | None:
+    """The batch of a model imported without one: the leading dim that every input
+    shares, when there are inputs, each has at least two dims and they agree (an
+    image batch ``[N, C, H, W]``, token ids and their mask ``[B, S]``, a torch module
+    traced at ``[B, ...]``); else None (a rank-1 input, or inputs whose leading dims
+    differ, say a state ``[layers, B, H]`` beside ``[B, T, I]``: one sample)."""
+    shapes = [t.shape for t in imp.b._tensors.values() if t.kind == "input"]
+    if not shapes or any(len(s) < 2 for s in shapes) or len({s[0] for s in shapes}) != 1:
+        return None
+    return shapes[0][0]
+
+
 def _weight_sources(
     imp: _Importer, graph: Graph, sources: Mapping[str, tuple[str, int]]
 ) -> dict[str, tuple[str, int]]:
     """:attr:`Graph.weight_sources`: each weight that holds another constant's values
     (a shape-folded move of a weight, ``sources``; a constant laid out anew at
-    import) -> (the model's weight, its elements)."""
+    import) -> (the model's weight, its elements). A weight that holds none of the
+    model's data (:meth:`_Importer.made`, or a float constant folding computed from
+    shapes and scalars: ``_onnx_fold.MADE``) -> a source of its own with no
+    elements, so :attr:`Graph.parameters` (what torch's ``parameters()`` counts)
+    leaves it out whatever the dims, while :attr:`Graph.weight_bytes` keeps its bytes
+    (memory the run holds)."""
     found: dict[str, tuple[str, int]] = {}
+    for w in graph.tensors:
+        v = imp.weight_origin.get(w)
+        if w in imp.made_weights or v in imp.made_consts and v not in sources:
+            found[w] = (f"<constant {w}>", 0)
     for w, v in imp.weight_origin.items():
+        if w in found:
+            continue
         if w not in graph.tensors:
             continue
         src = sources.get(v)
@@ -3306,8 +3362,11 @@ def from_onnx(
     takes ``batch``. Constant and static-shape subgraphs are folded away. With
     ``recognise`` (default) attention, decomposed layer norms and Erf-written GELUs
     become ``bmm``/``softmax``/``bmm``, ``layer_norm`` and ``gelu`` ops carrying the
-    FLOPs of the ops they replace. The graph's ``sequences`` is ``batch``, else
-    ``dims["batch"]``, else 1; ``params`` records the source, opset, dims and the number of folded nodes.
+    FLOPs of the ops they replace. The graph's ``sequences`` (the samples one run
+    processes, for throughput) is ``batch``, else ``dims["batch"]``, else the leading
+    dim that every input shares when each has two or more dims (a model whose batch is
+    fixed in the file, or traced by ``from_torch``), else 1; ``params`` records the
+    source, opset, dims and the number of folded nodes.
 
     Raises :class:`~wia_hw.WorkloadError` when ``onnx`` is not installed, the file is
     missing or unreadable, an input dim stays unresolved (naming the input and dim),
@@ -3315,6 +3374,19 @@ def from_onnx(
     node's attributes are outside what is modelled (naming node and op type), or
     shapes disagree.
     """
+    return import_model(model, batch=batch, dims=dims, recognise=recognise)
+
+
+def import_model(
+    model: str | os.PathLike[str] | Any,
+    *,
+    batch: int | None = None,
+    dims: Mapping[str, int] | None = None,
+    recognise: bool = True,
+    source: str | None = None,
+) -> Graph:
+    """:func:`from_onnx`, with ``source`` naming the model in its messages (``from_torch``
+    names the module's class, not ``<ModelProto>``)."""
     try:
         import onnx
         import onnx.shape_inference
@@ -3325,7 +3397,7 @@ def from_onnx(
     dims = dict(dims or {})
     for k, val in dims.items():
         _positive(f"dims[{k!r}]", val)
-    proto, gname, source, folded, info = _prepare(onnx, model, batch, dims)
+    proto, gname, source, folded, info = _prepare(onnx, model, batch, dims, source)
     dims = info["dims"]
     bad = unsupported_ops(proto)
     if bad:

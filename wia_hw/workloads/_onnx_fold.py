@@ -15,6 +15,15 @@ in place):
   bytes, so the chain repeated in every layer is evaluated once), when its inputs and
   its output hold at most :data:`FOLD_MAX_ELEMENTS` elements each and no input is an
   initializer of more than :data:`INIT_MAX_ELEMENTS` elements (a weight).
+* Not a GEMM-class node (:data:`GEMM_OPS`) that reads one of the model's float
+  weights, even on constants only (learned queries through a Linear, an RNN's first
+  recurrence on its zero state): that product is the model's compute (torch's FLOP
+  counter counts it) and its operands are the model's parameters.
+* ``CastLike`` of a constant is a ``Cast`` to its second input's element type (a
+  run-time tensor's is known after shape inference).
+* What folding computes from no model data (:data:`PLAIN` values: shapes, scalar and
+  integer ``Constant`` nodes) is recorded (:data:`MADE`): a zero initial state or a
+  mask built from shapes is a constant of the run, not a parameter of the model.
 * A node on constants that is larger than that (a ``Transpose`` or ``Cast`` of a
   weight, say) is *shape-folded*: its output becomes a constant whose dims are known
   but whose values are not computed at import (the work happens once, when weights
@@ -82,6 +91,23 @@ HOLD_BYTES = 4 * INIT_MAX_ELEMENTS
 #: layout of) one weight of the model: output -> (that initializer's name, its
 #: element count), for counting the model's parameters once (:meth:`_Folder.derive`)
 SOURCES = ("weight sources",)
+#: The memo key of the values that hold none of the model's data (``Shape``/``Size``
+#: of a tensor, a ``Constant`` that is not a float tensor of several elements, and what
+#: folding computes from those alone): names (:meth:`_Folder.note_data`)
+PLAIN = ("plain constants",)
+#: The memo key of the float values that folding computed from :data:`PLAIN` ones
+#: alone (a zero initial state, a causal mask built from ``full`` and ``triu``, the
+#: exporters' ``ConstantOfShape`` and ``Expand`` fills): names. They are constants of
+#: the run, not the model's parameters (the importer keeps them out of
+#: ``Graph.parameters``), and they change with the dims the model is imported at.
+MADE = ("made constants",)
+#: GEMM-class ops: folding never evaluates one that reads one of the model's weights
+#: (:meth:`_Folder.reads_weight`), since that product is the model's compute, which
+#: torch's FLOP counter and the exporters' fused ops (an RNN's first recurrence on a
+#: zero state) count, and its operands are the model's parameters.
+GEMM_OPS = frozenset(
+    {"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "MatMulInteger", "ConvInteger"}
+)
 #: Most iterations a Loop with a constant trip count is unrolled to.
 UNROLL_MAX = 4096
 #: The key, in the memo that the rounds of one import share, of the unrolled loops'
@@ -301,6 +327,41 @@ class _Folder:
 
         self.memo.setdefault(DERIVED, {})[node.output[0]] = make
 
+    def reads_weight(self, name: str) -> bool:
+        """Whether constant ``name`` is, or holds, one of the model's float weights: a
+        float initializer that is not a :data:`PLAIN` value, a recorded source, or a
+        shape-folded value (dims only: a weight's move)."""
+        if name in self.memo.get(SOURCES, {}) or name in self.shape_only:
+            return True
+        t = self.inits.get(name)
+        return (
+            t is not None
+            and t.data_type in _FLOAT_ELEMS
+            and name not in self.memo.get(PLAIN, set())
+        )
+
+    def note_data(self, node: Any, computed: bool) -> None:
+        """Record whether ``node``'s outputs hold any of the model's data: not when
+        every input is a :data:`PLAIN` value (then they are plain too, and, when
+        ``computed`` and float, :data:`MADE`); a ``Constant`` is plain unless it is a
+        float tensor of several elements (a weight written inline)."""
+        plain = self.memo.setdefault(PLAIN, set())
+        made = self.memo.setdefault(MADE, set())
+        if node.op_type == "Constant":
+            v = self.values.get(node.output[0])
+            if v is not None and not (v.dtype.kind == "f" and v.size > 1):
+                plain.add(node.output[0])
+            return
+        if not all(i in plain for i in node.input if i):
+            return
+        for o in node.output:
+            if not o:
+                continue
+            plain.add(o)
+            v = self.values.get(o)
+            if computed and v is not None and v.dtype.kind == "f":
+                made.add(o)
+
     def record_source(self, node: Any, vals: list[Any]) -> None:
         """A shape-folded node reading one weight (the others small constants): its
         output holds that weight's values in another layout, or part of them
@@ -384,13 +445,28 @@ class _Folder:
             else:
                 return False
             self.values[node.output[0]] = arr
+            self.note_data(node, computed=False)
             return True
         if node.op_type in ("Shape", "Size") and node.domain in ("", "ai.onnx"):
             v = self.static_shape(node)
             if v is None:
                 return False
             self.values[node.output[0]] = v
+            self.memo.setdefault(PLAIN, set()).add(node.output[0])  # a shape: no data
             return True
+        if (
+            node.op_type == "CastLike"
+            and node.domain in ("", "ai.onnx")
+            and len(node.input) == 2
+            and self.is_const(node.input[0])
+            and not self.is_const(node.input[1])
+            and self.elem.get(node.input[1])
+        ):  # its second input gives only the element type (the dynamo exporter's
+            # attention scale cast like q): a Cast of the constant to it
+            cast = self.onnx.helper.make_node(
+                "Cast", [node.input[0]], list(node.output), node.name, to=self.elem[node.input[1]]
+            )
+            return self.try_fold(cast)
         ins = [i for i in node.input if i]
         if not ins:
             return False
@@ -405,6 +481,8 @@ class _Folder:
             return False  # random, a custom op, or has a subgraph (GRAPH(S) attribute)
         if node.op_type == "DequantizeLinear" and keeps_integer(node, self.readers):
             return False  # integer weights stay integer (the importer's _onnx_qdq)
+        if node.op_type in GEMM_OPS and any(self.reads_weight(i) for i in ins):
+            return False  # the model's compute on its weights (GEMM_OPS)
         vals = [self.value(i) if i else None for i in node.input]
         small = all(v is not None for v, i in zip(vals, node.input, strict=True) if i)
         if node.op_type == "QuantizeLinear" and not small and node.input[0] in self.inits:
@@ -422,6 +500,7 @@ class _Folder:
                     self.values[o] = v
                     self.shapes[o] = tuple(v.shape)
             self.record_small_source(node)
+            self.note_data(node, computed=True)
             return True
         if unknown_out:
             return False

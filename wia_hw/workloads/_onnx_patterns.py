@@ -798,59 +798,83 @@ class _Rewriter:
 
     def untranspose(self, kt: str, reader: Op) -> tuple[str, list[Op], list[Op]] | None:
         """``kt`` is k with its last two axes swapped: (k's tensor, the ops that made
-        ``kt`` from it, the ops that replace them), or None. Forms: one ``transpose``
-        (its perm with the last two entries swapped back stays, unless that is the
-        identity), or ``reshape -> transpose(last two) -> reshape`` over merged
-        leading dims (the dynamo exporter's 3-D transpose; when the first reshape's input
-        groups the leading dims otherwise, a ``reshape`` of k to kt's leading dims
-        replaces the three)."""
+        ``kt`` from it, the ops that replace them), or None.
+
+        The ops from k to ``kt`` are optionally a ``reshape`` that merges k's leading
+        axes, a run of ``transpose`` ops, composed into one permutation that moves the
+        last two axes of what it reads (nothing else, once those two are swapped back,
+        or any other permutation, which stays as one ``transpose``), and optionally a
+        ``reshape`` that regroups the leading axes only: one transpose (eager
+        attention), the dynamo exporter's 3-D ``reshape -> transpose -> reshape``, and
+        its optimised form where the heads' ``transpose(1, 0, 2)`` runs straight into
+        the ``transpose(0, 2, 1)`` of k (``nn.MultiheadAttention``). The replacement is
+        the remaining permutation (if any), then a ``reshape`` to ``kt``'s leading axes
+        when they differ (Hugging Face's repeat_kv: ``[B, n_kv, n_rep, T, d]`` read as
+        ``[B, H, d, T]``)."""
         from ..graph import Tensor
 
         p = self.prod.get(kt)
         if p is None or self.only_reader(kt) is not reader:
             return None
-        if p.kind == "transpose":
-            perm = list(p.attrs["perm"])
-            perm[-2], perm[-1] = perm[-1], perm[-2]
-            if perm == sorted(perm):
-                return p.inputs[0], [p], []
-            name = f"{kt}.untransposed"
-            shape = tuple(self.t(p.inputs[0]).shape[i] for i in perm)
-            self.new_tensors[name] = Tensor(name, shape, self.t(kt).dtype)
-            return (
-                name,
-                [p],
-                [Op(p.name, "transpose", (p.inputs[0],), (name,), p.group, {"perm": tuple(perm)})],
-            )
-        if p.kind != "reshape":
+        old: list[Op] = []
+        tail = None  # the reshape after the transposes
+        if p.kind == "reshape":
+            tail, cur = p, p.inputs[0]
+            old.append(p)
+            p = self.prod.get(cur)
+            if p is None or self.only_reader(cur) is not tail:
+                return None
+        perm: list[int] | None = None  # the transposes' composition, on their input
+        while p is not None and p.kind == "transpose" and self.alive(p):
+            step = list(p.attrs["perm"])
+            perm = step if perm is None else [step[i] for i in perm]
+            old.insert(0, p)
+            cur = p.inputs[0]
+            p = self.prod.get(cur)
+            if p is None or self.only_reader(cur) is not old[0]:
+                break
+        if perm is None:
             return None
-        tr = self.prod.get(p.inputs[0])
-        if tr is None or tr.kind != "transpose" or self.only_reader(p.inputs[0]) is not p:
-            return None
-        n = len(tr.attrs["perm"])
-        if tuple(tr.attrs["perm"]) != (*range(n - 2), n - 1, n - 2):
-            return None
-        r1 = self.prod.get(tr.inputs[0])
-        if r1 is None or r1.kind != "reshape" or self.only_reader(tr.inputs[0]) is not tr:
-            return None
-        k = r1.inputs[0]
-        ks, mid, kts = self.t(k).shape, self.t(r1.outputs[0]).shape, self.t(kt).shape
+        src = old[0].inputs[0]  # what the first transpose reads
+        back = list(perm)  # the permutation with the last two axes swapped back
+        back[-2], back[-1] = back[-1], back[-2]
+        ss = self.t(src).shape
+        u = tuple(ss[i] for i in back)  # k, the transposes' output with its last two swapped
+        kts = self.t(kt).shape
         if (
-            len(ks) < 2
-            or len(kts) < 2
-            or mid[-2:] != ks[-2:]  # the first reshape merges leading axes only
-            or kts[-2:] != (ks[-1], ks[-2])
-            or math.prod(ks[:-2]) != math.prod(kts[:-2])
+            len(kts) < 2
+            or kts[-2:] != (u[-1], u[-2])  # a tail reshape keeps the last two axes
+            or math.prod(kts[:-2]) != math.prod(u[:-2])
         ):
             return None
-        if kts[:-2] == ks[:-2]:
-            return k, [r1, tr, p], []
-        # k's leading axes regrouped too (Hugging Face's repeat_kv: [B, n_kv, n_rep,
-        # T, d] read as [B, H, d, T]): a view of k with kt's leading axes stays
-        name = f"{kt}.untransposed"
-        shape = kts[:-2] + ks[-2:]
-        self.new_tensors[name] = Tensor(name, shape, self.t(kt).dtype)
-        return name, [r1, tr, p], [Op(p.name, "reshape", (k,), (name,), p.group, {"shape": shape})]
+        identity = back == sorted(back)
+        r1 = self.prod.get(src)
+        if (
+            identity
+            and tail is not None
+            and r1 is not None
+            and r1.kind == "reshape"
+            and self.only_reader(src) is old[0]
+            and self.t(r1.inputs[0]).shape[-2:] == ss[-2:]  # merges leading axes only
+        ):
+            old.insert(0, r1)
+            src = r1.inputs[0]
+        k, new = src, []
+        if not identity:
+            name = f"{kt}.untransposed" if u[:-2] == kts[:-2] else f"{kt}.untransposed.t"
+            self.new_tensors[name] = Tensor(name, u, self.t(kt).dtype)
+            t0 = old[-2] if tail is not None else old[-1]
+            new.append(Op(t0.name, "transpose", (src,), (name,), t0.group, {"perm": tuple(back)}))
+            k = name
+        ks = self.t(k).shape
+        if ks[:-2] != kts[:-2]:  # k's leading axes regrouped as kt's: a view stays
+            name = f"{kt}.untransposed"
+            shape = kts[:-2] + ks[-2:]
+            self.new_tensors[name] = Tensor(name, shape, self.t(kt).dtype)
+            at = tail or old[-1]
+            new.append(Op(at.name, "reshape", (k,), (name,), at.group, {"shape": shape}))
+            k = name
+        return k, old, new
 
     def _reaches_bmm(self, tensor: str) -> bool:
         for _ in range(6):

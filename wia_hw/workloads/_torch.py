@@ -9,6 +9,13 @@ program (``torch.onnx.export`` of the ``ExportedProgram``, the translator that t
 dynamo exporter uses) -> :func:`~wia_hw.workloads.from_onnx`. So the op table, the
 folding and the pattern recognition are the ONNX importer's, and the same model gives
 the same MACs by either route (a test checks it).
+
+The translation runs without onnxscript's optimizer (``optimize=False``): that
+optimizer merges initializers whose *values* are equal (up to 1,024 elements), then
+the layers that read them as common subexpressions, and folds a transposed tied
+embedding into a second initializer, so parameters, MACs and latency would change with
+the weights' values (four parallel heads initialised alike became one). Timing
+depends on shapes and dtypes only; the importer's own folding does the rest.
 """
 
 from __future__ import annotations
@@ -39,13 +46,15 @@ def from_torch(
 
     Returns the :class:`~wia_hw.graph.Graph` that :func:`~wia_hw.workloads.from_onnx`
     gives for the module's ``torch.export`` program, named after the module's class;
-    ``params["source"]`` is ``torch.export``. Weights' values are not carried.
+    ``params["source"]`` is ``torch.export``. Weights' values are not carried. Its
+    ``sequences`` (samples per run, for throughput) is the leading dim that every
+    example input shares, when each has two or more dims, else 1.
 
     Raises :class:`~wia_hw.WorkloadError` when torch (or onnxscript) is not
     installed, ``module`` is not a ``torch.nn.Module``, ``example_args`` is not a
     tuple or list, ``torch.export`` or the ONNX translation fails (the first line of
     torch's message), or the program has ops the importer does not map (every such op
-    type with its count, as ``from_onnx``).
+    type with its count, as ``from_onnx``, naming the module's class).
     """
     try:
         import torch
@@ -76,7 +85,9 @@ def from_torch(
             f"from_torch: torch.export of {name} failed: {_first_line(e)}"
         ) from None
     try:
-        onnx_program = torch.onnx.export(program, dynamo=True, optimize=True, verbose=False)
+        # not optimize=True: onnxscript's optimizer merges equal-valued weights (see
+        # the module text), so the graph would depend on the weights' values
+        onnx_program = torch.onnx.export(program, dynamo=True, optimize=False, verbose=False)
         proto = onnx_program.model_proto
     except Exception as e:  # noqa: BLE001 - the translator raises many error types
         raise WorkloadError(
@@ -84,8 +95,8 @@ def from_torch(
             f"to ONNX failed: {_first_line(e)}"
         ) from None
     proto.graph.name = name
-    from ._onnx import from_onnx
+    from ._onnx import import_model
 
-    graph = from_onnx(proto, recognise=recognise)
+    graph = import_model(proto, recognise=recognise, source=f"{name} (torch.export)")
     graph.params["source"] = "torch.export"
     return graph
