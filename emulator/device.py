@@ -494,12 +494,51 @@ class Device:
             slot = passes * R * C * mi
         return passes, pass_cycles, l1, slot, busy
 
+    @staticmethod
+    def _vector_cols(k: VectorKernel) -> int:
+        return k.outputs[0].cols if k.outputs else 1
+
+    def _vector_reduce_tiles(self, k: VectorKernel) -> tuple[list[Tile], tuple[int, ...]]:
+        """Tiles of a reduction along the rows (``global_avgpool``: each output row of
+        ``out_cols`` reduces an input row of ``k.inputs[0].cols``) cut into bands of
+        ``k.rows_per_tile`` rows and chunks of ``k.cols_per_tile`` input columns, with
+        the groups: one core reduces a band's chunks in order, keeping the partial
+        results (a few values a row) in its registers, and stores the band's output
+        rows with its last chunk. Long rows cut into thin row chunks instead load whole
+        storage blocks for a few of their rows (1,024 rows of 65,536: 19x the input's
+        bytes from HBM)."""
+        v = self.spec.compute.vector
+        cpe = int(v.cycles_per_element[k.vclass])
+        inp = k.inputs[0]
+        rpt, cpt = max(1, k.rows_per_tile), k.cols_per_tile
+        tiles: list[Tile] = []
+        groups: list[int] = []
+        out_cols = self._vector_cols(k)
+        for r0 in range(0, k.rows, rpt):
+            r1 = min(k.rows, r0 + rpt)
+            groups.append(len(tiles))
+            for c0 in range(0, inp.cols, cpt):
+                c1 = min(inp.cols, c0 + cpt)
+                loads: list[Region] = [(inp, r0, r1, c0, c1)]
+                stores: list[Region] = (
+                    [(ref, r0, r1, 0, ref.cols) for ref in k.outputs] if c1 == inp.cols else []
+                )
+                elems = (r1 - r0) * (c1 - c0)  # every input element passes the unit
+                cyc = vector_op_cycles(elems, v.lanes, cpe, v.pipeline_depth)
+                nbytes = sum(
+                    (r[2] - r[1]) * (r[4] - r[3]) * r[0].elem_bytes for r in loads + stores
+                )
+                tiles.append(
+                    Tile(loads, stores, 0, cyc, nbytes, 0, 0, 0, 0, (r1 - r0, out_cols, elems))
+                )
+        return tiles, tuple(groups)
+
     def _vector_tiles(self, k: VectorKernel) -> list[Tile]:
         v = self.spec.compute.vector
         cpe = int(v.cycles_per_element[k.vclass])
         tiles = []
         rpt = max(1, k.rows_per_tile)
-        cols = k.outputs[0].cols if k.outputs else 1
+        cols = self._vector_cols(k)
         if k.cols_per_tile and k.cols_per_tile < cols:
             return self._vector_block_tiles(k, cpe, rpt, cols)
         for r0 in range(0, k.rows, rpt):
@@ -583,6 +622,8 @@ class Device:
         if isinstance(k, GemmKernel):
             return self._gemm_tiles(k), ()
         if isinstance(k, VectorKernel):
+            if k.cols_per_tile and k.inputs and k.inputs[0].cols > self._vector_cols(k):
+                return self._vector_reduce_tiles(k)
             return self._vector_tiles(k), ()
         return list(k.tiles), tuple(k.groups)
 
