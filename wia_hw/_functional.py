@@ -14,7 +14,16 @@ by :func:`wia_hw.emulator.functional.evaluate`.
 Float inputs and weights the user gives are stored in their tensor's dtype (rounded to
 nearest even, as uploading them does). Those not given are drawn from a seeded
 generator (float weights ``N(0, 1/fan_in)`` rounded to their dtype; token ids within
-the vocabulary).
+the vocabulary). Weights an imported model names but whose external data file is not
+beside it (``params["weight_data_absent"]``) are drawn too, with a
+:class:`WeightDataAbsentWarning`.
+
+Memory: the executor holds every tensor's value (float ones as float32, whatever their
+dtype), unless given ``keep`` (the names to keep besides the graph's results): then
+weights load, or are drawn, when an op first reads them, and every value is freed after
+its last reader, so a model holds about one layer at a time. Either way it refuses up
+front, with a WorkloadError, when what it would hold (:func:`functional_bytes`) is more
+than the memory available.
 
 int8 graphs use dynamic per-tensor symmetric quantisation: a ``cast`` to int8 picks
 ``scale = max|x| / 127``; random int8 weights carry ``scale = 1 / (127 sqrt(fan_in))``;
@@ -46,15 +55,17 @@ zero-point correction would. Its result is scaled per output channel.
 from __future__ import annotations
 
 import math
+import os
 import warnings
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .emulator.errors import WorkloadError
 from .emulator.functional import cast_to, evaluate, gemm_operands, random_input
+from .emulator.golden import round_to_precision
 from .emulator.kernels import GemmKernel, Kernel
 from .emulator.tiled_exec import execute_gemm
 from .graph import GEMM_KINDS, MOVE_KINDS, Graph, Op, QuantParams, op_macs
@@ -62,7 +73,13 @@ from .graph import GEMM_KINDS, MOVE_KINDS, Graph, Op, QuantParams, op_macs
 if TYPE_CHECKING:
     from .emulator.device import Device
 
-__all__ = ["FunctionalExecutor", "FUNCTIONAL_MAC_LIMIT", "RandomInt8WeightsWarning"]
+__all__ = [
+    "FunctionalExecutor",
+    "FUNCTIONAL_MAC_LIMIT",
+    "RandomInt8WeightsWarning",
+    "WeightDataAbsentWarning",
+    "functional_bytes",
+]
 
 
 class RandomInt8WeightsWarning(UserWarning):
@@ -70,9 +87,121 @@ class RandomInt8WeightsWarning(UserWarning):
     are not a quantised float model's (see :func:`wia_hw.quantize_model`)."""
 
 
+class WeightDataAbsentWarning(UserWarning):
+    """Functional mode drew weights of an imported model at random because the external
+    data file holding them is not beside the model (a weight-stripped model): its
+    outputs are not the model's."""
+
+
 #: Above this many MACs in one op, functional mode refuses (it is for small sizes).
 FUNCTIONAL_MAC_LIMIT = 2_000_000_000
 _FLOATS = ("fp32", "fp16", "bf16")
+#: Bytes per element a value is held in: floats as float32 whatever their dtype
+#: (``cast_to`` keeps fp16 and bf16 values in float32)
+_HELD_BYTES = {"int8": 1, "bool": 1, "int64": 8}
+#: Elements rounded at a time when a weight is rounded to its dtype in place: the
+#: temporaries of one chunk, not of the whole weight
+_CHUNK = 1 << 20
+
+
+def _held_bytes(dtype: str) -> int:
+    return _HELD_BYTES.get(dtype, 4)
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available to allocate now (``MemAvailable``: free memory plus
+    what the kernel can reclaim; else the free pages), or None when unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _last_readers(graph: Graph) -> dict[str, int]:
+    """Tensor name -> the index of the last op that reads it."""
+    last: dict[str, int] = {}
+    for i, op in enumerate(graph.ops):
+        for n in op.inputs:
+            last[n] = i
+    return last
+
+
+def _results(graph: Graph) -> set[str]:
+    """What :meth:`FunctionalExecutor.outputs` returns: tensors written and never
+    read, and the model's declared outputs."""
+    written = {o for op in graph.ops for o in op.outputs}
+    read = {i for op in graph.ops for i in op.inputs}
+    keep = set(graph.declared_outputs)
+    return {n for n in graph.tensors if n in written and (n not in read or n in keep)}
+
+
+def functional_bytes(graph: Graph, keep: Collection[str] | None = None) -> int:
+    """About how many bytes a functional run of ``graph`` holds at its peak: each value
+    (its elements times the bytes it is held in) while it is held (``keep`` None:
+    every tensor to the end; else from its first use to its last reader, as
+    :class:`FunctionalExecutor` with ``keep`` does), plus the temporaries of the op
+    running (its inputs converted, tiled or dequantised, and its result before the
+    rounding to its dtype: 4 bytes an input element, 8 an output element)."""
+    t = graph.tensors
+
+    def size(name: str) -> int:
+        return math.prod(t[name].shape) * _held_bytes(t[name].dtype)
+
+    def numel(names: Sequence[str]) -> int:
+        return sum(math.prod(t[n].shape) for n in names)
+
+    temps = [4 * numel(op.inputs) + 8 * numel(op.outputs) for op in graph.ops]
+    if keep is None:
+        return sum(size(n) for n in t) + max(temps, default=0)
+    # inputs and non-float weights are held from the start (drawn up front)
+    lazy = {n for n, v in t.items() if v.kind == "weight" and v.dtype in _FLOATS}
+    held = sum(size(n) for n, v in t.items() if v.kind in ("input", "weight") and n not in lazy)
+    last, stay = _last_readers(graph), _results(graph) | set(keep)
+    peak = held
+    for i, op in enumerate(graph.ops):
+        new = {n for n in op.inputs if n in lazy}
+        lazy -= new
+        held += sum(size(n) for n in new) + sum(size(n) for n in op.outputs)
+        peak = max(peak, held + temps[i])
+        held -= sum(
+            size(n)
+            for n in set(op.inputs) | set(op.outputs)
+            if last.get(n, -1) <= i and n not in stay
+        )
+    return peak
+
+
+def _rounded(arr: np.ndarray, dtype: str, own: bool = False) -> np.ndarray:
+    """``cast_to(arr, dtype)`` for a float dtype, the same values, rounded a chunk at a
+    time into one float32 array (``arr`` itself when ``own``: an array the executor
+    drew, a C-contiguous float32 one): whole-weight temporaries of a large weight
+    would double or triple what it holds."""
+    a = np.asarray(arr)
+    if dtype == "fp32" or a.ndim == 0:
+        return cast_to(a, dtype)
+    inplace = own and a.dtype == np.float32 and a.flags.c_contiguous and a.flags.writeable
+    out = a if inplace else np.empty(a.shape, np.float32)
+    src, dst = a.reshape(-1), out.reshape(-1)
+    for i in range(0, dst.size, _CHUNK):
+        dst[i : i + _CHUNK] = round_to_precision(
+            np.asarray(src[i : i + _CHUNK], dtype=np.float32), dtype
+        )
+    return out
+
+
+def _advance_normal(rng: np.random.Generator, n: int) -> None:
+    """Move ``rng`` past ``n`` float32 standard normals without holding them: the
+    generator fills an array one element after another, so drawing in chunks leaves
+    it where one draw of ``n`` would."""
+    for i in range(0, n, _CHUNK):
+        rng.standard_normal(min(_CHUNK, n - i), dtype=np.float32)
 
 
 def _offset(p: QuantParams) -> int:
@@ -107,8 +236,17 @@ class FunctionalExecutor:
     """Holds the values (and int8 scales) of a graph while its ops execute in order."""
 
     def __init__(
-        self, graph: Graph, seed: int, given: Mapping[str, np.ndarray] | None = None
+        self,
+        graph: Graph,
+        seed: int,
+        given: Mapping[str, np.ndarray] | None = None,
+        *,
+        keep: Collection[str] | None = None,
     ) -> None:
+        """``given``: values of inputs and weights. ``keep``: None holds every tensor's
+        value (``values``) to the end; else only the graph's results (:meth:`outputs`)
+        and ``keep`` are held after their last reader, and float weights load (or are
+        drawn, the same values) when an op first reads them (module docstring)."""
         self.graph = graph
         self.seed = seed
         self.values: dict[str, np.ndarray] = {}
@@ -127,17 +265,39 @@ class FunctionalExecutor:
             raise WorkloadError(
                 f"inputs {sorted(unknown)} are not inputs or weights of {graph.name!r}"
             )
-        # the weights' own values where the graph has them (an ONNX model's), unless given
-        for name, value in graph.weight_values.items():
-            t = graph.tensors.get(name)
-            if name not in given and t is not None and t.kind == "weight":
-                arr = np.asarray(value())
-                if tuple(arr.shape) == t.shape:
-                    given[name] = arr
+        # before anything is allocated: a run that cannot fit is one line, not an
+        # out-of-memory kill or a machine swapping for minutes
+        need, avail = functional_bytes(graph, keep), _available_memory()
+        if avail is not None and need > avail:
+            raise WorkloadError(
+                f"graph {graph.name!r}: functional mode would hold about "
+                f"{need / 1e9:.2f} GB (its values and the largest op's temporaries), more "
+                f"than the {avail / 1e9:.2f} GB of memory available; use mode='timing', "
+                "or a smaller batch or sequence"
+            )
+        #: values not held yet: float weights loaded or drawn when an op first reads
+        #: them (``keep``), name -> a function giving the value
+        self._pending: dict[str, Callable[[], np.ndarray]] = {}
+        #: tensors freed after their last reader (``keep``): op name -> names
+        self._free: dict[str, list[str]] = {}
         random_int8: list[str] = []  # int8 weights drawn as random codes
+        drawn: list[str] = []  # float weights drawn (none given, none in the model)
+        supplied = set(given)  # values given, or the graph's own (codes as stored)
         for name, t in graph.tensors.items():
             if t.kind not in ("input", "weight"):
                 continue
+            value = graph.weight_values.get(name) if t.kind == "weight" else None
+            if name not in given and value is not None:
+                # the weight's own value from the graph (an ONNX model's), read when it
+                # is needed and never held twice (its original format and rounded)
+                if keep is not None and t.dtype in _FLOATS:
+                    self._pending[name] = lambda n=name, v=value, t=t: self._own(n, t, v)
+                    continue
+                arr = self._own(name, t, value)
+                if arr is not None:
+                    self.values[name] = arr
+                    supplied.add(name)
+                    continue
             if name in given:
                 arr = np.asarray(given[name])
                 if tuple(arr.shape) != t.shape:
@@ -146,23 +306,29 @@ class FunctionalExecutor:
                         f"graph needs {list(t.shape)}"
                     )
                 # stored in the tensor's dtype, as uploading it to the device does
-                self.values[name] = cast_to(arr, t.dtype) if t.dtype in _FLOATS else arr
+                self.values[name] = _rounded(arr, t.dtype) if t.dtype in _FLOATS else arr
                 continue
-            if t.kind == "weight" and t.dtype in ("fp32", "fp16", "bf16"):
-                # N(0, 1/fan_in), rounded once to the dtype (the values it can hold)
-                arr = cast_to(
-                    rng.standard_normal(t.shape, dtype=np.float32)
-                    / np.float32(math.sqrt(_fan_in(t.shape))),
-                    t.dtype,
-                )
-            else:
-                arr = random_input(rng, t.shape, t.dtype, vocab.get(name))
+            if t.kind == "weight" and t.dtype in _FLOATS:
+                drawn.append(name)
+                if keep is not None:  # drawn again on first use, from this state
+                    state = rng.bit_generator.state
+                    _advance_normal(rng, math.prod(t.shape))
+                    self._pending[name] = lambda s=state, t=t: self._normal(s, t)
+                else:
+                    self.values[name] = self._normal(rng, t)
+                continue
+            arr = random_input(rng, t.shape, t.dtype, vocab.get(name))
             if t.dtype == "int8":
                 fan = _fan_in(t.shape) if t.kind == "weight" else 1
                 self.scales[name] = 1.0 / (127.0 * math.sqrt(fan))
                 if t.kind == "weight" and name not in graph.quant:
                     random_int8.append(name)
             self.values[name] = arr
+        if keep is not None:
+            stay = _results(graph) | set(keep)
+            for n, i in _last_readers(graph).items():
+                if n not in stay:
+                    self._free.setdefault(graph.ops[i].name, []).append(n)
         if random_int8:
             warnings.warn(
                 f"functional mode drew {len(random_int8)} int8 weight(s) of {graph.name!r} "
@@ -173,6 +339,19 @@ class FunctionalExecutor:
                 RandomInt8WeightsWarning,
                 stacklevel=2,
             )
+        absent = graph.params.get("weight_data_absent")
+        if absent and (drawn or random_int8):
+            n = len(drawn) + len(random_int8)
+            model = graph.params.get("source") or graph.name
+            warnings.warn(
+                f"functional mode drew {n} weight(s) of {model!r} at random "
+                f"(e.g. {(drawn or random_int8)[0]!r}): the external data file "
+                f"{absent!r} holding the model's weights is not beside it, so the "
+                "outputs are not the model's; put the file beside the model, or give "
+                "the weights",
+                WeightDataAbsentWarning,
+                stacklevel=2,
+            )
         #: zero points of the tensors with static parameters (Graph.quant)
         self.zeros: dict[str, Any] = {}
         for name, p in graph.quant.items():
@@ -180,11 +359,43 @@ class FunctionalExecutor:
             if t.kind in ("input", "weight"):
                 raw = np.asarray(self.values[name])
                 off = _offset(p)
-                if name in given and off:  # codes as the model stores them
+                if name in supplied and off:  # codes as the model stores them
                     raw = raw.astype(np.int64) - off
                 self.values[name] = raw.astype(np.int8 if p.hi - p.lo < 256 else np.int32)
                 self.scales[name] = p.scale
                 self.zeros[name] = p.zero_point - off
+
+    def _own(self, name: str, t: Any, value: Callable[[], Any]) -> np.ndarray | None:
+        """Weight ``name``'s value from the graph (``weight_values``), stored in its
+        dtype. When its shape is not the tensor's it is drawn instead: None (the
+        caller draws it in turn), or, loaded on first use (``keep``, the turn past),
+        from a generator of its own seeded by the run's seed and its name."""
+        arr = np.asarray(value())
+        if tuple(arr.shape) == t.shape:
+            return _rounded(arr, t.dtype) if t.dtype in _FLOATS else arr
+        if name not in self._pending:
+            return None
+        return self._normal(np.random.default_rng([self.seed, zlib.crc32(name.encode())]), t)
+
+    def _normal(self, rng: np.random.Generator | Mapping[str, Any], t: Any) -> np.ndarray:
+        """A float weight ``N(0, 1/fan_in)`` rounded once to its dtype (the values it
+        can hold), drawn from ``rng`` (a generator, or a bit generator's saved state),
+        divided and rounded in place."""
+        if not isinstance(rng, np.random.Generator):
+            bits = getattr(np.random, rng["bit_generator"])()
+            bits.state = rng
+            rng = np.random.Generator(bits)
+        arr = rng.standard_normal(t.shape, dtype=np.float32)
+        arr /= np.float32(math.sqrt(_fan_in(t.shape)))
+        return _rounded(arr, t.dtype, own=True)
+
+    def _load(self, op: Op) -> None:
+        """Hold the pending weights ``op`` reads (``keep``)."""
+        for i in op.inputs:
+            make = self._pending.get(i)
+            if make is not None:
+                self.values[i] = make()
+                del self._pending[i]
 
     def _dequantised(self, name: str) -> np.ndarray:
         v = self.values[name]
@@ -427,7 +638,15 @@ class FunctionalExecutor:
     def step(self, op: Op, kernels: Sequence[Kernel] = (), device: Device | None = None) -> None:
         """Compute ``op``'s output. ``kernels``: what ``op`` was lowered to; ``device``:
         the device that ran them (its tiles and array shape drive the GEMM arithmetic;
-        without it GEMMs are evaluated untiled)."""
+        without it GEMMs are evaluated untiled). With ``keep``, the weights ``op`` reads
+        load first and the values it read last are freed after."""
+        self._load(op)
+        self._step(op, kernels, device)
+        for name in self._free.pop(op.name, ()):
+            for held in (self.values, self.scales, self.zeros):
+                held.pop(name, None)
+
+    def _step(self, op: Op, kernels: Sequence[Kernel], device: Device | None) -> None:
         g = self.graph
         if op.kind in GEMM_KINDS and op_macs(op, g.shapes_of(op)[0]) > FUNCTIONAL_MAC_LIMIT:
             raise WorkloadError(
@@ -488,15 +707,8 @@ class FunctionalExecutor:
         """The graph's results (tensors written and never read, and the model's declared
         outputs), dequantised where they carry a scale (an int8 GEMM on user-given
         integers returns its raw int32)."""
-        g = self.graph
-        written = {o for op in g.ops for o in op.outputs}
-        read = {i for op in g.ops for i in op.inputs}
-        keep = set(g.declared_outputs)  # an ONNX model's outputs, read by other ops or not
-        return {
-            n: self._dequantised(n)
-            for n in g.tensors
-            if n in written and (n not in read or n in keep)
-        }
+        results = _results(self.graph)  # an ONNX model's declared outputs, read or not
+        return {n: self._dequantised(n) for n in self.graph.tensors if n in results}
 
     def value(self, name: str) -> Any:
         return self.values[name]

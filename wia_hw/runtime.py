@@ -405,7 +405,7 @@ class Context:
         on_chip = _on_chip_bytes(dev)  # a warm device: what need not cross HBM again
         records: list[tuple[str, str, KernelRecord]] = []
         launched: list[Any] = []  # the kernel of each record, as lowered
-        fx = FunctionalExecutor(graph, seed, inputs) if mode == "functional" else None
+        fx = FunctionalExecutor(graph, seed, inputs, keep=()) if mode == "functional" else None
         op_cycles: dict[str, int] = {}
         for idx, (op, kernels) in enumerate(lowered):
             if progress is not None:

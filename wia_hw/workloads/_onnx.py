@@ -555,6 +555,10 @@ class _Importer:
         #: import derives from them), computed when functional mode asks
         self.values: dict[str, Callable[[], Any]] = {}
         self.base_dir: Path | None = None  # where an external data file would be
+        self.source = "<ModelProto>"  # the model, as errors name it
+        #: the external data files (locations) of weights that are not beside the model
+        #: (a weight-stripped model): functional mode draws those weights, and says so
+        self.absent: set[str] = set()
         self.origin: dict[int, list[str]] = {}  # node index -> names of its ops
         self.mask_allowed: dict[str, Any] = {}  # Where's merged weight -> kept elements
         self.prefix = _common_prefix(self.g.node)  # path components all names share
@@ -675,24 +679,29 @@ class _Importer:
     def has_value(self, value: str) -> bool:
         """Whether constant ``value``'s elements can be read: in the model, or in the
         external data file beside it."""
+        from ._onnx_fold import external_state
+
         if value in self.computed:
             return True
-        t = self.consts[value]
-        if t.data_location != self.onnx.TensorProto.EXTERNAL:
-            return True
-        where = {e.key: e.value for e in t.external_data}.get("location")
-        return bool(where and self.base_dir and (self.base_dir / where).is_file())
+        where, state = external_state(self.onnx, self.consts[value], self.base_dir)
+        if state == "absent" and where and not where.startswith("<"):
+            self.absent.add(where)
+        # a file outside the model's folder "has" values: reading them is the error
+        return state != "absent"
 
     def weight_array(self, value: str) -> Any:
-        """Constant ``value``'s elements (read from the external data file if there)."""
+        """Constant ``value``'s elements (read from the external data file if there: a
+        file that does not hold them is a WorkloadError, :func:`read_external`)."""
         from onnx import numpy_helper
+
+        from ._onnx_fold import read_external
 
         if value in self.computed:
             return self.computed[value]()
         t = self.consts[value]
         if t.data_location != self.onnx.TensorProto.EXTERNAL:
             return numpy_helper.to_array(t)
-        return numpy_helper.to_array(t, base_dir=str(self.base_dir))
+        return read_external(self.onnx, t, self.base_dir, self.source)
 
     # -- ops ---------------------------------------------------------------------------
     def view(self, src: str, shape: tuple[int, ...], name: str, out: str, grp: str) -> str:
@@ -3105,6 +3114,7 @@ def _prepare(
     import onnx.shape_inference
 
     from ._onnx_fold import (
+        ABSENT,
         DERIVED,
         HELD,
         MADE,
@@ -3134,7 +3144,7 @@ def _prepare(
     for _ in range(8):  # folding can fix dims that the next inference round needs
         del proto.graph.value_info[:]
         proto = _infer(onnx, proto, source, strict=False)
-        step, complete = fold(onnx, proto, base_dir, memo)
+        step, complete = fold(onnx, proto, base_dir, memo, source)
         folded += step
         if not step or complete:
             break
@@ -3148,6 +3158,7 @@ def _prepare(
         "dead": dead,
         "plain": memo.get(PLAIN, set()),
         "made": memo.get(MADE, set()),
+        "absent": memo.get(ABSENT, set()),
     }
     return proto, gname, source, folded, info
 
@@ -3231,6 +3242,8 @@ def _import_prepared(
             t.data_location = onnx.TensorProto.DEFAULT
     imp = _Importer(onnx, proto, gname)
     imp.base_dir = base_dir
+    imp.source = source
+    imp.absent |= set((info or {}).get("absent", ()))  # asked for while folding
     imp.computed.update((info or {}).get("moved", {}))  # shape-folded nodes on weights
     imp.plain = set((info or {}).get("plain", ()))
     imp.made_consts = set((info or {}).get("made", ()))
@@ -3283,6 +3296,8 @@ def _import_prepared(
         "folded_nodes": folded,
         "dead_nodes": (info or {}).get("dead", 0),
     }
+    if imp.absent:  # functional mode draws these weights at random, and warns
+        params["weight_data_absent"] = ", ".join(sorted(imp.absent))
     if recognise:  # the builder checked every op; the rewrite validates the result
         graph = Graph(
             imp.b.name,

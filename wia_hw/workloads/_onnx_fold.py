@@ -60,13 +60,18 @@ inputs.
 
 Values of initializers stored in an external data file are read only when a folded
 node needs them (small tensors); a missing data file is fine for everything else,
-which is how the repository's weight-stripped fixtures are stored.
+which is how the repository's weight-stripped fixtures are stored (the files a weight
+asked for was in are recorded, ``memo[ABSENT]``, so functional mode can say it drew
+those weights at random). A data file that is there but does not hold a tensor's
+bytes (truncated, empty, unreadable, or outside the model's folder) is a
+WorkloadError when the values are read (:func:`read_external`), never a traceback.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +106,9 @@ PLAIN = ("plain constants",)
 #: the run, not the model's parameters (the importer keeps them out of
 #: ``Graph.parameters``), and they change with the dims the model is imported at.
 MADE = ("made constants",)
+#: memo key: the external data files (locations) of weights whose values were asked
+#: for and that are not beside the model (a weight-stripped model)
+ABSENT = ("absent data files",)
 #: GEMM-class ops: folding never evaluates one that reads one of the model's weights
 #: (:meth:`_Folder.reads_weight`), since that product is the model's compute, which
 #: torch's FLOP counter and the exporters' fused ops (an RNN's first recurrence on a
@@ -155,10 +163,12 @@ class _Folder:
         opsets: dict[str, int],
         base_dir: Path | None,
         memo: dict[Any, list[Any]],
+        source: str = "",
     ) -> None:
         from onnx import numpy_helper
 
         self.onnx = onnx
+        self.source = source  # the model, as errors name it
         self.nh = numpy_helper
         self.g = graph
         self.opsets = opsets
@@ -421,13 +431,15 @@ class _Folder:
                 return self.nh.to_array(full)
 
             return from_held
-        if t.data_location != self.onnx.TensorProto.EXTERNAL:
+        where, state = external_state(self.onnx, t, self.base_dir)
+        if state == "inline":
             return lambda: self.nh.to_array(copy)
-        where = {e.key: e.value for e in t.external_data}.get("location")
-        if not where or self.base_dir is None or not (self.base_dir / where).is_file():
+        if state == "absent":
+            if where and not where.startswith("<"):  # not a marker of the import's
+                self.memo.setdefault(ABSENT, set()).add(where)
             return None
-        base = str(self.base_dir)
-        return lambda: self.nh.to_array(copy, base_dir=base)
+        base, source = self.base_dir, self.source
+        return lambda: read_external(self.onnx, copy, base, source)
 
     def try_fold(self, node: Any) -> bool:
         """Fold ``node`` when it can be; True when its outputs are now constants."""
@@ -771,15 +783,76 @@ def inline_small_external(onnx: Any, proto: Any, base_dir: Path | None) -> None:
 
 
 def fold(
-    onnx: Any, proto: Any, base_dir: Path | None, memo: dict[Any, list[Any]] | None = None
+    onnx: Any,
+    proto: Any,
+    base_dir: Path | None,
+    memo: dict[Any, list[Any]] | None = None,
+    source: str = "",
 ) -> tuple[int, bool]:
     """Fold the constant and static-shape subgraphs of ``proto`` (shape-inferred) in
     place. Returns (nodes folded away, whether every remaining value has a static
     shape: if not, another round of shape inference and folding may fold more).
-    ``memo`` carries evaluated nodes from one round to the next. See the module
-    docstring."""
+    ``memo`` carries evaluated nodes from one round to the next; ``source`` names the
+    model in errors. See the module docstring."""
     opsets = {(o.domain or ""): o.version for o in proto.opset_import}
-    return _Folder(onnx, proto.graph, opsets, base_dir, {} if memo is None else memo).run()
+    memo = {} if memo is None else memo
+    return _Folder(onnx, proto.graph, opsets, base_dir, memo, source).run()
+
+
+def external_state(onnx: Any, t: Any, base_dir: Path | None) -> tuple[str, str]:
+    """Where initializer ``t``'s elements are: ``("", "inline")`` in the model, else
+    its external data file's location and ``"present"``, ``"absent"`` (no such file
+    beside the model, as in a weight-stripped model; or an import's marker such as
+    ``<shape-folded>``) or ``"outside"`` (an absolute location, or one that leaves
+    the model's folder: ONNX refuses to read it, and a model must not make us read
+    files elsewhere)."""
+    if t.data_location != onnx.TensorProto.EXTERNAL:
+        return "", "inline"
+    where = {e.key: e.value for e in t.external_data}.get("location", "")
+    if not where or where.startswith("<") or base_dir is None:
+        return where, "absent"
+    base = os.path.normpath(os.path.abspath(base_dir))
+    path = os.path.normpath(os.path.join(base, where))
+    if os.path.isabs(where) or os.path.commonpath([base, path]) != base:
+        return where, "outside"
+    return where, ("present" if os.path.isfile(path) else "absent")
+
+
+def read_external(onnx: Any, t: Any, base_dir: Path | None, source: str) -> Any:
+    """Initializer ``t``'s elements, from its external data file beside the model
+    (:func:`external_state` ``"present"`` or ``"outside"``). A file that does not hold
+    them (outside the model's folder, shorter than the tensor's offset and length,
+    empty, unreadable) is a WorkloadError naming the model, the file and the tensor:
+    reading on would be a traceback, or values that are not the model's."""
+    from onnx import numpy_helper
+
+    where, state = external_state(onnx, t, base_dir)
+    what = f"{source or 'ONNX model'}: weight {t.name!r}: its external data file {where!r}"
+    if state == "outside":
+        raise WorkloadError(
+            f"{what} is outside the model's folder {str(base_dir)!r}; ONNX reads external "
+            "data only from the model's folder"
+        )
+    if state != "present":
+        raise WorkloadError(f"{what} is not beside the model")
+    path = os.path.join(os.fspath(base_dir), where)
+    info = {e.key: e.value for e in t.external_data}
+    try:
+        size = os.path.getsize(path)
+        offset, length = int(info.get("offset") or 0), int(info.get("length") or -1)
+    except (OSError, ValueError) as e:
+        raise WorkloadError(f"{what} cannot be read: {e}") from None
+    if offset + max(length, 0) > size or (length < 0 and offset >= size):
+        need = f"bytes {offset} to {offset + length}" if length >= 0 else f"bytes from {offset}"
+        held = f"holds {size} bytes" if size else "is empty"
+        raise WorkloadError(
+            f"{what} is truncated: it {held}, the tensor's are {need} (a partial download or copy?)"
+        )
+    try:
+        return numpy_helper.to_array(t, base_dir=os.fspath(base_dir))
+    except (OSError, ValueError, onnx.checker.ValidationError) as e:
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise WorkloadError(f"{what} cannot be read: {why}") from None
 
 
 def _subgraph_reads(node: Any) -> set[str]:
