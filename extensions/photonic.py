@@ -57,27 +57,33 @@ budget has it: the loss is charged once, in the light delivered), ``dac_energy_p
 ``program_energy_pj_per_mzi`` per reprogrammed MZI; reported per MAC.
 
 **Precision delivered** (:func:`photonic_snr`, :func:`photonic_enob`): a full-scale
-output (``y = 1``) is the current ``R P0 L``; the detectors add shot noise (``2 q I B``
-per arm) and thermal noise (``4 k T B / R_load`` per arm) and round to ``det_bits``
-samples of the unattenuated ``R P0`` (``step**2 / 12`` each: it grows with the light
-like the signal), once per pass (phase encoding one, intensity two, intensity on an
-incoherent mesh four: the passes' results are summed, so their noise adds in variance
-while the full-scale signal they share does not grow), and the inputs' ``in_bits``
-rounding reaches an output as ``step**2 / 12 / n``; so ``SNR = (R P0 L)**2 / 2 /
+output (``y = 1``) is the current ``R P0 L``; per pass (phase encoding one, intensity
+two, intensity on an incoherent mesh four: the passes' results are summed, so their
+noise adds in variance while the full-scale signal they share does not grow) and per
+tile along ``K``, the detectors add shot noise (``2 q I B`` per arm) and thermal noise
+(``4 k T B / R_load`` per arm), round to ``det_bits`` samples of the unattenuated ``R
+P0`` (``step**2 / 12`` each) and the ADC rounds their difference to its
+``precision_bits`` codes at the calibrated gain ``2**-adc_shift`` (a power of two: its
+step is between 1 and 2 times the product's per-pass peak over ``2**(p-1) - 1``);
+once per product the weights and inputs round to ``precision_bits`` DAC codes
+(``step**2 / 12`` each, reaching an output through ``y = W x / n``) and the MZIs' phase
+error perturbs the weights (``sigma**2 (1 - w**2)``); so ``SNR = (R P0 L)**2 / 2 /
 sigma**2`` for a full-scale sine and ``ENOB = (SNR_dB - 1.76) / 6.02``
-(:func:`_noise_terms`). A product whose outputs span a fraction ``f`` of full scale
-gets ``log2(f)`` bits fewer, and one of ``t`` tiles along ``K`` (each adding its
-noise) ``log2(t) / 2`` fewer against one tile's full scale. The bits a
-result reports as delivered (``PhotonicResult.enob``, ``effective_bits``) are those the
-noise leaves, capped at ``precision_bits``: the DAC and ADC resolve no more, whatever
-the laser. When the bits delivered fall short of ``precision_bits`` a
-:class:`PhotonicPrecisionWarning` says so (configured against delivered bits; once per
-configuration). :func:`laser_power_for_bits` sizes the laser
-for a number of bits and :func:`size_laser_power` reports the energy a product takes at
-that power (or says in one line that the converters alone cannot reach the bits). The
-seed's configuration (64 channels, 100 GHz, 256 x 256, 8 bits, 10 mW) delivers 6.95
-bits at full scale with its intensity encoding (7.45 with phase encoding); 41.8 mW
-reach 8.
+(:func:`_noise_terms`). Everything but shot and thermal noise grows with the light like
+the signal: the converters and the mesh bound the bits whatever the laser. At full
+scale the DAC rounding and phase error are counted at their largest; a product's
+``effective_bits`` counts them, the ADC's step at its own gain and its tiles from its
+operands (:func:`_product_bits`), over the range its outputs span. The bits are not
+capped at ``precision_bits``: the budget holds the converters. When the bits delivered
+fall short of ``precision_bits`` a :class:`PhotonicPrecisionWarning` says so
+(configured against delivered bits; once per configuration).
+:func:`laser_power_for_bits` sizes the laser for a number of bits and
+:func:`size_laser_power` reports the energy a product takes at that power (or says in
+one line that the converters alone cannot reach the bits). The seed's configuration
+(64 channels, 100 GHz, 256 x 256, 8 bits, 10 mW) delivers 6.36 bits at full scale with
+its intensity encoding (6.86 with phase encoding); its converters alone leave 6.78
+(7.27): the ADC's gain shift puts its step at 1/77.6 of full scale, not 1/127, so no
+laser reaches 8; 16.6 mW reach 6.5.
 
 **Graph routing** (:func:`photonic_linear`): with ``policy`` other than ``none`` the
 extension takes ``linear``, ``matmul`` and ``conv2d`` ops of a graph (``all``,
@@ -376,14 +382,17 @@ class PhotonicMatmul:
 class PhotonicResult:
     """The product and its cost. ``time_ns`` on the photonic core; ``energy_pj`` of the
     core (lasers, tuning, DACs, ADCs, programming); ``adc_shift`` the calibrated gain.
-    ``enob``: effective bits delivered at full scale, those the detectors' noise over
-    the product's passes and the converters' rounding leave (:func:`photonic_enob`)
-    capped at ``precision_bits`` (the converters resolve no more); ``effective_bits``:
-    those delivered over the range this product's outputs span (``photonic_enob +
-    log2(peak |y|) - log2(tiles) / 2``, ``y = W x / n`` the normalised output summed
-    over passes and tiles along ``K``, capped at ``precision_bits``; timing-only calls
-    report ``enob``);
-    ``precision_bits``: configured. Both are at most ``precision_bits``."""
+    ``enob``: effective bits delivered at full scale (:func:`photonic_enob`: the
+    detectors' noise over the product's passes, the converters' rounding, the ADC's
+    step at a full-scale gain, the mesh's phase error); ``effective_bits``: those
+    delivered over the range this product's outputs span (its peak ``|y|``, ``y = W x
+    / n`` the normalised output summed over passes and tiles along ``K``, against its
+    own budget: :func:`_product_bits`; timing-only calls report ``enob``);
+    ``precision_bits``: configured. Neither is capped at ``precision_bits``: the
+    converters' rounding is in the budget, which leaves at most about
+    ``precision_bits`` for one tile's outputs, while the tiles along ``K`` that sum
+    into an output average their ADCs' rounding and can deliver more (``log2(tiles) /
+    2`` more for outputs that grow with the tiles)."""
 
     output: np.ndarray = field(repr=False)
     time_ns: float
@@ -438,13 +447,67 @@ def _energy_pj(
     )
 
 
+def _adc_shift(cfg: PhotonicConfig, pass_peak: float) -> int:
+    """The ADC's calibrated gain ``2**-shift``: the largest shift at which a pass whose
+    ideal output peaks at ``pass_peak`` (units of one tile's full scale) does not saturate
+    the ``precision_bits`` codes. Independent of the laser: the detector samples are
+    normalised to the unattenuated ``R P0``."""
+    _, hi_adc = adc_range(cfg.precision_bits)
+    full = cfg.transmission * ((1 << cfg.det_bits) - 1) * max(pass_peak, 1e-12)
+    return int(min(cfg.det_bits, max(0, math.ceil(math.log2(full / hi_adc)))))
+
+
+@dataclass(frozen=True)
+class _Spread:
+    """What a product's rounding and mesh errors depend on, in units of one tile's full
+    scale (``y = W x / n = 1``, ``n = matrix_size_limit``; ``w``, ``x`` the weights and
+    inputs scaled into [-1, 1] per row and column, as the DACs see them).
+
+    ``out_peak``: the largest ``|y|`` of the summed outputs (passes and tiles along ``K``
+    added: the range the delivered bits are judged over); ``pass_peak``: the largest
+    ``|y|`` of any single pass (the ADC's gain is calibrated on it, :func:`_adc_shift`);
+    ``tiles``: tiles along ``K`` summed into an output, each with its own detections;
+    ``pass_values``: every detection's ideal ``y`` (each pass of each tile of each
+    output, ``outputs`` of them in all), which the ADC rounds with the detectors' noise
+    on it, or ``None``: each detection's signal spans many ADC steps, its rounding
+    ``step**2 / 12``; ``x_sq``, ``w_sq``: the mean over outputs of ``sum_k x_k**2 / n**2`` and
+    ``sum_k w_k**2 / n**2`` (the weights' rounding reaches an output through the inputs,
+    the inputs' through the weights); ``phase_sq``: the mean of ``sum_k (1 - w_k**2)
+    x_k**2 / n**2`` summed over the programmed parts (``W``; ``W+`` and ``W-`` on an
+    incoherent mesh, each an MZI per weight with its own phase error)."""
+
+    out_peak: float
+    pass_peak: float
+    tiles: int
+    x_sq: float
+    w_sq: float
+    phase_sq: float
+    pass_values: np.ndarray | None = field(default=None, repr=False)
+    outputs: int = 1
+
+
+def _full_scale(cfg: PhotonicConfig, mm: PhotonicMatmul, fraction: float = 1.0) -> _Spread:
+    """The spread the config-level figures assume (:func:`photonic_enob`,
+    :func:`laser_power_for_bits`): one tile whose outputs and every pass peak at
+    ``fraction`` of full scale (the ADC calibrated for them), each pass's signal spanning
+    many ADC steps, and the rounding and phase errors at their largest for any data in [-1, 1] (``x**2
+    = w**2 = 1``, ``1 - w**2 = 1``: ``1 / n`` each, per programmed part)."""
+    n = cfg.matrix_size_limit
+    return _Spread(
+        out_peak=fraction,
+        pass_peak=fraction,
+        tiles=1,
+        x_sq=1.0 / n,
+        w_sq=1.0 / n,
+        phase_sq=mm.weight_passes / n,
+    )
+
+
 def _photonic_product(
     cfg: PhotonicConfig, mm: PhotonicMatmul, a: np.ndarray, b: np.ndarray, seed: int
-) -> tuple[np.ndarray, int, float]:
+) -> tuple[np.ndarray, int, _Spread]:
     """The computed ``a @ b`` (float64) through quantisers, optics and noise; the adc
-    shift; the peak ``|y|`` of the summed output (passes and tiles along ``K`` added,
-    in units of one tile's full scale ``y = 1``: the range the delivered bits are
-    judged over; the ADC's gain follows the peak of any single pass instead)."""
+    shift; the product's :class:`_Spread` (what its noise budget depends on)."""
     s = cfg.matrix_size_limit
     p = cfg.precision_bits
     m, k = a.shape
@@ -459,7 +522,6 @@ def _photonic_product(
     dshift = cfg.in_bits - p
     x_int = np.rint(b / bmax * hi * (1 << dshift)).astype(np.int64)
     codes = dac_quantize(x_int, p, dshift, cfg.in_bits)  # [k, n]
-    _, hi_adc = adc_range(p)
     loss = cfg.transmission
     top = (1 << cfg.det_bits) - 1
     mt, kt = -(-m // s), -(-k // s)
@@ -471,7 +533,7 @@ def _photonic_product(
 
     # the ADC gain: the largest shift for which no pass's ideal difference saturates
     x_norm = codes / hi
-    peak, out_peak = 0.0, 0.0
+    peak, out_peak, values = 0.0, 0.0, []
     for mb in range(mt):
         total = 0.0
         for kb in range(kt):
@@ -481,10 +543,24 @@ def _photonic_product(
                 for xsign in signs:
                     y = part(w, ws) @ part(xs, xsign) / s
                     peak = max(peak, float(np.abs(y).max()))
+                    values.append(y.ravel())
                     total = total + (1 if ws >= 0 else -1) * (1 if xsign >= 0 else -1) * y
         out_peak = max(out_peak, float(np.abs(total).max()))
-    full = loss * top * max(peak, 1e-12)
-    shift = int(min(cfg.det_bits, max(0, math.ceil(math.log2(full / hi_adc)))))
+    shift = _adc_shift(cfg, peak)
+    # the errors' reach (see _Spread): mean squares of the scaled operands, per k
+    x2 = (x_norm**2).mean(axis=1)  # over outputs' columns
+    w2 = (wq**2).mean(axis=0)  # over outputs' rows
+    rest = sum((1.0 - part(wq, ws) ** 2).mean(axis=0) for ws in wsigns)
+    spread = _Spread(
+        out_peak=out_peak,
+        pass_peak=peak,
+        tiles=kt,
+        x_sq=float(x2.sum()) / s**2,
+        w_sq=float(w2.sum()) / s**2,
+        phase_sq=float(rest @ x2) / s**2,
+        pass_values=np.concatenate(values),
+        outputs=m * n,
+    )
     core = PhotonicCore(params=cfg.core_params(), seed=seed)
     bias = round(loss * top)
     result = np.zeros((mt * s, n), dtype=np.int64)
@@ -515,7 +591,7 @@ def _photonic_product(
             [accumulate_tiles([t[:, j] for t in partial]) for j in range(n)], axis=1
         )
     scale = (1 << shift) * s / (loss * top)
-    return result[:m].astype(np.float64) * scale * amax * bmax, shift, out_peak
+    return result[:m].astype(np.float64) * scale * amax * bmax, shift, spread
 
 
 def photonic_matmul(
@@ -548,13 +624,11 @@ def photonic_matmul(
     a, b = product_operands("photonic_matmul", A, B)
     enob = photonic_enob(cfg, mm)
     if functional:
-        out, shift, peak = _photonic_product(cfg, mm, a, b, seed)
-        eff = _product_bits(cfg, mm, a.shape[1], peak, enob)
+        out, shift, spread = _photonic_product(cfg, mm, a, b, seed)
+        eff = _product_bits(cfg, mm, spread)
     else:
         out, shift, eff = np.zeros((0, 0)), 0, enob
     _warn_precision(cfg, mm, enob, eff)
-    # delivered: the noise's bits, but no more than the converters resolve
-    enob, eff = min(enob, cfg.precision_bits), min(eff, cfg.precision_bits)
     if C is not None and functional:
         write_product("photonic_matmul", C, out)
     m, k = a.shape
@@ -604,41 +678,53 @@ def _passes(mm: PhotonicMatmul) -> int:
 
 
 def _noise_terms(
-    cfg: PhotonicConfig, mm: PhotonicMatmul | None
+    cfg: PhotonicConfig, mm: PhotonicMatmul | None, spread: _Spread | None = None
 ) -> tuple[float, float, float, float]:
     """``(c, a, b, d)`` in SI units: a full-scale output (``y = 1``) is the current
-    ``c * P0`` and the noise variance of one output of one tile, every pass and
-    converter counted, is ``a * P0 + b + d * P0**2`` (``P0`` in W), at ``y = 0``.
+    ``c * P0`` and the noise variance of one output of a product with ``spread`` (default
+    :func:`_full_scale`), every pass, tile and converter counted, is ``a * P0 + b + d *
+    P0**2`` (``P0`` in W).
 
-    The passes (:func:`_passes`) are independent detections whose results are summed:
-    their noise variances add, while the signal does not grow: the passes split one
-    product (``y = y+ - y-``), whose full scale is still ``y = 1``. So the detectors'
-    shot and thermal noise and their samples' rounding count once per pass. The
-    detectors' samples are ``det_bits`` wide over the unattenuated ``R P0`` (the core's
-    normalisation), so their rounding (``step**2 / 12`` per sample, a step ``R P0 /
-    (2**det_bits - 1)``) grows with ``P0`` like the signal: more light cannot beat it.
-    The inputs' rounding to ``in_bits`` samples (``step**2 / 12`` of their full scale,
-    the step ``1 / (2**(precision_bits - 1) - 1) / 2**(in_bits - precision_bits)``)
-    is done once, before the passes, and reaches an output through ``y = W x / n``: at
-    full scale (``|w| = 1``) the ``n`` inputs' errors add in variance while their
-    signals add in amplitude, so ``1 / n`` of it. The ``precision_bits`` codes of the
-    DAC and ADC are not in the budget: they bound the bits delivered instead."""
+    Per detection (a pass of a tile along ``K``: :func:`_passes` times
+    ``spread.tiles``, independent and summed, so their variances add while the signal
+    they split does not grow): the detectors' shot noise (``a``, at ``y = 0``) and
+    thermal noise (``b``), and the rounding of their ``det_bits`` samples of the
+    unattenuated ``R P0`` (``step**2 / 12`` each, a step ``R P0 / (2**det_bits - 1)``).
+    Per detection too, the ADC's rounding of the integer difference to multiples of
+    ``2**shift`` samples (``(4**shift - 1) / 12`` sample steps squared, a signal
+    spanning many steps; ``shift`` calibrated on ``spread.pass_peak``, so its step is
+    fixed against the product's peak, not against full scale); for a product with
+    ``spread.pass_values`` it is left out here and counted from the values by
+    :func:`_adc_read_var`. Once per product (before
+    the passes split it): the rounding of the weights (``quantize_weights``) and of the
+    inputs (``in_bits`` samples re-rounded to DAC codes, one rounding to the codes' step
+    in all) to ``precision_bits`` codes, a step ``1 / (2**(precision_bits - 1) - 1)`` of
+    their [-1, 1] range, ``step**2 / 12`` each, reaching an output through ``y = W x /
+    n`` as ``step**2 / 12 * spread.x_sq`` and ``* spread.w_sq``; and the MZIs' static
+    phase error, ``cos(theta + e) - cos(theta) ~ -sin(theta) e`` with ``sin(theta)**2 =
+    1 - w**2``: ``mzi_phase_sigma_rad**2 * spread.phase_sq``. All but shot and thermal
+    noise are in ``d``: they grow with the light like the signal, so no laser beats
+    them."""
     mm = PhotonicMatmul() if mm is None else mm
-    passes = _passes(mm)
+    sp = _full_scale(cfg, mm) if spread is None else spread
+    detections = _passes(mm) * sp.tiles
     bw_hz = cfg.modulation_bandwidth_ghz * 1e9
     r = cfg.detector_responsivity_a_per_w
     c = r * cfg.transmission
     shot = 2 * _Q * c * bw_hz if cfg.shot_noise else 0.0  # one arm at y=0 carries c P0 / 2
     thermal = 4 * _KB * cfg.temperature_k * bw_hz / cfg.load_ohm if cfg.thermal_noise else 0.0
-    det = (r / ((1 << cfg.det_bits) - 1)) ** 2 / 12  # one sample's rounding, per W**2
+    lsb2 = (r / ((1 << cfg.det_bits) - 1)) ** 2  # one detector sample step, per W, squared
+    det = lsb2 / 12  # one sample's rounding
     if mm.output_detection is PhotonicDetection.SINGLE:  # one arm doubled: 4x its variance
         a, b, d = 4 * shot / 2, 4 * thermal, 4 * det
     else:  # balanced: the two arms' variances add
         a, b, d = shot, 2 * thermal, 2 * det
-    hi = (1 << (cfg.precision_bits - 1)) - 1
-    in_step = 1.0 / (hi * (1 << (cfg.in_bits - cfg.precision_bits)))
-    d_in = c**2 * in_step**2 / 12 / cfg.matrix_size_limit
-    return c, passes * a, passes * b, passes * d + d_in
+    shift = _adc_shift(cfg, sp.pass_peak)
+    # a known product's ADC reads are counted from its values (_adc_read_var)
+    adc = lsb2 * ((1 << (2 * shift)) - 1) / 12 if sp.pass_values is None else 0.0
+    step = 1.0 / dac_range(cfg.precision_bits)[1]
+    mesh = step**2 / 12 * (sp.x_sq + sp.w_sq) + cfg.mzi_phase_sigma_rad**2 * sp.phase_sq
+    return c, detections * a, detections * b, detections * (d + adc) + c**2 * mesh
 
 
 def photonic_snr(
@@ -646,14 +732,17 @@ def photonic_snr(
 ) -> float:
     """Signal-to-noise ratio (linear, power) of one output of a product (one tile):
     a sine of amplitude ``signal_fraction`` of full scale (``y = 1``: current ``R P0
-    L``) against the noise budget of :func:`_noise_terms`: the detectors' shot noise
-    (``2 q I B`` per arm) and thermal noise (``4 k T B / R_load`` per arm), ``B =
-    modulation_bandwidth_ghz``, and the rounding of their ``det_bits`` samples, all once
-    per pass of ``mm`` (default :class:`PhotonicMatmul`: intensity encoding, two passes),
-    and the inputs' ``in_bits`` rounding: ``SNR = (f R P0 L)**2 / 2 / sigma**2``.
-    Balanced detection sums both arms' variances (the shot part is then independent of
-    ``y``); single detection doubles one arm (4x its variance). Infinite without noise."""
-    c, a, b, d = _noise_terms(cfg, mm)
+    L``) against the noise budget of :func:`_noise_terms` (the detectors' shot noise,
+    ``2 q I B`` per arm, and thermal noise, ``4 k T B / R_load`` per arm, ``B =
+    modulation_bandwidth_ghz``, and the rounding of their ``det_bits`` samples and of
+    the ADC's codes, all once per pass of ``mm``, default :class:`PhotonicMatmul`:
+    intensity encoding, two passes; the DAC codes' rounding of weights and inputs and
+    the mesh's phase error at their largest), the ADC's gain calibrated for outputs
+    peaking at ``signal_fraction``: ``SNR = (f R P0 L)**2 / 2 / sigma**2``. Balanced
+    detection sums both arms' variances (the shot part is then independent of ``y``);
+    single detection doubles one arm (4x its variance). Infinite without noise."""
+    spread = _full_scale(cfg, PhotonicMatmul() if mm is None else mm, signal_fraction)
+    c, a, b, d = _noise_terms(cfg, mm, spread)
     p0 = cfg.laser_power_mw * 1e-3
     var = a * p0 + b + d * p0**2
     sig = (signal_fraction * c * p0) ** 2 / 2
@@ -669,33 +758,87 @@ def _snr_bits(snr: float) -> float:
 def photonic_enob(
     cfg: PhotonicConfig, mm: PhotonicMatmul | None = None, *, signal_fraction: float = 1.0
 ) -> float:
-    """Effective number of bits the noise leaves: ``(SNR_dB - 1.76) / 6.02`` with
-    :func:`photonic_snr` (full scale unless ``signal_fraction`` < 1: a product whose
-    outputs span a fraction ``f`` of full scale gets ``log2(f)`` bits fewer). ``mm``
-    (default :class:`PhotonicMatmul`) sets the passes: phase encoding one, intensity
-    encoding two (half a bit fewer), intensity on an incoherent mesh four (one bit
-    fewer)."""
+    """Effective number of bits delivered: ``(SNR_dB - 1.76) / 6.02`` with
+    :func:`photonic_snr` (full scale unless ``signal_fraction`` < 1: outputs spanning a
+    fraction ``f`` of full scale get up to ``log2(1 / f)`` bits fewer, fewer than that
+    where the ADC's gain shift recovers some). ``mm`` (default :class:`PhotonicMatmul`)
+    sets the passes: phase encoding one, intensity encoding two (half a bit fewer),
+    intensity on an incoherent mesh four (one bit fewer)."""
     return _snr_bits(photonic_snr(cfg, mm, signal_fraction=signal_fraction))
 
 
-def _converter_bits(cfg: PhotonicConfig, mm: PhotonicMatmul | None) -> float:
-    """The bits at full scale the converters' rounding alone leaves (any laser power)."""
-    c, _, _, d = _noise_terms(cfg, mm)
-    return _snr_bits(math.inf if d == 0 else c**2 / 2 / d)
-
-
-def _product_bits(
-    cfg: PhotonicConfig, mm: PhotonicMatmul, k: int, peak: float, enob: float
+def _converter_bits(
+    cfg: PhotonicConfig, mm: PhotonicMatmul | None, signal_fraction: float = 1.0
 ) -> float:
-    """The bits delivered over the range a product's outputs span (before the
-    ``precision_bits`` cap): ``peak`` is their largest ``|y|`` in units of one tile's
-    full scale (up to ``ceil(k / n)``, the tiles along ``K`` being summed). Each tile
-    adds its own noise, so ``ceil(k / n)`` tiles have that many times one tile's
-    variance: ``log2(peak) - log2(tiles) / 2`` bits against full scale."""
-    if peak <= 0:
-        return enob
-    tiles = -(-k // cfg.matrix_size_limit)
-    return enob + math.log2(peak) - 0.5 * math.log2(tiles)
+    """The bits the converters' rounding and the mesh's phase error alone leave (any
+    laser power) for outputs spanning ``signal_fraction`` of full scale."""
+    spread = _full_scale(cfg, PhotonicMatmul() if mm is None else mm, signal_fraction)
+    c, _, _, d = _noise_terms(cfg, mm, spread)
+    return _snr_bits(math.inf if d == 0 else (signal_fraction * c) ** 2 / 2 / d)
+
+
+def _erfc(x: np.ndarray) -> np.ndarray:
+    """``erfc`` elementwise (Abramowitz and Stegun 7.1.26, absolute error below 1.5e-7:
+    ample for probabilities of a rounding's codes; numpy has none)."""
+    z = np.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * z)
+    poly = t * (
+        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+    )
+    r = poly * np.exp(-z * z)
+    return np.where(x >= 0, r, 2.0 - r)
+
+
+def _adc_read_var(values: np.ndarray, noise: float, step: float) -> float:
+    """The summed mean square of ``Q(y + e) - y - e`` over the ideal ``values`` ``y``,
+    ``e`` Gaussian noise of variance ``noise`` and ``Q`` rounding to a grid of
+    ``step`` (all in one unit): what an ADC adds to the noise of detections reading
+    ``values``. ``step**2 / 12`` each once the noise spans steps (Sheppard); short of
+    that it depends on where the values fall: a value well within half a step of a code,
+    undithered, is read as that code (an error of its own distance to it, the noise
+    rounded away with it). Exactly ``sum_k (k step - y)**2 P(Q = k step) - noise``."""
+    sigma = math.sqrt(noise)
+    if sigma >= 3 * step:
+        return values.size * step**2 / 12
+    u = values / step
+    if sigma == 0:
+        return float(np.sum((np.rint(u) - u) ** 2)) * step**2
+    sd = sigma / step
+    j = np.arange(-math.ceil(8 * sd) - 1, math.ceil(8 * sd) + 2)
+    total = 0.0
+    for chunk in np.array_split(u, max(1, u.size * j.size // 4_000_000)):
+        k = np.rint(chunk)[:, None] + j[None, :]
+        edge = np.sqrt(2) * sd
+        prob = 0.5 * (
+            _erfc((k - 0.5 - chunk[:, None]) / edge) - _erfc((k + 0.5 - chunk[:, None]) / edge)
+        )
+        total += float(np.sum((k - chunk[:, None]) ** 2 * prob))
+    return total * step**2 - values.size * noise
+
+
+def _product_bits(cfg: PhotonicConfig, mm: PhotonicMatmul, spread: _Spread) -> float:
+    """The bits delivered over the range a product's outputs span: its peak ``|y|``
+    (``spread.out_peak``, units of one tile's full scale, up to the tiles along ``K``
+    summed) against its own noise budget (:func:`_noise_terms` with ``spread``: each
+    tile's detections, the ADC's step at this product's gain, the DAC rounding and
+    phase error its operands see). A product of zeros reports :func:`photonic_enob`."""
+    if spread.out_peak <= 0:
+        return photonic_enob(cfg, mm)
+    c, a, b, d = _noise_terms(cfg, mm, spread)
+    p0 = cfg.laser_power_mw * 1e-3
+    var = a * p0 + b + d * p0**2
+    shift = _adc_shift(cfg, spread.pass_peak)
+    if spread.pass_values is not None and shift > 0:
+        # the ADC's reads of this product's values, in units of y = 1 (current c P0)
+        # under one detection's noise (shot, thermal, its samples' rounding)
+        lsb = 1.0 / (cfg.transmission * ((1 << cfg.det_bits) - 1))
+        samples = 2 if mm.output_detection is PhotonicDetection.BALANCED else 4
+        detections = _passes(mm) * spread.tiles
+        noise = (a * p0 + b) / detections / (c * p0) ** 2 + samples * lsb**2 / 12
+        adc = _adc_read_var(spread.pass_values, noise, (1 << shift) * lsb)
+        var += adc / spread.outputs * (c * p0) ** 2
+    sig = (spread.out_peak * c * p0) ** 2 / 2
+    return _snr_bits(math.inf if var == 0 else sig / var)
 
 
 def laser_power_for_bits(
@@ -709,12 +852,12 @@ def laser_power_for_bits(
     :func:`photonic_enob` reaches ``bits`` (default ``precision_bits``) for outputs
     spanning ``signal_fraction`` of full scale, with ``mm``'s passes (default
     :class:`PhotonicMatmul`): the root of ``(f c P)**2 / 2 = SNR (a P + b + d P**2)``
-    (:func:`_noise_terms`). This is the noise's budget only: a result never reports
-    more bits than ``precision_bits`` (the converters' resolution), whatever the laser.
-    Raises ValueError for a fraction outside (0, 1], for ``bits`` not a finite number,
-    when the converters' rounding alone leaves fewer than ``bits`` (it grows with the
-    light like the signal: no laser power helps; the message says how many bits they
-    leave), or when no finite laser power reaches ``bits`` (the power would overflow)."""
+    (:func:`_noise_terms`; the ADC's gain calibrated for outputs and passes peaking at
+    ``signal_fraction``, the DAC rounding and phase error at their largest). Raises
+    ValueError for a fraction outside (0, 1], for ``bits`` not a finite number,
+    when the converters' rounding and the mesh's phase error alone leave fewer than
+    ``bits`` (they grow with the light like the signal: no laser power helps; the
+    message says how many bits they leave), or when no finite laser power reaches ``bits`` (the power would overflow)."""
     if (
         isinstance(signal_fraction, bool)
         or not isinstance(signal_fraction, (int, float))
@@ -724,19 +867,22 @@ def laser_power_for_bits(
     bits = cfg.precision_bits if bits is None else bits
     if isinstance(bits, bool) or not isinstance(bits, (int, float)) or not math.isfinite(bits):
         raise ValueError(f"bits must be a finite number, got {bits!r}")
-    c, a, b, d = _noise_terms(cfg, mm)
+    spread = _full_scale(cfg, PhotonicMatmul() if mm is None else mm, signal_fraction)
+    c, a, b, d = _noise_terms(cfg, mm, spread)
     try:
         snr = 10 ** ((6.02 * bits + 1.76) / 10)
         # (f c)**2 / 2 - SNR d: the signal's P**2 coefficient less the converters'
         lead = (signal_fraction * c) ** 2 / 2 - snr * d
         if lead <= 0:
-            conv = _converter_bits(cfg, mm) + math.log2(signal_fraction)
+            conv = _converter_bits(cfg, mm, signal_fraction)
             raise ValueError(
                 f"no finite laser power reaches {bits:g} bits at signal_fraction="
                 f"{signal_fraction:g}: the converters' rounding alone leaves {conv:.2f} bits "
-                f"(det_bits={cfg.det_bits} detector samples over the unattenuated laser "
-                f"power, a {cfg.insertion_loss_db:.4g} dB path loss, in_bits={cfg.in_bits}); "
-                "raise det_bits or lower the loss"
+                f"(precision_bits={cfg.precision_bits} DAC and ADC codes, the ADC at gain "
+                f"2**-{_adc_shift(cfg, signal_fraction)}; det_bits={cfg.det_bits} detector "
+                f"samples over the unattenuated laser power, a {cfg.insertion_loss_db:.4g} dB "
+                f"path loss; mzi_phase_sigma_rad={cfg.mzi_phase_sigma_rad:g}); raise "
+                "precision_bits or det_bits, or lower the loss"
             )
         p_w = (snr * a + math.sqrt((snr * a) ** 2 + 4 * lead * snr * b)) / (2 * lead)
     except (OverflowError, ZeroDivisionError):
@@ -784,43 +930,39 @@ def size_laser_power(
 def _warn_precision(cfg: PhotonicConfig, mm: PhotonicMatmul, enob: float, eff: float) -> None:
     """One PhotonicPrecisionWarning per configuration (the text depends on the
     configuration only, so Python's default filter shows it once) when the bits
-    delivered fall short of ``precision_bits``."""
+    delivered over a product's range (``eff``) fall short of ``precision_bits``. The
+    text gives the bits at full scale (``enob``) and what would reach
+    ``precision_bits`` there: a laser power, or nothing when the converters' rounding
+    and the mesh's phase error alone leave fewer (always so for one tile: the ADC's
+    rounding alone leaves a little under ``precision_bits``)."""
     if eff >= cfg.precision_bits:
         return
     p = cfg.laser_power_mw
-    if enob < cfg.precision_bits:
-        snr = photonic_snr(cfg, mm)
-        snr_text = f"{10 * math.log10(snr):.1f} dB" if snr > 0 else "no signal"
-        conv = _converter_bits(cfg, mm)
-        if conv < cfg.precision_bits:
-            need = (
-                f"no laser power reaches {cfg.precision_bits} bits: the det_bits="
-                f"{cfg.det_bits} detector samples and in_bits={cfg.in_bits} inputs alone "
-                f"leave {conv:.2f} bits"
-            )
-        else:
-            try:
-                need = (
-                    f"laser_power_mw={laser_power_for_bits(cfg, mm):.3g} would reach "
-                    f"{cfg.precision_bits} bits"
-                )
-            except ValueError:
-                need = f"no finite laser power reaches {cfg.precision_bits} bits"
-        msg = (
-            f"photonic core configured for precision_bits={cfg.precision_bits} delivers "
-            f"{enob:.2f} effective bits at full scale: the detectors' shot and thermal "
-            f"noise over {_passes(mm)} pass(es) at laser_power_mw={p:g} and the converters' "
-            f"rounding leave an SNR of {snr_text} ({need} at full scale; outputs spanning "
-            "less of it get fewer: PhotonicResult.effective_bits)"
+    snr = photonic_snr(cfg, mm)
+    snr_text = f"{10 * math.log10(snr):.1f} dB" if snr > 0 else "no signal"
+    conv = _converter_bits(cfg, mm)
+    if conv < cfg.precision_bits:
+        need = (
+            f"no laser power reaches {cfg.precision_bits} bits: the precision_bits="
+            f"{cfg.precision_bits} DAC and ADC codes (the ADC at gain "
+            f"2**-{_adc_shift(cfg, 1.0)}), the det_bits={cfg.det_bits} detector samples "
+            f"and the mesh's phase error alone leave {conv:.2f} bits"
         )
     else:
-        msg = (
-            f"photonic core configured for precision_bits={cfg.precision_bits} delivers "
-            f"{cfg.precision_bits} effective bits at full scale (the noise at "
-            f"laser_power_mw={p:g} leaves {enob:.2f}), but the products' outputs span a "
-            f"fraction of full scale and get {eff:.2f} (PhotonicResult.effective_bits; "
-            "size the laser with laser_power_for_bits(signal_fraction=...))"
-        )
+        try:
+            need = (
+                f"laser_power_mw={laser_power_for_bits(cfg, mm):.3g} would reach "
+                f"{cfg.precision_bits} bits"
+            )
+        except ValueError:
+            need = f"no finite laser power reaches {cfg.precision_bits} bits"
+    msg = (
+        f"photonic core configured for precision_bits={cfg.precision_bits} delivers "
+        f"{enob:.2f} effective bits at full scale: the detectors' shot and thermal "
+        f"noise over {_passes(mm)} pass(es) at laser_power_mw={p:g}, the converters' "
+        f"rounding and the mesh's phase error leave an SNR of {snr_text} ({need} at full "
+        "scale; outputs spanning less of it get fewer: PhotonicResult.effective_bits)"
+    )
     warnings.warn(msg, PhotonicPrecisionWarning, stacklevel=3)
 
 
@@ -850,8 +992,8 @@ def photonic_linear(op: Op, graph: Graph, spec: Any, storage: Any, ext: DeviceEx
     enob = photonic_enob(cfg, mm)
 
     def unit_gemm(a: np.ndarray, b: np.ndarray, seed: int) -> np.ndarray:
-        out, _, peak = _photonic_product(cfg, mm, np.asarray(b).T, np.asarray(a).T, seed)
-        _warn_precision(cfg, mm, enob, _product_bits(cfg, mm, k, peak, enob))
+        out, _, spread = _photonic_product(cfg, mm, np.asarray(b).T, np.asarray(a).T, seed)
+        _warn_precision(cfg, mm, enob, _product_bits(cfg, mm, spread))
         return out.T
 
     extra = {

@@ -84,21 +84,33 @@ def test_laser_power_for_bits_refuses_unreachable_bits(bits):
         laser_power_for_bits(PhotonicConfig(), bits=bits)
 
 
-# -- photonic: delivered bits are at most the converters' ---------------------------------
+# -- photonic: the converters are in the budget, not a cap --------------------------------
 
 
-@pytest.mark.parametrize("precision_bits", [2, 4, 8])
-def test_photonic_delivered_bits_never_exceed_the_converters(precision_bits):
+@pytest.mark.parametrize("precision_bits", [4, 6, 8])
+def test_photonic_delivered_bits_are_the_converters_with_ample_light(precision_bits):
+    """At 10 W the noise alone would leave more than 12 bits: what is delivered is what
+    the DAC and ADC codes leave (reported as measured, no longer the configured
+    precision_bits: until 2026-12-02 a 4-bit core reported 4.00 while delivering
+    2.9), and the warning says no laser reaches the configured bits."""
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((48, 64)), rng.standard_normal((64, 16))
     cfg = PhotonicConfig(matrix_size_limit=64, laser_power_mw=10000, precision_bits=precision_bits)
-    # the noise alone would leave more than 8 bits at this power
-    assert photonic_enob(cfg, PhotonicMatmul()) > 12
+    no_converters = PhotonicConfig(
+        matrix_size_limit=64, laser_power_mw=10000, precision_bits=16, mzi_phase_sigma_rad=0
+    )
+    assert photonic_enob(no_converters, PhotonicMatmul()) > 12
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         r = photonic_matmul(None, cfg, PhotonicMatmul(), a, b, seed=1)
-    assert r.enob == precision_bits and r.effective_bits == precision_bits
-    assert not [x for x in w if issubclass(x.category, PhotonicPrecisionWarning)]
+    assert r.enob < precision_bits and r.effective_bits < r.enob
+    unit = 64 * np.abs(a).max(axis=1, keepdims=True) * np.abs(b).max(axis=0, keepdims=True)
+    err = (r.output - a @ b) / unit
+    peak = float(np.abs(a @ b / unit).max())
+    measured = (10 * math.log10(peak**2 / 2 / np.var(err)) - 1.76) / 6.02
+    assert r.effective_bits == pytest.approx(measured, abs=0.15)
+    msgs = [str(x.message) for x in w if issubclass(x.category, PhotonicPrecisionWarning)]
+    assert msgs and f"no laser power reaches {precision_bits} bits" in msgs[0]
 
 
 def test_photonic_warning_fires_when_delivered_bits_fall_short():
@@ -236,7 +248,11 @@ def test_photonic_laser_energy_charges_the_path_loss_once():
             warnings.simplefilter("ignore", PhotonicPrecisionWarning)
             out[loss] = photonic_matmul(None, cfg, PhotonicMatmul(), a, b, functional=False)
     assert out[0.05].energy_pj == pytest.approx(out[0.0].energy_pj, rel=1e-12)
-    lossy = PhotonicConfig(matrix_size_limit=64, insertion_loss_db_per_component=0.05)
+    # 16-bit converters: the light's share of the bits (at 8 bits the ADC's power-of-two
+    # gain, fitted to each path's full scale, can favour either path)
+    lossy = PhotonicConfig(
+        matrix_size_limit=64, insertion_loss_db_per_component=0.05, precision_bits=16
+    )
     assert photonic_enob(lossy) < photonic_enob(
-        PhotonicConfig(matrix_size_limit=64, insertion_loss_db_per_component=0.0)
+        PhotonicConfig(matrix_size_limit=64, insertion_loss_db_per_component=0, precision_bits=16)
     )
