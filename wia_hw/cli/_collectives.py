@@ -127,14 +127,28 @@ def collectives(
         if a == AUTO and comm.auto_candidates(name, range(comm.size), hi, 1):
             continue  # auto runs one of them
         x = ALGORITHMS[name][0] if a == AUTO else a
-        t = comm.chunk_transfers(name, x, comm.size, hi, 1)
-        if t > MAX_CHUNK_TRANSFERS:
-            raise click.BadParameter(
-                f"{name} of {hi:,} B over {comm.size} ranks in chunks of {chunk_bytes:,} B "
-                f"would take {t:,} chunk transfers, more than the {MAX_CHUNK_TRANSFERS:,} "
-                "modelled; lower --max or raise --chunk",
-                param_hint="--max/--chunk",
+        too = comm.refused(name, x, hi)
+        if too is None:
+            continue
+        work, floor = too
+        if floor <= MAX_CHUNK_TRANSFERS:
+            advice, hint = "lower --max or raise --chunk", "--max/--chunk"
+        else:  # one chunk per message is already too many: only the algorithm can help
+            others = [o for o in ALGORITHMS[name] if o != x and comm.refused(name, o, hi) is None]
+            advice = (
+                f"use --algo {' or '.join(others)}"
+                if others
+                else f"no size or chunk runs it on {comm.size} ranks; "
+                + ("leave it out with --op or use" if op == "all" else "use")
+                + " a smaller cluster"
             )
+            hint = "--algo" if others else "--cluster"
+        raise click.BadParameter(
+            f"{name} of {hi:,} B over {comm.size} ranks in chunks of {chunk_bytes:,} B "
+            f"would take {work:,} chunk transfers, more than the {MAX_CHUNK_TRANSFERS:,} "
+            f"modelled; {advice}",
+            param_hint=hint,
+        )
     topo = comm.topology
     click.echo(
         f"# {comm.spec.name}: {comm.size} ranks, {topo.kind} topology, peak link "

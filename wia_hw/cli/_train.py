@@ -124,17 +124,29 @@ def train_cmd(
         )
     with warnings.catch_warnings():  # the summary's Power line says it
         warnings.simplefilter("ignore", TrainingThermalWarning)
-        r = train_iteration(
-            workload,
-            cluster=cluster,
-            dp=dp,
-            tp=tp,
-            bucket_mb=bucket_mb,
-            overlap=not no_overlap,
-            optimizer=optimizer,
-            algorithm=algo,
-            **kw,
-        )
+        try:
+            r = train_iteration(
+                workload,
+                cluster=cluster,
+                dp=dp,
+                tp=tp,
+                bucket_mb=bucket_mb,
+                overlap=not no_overlap,
+                optimizer=optimizer,
+                algorithm=algo,
+                **kw,
+            )
+        except WiaError as e:
+            # the communicator's size limit advises its own arguments (chunk_bytes),
+            # which this command does not have: say what its options can do
+            head, sep, _ = str(e).partition(" modelled; ")
+            if not sep:
+                raise
+            raise WiaError(
+                f"{head} modelled; use "
+                + ("--algo auto (it picks an algorithm that runs), " if algo != AUTO else "")
+                + "a smaller --bucket-mb or a smaller --dp"
+            ) from None
     recs = r.communication_recommendations() if no_overlap else None
     if as_json:
         d = r.to_dict()

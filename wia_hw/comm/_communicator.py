@@ -36,12 +36,22 @@ __all__ = [
     "ALGORITHMS",
     "AUTO",
     "MAX_CHUNK_TRANSFERS",
+    "MAX_RING_CELLS",
 ]
 
-#: The most chunk transfers one call may schedule (each is a SimPy event of about 10 us
-#: CPU): a ring all-reduce over 10,000 ranks, or 1-byte chunks of a 256 MiB message,
-#: would run for hours. The biggest call of the docs and tests is far below it.
+#: The most chunk transfers one simulated call may schedule, each counted once per link
+#: (or switch fabric) it crosses: each such chunk hop is a SimPy event or booking of
+#: about 10 us CPU, so a ring all-reduce over 10,000 ranks, or 1-byte chunks of a 256
+#: MiB message, would run for hours. The biggest call of the docs and tests is far
+#: below it. Ring collectives timed exactly without events (:meth:`Communicator.ring_exact`)
+#: have their own bound, :data:`MAX_RING_CELLS`.
 MAX_CHUNK_TRANSFERS = 2_000_000
+
+#: The most (ring steps x ranks) one exactly timed ring collective may evaluate: each
+#: step is a few numpy operations over the ranks (about 0.1 s per million cells), so
+#: an all-reduce over 4096 ranks (33.5 million) takes a few seconds and one over the
+#: largest cluster (65,536 ranks) is refused rather than run for minutes.
+MAX_RING_CELLS = 1 << 26
 
 #: nccl-tests' bus-bandwidth factor per collective, as a function of the rank count.
 BUS_FACTORS: dict[str, Callable[[int], float]] = {
@@ -65,6 +75,16 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
     "broadcast": ("ring",),
     "all_to_all": ("direct",),
     "send": ("p2p",),
+}
+
+#: The ring collectives :meth:`Communicator.ring_exact` times: per phase of ``n - 1``
+#: steps, the offset ``o`` for which step ``s`` of ring position ``i`` sends the
+#: segment of position ``(i + o - s) mod n`` (the all-reduce's reduce-scatter and
+#: all-gather run with shift 1, the standalone ones with shift 0; see ``_schedule``).
+_RING_PHASES: dict[str, tuple[int, ...]] = {
+    "all_reduce": (0, 1),
+    "reduce_scatter": (-1,),
+    "all_gather": (0,),
 }
 
 _REDUCE_OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
@@ -217,7 +237,9 @@ class Communicator:
                 self._out_gbs[u] += b
         self._mailbox: dict[tuple[int, int], list[Work]] = {}
         #: the all-reduce algorithm "auto" chose, per (group, element count, width)
-        self._auto_choice: dict[tuple[tuple[int, ...], int, int], str] = {}
+        self._auto_choice: dict[tuple[tuple[tuple[int, ...], ...], int, int, bool], str] = {}
+        #: the links each exactly timed ring in flight holds (:meth:`ring_exact`)
+        self._held: dict[int, tuple[set[tuple[int, int]], CallInFlight]] = {}
 
     def __repr__(self) -> str:
         return f"Communicator({self.spec.name!r}, ranks={self.size}, topology={self.topology.kind})"
@@ -369,15 +391,304 @@ class Communicator:
         steps = 2 * (n - 1) if name == "all_reduce" else n - 1
         return msgs(n * steps, part(n))
 
-    def _bound(self, where: str, algorithm: str, n: int, count: int, itemsize: int) -> None:
-        t = self.chunk_transfers(where, algorithm, n, count, itemsize)
-        if t > MAX_CHUNK_TRANSFERS:
-            raise CommError(
-                f"{where}: {n} ranks moving {count * itemsize:,} B in chunks of "
-                f"{self.chunk_bytes:,} B would take {t:,} chunk transfers, more than the "
-                f"{MAX_CHUNK_TRANSFERS:,} modelled; use fewer ranks, a smaller message or a "
-                "larger chunk_bytes"
+    def _servers(self, a: int, b: int) -> int:
+        """The FIFO servers (links, switch fabrics) a chunk from ``a`` to ``b`` passes:
+        counted without routing on a ring or a switch (where a many-rank tree would
+        otherwise run a breadth-first search per parent), else from the route."""
+        topo = self.topology
+        if (a, b) in topo.links:
+            return 1
+        if topo.kind == "ring":
+            d = abs(a - b)
+            return min(d, topo.devices - d)
+        if topo.kind == "switch":
+            return 3  # up-link, fabric, down-link
+        return len(self.links.servers(a, b))
+
+    def _sim_work(
+        self, name: str, algorithm: str, group: Sequence[int], count: int, isz: int
+    ) -> int:
+        """The chunk hops (one per chunk per link or fabric it crosses: SimPy events and
+        bookings) simulating the call would take, at most: what
+        :data:`MAX_CHUNK_TRANSFERS` bounds. A message over one link costs one event
+        however many chunks it has, but a booking per chunk, so it counts its chunks."""
+        n = len(group)
+        base = self.chunk_transfers(name, algorithm, n, count, isz)
+        if (
+            name in ("send", "all_to_all")
+            or algorithm == "hierarchical"
+            or base > (MAX_CHUNK_TRANSFERS)
+        ):
+            return base  # hierarchical steps are single links; the others keep their count
+        order = self._order(list(group))
+        if algorithm == "tree":
+            hops = sum(self._servers(order[i], order[(i - 1) // 2]) for i in range(1, n))
+            return 2 * self._pieces(count, isz) * hops
+        hops = sum(self._servers(a, b) for a, b in zip(order, order[1:] + order[:1], strict=True))
+        if name == "broadcast":
+            return self._pieces(count, isz) * hops
+        # ring steps: every step moves one segment over each pair of neighbours
+        return base // n * hops
+
+    def _sim_floor(self, name: str, algorithm: str, group: Sequence[int]) -> int:
+        """:meth:`_sim_work` of the smallest message (one element, one chunk): what no
+        size or chunk can bring below."""
+        return self._sim_work(name, algorithm, group, 1, 1)
+
+    def _ring_links(
+        self, name: str, algorithm: str, group: Sequence[int]
+    ) -> list[tuple[int, int]] | None:
+        """The links of a ring collective's steps (position ``i`` to ``i + 1`` of the
+        ring order), when :meth:`ring_exact` can time it: the ring algorithm, every step
+        one direct link (so each link carries one rank's sends, in step order), no
+        refresh on them and no per-chunk link recording. Else ``None``."""
+        if name not in _RING_PHASES or algorithm != "ring" or self.links.record:
+            return None
+        order = self._order(list(group))
+        pairs = list(zip(order, order[1:] + order[:1], strict=True))
+        ports = self.links.ports
+        if any(p not in ports or ports[p].refresh_cycles for p in pairs):
+            return None
+        return pairs
+
+    def _exact_fits(self, name: str, n: int) -> bool:
+        """Whether the ring steps x ranks of ``name`` over ``n`` ranks are within
+        :data:`MAX_RING_CELLS`."""
+        return len(_RING_PHASES[name]) * (n - 1) * n <= MAX_RING_CELLS
+
+    def _exact_ring(
+        self, name: str, algorithm: str, group: list[int], count: int, isz: int, functional: bool
+    ) -> list[tuple[int, int]] | None:
+        """The ring links when this call may be timed exactly by :meth:`ring_exact`:
+        timing mode, a ring over direct links within :data:`MAX_RING_CELLS`, and no
+        other call in flight (so its links are idle and, while it runs, no earlier
+        booking can come between its own)."""
+        if functional or self.in_flight or name not in _RING_PHASES:
+            return None
+        pairs = self._ring_links(name, algorithm, group)
+        if pairs is None or not self._exact_fits(name, len(group)):
+            return None
+        if not self._int64_fits(name, pairs, count * isz):
+            return None
+        return pairs
+
+    def _int64_fits(self, name: str, pairs: list[tuple[int, int]], nbytes: int) -> bool:
+        """Whether :meth:`_ring_times` on segments of at most ``nbytes`` stays within
+        int64 (its cycles and byte-by-rate products; beyond, the call is simulated)."""
+        ports = [self.links.ports[p] for p in pairs]
+        steps = len(_RING_PHASES[name]) * (len(pairs) - 1)
+        big = (nbytes + self.chunk_bytes) * max(p._den for p in ports) + max(
+            self.links.latency_cycles[p] for p in pairs
+        )
+        free = max(p.free_at for p in ports)
+        return big * (steps + 2) + max(int(self.env.now), free) < 1 << 62
+
+    def _runnable(
+        self, name: str, algorithm: str, group: list[int], count: int, isz: int, functional: bool
+    ) -> bool:
+        """Whether the call would run rather than be refused (:meth:`_bound`)."""
+        if self._exact_ring(name, algorithm, group, count, isz, functional) is not None:
+            return True
+        return self._sim_work(name, algorithm, group, count, isz) <= MAX_CHUNK_TRANSFERS
+
+    def refused(
+        self,
+        name: str,
+        algorithm: str,
+        nbytes: int,
+        ranks: Sequence[int] | None = None,
+        *,
+        functional: bool = False,
+    ) -> tuple[int, int] | None:
+        """Whether collective ``name`` of ``nbytes`` (timing mode unless
+        ``functional``) by ``algorithm`` over ``ranks`` (default all) would be refused
+        as too costly to model: ``None`` when it runs, else ``(work, floor)``: the chunk
+        hops it would simulate and those of a one-byte message (above
+        :data:`MAX_CHUNK_TRANSFERS` too: no size or chunk makes it run)."""
+        group = self._group(ranks, name)
+        if self._runnable(name, algorithm, group, int(nbytes), 1, functional):
+            return None
+        return (
+            self._sim_work(name, algorithm, group, int(nbytes), 1),
+            self._sim_floor(name, algorithm, group),
+        )
+
+    def _bound(
+        self,
+        where: str,
+        algorithm: str,
+        group: list[int],
+        count: int,
+        itemsize: int,
+        exact: bool = False,
+    ) -> None:
+        """Refuse, in one line, a call simulating more than :data:`MAX_CHUNK_TRANSFERS`
+        chunk hops (``exact``: timed by :meth:`ring_exact`, which the caller checked
+        against :data:`MAX_RING_CELLS`), with the advice that can make it run."""
+        if exact:
+            return
+        n = len(group)
+        t = self._sim_work(where, algorithm, group, count, itemsize)
+        if t <= MAX_CHUNK_TRANSFERS:
+            return
+        if self._sim_floor(where, algorithm, group) <= MAX_CHUNK_TRANSFERS:
+            advice = "use fewer ranks, a smaller message or a larger chunk_bytes"
+        else:
+            others = [
+                a
+                for a in ALGORITHMS[where]
+                if a != algorithm
+                and (a != "hierarchical" or self._hierarchical_fits(group))
+                and self._sim_floor(where, a, group) <= MAX_CHUNK_TRANSFERS
+            ]
+            advice = "at any size and chunk; use fewer ranks" + (
+                f" or algorithm {' or '.join(others)}" if others else ""
             )
+            if (
+                self._ring_links(where, algorithm, group) is not None
+                and self._exact_fits(where, n)
+                and self.in_flight
+            ):
+                advice += (
+                    ", or issue it with no other call in flight (a ring over direct "
+                    "links is then timed exactly, without simulating each transfer)"
+                )
+        raise CommError(
+            f"{where}: {n} ranks moving {count * itemsize:,} B in chunks of "
+            f"{self.chunk_bytes:,} B would take {t:,} chunk transfers, more than the "
+            f"{MAX_CHUNK_TRANSFERS:,} modelled; {advice}"
+        )
+
+    # -- exact ring timing --------------------------------------------------------------
+
+    def ring_exact(
+        self,
+        name: str,
+        group: list[int],
+        lens: Sequence[int],
+        nbytes: int,
+        *,
+        async_op: bool = False,
+        _pairs: list[tuple[int, int]] | None = None,
+    ) -> Any:
+        """Time ring collective ``name`` (all_reduce, reduce_scatter, all_gather) over
+        ``group`` exactly as the link model would, without one SimPy event per transfer,
+        or return ``None`` where that cannot be done exactly. ``lens``: the bytes of the
+        segment that starts at each position of the ring order (segment ``k`` is what
+        position ``k`` owns, as :meth:`~._schedule.Schedule.ring_reduce_scatter` cuts
+        it); ``nbytes`` the record's size.
+
+        Why it is exact: each step of the ring is one direct link, and the link from
+        position ``i`` carries only position ``i``'s sends, so the model reduces to a
+        recurrence. Step ``s`` of position ``i`` starts when step ``s - 1`` of position
+        ``i - 1`` arrives (the first at the call's start), is booked on its link as
+        :meth:`BandwidthPort.reserve` books it (from the later of its start and the
+        link's free cycle, each chunk's ceil(bytes / bytes per cycle) cycles) and
+        arrives one latency after; an empty segment books nothing and pays the latency,
+        as :meth:`LinkModel.send` does. The recurrence runs one numpy step per ring step
+        over all ranks (:data:`MAX_RING_CELLS` bounds it). It holds while each link's
+        bookings come in step order with strictly increasing start cycles (always when
+        no segment is empty, since every booking ends after it starts); where two
+        could tie, their order is the simulation's event order, so the call is
+        simulated instead (``None``). The links' bookings, busy cycles and byte counts
+        end as the simulation leaves them; the record comes at its last arrival.
+
+        The links must stay idle of other traffic while it runs: no other call may be
+        in flight when it starts, and one started on its links before it ends is
+        refused (:meth:`_run`)."""
+        pairs = _pairs if _pairs is not None else self._ring_links(name, "ring", group)
+        if pairs is None or self.in_flight:
+            return None
+        t = self._ring_times(name, pairs, lens)
+        if t is None:
+            return None
+        end, transfers, sent, tally = t
+        env = self.env
+        start = int(env.now)
+        done = env.event()
+        call = CallInFlight(name, "ring", nbytes, tuple(group), start)
+        self.in_flight[id(done)] = call
+        self._held[id(done)] = (set(pairs), call)
+        peak = self.peak_busbw_gbs(name, group)
+        n = self.size
+
+        def finish(_e: Any) -> None:
+            del self.in_flight[id(done)]
+            del self._held[id(done)]
+            rec = CollectiveRecord(
+                name=name,
+                algorithm="ring",
+                nbytes=nbytes,
+                ranks=tuple(group),
+                start_cycle=start,
+                end_cycle=int(env.now),
+                clock_ghz=self.clock_ghz,
+                sent_bytes=sent,
+                transfers=transfers,
+                link_bytes={link_name(u, v, n): b for (u, v), b in sorted(tally.items())},
+                peak_busbw_gbs=peak,
+            )
+            self.records.append(rec)
+            for lst in self.listeners:
+                lst.on_collective(rec)
+            done.succeed(rec)
+
+        env.timeout(end - start).callbacks.append(finish)
+        work = Work(self, done)
+        return work if async_op else work.wait()
+
+    def _ring_times(
+        self, name: str, pairs: list[tuple[int, int]], lens: Sequence[int]
+    ) -> tuple[int, int, int, dict[tuple[int, int], int]] | None:
+        """The recurrence of :meth:`ring_exact`: (end cycle, transfers, bytes sent,
+        bytes per link), booking the links as the simulation would; ``None`` (links
+        untouched) where a tie or an integer overflow could make it differ."""
+        m = len(pairs)
+        if not self._int64_fits(name, pairs, max(lens, default=0)):
+            return None
+        ports = [self.links.ports[p] for p in pairs]
+        c = self.chunk_bytes
+        b_of = np.asarray(lens, dtype=np.int64)
+        num = np.array([p._num for p in ports], dtype=np.int64)
+        den = np.array([p._den for p in ports], dtype=np.int64)
+        lat = np.array([self.links.latency_cycles[p] for p in pairs], dtype=np.int64)
+        now = int(self.env.now)
+        full = -(-c * den // num)  # cycles of one whole chunk, per link
+        free = np.array([p.free_at for p in ports], dtype=np.int64)
+        busy = np.zeros(m, dtype=np.int64)
+        seen = np.full(m, -1, dtype=np.int64)  # the last booking's start, this call
+        tally = np.zeros(m, dtype=np.int64)
+        pos = np.arange(m)
+        arrive = np.full(m, now, dtype=np.int64)
+        end = now
+        first = True
+        for o in _RING_PHASES[name]:
+            for s in range(m - 1):
+                launch = arrive if first else np.roll(arrive, 1)
+                first = False
+                b = b_of[(pos + o - s) % m]
+                ne = b > 0
+                if np.any(ne & (launch <= seen)):
+                    return None  # a tie (or overtaking): the event order decides
+                d = (b // c) * full + (-(-(b % c) * den // num))
+                fin = np.maximum(launch, free) + d
+                arrive = np.where(ne, fin, launch) + lat
+                free = np.where(ne, fin, free)
+                seen = np.where(ne, launch, seen)
+                busy += np.where(ne, d, 0)
+                tally += b
+                end = max(end, int(arrive.max()))
+        for k, p in enumerate(ports):
+            if seen[k] >= 0:
+                p.free_at = int(free[k])
+                p.busy_cycles += int(busy[k])
+                p.last_arrival = int(seen[k])
+        lb = self.links.link_bytes
+        out = {}
+        for k, pr in enumerate(pairs):
+            lb[pr] += int(tally[k])
+            out[pr] = int(tally[k])
+        return end, m * len(_RING_PHASES[name]) * (m - 1), int(tally.sum()), out
 
     # -- execution ----------------------------------------------------------------------
 
@@ -404,6 +715,8 @@ class Communicator:
         for i, t in enumerate(tr):
             for d in t.deps:
                 dependents[d].append(i)
+        if self._held:
+            self._check_held(name, tr)
         payload: list[Any] = [None] * len(tr)
         left = [len(tr)]
         done = env.event()
@@ -465,6 +778,19 @@ class Communicator:
         work = Work(self, done)
         return work if async_op else work.wait()
 
+    def _check_held(self, name: str, tr: list[Any]) -> None:
+        """Refuse a call whose transfers would cross links an exactly timed ring in
+        flight holds: it was timed on the assumption that they stay idle."""
+        pairs = {(t.src, t.dst) for t in tr}
+        used = {ln for a, b in pairs for _, _, ln in self.links.servers(a, b) if ln is not None}
+        for held, call in self._held.values():
+            if used & held:
+                raise CommError(
+                    f"{name}: its transfers would share links with the {call.name} over "
+                    f"{len(call.ranks)} ranks still in flight, which was timed exactly "
+                    "on the assumption that its links stay idle; wait for it first"
+                )
+
     def _hierarchical_fits(self, group: list[int]) -> bool:
         """Whether the hierarchical all-reduce can run over ``group``: the whole cluster
         of a hierarchical topology."""
@@ -506,89 +832,147 @@ class Communicator:
         the node farthest from it (:meth:`Topology.hops_to`)."""
         return max(1, 2 * max(self.topology.hops_to(0)))
 
+    def _try_exact(
+        self,
+        where: str,
+        algo: str,
+        group: list[int],
+        count: int,
+        isz: int,
+        functional: bool,
+        async_op: bool,
+        seg_of: dict[int, tuple[int, int]] | None = None,
+    ) -> Any:
+        """Run the call by :meth:`ring_exact` where it may (:meth:`_exact_ring`) and
+        either runs alone (blocking, nothing else scheduled in the simulation, so no
+        other traffic can start before it ends) or would be refused as too large to
+        simulate (then other calls that would share its links are refused while it is
+        in flight); else, or on a tie it cannot order, ``None``: the caller simulates.
+        ``seg_of``: each rank's segment (default: the all-reduce's even split in ring
+        order)."""
+        pairs = self._exact_ring(where, algo, group, count, isz, functional)
+        if pairs is None:
+            return None
+        alone = not async_op and self.env.peek() == float("inf")
+        if not alone and self._sim_work(where, algo, group, count, isz) <= MAX_CHUNK_TRANSFERS:
+            return None
+        order = self._order(group)
+        if seg_of is None:
+            segs = even_ranges((0, count), len(order))
+        else:
+            segs = [seg_of[r] for r in order]
+        lens = [(hi - lo) * isz for lo, hi in segs]
+        return self.ring_exact(where, group, lens, count * isz, async_op=async_op, _pairs=pairs)
+
     def auto_candidates(
-        self, name: str, group: Sequence[int], count: int, itemsize: int
+        self, name: str, group: Sequence[int], count: int, itemsize: int, functional: bool = False
     ) -> list[str]:
         """The algorithms ``auto`` would time for collective ``name`` over ``group``
-        (``count`` elements of ``itemsize`` bytes): those that can run there
-        (``hierarchical`` over the whole of a hierarchical cluster) and whose chunk
-        transfers, times the hops a transfer may take (one for the ring, whose steps
-        are single hops; else :meth:`_max_hops`), stay within
-        :data:`MAX_CHUNK_TRANSFERS`. Empty: the call would be refused."""
-        out = []
-        for a in ALGORITHMS[name]:
-            if a == "hierarchical" and not self._hierarchical_fits(list(group)):
-                continue
-            work = self.chunk_transfers(name, a, len(group), count, itemsize)
-            if work * (1 if a in ("ring", "direct", "p2p") else self._max_hops()) > (
-                MAX_CHUNK_TRANSFERS
-            ):
-                continue
-            out.append(a)
-        return out
+        (``count`` elements of ``itemsize`` bytes; timing mode unless ``functional``):
+        those that can run there (``hierarchical`` over the whole of a hierarchical
+        cluster) and whose chunk transfers, times the hops a transfer may take (one
+        for the ring, whose steps are single hops; else :meth:`_max_hops`), stay
+        within :data:`MAX_CHUNK_TRANSFERS`, as long as they are not refused
+        (:meth:`_bound`). When none is left, those that are not refused: the ring timed
+        exactly (:meth:`ring_exact`) on a cluster too large to simulate it, an
+        algorithm whose actual hops keep it within the bound. Empty: the call would be
+        refused."""
+        group = list(group)
+        fits = [
+            a for a in ALGORITHMS[name] if a != "hierarchical" or self._hierarchical_fits(group)
+        ]
+        runs = [a for a in fits if self._runnable(name, a, group, count, itemsize, functional)]
+        # the rough first cut keeps auto's choice where one ran before exact timing
+        rough = [
+            a
+            for a in runs
+            if self.chunk_transfers(name, a, len(group), count, itemsize)
+            * (1 if a in ("ring", "direct", "p2p") else self._max_hops())
+            <= MAX_CHUNK_TRANSFERS
+        ]
+        return rough or runs
 
-    def _auto_all_reduce(self, group: list[int], count: int, isz: int) -> str:
+    def _auto_all_reduce(self, group: list[int], count: int, isz: int, functional: bool) -> str:
         """The all-reduce algorithm that ends first for this group and size, each run
         alone on idle links of a fresh copy of the cluster (timing mode, the same
-        schedule the call would run), as NCCL's tuner picks an algorithm per size;
-        ties go to the earlier of ``ALGORITHMS["all_reduce"]``. An algorithm that cannot
-        run here (hierarchical off a hierarchical topology or on part of the cluster)
-        is not tried, nor one whose chunk transfers times the hops a transfer may take
-        (at most twice the farthest node's from device 0) pass
-        :data:`MAX_CHUNK_TRANSFERS`: timing it would cost more than the call. When
-        none is left, the ring runs (and is refused with the usual error if it is too
-        large); when one is, it runs untimed. Cached per group, size and element
-        width."""
-        return self._fastest([group], count, isz)
+        schedule the call would run; a ring over direct links by :meth:`ring_exact`,
+        with the same cycles), as NCCL's tuner picks an algorithm per size; ties go to
+        the earlier of ``ALGORITHMS["all_reduce"]``. Only :meth:`auto_candidates` are
+        timed: timing the others would cost more than the call, or they cannot run.
+        When none is left, the ring runs (and is refused with the usual error); when
+        one is, it runs untimed. Cached per group, size and element width."""
+        return self._fastest([group], count, isz, functional)
 
     def choose_all_reduce(self, groups: Sequence[Sequence[int]], nbytes: int) -> str:
         """The all-reduce algorithm that ends first when ``groups`` (disjoint rank
         lists) each all-reduce ``nbytes`` at the same time, on idle links of a fresh
         copy of the cluster: what ``auto`` picks for one group alone, for concurrent
         ones (a training step's data-parallel groups share links, and an algorithm
-        fastest alone can contend). Candidates and ties as ``auto``'s."""
+        fastest alone can contend). Candidates and ties as ``auto``'s; with several
+        groups only the simulated ones (the first group's call is in flight when the
+        next starts, so none is timed exactly)."""
         gs = [self._group(g, "choose_all_reduce") for g in groups]
         if not gs:
             raise CommError("choose_all_reduce: no groups")
-        return self._fastest(gs, int(nbytes), 1)
+        return self._fastest(gs, int(nbytes), 1, False)
 
-    def _fastest(self, groups: list[list[int]], count: int, isz: int) -> str:
-        key = (tuple(tuple(g) for g in groups), count, isz)
+    def _fastest(self, groups: list[list[int]], count: int, isz: int, functional: bool) -> str:
+        key = (tuple(tuple(g) for g in groups), count, isz, functional)
         hit = self._auto_choice.get(key)
         if hit is not None:
             return hit
         tried = [
             a
             for a in ALGORITHMS["all_reduce"]
-            if all(a in self.auto_candidates("all_reduce", g, count, isz) for g in groups)
+            if all(
+                a in self.auto_candidates("all_reduce", g, count, isz, functional) for g in groups
+            )
         ]
         if len(groups) > 1:  # concurrent groups multiply the transfers timed
-            tried = [
+            simulated = [
                 a
                 for a in tried
+                if all(
+                    self._sim_work("all_reduce", a, g, count, isz) <= MAX_CHUNK_TRANSFERS
+                    for g in groups
+                )
+            ]
+            tried = [
+                a
+                for a in simulated
                 if len(groups)
                 * self.chunk_transfers("all_reduce", a, len(groups[0]), count, isz)
                 * (1 if a == "ring" else self._max_hops())
                 <= MAX_CHUNK_TRANSFERS
-            ] or tried[:1]
+            ] or simulated[:1]
         best, best_end = (tried or ALGORITHMS["all_reduce"])[0], None
         for a in tried if len(tried) > 1 else ():  # one left: nothing to time
             scratch = Communicator(self.spec, chunk_bytes=self.chunk_bytes, _topology=self.topology)
-            works = [
-                scratch._run(
-                    "all_reduce",
-                    a,
-                    count * isz,
-                    g,
-                    scratch._all_reduce_schedule(a, g, count, isz),
-                    None,
-                    None,
-                    lambda: None,
-                    async_op=True,
-                )
-                for g in groups
-            ]
-            end = max(w.wait().end_cycle for w in works)
+            works = None
+            if len(groups) == 1 and not functional:
+                works = [scratch._try_exact("all_reduce", a, groups[0], count, isz, False, False)]
+                works = None if works[0] is None else works
+            if works is None:
+                if any(
+                    self._sim_work("all_reduce", a, g, count, isz) > MAX_CHUNK_TRANSFERS
+                    for g in groups
+                ):
+                    continue  # not timed exactly here (a tie), so it is refused too
+                works = [
+                    scratch._run(
+                        "all_reduce",
+                        a,
+                        count * isz,
+                        g,
+                        scratch._all_reduce_schedule(a, g, count, isz),
+                        None,
+                        None,
+                        lambda: None,
+                        async_op=True,
+                    )
+                    for g in groups
+                ]
+            end = max((w if isinstance(w, CollectiveRecord) else w.wait()).end_cycle for w in works)
             if best_end is None or end < best_end:
                 best, best_end = a, end
         self._auto_choice[key] = best
@@ -623,14 +1007,17 @@ class Communicator:
             raise CommError(f"{where}: unknown op {op!r} (known: {', '.join(_REDUCE_OPS)})")
         flat, count, isz = self._buffers(where, group, buffers, nbytes, reduces=True)
         if algo == AUTO:
-            algo = self._auto_all_reduce(group, count, isz)
+            algo = self._auto_all_reduce(group, count, isz, flat is not None)
         elif algo == "hierarchical" and not self._hierarchical_fits(group):
             raise CommError(
                 f"{where}: the hierarchical algorithm needs the whole "
                 "cluster on a hierarchical topology (this is "
                 f"{self.topology.kind}, {len(group)} of {self.size} ranks)"
             )
-        self._bound(where, algo, len(group), count, isz)
+        done = self._try_exact(where, algo, group, count, isz, flat is not None, async_op)
+        if done is not None:
+            return done
+        self._bound(where, algo, group, count, isz)
         sched = self._all_reduce_schedule(algo, group, count, isz)
         shape = None if buffers is None else np.asarray(buffers[0]).shape
         state = None if flat is None else {r: {"buf": f} for r, f in zip(group, flat, strict=True)}
@@ -674,9 +1061,12 @@ class Communicator:
         n = len(group)
         if flat is not None and count % n:
             raise CommError(f"{where}: {count} elements do not split evenly over {n} ranks")
-        self._bound(where, algo, n, count, isz)
         seg_of = dict(zip(group, even_ranges((0, count), n), strict=True))
         order = self._order(group)
+        done = self._try_exact(where, algo, group, count, isz, flat is not None, async_op, seg_of)
+        if done is not None:
+            return done
+        self._bound(where, algo, group, count, isz)
         sched = Schedule(isz)
         sched.ring_reduce_scatter(order, [seg_of[r] for r in order], {}, 0)
         state = None if flat is None else {r: {"buf": f} for r, f in zip(group, flat, strict=True)}
@@ -716,9 +1106,12 @@ class Communicator:
         flat, count, isz = self._buffers(where, group, buffers, nbytes)
         n = len(group)
         total = count if flat is None else count * n
-        self._bound(where, algo, n, total, isz)
         seg_of = dict(zip(group, even_ranges((0, total), n), strict=True))
         order = self._order(group)
+        done = self._try_exact(where, algo, group, total, isz, flat is not None, async_op, seg_of)
+        if done is not None:
+            return done
+        self._bound(where, algo, group, total, isz)
         sched = Schedule(isz)
         sched.ring_all_gather(order, [seg_of[r] for r in order], {}, 0)
         state = None
@@ -758,7 +1151,7 @@ class Communicator:
         if root not in group:
             raise CommError(f"{where}: root {root} is not in the group {group}")
         flat, count, isz = self._buffers(where, group, buffers, nbytes)
-        self._bound(where, algo, len(group), count, isz)
+        self._bound(where, algo, group, count, isz)
         order = self._order(group)
         i = order.index(root)
         order = order[i:] + order[:i]
@@ -795,7 +1188,7 @@ class Communicator:
         n = len(group)
         if flat is not None and count % n:
             raise CommError(f"{where}: {count} elements do not split evenly over {n} ranks")
-        self._bound(where, algo, n, count, isz)
+        self._bound(where, algo, group, count, isz)
         blocks = even_ranges((0, count), n)
         sched = Schedule(isz)
         for s in range(1, n):
@@ -843,7 +1236,7 @@ class Communicator:
             raise CommError(f"{where}: src and dst are both rank {src}")
         bufs = None if buffer is None else [buffer, buffer]
         flat, count, isz = self._buffers(where, [src, dst], bufs, nbytes)
-        self._bound(where, "p2p", 2, count, isz)
+        self._bound(where, "p2p", [src, dst], count, isz)
         sched = Schedule(isz)
         sched.add(src, dst, (0, count), "copy", [])
         state = None
