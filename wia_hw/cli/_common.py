@@ -23,6 +23,7 @@ file (``--width`` to choose); :func:`width_option` adds that option.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -219,14 +220,30 @@ def check_writable(option: str, path: str | Path | None) -> None:
         raise WiaError(f"{option} {p}: no folder {folder}")
 
 
+def write_file(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: into a temporary file beside it,
+    then renamed over it, so an interrupted command (Ctrl-C, a full disk) never leaves a
+    half-written report where a complete one was expected. ``WiaError`` (one line) when
+    it cannot be written."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise WiaError(f"cannot write {path}: {e.strerror}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def emit_json(text: str, output: Path | None, as_json: bool) -> bool:
-    """Write a report's JSON ``text`` to ``output`` (when given) and to stdout (with
-    ``--json``); returns whether it went to stdout (the command then prints no text)."""
+    """Write a report's JSON ``text`` to ``output`` (when given, whole or not at all:
+    :func:`write_file`) and to stdout (with ``--json``); returns whether it went to
+    stdout (the command then prints no text)."""
     if output is not None:
-        try:
-            output.write_text(text + "\n")
-        except OSError as e:
-            raise WiaError(f"cannot write {output}: {e.strerror}") from None
+        write_file(output, text + "\n")
     if as_json:
         click.echo(text)
     return as_json

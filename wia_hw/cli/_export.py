@@ -24,7 +24,7 @@ from typing import Any
 import click
 
 from ..emulator.errors import WiaError
-from ._common import CSV_SUFFIXES, check_suffix
+from ._common import CSV_SUFFIXES, check_suffix, write_file
 from ._compare import flatten, op_records, read_report
 
 __all__ = ["export_cmd", "export_rows", "WHAT"]
@@ -112,9 +112,6 @@ def export_cmd(report: Path, csv_files: tuple[str, ...], what: tuple[str, ...]) 
         if f == "-":
             click.echo(text, nl=False)
             continue
-        try:
-            Path(f).write_text(text)
-        except OSError as e:
-            raise WiaError(f"cannot write {f}: {e.strerror}") from None
+        write_file(f, text)
         # records, not lines: a quoted field may hold a newline (a name with one)
         click.echo(f"wrote {f} ({kind}, {len(rows)} rows)", err=True)

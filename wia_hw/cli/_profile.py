@@ -36,7 +36,15 @@ from ..profiling import (
     start_profiling,
     stop_profiling,
 )
-from ._common import NO_PLOT, RunOptions, can_plot, check_suffix, check_writable, run_options
+from ._common import (
+    NO_PLOT,
+    RunOptions,
+    can_plot,
+    check_suffix,
+    check_writable,
+    run_options,
+    write_file,
+)
 from ._generate import throughput_text
 from ._run import phase_kwargs, phase_options
 
@@ -280,7 +288,7 @@ def profile(
         if output is not None:  # the report file carries them, measured gains and all
             data = json.loads(Path(output).read_text())
             data["recommendations"] = recs.to_dict()
-            Path(output).write_text(json.dumps(data, indent=1))
+            write_file(output, json.dumps(data, indent=1))
         if apply_n is not None:
             _apply(opts, seed, run_kw, recs.recommendations, apply_n, before)
     written = [

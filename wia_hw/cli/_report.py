@@ -14,6 +14,9 @@ from pathlib import Path
 
 import click
 
+from ..emulator.errors import WiaError
+from ._common import write_file
+
 __all__ = ["report_cmd"]
 
 
@@ -42,7 +45,7 @@ def report_cmd(source: Path, output: Path | None) -> None:
     if out.resolve() == source.resolve():
         raise ReportError(f"{out}: the page would overwrite its source; name another -o")
     try:
-        out.write_text(text, encoding="utf-8")
-    except OSError as e:
-        raise ReportError(f"cannot write {out}: {e.strerror}") from None
+        write_file(out, text)
+    except WiaError as e:
+        raise ReportError(str(e)) from None
     click.echo(f"wrote {out} ({kind} report, {len(text.encode()) / 1024:.0f} KiB)")
