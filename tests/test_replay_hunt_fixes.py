@@ -406,3 +406,22 @@ def test_a_generation_report_replays_byte_for_byte(tmp_path):
     assert a.read_bytes() == b.read_bytes()
     d = json.loads(a.read_text())
     assert d["schema"] == "wia-hw.generate/1" and d["provenance"]["run"]["replayable"]
+
+
+def test_an_interrupted_write_leaves_the_old_report_and_no_partial_file(tmp_path, monkeypatch):
+    from wia_hw.cli._common import emit_json
+
+    out = tmp_path / "run.json"
+    out.write_text('{"old": 1}\n')
+    real = Path.write_text
+
+    def interrupted(self, data, *a, **k):
+        real(self, data[: len(data) // 2], *a, **k)  # half of it, then Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_text", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        emit_json('{"new": "' + "x" * 1000 + '"}', out, False)
+    monkeypatch.setattr(Path, "write_text", real)
+    assert out.read_text() == '{"old": 1}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
