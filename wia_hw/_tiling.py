@@ -68,24 +68,29 @@ def choose_gemm_tiling(
             # output-stationary array streams K, so a shallow slice costs loads, not MACs)
             tk = min(k, tk // R * R if tk >= R else tk)
         tm, tn = grow(tk)
-        # Panels stream elem_bytes x (1/tm + 1/tn) bytes per MAC from L2. When that
-        # outruns the L2 port at the arrays' peak, a K slice of T (two T x T panels fill
-        # the buffer) lets the output tile, and the reuse of every byte, grow.
-        # The same when the panels' re-reads from HBM (an operand too large to stay in L2
-        # is read again for every row or column of output tiles) outrun HBM: a weight
-        # gradient's K is the step's tokens (4096 x 1024 x 32768: 9.66 ms, 5.4 GB from
-        # HBM with 128 x 128 x 8192 tiles; 2.18 ms, 344 MB with 1024 x 1024 x 1024).
+        # Panels stream elem_bytes x (1/tm + 1/tn) bytes per MAC: from L2, and from HBM
+        # again for every row or column of output tiles when an operand does not stay in
+        # L2. A K slice of T (two T x T panels fill the buffer) lets the output tile, and
+        # the reuse of every byte, grow; a slice of T steps keeps the array's passes long,
+        # so it is taken whenever it grows the tile. (It was taken only when a threshold
+        # said the panels outran L2 or HBM: a yes/no estimate whose errors made more
+        # bandwidth, L2, L1 or cores up to 2-4x slower, e.g. 4096 x 512 x 16384 on
+        # wia-npu 1.22 ms at 32 MiB of L2, 0.56 at 16; always: 0.56 ms. A weight
+        # gradient's K is the step's tokens: 4096 x 1024 x 32768 took 9.66 ms, 5.4 GB
+        # from HBM, with 128 x 128 x 8192 tiles; 2.18 ms, 344 MB with 1024 x 1024 x 1024.)
         side = math.isqrt(budget // (2 * elem_bytes)) // R * R
-        if (
-            side > R
-            and tk > side
-            and (
-                _l2_starved(spec, elem_bytes, tm, tn)
-                or _hbm_starved(spec, batch, m, n, k, elem_bytes, tm, tn)
-            )
-        ):
+        if side > R and tk > side:
             tm2, tn2 = grow(side)
-            if 1 / tm2 + 1 / tn2 < 1 / tm + 1 / tn:
+
+            def per_mac(tm: int, tn: int) -> float:  # operand bytes a MAC streams
+                return 1 / min(tm, m) + 1 / min(tn, n)
+
+            # only where both operands are re-read (two rows and two columns of output
+            # tiles) and it cuts the streamed bytes by a tenth: a GEMV or a decode GEMM
+            # (one row of output tiles) streams each weight once whatever its tile, and
+            # its K cut would be all cost
+            rereads = -(-m // tm) >= 2 and -(-n // tn) >= 2
+            if rereads and per_mac(tm2, tn2) < 0.9 * per_mac(tm, tn):
                 tk, tm, tn = side, tm2, tn2
     else:
         # weight-stationary: the streamed rows amortise fill and drain, so they go first
@@ -390,35 +395,3 @@ def _precision(spec: DeviceSpec, elem_bytes: int) -> str:
     if spec.supports(prec):
         return prec
     return max(spec.compute.array.macs_per_pe_cycle, key=spec.peak_macs_per_cycle)
-
-
-def _peak_macs(spec: DeviceSpec, elem_bytes: int) -> Fraction:
-    """MACs per cycle of all the arrays for ``elem_bytes``-byte operands."""
-    return Fraction(spec.peak_macs_per_cycle(_precision(spec, elem_bytes)))
-
-
-def _hbm_starved(
-    spec: DeviceSpec, batch: int, m: int, n: int, k: int, elem_bytes: int, tm: int, tn: int
-) -> bool:
-    """Whether output tiles of ``tm x tn`` (each over all of K) re-read their operands
-    from HBM, and for longer than the arrays take at peak: an operand is read once when
-    it stays in L2 (all of B, or A's ``tm x k`` panel, within half of L2), else once per
-    column (A) or row (B) of output tiles. Reads once each (a GEMV's weights) are no
-    starvation larger tiles could cure. An estimate that ignores the cores' shared
-    reuse, so it errs towards starved; its use only picks larger output tiles, which
-    re-read less."""
-    l2 = spec.memory.l2.size_bytes // 2
-    a_bytes, b_bytes = batch * m * k * elem_bytes, k * n * elem_bytes
-    a_reads = a_bytes if tm * k * elem_bytes <= l2 else a_bytes * -(-n // tn)
-    b_reads = b_bytes if b_bytes <= l2 else batch * b_bytes * -(-m // tm)
-    if a_reads + b_reads <= a_bytes + b_bytes:
-        return False
-    hbm = (a_reads + b_reads) / spec.bytes_per_cycle(spec.memory.hbm.bandwidth_gbs)
-    return hbm > Fraction(batch * m * n * k) / _peak_macs(spec, elem_bytes)
-
-
-def _l2_starved(spec: DeviceSpec, elem_bytes: int, tm: int, tn: int) -> bool:
-    """Whether output tiles of ``tm x tn`` need more L2 bandwidth than the L2 port has
-    when every array runs at its peak rate for ``elem_bytes``-byte operands."""
-    demand = elem_bytes * (Fraction(1, tm) + Fraction(1, tn)) * _peak_macs(spec, elem_bytes)
-    return demand > spec.bytes_per_cycle(spec.memory.l2.bandwidth_gbs)

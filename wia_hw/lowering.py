@@ -354,34 +354,26 @@ def _reduce_chunks(
 ) -> tuple[int, int]:
     """(rows, input columns) per tile of a reduction along the rows (each row of
     ``inp`` reduced to one value): its row chunks as they are when they cover whole
-    storage blocks of ``inp`` or whole rows, or when the block rows the cores' first
-    chunks touch fit in L2 (each block is then loaded once and read from L2 by the
-    chunks after) and bands would leave cores idle; else bands of one block row by chunks of whole block columns that fit
-    the L1 budget, reduced band by band on one core each (``Device._vector_reduce_tiles``;
-    ``0`` columns: row chunks). A training step's bias and norm gradients are such
-    reductions over its tokens: 1,024 rows of 65,536 took 4.32 ms in 15-row chunks (19x
-    the input from HBM, as every chunk evicted the blocks the next one needed) against
-    a 0.22 ms read floor; in bands 0.25 ms. Where the shared blocks fit, the row chunks
-    keep more cores busy and win (128 rows of 65,536: 0.054 ms against 0.071 in one
-    band)."""
+    storage blocks of ``inp`` or whole rows, or when all the rows fit in one block row
+    that half of L2 holds (every core's chunk then reads the same blocks at once, so
+    each is loaded once and the cores share the work); else bands of one block row by chunks of whole block
+    columns that fit the L1 budget, reduced band by band on one core each
+    (``Device._vector_reduce_tiles``; ``0`` columns: row chunks). A training step's bias
+    and norm gradients are such reductions over its tokens: 1,024 rows of 65,536 took
+    4.32 ms in 15-row chunks (18x the input from HBM: the cores' chunks of different
+    block rows evicted the blocks each other's next chunk needed) against a 0.22 ms read
+    floor; in bands 0.25 ms. The choice does not depend on the core count, nor on L2
+    beyond whether one block row fits: choosing by them made more cores or a larger L2
+    slower (+29% to +142%)."""
     lay = BlockLayout.for_tensor(0, inp, spec.memory.block_bytes)
     br, bc = lay.br, lay.bc
-    if rpt % br == 0 or rpt >= rows or bc >= inp.cols:
+    one_row = rows <= br and rows * inp.cols * inp.elem_bytes <= spec.memory.l2.size_bytes // 2
+    if rpt % br == 0 or rpt >= rows or bc >= inp.cols or one_row:
         return rpt, 0
-    band = min(rows, br)
-    cpt = budget // (band * inp.elem_bytes) // bc * bc
-    # the block rows the cores' first chunks touch (the cores take contiguous shares of
-    # the chunks, so they stream far-apart rows at once), and the bytes those hold
-    chunks, cores = -(-rows // rpt), spec.compute.cores
-    touched: set[int] = set()
-    for c in range(min(cores, chunks)):
-        r0 = (c * (chunks // cores) + min(c, chunks % cores)) * rpt
-        touched.update(range(r0 // br, (min(rows, r0 + rpt) - 1) // br + 1))
-    shared = len(touched) * band * inp.cols * inp.elem_bytes
-    bands = -(-rows // band)
-    if cpt < bc or (shared < spec.memory.l2.size_bytes and bands < min(cores, chunks)):
+    cpt = budget // (br * inp.elem_bytes) // bc * bc
+    if cpt < bc:
         return rpt, 0
-    return band, min(cpt, _ceil_to(inp.cols, bc))
+    return br, min(cpt, _ceil_to(inp.cols, bc))
 
 
 def _builtin(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[Kernel]:
