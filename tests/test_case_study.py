@@ -294,3 +294,9 @@ def test_cli_progress_goes_to_a_terminal_stderr_only(monkeypatch):
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["rows"] and "case study" in buf.getvalue()
+
+
+def test_the_header_names_the_model_not_the_tuners_cost_model(cs):
+    # the auto-tuning note's cost-model label once overwrote the model's name
+    assert cs.model == "bert-large"
+    assert cs.format_text().splitlines()[0].startswith("Case study: bert-large b")

@@ -498,12 +498,12 @@ def case_study(
             q, device=spec, seed=seed, schedules=schedules or None, progress=tuned_run
         )
         rows.append(_row("auto-tuning", rt, base, gflop, spec, SEED_FIGURES["autotune_ms"]))
-        model = {  # autotune_schedules' choice: the trees need scikit-learn
+        cost_model = {  # autotune_schedules' choice: the trees need scikit-learn
             "gbt": "gradient-boosted trees",
             "ridge": "ridge regression, scikit-learn not installed",
         }[default_cost_model()]
         rows[-1].note = (
-            f"ML-guided search ({model}), 32 trials per kernel key: {len(schedules)} of "
+            f"ML-guided search ({cost_model}), 32 trials per kernel key: {len(schedules)} of "
             f"{len(tres.kernels)} GEMM kernel keys got a faster tiling "
             f"({tres.default_cycles:,} -> {tres.tuned_cycles:,} kernel cycles, each alone)"
         )
