@@ -419,3 +419,22 @@ def test_from_torch_unsupported_op_names_the_module():
         WorkloadError, match=r"^TopK \(torch.export\): 1 unsupported ONNX op type: TopK x1"
     ):
         wia_hw.from_torch(TopK(), (torch.randn(2, 8),))
+
+
+def test_a_sequence_dim_named_alone_must_be_the_models(tmp_path):
+    # from_onnx(dims={"seq": 128}) and `import --dim seq=128` on a model whose sequence
+    # dim is fixed were accepted and ignored (the 16-token MACs), while `run --seq`
+    # refused; a name given alone is now checked like any other
+    import onnx
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16, 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16, 64])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "fixedseq", [x], [y])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(wia_hw.WorkloadError, match=r"no symbolic input dim 'seq'.*batch"):
+        wia_hw.from_onnx(model, dims={"batch": 2, "seq": 128})
+    with pytest.raises(wia_hw.WorkloadError, match="no input has a symbolic sequence dim"):
+        path = tmp_path / "fixedseq.onnx"
+        onnx.save(model, path)
+        wia_hw.workloads.build(str(path), batch=2, seq=128)
+    assert wia_hw.from_onnx(model, dims={"batch": 2}).flops() > 0

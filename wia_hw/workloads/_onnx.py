@@ -407,8 +407,8 @@ def _fix_input_dims(
     ``dims`` takes its value; a free leading dim takes ``batch`` (and so does its name,
     wherever else it appears); an expression of named dims (``past_sequence_length +
     1``) takes its value. A name in ``dims`` that no input has is an error, unless it
-    is ``batch`` or one of the sequence dim's names (:data:`SEQ_DIMS`), which apply
-    where the model has them. Returns the entries of ``dims`` the model used (and
+    is ``batch``, or the sequence dim given under all its names (:data:`SEQ_DIMS`), as
+    ``workloads.build`` gives ``seq``: those apply where the model has them. Returns the entries of ``dims`` the model used (and
     ``batch`` when given there)."""
     params = [
         d.dim_param
@@ -418,7 +418,11 @@ def _fix_input_dims(
         if d.HasField("dim_param") and d.dim_param
     ]
     named = set(params).union(*(_dim_names(p) for p in params))
-    stray = sorted(set(dims) - named - {"batch", *SEQ_DIMS})
+    # ``seq`` given as such (``workloads.build``) arrives under every name of SEQ_DIMS,
+    # to apply where the model has one (build refuses a model with none); a sequence
+    # dim named alone is a name like any other: the model must have it
+    aliases = set(SEQ_DIMS) if set(SEQ_DIMS) <= set(dims) else set()
+    stray = sorted(set(dims) - named - {"batch", *aliases})
     if stray:
         raise WorkloadError(
             f"the model has no symbolic input dim {stray[0]!r} (its symbolic dims: "
