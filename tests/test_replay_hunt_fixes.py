@@ -425,3 +425,14 @@ def test_an_interrupted_write_leaves_the_old_report_and_no_partial_file(tmp_path
     monkeypatch.setattr(Path, "write_text", real)
     assert out.read_text() == '{"old": 1}\n'
     assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+
+
+def test_compare_names_the_profile_mode_a_run_report_lacks(tmp_path):
+    a, p = tmp_path / "a.json", tmp_path / "p.json"
+    args = ["gemm", "-a", "M=128", "-a", "N=128", "-a", "K=128", "-o"]
+    assert _cli("run", *args, str(a))[0] == 0
+    assert _cli("profile", *args, str(p))[0] == 0
+    code, out, _ = _cli("compare", str(a), str(p))
+    assert code == 0
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("Not compared")]
+    assert "profile mode" in line

@@ -358,6 +358,12 @@ def compare_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
             ("workload as given", all(has_run)),
             ("graph", all("graph" in m for m in made)),
             ("precision", all("precision" in m for m in made)),
+            # a mode only profiles have: named when a run report is beside one
+            (
+                "profile mode",
+                all("profile mode" in m for m in made)
+                or not any("profile mode" in m for m in made),
+            ),
         )
         if not ok
     ]
