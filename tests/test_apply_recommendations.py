@@ -152,7 +152,7 @@ def test_an_epilogue_outside_apply_fusion_gets_a_matmul_manifest(tmp_path):
         (
             "Cache Thrashing",
             gemm(2048, 2048, 2048),
-            {"overrides": {"memory.l2.size_kib": 4096, "memory.l1.size_kib": 2048}},
+            {"overrides": {"memory.l2.size_kib": 4096, "memory.l1.size_kib": 1024}},
         ),
         ("Thermal Throttling", gemm(1024, 1024, 1024), {"overrides": {"thermal.initial_c": 150.0}}),
     ],

@@ -31,7 +31,12 @@ from wia_hw.profiling._metrics import LEVEL_NAMES, fmt_ai
 from wia_hw.workloads import gemm
 
 ALL = AnalysisConfig(priority_threshold="low", confidence_threshold=0.0)
-RETILE = ("Low Kernel Occupancy", "Low Compute Utilization", "Cache Thrashing")
+RETILE = (
+    "Low Kernel Occupancy",
+    "Low Compute Utilization",
+    "Cache Thrashing",
+    "Memory-Bound Kernel Below Its Roof",
+)
 
 
 def _profile(workload, kw, mode="counters", **dev):
@@ -173,7 +178,7 @@ def _apply(rec, workload, kw):
 
 
 @pytest.mark.parametrize(
-    "workload, kw", [("resnet50", {"batch": 1}), ("bert-base", {"batch": 2, "seq": 64})]
+    "workload, kw", [("resnet50", {"batch": 1}), ("bert-base", {"batch": 1, "seq": 32})]
 )
 def test_retiling_promise_is_what_applying_gives(workload, kw, resnet):
     report = resnet if workload == "resnet50" else _profile(workload, kw)

@@ -239,8 +239,9 @@ def test_retiling_code_example_reproduces_the_measured_time():
 
 
 def test_cache_thrashing_is_found_and_a_retile_measured():
-    # a small L1 forces 128x128 tiles with K split, a small L2 cannot hold the panels
-    small = {"overrides": {"memory.l2.size_kib": 4096, "memory.l1.size_kib": 2048}}
+    # a small L1 forces small tiles with K split, a small L2 cannot hold the panels (at
+    # 2 MiB of L1 the K slices that grow the tile keep HBM under twice the compulsory)
+    small = {"overrides": {"memory.l2.size_kib": 4096, "memory.l1.size_kib": 1024}}
     _, report = _session(gemm(2048, 2048, 2048), device_kw=small)
     k = report.kernels[0]
     assert k.counters["bytes"]["hbm"] > 2 * k.compulsory_bytes

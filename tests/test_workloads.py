@@ -318,7 +318,7 @@ def test_gpt2_int8_runs_the_lm_head_on_an_int8_copy_of_the_tied_table():
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"phase": "train"}, r"gpt2: phase must be one of prefill, decode, got 'train'"),
+        ({"phase": "infer"}, r"gpt2: phase must be one of prefill, train, decode, got 'infer'"),
         ({"size": "huge"}, r"gpt2: size must be one of small, medium, large, xl, got 'huge'"),
         ({"kv_len": 8}, r"gpt2: kv_len is for phase='decode', got kv_len=8"),
         ({"seq": 1025}, r"gpt2: seq must be in 1..1024, got 1025"),

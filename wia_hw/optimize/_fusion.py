@@ -215,20 +215,9 @@ def _same_values(src: Graph, marked: Graph) -> Graph:
     quantised ``src`` gives a quantised graph, with its weights, scales and thresholds
     (fusing after :func:`wia_hw.quantize_model` marks what fusing before it would: the
     rewrite fuses its result again with the same config)."""
-    from ._quant import QuantizedGraph  # _quant imports this module
-
-    if isinstance(src, QuantizedGraph):
-        q = QuantizedGraph(
-            marked.name,
-            marked.tensors.values(),
-            marked.ops,
-            sequences=marked.sequences,
-            params=marked.params,
-            validate=False,
-        )
-        q.weights, q.float_weights = dict(src.weights), dict(src.float_weights)
-        q.thresholds, q.config = dict(src.thresholds), src.config
-        marked = q
+    carried_to = getattr(src, "carried_to", None)  # a QuantizedGraph (which imports us)
+    if carried_to is not None:
+        marked = carried_to(marked)
     marked.weight_values = dict(src.weight_values)
     marked.quant = dict(src.quant)
     marked.declared_outputs = list(src.declared_outputs)

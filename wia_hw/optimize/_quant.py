@@ -190,6 +190,22 @@ class QuantizedGraph(Graph):
     thresholds: dict[str, float]
     config: QuantizationConfig
 
+    def carried_to(self, graph: Graph) -> QuantizedGraph:
+        """``graph`` (this graph's tensors and ops, its fusion marks changed) as a
+        quantised graph with this one's codes, scales, thresholds and config
+        (:func:`~wia_hw.apply_fusion` of a quantised graph)."""
+        q = QuantizedGraph(
+            graph.name,
+            graph.tensors.values(),
+            graph.ops,
+            sequences=graph.sequences,
+            params=graph.params,
+            validate=False,
+        )
+        q.weights, q.float_weights = dict(self.weights), dict(self.float_weights)
+        q.thresholds, q.config = dict(self.thresholds), self.config
+        return q
+
 
 #: Functional execution of a quantised graph: :class:`~wia_hw._functional.FunctionalExecutor`
 #: itself honours the static scales (``attrs["quant"]``: a quantising ``cast`` uses its
