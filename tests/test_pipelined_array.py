@@ -167,8 +167,8 @@ def test_whole_array_timeline_follows_the_cycle_functions(pipelined):
             "compute.cores": rng.choice([1, 2, 4]),
             "memory.l1.size_kib": rng.choice([1024, 2048]),
             "memory.block_bytes": 65536,
-            "memory.hbm.bandwidth_gbs": rng.choice([600, 25]),
-        }  # 25: operands late
+            "memory.hbm.bandwidth_gbs": rng.choice([600, 5]),
+        }  # 5: operands late
         spec = _spec(pipelined, **over)
         g = gemm(
             rng.randint(100, 700),
