@@ -386,24 +386,15 @@ class _Builder:
             tb = bool(op.attrs.get("transpose_b"))
             nn = b_s[-2] if tb else b_s[-1]
             pb = [op.inputs[1]] if op.inputs[1] in params else []
-            if wants[0]:
-                if tb:  # dA = dY @ B
-                    self.emit(
-                        f"{n}.grad_a",
-                        "bmm",
-                        [(y[0], dy[1]), (b_s, bd)],
-                        (a_s, ad),
-                        reads=(None, op.inputs[1]),
-                    )
-                else:  # dA = dY @ B^T
-                    self.emit(
-                        f"{n}.grad_a",
-                        "bmm",
-                        [(y[0], dy[1]), (b_s, bd)],
-                        (a_s, ad),
-                        reads=(None, op.inputs[1]),
-                        transpose_b=True,
-                    )
+            if wants[0]:  # dA = dY @ B (B stored transposed), else dY @ B^T
+                self.emit(
+                    f"{n}.grad_a",
+                    "bmm",
+                    [(y[0], dy[1]), (b_s, bd)],
+                    (a_s, ad),
+                    reads=(None, op.inputs[1]),
+                    **({} if tb else {"transpose_b": True}),
+                )
                 self.add_grad(op.inputs[0])
             if wants[1]:
                 if tb:  # dB = dY^T @ A: [*, N, M] x [*, M, K]
