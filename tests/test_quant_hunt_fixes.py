@@ -299,7 +299,7 @@ def test_a_graph_left_mostly_float_is_not_labelled_int8():
     share = conv_macs / (conv_macs + 8 * 4096 * 10)
     with pytest.warns(
         UserWarning,
-        match=rf"{share:.1%} of graph 'cnn''s GEMM MACs stay float \(conv2d {conv_macs:,}\)",
+        match=rf"{share:.1%} of the GEMM MACs of graph 'cnn' stay float \(conv2d {conv_macs:,}\)",
     ):
         q = quantize_model(g, QuantizationConfig(), cal)
     assert "precision" not in q.params

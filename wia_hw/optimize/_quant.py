@@ -485,8 +485,8 @@ def quantize_model(
             if "weight_scale" in o.attrs.get("quant", {})
         )
         warnings.warn(
-            f"quantize_model: {_share(sum(left.values()) / total)} of graph {q.name!r}'s GEMM "
-            f"MACs stay float ({', '.join(f'{k} {m:,}' for k, m in sorted(left.items()))}): "
+            f"quantize_model: {_share(sum(left.values()) / total)} of the GEMM MACs of graph "
+            f"{q.name!r} stay float ({', '.join(f'{k} {m:,}' for k, m in sorted(left.items()))}): "
             "only linear and matmul ops with a weight operand are quantised, so the graph is "
             "not labelled int8 and a run reports its dominant GEMM precision",
             stacklevel=2,
