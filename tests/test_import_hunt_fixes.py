@@ -423,16 +423,17 @@ def test_from_torch_unsupported_op_names_the_module():
 
 def test_a_sequence_dim_named_alone_must_be_the_models(tmp_path):
     # from_onnx(dims={"seq": 128}) and `import --dim seq=128` on a model whose sequence
-    # dim is fixed were accepted and ignored (the 16-token MACs), while `run --seq`
-    # refused; a name given alone is now checked like any other
+    # dim is fixed were silently ignored (the 16-token MACs), while `run --seq` refused;
+    # now they say so
     import onnx
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16, 64])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16, 64])
     g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "fixedseq", [x], [y])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(wia_hw.WorkloadError, match=r"no symbolic input dim 'seq'.*batch"):
-        wia_hw.from_onnx(model, dims={"batch": 2, "seq": 128})
+    with pytest.warns(UserWarning, match=r"dims\['seq'\]=128 is not used: .*symbolic dims: batch"):
+        g = wia_hw.from_onnx(model, dims={"batch": 2, "seq": 128})
+    assert g.tensors["x"].shape == (2, 16, 64)
     with pytest.raises(wia_hw.WorkloadError, match="no input has a symbolic sequence dim"):
         path = tmp_path / "fixedseq.onnx"
         onnx.save(model, path)

@@ -119,6 +119,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from numbers import Integral
 from pathlib import Path
@@ -419,14 +420,24 @@ def _fix_input_dims(
     ]
     named = set(params).union(*(_dim_names(p) for p in params))
     # ``seq`` given as such (``workloads.build``) arrives under every name of SEQ_DIMS,
-    # to apply where the model has one (build refuses a model with none); a sequence
-    # dim named alone is a name like any other: the model must have it
+    # to apply where the model has one (build refuses a model with none). A sequence dim
+    # named alone that the model lacks is said (a model exported at a fixed length runs
+    # at that length, which may be the one asked for: a warning, not an error); any
+    # other name the model lacks is an error
     aliases = set(SEQ_DIMS) if set(SEQ_DIMS) <= set(dims) else set()
+    symbolic = ", ".join(sorted(set(params))) or "none"
     stray = sorted(set(dims) - named - {"batch", *aliases})
+    for name in [n for n in stray if n in SEQ_DIMS]:
+        warnings.warn(
+            f"dims[{name!r}]={dims[name]} is not used: the model has no symbolic input "
+            f"dim {name!r} (its symbolic dims: {symbolic}), so it runs at its inputs' "
+            "fixed lengths",
+            stacklevel=3,
+        )
+    stray = [n for n in stray if n not in SEQ_DIMS]
     if stray:
         raise WorkloadError(
-            f"the model has no symbolic input dim {stray[0]!r} (its symbolic dims: "
-            f"{', '.join(sorted(set(params))) or 'none'})"
+            f"the model has no symbolic input dim {stray[0]!r} (its symbolic dims: {symbolic})"
         )
     resolved = dict(dims)
     for p in set(params) & set(dims):  # an expression given a value of its own
