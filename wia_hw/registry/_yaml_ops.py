@@ -87,7 +87,16 @@ def yaml_operation_provider(
         head, tail = chain[0], chain[1:]
         if operation.builtin_cost is not None:
             return _builtin_chain(chain, graph, spec, storage)
-        built = lower_op(head, graph, spec, storage)
+        # the tiling of tiles costed one block each, never pipelined: as an unpipelined
+        # array's (which slices K only when the panels would outrun the L2 port; a
+        # pipelined array's deeper K slices would each pay a costed tile's fixed part)
+        arr = spec.compute.array
+        tiling_spec = (
+            replace(spec, compute=replace(spec.compute, array=replace(arr, pipelined=False)))
+            if arr.pipelined
+            else spec
+        )
+        built = lower_op(head, graph, tiling_spec, storage)
         if len(built) != 1 or not isinstance(built[0], (GemmKernel, VectorKernel)):
             return None  # a view (or nothing to run): decline
         inner = built[0]
