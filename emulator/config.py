@@ -13,7 +13,7 @@ import dataclasses
 import math
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -662,12 +662,9 @@ class DeviceSpec:
         ``work / blended_peak_flops`` is the sum of the parts' ideal times and a run of
         the mix is never above 100% of it. Equal to :meth:`peak_flops` for one
         precision; 0 when some part's precision is not supported (it has no peak)."""
-        parts = {p: w for p, w in flops_by_precision.items() if w > 0}
-        if not parts or not all(self.supports(p) for p in parts):
-            return 0.0
-        if len(parts) == 1:
-            return self.peak_flops(next(iter(parts)))
-        return sum(parts.values()) / sum(w / self.peak_flops(p) for p, w in parts.items())
+        return blended_peak(
+            flops_by_precision, lambda p: self.peak_flops(p) if self.supports(p) else 0.0
+        )
 
     @property
     def peak_bandwidth_gbs(self) -> float:
@@ -897,3 +894,17 @@ def to_mapping(obj: Any) -> dict[str, Any]:
         else:
             out[f.name] = v
     return out
+
+
+def blended_peak(work: Mapping[str, float], peak: Callable[[str], float]) -> float:
+    """The peak rate over a mix of ``work`` (per precision, in any unit) when each part
+    runs at ``peak(precision)``: the work over the sum of the parts' ideal times (a
+    weighted harmonic mean); the part's own peak for one part; 0 when a part has no peak.
+    :meth:`DeviceSpec.blended_peak_flops` and the profiler's utilisation of a mix."""
+    parts = {p: w for p, w in work.items() if w > 0}
+    peaks = {p: peak(p) for p in parts}
+    if not parts or not all(peaks.values()):
+        return 0.0
+    if len(parts) == 1:
+        return next(iter(peaks.values()))
+    return sum(parts.values()) / sum(w / peaks[p] for p, w in parts.items())

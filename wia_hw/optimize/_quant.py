@@ -194,17 +194,23 @@ class QuantizedGraph(Graph):
         """``graph`` (this graph's tensors and ops, its fusion marks changed) as a
         quantised graph with this one's codes, scales, thresholds and config
         (:func:`~wia_hw.apply_fusion` of a quantised graph)."""
-        q = QuantizedGraph(
+        q = QuantizedGraph.of(graph, validate=False)
+        q.weights, q.float_weights = dict(self.weights), dict(self.float_weights)
+        q.thresholds, q.config = dict(self.thresholds), self.config
+        return q
+
+    @classmethod
+    def of(cls, graph: Graph, *, validate: bool = True) -> QuantizedGraph:
+        """A quantised graph of ``graph``'s tensors, ops, sequences and params (its
+        data, weights and scales, set by the caller)."""
+        return cls(
             graph.name,
             graph.tensors.values(),
             graph.ops,
             sequences=graph.sequences,
             params=graph.params,
-            validate=False,
+            validate=validate,
         )
-        q.weights, q.float_weights = dict(self.weights), dict(self.float_weights)
-        q.thresholds, q.config = dict(self.thresholds), self.config
-        return q
 
 
 #: Functional execution of a quantised graph: :class:`~wia_hw._functional.FunctionalExecutor`
@@ -661,13 +667,7 @@ def _rewrite(
     bare.weight_sources = {n: s for n, s in sources.items() if n in tensors}
     # a fused graph's marks are derived again over the new ops
     plain = refuse(bare)
-    qg = QuantizedGraph(
-        plain.name,
-        plain.tensors.values(),
-        plain.ops,
-        sequences=plain.sequences,
-        params=plain.params,
-    )
+    qg = QuantizedGraph.of(plain)
     qg.weights = {n: v for n, v in values.items() if n in tensors}
     # functional mode (wia_hw.run) loads the same values: the codes, the int32 biases and
     # the float weights of the other ops (an ONNX model's among them)

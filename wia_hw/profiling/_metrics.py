@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..emulator.config import DeviceSpec
+from ..emulator.config import DeviceSpec, blended_peak
 
 __all__ = [
     "DeviceInfo",
@@ -160,11 +160,9 @@ def mix_utilization(flops_by_precision: Mapping[str, float], cycles: int, dev: D
     ideal cycles (each at its own precision's peak) over ``cycles``, so never above 100%
     for a run of the mix (``DeviceSpec.blended_peak_flops``); 0 when some part's
     precision has no peak."""
-    parts = {p: w for p, w in flops_by_precision.items() if w > 0}
-    peaks = {p: dev.peak_flops_per_cycle(p) for p in parts}
-    if not cycles or not all(peaks.values()):
-        return 0.0
-    return 100.0 * sum(w / peaks[p] for p, w in parts.items()) / cycles
+    peak = blended_peak(flops_by_precision, dev.peak_flops_per_cycle)
+    work = sum(w for w in flops_by_precision.values() if w > 0)
+    return 100.0 * work / (peak * cycles) if cycles and peak else 0.0
 
 
 def bandwidth_gbs(nbytes: int, cycles: int, dev: DeviceInfo) -> float:
