@@ -16,23 +16,11 @@ from wia_hw import GraphBuilder, WorkloadError
 from wia_hw.workloads import from_onnx
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
+from test_onnx_import_fixes import init, model, vi  # noqa: E402  (the ONNX builders)
 
 F32 = TensorProto.FLOAT
-
-
-def init(name, value, dtype=np.float32):
-    return numpy_helper.from_array(np.asarray(value, dtype), name)
-
-
-def vi(name, shape, elem=F32):
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def model(nodes, inputs, outputs, inits=(), opset=17):
-    g = helper.make_graph(nodes, "m", inputs, outputs, list(inits))
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
 
 
 def node(op, ins, outs, **attrs):
