@@ -381,8 +381,9 @@ def test_remaining_bad_input_messages(tmp_path, gemm_result, monkeypatch):
     assert load_baseline_results(db, device=ctx).to_dict() == gemm_result.to_dict()
     empty = tmp_path / "empty.sqlite"
     sqlite3.connect(empty).execute("CREATE TABLE t (x)").connection.commit()
-    with pytest.raises(BenchmarkError, match=r"empty.sqlite: holds no baseline"):
-        load_baseline_results(empty)
+    with pytest.raises(BenchmarkError, match=r"empty.sqlite: not a baseline database \(an SQLite"):
+        load_baseline_results(empty)  # and it is not given a baselines table
+    assert [r[0] for r in sqlite3.connect(empty).execute("SELECT name FROM sqlite_master")] == ["t"]
     import sys
 
     monkeypatch.setitem(sys.modules, "scipy", None)  # import scipy raises ImportError
@@ -506,3 +507,55 @@ def test_cli_progress_counts_iterations_on_a_terminal(monkeypatch):
     assert plain.exit_code == 0
     shown = buf.getvalue()
     assert "benchmarking" in shown and "7/7 iterations" in shown
+
+
+def test_compare_never_writes_to_the_file_it_reads(tmp_path, monkeypatch, gemm_result):
+    """``--compare FILE`` only reads FILE: a sweep store given by mistake is refused in
+    one line and left as it was (it gained a baselines table before)."""
+    monkeypatch.chdir(tmp_path)
+    con = sqlite3.connect(tmp_path / "store.sqlite")
+    con.execute("CREATE TABLE points (k TEXT)")
+    con.commit()
+    con.close()
+    before = (tmp_path / "store.sqlite").read_bytes()
+    _no_measuring(monkeypatch)
+    out = CliRunner().invoke(cli, [*ARGS, "--compare", "store.sqlite"])
+    assert out.exit_code == 2, out.output
+    assert out.output.strip().splitlines() == [
+        "wia-hw: error: store.sqlite: not a baseline database "
+        "(an SQLite file with no baselines table)"
+    ]
+    assert (tmp_path / "store.sqlite").read_bytes() == before
+    tables = sqlite3.connect(tmp_path / "store.sqlite").execute("SELECT name FROM sqlite_master")
+    assert [r[0] for r in tables] == ["points"]
+
+
+def test_a_broken_baseline_row_is_one_line_naming_the_file(tmp_path, gemm_result):
+    db = tmp_path / "b.sqlite"
+    key = save_baseline(gemm_result, db)
+    con = sqlite3.connect(db)
+    with con:
+        con.execute("UPDATE baselines SET result_json = substr(result_json, 1, 40)")
+    con.close()
+    with pytest.raises(BenchmarkError, match=r"b.sqlite: the baseline of .* is not a readable "):
+        load_baseline_results(db, key)
+    con = sqlite3.connect(db)
+    with con:
+        con.execute('UPDATE baselines SET result_json = \'{"name": "x"}\'')
+    con.close()
+    with pytest.raises(BenchmarkError, match=r"b.sqlite: the baseline of .*: not a benchmark"):
+        load_baseline_results(db, key)
+
+
+def test_ctrl_c_is_one_line_and_status_130(monkeypatch):
+    """An interrupted command says so in one line and exits 130 (128 + SIGINT), not
+    click's "Aborted!" with status 1, which CI reads as bench --compare's regression."""
+    import wia_hw.cli._bench as bench_cli
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench_cli, "benchmark_operation", interrupted)
+    out = CliRunner().invoke(cli, [*ARGS])
+    assert out.exit_code == 130, out.output
+    assert out.output.strip().splitlines()[-1] == "wia-hw: interrupted"

@@ -63,14 +63,29 @@ def spec_hash(spec: DeviceSpec | Mapping[str, Any]) -> str:
 
 
 def _connect(path: str | os.PathLike[str], *, create: bool) -> sqlite3.Connection:
+    """A connection to the baseline file ``path``: for saving (``create``), made with
+    its table when missing; for reading, opened read-only, so a file given to compare
+    with is never changed (an SQLite file without a ``baselines`` table is refused, not
+    given one)."""
     p = Path(path)
     if not create and not p.is_file():
         raise BenchmarkError(f"no baseline file {p}")
     try:
-        con = sqlite3.connect(p)
-        con.execute(_SCHEMA)
+        if create:
+            con = sqlite3.connect(p)
+            con.execute(_SCHEMA)
+            return con
+        con = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True)
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
     except sqlite3.DatabaseError as e:
         raise BenchmarkError(f"{p}: not a baseline database ({e})") from None
+    if "baselines" not in tables:
+        con.close()
+        if not tables:  # an empty database (or file): nothing saved into it yet
+            raise BenchmarkError(f"{p}: holds no baseline")
+        raise BenchmarkError(
+            f"{p}: not a baseline database (an SQLite file with no baselines table)"
+        )
     return con
 
 
@@ -209,4 +224,12 @@ def load_baseline_results(
                 f"{path}: no baseline of {workload!r} from wia-hw "
                 f"{tool_version} (it holds {', '.join(versions)})"
             )
-    return BenchmarkResult.from_dict(json.loads(rows[0][4]))
+    try:
+        return BenchmarkResult.from_dict(json.loads(rows[0][4]))
+    except BenchmarkError as e:  # a record missing fields
+        raise BenchmarkError(f"{path}: the baseline of {workload!r}: {e}") from None
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise BenchmarkError(
+            f"{path}: the baseline of {workload!r} is not a readable result record "
+            f"({type(e).__name__}: {e})"
+        ) from None

@@ -43,7 +43,8 @@ _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 class _Cli(click.Group):
     """Turns every WiaError, and every usage error of a subcommand (an unknown command
-    or option, a bad option value), into one line on stderr and exit status 2."""
+    or option, a bad option value), into one line on stderr and exit status 2; Ctrl-C
+    into one line and exit status 130."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -53,6 +54,12 @@ class _Cli(click.Group):
             ctx.exit(2)
         except click.UsageError as e:
             _usage_error(e, ctx)
+        except KeyboardInterrupt:
+            # Ctrl-C: one line and the shell's status for SIGINT (128 + 2), not click's
+            # "Aborted!" with status 1, which a CI job would read as a failed check
+            # (bench --compare exits 1 on a regression)
+            click.echo("wia-hw: interrupted", err=True)
+            ctx.exit(130)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
