@@ -46,6 +46,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .._files import update_locked
 from ..emulator.config import DeviceSpec, to_mapping
 from ..emulator.errors import WiaError
 from ..emulator.kernels import GemmTiling
@@ -292,18 +293,20 @@ def check_schedules(schedules: Any, spec: DeviceSpec) -> Schedules:
 def save_schedules(path: str | os.PathLike[str], entries: Iterable[Mapping[str, Any]]) -> Path:
     """Merge ``entries`` into the file at ``path`` (created if absent): an entry of the
     same ``kernel`` and ``spec_sha256`` is replaced; order is by (spec hash, kernel),
-    so the same schedules give the same bytes."""
+    so the same schedules give the same bytes. Processes saving into one file at once
+    each keep the other's entries (:func:`wia_hw._files.update_locked`)."""
+    entries = [dict(e) for e in entries]
+
+    def merged_text() -> str:  # under the file's lock: another process's entries kept
+        merged = {(e["spec_sha256"], e["kernel"]): dict(e) for e in read_entries(p)}
+        for e in entries:
+            merged[(e["spec_sha256"], e["kernel"])] = e
+        doc = {
+            "format": FORMAT,
+            "version": VERSION,
+            "entries": [merged[k] for k in sorted(merged)],
+        }
+        return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
     p = Path(path)
-    merged = {(e["spec_sha256"], e["kernel"]): dict(e) for e in read_entries(p)}
-    for e in entries:
-        merged[(e["spec_sha256"], e["kernel"])] = dict(e)
-    doc = {
-        "format": FORMAT,
-        "version": VERSION,
-        "entries": [merged[k] for k in sorted(merged)],
-    }
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, p)
-    return p
+    return update_locked(p, merged_text)

@@ -1,0 +1,75 @@
+"""Files several processes update at once: the autotuner's schedules file (and its
+measurements file, through the same :func:`wia_hw._files.update_locked`). Two
+processes each merging 40 entries into one file kept 34 to 53 of the 80, and could
+leave a file that did not parse; now every entry of both is kept."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import pytest
+
+from wia_hw._files import update_locked, write_atomic
+from wia_hw.optimize._schedules import read_entries, save_schedules
+
+ENTRY = {
+    "kernel": "linear 1x128x3072x768 fp16->2B b+bias",
+    "precision": "fp16",
+    "device": "wia-npu",
+    "spec_sha256": "18edc9261e8fca41073e7c24f3de1afe3a3a1d4d2942373b090a3fe9649bcd9e",
+    "dataflow": "os",
+    "tiling": {"tm": 128, "tn": 512, "tk": 128, "tb": 1, "order": "nm"},
+    "cycles": 10428,
+    "default_cycles": 11489,
+    "floor_cycles": 8010.0,
+    "trials": 4,
+    "method": "random",
+    "seed": 0,
+    "graph": "bert-base",
+    "graph_default_cycles": 11144,
+    "graph_cycles": 10084,
+}
+
+
+def _saver(proc: int, path: str, n: int, q) -> None:
+    errors = []
+    for i in range(n):
+        e = dict(ENTRY, kernel=f"linear 1x{128 * (proc + 1)}x{128 * (i + 1)}x768 fp16->2B b+bias")
+        try:
+            save_schedules(path, [e])
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            errors.append(f"{type(exc).__name__}: {exc}")
+    q.put(errors)
+
+
+@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="needs fork")
+def test_two_processes_saving_schedules_keep_every_entry(tmp_path):
+    path = str(tmp_path / "schedules.json")
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_saver, args=(k, path, 40, q)) for k in range(2)]
+    for p in procs:
+        p.start()
+    errors = [e for _ in procs for e in q.get(timeout=120)]
+    for p in procs:
+        p.join(timeout=120)
+    assert errors == []
+    kernels = {e["kernel"] for e in read_entries(path)}
+    assert len(kernels) == 80
+    # no temporary file left beside it
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == []
+
+
+def test_a_failed_update_leaves_the_old_file_whole(tmp_path):
+    path = tmp_path / "f.json"
+    write_atomic(path, "old\n")
+
+    def broken() -> str:
+        raise RuntimeError("merge failed")
+
+    with pytest.raises(RuntimeError):
+        update_locked(path, broken)
+    assert path.read_text() == "old\n"
+    update_locked(path, lambda: path.read_text() + "new\n")
+    assert path.read_text() == "old\nnew\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
