@@ -228,6 +228,15 @@ def test_cli_list_and_emit(tmp_path: Path) -> None:
         (["emit", "systolic_array", "-p", "pipelined=2"], "pipelined must be a bool, got 2"),
         (["emit", "systolic_array", "-p", "rows=two"], "rows must be an integer, got 'two'"),
         (["emit", "fp_mac", "-p", "fmt=fp32"], "fmt must be one of 'fp16', 'bf16', got 'fp32'"),
+        # two values for one parameter: refused, not one silently taken
+        (
+            ["emit", "systolic_array", "--rows", "8", "-p", "rows=16"],
+            "--rows 8 contradicts --param rows=16",
+        ),
+        (
+            ["emit", "systolic_array", "-p", "cols=4", "-p", "cols=8"],
+            "cols is given twice (4 and 8)",
+        ),
     ],
 )
 def test_cli_bad_input_is_a_usage_error(args: list[str], message: str, tmp_path: Path) -> None:

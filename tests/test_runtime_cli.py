@@ -225,9 +225,10 @@ def test_cli_validate_reports_file_and_line(tmp_path):
     assert res.exit_code == 0 and "ok" in res.output
 
 
-def test_console_script_is_installed():
+@pytest.mark.parametrize("module", ["wia_hw.cli", "wia_hw"])
+def test_console_script_is_installed(module):
     res = subprocess.run(
-        [sys.executable, "-m", "wia_hw.cli", "specs", "list"],
+        [sys.executable, "-m", module, "specs", "list"],
         capture_output=True,
         text=True,
         check=False,

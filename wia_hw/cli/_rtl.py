@@ -82,10 +82,23 @@ def emit_cmd(
         raise click.BadParameter(
             f"unknown block {block!r}; choose from {', '.join(BLOCKS)}", param_hint="BLOCK"
         )
-    values = dict(parse_param(p) for p in params)
+    values: dict[str, object] = {}
+    for text in params:
+        name, value = parse_param(text)
+        if name in values and values[name] != value:
+            raise click.BadParameter(
+                f"{name} is given twice ({values[name]} and {value})", param_hint="--param"
+            )
+        values[name] = value
     for name, value in (("rows", rows), ("cols", cols)):
-        if value is not None:
-            values[name] = value
+        if value is None:
+            continue
+        if name in values and values[name] != value:
+            raise click.BadParameter(
+                f"--{name} {value} contradicts --param {name}={values[name]}",
+                param_hint=f"--{name}",
+            )
+        values[name] = value
     unknown = [k for k in values if k not in BLOCKS[block].defaults]
     if unknown:
         raise click.BadParameter(
