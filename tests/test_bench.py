@@ -270,11 +270,11 @@ def test_cli_prints_the_seeds_block_and_gates_on_regressions(tmp_path):
 @pytest.mark.parametrize(
     ("extra", "match"),
     [
-        (["-n", "0"], "BenchmarkConfig.measurement_iterations must be at least 1, got 0"),
+        (["-n", "0"], "-n/--iterations must be at least 1, got 0"),
         (["--compare", "nowhere.sqlite"], "no baseline file nowhere.sqlite"),
         (
             ["--vary", "thermal,cosmic"],
-            "BenchmarkConfig.variation_sources: unknown source "
+            "--vary: unknown source "
             "'cosmic'; modelled: thermal, dram_refresh, arbitration_jitter",
         ),
     ],

@@ -214,7 +214,7 @@ def test_max_batch_size_zero_is_one_line():
     ("kw", "msg"),
     [
         ({"max_queue": 0}, "max_queue must be an integer >= 1, got 0"),
-        ({"max_latency_ms": -1.0}, "max_latency_ms must be a number > 0, got -1.0"),
+        ({"max_latency_ms": -1.0}, "max_latency_ms must be a finite number > 0, got -1.0"),
         ({"max_queue_delay_ms": -1}, "max_queue_delay_ms must be a number >= 0"),
         ({"padding_strategy": "pow2"}, "padding_strategy must be one of none, multiple_of_8"),
         ({"seq_buckets": ()}, "seq_buckets must be integers >= 1"),
@@ -228,7 +228,7 @@ def test_bad_batching_config(kw, msg):
 def test_bad_workload():
     with pytest.raises(ServeError, match="needs rate_rps, trace or p99_bound_ms"):
         ServerWorkload()
-    with pytest.raises(ServeError, match="rate_rps must be a number > 0, got 0"):
+    with pytest.raises(ServeError, match="rate_rps must be a finite number > 0, got 0"):
         ServerWorkload(rate_rps=0)
     with pytest.raises(ServeError, match="seq_lengths must be integers >= 1"):
         ServerWorkload(rate_rps=1.0, seq_lengths=[0])
@@ -289,7 +289,7 @@ def test_cli_serve(tmp_path):
     res = CliRunner().invoke(cli, ["serve", "bert-large", "--max-batch-size", "0", "--rate", "1"])
     assert res.exit_code == 2
     assert res.output.strip() == (
-        "wia-hw: error: BatchingConfig.max_batch_size must be an integer >= 1, got 0"
+        "wia-hw: error: --max-batch-size must be an integer >= 1, got 0"
     )
 
 
@@ -317,3 +317,29 @@ def test_an_onnx_model_is_imported_again_for_every_batch_size():
     srv = create_inference_server(str(data / "resnet18.legacy.onnx"), cfg)
     r = benchmark_server(srv, ServerWorkload(rate_rps=2000, duration_s=0.02, seed=1))
     assert r.completed > 0 and max(r.batch_size_histogram) > 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["serve", "bert-base"], "serve needs --rate, --trace or --p99-bound"),
+        (["serve", "bert-base", "--rate", "inf"], "--rate must be a finite number > 0, got inf"),
+        (["serve", "bert-base", "--rate", "5", "--duration", "-1"], "--duration must be a finite"),
+        (["serve", "bert-base", "--rate", "5", "--max-batch-size", "0"], "--max-batch-size must"),
+        (["serve", "bert-base", "--rate", "5", "--seed", "-2"], "--seed must be a non-negative"),
+        (["bench", "gemm", "-n", "0"], "-n/--iterations must be at least 1, got 0"),
+        (["bench", "gemm", "--warmup", "-1"], "--warmup must be at least 0, got -1"),
+    ],
+)
+def test_cli_config_errors_name_the_options_typed(args, message):
+    """The command line's errors name its options, not the API fields they fill
+    (``bench -n 0`` said "BenchmarkConfig.measurement_iterations must be at least 1")."""
+    from click.testing import CliRunner
+
+    from wia_hw.cli import cli
+
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], res.output
+    assert "Config" not in lines[0] and "ServerWorkload" not in lines[0]

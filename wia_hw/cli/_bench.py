@@ -25,6 +25,7 @@ from ..bench._operation import workload_key
 from ..runtime import open_device, resolve_workload
 from ._common import (
     TaskProgress,
+    as_options,
     builder_args,
     check_writable,
     spec_overrides,
@@ -33,6 +34,18 @@ from ._common import (
 )
 
 __all__ = ["bench_cmd"]
+
+
+#: BenchmarkConfig's fields as this command's options (errors name the options)
+_OPTIONS = {
+    "warmup_iterations": "--warmup",
+    "measurement_iterations": "-n/--iterations",
+    "cooldown_iterations": "--cooldown",
+    "outlier_threshold": "--threshold",
+    "outlier_detection": "--outliers",
+    "variation_sources": "--vary",
+    "variation_seed": "--variation-seed",
+}
 
 
 @click.command(
@@ -141,17 +154,18 @@ def bench_cmd(
         raise BenchmarkError(f"--alpha must be in (0, 1), got {alpha:g}")
     if not 0 <= noise_threshold < 1:
         raise BenchmarkError(f"--noise-threshold must be in [0, 1), got {noise_threshold:g}")
-    cfg = BenchmarkConfig(
-        warmup_iterations=warmup,
-        measurement_iterations=iterations,
-        cooldown_iterations=cooldown,
-        outlier_detection=outliers,
-        outlier_threshold=threshold,
-        variation_sources=()
-        if vary.strip() == "none"
-        else tuple(v.strip() for v in vary.split(",") if v.strip()),
-        variation_seed=variation_seed,
-    )
+    with as_options(_OPTIONS):
+        cfg = BenchmarkConfig(
+            warmup_iterations=warmup,
+            measurement_iterations=iterations,
+            cooldown_iterations=cooldown,
+            outlier_detection=outliers,
+            outlier_threshold=threshold,
+            variation_sources=()
+            if vary.strip() == "none"
+            else tuple(v.strip() for v in vary.split(",") if v.strip()),
+            variation_seed=variation_seed,
+        )
     # every store is checked before measuring, which can take minutes
     if compare is not None and not compare.is_file():
         raise BenchmarkError(f"no baseline file {compare}")

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -52,7 +54,27 @@ __all__ = [
     "NO_PLOT",
     "task_progress",
     "TaskProgress",
+    "as_options",
 ]
+
+
+@contextmanager
+def as_options(names: Mapping[str, str]) -> Iterator[None]:
+    """Errors raised in the block name the command's options, not the Python API's
+    fields the options fill: ``names`` maps a field (``measurement_iterations``) or a
+    class (``ServerWorkload``) to what the user typed (``--iterations``, ``serve``); a
+    field is replaced with its ``Class.`` prefix (``bench -n 0`` said
+    "BenchmarkConfig.measurement_iterations must be at least 1")."""
+    try:
+        yield
+    except WiaError as e:
+        msg = str(e)
+        for name, option in names.items():
+            msg = re.sub(rf"\b(?:[A-Z]\w*\.)?{re.escape(name)}\b", option, msg)
+        if msg == str(e):
+            raise
+        raise type(e)(msg) from None
+
 
 #: What a file of CSV text may be called.
 CSV_SUFFIXES = (".csv", ".txt")

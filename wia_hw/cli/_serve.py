@@ -18,10 +18,26 @@ from ..serve import (
     benchmark_server,
     create_inference_server,
 )
-from ._common import builder_args, spec_overrides, task_progress, workload_options
+from ._common import as_options, builder_args, spec_overrides, task_progress, workload_options
 from ._run import fixed
 
 __all__ = ["serve_cmd"]
+
+
+#: BatchingConfig's and ServerWorkload's fields as this command's options
+_OPTIONS = {
+    "max_batch_size": "--max-batch-size",
+    "max_latency_ms": "--max-latency-ms",
+    "padding_strategy": "--padding",
+    "max_queue": "--max-queue",
+    "rate_rps, trace": "--rate, --trace",  # "ServerWorkload needs rate_rps, trace or ..."
+    "rate_rps": "--rate",
+    "duration_s": "--duration",
+    "ServerWorkload.trace": "--trace",
+    "p99_bound_ms": "--p99-bound",
+    "ServerWorkload.seed": "--seed",
+    "ServerWorkload": "serve",  # after the fields: "ServerWorkload needs --rate, ..."
+}
 
 
 @click.command(
@@ -106,16 +122,17 @@ def serve_cmd(
         kw["precision"] = precision
     if batch is not None:
         kw["batch"] = batch
-    cfg = BatchingConfig(
-        max_batch_size=max_batch_size,
-        max_latency_ms=max_latency_ms,
-        padding_strategy=padding,
-        max_queue=max(256, max_batch_size) if max_queue is None else max_queue,
-    )
+    with as_options(_OPTIONS):
+        cfg = BatchingConfig(
+            max_batch_size=max_batch_size,
+            max_latency_ms=max_latency_ms,
+            padding_strategy=padding,
+            max_queue=max(256, max_batch_size) if max_queue is None else max_queue,
+        )
+        wl = ServerWorkload(
+            rate_rps=rate, duration_s=duration, trace=trace, seed=seed, p99_bound_ms=p99_bound
+        )
     server = create_inference_server(workload, cfg, device=spec, seed=seed, **kw)
-    wl = ServerWorkload(
-        rate_rps=rate, duration_s=duration, trace=trace, seed=seed, p99_bound_ms=p99_bound
-    )
     runs = [0]
 
     def show(kind: str, what: str) -> None:

@@ -125,7 +125,9 @@ class BatchingConfig:
         positive_int("max_queue")
         v = self.max_latency_ms
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            raise ServeError(f"BatchingConfig.max_latency_ms must be a number > 0, got {v!r}")
+            raise ServeError(
+                f"BatchingConfig.max_latency_ms must be a finite number > 0, got {v!r}"
+            )
         d = self.max_queue_delay_ms
         if d is not None and (
             isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or d < 0
@@ -194,7 +196,9 @@ class ServerWorkload:
             bad = isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
             if bad or (v <= lo if strict else v < lo):
                 op = ">" if strict else ">="
-                raise ServeError(f"ServerWorkload.{name} must be a number {op} {lo:g}, got {v!r}")
+                raise ServeError(
+                    f"ServerWorkload.{name} must be a finite number {op} {lo:g}, got {v!r}"
+                )
 
         if self.rate_rps is not None:
             number("rate_rps", 0, True)
