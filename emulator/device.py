@@ -821,7 +821,10 @@ class Device:
         cores = self.spec.compute.cores
         c_.stall_cycles["dependency"] += cores * elapsed  # the cores wait for the memory
         delta = c_.delta(before)
-        power = self._account_energy(elapsed, delta, array=False, extra_pj=k.energy_pj)
+        # the memory's own energy covers its operations: no vector-unit energy
+        power = self._account_energy(
+            elapsed, delta, array=False, vector=False, extra_pj=k.energy_pj
+        )
         extra = dict(k.extra)
         if "npu_cycles_estimate" in extra:  # what running it on the cores would take
             extra["saved_cycles"] = extra["npu_cycles_estimate"] - elapsed
@@ -1138,16 +1141,26 @@ class Device:
         self._heat_cycle = now
 
     def _account_energy(
-        self, cycles: int, delta: Counters | dict, *, array: bool = True, extra_pj: float = 0.0
+        self,
+        cycles: int,
+        delta: Counters | dict,
+        *,
+        array: bool = True,
+        vector: bool = True,
+        extra_pj: float = 0.0,
     ) -> float:
         """Add the interval's energy to the counters, bring the thermal model to now;
         returns the interval's average power in W.
 
-        MACs and vector FLOPs are charged the spec's per-op energies when ``array``; an
-        extension unit that did them instead (``array=False``) reports its own energy as
-        ``extra_pj``. Bytes at every level and static power are always charged. The
-        thermal model has had part of the interval's dynamic energy already (tile by
-        tile, :meth:`_heat`); it gets the rest now, so it sees exactly the energy counted.
+        MACs are charged the spec's ``pj_per_mac`` when ``array``; an extension unit that
+        did them instead (``array=False``) reports its own energy as ``extra_pj``. Vector
+        FLOPs run on the vector unit whichever unit did the MACs (a unit's fused tail, a
+        vector primitive), so they are charged ``pj_per_vector_op`` whenever counted,
+        except when ``vector`` is False: work done inside the memory (PIM), whose
+        ``extra_pj`` holds its operations' energy. Bytes at every level and static power
+        are always charged. The thermal model has had part of the interval's dynamic
+        energy already (tile by tile, :meth:`_heat`); it gets the rest now, so it sees
+        exactly the energy counted.
         """
         en = self.spec.energy
         pj = 0.0
@@ -1155,6 +1168,7 @@ class Device:
             if array:
                 for prec, macs in delta.macs_by_precision.items():
                     pj += macs * en.pj_per_mac.get(prec, 0.0)
+            if vector:
                 pj += delta.vector_flops * en.pj_per_vector_op
             for lvl, nb in delta.bytes.items():
                 pj += nb * en.pj_per_byte[lvl]

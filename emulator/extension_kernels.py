@@ -13,7 +13,10 @@ processing-in-memory stack, a photonic or analog core) hands the device one of:
 
 MACs done outside the systolic array (``array=False``: photonic, analog, PIM) are
 counted in ``macs`` and FLOPs but charged the energy the extension reports
-(``energy_pj``) instead of the array's ``pj_per_mac``.
+(``energy_pj``) instead of the array's ``pj_per_mac``. Vector FLOPs (a fused tail's, a
+vector primitive's) run on the vector unit whichever unit did the MACs, so the device
+charges them ``pj_per_vector_op`` either way: a cost model's ``energy_pj`` replaces the
+MACs' energy only (PIM's work, done inside the memory, is the exception).
 """
 
 from __future__ import annotations

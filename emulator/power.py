@@ -12,6 +12,13 @@ power plus the energy booked meanwhile: the MACs of the tiles issued and the byt
 counted at every level); at the end of every kernel it hands over the rest of the
 kernel's energy, so the model integrates exactly the energy the counters hold. A tile
 issued while ``throttling`` runs at ``frequency_factor`` of the clock.
+
+Throttling is one fixed factor (``throttle_factor``) applied at ``throttle_c``. When the
+power a device draws throttled would still hold it above that point
+(``ambient + P R > throttle_c``), the die keeps heating without bound: a real device
+would throttle deeper (DVFS steps) or shut down, so the timing past that point is not
+physical. A run, profile or bench that goes there warns (:class:`ThermalWarning`,
+:meth:`ThermalModel.excursion_warning`).
 """
 
 from __future__ import annotations
@@ -20,7 +27,14 @@ import math
 
 from .config import ThermalConfig
 
-__all__ = ["ThermalModel"]
+__all__ = ["ThermalModel", "ThermalWarning"]
+
+
+class ThermalWarning(UserWarning):
+    """The die rose above the spec's throttle point, and the power drawn throttled would
+    hold it above that point: the one fixed throttle factor cannot hold it, so a real
+    device would throttle deeper or shut down and the timing past that point is not
+    physical (see the module doc)."""
 
 
 class ThermalModel:
@@ -31,6 +45,9 @@ class ThermalModel:
         self.temperature_c = cfg.initial_c if cfg.initial_c is not None else cfg.ambient_c
         self.peak_c = self.temperature_c
         self.throttled_s = 0.0
+        #: a :class:`ThermalWarning` was given for the excursion above ``throttle_c``
+        #: the die is in (cleared by a run that starts below the throttle point)
+        self.warned = False
 
     @property
     def throttling(self) -> bool:
@@ -56,3 +73,41 @@ class ThermalModel:
         self.temperature_c += (target - self.temperature_c) * -math.expm1(-seconds / tau)
         self.peak_c = max(self.peak_c, self.temperature_c)
         return self.temperature_c
+
+    def excursion_warning(
+        self, what: str, start_c: float, peak_c: float, power_w: float, power_of: str
+    ) -> str | None:
+        """The :class:`ThermalWarning` line for a run of ``what`` that started at
+        ``start_c`` and peaked at ``peak_c`` while drawing ``power_w`` throttled
+        (``power_of`` says whose power that is), or None.
+
+        A line when the peak is above ``throttle_c`` and ``power_w`` would hold the die
+        above it (the fixed factor cannot hold it); at most one per excursion above the
+        throttle point: a run that starts above it after a warning stays silent (a
+        bench's or a profile's later runs), one that starts below it begins a new one."""
+        cfg = self.cfg
+        if start_c < cfg.throttle_c:
+            self.warned = False
+        settle = self.steady_state_c(power_w)
+        if self.warned or peak_c <= cfg.throttle_c or settle <= cfg.throttle_c:
+            return None
+        self.warned = True
+        deg = "\N{DEGREE SIGN}C"
+        peak, steady = _above(peak_c, cfg.throttle_c), _above(settle, cfg.throttle_c)
+        return (
+            f"{what}: the die peaked at {peak} {deg}, above its throttle point "
+            f"({cfg.throttle_c:g} {deg}), and at {power_w:.1f} W ({power_of}) it would "
+            f"settle at {steady} {deg}: the fixed throttle factor "
+            f"({cfg.throttle_factor:g}) cannot hold it; a real device would throttle deeper "
+            "or shut down, so the timing past the throttle point is not physical"
+        )
+
+
+def _above(value: float, limit: float) -> str:
+    """``value`` (above ``limit``) with one decimal, or as many more as show it above
+    ``limit`` (95.004, not 95.0)."""
+    for d in range(1, 7):
+        shown = f"{value:.{d}f}"
+        if float(shown) > limit:
+            return shown
+    return repr(value)

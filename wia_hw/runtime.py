@@ -31,6 +31,7 @@ from .emulator.device import Device, KernelRecord, TraceLog
 from .emulator.errors import SpecError, WorkloadError
 from .emulator.extension_kernels import execute_kernels, extension_summary
 from .emulator.kernels import GemmKernel, MemoryKernel
+from .emulator.power import ThermalWarning
 from .graph import Graph, Op
 from .lowering import Provider, Storage, gemm_key, lower
 from .spec import DEFAULT_DEVICE, load_spec
@@ -398,6 +399,7 @@ class Context:
         for o in obs:
             o.run_begin(self, graph, lowered)
         start = dev.now
+        start_c = dev.thermal.temperature_c
         before = dev.counters.copy()
         host_l2 = self.spec.memory.host_io == "l2"
         if host_l2:
@@ -441,6 +443,7 @@ class Context:
             seed,
             floor_bytes=compulsory_hbm_bytes(graph, lowered, on_chip, outputs=not host_l2),
             launched=launched,
+            start_temperature_c=start_c,
         )
         result.extensions = extension_summary([r for _, _, r in records])
         result.provenance = dict(self.provenance(), run=invocation)
@@ -466,6 +469,7 @@ class Context:
         *,
         floor_bytes: int = 0,
         launched: list[Any] | None = None,
+        start_temperature_c: float | None = None,
     ) -> RunResult:
         spec = self.spec
         to_ms = spec.cycles_to_ms
@@ -559,6 +563,25 @@ class Context:
         # bandwidth (from the graph, never the simulated bytes)
         floor_s = max(flops / peak if peak else 0.0, floor_bytes / (spec.peak_bandwidth_gbs * 1e9))
         seconds = latency_ms * 1e-3
+        # the peak over the run: its start (a die that cools from a hot start peaks
+        # there), every kernel's end and its end
+        thermal = self.device.thermal
+        start_c = thermal.temperature_c if start_temperature_c is None else start_temperature_c
+        peak_c = max([start_c, thermal.temperature_c] + [r.temperature_c for _, _, r in records])
+        # the power drawn throttled: the throttled kernels' (the run's when none was)
+        hot = [r for _, _, r in records if r.frequency_factor < 1.0]
+        hot_s = sum(r.cycles for r in hot) / spec.clock_hz
+        if hot_s:
+            power_w = sum(r.counters.energy_pj for r in hot) * 1e-12 / hot_s
+            power_of = "its throttled kernels' mean power"
+        else:
+            power_w = delta.energy_j / seconds if seconds else 0.0
+            power_of = "the run's mean power"
+        msg = thermal.excursion_warning(
+            f"{graph.name} on {spec.name}", start_c, peak_c, power_w, power_of
+        )
+        if msg is not None:
+            warnings.warn(msg, ThermalWarning, stacklevel=3)
         return RunResult(
             workload=graph.name,
             device=spec.name,
@@ -580,9 +603,7 @@ class Context:
             counters=delta,
             energy_j=delta.energy_j,
             avg_power_w=delta.energy_j / seconds if seconds else 0.0,
-            peak_temperature_c=max(
-                [r.temperature_c for _, _, r in records] + [self.device.thermal.temperature_c]
-            ),
+            peak_temperature_c=peak_c,
             roofline_floor_ms=floor_s * 1e3,
         )
 

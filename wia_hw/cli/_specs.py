@@ -58,12 +58,17 @@ def specs_list(width: int | None) -> None:
 @click.argument("spec")
 @click.option("--set", "sets", multiple=True, metavar="PATH=VALUE")
 def specs_show(spec: str, sets: tuple[str, ...]) -> None:
-    """Print a spec as validated YAML, with its derived peak figures."""
+    """Print a spec as validated YAML, with its derived peak figures (a cluster's: per
+    device, then the cluster's totals)."""
     s = load_spec(spec, spec_overrides(sets))
     click.echo(yaml.safe_dump(to_mapping(s), sort_keys=False).rstrip())
     d = s.device if isinstance(s, ClusterSpec) else s
     assert isinstance(d, DeviceSpec)
-    click.echo("# derived:")
+    n = s.devices if isinstance(s, ClusterSpec) else 1
+    if isinstance(s, ClusterSpec):  # the figures below are one device's: say so
+        click.echo(f"# derived, per device (each of the {n} {d.name} devices of {s.name}):")
+    else:
+        click.echo("# derived:")
     for prec in d.compute.array.macs_per_pe_cycle:
         click.echo(f"#   peak {prec}: {d.peak_flops(prec) / 1e12:.2f} TFLOPS")
     click.echo(
@@ -92,6 +97,17 @@ def specs_show(spec: str, sets: tuple[str, ...]) -> None:
         f"#     per core: {per_core_w:.2f} W ({pes_per_core:,} PEs + L1), "
         f"{d.compute.cores} core{'s' if d.compute.cores > 1 else ''}"
     )
+    if isinstance(s, ClusterSpec):
+        click.echo(f"# derived, cluster {s.name} ({n} devices, totals):")
+        for prec in d.compute.array.macs_per_pe_cycle:
+            click.echo(
+                f"#   peak {prec}: {n * d.peak_flops(prec) / 1e12:.2f} TFLOPS "
+                f"({n} x {d.peak_flops(prec) / 1e12:.2f})"
+            )
+        click.echo(f"#   HBM: {n * d.peak_bandwidth_gbs:g} GB/s ({n} x {d.peak_bandwidth_gbs:g})")
+        click.echo(
+            f"#   static power: {n * d.static_power_w:.2f} W ({n} x {d.static_power_w:.2f} W)"
+        )
 
 
 @specs.command("validate")

@@ -15,9 +15,11 @@ session's start (cycles / clock). One process (``pid`` 1) is the device; its thr
 * ``hbm channel N``, ``l2 port`` (trace modes): every transfer those ports served.
 
 Counter tracks (``"ph": "C"``): HBM/L2/L1 bandwidth per kernel (GB/s, from its
-counters), cache misses per DMA burst, power (W) and temperature (°C) per kernel, HBM
-queue and DMA queue depth per sample, device memory allocated and reserved (GB).
-:func:`check_trace_events` is the format check the tests run.
+counters), cache misses per DMA burst, power (W) over the whole session
+(:func:`power_steps`: each kernel's, the write-backs', static power while idle) and
+temperature (°C) per kernel, HBM queue and DMA queue depth per sample, device memory
+allocated and reserved (GB). :func:`check_trace_events` is the format check the tests
+run.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 from ..emulator.device import TraceEvent, TraceLog
 from ._ports import merged
 
-__all__ = ["chrome_trace", "check_trace_events", "event_rows"]
+__all__ = ["chrome_trace", "check_trace_events", "event_rows", "power_steps"]
 
 _PID = 1
 
@@ -138,16 +140,14 @@ def chrome_trace(report: Any) -> dict[str, Any]:
                 k.start_cycle,
                 {lvl: nb[lvl] / secs / 1e9 for lvl in ("hbm", "l2", "l1")},
             )
-        if k.power_w is not None:
-            counter("power (W)", k.start_cycle, {"power": k.power_w})
         if k.temperature_c is not None:
             counter("temperature (C)", k.end_cycle, {"temperature": k.temperature_c})
     if report.kernels:
         last = max(k.end_cycle for k in report.kernels)
         if any(k.counter("bytes") is not None for k in report.kernels):
             counter("bandwidth (GB/s)", last, {"hbm": 0.0, "l2": 0.0, "l1": 0.0})
-        if any(k.power_w is not None for k in report.kernels):
-            counter("power (W)", last, {"power": 0.0})
+    for cycle, watts in power_steps(report):
+        counter("power (W)", cycle, {"power": watts})
 
     if report.device_events is not None:
         for c in range(dev.cores):
@@ -243,6 +243,63 @@ def chrome_trace(report: Any) -> dict[str, Any]:
             "time_unit": "microseconds of device time",
         },
     }
+
+
+def power_steps(report: Any) -> list[tuple[int, float]]:
+    """The ``power (W)`` counter as ``(cycle, W)`` steps over the session, each held
+    until the next, the last (0 W) at the session's end; empty when the mode captured no
+    power. Its integral is the session's energy (``counters.energy_pj``):
+
+    * a kernel: its mean power (its energy over its cycles);
+    * a run's final write-back (the ``writeback_cycles`` after its last kernel): the
+      write-backs' energy over their time (the session's energy less the kernels' and
+      the idle time's), one mean power for all of a session's write-backs;
+    * any other time without a kernel (the device waiting, e.g. on a memory
+      reservation): static power, the only power an idle device draws.
+
+    A report read back from JSON holds no spec, so no static power: there every time
+    without a kernel gets the mean power of all of it (its energy over its time)."""
+    ks = sorted((k for k in report.kernels if k.power_w is not None), key=lambda k: k.start_cycle)
+    if not ks:
+        return []
+    t0, t1 = report.start_cycle, report.end_cycle
+    hz = report.device.clock_ghz * 1e9
+    # (start, end, what): kernels and write-back tails, then the idle time between them
+    spans: list[tuple[int, int, Any]] = [(k.start_cycle, k.end_cycle, k) for k in ks]
+    for r in report.runs:
+        if r.writeback_cycles > 0:
+            a, b = max(t0, r.end_cycle - r.writeback_cycles), min(t1, r.end_cycle)
+            if b > a:
+                spans.append((a, b, "writeback"))
+    spans.sort(key=lambda s: (s[0], s[1]))
+    full: list[tuple[int, int, Any]] = []
+    cur = t0
+    for a, b, what in spans:
+        if a > cur:
+            full.append((cur, a, "idle"))
+        a = max(a, cur)
+        if b > a:
+            full.append((a, b, what))
+        cur = max(cur, b)
+    if t1 > cur:
+        full.append((cur, t1, "idle"))
+    rest_j = report.counters.energy_pj * 1e-12 - sum(
+        k.power_w * k.cycles / hz for k in ks if k.cycles
+    )
+    wb_s = sum(b - a for a, b, w in full if w == "writeback") / hz
+    idle_s = sum(b - a for a, b, w in full if w == "idle") / hz
+    spec = getattr(report, "spec", None)
+    static_w = getattr(spec, "static_power_w", None)
+    if static_w is not None and wb_s:
+        idle_w, wb_w = static_w, (rest_j - static_w * idle_s) / wb_s
+    else:  # all the time without a kernel alike
+        idle_w = wb_w = rest_j / (wb_s + idle_s) if wb_s + idle_s else 0.0
+    steps: list[tuple[int, float]] = []
+    for a, _b, what in full:
+        w = idle_w if what == "idle" else wb_w if what == "writeback" else what.power_w
+        steps.append((a, float(w)))
+    steps.append((t1, 0.0))
+    return steps
 
 
 def _order(track: str) -> tuple[int, int, int, int]:

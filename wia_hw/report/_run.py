@@ -317,7 +317,11 @@ def _profile_view(d: Mapping[str, Any]) -> dict[str, Any]:
     throughput = seqs / (dur * 1e-3) if dur and runs else None
     prec = s.get("precision") or "fp16"
     peak = _f(_obj(dev, "peak_flops").get(prec))
+    # the peak over the session: its start (a die that cools from a hot start peaks
+    # there) and every kernel's end, as a run's peak_temperature_c
     temps = [_f(k.get("temperature_c")) for k in ks]
+    if any(t is not None for t in temps):
+        temps.append(_f(d.get("start_temperature_c")))
     peak_temp = max((t for t in temps if t is not None), default=None)
     mem = _obj(d, "memory") or None
     e = _f(s.get("energy_j"))

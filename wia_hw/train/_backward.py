@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +64,7 @@ from typing import Any
 from ..emulator.allocator import DeviceOutOfMemory
 from ..emulator.config import DeviceSpec
 from ..emulator.errors import WorkloadError
+from ..emulator.power import ThermalWarning
 from ..graph import (
     BINARY_KINDS,
     DTYPE_BYTES,
@@ -759,26 +761,35 @@ def training_kernels(
 
 # -- timing ---------------------------------------------------------------------------
 
-#: (spec, kernel signature) -> (cycles, joules) of the kernel's timing run (the joules
-#: dynamic and static)
+#: (spec, kernel signature) -> (cycles, joules) of the kernel's op in its timing run:
+#: the joules the device counted from the op's start to its end (dynamic, and static
+#: over those cycles), not the probe's final write-back, which lies outside the cycles
 _CACHE: dict[tuple[str, tuple[Any, ...]], tuple[int, float]] = {}
 
 
 class _OpTimer:
+    """Cycles and joules of each op of a run, from its first kernel's start to its
+    last's end (the device's energy counter read at both ends)."""
+
     wants_trace = False
 
     def __init__(self) -> None:
         self.cycles: dict[str, int] = {}
+        self.energy_pj: dict[str, float] = {}
         self._t0 = 0
+        self._e0 = 0.0
+        self._dev: Any = None
 
     def run_begin(self, ctx: Any, graph: Any, lowered: Any) -> None:
-        pass
+        self._dev = ctx.device
 
     def op_begin(self, op: Op, kernels: Any, cycle: int) -> None:
         self._t0 = cycle
+        self._e0 = self._dev.counters.energy_pj
 
     def op_end(self, op: Op, records: Any, cycle: int) -> None:
         self.cycles[op.name] = cycle - self._t0
+        self.energy_pj[op.name] = self._dev.counters.energy_pj - self._e0
 
     def run_end(self, result: Any, trace: Any) -> None:
         pass
@@ -823,7 +834,11 @@ def time_kernels(spec: DeviceSpec, kernels: Iterable[Kern]) -> dict[tuple[Any, .
         timer = _OpTimer()
         ctx.observers.append(timer)
         try:
-            res = ctx.run(probe)
+            # a probe that heats past the throttle point is not the user's run: the
+            # iteration's own warning (TrainingThermalWarning) speaks for the step
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ThermalWarning)
+                ctx.run(probe)
         except DeviceOutOfMemory as e:  # name the kernel and its operand, not the probe
             m = re.search(r"'(in\d+|out)' does not fit: (.*)$", str(e))
             if m is None:
@@ -837,15 +852,16 @@ def time_kernels(spec: DeviceSpec, kernels: Iterable[Kern]) -> dict[tuple[Any, .
                 f"not fit device memory ({spec.name}): {why}"
             ) from None
         c = timer.cycles["k"]
-        _CACHE[(key, sig)] = (c, res.energy_j)
+        _CACHE[(key, sig)] = (c, timer.energy_pj["k"] * 1e-12)
         out[sig] = c
     return out
 
 
 def kernel_energy_j(spec: DeviceSpec, kernels: Iterable[Kern]) -> float:
     """Joules of ``kernels`` (each as often as listed) on ``spec``, each as its
-    :func:`time_kernels` run spent them (dynamic and static energy of that run);
-    kernels not timed yet are timed first."""
+    :func:`time_kernels` run spent them over the cycles it reports (dynamic energy, and
+    static power over those cycles; not the probe run's final write-back, whose cycles
+    are not the kernel's either); kernels not timed yet are timed first."""
     kernels = list(kernels)
     time_kernels(spec, kernels)
     key = repr(spec)

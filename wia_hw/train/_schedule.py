@@ -39,7 +39,7 @@ from typing import Any
 
 from ..comm import ALGORITHMS, AUTO, CommError, Communicator, open_cluster
 from ..emulator.errors import WorkloadError
-from ..emulator.power import ThermalModel
+from ..emulator.power import ThermalModel, ThermalWarning
 from ..graph import Graph
 from ..profiling._comm import interval_union, overlap_cycles
 from ._backward import Kern, TrainingKernels, kernel_energy_j, time_kernels, training_kernels
@@ -69,9 +69,12 @@ class Bucket:
     nbytes: int
 
 
-class TrainingThermalWarning(UserWarning):
+class TrainingThermalWarning(ThermalWarning):
     """Sustained training at the iteration's power would hold the die above its
-    throttle point (:attr:`TrainingResult.would_throttle`)."""
+    throttle point (:attr:`TrainingResult.would_throttle`). The training step's
+    :class:`~wia_hw.emulator.power.ThermalWarning` (filtering that one filters this
+    too): its kernels are timed alone, from the spec's initial temperature, so it is
+    judged on the step's sustained power (``ambient + P x R``), not on a run's peak."""
 
 
 @dataclass
