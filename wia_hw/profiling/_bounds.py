@@ -43,6 +43,12 @@ its measured cause (:func:`latency_cause`): cores waiting for DMA loads (memory 
 cycles), cores idle at the kernel's barrier (dependency stalls), thermal throttling, or
 the fixed latency of one tile (``latency_cycles``: DMA setup, the first load and the
 last pass's drain, the last store).
+
+Without a kernel's byte counts (``Counter.BANDWIDTH`` not among the session's
+``hardware_counters``, or a mode that reads no counters) its memory floors are unknown
+(absent from :func:`floors_cycles`, never 0), and so is its binding ceiling: any memory
+level might bind it, so neither a ceiling nor a bound (nor "latency") is named, only how
+close it gets to its unit-side ceilings (:data:`MEMORY_UNKNOWN` says why).
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ __all__ = [
     "binding_ceiling",
     "latency_cause",
     "CEILING_NAMES",
+    "MEMORY_UNKNOWN",
 ]
 
 #: Throughput ceilings, in tie-break order (at equal floors the earlier one binds).
@@ -69,6 +76,9 @@ CEILINGS = ("compute", "pipeline", "parallelism", "l1", "l2", "hbm")
 MEMORY_CEILINGS = ("l1", "l2", "hbm")
 #: A kernel reaching less than this share of its binding ceiling is latency-bound.
 LATENCY_BOUND_PCT = 50.0
+
+#: Why a kernel without byte counts has no binding ceiling (see the module docstring).
+MEMORY_UNKNOWN = "memory ceilings unknown (bandwidth counter not captured)"
 
 CEILING_NAMES = {
     "compute": "compute",
@@ -240,7 +250,8 @@ def floors_cycles(
     FLOPs at the array's peak; 0 where the rate is not known: an extension's unit, or a
     vector kernel without its op class, whose FLOPs per element and cycles per element
     differ by class), ``pipeline``/``parallelism`` (from ``floors``, the stored
-    :class:`UnitFloors` figures) and each memory level (when ``nbytes`` is known)."""
+    :class:`UnitFloors` figures) and each memory level (when ``nbytes`` is known: without
+    it the memory floors are unknown, not 0, and absent from the result)."""
     if ideal_cycles is None:
         peak = dev.peak_flops_per_cycle(precision) if kind == "gemm" else 0.0
         ideal_cycles = flop_count / peak if peak else 0.0

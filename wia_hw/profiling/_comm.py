@@ -29,6 +29,9 @@ The :class:`CommProfileReport` carries every figure the seed prints:
   the mean over the ranks of what each rank's links can send together; a send's
   slowest link on its path), time-weighted, so it never exceeds 100%;
   ``total_data_gb`` (the nccl-tests sizes summed).
+* Without ``track_overlap`` no compute is recorded, so ``total_compute_time_s``,
+  ``overlap_efficiency`` and ``communication_fraction`` are unknown: ``None`` (printed
+  ``n/a (not tracked: track_overlap=False)``), never 0 or 100 %.
 * ``avg/peak/min_bandwidth_util``: the bus bandwidth of each invocation over its own
   peak (fractions, at most 1), averaged (time-weighted), highest, lowest. The report's
   ``peak_bandwidth_gbs`` is the fastest link's, for reference.
@@ -69,7 +72,8 @@ class CommProfilingConfig:
     chunk each link serves (link tracks, ``link_utilization``); ``track_latency``: keep
     each whole invocation's record in ``report.records`` (``comm_spans``, which the
     timeline draws, are kept either way); ``track_overlap``:
-    record device compute (without it compute time and overlap are 0)."""
+    record device compute (without it compute time, overlap and the communication
+    fraction are unknown: ``None``)."""
 
     track_collectives: bool = True
     track_p2p: bool = True
@@ -108,6 +112,10 @@ class CollectiveStats:
     algorithms: tuple[str, ...]
 
 
+#: How a figure of compute (time, overlap, fraction) prints when compute was not tracked.
+_NOT_TRACKED = "n/a (not tracked: track_overlap=False)"
+
+
 def interval_union(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     """Sorted, disjoint intervals covering the given half-open ``[start, end)`` spans."""
     out: list[tuple[int, int]] = []
@@ -137,7 +145,9 @@ def overlap_cycles(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
 @dataclass
 class CommProfileReport:
     """The seed's ``wia_comm_profile_report_t`` (see the module docstring for each
-    figure's definition). Times in seconds unless the name says otherwise."""
+    figure's definition). Times in seconds unless the name says otherwise.
+    ``total_compute_time_s``, ``overlap_efficiency`` and ``communication_fraction`` are
+    ``None`` when the session did not track compute (``track_overlap=False``)."""
 
     cluster: str
     ranks: int
@@ -146,9 +156,9 @@ class CommProfileReport:
     end_cycle: int
     peak_bandwidth_gbs: float
     total_comm_time_s: float
-    total_compute_time_s: float
-    overlap_efficiency: float
-    communication_fraction: float
+    total_compute_time_s: float | None
+    overlap_efficiency: float | None
+    communication_fraction: float | None
     collective_stats: list[CollectiveStats]
     avg_bandwidth_util: float
     peak_bandwidth_util: float
@@ -170,12 +180,18 @@ class CommProfileReport:
     def summary(self) -> str:
         """The seed's printout of this report."""
         c, k = self.total_comm_time_s, self.total_compute_time_s
+        ov, frac = self.overlap_efficiency, self.communication_fraction
+
+        def shown(v: float | None, text: str) -> str:
+            # compute not recorded: its figures are unknown, not 0
+            return _NOT_TRACKED if v is None else text
+
         lines = [
             "Communication Profile:",
             f"  Total Communication Time: {c:.6f} s",
-            f"  Total Computation Time: {k:.6f} s",
-            f"  Overlap Efficiency: {self.overlap_efficiency * 100:.1f}%",
-            f"  Communication Fraction: {self.communication_fraction * 100:.1f}%",
+            f"  Total Computation Time: {shown(k, f'{k or 0.0:.6f} s')}",
+            f"  Overlap Efficiency: {shown(ov, f'{(ov or 0.0) * 100:.1f}%')}",
+            f"  Communication Fraction: {shown(frac, f'{(frac or 0.0) * 100:.1f}%')}",
             "",
             "Collective Operations:",
         ]
@@ -358,6 +374,7 @@ def stop_comm_profiling(session: CommProfilingSession) -> CommProfileReport:
     events = _clip_events(session._carried_links + list(events), t0, t1)
     comm_c = sum(e - s for s, e in comm_u)
     comp_c = sum(e - s for s, e in comp_u)
+    ov = cfg.track_overlap  # without it no compute is recorded: its figures are unknown
     stats = []
     for name in dict.fromkeys(r.name for r in recs):
         rs = [r for r in recs if r.name == name]
@@ -409,9 +426,13 @@ def stop_comm_profiling(session: CommProfilingSession) -> CommProfileReport:
         end_cycle=t1,
         peak_bandwidth_gbs=comm.peak_link_bandwidth_gbs,
         total_comm_time_s=comm_c / hz,
-        total_compute_time_s=comp_c / hz,
-        overlap_efficiency=overlap_cycles(comm_u, comp_u) / comm_c if comm_c else 0.0,
-        communication_fraction=comm_c / (comm_c + comp_c) if comm_c + comp_c else 0.0,
+        total_compute_time_s=comp_c / hz if ov else None,
+        overlap_efficiency=(overlap_cycles(comm_u, comp_u) / comm_c if comm_c else 0.0)
+        if ov
+        else None,
+        communication_fraction=(comm_c / (comm_c + comp_c) if comm_c + comp_c else 0.0)
+        if ov
+        else None,
         collective_stats=stats,
         avg_bandwidth_util=avg_u,
         peak_bandwidth_util=max(utils, default=0.0),
@@ -577,7 +598,11 @@ def plot_comm_timeline(report: CommProfileReport, path: str | os.PathLike[str]) 
     ax.invert_yaxis()
     ax.set_xlabel("device time (ms)")
     ax.set_title(
-        f"{report.cluster}: compute (upper) and communication (lower) per rank; "
-        f"overlap {report.overlap_efficiency * 100:.1f}%"
+        f"{report.cluster}: compute (upper) and communication (lower) per rank; overlap "
+        + (
+            _NOT_TRACKED
+            if report.overlap_efficiency is None
+            else f"{report.overlap_efficiency * 100:.1f}%"
+        )
     )
     return save(fig, path)

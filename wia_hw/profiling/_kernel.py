@@ -12,6 +12,10 @@ parallelism or latency. The bandwidth rule reads the kernel's own HBM traffic an
 only where the bound model finds HBM binding (or within 10 % of it): the L2's eager
 write-backs of earlier results fill the port's idle time without delaying the kernel.
 A memory-bound verdict states the intensity and ridge point of the level that binds.
+Without the kernel's byte counts (``Counter.BANDWIDTH`` not captured) its memory floors
+are unknown, so no bound is named: the verdict gives how close it gets to its compute
+(and pipeline, parallelism) ceilings and says the memory ceilings are unknown, never
+"compute-bound" or "latency-bound" from the floors that are known.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from ._bounds import (
     CEILINGS,
     LATENCY_BOUND_PCT,
     MEMORY_CEILINGS,
+    MEMORY_UNKNOWN,
     binding_ceiling,
     floors_cycles,
     latency_cause,
@@ -120,6 +125,10 @@ class KernelProfile:
     ``writeback_owed_bytes``: L2 bytes the kernel left dirty, written to HBM later.
     ``near_ceilings``: the other ceilings whose floor is within 10 % of the binding one
     (the kernel is bound by them nearly as much; the assessment names them).
+    Without byte counts (``bytes`` ``None``: ``Counter.BANDWIDTH`` not captured) the
+    memory floors are unknown, so ``ceiling``, ``bound``, ``roofline_efficiency`` and
+    ``attainable_flops`` are ``None`` (any memory level might bind) and
+    :meth:`ceiling_pct` gives how close it gets to the unit-side ceilings.
     """
 
     name: str
@@ -232,7 +241,9 @@ class KernelProfile:
                 for bw in (dev.level_bandwidth_gbs(lvl),)
             }
             p.ridge_point = p.ridge_points["hbm"]
-        if nbytes is not None or uf:
+        if nbytes is not None:
+            # every ceiling's floor is known (without the bytes the memory floors are
+            # not, and any level might bind: no ceiling, bound or latency is named)
             ceiling, floor = binding_ceiling(floors)
             p.ceiling = ceiling
             p.near_ceilings = [
@@ -329,7 +340,11 @@ def assess(p: KernelProfile, dev: DeviceInfo) -> list[Assessment]:
     eff = p.roofline_efficiency or 0.0
     b = p.bound
     vector = p.kind == "vector"
-    if b in MEMORY_CEILINGS:
+    # the bound is unknown when the kernel's bytes are (the memory floors with them)
+    unknown = b is None and p.bytes is None
+    if unknown:
+        out.append(_bound_unknown(p))
+    elif b in MEMORY_CEILINGS:
         lvl = LEVEL_NAMES[b]
         if p.flop_count:
             # the intensity and ridge point of the level that binds: FLOP per byte the
@@ -475,8 +490,12 @@ def assess(p: KernelProfile, dev: DeviceInfo) -> list[Assessment]:
                 Assessment(
                     "WARNING",
                     f"Low compute utilization ({p.compute_utilization:.1f}%) in an "
-                    f"array kernel bound by {CEILING_NAMES[b or 'compute']}: "
-                    f"{_why_slow(p, dev)}",
+                    + (
+                        "array kernel whose bound is unknown (it may be memory-bound): "
+                        if unknown
+                        else f"array kernel bound by {CEILING_NAMES[b or 'compute']}: "
+                    )
+                    + _why_slow(p, dev),
                     f"Tiles that fill the {dev.array_rows}x{dev.array_cols} array with long "
                     f"passes, at least {dev.cores} of them",
                 )
@@ -508,13 +527,40 @@ def assess(p: KernelProfile, dev: DeviceInfo) -> list[Assessment]:
                     if p.own_tiles_pct >= 50.0
                     else f"fill/drain {p.fill_drain_pct:.0f}%"
                 )
-                + f") x {p.core_balance:.0f}% of core time busy",
+                + f") x {p.core_balance:.0f}% of core time busy"
+                + (" (its bound is unknown: it may be memory-bound)" if unknown else ""),
                 f"Use tiles in multiples of {dev.array_rows}x{dev.array_cols} with long passes "
                 f"and at least {dev.cores} of them (one per core); batch small matrices into one "
                 "kernel",
             )
         )
     return out
+
+
+def _bound_unknown(p: KernelProfile) -> Assessment:
+    """The verdict on a kernel whose memory floors are unknown (no byte counts): how
+    close it gets to its compute ceiling, and to its pipeline or parallelism ceiling when
+    that one is larger; no bound is named, since any memory level might bind it."""
+    f = p.floor_cycles or {}
+    parts = []
+    comp = p.ceiling_pct("compute") if f.get("compute") else None
+    if comp is not None and p.cycles:
+        parts.append(
+            f"compute at {comp:.0f}% of its {_what(p)} {'rate' if p.kind == 'vector' else 'peak'}"
+        )
+        unit, floor = binding_ceiling(
+            {c: f[c] for c in ("compute", "pipeline", "parallelism") if c in f}
+        )
+        if unit != "compute" and floor > f["compute"]:
+            parts.append(f"{100.0 * floor / p.cycles:.0f}% of its {CEILING_NAMES[unit]} ceiling")
+    elif not f.get("compute"):
+        parts.append("no compute ceiling is known for it")
+    return Assessment(
+        "INFO",
+        f"Bound unknown: {'; '.join([*parts, MEMORY_UNKNOWN])}",
+        "Profile with Counter.BANDWIDTH in hardware_counters (a counters, trace or detailed "
+        "mode) to judge it against the L1, L2 and HBM ceilings",
+    )
 
 
 def _why_slow(p: KernelProfile, dev: DeviceInfo) -> str:

@@ -15,6 +15,13 @@ Fragmentation (:func:`analyze_fragmentation`): over the free ranges of the reser
 memory (:meth:`~wia_hw.emulator.allocator.CachingAllocator.free_ranges`),
 ``external_frag_percent = 100 * (1 - largest_free_range / total_free)``: the share of
 free memory that a request as large as all of it could not use.
+
+A figure whose tracking flag is off (:class:`MemoryProfilingConfig`) is ``None``, never
+0 (JSON ``null``; printed ``n/a (not tracked: <flag>=False)``):
+``peak_usage_tracking=False`` leaves the peak unknown, ``detect_fragmentation=False``
+the fragmentation (and :func:`analyze_fragmentation` refuses the report),
+``track_allocations=False`` the allocation count and bytes, the sites and the leaks,
+``track_deallocations=False`` the free count, ``detect_leaks=False`` the leaks.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ __all__ = [
     "memory_timeline_figure",
     "external_fragmentation",
     "FRAGMENTATION_SUGGESTIONS",
+    "UNTRACKED_BY",
 ]
 
 GB, MB, KB = 1e9, 1e6, 1e3
@@ -52,6 +60,23 @@ FRAGMENTATION_SUGGESTIONS = (
     "Periodically defragment during idle periods",
 )
 FRAGMENTATION_THRESHOLD_PCT = 20.0
+
+#: The :class:`MemoryProfileReport` figures each tracking flag of
+#: :class:`MemoryProfilingConfig` records: with the flag off they are ``None``.
+UNTRACKED_BY: dict[str, tuple[str, ...]] = {
+    "total_allocated_gb": ("track_allocations",),
+    "num_allocations": ("track_allocations",),
+    "top_sites": ("track_allocations",),
+    "num_deallocations": ("track_deallocations",),
+    "num_leaks": ("detect_leaks", "track_allocations"),
+    "leaks": ("detect_leaks", "track_allocations"),
+    "peak_usage_gb": ("peak_usage_tracking",),
+    "peak_cycle": ("peak_usage_tracking",),
+    "fragmentation_percent": ("detect_fragmentation",),
+    "free_ranges_end": ("detect_fragmentation",),
+    "peak_fragmentation_percent": ("detect_fragmentation", "peak_usage_tracking"),
+    "free_ranges_peak": ("detect_fragmentation", "peak_usage_tracking"),
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,30 +233,32 @@ class MemoryProfileReport:
     ``allocator_config`` and ``capacity_bytes``,
     ``free_ranges_end``/``free_ranges_peak`` (free range sizes at the end / at the
     peak), ``reserved_bytes_end``. Every summary field is a formula over these.
+    A figure whose tracking flag was off is ``None`` (:data:`UNTRACKED_BY`;
+    :meth:`untracked` names the flag).
     """
 
-    total_allocated_gb: float
-    peak_usage_gb: float
+    total_allocated_gb: float | None
+    peak_usage_gb: float | None
     current_usage_gb: float
-    fragmentation_percent: float
-    num_allocations: int
-    num_deallocations: int
+    fragmentation_percent: float | None
+    num_allocations: int | None
+    num_deallocations: int | None
     active_buffers: int
-    num_leaks: int
+    num_leaks: int | None
     top_sites: list[AllocationSite]
     leaks: list[MemoryLeak]
     start_cycle: int = 0
     end_cycle: int = 0
     clock_ghz: float = 1.0
-    peak_cycle: int = 0
-    peak_fragmentation_percent: float = 0.0
+    peak_cycle: int | None = 0
+    peak_fragmentation_percent: float | None = 0.0
     reserved_bytes_end: int = 0
     peak_reserved_bytes: int = 0
     baseline_bytes: int = 0
     baseline_reserved_bytes: int = 0
     allocator_device_cycles: int = 0
-    free_ranges_end: list[int] = field(default_factory=list)
-    free_ranges_peak: list[int] = field(default_factory=list)
+    free_ranges_end: list[int] | None = field(default_factory=list)
+    free_ranges_peak: list[int] | None = field(default_factory=list)
     events: list[tuple[Any, ...]] = field(default_factory=list, repr=False)
     stacks: list[tuple[Frame, ...]] = field(default_factory=list, repr=False)
     config: MemoryProfilingConfig = field(default_factory=MemoryProfilingConfig)
@@ -242,6 +269,20 @@ class MemoryProfileReport:
     @property
     def num_top_sites(self) -> int:
         return len(self.top_sites)
+
+    def untracked(self, name: str) -> str | None:
+        """``"<flag>=False"`` when figure ``name`` was not tracked (its flag in
+        :data:`UNTRACKED_BY` was off in the session's config), else ``None``."""
+        for flag in UNTRACKED_BY.get(name, ()):
+            if not getattr(self.config, flag):
+                return f"{flag}=False"
+        return None
+
+    def shown(self, name: str, text: str) -> str:
+        """``text`` for a tracked figure ``name``, ``n/a (not tracked: <flag>=False)``
+        for one whose flag was off."""
+        why = self.untracked(name)
+        return text if why is None else f"n/a (not tracked: {why})"
 
     def timeline(self) -> dict[str, list[Any]]:
         """``cycle``, ``allocated`` and ``reserved`` bytes after every event, and the
@@ -281,24 +322,30 @@ class MemoryProfileReport:
 
     def format(self) -> str:
         """The seed's printf block: summary, top sites, leaks with their stacks."""
+        f = self.shown
         lines = [
             "Memory Profile Summary:",
-            f"  Total Allocated: {self.total_allocated_gb:.2f} GB",
-            f"  Peak Usage: {self.peak_usage_gb:.2f} GB",
+            "  Total Allocated: "
+            + f("total_allocated_gb", f"{self.total_allocated_gb or 0.0:.2f} GB"),
+            "  Peak Usage: " + f("peak_usage_gb", f"{self.peak_usage_gb or 0.0:.2f} GB"),
             f"  Current Usage: {self.current_usage_gb:.2f} GB",
-            f"  Fragmentation: {self.fragmentation_percent:.1f}%",
-            f"  Allocations: {self.num_allocations}",
-            f"  Deallocations: {self.num_deallocations}",
+            "  Fragmentation: "
+            + f("fragmentation_percent", f"{self.fragmentation_percent or 0.0:.1f}%"),
+            "  Allocations: " + f("num_allocations", str(self.num_allocations)),
+            "  Deallocations: " + f("num_deallocations", str(self.num_deallocations)),
             f"  Active Buffers: {self.active_buffers}",
-            f"  Memory Leaks: {self.num_leaks}",
+            "  Memory Leaks: " + f("num_leaks", str(self.num_leaks)),
             "",
-            "Top Allocation Sites:",
+            f"Top Allocation Sites: {f('top_sites', '')}".rstrip(),
         ]
         for i, s in enumerate(self.top_sites):
             lines.append(
                 f"  {i + 1}. {s.file}:{s.line} - {s.total_size_gb:.2f} GB ({s.description})"
             )
-        lines += ["", "Memory Leaks Detected:"]
+        lines += [
+            "",
+            f"Memory Leaks Detected: {f('leaks', '')}".rstrip(),
+        ]
         for leak in self.leaks:
             lines.append(
                 f"  Leaked {leak.size_mb:.2f} MB at {leak.allocation_site.file}:"
@@ -369,7 +416,10 @@ class MemoryProfilingSession:
         self._alloc = self._peak = self._baseline
         self._peak_cycle = self._start_cycle
         self._peak_reserved = self._baseline_reserved
-        self._peak_ranges = a.free_ranges() if self.config.detect_fragmentation else []
+        cfg = self.config
+        self._peak_ranges = (
+            a.free_ranges() if cfg.detect_fragmentation and cfg.peak_usage_tracking else []
+        )
         self._peak_pending = False
         self._device_cycles = 0
         a.listeners.append(self._on_event)
@@ -518,30 +568,38 @@ class MemoryProfilingSession:
                         unreachable=handle is not None and handle() is None,
                     )
                 )
-        ranges = a.free_ranges() if cfg.detect_fragmentation else []
+        # a figure whose flag is off is unknown (None), not 0 (UNTRACKED_BY)
+        frag, peak, allocs = (
+            cfg.detect_fragmentation,
+            cfg.peak_usage_tracking,
+            cfg.track_allocations,
+        )
+        ranges = a.free_ranges() if frag else None
         self.report = MemoryProfileReport(
-            total_allocated_gb=sum(e[_E_SIZE] for e in mallocs) / GB,
-            peak_usage_gb=self._peak / GB,
+            total_allocated_gb=sum(e[_E_SIZE] for e in mallocs) / GB if allocs else None,
+            peak_usage_gb=self._peak / GB if peak else None,
             current_usage_gb=a.stats.allocated_bytes / GB,
-            fragmentation_percent=external_fragmentation(ranges),
-            num_allocations=len(mallocs),
-            num_deallocations=len(frees),
+            fragmentation_percent=None if ranges is None else external_fragmentation(ranges),
+            num_allocations=len(mallocs) if allocs else None,
+            num_deallocations=len(frees) if cfg.track_deallocations else None,
             active_buffers=len(live),
-            num_leaks=len(leaks),
+            num_leaks=len(leaks) if cfg.detect_leaks and allocs else None,
             top_sites=top_sites,
             leaks=leaks,
             start_cycle=self._start_cycle,
             end_cycle=self.ctx.device.now,
             clock_ghz=self.ctx.spec.clock_ghz,
-            peak_cycle=self._peak_cycle,
-            peak_fragmentation_percent=external_fragmentation(self._peak_ranges),
+            peak_cycle=self._peak_cycle if peak else None,
+            peak_fragmentation_percent=external_fragmentation(self._peak_ranges)
+            if frag and peak
+            else None,
             reserved_bytes_end=a.stats.reserved_bytes,
             peak_reserved_bytes=self._peak_reserved,
             baseline_bytes=self._baseline,
             baseline_reserved_bytes=self._baseline_reserved,
             allocator_device_cycles=self._device_cycles,
             free_ranges_end=ranges,
-            free_ranges_peak=list(self._peak_ranges),
+            free_ranges_peak=list(self._peak_ranges) if frag and peak else None,
             events=self._events,
             stacks=self._stacks,
             config=cfg,
@@ -584,14 +642,24 @@ def stop_memory_profiling(session: MemoryProfilingSession) -> MemoryProfileRepor
 
 def analyze_fragmentation(report: MemoryProfileReport, at: str = "end") -> FragmentationAnalysis:
     """The seed's ``wia_analyze_fragmentation`` over the free ranges recorded at the
-    session's ``end`` (default) or at its ``peak`` usage."""
+    session's ``end`` (default) or at its ``peak`` usage. Raises
+    :class:`~wia_hw.WiaError` for a session that did not record them
+    (``detect_fragmentation=False``, or ``peak_usage_tracking=False`` for the peak)."""
     if not isinstance(report, MemoryProfileReport):
         raise TypeError(
             f"analyze_fragmentation takes a MemoryProfileReport, got {type(report).__name__}"
         )
     if at not in ("end", "peak"):
         raise ValueError(f"at must be 'end' or 'peak', got {at!r}")
-    r = report.free_ranges_end if at == "end" else report.free_ranges_peak
+    name = "free_ranges_end" if at == "end" else "free_ranges_peak"
+    why = report.untracked(name)
+    r = getattr(report, name)
+    if why is not None or r is None:
+        raise WiaError(
+            f"analyze_fragmentation(at={at!r}): the session did not record its free "
+            f"ranges (MemoryProfilingConfig({why or 'detect_fragmentation=False'})); "
+            "profile with it on"
+        )
     frag = external_fragmentation(r)
     total = sum(r)
     return FragmentationAnalysis(
@@ -668,9 +736,15 @@ def memory_timeline_figure(report: MemoryProfileReport, *, x: str = "events") ->
     )
     ax.set_xlabel(xlabel)
     ax.set_ylabel("device memory (GB)")
+    # figures not tracked (their flag off) are n/a, never 0
+    n, leaks, frag = report.num_allocations, report.num_leaks, report.fragmentation_percent
     ax.set_title(
-        f"Memory timeline: {report.num_allocations} allocations, "
-        f"{report.num_leaks} leaks, fragmentation {report.fragmentation_percent:.1f}%"
+        "Memory timeline: "
+        + ("allocations n/a" if n is None else f"{n} allocations")
+        + ", "
+        + ("leaks n/a" if leaks is None else f"{leaks} leaks")
+        + ", fragmentation "
+        + ("n/a" if frag is None else f"{frag:.1f}%")
     )
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)

@@ -48,7 +48,7 @@ from typing import Any
 
 from ..emulator.allocator import AllocatorConfig
 from ..emulator.kernels import GemmKernel, VectorKernel
-from ._bounds import CEILING_NAMES, MEMORY_CEILINGS, _signature
+from ._bounds import CEILING_NAMES, MEMORY_CEILINGS, MEMORY_UNKNOWN, _signature
 from ._kernel import KernelProfile, ideal_cycles
 from ._metrics import DeviceInfo
 from ._report import ProfilingReport
@@ -1018,7 +1018,7 @@ class _Analyzer:
                 fn.entries = list(fn.entries)
             provs[key] = (owner, fn)
         tmp = _Ctx(provs)
-        ensure_extension(tmp, "transformer_engine")
+        ensure_extension(tmp, "transformer_engine", claims=True)
         out: list[Any] = []
         for g in self.r.graphs:
             for _, ks in lower(g, self.r.spec, tmp.providers):
@@ -1094,6 +1094,12 @@ class _Analyzer:
                 parts.append(
                     f"{', '.join(pats[:3])}{', ...' if len(pats) > 3 else ''}: run on the "
                     f"{b[5:]} unit, off the arrays (its cost model sets their time)"
+                )
+                continue
+            if b == "unknown":  # no byte counts: their memory ceilings are unknown
+                parts.append(
+                    f"{', '.join(pats[:3])}{', ...' if len(pats) > 3 else ''}: bound "
+                    f"unknown, {MEMORY_UNKNOWN}"
                 )
                 continue
             eff = sum(

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +50,25 @@ __all__ = [
     "analyze_roofline",
     "SEVERE_AI",
     "NEAR_OPTIMAL_PCT",
+    "RooflineSkipWarning",
 ]
+
+
+class RooflineSkipWarning(UserWarning):
+    """Kernels left off a roofline because their bytes were not captured."""
+
+
+def _warn_uncaptured(where: str, names: Sequence[str]) -> None:
+    """Warn that ``names`` have no roofline point: their bytes were not captured."""
+    warnings.warn(
+        f"{where}: {len(names)} kernel(s) skipped (e.g. {names[0]!r}): their bytes were "
+        "not captured (Counter.BANDWIDTH is not in the session's hardware_counters, or "
+        "its mode reads no counters), so they have no arithmetic intensity; profile "
+        "with Counter.BANDWIDTH to place them",
+        RooflineSkipWarning,
+        stacklevel=3,
+    )
+
 
 #: A memory-bound point below this intensity (FLOP/byte) is severely memory-bound.
 SEVERE_AI = 1.0
@@ -285,7 +304,11 @@ class Roofline:
         compute-side ceiling (the array peak at its precision, its vector-op class's
         rate, or lower, its pipeline or parallelism ceiling) and every memory level's
         bytes (:func:`._bounds.memory_traffic_bytes`); placed at the intensity of the
-        memory level that binds it. Skipped (``None``) without FLOPs or bytes."""
+        memory level that binds it. Skipped (``None``) without FLOPs or bytes; a kernel
+        whose bytes were not captured (``Counter.BANDWIDTH`` not among the session's
+        ``hardware_counters``) is skipped with a :class:`RooflineSkipWarning` saying so."""
+        if profile.bytes is None and profile.flops:
+            _warn_uncaptured("add_kernel", [profile.name])
         if not profile.flops or not profile.bytes or not profile.floor_cycles:
             return None
         label = profile.op_class or profile.precision
@@ -356,7 +379,10 @@ class Roofline:
         """Add the kernels of a :class:`ProfilingReport` (or a ``RunResult``). With
         ``aggregate``, kernels that differ only by their ``layerN.`` prefix become one
         point (FLOPs, bytes at each level, time and each ceiling's floor summed, so the
-        group's roof is at least each member's) named ``name (xN)``."""
+        group's roof is at least each member's) named ``name (xN)``. Kernels whose bytes
+        were not captured (``Counter.BANDWIDTH`` not among the session's
+        ``hardware_counters``, or a mode that reads no counters) have no intensity and
+        are skipped with one :class:`RooflineSkipWarning` naming the counter."""
         from ._kernel import KernelProfile, stats_from_record
         from ._metrics import DeviceInfo
 
@@ -382,6 +408,9 @@ class Roofline:
             key = re.sub(r"^layer\d+\.", "", p.name) if aggregate else f"{p.name}#{i}"
             groups.setdefault(key, []).append(p)
         out = []
+        uncaptured = [m.name for m in profiles if m.bytes is None and m.flops]
+        if uncaptured:
+            _warn_uncaptured("add_report", uncaptured)
         for key, members in groups.items():
             if any(not m.bytes or not m.floor_cycles for m in members):
                 continue
