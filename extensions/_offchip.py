@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -25,12 +24,7 @@ from ..emulator.errors import WorkloadError
 from ..emulator.extension_kernels import execute_kernels
 from ..emulator.kernels import TensorRef, Tile, TiledKernel
 from ..graph import GEMM_KINDS, Graph, Op
-from ..registry import (
-    DeviceExtension,
-    ExtensionId,
-    load_extension,
-    register_device_extension,
-)
+from ..registry import DeviceExtension, ExtensionId, ensure_extension
 
 __all__ = [
     "product_operands",
@@ -200,12 +194,8 @@ def gemm_unit_kernel(
 def ensure_unit(ctx: Any, ext_id: ExtensionId) -> DeviceExtension:
     """The unit's extension on ``ctx`` for a direct call (``hybrid_matmul(ctx, ...)``,
     ``photonic_matmul(ctx, ...)``): the registered one, else the built-in manifest
-    registered *without* its graph claims, so that direct calls to both units share a
-    context (their graph operations claim the same op kinds; routing graph ops is
-    asked for by registering the extension explicitly)."""
-    ext = ctx.extensions.get(ext_id.value)
-    if ext is None:
-        full = load_extension(ext_id)
-        direct = replace(full, operations=tuple(o for o in full.operations if not o.claims))
-        ext = register_device_extension(ctx, direct)
-    return ext
+    registered *without* its graph claims (:func:`wia_hw.registry.ensure_extension`, as
+    every direct call), so that direct calls to both units share a context (their graph
+    operations claim the same op kinds; routing graph ops is asked for by registering
+    the extension explicitly, which replaces the claim-less registration)."""
+    return ensure_extension(ctx, ext_id)

@@ -208,7 +208,7 @@ def test_extension_kernels_hold_the_same_properties():
     from wia_hw.registry import ensure_extension
 
     ctx = wia_hw.open_device()
-    ensure_extension(ctx, "transformer_engine")
+    ensure_extension(ctx, "transformer_engine", claims=True)
     with start_profiling(ctx, ProfilingConfig(mode="counters", capture_memory=False)) as s:
         ctx.run("bert-base", batch=2, seq=128)
     flash = [p for p in s.report.kernel_profiles() if "+" in p.name]

@@ -280,7 +280,7 @@ def test_attention_is_measured_with_the_transformer_engine_and_every_class_cover
         max(0.0, att.baseline_ms - att.modified_ms) / report.duration_ms
     )
     te = wia_hw.open_device()
-    ensure_extension(te, "transformer_engine")
+    ensure_extension(te, "transformer_engine", claims=True)
     assert te.run(wl[0], **wl[1]).latency_ms == pytest.approx(att.modified_ms, rel=1e-12)
     # coverage: op groups above 5 % of the time
     shares = {}
@@ -298,7 +298,7 @@ def test_attention_is_measured_with_the_transformer_engine_and_every_class_cover
             assert f"{c['group']} (" in recs.format()
     # a session that already runs attention through the engine is not told to
     ctx2 = wia_hw.open_device()
-    ensure_extension(ctx2, "transformer_engine")
+    ensure_extension(ctx2, "transformer_engine", claims=True)
     with start_profiling(ctx2, ProfilingConfig(mode="detailed", capture_memory=False)) as s2:
         ctx2.run(wl[0], **wl[1])
     recs2 = analyze_performance(s2.report, AnalysisConfig(max_tilings=4))

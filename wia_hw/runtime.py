@@ -281,7 +281,13 @@ class Context:
             **where,
             "device": spec.name,
             "overrides": dict(self.overrides),
-            "extensions": [_extension_provenance(e) for e in self.extensions.values()],
+            # a unit registered by a direct call (pim_execute, ...) claims no graph op:
+            # a replay that registered it would reroute the graph
+            "extensions": [
+                _extension_provenance(e)
+                for e in self.extensions.values()
+                if not getattr(e, "direct", False)
+            ],
             "spec_sha256": spec_sha256(spec),
             "peaks": {
                 "clock_ghz": spec.clock_ghz,

@@ -28,8 +28,10 @@ from ..registry import (
     find_extensions,
     list_extensions,
     load_extension,
+    manifest_id,
     register_device_extension,
 )
+from ..registry._manifest import read_manifest
 from ..runtime import RunResult, open_device
 from ..spec import DEFAULT_DEVICE, parse_override
 
@@ -97,6 +99,36 @@ def ext_validate(files: tuple[str, ...]) -> None:
             f"{f}: ok (extension {e.id!r} {e.version}, {len(e.operations)} "
             f"operation{'s' if len(e.operations) != 1 else ''})"
         )
+
+
+def _check_module_free(src: Path, dest_dir: Path, ext_id: str) -> None:
+    """Refuse to install the module ``src`` into ``dest_dir`` over a different file of
+    that name that another installed extension's manifest names as its module (the
+    other extension would silently run this one's code, or fail to load). Raises a
+    WiaError naming both extensions and the manifest of the other."""
+    target = dest_dir / src.name
+    if not target.is_file() or target.resolve() == src.resolve():
+        return
+    try:
+        if target.read_bytes() == src.read_bytes():
+            return
+    except OSError:
+        pass
+    for m in sorted(dest_dir.glob("*.yaml")):
+        try:
+            data, _ = read_manifest(m)
+        except WiaError:  # a broken manifest names no module we could break
+            continue
+        other = data.get("extension_id")
+        module = data.get("module")
+        if other == ext_id or not isinstance(module, str):
+            continue
+        if module.removesuffix(".py") == src.stem:
+            raise WiaError(
+                f"{src}: installing extension {ext_id!r} would overwrite {target}, the "
+                f"module of installed extension {other!r} ({m}); rename the module of "
+                f"{ext_id!r} or use --force"
+            )
 
 
 def print_extension_summary(r: RunResult, console: Console) -> None:
@@ -186,9 +218,13 @@ def ext_register(
         if builtin:
             raise WiaError(f"{file}: extension id {e.id!r} is a built-in id; choose another")
         dest_dir = extension_dirs()[0]
-        dest = dest_dir / f"{e.id}.yaml"
+        # an installed manifest of this id under another file name is the one replaced
+        same = [p for p in sorted(dest_dir.glob("*.yaml")) if manifest_id(p) == e.id]
+        dest = same[0] if same else dest_dir / f"{e.id}.yaml"
         if dest.exists() and not force and dest.resolve() != file.resolve():
             raise WiaError(f"{dest} exists (an extension {e.id!r} is installed); use --force")
+        if e.module and not force:
+            _check_module_free(file.parent / f"{e.module}.py", dest_dir, e.id)
         try:
             dest_dir.mkdir(parents=True, exist_ok=True)
             if dest.resolve() != file.resolve():

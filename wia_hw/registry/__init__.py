@@ -48,10 +48,12 @@ from ._modules import OPERATION_ENTRY_POINT_GROUP
 from ._sources import (
     ENTRY_POINT_GROUP,
     PATH_ENV,
+    duplicate_extensions,
     extension_dirs,
     find_extensions,
     list_extensions,
     load_extension,
+    manifest_id,
 )
 
 __all__ = [
@@ -71,12 +73,14 @@ __all__ = [
     "chain_head",
     "compile_expr",
     "consumers",
+    "duplicate_extensions",
     "ensure_extension",
     "evaluate_expr",
     "extension_dirs",
     "find_extensions",
     "list_extensions",
     "load_extension",
+    "manifest_id",
     "match_chain",
     "register_device_extension",
     "registered_extensions",

@@ -80,6 +80,7 @@ import difflib
 import functools
 import itertools
 import keyword
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -240,7 +241,8 @@ class Parameter:
 
     def check(self, value: Any) -> Any:
         """``value`` converted to the parameter's type; ValueError/TypeError if it does
-        not fit (the message shows the value and the allowed range)."""
+        not fit (the message shows the value and the allowed range). A float must be
+        finite: NaN compares false with both bounds and would pass any range."""
         t = self.type
         if t == "bool":
             if not isinstance(value, bool):
@@ -253,6 +255,8 @@ class Parameter:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"must be a number, got {value!r}")
             value = float(value)
+            if not math.isfinite(value):
+                raise ValueError(f"must be a finite number, got {value!r}")
         elif t == "str":
             if not isinstance(value, str):
                 raise TypeError(f"must be a string, got {value!r}")
@@ -329,6 +333,9 @@ class DeviceExtension:
     Build one with :func:`load_extension` (YAML) or directly in Python with
     ``operations`` given as :class:`Operation` objects or ``(name, function)`` pairs.
     ``values`` holds the parameters' current values (defaults unless overridden).
+    ``direct``: the registration a direct call makes (``pim_execute(ctx, ...)``:
+    :func:`~wia_hw.registry.ensure_extension`), the extension without its graph claims;
+    :func:`~wia_hw.registry.register_device_extension` replaces it.
     """
 
     extension_id: ExtensionId | str
@@ -343,6 +350,7 @@ class DeviceExtension:
     source: Path | None = None
     lines: Mapping[str, int] = field(default_factory=dict, repr=False, compare=False)
     module_obj: ModuleType | None = field(default=None, repr=False, compare=False)
+    direct: bool = False
 
     def __post_init__(self) -> None:
         ext_id = self.extension_id
@@ -578,6 +586,8 @@ def _parse_parameters(raw: Any, err: _Where) -> dict[str, Parameter]:
                 t not in ("int", "float") or isinstance(v, bool) or not isinstance(v, (int, float))
             ):
                 raise err(f"{f}.{k}", f"a {k} needs a numeric parameter and a number, got {v!r}")
+            if v is not None and not math.isfinite(v):
+                raise err(f"{f}.{k}", f"must be a finite number (or left out), got {v!r}")
         if lo is not None and hi is not None and lo > hi:
             raise err(f"{f}.min", f"min {lo!r} is above max {hi!r}")
         choices = decl.get("choices")
@@ -808,6 +818,19 @@ def _parse_peak(
         raise err(f"{f}.peak.{key}", str(e)) from None
 
 
+def _written(source: Path | None, line: int | None) -> str | None:
+    """The scalar as written after ``key:`` on line ``line`` of ``source`` (for an
+    error message), or None when it cannot be read back."""
+    if source is None or line is None:
+        return None
+    try:
+        text = source.read_text(encoding="utf-8", errors="replace").splitlines()[line - 1]
+    except (OSError, IndexError):
+        return None
+    value = text.partition(":")[2].split("#")[0].strip()
+    return value or None
+
+
 def from_data(
     data: Mapping[str, Any],
     lines: Mapping[str, int],
@@ -829,7 +852,15 @@ def from_data(
             f"(this wia-hw reads {SCHEMA_VERSION})",
         )
     version = data["version"]
-    if isinstance(version, (int, float)) and not isinstance(version, bool):
+    if isinstance(version, float):
+        written = _written(source, line_for("version", lines)) or repr(version)
+        how = f"{written} as {version!r}" if written != repr(version) else "1.10 as 1.1"
+        raise err(
+            "version",
+            f"must be a quoted string (YAML reads an unquoted version as a number: "
+            f'{how}); write version: "{written}"',
+        )
+    if isinstance(version, int) and not isinstance(version, bool):
         version = str(version)
     requires = data.get("requires") or {}
     if not isinstance(requires, Mapping):

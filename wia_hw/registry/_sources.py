@@ -9,6 +9,7 @@ module.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from importlib import metadata
@@ -24,8 +25,10 @@ from ._peaks import check_costs
 __all__ = [
     "ENTRY_POINT_GROUP",
     "PATH_ENV",
+    "duplicate_extensions",
     "extension_dirs",
     "find_extensions",
+    "manifest_id",
     "list_extensions",
     "load_extension",
 ]
@@ -47,19 +50,64 @@ def extension_dirs() -> list[Path]:
     return [Path(base) / "wia-hw" / "extensions"]
 
 
-def find_extensions() -> dict[str, tuple[str, Path | metadata.EntryPoint]]:
-    """Id -> (kind, where) for every extension :func:`load_extension` finds by name;
-    kind is ``"builtin"``, ``"user"`` or ``"entry point"``."""
+@functools.lru_cache(maxsize=256)
+def _declared_id(path: str, mtime_ns: int, size: int) -> str | None:
+    """The ``extension_id`` the manifest at ``path`` declares (cached per file
+    version), or None when it cannot be read or declares no identifier."""
+    try:
+        data, _ = read_manifest(Path(path))
+    except SpecError:
+        return None
+    ext_id = data.get("extension_id")
+    return ext_id if isinstance(ext_id, str) and _modules.IDENTIFIER.match(ext_id) else None
+
+
+def manifest_id(path: Path) -> str:
+    """The id a manifest is found by: the ``extension_id`` it declares, or its file
+    stem when it declares none that can be read (so that ``wia-hw ext list`` still
+    shows a broken manifest, as invalid). Nothing is validated or run."""
+    try:
+        st = path.stat()
+    except OSError:
+        return path.stem
+    return _declared_id(str(path), st.st_mtime_ns, st.st_size) or path.stem
+
+
+def _scan() -> tuple[dict[str, tuple[str, Path | metadata.EntryPoint]], dict[str, list[Path]]]:
+    """(id -> (kind, where), id -> manifests) of every extension found by id, and of
+    every id that two or more user manifests declare. A built-in id always resolves to
+    the built-in manifest; entry points come last, by name."""
     found: dict[str, tuple[str, Path | metadata.EntryPoint]] = {}
+    dups: dict[str, list[Path]] = {}
     for p in sorted(_modules.builtin_dir().glob("*.yaml")):
         found[p.stem] = ("builtin", p)
     for d in extension_dirs():
         if d.is_dir():
             for p in sorted(d.glob("*.yaml")):
-                found.setdefault(p.stem, ("user", p))
+                ext_id = manifest_id(p)
+                have = found.get(ext_id)
+                if have is None:
+                    found[ext_id] = ("user", p)
+                elif have[0] == "user":
+                    dups.setdefault(ext_id, [have[1]]).append(p)  # type: ignore[list-item]
     for e in _modules.entry_points(ENTRY_POINT_GROUP):
         found.setdefault(e.name, ("entry point", e))
-    return found
+    return found, dups
+
+
+def find_extensions() -> dict[str, tuple[str, Path | metadata.EntryPoint]]:
+    """Id -> (kind, where) for every extension :func:`load_extension` finds by name;
+    kind is ``"builtin"``, ``"user"`` or ``"entry point"``. A user manifest is found by
+    the ``extension_id`` it declares (not its file name); for an id that several user
+    manifests declare (:func:`duplicate_extensions`) this holds the first, which
+    :func:`load_extension` refuses to pick."""
+    return _scan()[0]
+
+
+def duplicate_extensions() -> dict[str, list[Path]]:
+    """Id -> manifests, for every id that two or more user manifests (in
+    :func:`extension_dirs`) declare."""
+    return _scan()[1]
 
 
 def list_extensions() -> list[str]:
@@ -108,7 +156,14 @@ def load_extension(
             raise SpecError("no such extension manifest", file=text)
         data, lines = read_manifest(p)
         return check_costs(from_data(data, lines, p, parameters))
-    found = find_extensions().get(text)
+    everything, dups = _scan()
+    if text in dups:
+        files = dups[text]
+        raise SpecError(
+            f"extension id {text!r} is declared by {len(files)} manifests, "
+            f"{', '.join(map(str, files[:-1]))} and {files[-1]}: remove or rename all but one"
+        )
+    found = everything.get(text)
     if found is None:
         raise SpecError(
             f"unknown extension {text!r} (known: {', '.join(list_extensions())}"
