@@ -478,12 +478,22 @@ class MemorySystem:
     def layout(self, ref: TensorRef) -> BlockLayout:
         lay = self._layouts.get(ref.name)
         if lay is None:
-            lay = BlockLayout.for_tensor(len(self._layouts), ref, self.block_bytes)
+            # tids are never reused (a released name's blocks may still be cached)
+            lay = BlockLayout.for_tensor(len(self._first_slot), ref, self.block_bytes)
             self._layouts[ref.name] = lay
             self._first_slot.append(self._slots)
             self._block_cols.append(lay.block_cols)
             self._slots += lay.block_rows * lay.block_cols
         return lay
+
+    def release(self, name: str) -> None:
+        """Forget the storage called ``name``: its next reference lays out a new tensor
+        at fresh addresses, not a view of the old one. For a later run on the same
+        device whose tensor of that name is another tensor (another size): it was
+        mapped as a view onto the old storage, so a 64x64 GEMM after a 4096x4096 one
+        wrote back 2 MiB of the old output's blocks. The old blocks still cached stay
+        there (clean or dirty, as freed memory's lines do) until they are evicted."""
+        self._layouts.pop(name, None)
 
     def block_address(self, key: Key) -> int:
         """The physical byte address where block ``key`` starts (see the module doc)."""

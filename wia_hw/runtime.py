@@ -260,6 +260,8 @@ class Context:
         #: ``op_end(op, records, cycle)``, ``run_end(result, trace)``.
         self.observers: list[Any] = []
         self._run_memory: RunMemory | None = None
+        #: every tensor the runs on this device have named: shape and dtype
+        self._tensor_shapes: dict[str, tuple] = {}
 
     def __repr__(self) -> str:
         return f"Context({self.spec.name!r}, now={self.device.now} cycles)"
@@ -396,6 +398,7 @@ class Context:
                     stacklevel=2,
                 )
         dev = self.device
+        _release_other_tensors(dev.memory, graph, self._tensor_shapes)
         obs = tuple(self.observers)
         dev.trace = [] if trace or any(o.wants_trace for o in obs) else None
         if self._run_memory is not None and not self._run_memory.done:
@@ -661,6 +664,21 @@ def _host_writes_inputs(dev: Device, graph: Graph) -> None:
     st = Storage(graph)
     refs = [st.ref(name) for name, t in graph.tensors.items() if t.kind == "input"]
     dev.memory.host_write([(r, 0, r.rows, 0, r.cols) for r in refs])
+
+
+def _release_other_tensors(mem: Any, graph: Graph, seen: dict[str, tuple]) -> None:
+    """Before a run on a used device: a tensor of the graph named as a tensor of an
+    earlier run (``seen``: name -> shape and dtype, updated here) but of another shape
+    or dtype is another tensor: its name is released (``MemorySystem.release``) so it
+    gets its own storage instead of being mapped as a view onto the old one. A tensor of
+    the same shape and dtype is taken as the same (a model run again finds its weights
+    and inputs warm)."""
+    for name, t in graph.tensors.items():
+        now = (tuple(t.shape), t.dtype)
+        old = seen.get(name)
+        if old is not None and old != now:
+            mem.release(name)
+        seen[name] = now
 
 
 def _on_chip_bytes(dev: Device) -> dict[str, int]:
