@@ -10,8 +10,8 @@ Seed::
     wia_pim_execute(ctx, &pim_cfg, &pim_op, data, size);
 
 Python (``WIA_OP_RELU`` is :attr:`ElementwiseOp.RELU`; this module also names the enum
-``Op``, the seed's spelling, which ``wia_hw`` does not re-export because ``wia_hw.Op`` is
-the graph op)::
+``Op``, the seed's spelling; ``wia_hw.Op`` is the graph op class, which carries the
+members as class attributes, so ``wia_hw.Op.RELU is ElementwiseOp.RELU`` too)::
 
     cfg = PIMConfig(pim_type=PIMType.STACKED_3D, memory_capacity_gb=16, bandwidth_gb_s=2000,
                     compute_units_per_bank=8)
@@ -55,7 +55,8 @@ kept); it costs one more row activation per row.
 **Kernels** (:class:`PIMKernel`) replace the seed's C string with a validated program
 for the bank ISA: ``body`` instructions run for every column of every row (``BANK`` is
 the current column, in place), after ``scalars`` are loaded into the SRF and the
-``prologue`` (no ``BANK`` operand) has run once.
+``prologue`` (no ``BANK`` operand) has run once. The seed's field name ``code`` is
+accepted for ``body`` (an instruction list; a C string is refused in one line).
 
 **Energy**: ``act_energy_pj`` per row activation (plus precharge),
 ``column_energy_pj`` per 256-bit column access inside the bank, ``op_energy_pj`` per
@@ -162,8 +163,8 @@ class ElementwiseOp(_Enum):
     COPY = "copy"
 
 
-#: The seed's spelling, ``Op.RELU`` (``wia_hw.Op`` is the graph op; use this one as
-#: ``wia_hw.extensions.pim.Op`` or ``wia_hw.ElementwiseOp``).
+#: The seed's spelling, ``Op.RELU``. ``wia_hw.Op`` is the graph op class; ``wia_hw``
+#: sets these members on it as class attributes, so ``wia_hw.Op.RELU`` is this one too.
 Op = ElementwiseOp
 
 _NEEDS_OPERAND = (
@@ -235,6 +236,12 @@ class PIMKernel:
     construction: every instruction must be legal for the ISA and the body must write
     ``BANK`` (otherwise its results never reach memory). Instructions may be given as
     :class:`~wia_hw.emulator.pim_model.PimInstr` or encoded 32-bit words.
+
+    ``code``: the seed's field name for the kernel's program, accepted as another
+    spelling of ``body`` (a list of instructions; give one or the other). It is moved
+    into ``body`` on construction and reads back ``None``. The seed's ``code`` is a C
+    string, which the bank cannot run: a string is refused with one line pointing to
+    ``body``.
     """
 
     kernel_type: PIMKernelType = PIMKernelType.CUSTOM
@@ -242,8 +249,23 @@ class PIMKernel:
     scalars: Sequence[int] = ()
     prologue: Sequence[PimInstr | int] = ()
     name: str = "custom"
+    code: Sequence[PimInstr | int] | None = None
 
     def __post_init__(self) -> None:
+        if self.code is not None:
+            if isinstance(self.code, (str, bytes)):
+                raise PimError(
+                    f"PIMKernel {self.name!r} code: a source string cannot run on the PIM "
+                    "bank ISA; give the program as body=[PimInstr(...), ...] (or code= the "
+                    "same instruction list)"
+                )
+            if tuple(self.body):
+                raise PimError(
+                    f"PIMKernel {self.name!r}: give the program as body or as code (the "
+                    "seed's name for it), not both"
+                )
+            object.__setattr__(self, "body", self.code)
+            object.__setattr__(self, "code", None)
         try:
             object.__setattr__(self, "kernel_type", PIMKernelType(self.kernel_type))
         except ValueError:

@@ -241,7 +241,7 @@ def test_run_throughput_says_what_it_counts():
     assert dec.exit_code == 0, dec.output
     assert "tokens/s (batch 4, 1 new per sequence)" in dec.output and "seq/sec" not in dec.output
     enc = _cli("run", "bert-base", "-b", "2", "-s", "16", "-a", "layers=1")
-    assert "sequences/s (" in enc.output and "tokens/s)" in enc.output
+    assert "seq/sec (" in enc.output and "tokens/s)" in enc.output
     gem = _cli("run", "gemm", "-a", "M=64", "-a", "N=64", "-a", "K=64")
     assert "samples/s" in gem.output
 

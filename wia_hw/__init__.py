@@ -44,6 +44,7 @@ if _util.find_spec(f"{__name__}.emulator") is None:
 from . import sweep  # the package is callable: wia_hw.sweep(file, ...)
 from ._case_study import CaseStudyResult, CaseStudyRow, case_study
 from ._version import __version__
+from .accuracy import verify_accuracy
 from .bench import (
     BenchmarkConfig,
     BenchmarkError,
@@ -66,6 +67,7 @@ from .bench import (
     optimize_workload,
     save_baseline,
 )
+from .bench._config import Metric
 from .comm import CollectiveRecord, CommError, Communicator, open_cluster
 from .emulator.config import ClusterSpec, DeviceSpec
 from .emulator.counters import Counter, Counters
@@ -179,6 +181,18 @@ from .spec import list_specs, load_spec
 from .train import TrainingResult, train_iteration
 from .workloads import from_onnx, from_torch
 
+#: The seed's ``wia_model_t``: a workload graph bound to its weights and precision
+#: (what ``apply_fusion``, ``quantize_model`` and ``autotune_model`` take and return).
+Model = Graph
+#: The seed's ``WIA_OPTIMIZE_*`` family name: ``OptimizeStrategy.ITERATIVE``.
+OptimizeStrategy = OptimizationStrategy
+# The seed's ``WIA_OP_RELU`` is ``Op.RELU``, and ``wia_hw.Op`` is the graph op class:
+# the PIM elementwise ops are class attributes of it (not dataclass fields, so graph ops
+# are unchanged), ``Op.RELU is ElementwiseOp.RELU``.
+for _m in ElementwiseOp:
+    setattr(Op, _m.name, _m)
+del _m
+
 __all__ = [
     "ClusterSpec",
     "Context",
@@ -188,6 +202,7 @@ __all__ = [
     "Graph",
     "GraphBuilder",
     "KernelTime",
+    "Model",
     "Op",
     "OpTime",
     "RunResult",
@@ -319,7 +334,9 @@ __all__ = [
     "ServerWorkload",
     "benchmark_server",
     "create_inference_server",
+    "Metric",
     "OptimizationStrategy",
+    "OptimizeStrategy",
     "OptimizationWorkflow",
     "WorkflowBaseline",
     "WorkflowProfiling",
@@ -329,6 +346,7 @@ __all__ = [
     "CaseStudyResult",
     "CaseStudyRow",
     "case_study",
+    "verify_accuracy",
     "generate",
     "GenerationResult",
     "DecodeStep",

@@ -11,6 +11,10 @@ with the fp32 reference.
 * :func:`compare` gives an :class:`AccuracyReport`: accuracy against labels of both,
   agreement of their predicted classes, and for the raw outputs cosine similarity and
   max abs error against the reference.
+* :func:`verify_accuracy` is the seed's ``verify_accuracy(quantized_model,
+  reference_model, test_data)``: both graphs run on the same data, the accuracy lost
+  as a fraction (top-1 accuracy points with labels; ``1 - cosine`` of the outputs
+  without).
 * Real trained models with no downloads: :func:`load_digits_split` (scikit-learn's
   bundled 8x8 digits), :func:`train_digits_mlp` (an ``MLPClassifier`` trained on it,
   seeded) and :func:`mlp_to_graph` (an MLP's weights -> ``linear`` + activation ops);
@@ -42,7 +46,7 @@ from .emulator.device import Device
 from .emulator.errors import WorkloadError
 from .graph import Graph, GraphBuilder
 from .lowering import Provider, lower
-from .optimize._quant import QuantExecutor
+from .optimize._quant import QuantExecutor, QuantizedGraph
 from .spec import DEFAULT_DEVICE, load_spec
 
 __all__ = [
@@ -59,6 +63,7 @@ __all__ = [
     "transformer_to_graph",
     "compare",
     "agreement_stats",
+    "verify_accuracy",
     "calibration_batches",
     "load_digits_split",
     "train_digits_mlp",
@@ -319,6 +324,105 @@ def compare(
         racc = 100.0 * float(np.mean(pr == labels))
         agree = 100.0 * float(np.mean(po == pr))
     return AccuracyReport(name, int(out.shape[0]), acc, racc, agree, cos, err)
+
+
+def verify_accuracy(
+    model: Graph,
+    reference: Graph,
+    test_data: Any,
+    *,
+    labels: Any = None,
+    output: str | None = None,
+    device: str | DeviceSpec = DEFAULT_DEVICE,
+    weights: Mapping[str, np.ndarray] | None = None,
+    seed: int = 0,
+) -> float:
+    """The seed's ``verify_accuracy(quantized_model, reference_model, test_data)``: the
+    accuracy ``model`` loses against ``reference`` on ``test_data``, as a fraction (the
+    seed prints ``100 *`` it as "Accuracy delta: 0.420%").
+
+    Both graphs run in functional mode on ``device`` (:class:`GraphEvaluator`, int8
+    GEMMs bit-exact with the RTL) and their outputs are compared with :func:`compare`:
+
+    * with labels (``test_data`` an ``(inputs, labels)`` tuple, or ``labels=``; one class
+      id per sample, the outputs ``[samples, classes]`` logits): the reference's top-1
+      accuracy minus the model's, as a fraction of the samples (0.0042: 0.42 points
+      lost); negative when the model scores higher.
+    * without labels: ``1 - cosine similarity`` of the model's outputs against the
+      reference's, every sample flattened together (:func:`agreement_stats`): 0 for
+      outputs in the same direction, 1 for orthogonal ones. It says how far the
+      outputs moved, not how much task accuracy was lost, which needs labels.
+
+    ``test_data`` (the inputs): rows of samples for a graph of one input (run batch by
+    batch, the last batch zero-padded: :meth:`GraphEvaluator.predict`), one batch as an
+    ``{input name: array}`` mapping, or a list of such mappings (outputs concatenated
+    along the first axis). ``output`` names the graph output compared (required when
+    there are several). ``weights``: the reference's float weights; by default a
+    quantised model's reference runs on the float weights it was quantised from
+    (``QuantizedGraph.float_weights``), other graphs on their own or on weights drawn
+    from ``seed``. A quantised model runs on its own codes; any other model on
+    ``weights`` when given (a fused graph shares the reference's weight names), else on
+    its own or the same draws.
+    Raises one WorkloadError line when the data or the outputs do not fit.
+    """
+    where = "verify_accuracy"
+    for arg, g in (("model", model), ("reference", reference)):
+        if not isinstance(g, Graph):
+            raise TypeError(f"{where}: {arg} must be a Graph, got {type(g).__name__}")
+    if (
+        labels is None
+        and isinstance(test_data, tuple)
+        and len(test_data) == 2
+        and not isinstance(test_data[1], Mapping)
+    ):
+        test_data, labels = test_data
+    ref_weights = weights
+    if ref_weights is None and isinstance(model, QuantizedGraph):
+        ref_weights = model.float_weights
+    model_weights = None if isinstance(model, QuantizedGraph) else ref_weights
+    outs = [
+        _evaluated(
+            GraphEvaluator(g, w, device=device, seed=seed), test_data, output, f"{where} {arg}"
+        )
+        for arg, g, w in (("model", model, model_weights), ("reference", reference, ref_weights))
+    ]
+    report = compare(where, outs[0], outs[1], labels)
+    if labels is None:
+        return 1.0 - report.cosine
+    return (report.reference_accuracy - report.accuracy) / 100.0
+
+
+def _evaluated(ev: GraphEvaluator, data: Any, output: str | None, where: str) -> np.ndarray:
+    """``ev``'s output ``output`` on ``data`` (rows of samples, a mapping or a list of
+    mappings, see :func:`verify_accuracy`); else one WorkloadError line."""
+    if isinstance(data, Mapping):
+        batches = [data]
+    elif isinstance(data, (list, tuple)) and data and all(isinstance(b, Mapping) for b in data):
+        batches = list(data)
+    else:
+        try:
+            x = np.asarray(data, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise WorkloadError(
+                f"{where}: test_data must be rows of samples, an {{input: array}} mapping "
+                f"or a list of them, got {type(data).__name__}"
+            ) from None
+        return ev.predict(x, output)
+    outs = []
+    for b in batches:
+        got = ev.run(b)
+        if output is None and len(got) > 1:
+            raise WorkloadError(
+                f"{where}: graph {ev.graph.name!r} has outputs {sorted(got)}; name one with output="
+            )
+        key = output if output is not None else next(iter(got))
+        if key not in got:
+            raise WorkloadError(
+                f"{where}: output {key!r} is not one of graph {ev.graph.name!r}'s "
+                f"outputs {sorted(got)}"
+            )
+        outs.append(got[key])
+    return np.concatenate(outs) if len(outs) > 1 else outs[0]
 
 
 def _labels(where: str, labels: Any, samples: int, classes: int) -> np.ndarray:

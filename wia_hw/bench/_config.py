@@ -7,12 +7,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..emulator.enums import StrNamedEnum
 from ..emulator.errors import WiaError
 
 __all__ = [
     "BenchmarkConfig",
     "BenchmarkError",
     "EnvironmentalMonitoring",
+    "Metric",
     "OutlierMethod",
     "VARIATION_SOURCES",
 ]
@@ -51,6 +53,16 @@ VARIATION_SOURCES: dict[str, str] = {
     "arbitration_jitter": "each HBM transfer is granted 0 to arbitration_jitter_cycles "
     "cycles late, uniformly, drawn from variation_seed",
 }
+
+
+class Metric(StrNamedEnum):
+    """What an optimisation workflow's goal measures (the seed's ``WIA_METRIC_*``):
+    ``LATENCY`` (ms, lower is better) or ``THROUGHPUT`` (sequences/s, higher is better).
+    Members are strings too, so ``WorkflowBaseline(metric=Metric.LATENCY)`` and
+    ``WorkflowBaseline(metric="latency")`` are the same goal."""
+
+    LATENCY = "latency"
+    THROUGHPUT = "throughput"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,6 +116,7 @@ class BenchmarkConfig:
     measurement_iterations: int = 100
     cooldown_iterations: int = 5
     report_percentiles: tuple[float, ...] = (50, 90, 95, 99, 99.9)
+    num_percentiles: int | None = None
     report_mean: bool = True
     report_median: bool = True
     report_std_dev: bool = True
@@ -141,6 +154,14 @@ class BenchmarkConfig:
                 f"BenchmarkConfig.report_percentiles must be in [0, 100], got {bad[0]:g}"
             )
         object.__setattr__(self, "report_percentiles", pcts)
+        n = self.num_percentiles
+        if n is None:
+            object.__setattr__(self, "num_percentiles", len(pcts))
+        elif isinstance(n, bool) or not isinstance(n, int) or n != len(pcts):
+            raise BenchmarkError(
+                f"BenchmarkConfig.num_percentiles must equal len(report_percentiles) = "
+                f"{len(pcts)}, got {n!r}"
+            )
         method = self.outlier_detection
         if isinstance(method, str):
             try:

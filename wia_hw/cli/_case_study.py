@@ -1,7 +1,8 @@
 """``wia-hw case-study MODEL``: the seed's section 8.7 case study on an emulated device
 (:func:`wia_hw.case_study`): the table, breakdowns, batching figures, feasibility
-arithmetic and goal; ``--json`` for the JSON form, ``--markdown FILE`` for a report with
-plots."""
+arithmetic and goal, then the seed's printout (its labels: ``Baseline Performance:`` to
+``Goal achieved:``) with the run's numbers; ``--json`` for the JSON form, ``--markdown
+FILE`` for a report with plots."""
 
 from __future__ import annotations
 

@@ -91,6 +91,19 @@ def describe_provenance(prov: dict[str, Any]) -> str:
     return spec_label(prov)
 
 
+def run_throughput_text(r: RunResult) -> str:
+    """The run summary's throughput: the seed's ``seq/sec`` label (section 8.7 prints
+    ``Throughput: %.1f seq/sec``) with the tokens/s it carries for a sequence model;
+    a decode step's tokens/s and other workloads' samples/s as :func:`throughput_text`
+    gives them."""
+    p = r.params
+    if p.get("phase") == "decode" or "seq" not in p:
+        return throughput_text(r)
+    seconds = r.latency_ms * 1e-3
+    tps = r.sequences * int(p["seq"]) / seconds if seconds else 0.0
+    return f"{r.throughput:,.1f} seq/sec ({tps:,.0f} tokens/s)"
+
+
 def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
     """Print a run the way the seed's section 8.7 does, plus what a profiler adds."""
     shape = ", ".join(f"{k}={v}" for k, v in _dims_used(r).items())
@@ -114,7 +127,7 @@ def print_run(r: RunResult, console: Console, top_kernels: int = 10) -> None:
         t.add_row(Text(o.name), f"{o.time_ms:.{ms}f}", f"{o.pct:.1f}", f"{o.flops / 1e9:.{gf}f}")
     console.print(t)
     console.print(f"  Latency:     {fixed(r.latency_ms, 2)} ms")
-    console.print(f"  Throughput:  {throughput_text(r)}")
+    console.print(f"  Throughput:  {run_throughput_text(r)}")
     console.print(
         f"  Compute:     {fixed(r.achieved_tflops, 1)} TFLOPS of {r.peak_tflops:.1f} peak "
         f"({r.compute_utilization:.1f}% utilisation)"

@@ -101,6 +101,10 @@ class ProfilingConfig:
     sampler's period in device time (not in the seed). ``keep_library_frames``: keep the
     frames of wia-hw itself and of the standard library and installed packages (e.g.
     ``click``) in call stacks, flamegraphs and allocation sites (skipped by default).
+    ``num_counters``: the seed's count of ``hardware_counters`` (its C array's length);
+    optional (``None``: taken from the list), checked when given against the distinct
+    counters listed, and it changes nothing else (a copy made with
+    ``dataclasses.replace`` that changes the counters passes the new count or None).
     """
 
     mode: ProfileMode | str = ProfileMode.DETAILED
@@ -109,6 +113,7 @@ class ProfilingConfig:
     capture_communication: bool = True
     capture_power: bool = True
     hardware_counters: Sequence[Counter | str] = field(default=SEED_COUNTERS)
+    num_counters: int | None = None
     output_format: OutputFormat | str = OutputFormat.JSON
     output_file: str | os.PathLike[str] | None = None
     timeline_enabled: bool = False
@@ -156,16 +161,21 @@ class ProfilingConfig:
                     f"{', '.join(m.value for m in Counter)})"
                 ) from None
         object.__setattr__(self, "hardware_counters", tuple(dict.fromkeys(counters)))
+        distinct = len(self.hardware_counters)
+        n = self.num_counters
+        if n is None:
+            object.__setattr__(self, "num_counters", distinct)
+        elif isinstance(n, bool) or not isinstance(n, int) or n != distinct:
+            dup = " distinct" if distinct != len(counters) else ""
+            raise ValueError(
+                f"ProfilingConfig.num_counters must equal the {distinct}{dup} "
+                f"hardware_counters listed, got {n!r}"
+            )
         v = self.sampling_interval_us
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
             raise ValueError(f"sampling_interval_us must be a positive number, got {v!r}")
         if self.output_file is not None and not isinstance(self.output_file, (str, os.PathLike)):
             raise TypeError(f"output_file must be a path, got {self.output_file!r}")
-
-    @property
-    def num_counters(self) -> int:
-        """The seed's ``num_counters``."""
-        return len(self.hardware_counters)
 
     @property
     def facets(self) -> frozenset[str]:

@@ -63,16 +63,19 @@ class PaddingStrategy(enum.Enum):
     """How a batch's requests are padded to one executed shape ``(batch, seq)``.
 
     ``NONE``: ``batch`` = requests in the batch, ``seq`` = the longest request's.
-    ``MULTIPLE_OF_8`` (the seed's ``WIA_PAD_TO_MULTIPLE_OF_8``): both rounded up to a
-    multiple of 8 (``batch`` capped at ``max_batch_size``, ``seq`` at the model's
-    length). ``BUCKETS``: ``seq`` rounded up to the smallest of ``seq_buckets`` that holds
-    it, ``batch`` to a multiple of 8 (capped). Padding keeps the number of distinct shapes
-    (each timed once by the emulator) small, at the cost of padded work.
+    ``MULTIPLE_OF_8`` (the seed's ``WIA_PAD_TO_MULTIPLE_OF_8``, also spelled
+    ``PAD_TO_MULTIPLE_OF_8``): both rounded up to a multiple of 8 (``batch`` capped at
+    ``max_batch_size``, ``seq`` at the model's length). ``BUCKETS``: ``seq`` rounded up
+    to the smallest of ``seq_buckets`` that holds it, ``batch`` to a multiple of 8
+    (capped). Padding keeps the number of distinct shapes (each timed once by the
+    emulator) small, at the cost of padded work.
     """
 
     NONE = "none"
     MULTIPLE_OF_8 = "multiple_of_8"
     BUCKETS = "buckets"
+    #: the seed's spelling, an alias: ``PAD_TO_MULTIPLE_OF_8 is MULTIPLE_OF_8``
+    PAD_TO_MULTIPLE_OF_8 = "multiple_of_8"
 
     @classmethod
     def _missing_(cls, value: object) -> PaddingStrategy | None:
