@@ -468,76 +468,79 @@ def generate(
         ctx = open_device(device, overrides=overrides, seed=seed)
     if kv_lens:
         _check_memory(ctx, build, kw, prompt_len, kv_lens)
-    prefill = ctx.run(model, seq=prompt_len, phase="prefill", **kw)
-    spec = ctx.spec
-    per_token = _kv_bytes_per_token(build, 1, kw)
-    steps: list[DecodeStep] = []
-    stats: dict[str, int] = {}
+    # the prefill and the decode steps are one program whose buffers are reused (its
+    # KV cache one position longer each step), not new tensors at each length
+    with ctx.same_program():
+        prefill = ctx.run(model, seq=prompt_len, phase="prefill", **kw)
+        spec = ctx.spec
+        per_token = _kv_bytes_per_token(build, 1, kw)
+        steps: list[DecodeStep] = []
+        stats: dict[str, int] = {}
 
-    def step(i: int, k: int, cycles: int, source: str) -> DecodeStep:
-        return DecodeStep(i, k, cycles, spec.cycles_to_ms(cycles), (k + 1) * per_token, source)
+        def step(i: int, k: int, cycles: int, source: str) -> DecodeStep:
+            return DecodeStep(i, k, cycles, spec.cycles_to_ms(cycles), (k + 1) * per_token, source)
 
-    gs = None
-    if method != "exact" and kv_lens:
-        try:  # the probe's three decode graphs, one and two positions past the first
-            gs = [build(seq=1, phase="decode", kv_len=kv_lens[0] + d, **kw) for d in (0, 1, 2)]
-        except WorkloadError:  # past the model's positions (its last one or two steps):
-            gs = None  # those few steps are emulated whole
-    if gs is None:
-        for i, k in enumerate(kv_lens, 1):
-            r = ctx.run(model, seq=1, phase="decode", kv_len=k, **kw)
-            steps.append(step(i, k, r.cycles, "emulated"))
-    else:
-        first = kv_lens[0]
-        probe = _Probe(gs[0], gs[1], gs[2], first)
-        timer = _ProbeTimer(ctx, probe)
-        anchor_cycles, anchor_probe = 0, {}
-        for i, k in enumerate(kv_lens, 1):
-            cyc = timer.cycles(max(first, k - k % kv_bucket))
-            if k == first or k % anchor_every == 0:
+        gs = None
+        if method != "exact" and kv_lens:
+            try:  # the probe's three decode graphs, one and two positions past the first
+                gs = [build(seq=1, phase="decode", kv_len=kv_lens[0] + d, **kw) for d in (0, 1, 2)]
+            except WorkloadError:  # past the model's positions (its last one or two steps):
+                gs = None  # those few steps are emulated whole
+        if gs is None:
+            for i, k in enumerate(kv_lens, 1):
                 r = ctx.run(model, seq=1, phase="decode", kv_len=k, **kw)
-                anchor_cycles, anchor_probe = r.cycles, cyc
                 steps.append(step(i, k, r.cycles, "emulated"))
-                stats["anchors"] = stats.get("anchors", 0) + 1
-                continue
-            delta = sum(n * (cyc[role] - anchor_probe[role]) for role, n in probe.roles.items())
-            steps.append(step(i, k, anchor_cycles + delta, "cached"))
-        stats.update(
-            probe_runs=timer.runs,
-            probe_kernels_timed=timer.timed,
-            cached_steps=sum(s.source == "cached" for s in steps),
+        else:
+            first = kv_lens[0]
+            probe = _Probe(gs[0], gs[1], gs[2], first)
+            timer = _ProbeTimer(ctx, probe)
+            anchor_cycles, anchor_probe = 0, {}
+            for i, k in enumerate(kv_lens, 1):
+                cyc = timer.cycles(max(first, k - k % kv_bucket))
+                if k == first or k % anchor_every == 0:
+                    r = ctx.run(model, seq=1, phase="decode", kv_len=k, **kw)
+                    anchor_cycles, anchor_probe = r.cycles, cyc
+                    steps.append(step(i, k, r.cycles, "emulated"))
+                    stats["anchors"] = stats.get("anchors", 0) + 1
+                    continue
+                delta = sum(n * (cyc[role] - anchor_probe[role]) for role, n in probe.roles.items())
+                steps.append(step(i, k, anchor_cycles + delta, "cached"))
+            stats.update(
+                probe_runs=timer.runs,
+                probe_kernels_timed=timer.timed,
+                cached_steps=sum(s.source == "cached" for s in steps),
+            )
+        params = prefill.params
+        return GenerationResult(
+            model=prefill.workload,
+            device=spec.name,
+            precision=prefill.precision,
+            batch=batch,
+            prompt_len=prompt_len,
+            new_tokens=new_tokens,
+            method=method,
+            kv_bucket=kv_bucket,
+            anchor_every=anchor_every,
+            clock_ghz=spec.clock_ghz,
+            prefill=prefill,
+            steps=steps,
+            kv_bytes_per_token=per_token,
+            timing_cache=stats,
+            provenance=dict(
+                prefill.provenance,
+                generate={
+                    "model": model,
+                    "prompt_len": prompt_len,
+                    "new_tokens": new_tokens,
+                    "batch": batch,
+                    "method": method,
+                    "kv_bucket": kv_bucket,
+                    "anchor_every": anchor_every,
+                    "kwargs": {k: v for k, v in model_kwargs.items()},
+                    "layers": params.get("layers"),
+                },
+            ),
         )
-    params = prefill.params
-    return GenerationResult(
-        model=prefill.workload,
-        device=spec.name,
-        precision=prefill.precision,
-        batch=batch,
-        prompt_len=prompt_len,
-        new_tokens=new_tokens,
-        method=method,
-        kv_bucket=kv_bucket,
-        anchor_every=anchor_every,
-        clock_ghz=spec.clock_ghz,
-        prefill=prefill,
-        steps=steps,
-        kv_bytes_per_token=per_token,
-        timing_cache=stats,
-        provenance=dict(
-            prefill.provenance,
-            generate={
-                "model": model,
-                "prompt_len": prompt_len,
-                "new_tokens": new_tokens,
-                "batch": batch,
-                "method": method,
-                "kv_bucket": kv_bucket,
-                "anchor_every": anchor_every,
-                "kwargs": {k: v for k, v in model_kwargs.items()},
-                "layers": params.get("layers"),
-            },
-        ),
-    )
 
 
 def _memory_error(ctx: Context, graph: Graph) -> str | None:

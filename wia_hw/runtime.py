@@ -9,13 +9,14 @@ same on a fresh context.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
 import warnings
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -262,6 +263,7 @@ class Context:
         self._run_memory: RunMemory | None = None
         #: every tensor the runs on this device have named: shape and dtype
         self._tensor_shapes: dict[str, tuple] = {}
+        self._same_program = False
 
     def __repr__(self) -> str:
         return f"Context({self.spec.name!r}, now={self.device.now} cycles)"
@@ -301,6 +303,18 @@ class Context:
             "wia_hw_version": __version__,
             "seed": self.seed,
         }
+
+    @contextlib.contextmanager
+    def same_program(self) -> Iterator[None]:
+        """Runs inside the block are one program at several lengths (a decode loop's
+        steps, its KV cache one position longer each time): a tensor keeps its storage
+        when its shape changes, as the program's buffers are reused, instead of being
+        taken as another tensor (the default: see :func:`_release_other_tensors`)."""
+        before, self._same_program = self._same_program, True
+        try:
+            yield
+        finally:
+            self._same_program = before
 
     def allocate(self, nbytes: int, *, tag: str = "user") -> DeviceBuffer:
         """A device buffer of ``nbytes`` from the caching allocator.
@@ -398,7 +412,8 @@ class Context:
                     stacklevel=2,
                 )
         dev = self.device
-        _release_other_tensors(dev.memory, graph, self._tensor_shapes)
+        if not self._same_program:
+            _release_other_tensors(dev.memory, graph, self._tensor_shapes)
         obs = tuple(self.observers)
         dev.trace = [] if trace or any(o.wants_trace for o in obs) else None
         if self._run_memory is not None and not self._run_memory.done:
@@ -669,16 +684,20 @@ def _host_writes_inputs(dev: Device, graph: Graph) -> None:
 def _release_other_tensors(mem: Any, graph: Graph, seen: dict[str, tuple]) -> None:
     """Before a run on a used device: a tensor of the graph named as a tensor of an
     earlier run (``seen``: name -> shape and dtype, updated here) but of another shape
-    or dtype is another tensor: its name is released (``MemorySystem.release``) so it
-    gets its own storage instead of being mapped as a view onto the old one. A tensor of
-    the same shape and dtype is taken as the same (a model run again finds its weights
-    and inputs warm)."""
+    or dtype is another tensor, and its name is released (``MemorySystem.release``) so
+    it gets its own storage instead of being mapped onto the old one, which could not
+    hold it (a 2048^3 GEMM after a 64^3 one read 8 KB from HBM, its operands collapsed
+    onto the old blocks; bert-base b8 after b1 moved 226 MB instead of 597) or was mapped
+    by whole block rows (a 64x64 output after a 4096x4096 one wrote back 2 MiB). A
+    tensor of the same shape and dtype is the same (a model run again finds its tensors
+    warm). One program run at several lengths keeps its buffers instead
+    (:meth:`Context.same_program`)."""
     for name, t in graph.tensors.items():
         now = (tuple(t.shape), t.dtype)
         old = seen.get(name)
+        seen[name] = now
         if old is not None and old != now:
             mem.release(name)
-        seen[name] = now
 
 
 def _on_chip_bytes(dev: Device) -> dict[str, int]:
