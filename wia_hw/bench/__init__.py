@@ -22,6 +22,7 @@ from ._config import (
     BenchmarkConfig,
     BenchmarkError,
     EnvironmentalMonitoring,
+    Metric,
     OutlierMethod,
 )
 from ._operation import ModelBenchmark, benchmark_model, benchmark_operation, workload_key
@@ -43,6 +44,7 @@ __all__ = [
     "BenchmarkResult",
     "EnvironmentalData",
     "EnvironmentalMonitoring",
+    "Metric",
     "ModelBenchmark",
     "OptimizationStrategy",
     "OptimizationWorkflow",
