@@ -33,7 +33,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from rich.cells import cell_len
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from .._yaml import load_yaml_text
 from ..emulator.errors import SpecError, WiaError, WorkloadError
@@ -389,14 +392,62 @@ def width_option(fn: F) -> F:
     )(fn)
 
 
+#: Columns a table's text column keeps at least on a narrow console (it wraps there).
+TEXT_MIN = 10
+
+
+def _keep_numbers(table: Table) -> int:
+    """Make ``table`` give way on a narrow console without changing a number: its
+    right-justified (numeric) columns are never narrower than their widest cell (rich
+    shrank them with an ellipsis: 2039 GB/s read ``2``, +1005.8% read ``+100…``), and
+    its left-justified text columns wrap instead of being cut (unless they set their own
+    ``max_width``: a description cut on purpose), down to :data:`TEXT_MIN` columns.
+    Returns the width the table needs at least."""
+    need = 1  # the left border
+    for col in table.columns:
+        cells = [c.cell_len if isinstance(c, Text) else cell_len(str(c)) for c in col._cells]
+        widest = max([cell_len(str(col.header)), *cells], default=0)
+        if col.justify == "right":
+            col.min_width = max(col.min_width or 0, widest)
+            col.no_wrap = True
+            w = col.min_width
+        elif col.max_width is not None:
+            w = min(widest, col.max_width)
+        else:
+            col.no_wrap = False
+            col.overflow = "fold"
+            w = min(widest, max(TEXT_MIN, col.min_width or 0))
+        need += w + 3  # a space each side and a border
+    return need
+
+
+class _Console(Console):
+    """A Console whose tables keep every number whole on a narrow terminal
+    (:func:`_keep_numbers`); a table that cannot fit is printed at the width it needs,
+    for the terminal to wrap, rather than squeezed or cropped."""
+
+    def print(self, *objects: Any, **kw: Any) -> None:  # noqa: A003 - rich's name
+        need = max((_keep_numbers(o) for o in objects if isinstance(o, Table)), default=0)
+        if need <= self.width:
+            super().print(*objects, **kw)
+            return
+        width = self.width  # rich caps print(width=) at the console's: widen it
+        self.width = need
+        try:
+            super().print(*objects, **{"crop": False, **kw})
+        finally:
+            self.width = width
+
+
 def make_console(width: int | None = None, *, stderr: bool = False) -> Console:
     """A rich Console: ``width`` columns when given; else the terminal's width, or, when
-    the output is not a terminal, wide enough that tables take their natural width."""
+    the output is not a terminal, wide enough that tables take their natural width.
+    Its tables never cut a number (:class:`_Console`)."""
     if width is not None:
-        return Console(width=width, stderr=stderr)
-    c = Console(stderr=stderr)
+        return _Console(width=width, stderr=stderr)
+    c = _Console(stderr=stderr)
     if not c.is_terminal:
-        c = Console(width=PIPE_WIDTH, stderr=stderr)
+        c = _Console(width=PIPE_WIDTH, stderr=stderr)
     return c
 
 
