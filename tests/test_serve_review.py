@@ -212,6 +212,6 @@ def test_cli_max_queue_follows_a_large_max_batch_size():
     assert res.exit_code == 0, res.output
     assert "of 512; padding" in res.output
     res = CliRunner().invoke(cli, [*args, "--max-batch-size", "512", "--max-queue", "300"])
-    assert res.exit_code == 2 and "max_queue (300) must be at least max_batch_size (512)" in (
+    assert res.exit_code == 2 and "--max-queue (300) must be at least --max-batch-size (512)" in (
         res.output
     )
