@@ -22,12 +22,13 @@ import math
 import os
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._version import __version__
 from ..graph import Graph
+from ..optimize._autotune import AutotuneResult
 from ..runtime import Context, OpTime, RunResult, open_device, resolve_workload
 from ._baseline import spec_hash
 from ._config import BenchmarkConfig, BenchmarkError
@@ -158,6 +159,34 @@ def _environment(
     return EnvironmentalData(**kw)
 
 
+def _own_sizes(graph: Graph, workload_kwargs: dict[str, Any]) -> None:
+    """Check the workload arguments given with a Graph, and drop them: the ``batch`` and
+    ``seq`` it already has (the seed's ``benchmark_model(fused_model, batch_32)`` names
+    the batch the model was built at) and those left unset (``None``). A Graph's shapes
+    are fixed, so another batch or seq, or any builder argument, is a
+    :class:`BenchmarkError` naming the value and the graph's own."""
+    for name in ("batch", "seq"):
+        want = workload_kwargs.pop(name, None)
+        if want is None:
+            continue
+        own = graph.params.get(name, graph.sequences if name == "batch" else None)
+        if own is None:
+            raise BenchmarkError(f"graph {graph.name!r} has no {name} to set to {want}")
+        if want != own:
+            raise BenchmarkError(
+                f"graph {graph.name!r} was built at {name} {own}, not {want}: a Graph's "
+                f"shapes are fixed (build it at {name} {want}, or give the workload's name)"
+            )
+    extra = [k for k, v in workload_kwargs.items() if v is not None]
+    if extra:
+        raise BenchmarkError(
+            f"{', '.join(extra)} cannot be applied to graph {graph.name!r}, which is already "
+            "built (builder arguments go with a workload name; schedules, mode, seed and "
+            "inputs go to the run)"
+        )
+    workload_kwargs.clear()
+
+
 def _bench_emulator(
     ctx: Context, operation: Any, cfg: BenchmarkConfig, workload_kwargs: dict[str, Any]
 ) -> BenchmarkResult:
@@ -172,8 +201,12 @@ def _bench_emulator(
         name = getattr(operation, "__qualname__", None) or repr(operation)
     elif isinstance(operation, (str, os.PathLike, Graph)):
         run_kw = {
-            k: workload_kwargs.pop(k) for k in ("mode", "seed", "inputs") if k in workload_kwargs
+            k: workload_kwargs.pop(k)
+            for k in ("mode", "seed", "inputs", "schedules")
+            if k in workload_kwargs
         }
+        if isinstance(operation, Graph):
+            _own_sizes(operation, workload_kwargs)
         graph = resolve_workload(operation, **workload_kwargs)
         name, params = workload_key(graph), dict(graph.params)
 
@@ -290,12 +323,14 @@ def benchmark_operation(
 
     With a :class:`~wia_hw.Context`, ``operation`` is a workload (builder name, ``.onnx``
     path, :class:`~wia_hw.Graph`; ``workload_kwargs`` such as ``batch``, ``seq``, ``M``
-    go to its builder, ``mode``/``seed`` to ``ctx.run``) or a callable taking the
-    context; each sample is the device time of one iteration. With ``ctx=None``,
+    go to its builder, and a Graph takes only its own ``batch`` and ``seq``;
+    ``mode``/``seed``/``inputs``/``schedules`` go to ``ctx.run``) or a callable taking
+    the context; each sample is the device time of one iteration. With ``ctx=None``,
     ``operation`` is a callable taking no arguments, timed in wall time. Warm-up,
     measured and cool-down iterations run in that order; outliers are removed before
     the statistics (see :class:`BenchmarkResult`). Raises :class:`BenchmarkError` on bad
-    input (a callable that takes no device time, workload arguments with a callable).
+    input (a callable that takes no device time, workload arguments with a callable, a
+    Graph given another batch or seq than its own, or builder arguments).
     """
     cfg = BenchmarkConfig() if cfg is None else cfg
     if not isinstance(cfg, BenchmarkConfig):
@@ -325,23 +360,53 @@ class ModelBenchmark:
 
 
 def benchmark_model(
-    model: str | os.PathLike[str] | Graph,
+    model: str | os.PathLike[str] | Graph | AutotuneResult,
     batch: int | None = None,
     *,
     seq: int | None = None,
-    device: Any = "wia-npu",
+    device: Any = None,
     ctx: Context | None = None,
     cfg: BenchmarkConfig | None = None,
+    schedules: str | os.PathLike[str] | Mapping[str, Any] | None = None,
     **workload_kwargs: Any,
 ) -> ModelBenchmark:
     """The seed's ``wia_benchmark_model(model, batch)``: benchmark a model on a device
-    (``ctx``, else a fresh context on ``device``) and report latency, throughput and the
-    breakdown. ``cfg`` defaults to 1 warm-up and 3 measured runs without cool-down (the
-    emulator is deterministic; more runs matter only with variation sources that vary)."""
+    (``ctx``, else a fresh context on ``device``, default ``wia-npu``) and report
+    latency, throughput and the breakdown. ``cfg`` defaults to 1 warm-up and 3 measured
+    runs without cool-down (the emulator is deterministic; more runs matter only with
+    variation sources that vary).
+
+    ``model``: a workload name (built at ``batch``, ``seq`` and ``workload_kwargs``), an
+    ``.onnx`` path, a :class:`~wia_hw.Graph` (``batch``/``seq``, when given, must be
+    the graph's own: its shapes are fixed), or the :class:`~wia_hw.AutotuneResult` of
+    :func:`~wia_hw.autotune_model` (the seed's ``tuned_model``): its graph run with its
+    schedules, on the spec it was tuned on unless ``device``/``ctx`` say otherwise (a
+    different spec is refused). ``schedules``: tuned GEMM tilings, a schedule file or a
+    mapping by kernel key, as :func:`wia_hw.run` takes them. Bad input raises
+    :class:`BenchmarkError` (one line)."""
+    if isinstance(model, AutotuneResult):
+        if schedules is not None:
+            raise BenchmarkError(
+                "benchmark_model: schedules= was given with an AutotuneResult, which "
+                "carries its own (result.schedules); to run others, pass result.workload"
+            )
+        if model.workload is None or model.spec is None:
+            raise BenchmarkError(
+                "benchmark_model: the AutotuneResult holds no graph (not made by "
+                "autotune_model): pass the graph with schedules=result.schedules"
+            )
+        if ctx is None:
+            ctx = open_device(model.spec if device is None else device)
+        why = model.mismatch(ctx.spec)
+        if why is not None:
+            raise BenchmarkError(f"benchmark_model: {why}")
+        model, schedules = model.workload, model.schedules
     cfg = cfg or BenchmarkConfig(
         warmup_iterations=1, measurement_iterations=3, cooldown_iterations=0
     )
-    ctx = ctx if ctx is not None else open_device(device)
+    ctx = ctx if ctx is not None else open_device("wia-npu" if device is None else device)
+    if schedules is not None:
+        workload_kwargs["schedules"] = schedules
     res = benchmark_operation(ctx, model, cfg, batch=batch, seq=seq, **workload_kwargs)
     run = res.last_run
     return ModelBenchmark(

@@ -92,10 +92,18 @@ that device. The check costs 2 or more graph runs after the search, outside
 seeded: the same graph, spec, config and seed give the same schedules, unless a
 ``time_budget_seconds`` cuts the search at a wall-clock-dependent point.
 
+**Selecting kernels.** ``kernels_to_tune`` names kernel keys, or ops and kernels of
+the graph as the run reports them: ``layer0.feed_forward_output``, or
+``feed_forward_output`` without the ``layerN.`` prefix, as ``wia-hw run``'s Top kernels
+table prints the op of every layer (it selects that op in every layer), so the seed's
+``"attention_qkv_projection"`` ... ``"feed_forward_output"`` work as written. A name of
+an op without a built-in GEMM kernel (the seed's ``"attention_softmax"``, a vector op)
+is skipped with a :class:`KernelSkippedWarning` naming it and why.
+
 Errors: an :class:`AutotuneError` (one line naming the field) for a budget of 0, a
 field of the wrong type or range (a seed is a non-negative integer), an unknown method
-or cost model, an empty ``kernels_to_tune``, or a name in it that is neither an op with
-a GEMM kernel nor a kernel key of the graph.
+or cost model, an empty ``kernels_to_tune``, a name in it that matches no op, kernel or
+kernel key of the graph, or names that all skip (nothing would be tuned).
 """
 
 from __future__ import annotations
@@ -103,7 +111,9 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import re
 import time
+import warnings
 import zlib
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -117,7 +127,7 @@ from ..emulator.config import DeviceSpec
 from ..emulator.device import Device
 from ..emulator.enums import StrNamedEnum
 from ..emulator.kernels import GemmKernel, GemmTiling
-from ..graph import Graph
+from ..graph import GEMM_KINDS, Graph
 from ..lowering import gemm_key, lower
 from ._fast_eval import PartialRun, canonical_tiling, cycles_lower_bound
 from ._schedules import AutotuneError, ScheduleError, save_schedules, spec_hash
@@ -128,6 +138,7 @@ __all__ = [
     "AutotuneConfig",
     "AutotuneMethod",
     "AutotuneResult",
+    "KernelSkippedWarning",
     "KernelTuning",
     "autotune_model",
     "candidate_pool",
@@ -153,6 +164,12 @@ class AutotuneMethod(StrNamedEnum):
 COST_MODELS = ("gbt", "ridge")
 
 
+class KernelSkippedWarning(UserWarning):
+    """A name of ``AutotuneConfig.kernels_to_tune`` that names only ops without a
+    built-in GEMM kernel (the seed's ``attention_softmax``, a vector op) was skipped:
+    auto-tuning searches GEMM tilings."""
+
+
 @dataclass(frozen=True)
 class AutotuneConfig:
     """How to tune.
@@ -162,8 +179,9 @@ class AutotuneConfig:
     ``time_budget_seconds``: wall seconds for the whole graph (shared among the kernels
     still to tune), ``None`` for no limit. ``max_trials``: candidates measured per
     kernel key (the default tiling, measured first, is not counted). Both must be
-    positive. ``kernels_to_tune``: op names or kernel keys (``None``: every built-in
-    GEMM kernel). ``seed``: every random choice. ``batch_size``/``epsilon``: the ML
+    positive. ``kernels_to_tune``: op or kernel names, with or without their
+    ``layerN.`` prefix, or kernel keys (``None``: every built-in GEMM kernel; see the
+    module docstring). ``seed``: every random choice. ``batch_size``/``epsilon``: the ML
     tuner's candidates per round and exploration probability. ``cost_model``: ``gbt``
     (scikit-learn) or ``ridge`` (numpy). ``max_tiles``: the largest tile count a
     candidate may have. ``prune``: decide a candidate that cannot beat the best so far
@@ -347,6 +365,11 @@ class AutotuneResult:
     graph_runs: int = 0
     check_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    #: the graph tuned and the device spec it was tuned on: what
+    #: :func:`wia_hw.benchmark_model` and :func:`wia_hw.create_inference_server` run
+    #: when given this result (the seed's ``tuned_model``), with :attr:`schedules`
+    workload: Graph | None = field(default=None, repr=False, compare=False)
+    spec: DeviceSpec | None = field(default=None, repr=False, compare=False)
 
     @property
     def cold(self) -> int:
@@ -368,6 +391,18 @@ class AutotuneResult:
         """Cache misses (whole runs, pruned and cut candidates) per wall second they
         took."""
         return self.cold / self.cold_s if self.cold_s > 0 else float("inf")
+
+    def mismatch(self, spec: DeviceSpec) -> str | None:
+        """Why this result's schedules do not belong on ``spec`` (``None``: they were
+        tuned on it): a tiling is tuned for one spec's array and memory, so a caller
+        running the tuned graph elsewhere says so rather than apply them there."""
+        if spec_hash(spec) == self.spec_sha256:
+            return None
+        return (
+            f"the AutotuneResult was tuned on {self.device!r} (spec sha256 "
+            f"{self.spec_sha256[:12]}), not on {spec.name!r} (sha256 {spec_hash(spec)[:12]}): "
+            "run it on the spec it was tuned on (device=result.spec) or tune again there"
+        )
 
     @property
     def schedules(self) -> dict[str, GemmTiling]:
@@ -925,6 +960,99 @@ def _kernels_of(
     return out
 
 
+#: a leading ``layerN.``: ``wia-hw run``'s Top kernels table (and the profiler's
+#: views) print the same op of every layer as one row, the name without it
+_LAYER = re.compile(r"^layer\d+\.")
+
+
+def _unlayered(name: str) -> str:
+    return _LAYER.sub("", name)
+
+
+def _select(
+    graph: Graph,
+    spec: DeviceSpec,
+    providers: Mapping[str, Any] | None,
+    found: Mapping[str, tuple[GemmKernel, list[str]]],
+    names: Sequence[str],
+) -> list[str]:
+    """The kernel keys ``names`` select (``AutotuneConfig.kernels_to_tune``), in order.
+
+    A name is a kernel key of ``found``; an op or kernel name of the lowered graph
+    (``layer0.feed_forward_output``, ``layer0.attention_context``: the kernel of a fused
+    attention chain is named after its op); or such a name without its ``layerN.``
+    prefix, as the run's Top kernels table prints it (``feed_forward_output`` selects
+    that op in every layer). A kernel name selects that kernel; an op name that names
+    none of its kernels (a fused chain's), every built-in GEMM kernel of the op. A name
+    that matches only ops or kernels without a built-in GEMM kernel
+    (``attention_softmax``: the tuner searches GEMM tilings) is skipped with one
+    warning naming it and why; a name matching nothing is an :class:`AutotuneError`,
+    and so is a list whose every name is skipped (nothing would be tuned)."""
+    gemm: dict[str, list[str]] = {}  # op or kernel name -> its built-in GEMM keys
+    # op (then kernel) name -> why it has no built-in GEMM kernel
+    other_ops: dict[str, str] = {}
+    other_kernels: dict[str, str] = {}
+    for op, kernels in lower(graph, spec, dict(providers or {})):
+        keys = []
+        for k in kernels:
+            if isinstance(k, GemmKernel) and k.provider == "builtin":
+                keys.append(gemm_key(k))
+                gemm.setdefault(k.name, []).append(gemm_key(k))
+            else:
+                other_kernels.setdefault(
+                    k.name, f"a {type(k).__name__} of op {op.name!r}, not a GEMM"
+                )
+        if keys:
+            if op.name not in {k.name for k in kernels}:
+                gemm.setdefault(op.name, []).extend(keys)
+        elif op.kind not in GEMM_KINDS:
+            other_ops[op.name] = f"a {op.kind} op, not a GEMM"
+        elif kernels:
+            runs = sorted({f"{type(k).__name__} ({k.provider})" for k in kernels})
+            other_ops[op.name] = (
+                f"a {op.kind} op run by {', '.join(runs)}, not a built-in GEMM kernel"
+            )
+        else:
+            other_ops[op.name] = f"a {op.kind} op fused into another op's kernel"
+    selected: list[str] = []
+    skipped: list[str] = []
+    for name in names:
+        if name in found:
+            keys = [name]
+        else:
+            keys = gemm.get(name) or [
+                key for n, ks in gemm.items() if _unlayered(n) == name for key in ks
+            ]
+        if not keys:
+            whys = [
+                why
+                for other in (other_ops, other_kernels)
+                for n, why in other.items()
+                if name in (n, _unlayered(n))
+            ]
+            if not whys:
+                some = ", ".join(repr(n) for n in list(dict.fromkeys(map(_unlayered, gemm)))[:3])
+                raise AutotuneError(
+                    f"kernels_to_tune: unknown kernel {name!r}: no GEMM op, kernel or kernel "
+                    f"key of that name (with or without a layerN. prefix) in graph "
+                    f"{graph.name!r} (GEMMs such as {some})"
+                )
+            skipped.append(f"{name!r}: {whys[0]}")
+        selected += [k for k in dict.fromkeys(keys) if k in found and k not in selected]
+    if not selected:
+        raise AutotuneError(
+            f"kernels_to_tune: nothing to tune in graph {graph.name!r}: "
+            f"{'; '.join(skipped)} (auto-tuning searches GEMM tilings)"
+        )
+    for why in skipped:
+        warnings.warn(
+            f"kernels_to_tune: skipping {why} (auto-tuning searches GEMM tilings)",
+            KernelSkippedWarning,
+            stacklevel=3,
+        )
+    return selected
+
+
 def _graph_run(
     graph: Graph, ctx: Any, schedules: Mapping[str, GemmTiling], keys: Mapping[str, str]
 ) -> tuple[int, dict[str, int]]:
@@ -1018,7 +1146,13 @@ def autotune_model(
     ``measurements_file``: a JSON file of emulator measurements (read into the cache
     before the search, the cache's entries for this spec written back after it), so a
     later session evaluates a candidate measured before by a look-up.
-    Raises :class:`AutotuneError` (one line) for an unknown kernel name.
+    ``config.kernels_to_tune`` names are matched as the module docstring says (the
+    seed's ``"feed_forward_output"`` selects that op of every layer); a name of an op
+    without a built-in GEMM kernel is skipped with a :class:`KernelSkippedWarning`.
+    Raises :class:`AutotuneError` (one line) for a name that matches nothing, or when
+    every name is skipped. The result holds ``graph`` and the spec (``workload``,
+    ``spec``), so :func:`wia_hw.benchmark_model` and
+    :func:`wia_hw.create_inference_server` take it as the seed's ``tuned_model``.
     """
     from ..runtime import Context, open_device
 
@@ -1033,18 +1167,7 @@ def autotune_model(
     spec = ctx.spec
     found = _kernels_of(graph, spec, ctx.providers)
     if cfg.kernels_to_tune is not None:
-        by_op = {op: key for key, (_, ops) in found.items() for op in ops}
-        keys: list[str] = []
-        for name in cfg.kernels_to_tune:
-            key = name if name in found else by_op.get(name)
-            if key is None:
-                some = ", ".join(repr(o) for o in list(by_op)[:3])
-                raise AutotuneError(
-                    f"kernels_to_tune: unknown kernel {name!r}: no GEMM op or kernel key of "
-                    f"that name in graph {graph.name!r} (ops such as {some})"
-                )
-            if key not in keys:
-                keys.append(key)
+        keys = _select(graph, spec, ctx.providers, found, cfg.kernels_to_tune)
         found = {k: found[k] for k in keys}
     order = sorted(found, key=lambda key: (-found[key][0].macs * len(found[key][1]), key))
     sha = spec_hash(spec)
@@ -1092,6 +1215,8 @@ def autotune_model(
         cut=ev.cut,
         cold_walls_s=ev.cold_walls,
         graph=graph.name,
+        workload=graph,
+        spec=spec,
     )
     t0 = time.perf_counter()
     for name, value in _check_in_graph(graph, ctx, result.kernels).items():

@@ -153,8 +153,8 @@ def model_factory(
             raise ServeError(f"the model callable must return a Graph, got {type(ref).__name__}")
         return model, ref
     raise ServeError(
-        "create_inference_server takes a workload name, a Graph or a callable "
-        f"(batch, seq) -> Graph, got {type(model).__name__}"
+        "create_inference_server takes a workload name, a Graph, a callable "
+        f"(batch, seq) -> Graph or an AutotuneResult, got {type(model).__name__}"
     )
 
 

@@ -32,6 +32,7 @@ import simpy
 
 from ..emulator.config import DeviceSpec
 from ..graph import Graph
+from ..optimize._autotune import AutotuneResult
 from ..spec import DEFAULT_DEVICE, load_spec
 from ._config import BatchingConfig, PaddingStrategy, ServeError
 from ._model import ShapeTiming, model_factory, time_shape
@@ -247,18 +248,21 @@ class InferenceServer:
 
 
 def create_inference_server(
-    model: str | Graph | Callable[[int, int | None], Graph],
+    model: str | Graph | Callable[[int, int | None], Graph] | AutotuneResult,
     config: BatchingConfig,
     *,
-    device: str | os.PathLike[str] | DeviceSpec = DEFAULT_DEVICE,
+    device: str | os.PathLike[str] | DeviceSpec | None = None,
     seed: int = 0,
     schedules: Mapping[str, Any] | None = None,
     **workload_kwargs: Any,
 ) -> InferenceServer:
     """The seed's ``wia_create_inference_server``: ``model`` (a workload name built with
     ``workload_kwargs``, e.g. ``seq=128``; a :class:`~wia_hw.Graph`, re-shaped per batch
-    as :func:`wia_hw.serve.graph_at` says; or a callable ``(batch, seq) -> Graph``)
-    served on ``device`` with dynamic batching by ``config``. The model's ``seq`` is the
+    as :func:`wia_hw.serve.graph_at` says; a callable ``(batch, seq) -> Graph``; or the
+    :class:`~wia_hw.AutotuneResult` of :func:`wia_hw.autotune_model`, the seed's
+    ``tuned_model``: its graph served with its schedules, on the spec it was tuned on
+    unless ``device`` names another, which is refused) served on ``device`` (default
+    ``wia-npu``) with dynamic batching by ``config``. The model's ``seq`` is the
     longest a request may have. Nothing is timed until a shape is needed.
     ``schedules``: tuned GEMM schedules by kernel key (:func:`wia_hw.optimize.
     autotune_model`), applied to every shape whose kernels they were tuned for (a
@@ -269,7 +273,29 @@ def create_inference_server(
     """
     if not isinstance(config, BatchingConfig):
         raise TypeError(f"config must be a BatchingConfig, got {type(config).__name__}")
+    if device is None:
+        device = (
+            model.spec
+            if isinstance(model, AutotuneResult) and model.spec is not None
+            else DEFAULT_DEVICE
+        )
     spec = device if isinstance(device, DeviceSpec) else load_spec(device)
+    if isinstance(model, AutotuneResult):
+        if schedules is not None:
+            raise ServeError(
+                "create_inference_server: schedules= was given with an AutotuneResult, "
+                "which carries its own (result.schedules); to serve others, pass "
+                "result.workload"
+            )
+        if model.workload is None:
+            raise ServeError(
+                "create_inference_server: the AutotuneResult holds no graph (not made by "
+                "autotune_model): pass the graph with schedules=result.schedules"
+            )
+        why = model.mismatch(spec)
+        if why is not None:
+            raise ServeError(f"create_inference_server: {why}")
+        model, schedules = model.workload, model.schedules
     factory, ref = model_factory(model, **workload_kwargs)
     return InferenceServer(factory, ref, config, spec, seed, schedules)
 
