@@ -519,7 +519,11 @@ def test_example_sweep_files_load():
         assert load_sweep(f).points()
 
 
-def test_cli_sweep_with_progress_bar_and_summary_line(tmp_path):
+def test_cli_sweep_with_progress_bar_and_summary_line(tmp_path, monkeypatch):
+    import rich.console
+
+    # the bar is drawn on a terminal only: make stderr one
+    monkeypatch.setattr(rich.console.Console, "is_terminal", property(lambda s: True))
     p = _write(tmp_path, SMALL)
     store = tmp_path / "s.sqlite"
     res = CliRunner().invoke(cli, ["sweep", str(p), "--store", str(store), "--workers", "2"])

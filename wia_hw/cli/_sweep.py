@@ -5,6 +5,7 @@ and the Pareto front of latency against energy, as tables, a PNG, CSV and Parque
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,11 @@ def _scheduler(address: str) -> str:
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the summary as one JSON line on stdout."
 )
-@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option(
+    "--no-progress",
+    is_flag=True,
+    help="No progress bar (there is none when stderr is not a terminal).",
+)
 def sweep_cmd(
     file: str,
     workers: int | None,
@@ -92,6 +97,8 @@ def sweep_cmd(
 
     err = Console(stderr=True)
     executor: Any = _scheduler(scheduler) if scheduler else "local"
+    # the bar redraws itself on a terminal; into a file or a pipe (``2> err.txt``) it
+    # would leave its last frame among the messages, so it is drawn on a terminal only
     bar = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -100,7 +107,7 @@ def sweep_cmd(
         TextColumn("ETA"),
         TimeRemainingColumn(),
         console=err,
-        disable=no_progress,
+        disable=no_progress or not err.is_terminal,
         auto_refresh=False,  # no refresh thread: the local pool may then fork
     )
     state: dict[str, Any] = {}
@@ -120,6 +127,7 @@ def sweep_cmd(
             state["expand"] = bar.add_task("checking the constraint", total=total, rate="")
         bar.update(state["expand"], completed=done, refresh=True)
 
+    previous = _first_ctrl_c_only()
     try:
         with bar:
             sw = load_sweep(file, progress=expanding)
@@ -131,9 +139,18 @@ def sweep_cmd(
                 retry_failed=retry_failed,
                 progress=progress,
             )
-    except SweepInterrupted as e:
-        click.echo(f"wia-hw: {e}", err=True)
+    except KeyboardInterrupt as e:
+        # exiting: Python puts the default SIGINT handler back as it ends, and a Ctrl-C
+        # in the rest of its exit killed it by SIGINT (status -2), not 130
+        _set_sigint(signal.SIG_IGN)
+        if isinstance(e, SweepInterrupted):
+            click.echo(f"wia-hw: {e}", err=True)
+        else:  # before the sweep ran (reading the file, opening the store)
+            click.echo("wia-hw: interrupted", err=True)
         raise SystemExit(130) from None
+    finally:
+        if previous is not None and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+            _set_sigint(previous)
     if as_json:
         click.echo(json.dumps(s.to_dict(), sort_keys=True))
         return
@@ -143,6 +160,35 @@ def sweep_cmd(
         f"computed ({s.ok} ok, {s.failed} failed){filtered}, {s.wall_s:.1f} s "
         f"({s.points_per_min:,.0f} points/min) on {s.executor} -> {s.store}"
     )
+
+
+def _set_sigint(handler: Any) -> None:
+    try:
+        signal.signal(signal.SIGINT, handler)
+    except (ValueError, OSError):  # not the main thread: no signal reaches it
+        pass
+
+
+def _first_ctrl_c_only() -> Any:
+    """Make the first Ctrl-C a KeyboardInterrupt and ignore the ones after it: a second
+    Ctrl-C while an interrupted sweep stops its workers and closes its store (a
+    fraction of a second) used to end it with click's ``Aborted!``, a threading
+    traceback or a kill by SIGINT instead of its one line and status 130. Returns the
+    handler it replaced (None when it replaced none: off the main thread, or in a
+    process started with Ctrl-C ignored, a shell's background job, which stays so)."""
+    fired: list[bool] = []
+
+    def first_only(signum: int, frame: Any) -> None:
+        if not fired:
+            fired.append(True)
+            raise KeyboardInterrupt
+
+    try:
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            return None
+        return signal.signal(signal.SIGINT, first_only)
+    except (ValueError, OSError):
+        return None
 
 
 def _fmt(v: Any) -> str:
@@ -182,7 +228,8 @@ def _write(path: str, fn: Any, *args: Any) -> Any:
 @click.option(
     "--superseded",
     is_flag=True,
-    help="Also the rows of earlier definitions of the sweep (base spec, metrics, workloads).",
+    help="Also the rows of earlier definitions of the sweep (parameter values, base spec, "
+    "metrics, workloads).",
 )
 @click.option("--csv", "csv_path", default=None, type=click.Path(dir_okay=False), help="CSV.")
 @click.option(
@@ -217,8 +264,9 @@ def sweep_report_cmd(
     out.print(f"{store}: {len(rows)} points ({ok} ok, {len(rows) - ok} failed)", markup=False)
     if hidden:
         out.print(
-            f"{hidden} superseded rows (computed under an earlier base spec, metrics, "
-            "workloads or wia-hw version of the sweep) not shown; --superseded includes them"
+            f"{hidden} superseded rows (of an earlier definition of the sweep: other "
+            "parameter values, base spec, metrics, workloads or wia-hw version) not shown; "
+            "--superseded includes them"
         )
     best = best_points(rows)
     fronts = pareto_front(rows)

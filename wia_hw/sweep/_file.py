@@ -185,9 +185,13 @@ class Sweep:
 
     @property
     def definition(self) -> str:
-        """sha256 (hex) of what makes the points' results comparable: the base spec's
-        content, the metrics, the workloads (a model file's content too) and the
-        wia-hw version. A sweep's report shows the rows of its current definition only."""
+        """sha256 (hex) of which points the sweep has and what makes their results
+        comparable: its point keys (the parameter sets of its grid or sample, after
+        the constraint, per workload), the base spec's content, the metrics, the
+        workloads (a model file's content too) and the wia-hw version. A sweep's
+        report shows the rows of its current definition only: run again with fewer
+        (or other) parameter values, the rows of points it no longer has are left out
+        as superseded, as are those of an earlier base spec."""
         doc = {
             "base": self.base_hash,
             "metrics": list(self.metrics),
@@ -196,6 +200,10 @@ class Sweep:
         }
         if self.workload_sha256:  # absent for builders only: their definitions stay
             doc["workload_sha256"] = dict(self.workload_sha256)
+        keys = self.__dict__.get("_point_keys")
+        if keys is None:
+            keys = tuple(p.key for p in self.points())
+        doc["points"] = hashlib.sha256("\n".join(sorted(keys)).encode()).hexdigest()
         return hashlib.sha256(canonical_json(doc).encode()).hexdigest()
 
     def points(self) -> list[Point]:
@@ -219,6 +227,8 @@ class Sweep:
                         error,
                     ),
                 )
+        # for :attr:`definition` (a frozen dataclass: set as its own attribute, no field)
+        object.__setattr__(self, "_point_keys", tuple(out))
         return list(out.values())
 
 

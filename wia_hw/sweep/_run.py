@@ -12,6 +12,7 @@ import json
 import multiprocessing as mp
 import os
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -77,6 +78,26 @@ def _task(sw: Sweep, p: Point) -> dict[str, Any]:
     }
 
 
+def _sigint_handler() -> Any:
+    """This process's SIGINT handler, to put back after :func:`_ignore_sigint`; None
+    off the main thread (no signal reaches it there) or when Python did not set it."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.getsignal(signal.SIGINT)
+
+
+def _ignore_sigint() -> None:
+    """Ignore Ctrl-C from now on: an interrupted sweep is shutting down (storing what
+    finished, counting it, stopping the workers, closing the store), and a second
+    Ctrl-C landing in that would end it with a traceback (or click's ``Aborted!``, or
+    a threading error) instead of its one line. :func:`sweep` puts the handler back."""
+    if threading.current_thread() is threading.main_thread():
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        except (ValueError, OSError):  # pragma: no cover -- no signals here
+            pass
+
+
 def _mp_context() -> Any:
     """``fork`` when this process has one thread (workers start at once with wia_hw
     imported, and a script needs no ``if __name__ == "__main__"`` guard); else
@@ -98,7 +119,8 @@ def _local(tasks: list[dict[str, Any]], workers: int) -> Iterator[dict[str, Any]
 
     On Ctrl-C the results already finished are yielded first, then the workers are
     stopped at once (what they were computing is lost, nothing stored is) and the
-    KeyboardInterrupt goes on. A worker that dies is a :class:`SweepError`.
+    KeyboardInterrupt goes on; a further Ctrl-C is ignored until :func:`sweep` has shut
+    down. A worker that dies is a :class:`SweepError`.
 
     Finished futures are announced on a queue by done-callbacks rather than waited for
     with :func:`concurrent.futures.wait`: that holds every pending future's lock while
@@ -129,6 +151,7 @@ def _local(tasks: list[dict[str, Any]], workers: int) -> Iterator[dict[str, Any]
                 r = f.result()
                 pending.discard(f)
             except KeyboardInterrupt:
+                _ignore_sigint()  # a second Ctrl-C: the ready results are still stored
                 for f in pending:
                     f.cancel()
                 ready = [f for f in pending if f.done() and not f.cancelled()]
@@ -204,7 +227,53 @@ def _dask_client(executor: Any) -> tuple[Any, bool, str]:
     return client, True, executor
 
 
-def _dask(tasks: list[dict[str, Any]], client: Any) -> Iterator[dict[str, Any]]:
+def _lost(f: Any, e: BaseException) -> bool:
+    """Whether the Dask future ``f``, whose result raised ``e``, was lost to the
+    cluster rather than failed by its point: cancelled (the scheduler connection went,
+    or someone cancelled it), a worker killed under it (``KilledWorker``), a closed
+    connection or a timeout (``OSError``), or a future that did not end in ``error``.
+    :func:`evaluate_point` never raises, so a point's own error is a row, not this."""
+    from concurrent.futures import CancelledError
+
+    try:
+        from distributed import KilledWorker
+    except ImportError:  # pragma: no cover -- older dask.distributed
+        KilledWorker = ()  # type: ignore[assignment]  # noqa: N806
+    if getattr(f, "status", "error") != "error":
+        return True
+    return isinstance(e, (CancelledError, KilledWorker, OSError, TimeoutError))
+
+
+def _close_client(client: Any) -> None:
+    """Close a Dask client this sweep opened. One that lost its scheduler is still
+    trying to reconnect (status ``connecting``): closing it cancels that, which
+    dask.distributed logs as an ERROR with a CancelledError traceback saying nothing
+    the sweep's one line does not, so its client logger is quiet meanwhile, and a
+    failure to close such a client does not hide why the sweep stopped."""
+    import logging
+
+    if getattr(client, "status", "running") == "running":
+        client.close()
+        return
+    log = logging.getLogger("distributed.client")
+    was = log.disabled
+    log.disabled = True
+    try:
+        client.close()
+    except Exception:  # noqa: BLE001 -- no scheduler left to close it with
+        pass
+    finally:
+        log.disabled = was
+
+
+def _dask(
+    tasks: list[dict[str, Any]], client: Any, where: str = "Dask"
+) -> Iterator[dict[str, Any]]:
+    """Results of ``tasks`` on a Dask cluster, as they finish. A point the cluster
+    loses (:func:`_lost`: the scheduler connection gone, a killed worker) is no result
+    and is not stored: the sweep stops there with a :class:`SweepError`, the points
+    finished before are stored and a re-run computes the rest. An exception the point
+    itself raised is a ``failed`` row, and the sweep goes on."""
     from distributed import as_completed
 
     futures = [
@@ -215,19 +284,33 @@ def _dask(tasks: list[dict[str, Any]], client: Any) -> Iterator[dict[str, Any]]:
             finished = as_completed(futures)
         for f in finished:
             try:
-                yield f.result()
-            except Exception as e:  # noqa: BLE001 -- a lost worker: record, go on
+                r = f.result()
+            except Exception as e:  # noqa: BLE001 -- sorted below: lost, or the point's own
+                why = str(e).splitlines()[0] if str(e) else ""
+                if _lost(f, e):
+                    reason = getattr(e, "reason", None)
+                    if reason:  # a cancelled future's text starts with its long key
+                        why = f"cancelled for reason: {reason}"
+                    raise SweepError(
+                        f"{where} lost a point ({type(e).__name__}: {why.rstrip('.')}); "
+                        "the points finished before are stored, the lost ones are not: "
+                        "run the sweep again to compute them"
+                    ) from None
                 key = f.key.removeprefix("wia-hw-point-") if isinstance(f.key, str) else ""
-                yield {
+                r = {
                     "key": key,
                     "status": "failed",
                     "metrics": None,
-                    "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                    "error": f"{type(e).__name__}: {why}".rstrip(": "),
                     "wall_s": 0.0,
                     "cpu_s": 0.0,
                 }
+            yield r
     finally:
-        client.cancel([f for f in futures if not f.done()])
+        try:
+            client.cancel([f for f in futures if not f.done()])
+        except Exception:  # noqa: BLE001 -- a client without its scheduler: nothing to cancel
+            pass
 
 
 def sweep(
@@ -251,8 +334,10 @@ def sweep(
     computed point. Returns a :class:`SweepSummary`.
 
     Raises :class:`~wia_hw.SpecError` for a bad sweep file and :class:`SweepError` for
-    a store that is not a sweep store, a bad executor or an unreachable scheduler. A
-    point whose values the spec refuses is stored as ``failed`` and the sweep goes on.
+    a store that is not a sweep store (or is damaged or locked), a bad executor, an
+    unreachable scheduler, or a worker or scheduler lost while the sweep runs (the
+    points finished before are stored; nothing is stored for the lost ones). A point
+    whose values the spec refuses is stored as ``failed`` and the sweep goes on.
     """
     sw = sweep if isinstance(sweep, Sweep) else load_sweep(sweep)
     if workers is not None and (
@@ -272,11 +357,13 @@ def sweep(
         st = SweepStore.create(store)
     except BaseException:
         if owned:
-            client.close()
+            _close_client(client)
         raise
+    sigint = _sigint_handler()  # put back after an interrupted sweep's shutdown
     try:
         done = st.finished_keys(by_key, include_failed=not retry_failed)
         todo = [p for p in points if p.key not in done]
+        definition = sw.definition  # hashes the point keys: once
         st.set_meta(
             f"sweep:{sw.name}",
             canonical_json(
@@ -284,7 +371,7 @@ def sweep(
                     "file": sw.file,
                     "base": sw.base_name,
                     "base_hash": sw.base_hash,
-                    "definition": sw.definition,
+                    "definition": definition,
                     "sampler": sw.sampler,
                     "parameters": list(sw.parameters),
                     "workloads": [[w, a] for w, a in sw.workloads],
@@ -294,7 +381,7 @@ def sweep(
                 }
             ),
         )
-        st.add_members(sw.name, sw.definition, by_key)
+        st.add_members(sw.name, definition, by_key)
         tasks = [_task(sw, p) for p in todo if p.error is None]
         refused = [  # the constraint could not be evaluated: failed without running
             {"key": p.key, "status": "failed", "metrics": None, "error": p.error, "wall_s": 0.0}
@@ -312,7 +399,7 @@ def sweep(
             results = _local(tasks, min(n, len(tasks)))
         else:
             name = dask_name
-            results = _dask(tasks, client)
+            results = _dask(tasks, client, f"the Dask executor ({dask_name})")
         # a Ctrl-C can land after a point's row is committed and before it is counted:
         # the point being recorded is counted then if its row is new (a retried failed
         # point has a row already, with an earlier finished_at)
@@ -331,6 +418,7 @@ def sweep(
                 if progress is not None:
                     progress(i, len(todo))
         except KeyboardInterrupt:
+            _ignore_sigint()  # until the pool is stopped and the store closed
             computed = ok + failed
             if recording is not None:
                 stamp = st.finished_at([recording]).get(recording)
@@ -347,9 +435,13 @@ def sweep(
             if close is not None:
                 close()  # an interrupted sweep: cancel what is queued, stop the pool
     finally:
-        st.close()
-        if owned and client is not None:
-            client.close()
+        try:
+            st.close()
+            if owned and client is not None:
+                _close_client(client)
+        finally:
+            if sigint is not None and signal.getsignal(signal.SIGINT) is not sigint:
+                signal.signal(signal.SIGINT, sigint)
     return SweepSummary(
         sweep=sw.name,
         store=str(Path(store)),

@@ -16,26 +16,29 @@ Schema (``format`` = ``wia-hw-sweep/1``; readers such as ``wia-hw report`` rely 
 
 ``meta`` holds ``format``, ``wia_hw_version`` (of the store's creator), ``created_at``,
 and per sweep run into it ``sweep:<name>``: JSON of the file, base spec, sampler,
-parameters, workloads, metrics and ``definition`` (the hash of the base spec's content,
-the metrics, the workloads and the wia-hw version). ``members`` says which points
-belong to which definition of which sweep: points are shared by ``point_key`` between
+parameters, workloads, metrics and ``definition`` (the hash of the sweep's point keys,
+the base spec's content, the metrics, the workloads and the wia-hw version).
+``members`` says which points belong to which definition of which sweep: points are shared by ``point_key`` between
 sweeps (``sweep_name`` is the sweep that computed the row first), and a sweep's rows are
 those of its current definition (rows of an earlier one are kept, *superseded*). A
 store without ``members`` rows for a sweep (written before they existed) falls back to
 ``sweep_name``. Each finished point is written in its own
-transaction (``synchronous=FULL``), so a killed sweep loses no finished point.
+transaction (``synchronous=FULL``), so a killed sweep loses no finished point. SQLite
+errors (a damaged file, a lock held past :data:`BUSY_TIMEOUT_S`) are one-line
+:class:`SweepError` naming the file and what failed.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import os
 import re
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .._version import __version__
 from ..emulator.errors import WiaError
@@ -70,6 +73,42 @@ _COLUMNS = (
 
 class SweepError(WiaError, ValueError):
     """A sweep cannot run or a store cannot be read (one line: what and where)."""
+
+
+#: Seconds a store operation waits for another process's lock before giving up.
+BUSY_TIMEOUT_S = 30
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _sql_error(path: Path, what: str, e: sqlite3.Error) -> SweepError:
+    """One line for SQLite refusing ``what`` on the store at ``path``: a lock another
+    process held past :data:`BUSY_TIMEOUT_S` says so, anything else (a damaged file:
+    ``database disk image is malformed``) gives SQLite's words."""
+    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if "locked" in text or "busy" in text:
+        return SweepError(
+            f"{path}: cannot {what}: database is locked: another process holds it "
+            f"(waited {BUSY_TIMEOUT_S:g} s)"
+        )
+    return SweepError(f"{path}: cannot {what} ({text})")
+
+
+def _sql(what: str) -> Callable[[_F], _F]:
+    """A store method whose SQLite errors (a damaged or locked file) become one-line
+    :class:`SweepError` naming the file and ``what`` failed, not a traceback."""
+
+    def wrap(fn: _F) -> _F:
+        @functools.wraps(fn)
+        def guarded(self: SweepStore, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(self, *args, **kwargs)
+            except sqlite3.Error as e:
+                raise _sql_error(self.path, what, e) from None
+
+        return guarded  # type: ignore[return-value]
+
+    return wrap
 
 
 # an integral float in a row's params JSON (``1.0``, ``1e+16``), not ``2.05``
@@ -107,18 +146,38 @@ class SweepStore:
     @classmethod
     def _connect(cls, path: Path, *, read_only: bool = False) -> sqlite3.Connection:
         """A connection to ``path``; ``read_only`` opens a store this user cannot write
-        (its folder or file not writable: a WAL store would need its -shm file) as
-        immutable, for reading. SweepError when SQLite cannot open it."""
+        (its folder or file not writable) for reading: ``mode=ro`` when its -wal file
+        holds data (a sweep is writing it, or was killed: its newest rows are there, and
+        ``immutable`` would ignore them, reading a partial store or none), else
+        ``immutable`` (the file is whole, and ``mode=ro`` on a WAL store needs a -shm
+        file, made in the folder, left behind owned by this user). SweepError when
+        SQLite cannot open it; for the -wal case, saying why in one line."""
+        wal = Path(f"{path}-wal")
+        live = read_only and wal.is_file() and wal.stat().st_size > 0
+        conn = None
         try:
             if read_only:
-                uri = f"{path.resolve().as_uri()}?mode=ro&immutable=1"
-                conn = sqlite3.connect(uri, uri=True, timeout=30)
+                mode = "mode=ro" if live else "mode=ro&immutable=1"
+                uri = f"{path.resolve().as_uri()}?{mode}"
+                conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
             else:
-                conn = sqlite3.connect(str(path), timeout=30)
-            conn.execute("PRAGMA busy_timeout = 30000")
+                conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S)
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            if live:  # SQLite opens the -wal and -shm files at the first read
+                conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
         except sqlite3.Error as e:
-            why = "cannot read the store" if read_only else "cannot open the store"
-            raise SweepError(f"{path}: {why} ({e})") from None
+            if conn is not None:
+                conn.close()
+            if live and ("unable to open" in str(e) or "readonly" in str(e)):
+                raise SweepError(
+                    f"{path}: cannot read the store without write access: its newest rows "
+                    f"are in {wal.name} (a sweep is writing it, or was stopped), which "
+                    f"SQLite reads only with a {path.name}-shm file it cannot make in "
+                    f"{path.parent} ({e}); open it as a user who can write there, or "
+                    f"copy {path.name} and {wal.name} to a folder you can write"
+                ) from None
+            why = "read the store" if read_only else "open the store"
+            raise _sql_error(path, why, e) from None
         return conn
 
     @classmethod
@@ -135,6 +194,9 @@ class SweepStore:
             row = conn.execute("SELECT value FROM meta WHERE key='format'").fetchone()
             cols = tuple(r[1] for r in conn.execute("PRAGMA table_info(points)"))
         except sqlite3.DatabaseError as e:
+            if any(w in str(e) for w in ("locked", "busy", "malformed")):
+                # a store that is locked or damaged, not some other file
+                raise _sql_error(path, "read the store", e) from None
             raise SweepError(f"{path}: not a sweep store ({e})") from None
         if row is None or row[0] != STORE_FORMAT:
             found = row[0] if row else None
@@ -193,9 +255,9 @@ class SweepStore:
         except SweepError:
             conn.close()
             raise
-        except sqlite3.DatabaseError as e:
+        except sqlite3.Error as e:
             conn.close()
-            raise SweepError(f"{p}: cannot open the store ({e})") from None
+            raise _sql_error(p, "open the store", e) from None
         return cls(p, conn)
 
     def close(self) -> None:
@@ -209,9 +271,11 @@ class SweepStore:
 
     # -- reading ---------------------------------------------------------------------
     @property
+    @_sql("read its meta table")
     def meta(self) -> dict[str, str]:
         return dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
 
+    @_sql("read its sweeps")
     def sweeps(self) -> dict[str, dict[str, Any]]:
         """Sweep name -> its description from ``meta`` (:func:`sweeps_in_meta`), plus
         the names only found in the ``sweep_name`` column."""
@@ -312,6 +376,7 @@ class SweepStore:
                 )
                 self._conn.execute("DELETE FROM members WHERE point_key = ?", (old,))
 
+    @_sql("read its points")
     def points(
         self, sweep_name: str | None = None, *, superseded: bool = False
     ) -> list[dict[str, Any]]:
@@ -362,9 +427,11 @@ class SweepStore:
         """How many rows :meth:`points` leaves out: rows of earlier definitions."""
         return len(self.points(sweep_name, superseded=True)) - len(self.points(sweep_name))
 
+    @_sql("count its points")
     def __len__(self) -> int:
         return int(self._conn.execute("SELECT COUNT(*) FROM points").fetchone()[0])
 
+    @_sql("look up its finished points")
     def finished_keys(self, keys: Iterable[str], *, include_failed: bool = True) -> set[str]:
         """The subset of ``keys`` that has a row (only ``ok`` rows without
         ``include_failed``)."""
@@ -382,6 +449,7 @@ class SweepStore:
             )
         return found
 
+    @_sql("look up its finished points")
     def finished_at(self, keys: Iterable[str]) -> dict[str, str]:
         """``finished_at`` (ISO 8601 UTC, to the microsecond) of each of ``keys`` that
         has a row."""
@@ -398,12 +466,14 @@ class SweepStore:
         return found
 
     # -- writing (the sweep's parent process only) -----------------------------------
+    @_sql("write its meta table")
     def set_meta(self, key: str, value: str) -> None:
         with self._conn:
             self._conn.execute(
                 "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value)
             )
 
+    @_sql("record the sweep's points")
     def add_members(self, sweep_name: str, definition: str, keys: Iterable[str]) -> None:
         """Record that the points ``keys`` belong to ``definition`` of ``sweep_name``."""
         with self._conn:
@@ -412,6 +482,7 @@ class SweepStore:
                 ((sweep_name, definition, k) for k in keys),
             )
 
+    @_sql("store a finished point")
     def record(
         self,
         *,
