@@ -24,10 +24,19 @@ model): a DRAM bank with a row buffer of ``bank_columns`` 256-bit columns (16 in
 lanes each), beside it SIMD units with 8 vector and 8 scalar registers. A bank's
 columns are split evenly over its ``compute_units_per_bank`` units; every unit of every
 bank executes the same command stream in lock step (all-bank mode: one command reaches
-all banks), so an operation takes the cycles of one unit's command stream,
-:func:`~wia_hw.emulator.pim_model.program_cycles` (cycle-exact with the RTL), at
-``pim_clock_ghz``. Data lives row-interleaved over the banks: row ``r`` of
-``bank_columns * 16`` elements is in bank ``r % banks``.
+all banks), so an operation takes the cycles of the busiest unit's command stream,
+``program_cycles(stream)`` at ``pim_clock_ghz``: the bank's command latencies and
+issue rule (:func:`~wia_hw.emulator.pim_model.program_cycles`), exactly what the RTL
+takes (``tests/rtl/tb_pim_bank.py``). The bank's ``t_cl`` and ``t_wr`` are its ``RD``
+and ``WR`` commands' latencies; the streams here trigger their ops on the open row
+without RD or WR, so those two fields change no result of this extension (declared so
+in ``pim.yaml``). A real HBM-PIM pays CAS latency and write recovery on its
+column-triggered ops; the bank RTL and its model leave that out, and the emulator
+follows the RTL (one cycle function per block), so PIM op streams are optimistic by up
+to ``t_cl`` per op and ``t_wr`` per row.
+Data lives row-interleaved over the banks: row ``r`` of ``bank_columns * 16`` elements
+is in bank ``r % banks``. An operation must fit ``memory_capacity_gb``
+(:func:`footprint_bytes`: whole rows of the data, the operand and a separate output).
 
 **Number format**: int16 lanes, wrapping arithmetic (the bank's format). ``float16`` and
 bfloat16 bit patterns may go through RELU, COPY and FILL exactly (a 16-bit float's sign
@@ -36,7 +45,8 @@ refused (it would not be exact).
 
 **Elementwise ops** (:class:`ElementwiseOp`) and their bank programs, per row
 (``ACT``/``PRE`` open and close a row; operands in other rows are staged 8 columns at a
-time into the vector registers with FILL):
+time into the vector registers with FILL, so those ops reopen their rows every 8
+columns; RELU, SCALE and FILL in place use no vector register and open each row once):
 
 =========  ===================================================================
 RELU       ``BANK <- relu(BANK)``
@@ -50,7 +60,8 @@ COPY       ``x = y``: ``BANK <- GRF[j]`` (MOV)
 =========  ===================================================================
 
 With ``in_place=False`` the result goes to a separate output region (the input is
-kept); it costs one more row activation per row.
+kept); it costs one more row activation per row to stage the input (FILL and COPY,
+which do not read it, write the output row directly).
 
 **Kernels** (:class:`PIMKernel`) replace the seed's C string with a validated program
 for the bank ISA: ``body`` instructions run for every column of every row (``BANK`` is
@@ -58,11 +69,12 @@ the current column, in place), after ``scalars`` are loaded into the SRF and the
 ``prologue`` (no ``BANK`` operand) has run once. The seed's field name ``code`` is
 accepted for ``body`` (an instruction list; a C string is refused in one line).
 
-**Energy**: ``act_energy_pj`` per row activation (plus precharge),
-``column_energy_pj`` per 256-bit column access inside the bank, ``op_energy_pj`` per
-16-lane SIMD op (defaults after the HBM2 energy breakdown of O'Connor et al., MICRO
-2017: ~0.9 nJ to activate a 1 KB row, local column access well under the ~3.9 pJ/bit of
-an off-chip access).
+**Energy**: ``act_energy_pj`` per row activation (plus precharge) -- one per row a
+bank opens, shared by its units, and each bank only for its own rows --,
+``column_energy_pj`` per 256-bit column access inside the bank (an op with a ``BANK``
+operand), ``op_energy_pj`` per 16-lane SIMD op (defaults after the HBM2 energy
+breakdown of O'Connor et al., MICRO 2017: ~0.9 nJ to activate a 1 KB row, local
+column access well under the ~3.9 pJ/bit of an off-chip access).
 
 **Runtime offload**: registered on a context, the extension lowers a graph's ``relu``
 on a 16-bit float tensor of at least ``offload_min_bytes`` (0: the L2 size, so it would
@@ -102,6 +114,7 @@ from ..emulator.pim_model import (
     PimOp,
     PimRequest,
     PimTiming,
+    decode_instr,
     program_cycles,
     validate_program,
 )
@@ -126,6 +139,7 @@ __all__ = [
     "PIMResult",
     "pim_execute",
     "unit_commands",
+    "footprint_bytes",
     "pim_relu_impl",
     "relu_offload_estimate",
     "PimError",
@@ -313,9 +327,13 @@ class PIMKernel:
 class PIMConfig:
     """A PIM-capable memory stack (the seed's ``wia_pim_config_t``).
 
-    ``memory_capacity_gb`` bounds the data; ``bandwidth_gb_s`` is the stack's interface
-    bandwidth (what moving the data to a processor would use; the internal bandwidth of
-    the banks is derived: :attr:`internal_bandwidth_gbs`). ``banks`` banks of
+    ``memory_capacity_gb`` bounds what an operation lays out (:func:`footprint_bytes`:
+    ``pim_execute`` refuses more, the ReLU offload declines it). ``bandwidth_gb_s`` is
+    the stack's interface bandwidth: what moving the data to a processor would use, so
+    it gives :attr:`PIMResult.transfer_time_ns` (the comparison) and nothing else -- a
+    graph run's transfers are the device's own HBM traffic at the device's bandwidth
+    (the internal bandwidth of the banks is derived: :attr:`internal_bandwidth_gbs`).
+    ``banks`` banks of
     ``bank_columns`` 32-byte columns per row, ``compute_units_per_bank`` SIMD units per
     bank (each serving ``bank_columns / compute_units_per_bank`` columns, at most 64),
     ``timing`` in cycles of ``pim_clock_ghz``.
@@ -383,8 +401,10 @@ class PIMConfig:
 
     @property
     def internal_bandwidth_gbs(self) -> float:
-        """Bytes the SIMD units can read per second: every unit one column per cycle."""
-        return self.units * _COLUMN_BYTES * self.pim_clock_ghz
+        """Peak bytes per second the SIMD units can access (GB/s): every unit one
+        32-byte column per column command, which issue one every ``t_ccd`` cycles (row
+        openings and closings not included, so no stream reaches it)."""
+        return self.units * _COLUMN_BYTES * self.pim_clock_ghz / self.timing.t_ccd
 
     @classmethod
     def from_extension(cls, ext: DeviceExtension) -> PIMConfig:
@@ -496,9 +516,19 @@ def unit_commands(
     body, fill = _elementwise_body(op)
     has_operand = fill is not None
     out_base = row_base + (2 if has_operand else 1) * rows
-    # GRF use per chunk of columns: the operand in GRF[0..w), a staged input (not in
-    # place) in GRF[w..2w)
-    width = GRF_ENTRIES // 2 if has_operand and not what.in_place else GRF_ENTRIES
+    # Not in place, the input row is staged into the GRF before the output row is
+    # opened -- when the op reads it (FILL and COPY overwrite it unread).
+    stage = not what.in_place and any(_reads_bank(ins) for ins in body)
+    # Columns per row opening. The GRF holds what is staged from another row: the
+    # operand in GRF[0..w), a staged input in GRF[w..2w), so those ops reopen their
+    # rows every ``w`` columns. An op on the open row alone (RELU, SCALE, FILL in place)
+    # uses no GRF: one ACT covers the whole row.
+    if has_operand and stage:
+        width = GRF_ENTRIES // 2
+    elif has_operand or stage:
+        width = GRF_ENTRIES
+    else:
+        width = max(cols, 1)
     in_base = width if has_operand else 0
     for r in range(rows):
         src_row = row_base + r
@@ -511,21 +541,22 @@ def unit_commands(
                     _req_op(c, PimInstr(op=PimOp.FILL, dst=_grf(j), src0=_BANK)) for j, c in chunk
                 )
                 reqs.append(PimRequest(cmd=PimCommand.PRE))
-            if what.in_place:
-                reqs.append(PimRequest(cmd=PimCommand.ACT, row=dst_row))
-                for j, c in chunk:
-                    reqs.extend(_req_op(c, _with_grf(ins, j)) for ins in body)
+            if stage:  # stage the input's columns in GRF
+                reqs.append(PimRequest(cmd=PimCommand.ACT, row=src_row))
+                reqs.extend(
+                    _req_op(c, PimInstr(op=PimOp.FILL, dst=_grf(in_base + j), src0=_BANK))
+                    for j, c in chunk
+                )
                 reqs.append(PimRequest(cmd=PimCommand.PRE))
-                continue
-            reqs.append(PimRequest(cmd=PimCommand.ACT, row=src_row))  # stage the input
-            reqs.extend(
-                _req_op(c, PimInstr(op=PimOp.FILL, dst=_grf(in_base + j), src0=_BANK))
-                for j, c in chunk
-            )
-            reqs.append(PimRequest(cmd=PimCommand.PRE))
             reqs.append(PimRequest(cmd=PimCommand.ACT, row=dst_row))
             for j, c in chunk:
-                reqs.extend(_req_op(c, _not_in_place(ins, in_base + j, j)) for ins in body)
+                reqs.extend(
+                    _req_op(
+                        c,
+                        _with_grf(ins, j) if what.in_place else _not_in_place(ins, in_base + j, j),
+                    )
+                    for ins in body
+                )
             reqs.append(PimRequest(cmd=PimCommand.PRE))
     return reqs
 
@@ -569,7 +600,8 @@ class PIMResult:
     ``device_cycles``: the same interval in the context's device clock; ``commands``:
     commands of the broadcast stream; ``energy_pj``: memory energy; ``bytes_saved``: the
     bytes a processor would have moved over the stack's interface to do the same
-    (read every input, write the result); ``transfer_time_ns``: that transfer's time at
+    (read the inputs the operation uses, write the result: 2x the data for RELU and
+    COPY, 3x for ADD, 1x for FILL); ``transfer_time_ns``: that transfer's time at
     ``bandwidth_gb_s``.
     """
 
@@ -615,16 +647,95 @@ def _layout(n: int, cfg: PIMConfig) -> tuple[int, int]:
     return rows, -(-rows // cfg.banks)
 
 
-def _energy(reqs: Sequence[PimRequest], units: int, cfg: PIMConfig) -> float:
-    acts = sum(1 for r in reqs if r.cmd is PimCommand.ACT)
-    ops = sum(1 for r in reqs if r.cmd is PimCommand.OP)
-    return units * (acts * cfg.act_energy_pj + ops * (cfg.column_energy_pj + cfg.op_energy_pj))
+def _reads_bank(ins: PimInstr) -> bool:
+    return any(o.kind is OperandKind.BANK for o in ins.sources)
+
+
+def _instr(req: PimRequest) -> PimInstr | None:
+    """The instruction of an OP (``None`` for any other command)."""
+    if req.cmd is not PimCommand.OP:
+        return None
+    return req.instr if isinstance(req.instr, PimInstr) else decode_instr(req.word)
+
+
+def _stream_counts(what: PIMOperation | PIMKernel, rows: int, cols: int) -> np.ndarray:
+    """``[ACTs, column accesses, SIMD ops]`` of one unit's stream over ``rows`` rows
+    (0 for a unit with no rows: it receives no commands). The stream repeats the same
+    commands for every row after a fixed prefix, so two short streams give the count."""
+    if rows == 0:
+        return np.zeros(3, dtype=np.int64)
+
+    def count(n: int) -> np.ndarray:
+        acts = cols_ = ops = 0
+        for r in unit_commands(what, n, cols):
+            ins = _instr(r)
+            acts += r.cmd is PimCommand.ACT
+            cols_ += r.cmd in (PimCommand.RD, PimCommand.WR) or (ins is not None and ins.uses_bank)
+            ops += ins is not None
+        return np.array([acts, cols_, ops], dtype=np.int64)
+
+    one, two = count(1), count(2)
+    return one + (rows - 1) * (two - one)
+
+
+def _energy(cfg: PIMConfig, what: PIMOperation | PIMKernel, elements: int) -> float:
+    """Memory energy of the operation, by the rows and columns the banks really touch:
+    every bank runs its own rows (``rows // banks`` or one more); a row opening (ACT and
+    its PRE) is one per bank, shared by the bank's ``compute_units_per_bank`` units,
+    which each access their own columns and run their own SIMD ops. ``act_energy_pj``
+    per row opened, ``column_energy_pj`` per column access (an OP with a ``BANK``
+    operand), ``op_energy_pj`` per SIMD op. Padding columns of a partial last row are
+    processed, so they count too."""
+    rows = -(-elements // cfg.row_elements)
+    q, extra = divmod(rows, cfg.banks)
+    cpu, cu = cfg.columns_per_unit, cfg.compute_units_per_bank
+    total = np.zeros(3, dtype=np.int64)
+    for bank_rows, banks in ((q + 1, extra), (q, cfg.banks - extra)):
+        if banks:
+            total += banks * _stream_counts(what, bank_rows, cpu)
+    acts, cols, ops = (int(v) for v in total)
+    return acts * cfg.act_energy_pj + cu * cols * cfg.column_energy_pj + cu * ops * cfg.op_energy_pj
+
+
+def _regions(what: PIMOperation | PIMKernel) -> list[str]:
+    """The row regions :func:`unit_commands` lays the operation out in."""
+    if isinstance(what, PIMKernel):
+        return ["data"]
+    return (
+        ["data"]
+        + (["operand"] if what.operation in _NEEDS_OPERAND else [])
+        + ([] if what.in_place else ["output"])
+    )
+
+
+def footprint_bytes(cfg: PIMConfig, what: PIMOperation | PIMKernel, elements: int) -> int:
+    """Bytes of PIM memory the operation occupies: whole rows (``bank_columns`` 32-byte
+    columns) of each region it lays out -- the data, the operand (ADD, SUB, MUL, AXPY,
+    COPY) and the separate output (``in_place=False``)."""
+    rows = -(-elements // cfg.row_elements)
+    return len(_regions(what)) * rows * cfg.bank_columns * _COLUMN_BYTES
+
+
+def _moved_bytes(what: PIMOperation | PIMKernel, elements: int) -> int:
+    """Bytes a processor would move over the stack's interface for the same result:
+    read the inputs the operation uses (the data unless FILL or COPY overwrite it
+    unread, or a kernel whose body never reads ``BANK``; the operand) and write the
+    result, 2 bytes per element each."""
+    if isinstance(what, PIMKernel):
+        reads = int(any(_reads_bank(ins) for ins in what.body))
+    else:
+        op = what.operation
+        reads = int(op not in (ElementwiseOp.FILL, ElementwiseOp.COPY))
+        reads += int(op in _NEEDS_OPERAND)
+    return (reads + 1) * elements * 2
 
 
 def pim_timing(
     cfg: PIMConfig, what: PIMOperation | PIMKernel, elements: int
 ) -> tuple[int, list[PimRequest], int]:
-    """(cycles, the busiest unit's command stream, units holding data) for ``elements``."""
+    """(cycles, the busiest unit's command stream, units holding data) for ``elements``:
+    every unit runs in lock step, so the operation takes the busiest unit's
+    ``program_cycles`` (the RTL's)."""
     rows, per_bank = _layout(elements, cfg)
     reqs = unit_commands(what, per_bank, cfg.columns_per_unit)
     units = min(rows, cfg.banks) * cfg.compute_units_per_bank
@@ -693,10 +804,12 @@ def pim_execute(
     ``data``: int16 (or float16 bit patterns, see the module docstring); the first
     ``size`` elements (default: all) are processed. In place (``in_place=True`` and for
     kernels) ``data`` itself is modified; otherwise the result is a new array. Timing is
-    the bank command stream's cycles (cycle-exact); on a context, the interval also
-    passes on its device (the cores wait, HBM is busy) and its counters. ``ctx`` may be
-    ``None`` for the model alone. ``functional=False`` skips the bank simulation.
-    Raises :class:`~wia_hw.emulator.pim_model.PimError` for data the lanes cannot hold.
+    the busiest unit's command stream, ``program_cycles``; on a context, the interval
+    also passes on its device (the cores wait, HBM is busy) and its counters. ``ctx`` may
+    be ``None`` for the model alone. ``functional=False`` skips the bank simulation.
+    Raises :class:`~wia_hw.emulator.pim_model.PimError` for data the lanes cannot hold,
+    and a one-line :class:`~wia_hw.WorkloadError` when the operation's rows exceed
+    ``memory_capacity_gb`` (:func:`footprint_bytes`).
     """
     if not isinstance(pim_cfg, PIMConfig):
         raise TypeError(f"pim_cfg must be a PIMConfig, got {type(pim_cfg).__name__}")
@@ -709,14 +822,13 @@ def pim_execute(
             f"pim_execute: size must be in 1..{arr.size} (the data's elements), got {size!r}"
         )
     n = int(n)
-    nbytes = n * arr.dtype.itemsize
-    if (
-        nbytes * (2 if isinstance(op, PIMOperation) and op.operand is not None else 1)
-        > pim_cfg.memory_capacity_gb * 1e9
-    ):
+    need = footprint_bytes(pim_cfg, op, n)
+    if need > pim_cfg.memory_capacity_gb * 1e9:
+        parts = ", ".join(_regions(op))
         raise WorkloadError(
-            f"pim_execute: {nbytes} bytes do not fit the PIM memory "
-            f"({pim_cfg.memory_capacity_gb} GB)"
+            f"pim_execute: {n} elements need {need} bytes of PIM memory (whole "
+            f"{pim_cfg.bank_columns * _COLUMN_BYTES}-byte rows of the {parts}), more than "
+            f"memory_capacity_gb = {pim_cfg.memory_capacity_gb:g} GB"
         )
     eop = op.operation if isinstance(op, PIMOperation) else None
     flat = arr.reshape(-1)
@@ -756,8 +868,8 @@ def pim_execute(
         else:
             target[:n] = res.astype(target.dtype)
         result = arr if in_place else target.reshape(arr.shape)
-    energy = _energy(reqs, units, pim_cfg)
-    moved = nbytes * (2 + (1 if operand is not None else 0))
+    energy = _energy(pim_cfg, op, n)
+    moved = _moved_bytes(op, n)
     clock = ctx.spec.clock_ghz if ctx is not None else pim_cfg.pim_clock_ghz
     dev_cycles = math.ceil(cycles * clock / pim_cfg.pim_clock_ghz)
     time_ns = cycles / pim_cfg.pim_clock_ghz
@@ -841,13 +953,15 @@ def pim_relu_impl(
     ``offload_min_bytes`` (0: the device's L2 size) runs in the memory when, by
     :func:`relu_offload_estimate`, the PIM stream with its write-back is faster than the
     vector unit at the data's level; in place (the output shares the input's storage)
-    when nothing else reads the input. Else declines.
+    when nothing else reads the input. Else declines, and so it does for a tensor whose
+    rows (with a separate output, out of place) exceed ``memory_capacity_gb``
+    (:func:`footprint_bytes`): the memory could not hold it.
 
     The kernel record reports ``npu_cycles_estimate``, ``pim_cycles_estimate`` and
     ``l2_resident_estimate`` (those estimates), ``pim_cycles`` (the bank stream,
-    cycle-exact) and, from the device, ``saved_cycles`` = ``npu_cycles_estimate`` minus
-    the cycles the PIM kernel measured (write-back included): the saving against an
-    estimate of the built-in cost, not a second run."""
+    ``program_cycles``) and, from the device, ``saved_cycles`` =
+    ``npu_cycles_estimate`` minus the cycles the PIM kernel measured (write-back
+    included): the saving against an estimate of the built-in cost, not a second run."""
     if op.kind != "relu":
         return None
     x, y = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
@@ -861,6 +975,8 @@ def pim_relu_impl(
     readers = consumers(graph).get(op.inputs[0], [])
     in_place = len(readers) == 1 and x.kind == "activation"
     what = PIMOperation(operation=ElementwiseOp.RELU, in_place=in_place)
+    if footprint_bytes(cfg, what, n) > cfg.memory_capacity_gb * 1e9:
+        return None  # the tensor (with its output, out of place) does not fit the memory
     cycles, reqs, units = pim_timing(cfg, what, n)
     dev_cycles = math.ceil(cycles * spec.clock_ghz / cfg.pim_clock_ghz)
     est = relu_offload_estimate(spec, x, y, dev_cycles)
@@ -887,7 +1003,7 @@ def pim_relu_impl(
             writes=writes,
             commands=len(reqs),
             flops=n,
-            energy_pj=_energy(reqs, units, cfg),
+            energy_pj=_energy(cfg, what, n),
             compulsory_bytes=0,
             precision=x.dtype,
             extra={

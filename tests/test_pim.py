@@ -95,7 +95,8 @@ def test_size_processes_a_prefix_and_seed_names():
 def _hand_cycles(name, rows, cols, t, in_place=True):
     """The latency of one unit's stream, from pim_model's per-command functions: a run
     of ``w`` equal column ops between ACT and PRE issues one op every ``t_ccd`` cycles
-    (equal latencies keep completions in order), and PRE waits for the last op."""
+    (equal latencies keep completions in order), and PRE waits for the last op. Ops that
+    stage an operand in the GRF reopen their rows every 8 columns."""
     act, pre = pm.activate_cycles(t), pm.precharge_cycles(t)
     op = {"relu": PimOp.RELU, "add": PimOp.ADD, "scale": PimOp.MUL, "sub": PimOp.MAD}[name]
     srf = pm.srf_write_cycles() if name in ("scale", "sub") else 0
@@ -103,6 +104,8 @@ def _hand_cycles(name, rows, cols, t, in_place=True):
     def run(w: int, o: PimOp) -> int:
         return act + (w - 1) * t.t_ccd + pm.op_cycles(o) + pre
 
+    if name in ("relu", "scale") and in_place:  # no GRF staging: one opening a row
+        return srf + rows * run(cols, op)
     per_row = 0
     for c0 in range(0, cols, pm.GRF_ENTRIES):
         w = min(pm.GRF_ENTRIES, cols - c0)

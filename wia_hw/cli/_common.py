@@ -122,7 +122,7 @@ def extension_params(items: tuple[str, ...]) -> dict[str, dict[str, Any]]:
         ext_id, dot, name = key.strip().partition(".")
         if not eq or not dot or not ext_id or not name:
             raise SpecError(
-                f"{s!r} must read ID.NAME=VALUE, e.g. pim.bandwidth_gb_s=4000", field="--ext-param"
+                f"{s!r} must read ID.NAME=VALUE, e.g. pim.banks=64", field="--ext-param"
             )
         out.setdefault(ext_id, {})[name.strip()] = ParamText(raw)
     return out
@@ -373,7 +373,7 @@ def run_options(fn: Any = None, *, workload_required: bool = True) -> Any:
             "ext_param",
             multiple=True,
             metavar="ID.NAME=VALUE",
-            help="Set a parameter of an --ext extension, e.g. pim.bandwidth_gb_s=4000.",
+            help="Set a parameter of an --ext extension, e.g. pim.banks=64.",
         ),
     ]
     if not workload_required:
