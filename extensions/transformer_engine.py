@@ -14,11 +14,18 @@ Python::
     res = multi_head_attention(ctx, q, k, v, output, cfg)   # q, k, v: [B, H, S, D]
 
 Patterns (:class:`AttentionPattern`): ``FULL``; ``CAUSAL`` (query ``i`` sees keys
-``j <= i + (S_kv - S_q)``, so a query block after a cached prefix sees the prefix);
-``LOCAL`` (a band: ``|i + S_kv - S_q - j| <= window_size // 2``); ``BLOCK_SPARSE``
-(a ``block_size`` grid of allowed blocks: ``block_layout`` given, or BigBird-like:
-the diagonal, ``num_global_blocks`` global columns and rows, and random blocks at
-``block_density``, seeded). Every query row sees at least one key (validated).
+``j <= i + (S_kv - S_q)``: the triangle is aligned bottom-right, as in FlashAttention
+2.1+ and the graphs' causal softmax, so a query block after a cached prefix sees the
+prefix and the last query sees every key); ``LOCAL`` (a band, aligned the same way:
+``|i + S_kv - S_q - j| <= window_size // 2``); ``BLOCK_SPARSE`` (a ``block_size``
+grid of allowed blocks: ``block_layout`` given, or BigBird-like: the diagonal,
+``num_global_blocks`` global columns and rows, and random blocks at
+``block_density``, seeded). Every query row sees at least one key, which
+:class:`AttentionConfig` validates: with fewer keys than queries, bottom-right
+alignment would leave the first queries none, so ``CAUSAL`` needs
+``kv_sequence_length >= sequence_length`` and ``LOCAL`` needs
+``kv_sequence_length >= sequence_length - window_size // 2`` (anything else is
+refused, never a NaN row); a ``block_layout`` needs a kept block in every block row.
 
 Numerics (functional): inputs are rounded to ``precision``; both GEMMs accumulate in
 float32 (as the array does); softmax runs in float32 with the running maximum
@@ -33,13 +40,22 @@ for every pattern, including logits in the 1e4 range; ``FP16_REL_ERR`` and
 
 Timing (emulated): naive attention writes the ``S x S`` scores and probabilities to
 memory (three kernels, O(S^2) HBM traffic). Flash attention is one kernel whose tiles
-are (head, query block of ``block_q`` rows, key/value chunk of ``block_kv`` rows): a
+are (heads, query block of ``block_q`` rows, key/value chunk of ``block_kv`` rows): a
 tile stages Q, K and V blocks through the caches, computes ``Q K^T`` and ``P V`` on the
-array (cycles from the device's systolic cycle functions), the online softmax on the
-vector unit, and only the last chunk of a query block stores its ``O`` block: O(S d)
-HBM traffic. Causal, local and block-sparse patterns skip the tiles they mask entirely.
-When a query block is short (decoding), key/value chunks are split over the cores
-(flash-decoding) and a small combine pass merges the partial results.
+array (cycles from the device's systolic cycle functions: each GEMM's passes run back
+to back at the array's issue interval, pipelined if the array is), the online softmax
+on the vector unit, and only the last chunk of a query block stores its ``O`` block:
+O(S d) HBM traffic. Every pattern uses these tiles; causal, local and block-sparse
+patterns skip the tiles their mask leaves entirely False (so a block-sparse layout with
+every block kept costs exactly ``FULL``, and blocks smaller than a tile save a tile
+only when all the blocks it covers are dropped). A query block shorter than the array
+(decoding: one row per head) takes several heads per tile (their passes back to back,
+two heads' ``P V`` in one pass), as many as the tile's estimated time per core favours.
+Short queries take key/value chunks of ``decode_kv_chunk`` rows; when there are few
+query blocks the chunks are cut so that every core gets two, spread over the cores
+(flash-decoding), and a small combine pass merges the partial results. In a graph,
+``cross_attention_optimized`` claims a chain only when that is faster than the built-in
+kernels by its own estimate (:func:`cross_attention_estimate`), else it declines.
 """
 
 from __future__ import annotations
@@ -52,9 +68,15 @@ from typing import Any
 import numpy as np
 
 from ..emulator.config import DeviceSpec
-from ..emulator.counters import Counters
-from ..emulator.cycles import vector_op_cycles
-from ..emulator.device import KernelRecord
+from ..emulator.counters import Counter, Counters
+from ..emulator.cycles import (
+    systolic_issue_interval,
+    systolic_steps,
+    systolic_tile_counters,
+    systolic_tile_cycles,
+    vector_op_cycles,
+)
+from ..emulator.device import Device, KernelRecord
 from ..emulator.enums import StrNamedEnum
 from ..emulator.errors import WorkloadError
 from ..emulator.extension_kernels import (
@@ -165,6 +187,20 @@ class AttentionConfig:
                 f"{', '.join(p.value for p in AttentionPattern)}, got "
                 f"{self.attention_pattern!r}"
             ) from None
+        sq, skv, p = self.sequence_length, self.kv_len, self.attention_pattern
+        need = {
+            AttentionPattern.CAUSAL: sq,
+            AttentionPattern.LOCAL: sq - self.window_size // 2,
+        }.get(p, 1)
+        if skv < need:
+            # bottom-right alignment (see the module docstring): query 0 sees keys up
+            # to (or within window_size // 2 of) key skv - sq, which does not exist
+            raise ValueError(
+                f"AttentionConfig: a {p.value} pattern with kv_sequence_length {skv} < "
+                f"{need} leaves the first {need - skv} queries (of sequence_length {sq}) "
+                f"no key to attend to (the mask is aligned bottom-right); "
+                f"kv_sequence_length must be >= {need}"
+            )
         if self.precision is not None and self.precision not in _PRECISIONS:
             raise ValueError(
                 f"AttentionConfig.precision must be one of "
@@ -337,6 +373,90 @@ class _Shape:
     precision: str
 
 
+def _gemm_run(
+    spec: DeviceSpec, precision: str, heads: int, m: int, n: int, k: int, e: int
+) -> tuple[int, int, int, int, int]:
+    """(passes, cycles, L1 bytes the array reads, MAC slots, busy cycles) of ``heads``
+    independent GEMMs ``[m, k] @ [k, n]`` that a tile runs back to back on its core.
+
+    Heads whose blocks are smaller than the array share a pass block-diagonally
+    (output-stationary: ``p`` heads side by side, ``p * m <= rows`` and ``p * n <=
+    cols``; weight-stationary: ``p * k <= rows``, ``p * n <= cols``): the PEs of each
+    diagonal block accumulate their own head, the others idle. A decoding step's one
+    query row per head thus shares a ``P V`` pass with the next head (``head_dim = 64``
+    of 128 columns). The passes are one back-to-back run whose issue interval is the
+    array's (:func:`~wia_hw.emulator.cycles.systolic_sequence_cycles`: its
+    ``pipelined`` flag decides whether a pass streams in while the previous drains),
+    dealt to the core's ``arrays_per_core`` arrays in rounds, as the device runs its own
+    passes. A tile's two GEMMs are two runs: ``P V`` waits for the softmax of ``Q K^T``.
+    """
+    a = spec.compute.array
+    R, C, df = a.rows, a.cols, a.dataflow
+    fit = min(R // m, C // n) if df == "os" else min(R // k, C // n)
+    p = max(1, min(fit, heads))
+    mm, nn, kk = (m * p, n * p, k) if df == "os" else (m, n * p, k * p)
+    passes, _, l1, slot, _ = gemm_passes(spec, precision, -(-heads // p), mm, nn, kk, e, 4)
+    arrays = spec.compute.arrays_per_core
+    rounds = -(-passes // arrays)
+    steps = systolic_steps(kk if df == "os" else mm, a.rate(precision))
+    # equal passes back to back (systolic_sequence_cycles / _counters in closed form):
+    # one issue interval apart, the last done a pass latency after its issue; busy
+    # cycles are the union of the passes' MAC windows
+    interval = systolic_issue_interval(df, R, C, steps, steps, pipelined=a.pipelined)
+    cycles = (rounds - 1) * interval + systolic_tile_cycles(df, R, C, steps)
+    window = systolic_tile_counters(df, R, C, steps)[Counter.BUSY_CYCLES]
+    busy = (rounds - 1) * min(interval, window) + window
+    return rounds, cycles, l1, slot // passes * rounds * arrays, busy
+
+
+def _heads_per_tile(
+    spec: DeviceSpec,
+    ext: DeviceExtension | None,
+    s: _Shape,
+    br: int,
+    bc: int,
+    fast: bool,
+    resident: bool,
+) -> int:
+    """Heads one flash tile takes. A query block shorter than the array's rows
+    (decoding: one row) leaves the array mostly idle per head, so a tile may take up to
+    ``rows // query rows`` heads (their passes run back to back and ``P V`` passes are
+    shared, see :func:`_gemm_run`), as long as its operands and score scratch fit half
+    of L1 (the other half holds the next tile's operands). Among those counts the one
+    with the least estimated time per core: the first tile's load, then each tile at
+    the slower of its load and its compute (array runs and vector work), then the last
+    tile's compute. Operands load at the core's share of the bandwidth of the level
+    they sit in: L2 when ``resident``, else HBM."""
+    rq, ck = min(br, s.sq), min(bc, s.skv)
+    load = (rq * s.d + ck * (s.d + s.dv)) * s.e
+    per_head = load + rq * ck * (4 + s.e) + rq * s.dv * 4
+    cap = min(spec.compute.array.rows // rq, spec.memory.l1.size_bytes // 2 // per_head)
+    if cap <= 1:
+        return 1
+    cores = spec.compute.cores
+    # the level the operands sit in; each core loads at its share of its bandwidth
+    level = spec.memory.l2 if resident else spec.memory.hbm
+    bw = float(spec.bytes_per_cycle(level.bandwidth_gbs)) / cores
+    v = spec.compute.vector
+    cpe = _softmax_cpe(spec, ext, fast)
+    blocks = -(-s.sq // br) * -(-s.skv // bc)  # tiles of one head group
+    best, best_g = math.inf, 1
+    for g in range(1, min(cap, s.bh) + 1):
+        groups = -(-s.bh // g)
+        tiles = -(-groups * blocks // cores)  # tiles per core
+        comp = (
+            _gemm_run(spec, s.precision, g, rq, ck, s.d, s.e)[1]
+            + _gemm_run(spec, s.precision, g, rq, s.dv, ck, s.e)[1]
+            + vector_op_cycles(g * rq * ck, v.lanes, cpe, v.pipeline_depth)
+            + 2 * vector_op_cycles(g * rq * s.dv, v.lanes, 1, v.pipeline_depth)
+        )
+        ld = g * load / bw
+        est = ld + (tiles - 1) * max(ld, comp) + comp
+        if est < best:
+            best, best_g = est, g
+    return best_g
+
+
 def flash_attention_kernels(
     spec: DeviceSpec,
     ext: DeviceExtension | None,
@@ -357,6 +477,7 @@ def flash_attention_kernels(
     operation: str = "multi_head_attention_fused",
     split_kv: bool = False,
     bias: tuple[TensorRef, list[int], bool] | None = None,
+    resident: bool = False,
 ) -> list[Any]:
     """The flash-attention kernel(s) of ``bh`` heads (see the module docstring).
 
@@ -365,21 +486,33 @@ def flash_attention_kernels(
     combine pass (a vector kernel) merges their partial results. ``bias`` (an additive
     term of the scores: a padding mask, a position bias) is ``(its rows x skv, the
     first row of each head's slice, whether it has a row per query)``: each tile loads
-    its block of it and adds it to the scores.
+    its block of it and adds it to the scores. ``resident``: Q, K and V sit in L2 (their
+    producers just wrote them), which the choice of heads per tile assumes.
     """
     s = shape
     lanes = spec.compute.vector.lanes
     depth = spec.compute.vector.pipeline_depth
     cpe = _softmax_cpe(spec, ext, fast)
+    hpt = _heads_per_tile(spec, ext, s, br, bc, fast, resident)
     tiles: list[Tile] = []
     groups: list[int] = []
     macs = 0
     vflops = 0
-    geo: dict[tuple[int, int], tuple[int, int, int, int]] = {}
+    geo: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {}
     possible = 0
     part_rows = 0
     part = TensorRef(f"{o.name}.partials", 1, s.dv + 2, 4) if split_kv else None
-    for b in range(s.bh):
+
+    def rows(ref: TensorRef, h0: int, h1: int, per: int, r0: int, r1: int, c1: int) -> list[Any]:
+        # rows [r0, r1) of heads [h0, h1) of a [heads * per, c1] tensor: one region
+        # when they are contiguous, else one per head
+        if r0 == 0 and r1 == per:
+            return [(ref, h0 * per, h1 * per, 0, c1)]
+        return [(ref, h * per + r0, h * per + r1, 0, c1) for h in range(h0, h1)]
+
+    for h0 in range(0, s.bh, hpt):
+        h1 = min(s.bh, h0 + hpt)
+        nh = h1 - h0
         for q0 in range(0, s.sq, br):
             q1 = min(s.sq, q0 + br)
             rq = q1 - q0
@@ -388,54 +521,51 @@ def flash_attention_kernels(
                 for k0 in range(0, s.skv, bc)
                 if _block_allowed(mask, q0, q1, k0, min(s.skv, k0 + bc))
             ]
-            possible += -(-s.skv // bc)
+            possible += nh * -(-s.skv // bc)
             if not split_kv:
                 groups.append(len(tiles))
-            qreg = (q, b * s.sq + q0, b * s.sq + q1, 0, s.d)
+            qregs = rows(q, h0, h1, s.sq, q0, q1, s.d)
             for n, (k0, k1) in enumerate(kvs):
                 ck = k1 - k0
-                key = (rq, ck)
+                key = (nh, rq, ck)
                 g = geo.get(key)
                 if g is None:
-                    p1 = gemm_passes(spec, s.precision, 1, rq, ck, s.d, s.e, 4)
-                    p2 = gemm_passes(spec, s.precision, 1, rq, s.dv, ck, s.e, 4)
-                    g = geo[key] = (
-                        p1[0] + p2[0],
-                        p1[0] * p1[1] + p2[0] * p2[1],
-                        p1[2] + p2[2],
-                        p1[3] + p2[3],
-                        p1[0] * p1[4] + p2[0] * p2[4],
-                    )
+                    p1 = _gemm_run(spec, s.precision, nh, rq, ck, s.d, s.e)
+                    p2 = _gemm_run(spec, s.precision, nh, rq, s.dv, ck, s.e)
+                    g = geo[key] = tuple(a + b for a, b in zip(p1, p2, strict=True))
                 passes, arr, l1_arr, slot, busy = g
                 last = n == len(kvs) - 1
-                vec = vector_op_cycles(rq * ck, lanes, cpe, depth) + vector_op_cycles(
-                    rq * s.dv, lanes, 1, depth
+                vec = vector_op_cycles(nh * rq * ck, lanes, cpe, depth) + vector_op_cycles(
+                    nh * rq * s.dv, lanes, 1, depth
                 )
-                vflops += 5 * rq * ck + 2 * rq * s.dv
+                vflops += nh * (5 * rq * ck + 2 * rq * s.dv)
                 stores = []
                 if split_kv:
                     groups.append(len(tiles))
-                    stores.append((part, part_rows, part_rows + rq, 0, s.dv + 2))
-                    part_rows += rq
+                    stores.append((part, part_rows, part_rows + nh * rq, 0, s.dv + 2))
+                    part_rows += nh * rq
                 elif last:
-                    vec += vector_op_cycles(rq * s.dv, lanes, 1, depth)  # O / l
-                    vflops += rq * s.dv
-                    stores.append((o, b * s.sq + q0, b * s.sq + q1, 0, s.dv))
+                    vec += vector_op_cycles(nh * rq * s.dv, lanes, 1, depth)  # O / l
+                    vflops += nh * rq * s.dv
+                    stores.extend(rows(o, h0, h1, s.sq, q0, q1, s.dv))
                 loads = [
-                    qreg,
-                    (k, b * s.skv + k0, b * s.skv + k1, 0, s.d),
-                    (v, b * s.skv + k0, b * s.skv + k1, 0, s.dv),
+                    *qregs,
+                    *rows(k, h0, h1, s.skv, k0, k1, s.d),
+                    *rows(v, h0, h1, s.skv, k0, k1, s.dv),
                 ]
                 if bias is not None:  # its block of the additive term, added to S
                     bref, base, per_query = bias
-                    r0, r1 = (base[b] + q0, base[b] + q1) if per_query else (base[b], base[b] + 1)
-                    loads.append((bref, r0, r1, k0, k1))
-                    vec += vector_op_cycles(rq * ck, lanes, 1, depth)
-                    vflops += rq * ck
+                    for b in range(h0, h1):
+                        r0, r1 = (
+                            (base[b] + q0, base[b] + q1) if per_query else (base[b], base[b] + 1)
+                        )
+                        loads.append((bref, r0, r1, k0, k1))
+                    vec += vector_op_cycles(nh * rq * ck, lanes, 1, depth)
+                    vflops += nh * rq * ck
                 # L1 traffic: the array reads Q, K, V and P; S (fp32) and P go through L1
                 # once each way; the fp32 accumulator of O is read-modified-written
-                l1 = l1_arr + rq * ck * (4 * 2 + s.e) + rq * s.dv * 4 * 2
-                tmacs = rq * ck * (s.d + s.dv)
+                l1 = l1_arr + nh * (rq * ck * (4 * 2 + s.e) + rq * s.dv * 4 * 2)
+                tmacs = nh * rq * ck * (s.d + s.dv)
                 macs += tmacs
                 tiles.append(Tile(loads, stores, arr, vec, l1, passes, tmacs, slot, busy))
     if not tiles:
@@ -526,13 +656,17 @@ def _attention_chain_ok(graph: Graph) -> Any:
 
 
 def _attention_role(op: Op, graph: Graph) -> tuple[str, list[Op]] | None:
+    """``("head", chain)`` when ``op`` starts an attention chain, ``("tail", chain)``
+    when it is a later member of one, else ``None``."""
     accept = _attention_chain_ok(graph)
     chain = match_chain(graph, op, _CHAIN, accept)
     if chain is not None:
         return "head", chain
     hit = chain_head(graph, op, _CHAIN, accept)
     if hit is not None:
-        return "tail", []
+        chain = match_chain(graph, hit[0], _CHAIN, accept)
+        if chain is not None:
+            return "tail", chain
     return None
 
 
@@ -574,13 +708,12 @@ def _graph_attention(
     br, bc = int(ext.param("block_q")), int(ext.param("block_kv"))
     split = False
     if cross:
-        # short queries: long key chunks amortise the array's fill and drain of P V; when
-        # there are few query blocks, the chunks are also spread over the cores
-        qblocks = bh * -(-sq // br)
-        chunk = int(ext.param("decode_kv_chunk"))
-        split = qblocks < 2 * spec.compute.cores and skv > chunk
-        if sq <= br:
-            bc = chunk
+        bc, split = _cross_chunks(spec, ext, bh, sq, skv, br, bc)
+    # operands their producers just wrote (or the host put in L2) and that fit there
+    kinds = [graph.tensors[n] for n in (scores.inputs[0], scores.inputs[1], ctx.inputs[1])]
+    resident = sum(x.nbytes for x in kinds) <= spec.memory.l2.size_bytes and all(
+        x.kind == "activation" or (x.kind == "input" and spec.memory.host_io == "l2") for x in kinds
+    )
     return flash_attention_kernels(
         spec,
         ext,
@@ -600,7 +733,29 @@ def _graph_attention(
         operation=operation,
         split_kv=split,
         bias=bias,
+        resident=resident,
     )
+
+
+def _cross_chunks(
+    spec: DeviceSpec, ext: DeviceExtension, bh: int, sq: int, skv: int, br: int, bc: int
+) -> tuple[int, bool]:
+    """Key/value rows per tile of cross-attention and decoding, and whether the chunks
+    are split over the cores (flash-decoding). Short queries (one query block) take
+    chunks of ``decode_kv_chunk`` rows: long chunks amortise the array's fill and drain
+    of ``P V``. When there are fewer query blocks than twice the cores, the chunks are
+    cut shorter (to the array's columns at the least) so that every core gets two, and
+    are spread over the cores with a combine pass."""
+    cores, cols = spec.compute.cores, spec.compute.array.cols
+    qblocks = bh * -(-sq // br)
+    if sq <= br:
+        bc = int(ext.param("decode_kv_chunk"))
+    if qblocks < 2 * cores:
+        pieces = -(-2 * cores // qblocks)
+        per = -(-skv // pieces)
+        bc = min(bc, max(cols, -(-per // cols) * cols))
+        return bc, skv > bc
+    return bc, False
 
 
 def _bias_stream(
@@ -660,6 +815,87 @@ def _fast_softmax_kernel(kern: VectorKernel, spec: DeviceSpec, ext: DeviceExtens
     )
 
 
+def _chain_operation(
+    chain: list[Op], graph: Graph, spec: DeviceSpec, storage: Any, ext: DeviceExtension
+) -> str | None:
+    """Which operation lowers an attention chain: the same answer for the chain's head
+    and its tail ops (a tail lowers to nothing only when the head is claimed).
+    ``multi_head_attention_fused`` when queries and keys are equally long; else
+    ``cross_attention_optimized`` if, by its own estimate
+    (:func:`cross_attention_estimate`), it is faster than the built-in kernels; else
+    none (the built-in lowering runs). A causal chain in which a query sees no key
+    (more queries than keys) is left to the built-in softmax, whose masked rows are
+    zeros."""
+    sq = graph.tensors[chain[0].inputs[0]].shape[-2]
+    skv = graph.tensors[chain[0].inputs[1]].shape[-2]
+    if chain[1].attrs.get("causal") and skv < sq:
+        return None
+    if sq == skv:
+        return "multi_head_attention_fused"
+    est = cross_attention_estimate(chain, graph, spec, storage, ext)
+    if (
+        est["engine_cycles_estimate"] >= est["builtin_cycles_estimate"]
+        or est["engine_warm_cycles_estimate"] >= est["builtin_warm_cycles_estimate"]
+    ):
+        return None  # by its own estimate the engine would be slower: built-in runs it
+    return "cross_attention_optimized"
+
+
+#: Recent :func:`cross_attention_estimate` results, by what decides them.
+_ESTIMATES: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_ESTIMATES_KEPT = 8
+
+
+def cross_attention_estimate(
+    chain: list[Op], graph: Graph, spec: DeviceSpec, storage: Any, ext: DeviceExtension
+) -> dict[str, int]:
+    """The estimate ``cross_attention_optimized`` decides by (query length != key
+    length: cross-attention, decoding with a KV cache): its kernels and the built-in
+    lowering of the chain (two ``bmm`` and a ``softmax`` kernel) each run on an idle
+    device of ``spec`` twice: caches cold (inputs in HBM), then warm (inputs where
+    the first run left them), as the lowering runs before the caches' state is known.
+    The engine claims the chain only when it is faster in both: ``engine_cycles_estimate``
+    and ``builtin_cycles_estimate`` (cold), ``engine_warm_cycles_estimate`` and
+    ``builtin_warm_cycles_estimate`` (warm); its kernel record reports all four. Chains
+    of the same shapes on the same device and storage share one estimate (a model's
+    layers: one run each, not one per layer)."""
+    t = graph.tensors
+    scores, soft, ctx = chain
+    key = (
+        id(spec),
+        id(storage),
+        tuple((t[n].shape, t[n].dtype) for n in (*scores.inputs, *soft.inputs, *ctx.inputs)),
+        t[ctx.outputs[0]].dtype,
+        repr(sorted(soft.attrs.items())),
+        repr(sorted(ext.values.items())),
+    )
+    hit = _ESTIMATES.get(key)
+    if hit is None or hit[0] is not spec or hit[1] is not storage:
+        engine = _graph_attention(
+            chain, graph, spec, storage, ext, "cross_attention_optimized", cross=True
+        )
+        builtin = [kern for o in chain for kern in lower_op(o, graph, spec, storage)]
+        runs = []
+        for kernels in (engine, builtin):
+            dev = Device(spec)
+            for _ in range(2):  # cold, then warm (the same kernels again)
+                start = dev.now
+                execute_kernels(dev, kernels)
+                runs.append(dev.now - start)
+        while len(_ESTIMATES) >= _ESTIMATES_KEPT:
+            del _ESTIMATES[next(iter(_ESTIMATES))]
+        hit = _ESTIMATES[key] = (spec, storage, *runs)
+    return dict(zip(_ESTIMATE_NAMES, hit[2:], strict=True))
+
+
+_ESTIMATE_NAMES = (
+    "engine_cycles_estimate",
+    "engine_warm_cycles_estimate",
+    "builtin_cycles_estimate",
+    "builtin_warm_cycles_estimate",
+)
+
+
 def multi_head_attention_impl(
     op: Op, graph: Graph, spec: DeviceSpec, storage: Any, ext: DeviceExtension
 ) -> list[Any] | None:
@@ -670,12 +906,10 @@ def multi_head_attention_impl(
     if role is None:
         return None
     kind, chain = role
+    if _chain_operation(chain, graph, spec, storage, ext) != "multi_head_attention_fused":
+        return None  # cross-attention / decoding, or the built-in's: not ours
     if kind == "tail":
         return []
-    qs = graph.tensors[chain[0].inputs[0]].shape
-    ks = graph.tensors[chain[0].inputs[1]].shape
-    if qs[-2] != ks[-2]:
-        return None  # cross-attention / decoding: not ours
     return _graph_attention(
         chain, graph, spec, storage, ext, "multi_head_attention_fused", cross=False
     )
@@ -685,17 +919,27 @@ def cross_attention_impl(
     op: Op, graph: Graph, spec: DeviceSpec, storage: Any, ext: DeviceExtension
 ) -> list[Any] | None:
     """Lowering of ``cross_attention_optimized``: an attention chain whose query length
-    differs from its key length (cross-attention, decoding with a KV cache); short query
-    blocks split the keys over the cores (flash-decoding)."""
+    differs from its key length (cross-attention, decoding with a KV cache), when the
+    engine's estimate beats the built-in kernels (:func:`cross_attention_estimate`;
+    else it declines); short query blocks take several heads per tile and, when they
+    are few, split the keys over the cores (flash-decoding)."""
     role = _attention_role(op, graph)
     if role is None:
         return None
     kind, chain = role
+    if _chain_operation(chain, graph, spec, storage, ext) != "cross_attention_optimized":
+        return None
     if kind == "tail":
         return []
-    return _graph_attention(
+    est = cross_attention_estimate(chain, graph, spec, storage, ext)  # the one decided by
+    kernels = _graph_attention(
         chain, graph, spec, storage, ext, "cross_attention_optimized", cross=True
     )
+    for i, kern in enumerate(kernels):  # the flash kernel (or fast softmax) reports it
+        if isinstance(kern, (TiledKernel, CostedKernel)):
+            kernels[i] = replace(kern, extra={**kern.extra, **est})
+            break
+    return kernels
 
 
 def self_attention_sparse_impl(
@@ -788,10 +1032,10 @@ def multi_head_attention(
     prec = cfg.precision or ("fp16" if q.dtype == np.float16 else "fp32")
     mask = attention_mask(cfg)
     sparse = cfg.attention_pattern in (AttentionPattern.LOCAL, AttentionPattern.BLOCK_SPARSE)
-    if cfg.attention_pattern is AttentionPattern.BLOCK_SPARSE:
-        br = bc = cfg.block_size
-    else:
-        br, bc = int(ext.param("block_q")), int(ext.param("block_kv"))
+    # every pattern runs on the same block_q x block_kv tiles (the array's size), so a
+    # sparse pattern runs a subset of the dense tiles: a tile is skipped when its mask
+    # is all False (block-sparse blocks smaller than a tile save a tile only together)
+    br, bc = int(ext.param("block_q")), int(ext.param("block_kv"))
     fast = cfg.fast_softmax and bool(ext.param("fast_softmax"))
     result_arr = None
     if functional:
@@ -842,12 +1086,9 @@ def multi_head_attention(
         else ("multi_head_attention_fused" if sq == skv else "cross_attention_optimized")
     )
     if cfg.use_flash_attention:
-        chunk = int(ext.param("decode_kv_chunk"))
         split = False
         if sq != skv and not sparse:
-            split = bh * -(-sq // br) < 2 * spec.compute.cores and skv > chunk
-            if sq <= br:
-                bc = chunk
+            bc, split = _cross_chunks(spec, ext, bh, sq, skv, br, bc)
         kernels = flash_attention_kernels(
             spec,
             ext,
