@@ -371,3 +371,33 @@ def test_cli_run_header_names_the_dims_used(tmp_path):
         res = _cli(*args)
         assert res.exit_code == 0, res.output
         assert res.output.splitlines()[0].startswith(head), res.output.splitlines()[0]
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, True, "3"])
+def test_a_bad_seed_is_one_line_not_a_numpy_traceback(seed):
+    """A negative seed reached numpy's generator in functional mode (a 41-line
+    traceback); every entry point refuses it in one line."""
+    with pytest.raises(WorkloadError, match=r"^seed must be a non-negative integer, got "):
+        wia_hw.run("gemm", M=8, N=8, K=8, mode="functional", seed=seed)
+    with pytest.raises(WorkloadError, match=r"^seed must be a non-negative integer"):
+        wia_hw.open_device(seed=seed)
+    if seed == -1:
+        res = CliRunner().invoke(
+            cli,
+            [
+                "run",
+                "gemm",
+                "-a",
+                "M=8",
+                "-a",
+                "N=8",
+                "-a",
+                "K=8",
+                "--seed",
+                "-1",
+                "--mode",
+                "functional",
+            ],
+        )
+        assert res.exit_code == 2
+        assert res.output.strip() == "wia-hw: error: seed must be a non-negative integer, got -1"

@@ -243,7 +243,7 @@ class Context:
                 f"(its device is {spec.device.name!r})"
             )
         self.spec = spec
-        self.seed = seed
+        self.seed = _check_seed(seed)
         #: How the spec was given (built-in name or path; the spec's name for an
         #: object) and the ``--set`` overrides applied to it (:func:`open_device`).
         self.spec_source: str = spec.name
@@ -365,7 +365,7 @@ class Context:
         ignored) or a mapping of them by kernel key."""
         if mode not in MODES:
             raise WorkloadError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        seed = self.seed if seed is None else seed
+        seed = self.seed if seed is None else _check_seed(seed)
         invocation = {
             "workload": workload.name if isinstance(workload, Graph) else os.fspath(workload),
             "replayable": not isinstance(workload, Graph)
@@ -679,6 +679,14 @@ def _host_writes_inputs(dev: Device, graph: Graph) -> None:
     st = Storage(graph)
     refs = [st.ref(name) for name, t in graph.tensors.items() if t.kind == "input"]
     dev.memory.host_write([(r, 0, r.rows, 0, r.cols) for r in refs])
+
+
+def _check_seed(seed: Any) -> int:
+    """``seed`` as an int: a non-negative integer (numpy's generators take no other), else
+    a one-line WorkloadError (``--seed -1`` in functional mode was a numpy traceback)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise WorkloadError(f"seed must be a non-negative integer, got {seed!r}")
+    return int(seed)
 
 
 def _release_other_tensors(mem: Any, graph: Graph, seen: dict[str, tuple]) -> None:
