@@ -300,3 +300,27 @@ def test_the_header_names_the_model_not_the_tuners_cost_model(cs):
     # the auto-tuning note's cost-model label once overwrote the model's name
     assert cs.model == "bert-large"
     assert cs.format_text().splitlines()[0].startswith("Case study: bert-large b")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--duration", "-1"], "--duration must be a finite number > 0, got -1.0"),
+        (["--duration", "0"], "--duration must be a finite number > 0, got 0.0"),
+        (["--target-ms", "-5"], "--target-ms must be a finite number > 0, got -5.0"),
+        (["--max-batch-size", "0"], "--max-batch-size must be an integer >= 1, got 0"),
+        (["--accuracy-layers", "0"], "--accuracy-layers must be an integer >= 1, got 0"),
+    ],
+)
+def test_bad_settings_are_refused_before_the_runs_naming_the_option(args, message, monkeypatch):
+    """A bad batching setting was recorded as the batching row's note after minutes of
+    runs, exit 0, and the goal then claimed "no Poisson rate meets" the target."""
+    import wia_hw._case_study as cs
+
+    def no_runs(*a, **k):
+        raise AssertionError("ran before checking its settings")
+
+    monkeypatch.setattr(cs, "run", no_runs)
+    res = CliRunner().invoke(cli, ["case-study", "bert-base", "--layers", "1", *args])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip().splitlines() == [f"wia-hw: error: {message}"]

@@ -511,6 +511,17 @@ def case_study(
     )
     if cache and not isinstance(device, DeviceSpec) and key in _CACHE:
         return _CACHE[key]
+    # the batching step's settings, checked before the runs (minutes): a bad one was
+    # recorded as the step's note after them, and the goal then read "no Poisson rate
+    # meets" a target no rate was tried against
+    BatchingConfig(max_batch_size=max_batch_size, max_latency_ms=target_latency_ms)
+    ServerWorkload(p99_bound_ms=target_latency_ms, duration_s=server_duration_s, seed=seed)
+    if accuracy and (
+        isinstance(accuracy_layers, bool)
+        or not isinstance(accuracy_layers, int)
+        or accuracy_layers < 1
+    ):
+        raise WorkloadError(f"accuracy_layers must be an integer >= 1, got {accuracy_layers!r}")
     spec = device if isinstance(device, DeviceSpec) else load_spec(device)
     kw: dict[str, Any] = {"batch": batch, "seq": seq}
     if layers is not None:

@@ -14,9 +14,19 @@ import click
 from .._case_study import case_study
 from ..emulator.errors import WiaError
 from ..spec import DEFAULT_DEVICE
-from ._common import task_progress
+from ._common import as_options, task_progress
 
 __all__ = ["case_study_cmd"]
+
+
+#: case_study's settings (and the configs they fill) as this command's options
+_OPTIONS = {
+    "BatchingConfig.max_latency_ms": "--target-ms",
+    "ServerWorkload.p99_bound_ms": "--target-ms",
+    "max_batch_size": "--max-batch-size",
+    "duration_s": "--duration",
+    "accuracy_layers": "--accuracy-layers",
+}
 
 
 @click.command(
@@ -81,7 +91,7 @@ def case_study_cmd(
     """Run the seed's case study for MODEL (default bert-large) on a device."""
     if markdown is not None:  # checked before the run, which takes minutes
         _check_output(markdown)
-    with task_progress("case study", unit="steps") as bar:
+    with task_progress("case study", unit="steps") as bar, as_options(_OPTIONS):
         res = case_study(
             model,
             device=device,
