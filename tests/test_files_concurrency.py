@@ -73,3 +73,72 @@ def test_a_failed_update_leaves_the_old_file_whole(tmp_path):
     update_locked(path, lambda: path.read_text() + "new\n")
     assert path.read_text() == "old\nnew\n"
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def _measurer(proc: int, path: str, n: int, q) -> None:
+    from wia_hw.emulator.kernels import GemmTiling
+
+    from wia_hw.optimize import _autotune as A
+
+    errors = []
+    sha = f"spec{proc}"
+    for i in range(n):
+        t = GemmTiling(tm=128, tn=128, tk=128, tb=1, order="mn")
+        A._MEASURED[(sha, f"k{i}", t)] = (1000 + i, (1, 2, 3))
+        try:
+            A.save_measurements(path, sha)
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            errors.append(f"{type(exc).__name__}: {exc}")
+    q.put(errors)
+
+
+@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="needs fork")
+def test_two_processes_saving_measurements_keep_every_row(tmp_path):
+    import json
+
+    path = str(tmp_path / "measurements.json")
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_measurer, args=(k, path, 40, q)) for k in range(2)]
+    for p in procs:
+        p.start()
+    errors = [e for _ in procs for e in q.get(timeout=120)]
+    for p in procs:
+        p.join(timeout=120)
+    assert errors == []
+    assert len(json.loads(open(path).read())["entries"]) == 80
+
+
+def test_an_interrupted_search_keeps_its_measurements(tmp_path, monkeypatch):
+    """Ctrl-C during autotune_model lost every measurement (the file was written only at
+    the end); a schedules path it could not save to was found only after the search."""
+    import json
+
+    from wia_hw.optimize import AutotuneConfig, ScheduleError, autotune_model
+    from wia_hw.optimize import _autotune as A
+    from wia_hw.workloads import build
+
+    g = build("bert-base", batch=2, seq=32, layers=1)
+    cfg = AutotuneConfig(method="random", max_trials=40, time_budget_seconds=None, seed=0)
+    real = A._Evaluator.__call__
+    calls = []
+
+    def interrupting(self, *a, **k):
+        calls.append(1)
+        if len(calls) == 30:
+            raise KeyboardInterrupt
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(A._Evaluator, "__call__", interrupting)
+    A._MEASURED.clear()
+    meas = tmp_path / "m.json"
+    with pytest.raises(KeyboardInterrupt):
+        autotune_model(g, cfg, device="wia-npu", measurements_file=meas)
+    assert len(json.loads(meas.read_text())["entries"]) > 0
+    monkeypatch.setattr(A._Evaluator, "__call__", real)
+    calls.clear()
+    (tmp_path / "d").mkdir()
+    (tmp_path / "other.json").write_text('{"format": "something else"}')
+    for bad, why in [("d", "is a directory"), ("other.json", "not a schedule file")]:
+        with pytest.raises(ScheduleError, match=why):
+            autotune_model(g, cfg, device="wia-npu", schedules_file=tmp_path / bad)

@@ -123,6 +123,7 @@ from typing import Any
 
 import numpy as np
 
+from .._files import update_locked
 from ..emulator.config import DeviceSpec
 from ..emulator.device import Device
 from ..emulator.enums import StrNamedEnum
@@ -130,7 +131,7 @@ from ..emulator.kernels import GemmKernel, GemmTiling
 from ..graph import GEMM_KINDS, Graph
 from ..lowering import gemm_key, lower
 from ._fast_eval import PartialRun, canonical_tiling, cycles_lower_bound
-from ._schedules import AutotuneError, ScheduleError, save_schedules, spec_hash
+from ._schedules import AutotuneError, ScheduleError, read_entries, save_schedules, spec_hash
 
 __all__ = [
     "METHODS",
@@ -610,25 +611,27 @@ def load_measurements(path: str | os.PathLike[str]) -> int:
 def save_measurements(path: str | os.PathLike[str], sha: str) -> Path:
     """Write the cache's measurements of spec hash ``sha`` into ``path``, merged with the
     entries already there (other specs' kept); sorted, so equal contents give equal
-    bytes. Rows: spec hash, kernel key, tm, tn, tk, tb, order, cycles, l1, l2, hbm bytes."""
+    bytes. Rows: spec hash, kernel key, tm, tn, tk, tb, order, cycles, l1, l2, hbm bytes.
+    Processes saving into one file at once each keep the other's rows
+    (:func:`wia_hw._files.update_locked`)."""
     import json
 
     p = Path(path)
-    rows: dict[tuple[Any, ...], list[Any]] = {}
-    if p.exists():
-        load_measurements(p)
-        for r in json.loads(p.read_text())["entries"]:
-            rows[tuple(r[:7])] = r
-    for (h, key, t), (cycles, nb) in _MEASURED.items():
-        if h == sha:
-            r = [h, key, t.tm, t.tn, t.tk, t.tb, t.order, cycles, *nb]
-            rows[tuple(r[:7])] = r
-    doc = {"format": _MFORMAT, "version": 1, "entries": [rows[k] for k in sorted(rows)]}
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
-    os.replace(tmp, p)
-    return p
+
+    def merged_text() -> str:  # under the file's lock: another process's rows kept
+        rows: dict[tuple[Any, ...], list[Any]] = {}
+        if p.exists():
+            load_measurements(p)
+            for r in json.loads(p.read_text())["entries"]:
+                rows[tuple(r[:7])] = r
+        for (h, key, t), (cycles, nb) in list(_MEASURED.items()):
+            if h == sha:
+                r = [h, key, t.tm, t.tn, t.tk, t.tb, t.order, cycles, *nb]
+                rows[tuple(r[:7])] = r
+        doc = {"format": _MFORMAT, "version": 1, "entries": [rows[k] for k in sorted(rows)]}
+        return json.dumps(doc, separators=(",", ":")) + "\n"
+
+    return update_locked(p, merged_text)
 
 
 # -- search space -------------------------------------------------------------------
@@ -1171,8 +1174,41 @@ def autotune_model(
         found = {k: found[k] for k in keys}
     order = sorted(found, key=lambda key: (-found[key][0].macs * len(found[key][1]), key))
     sha = spec_hash(spec)
+    if schedules_file is not None:  # checked before the search (minutes), not after it
+        _check_schedules_file(schedules_file)
     if measurements_file is not None:
         load_measurements(measurements_file)
+    try:
+        return _tune(graph, cfg, ctx, found, order, sha, schedules_file)
+    finally:  # an interrupted or failed search keeps what it measured
+        if measurements_file is not None:
+            save_measurements(measurements_file, sha)
+
+
+def _check_schedules_file(path: str | os.PathLike[str]) -> None:
+    """Refuse, in one line, a schedules file the search could not save into: a
+    directory, a file that is not a schedule file, a folder that cannot be written."""
+    p = Path(path)
+    if p.is_dir():
+        raise ScheduleError(f"schedules_file {p}: is a directory")
+    read_entries(p)  # ScheduleError when it exists and is not a schedule file
+    parent = p.parent if str(p.parent) else Path(".")
+    if parent.exists() and not os.access(parent, os.W_OK):
+        raise ScheduleError(f"schedules_file {p}: its folder is not writable")
+
+
+def _tune(
+    graph: Graph,
+    cfg: AutotuneConfig,
+    ctx: Any,
+    found: dict[str, Any],
+    order: list[str],
+    sha: str,
+    schedules_file: str | os.PathLike[str] | None,
+) -> AutotuneResult:
+    """The search of :func:`autotune_model` over ``order``'s kernel keys, the in-graph
+    check, and the schedules saved."""
+    spec = ctx.spec
     ev = _Evaluator(spec, sha, cfg.prune)
     start = time.perf_counter()
     limit = cfg.time_budget_seconds
@@ -1224,6 +1260,4 @@ def autotune_model(
     result.check_s = time.perf_counter() - t0
     if schedules_file is not None:
         result.save(schedules_file)
-    if measurements_file is not None:
-        save_measurements(measurements_file, sha)
     return result
