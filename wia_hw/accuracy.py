@@ -77,7 +77,7 @@ def _sklearn() -> Any:
     except ImportError:
         raise ImportError(
             "wia_hw.accuracy needs scikit-learn for its bundled data sets "
-            "and models: pip install 'wia-hw[test]' (or scikit-learn)"
+            "and models: pip install 'wia-hw[ml]' (scikit-learn)"
         ) from None
     return sklearn
 

@@ -790,7 +790,7 @@ def _model(kind: str, seed: int) -> Any:
         from sklearn.ensemble import GradientBoostingRegressor
     except ImportError:  # pragma: no cover - the test extras install it
         raise AutotuneError(
-            "AutotuneConfig.cost_model='gbt' needs scikit-learn (pip install scikit-learn); "
+            "AutotuneConfig.cost_model='gbt' needs scikit-learn (pip install 'wia-hw[ml]'); "
             "cost_model='ridge' needs nothing"
         ) from None
     return GradientBoostingRegressor(
