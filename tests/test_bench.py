@@ -274,8 +274,7 @@ def test_cli_prints_the_seeds_block_and_gates_on_regressions(tmp_path):
         (["--compare", "nowhere.sqlite"], "no baseline file nowhere.sqlite"),
         (
             ["--vary", "thermal,cosmic"],
-            "--vary: unknown source "
-            "'cosmic'; modelled: thermal, dram_refresh, arbitration_jitter",
+            "--vary: unknown source 'cosmic'; modelled: thermal, dram_refresh, arbitration_jitter",
         ),
     ],
 )

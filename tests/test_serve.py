@@ -288,9 +288,7 @@ def test_cli_serve(tmp_path):
     assert f"{trace}:3:" in res.output and len(res.output.strip().splitlines()) == 1
     res = CliRunner().invoke(cli, ["serve", "bert-large", "--max-batch-size", "0", "--rate", "1"])
     assert res.exit_code == 2
-    assert res.output.strip() == (
-        "wia-hw: error: --max-batch-size must be an integer >= 1, got 0"
-    )
+    assert res.output.strip() == ("wia-hw: error: --max-batch-size must be an integer >= 1, got 0")
 
 
 def test_an_onnx_model_is_imported_again_for_every_batch_size():

@@ -313,12 +313,23 @@ def vector_rows_per_tile(
     cost no more."""
     budget = spec.memory.l1.size_bytes // 4
     row_bytes = vector_row_bytes(rows, outputs, inputs)
-    rpt = min(-(-rows // spec.compute.cores), budget // max(1, row_bytes))
+    cores = spec.compute.cores
+    rpt = min(-(-rows // cores), budget // max(1, row_bytes))
+    floor = 1
     if outputs:
         lay = BlockLayout.for_tensor(0, outputs[0], spec.memory.block_bytes)
         floor = -(-min(lay.br, rows) // BLOCK_ROW_SHARES)
         rpt = max(rpt, min(floor, budget // max(1, row_bytes)))
-    return max(1, rpt)
+    rpt = max(1, rpt)
+    tiles = -(-rows // rpt)
+    if tiles > cores and tiles % cores:
+        # whole rounds over the cores: a last round on a few cores left the rest idle
+        # and put the chunks on other cores than the producer's balanced tiles (BERT-Base
+        # b8 s512's softmax: 48 chunks took 1.74 ms on 32 cores, 1.23 on 16)
+        even = -(-rows // (-(-tiles // cores) * cores))
+        if even >= floor:
+            rpt = even
+    return rpt
 
 
 def _block_chunks(
