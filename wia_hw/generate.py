@@ -80,7 +80,7 @@ from .emulator.errors import WorkloadError
 from .emulator.extension_kernels import execute_kernels
 from .graph import Graph, GraphBuilder, Tensor, is_view
 from .lowering import lower
-from .runtime import Context, RunResult, open_device
+from .runtime import Context, RunResult, _release_other_tensors, open_device
 from .spec import DEFAULT_DEVICE
 from .workloads import WORKLOADS
 from .workloads import build as build_workload
@@ -356,8 +356,10 @@ class _Probe:
 
 class _ProbeTimer:
     """Runs probes on a scratch device (same spec and providers as the context) in
-    increasing KV length, each warm from the one before (the first is run once more
-    to warm it), and keeps the cycles of every probe op role per KV length."""
+    increasing KV length, each warm from the one before (the first after a probe one
+    position shorter), as one program (its growing tensors laid out again, as
+    ``Context.same_program`` does for the steps), and keeps the cycles of every probe
+    op role per KV length."""
 
     def __init__(self, ctx: Context, probe: _Probe) -> None:
         self.spec: DeviceSpec = ctx.spec
@@ -366,6 +368,10 @@ class _ProbeTimer:
         self.device = Device(ctx.spec)
         self.timed = 0
         self._by_len: dict[int, dict[str, int]] = {}
+        # the probes are one program, as the steps they time are (Context.same_program):
+        # a tensor that grows (the KV cache) gets storage of its new size
+        self._shapes: dict[str, tuple] = {}
+        self._program: set[str] = set()
 
     @property
     def runs(self) -> int:
@@ -375,10 +381,15 @@ class _ProbeTimer:
         """Cycles of every probe op role at ``kv_len`` (lowered and run once)."""
         got = self._by_len.get(kv_len)
         if got is None:
-            lowered = lower(self.probe.graph(kv_len), self.spec, self.providers)
-            if not self._by_len:  # the first probe only warms the scratch device
-                for _, ks in lowered:
+            if not self._by_len:  # a first probe one position shorter warms the device,
+                # so the first timed one, like every step, meets its KV cache grown
+                warm = self.probe.graph(max(1, kv_len - 1))
+                _release_other_tensors(self.device.memory, warm, self._shapes, self._program)
+                for _, ks in lower(warm, self.spec, self.providers):
                     execute_kernels(self.device, ks)
+            graph = self.probe.graph(kv_len)
+            _release_other_tensors(self.device.memory, graph, self._shapes, self._program)
+            lowered = lower(graph, self.spec, self.providers)
             got = self._by_len[kv_len] = {}
             for op, ks in lowered:
                 role = _LAYER.sub("", op.name)
