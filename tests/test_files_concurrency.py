@@ -139,6 +139,14 @@ def test_an_interrupted_search_keeps_its_measurements(tmp_path, monkeypatch):
     calls.clear()
     (tmp_path / "d").mkdir()
     (tmp_path / "other.json").write_text('{"format": "something else"}')
-    for bad, why in [("d", "is a directory"), ("other.json", "not a schedule file")]:
+    (tmp_path / "afile").write_text("x")
+    for bad, why in [
+        ("d", "is a directory"),
+        ("other.json", "not a schedule file"),
+        ("afile/s.json", "afile is a file, not a folder"),
+    ]:
         with pytest.raises(ScheduleError, match=why):
             autotune_model(g, cfg, device="wia-npu", schedules_file=tmp_path / bad)
+    for bad, why in [("d", "is a directory"), ("afile/m.json", "afile is a file, not a folder")]:
+        with pytest.raises(ScheduleError, match=why):
+            autotune_model(g, cfg, device="wia-npu", measurements_file=tmp_path / bad)

@@ -108,6 +108,7 @@ kernel key of the graph, or names that all skip (nothing would be tuned).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import os
@@ -127,6 +128,7 @@ from .._files import update_locked
 from ..emulator.config import DeviceSpec
 from ..emulator.device import Device
 from ..emulator.enums import StrNamedEnum
+from ..emulator.errors import WiaError
 from ..emulator.kernels import GemmKernel, GemmTiling
 from ..graph import GEMM_KINDS, Graph
 from ..lowering import gemm_key, lower
@@ -1174,27 +1176,47 @@ def autotune_model(
         found = {k: found[k] for k in keys}
     order = sorted(found, key=lambda key: (-found[key][0].macs * len(found[key][1]), key))
     sha = spec_hash(spec)
-    if schedules_file is not None:  # checked before the search (minutes), not after it
-        _check_schedules_file(schedules_file)
+    # both files are checked before the search (minutes), not after it
+    if schedules_file is not None:
+        _check_output_file(schedules_file, "schedules_file")
+        read_entries(schedules_file)  # ScheduleError when it is not a schedule file
     if measurements_file is not None:
+        _check_output_file(measurements_file, "measurements_file")
         load_measurements(measurements_file)
     try:
-        return _tune(graph, cfg, ctx, found, order, sha, schedules_file)
-    finally:  # an interrupted or failed search keeps what it measured
-        if measurements_file is not None:
-            save_measurements(measurements_file, sha)
+        result = _tune(graph, cfg, ctx, found, order, sha, schedules_file)
+    except BaseException:  # an interrupted or failed search keeps what it measured,
+        if measurements_file is not None:  # and its own error is the one raised
+            with contextlib.suppress(WiaError, OSError):
+                _save_measurements(measurements_file, sha)
+        raise
+    if measurements_file is not None:
+        _save_measurements(measurements_file, sha)
+    return result
 
 
-def _check_schedules_file(path: str | os.PathLike[str]) -> None:
-    """Refuse, in one line, a schedules file the search could not save into: a
-    directory, a file that is not a schedule file, a folder that cannot be written."""
+def _save_measurements(path: str | os.PathLike[str], sha: str) -> None:
+    """:func:`save_measurements`, an OSError as one ScheduleError line naming the file."""
+    try:
+        save_measurements(path, sha)
+    except OSError as exc:
+        raise ScheduleError(f"measurements_file {path}: cannot write ({exc.strerror})") from None
+
+
+def _check_output_file(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse, in one line, a file the search could not save into: a directory, a path
+    under a file, a folder that cannot be written."""
     p = Path(path)
     if p.is_dir():
-        raise ScheduleError(f"schedules_file {p}: is a directory")
-    read_entries(p)  # ScheduleError when it exists and is not a schedule file
+        raise ScheduleError(f"{what} {p}: is a directory")
     parent = p.parent if str(p.parent) else Path(".")
-    if parent.exists() and not os.access(parent, os.W_OK):
-        raise ScheduleError(f"schedules_file {p}: its folder is not writable")
+    for up in (parent, *parent.parents):
+        if up.exists():
+            if not up.is_dir():
+                raise ScheduleError(f"{what} {p}: {up} is a file, not a folder")
+            if not os.access(up, os.W_OK):
+                raise ScheduleError(f"{what} {p}: {up} is not writable")
+            break
 
 
 def _tune(
