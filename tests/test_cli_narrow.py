@@ -39,3 +39,14 @@ def test_run_top_kernels_keep_their_counts_and_times():
         n, ms, mean = cells[2], cells[3], cells[4]
         assert re.fullmatch(r"\d+", n), r
         assert re.fullmatch(r"\d+\.\d+", ms) and re.fullmatch(r"\d+\.\d+", mean), r
+
+
+def test_a_right_justified_text_column_still_wraps():
+    """The counters table's value column is right-justified text ("memory 484,163,
+    dependency ..."): it wraps at --width 60 and the counter names stay whole."""
+    res = CliRunner().invoke(cli, ["run", "bert-base", "-a", "layers=1", "--width", "60"])
+    assert res.exit_code == 0, res.output
+    table = res.output[res.output.index("Hardware counters") :].split("└")[0]
+    assert max(len(line) for line in table.splitlines()) <= 60
+    for name in ("instructions", "branch_mispredicts", "cache_misses"):
+        assert f"│ {name}" in table

@@ -394,11 +394,14 @@ def width_option(fn: F) -> F:
 
 #: Columns a table's text column keeps at least on a narrow console (it wraps there).
 TEXT_MIN = 10
+#: Letters a cell of a numeric column may hold (a unit: "ms", "GB/s", "n/a", "x").
+MAX_UNIT_LETTERS = 4
 
 
 def _keep_numbers(table: Table) -> int:
     """Make ``table`` give way on a narrow console without changing a number: its
-    right-justified (numeric) columns are never narrower than their widest cell (rich
+    right-justified columns of numbers (cells of digits and at most a short unit) are
+    never narrower than their widest cell (rich
     shrank them with an ellipsis: 2039 GB/s read ``2``, +1005.8% read ``+100…``), and
     its left-justified text columns wrap instead of being cut (unless they set their own
     ``max_width``: a description cut on purpose), down to :data:`TEXT_MIN` columns.
@@ -407,7 +410,8 @@ def _keep_numbers(table: Table) -> int:
     for col in table.columns:
         cells = [c.cell_len if isinstance(c, Text) else cell_len(str(c)) for c in col._cells]
         widest = max([cell_len(str(col.header)), *cells], default=0)
-        if col.justify == "right":
+        numeric = all(sum(ch.isalpha() for ch in str(c)) <= MAX_UNIT_LETTERS for c in col._cells)
+        if col.justify == "right" and numeric:
             col.min_width = max(col.min_width or 0, widest)
             col.no_wrap = True
             w = col.min_width
