@@ -38,18 +38,20 @@ Timing (``method``):
 
   The approximation, and how it is bounded: the KV-independent ops take in every step
   the cycles they took in the anchor (the device state they meet, L2 contents and HBM
-  queues, is taken to be the anchor's; on GPT-2 small it is: over 1,023 exact steps
-  from a 1-token prompt their cycles never change), and the KV-dependent ops change
-  from the anchor by what they change in the warm probe. Measured against the exact
-  method over all 1,023 steps of a 1,024-token generation (GPT-2 small, wia-npu, batch
-  1, 1-token prompt): ``kv_bucket=1`` is within 48 cycles of each exact step
-  (0.008%; 709 steps exact to the cycle), the default ``kv_bucket=4`` within 276
-  (0.044%: a bucket's later steps are short by their ops' growth within the bucket),
-  ``kv_bucket=8`` within 492 (0.08%). ``benchmarks/generation_speed.py`` prints
-  samples of it (and all of it with ``--full``). ``tests/test_generate.py`` holds
-  ``kv_bucket=1`` to 1e-4 and 8 to 1e-3 of the exact step. 1,024 tokens take about
-  1.3 s of CPU (the prefill, 4 anchors and 256 probes), against about 5 minutes for
-  the exact method. Energy and temperature are reported for the prefill only.
+  queues, is taken to be the anchor's), and the KV-dependent ops change from the
+  anchor by what they change in the warm probe, one layer's on a scratch device. Each
+  step reads its whole KV cache (laid out at its length: ``Context.same_program``),
+  so the probe misses the L2 the other layers' caches fill, and the error grows with
+  the cache until the next anchor. Measured against the exact method over all 1,023
+  steps of a 1,024-token generation (GPT-2 small, wia-npu, batch 1, 1-token prompt):
+  ``kv_bucket=1`` is within 2,784 cycles of each exact step (0.46%), the default
+  ``kv_bucket=4`` within 3,480 (0.56%: a bucket's later steps are also short by their
+  ops' growth within the bucket). ``benchmarks/generation_speed.py`` prints samples
+  of it (and all of it with ``--full``). ``tests/test_generate.py`` holds
+  ``kv_bucket=1`` to 1e-4 and 8 to 1e-3 of the exact step over 16 steps from a short
+  prompt. 1,024 tokens take about 1.9 s of CPU (the prefill, 4 anchors and 256
+  probes), against about 5 minutes for the exact method. Energy and temperature are
+  reported for the prefill only.
 
 Errors (:class:`~wia_hw.WorkloadError`, one line): ``new_tokens``, ``prompt_len`` or
 ``batch`` not a positive integer; a model that is not a decoder (no decode phase with a
