@@ -521,7 +521,7 @@ def flash_attention_kernels(
                 for k0 in range(0, s.skv, bc)
                 if _block_allowed(mask, q0, q1, k0, min(s.skv, k0 + bc))
             ]
-            possible += nh * -(-s.skv // bc)
+            possible += -(-s.skv // bc)  # a tile covers all nh heads of the group
             if not split_kv:
                 groups.append(len(tiles))
             qregs = rows(q, h0, h1, s.sq, q0, q1, s.d)
