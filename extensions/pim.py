@@ -370,8 +370,8 @@ class PIMConfig:
                 raise ValueError(f"PIMConfig.{n} must be a positive number, got {v!r}")
         for n in ("act_energy_pj", "column_energy_pj", "op_energy_pj"):
             v = getattr(self, n)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise ValueError(f"PIMConfig.{n} must be a number >= 0, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
+                raise ValueError(f"PIMConfig.{n} must be a finite number >= 0, got {v!r}")
         if self.bank_columns % self.compute_units_per_bank:
             raise ValueError(
                 f"PIMConfig.bank_columns ({self.bank_columns}) must be a "

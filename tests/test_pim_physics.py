@@ -251,3 +251,10 @@ def test_internal_bandwidth_is_the_column_issue_ceiling():
         res = _run(cfg, _op("relu"), n)
         assert n * 2 / res.time_ns <= cfg.internal_bandwidth_gbs
     assert PIMConfig().internal_bandwidth_gbs == 8192
+
+
+@pytest.mark.parametrize("field", ["act_energy_pj", "column_energy_pj", "op_energy_pj"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0])
+def test_a_non_finite_or_negative_energy_is_refused(field, value):
+    with pytest.raises(ValueError, match=rf"PIMConfig.{field} must be a finite number >= 0"):
+        PIMConfig(**{field: value})
