@@ -191,8 +191,6 @@ def test_untracked_memory_figures_are_none_and_print_not_tracked(flag):
     d = off.to_dict()
     text = off.format().splitlines()
     for f in UNTRACKED_BY:
-        if f in ("top_sites", "leaks"):
-            continue
         if f in gone:
             assert getattr(off, f) is None and d[f] is None, f
             assert getattr(full, f) is not None, f

@@ -245,8 +245,8 @@ class MemoryProfileReport:
     num_deallocations: int | None
     active_buffers: int
     num_leaks: int | None
-    top_sites: list[AllocationSite]
-    leaks: list[MemoryLeak]
+    top_sites: list[AllocationSite] | None
+    leaks: list[MemoryLeak] | None
     start_cycle: int = 0
     end_cycle: int = 0
     clock_ghz: float = 1.0
@@ -267,8 +267,8 @@ class MemoryProfileReport:
     capacity_bytes: int = 0
 
     @property
-    def num_top_sites(self) -> int:
-        return len(self.top_sites)
+    def num_top_sites(self) -> int | None:
+        return None if self.top_sites is None else len(self.top_sites)
 
     def untracked(self, name: str) -> str | None:
         """``"<flag>=False"`` when figure ``name`` was not tracked (its flag in
@@ -338,7 +338,7 @@ class MemoryProfileReport:
             "",
             f"Top Allocation Sites: {f('top_sites', '')}".rstrip(),
         ]
-        for i, s in enumerate(self.top_sites):
+        for i, s in enumerate(self.top_sites or ()):
             lines.append(
                 f"  {i + 1}. {s.file}:{s.line} - {s.total_size_gb:.2f} GB ({s.description})"
             )
@@ -346,7 +346,7 @@ class MemoryProfileReport:
             "",
             f"Memory Leaks Detected: {f('leaks', '')}".rstrip(),
         ]
-        for leak in self.leaks:
+        for leak in self.leaks or ():
             lines.append(
                 f"  Leaked {leak.size_mb:.2f} MB at {leak.allocation_site.file}:"
                 f"{leak.allocation_site.line}"
@@ -362,8 +362,8 @@ class MemoryProfileReport:
             if k not in ("top_sites", "leaks", "events", "stacks", "config")
         }
         d["num_top_sites"] = self.num_top_sites
-        d["top_sites"] = [s.to_dict() for s in self.top_sites]
-        d["leaks"] = [x.to_dict() for x in self.leaks]
+        d["top_sites"] = None if self.top_sites is None else [s.to_dict() for s in self.top_sites]
+        d["leaks"] = None if self.leaks is None else [x.to_dict() for x in self.leaks]
         d["events"] = [list(e) for e in self.events]
         d["stacks"] = [[f.to_dict() for f in st] for st in self.stacks]
         d["config"] = dict(vars(self.config))
@@ -373,8 +373,9 @@ class MemoryProfileReport:
     def from_dict(cls, d: Mapping[str, Any]) -> MemoryProfileReport:
         d = dict(d)
         d.pop("num_top_sites", None)
-        d["top_sites"] = [AllocationSite.from_dict(s) for s in d["top_sites"]]
-        d["leaks"] = [MemoryLeak.from_dict(x) for x in d["leaks"]]
+        sites, leaks = d["top_sites"], d["leaks"]
+        d["top_sites"] = None if sites is None else [AllocationSite.from_dict(s) for s in sites]
+        d["leaks"] = None if leaks is None else [MemoryLeak.from_dict(x) for x in leaks]
         d["events"] = [tuple(e) for e in d["events"]]
         d["stacks"] = [tuple(Frame.from_dict(f) for f in st) for st in d["stacks"]]
         d["config"] = MemoryProfilingConfig(**d["config"])
@@ -584,8 +585,8 @@ class MemoryProfilingSession:
             num_deallocations=len(frees) if cfg.track_deallocations else None,
             active_buffers=len(live),
             num_leaks=len(leaks) if cfg.detect_leaks and allocs else None,
-            top_sites=top_sites,
-            leaks=leaks,
+            top_sites=top_sites if allocs else None,
+            leaks=leaks if cfg.detect_leaks and allocs else None,
             start_cycle=self._start_cycle,
             end_cycle=self.ctx.device.now,
             clock_ghz=self.ctx.spec.clock_ghz,

@@ -845,7 +845,7 @@ class _Analyzer:
             return
         stack_of = {e[2]: e[9] for e in mem.events if e[1] == "malloc"}
         done: set[tuple[str, int, str, str]] = set()
-        for s in mem.top_sites + [x.allocation_site for x in mem.leaks]:
+        for s in (mem.top_sites or []) + [x.allocation_site for x in mem.leaks or []]:
             if (
                 s.count < self.cfg.hot_path_allocations
                 or not s.description.startswith("ctx.allocate")
