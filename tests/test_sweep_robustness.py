@@ -571,3 +571,22 @@ def test_evaluate_point_never_raises_so_dask_errors_are_the_clusters():
         }
     )
     assert r["status"] == "failed" and r["metrics"] is None and r["error"]
+
+
+def test_a_store_this_user_cannot_write_is_not_called_not_a_store(tmp_path):
+    """Run as another user, a valid store read-only to them gave "not a sweep store
+    (attempt to write a readonly database)"; it says it cannot be written."""
+    import sqlite3
+
+    from wia_hw.sweep._store import SweepStore
+
+    class ReadOnly:
+        def execute(self, *a, **k):
+            raise sqlite3.OperationalError("attempt to write a readonly database")
+
+    path = tmp_path / "s.sqlite"
+    with pytest.raises(SweepError) as e:
+        SweepStore._check(path, ReadOnly())
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: cannot write to this sweep store (attempt to write")
+    assert "not a sweep store" not in msg and "\n" not in msg

@@ -197,6 +197,11 @@ class SweepStore:
             if any(w in str(e) for w in ("locked", "busy", "malformed")):
                 # a store that is locked or damaged, not some other file
                 raise _sql_error(path, "read the store", e) from None
+            if "readonly" in str(e):  # a store this user may read but not write
+                raise SweepError(
+                    f"{path}: cannot write to this sweep store ({e}); run the sweep with "
+                    "--store naming a file you can write, or read it with sweep-report"
+                ) from None
             raise SweepError(f"{path}: not a sweep store ({e})") from None
         if row is None or row[0] != STORE_FORMAT:
             found = row[0] if row else None
