@@ -18,6 +18,7 @@ from ._autotune import (
     AutotuneConfig,
     AutotuneMethod,
     AutotuneResult,
+    KernelSkippedWarning,
     KernelTuning,
     autotune_model,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "AutotuneError",
     "AutotuneMethod",
     "AutotuneResult",
+    "KernelSkippedWarning",
     "KernelTuning",
     "ScheduleDeviceWarning",
     "ScheduleUnusedWarning",

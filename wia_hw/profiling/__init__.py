@@ -60,6 +60,7 @@ from ._roofline import (
     RooflineConfig,
     RooflinePoint,
     RooflineRecommendation,
+    RooflineSkipWarning,
     analyze_roofline,
     create_roofline,
     roofline_add_point,
@@ -70,6 +71,7 @@ from ._timeline import check_trace_events
 
 __all__ = [
     "SCHEMA",
+    "RooflineSkipWarning",
     "CollectiveStats",
     "CommProfileReport",
     "CommProfilingConfig",
