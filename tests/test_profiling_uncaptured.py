@@ -258,3 +258,17 @@ def test_comm_without_overlap_tracking_leaves_compute_figures_unknown():
         full.total_comm_time_s / (full.total_comm_time_s + full.total_compute_time_s)
     )
     assert lines[1] == full.summary().splitlines()[1]
+
+
+def test_profile_kernel_takes_numpy_dtype_names_and_lists_the_known_ones():
+    import wia_hw
+    from wia_hw import WorkloadError
+
+    def add(dtype: str):
+        inputs = {"a": ((256, 256), dtype), "b": ((256, 256), dtype)}
+        return wia_hw.profile_kernel(wia_hw.open_device(), "add", inputs)
+
+    assert add("float16").duration_ms == add("fp16").duration_ms
+    ctx = wia_hw.open_device()
+    with pytest.raises(WorkloadError, match=r"unknown dtype 'half' \(known: fp32, fp16, .*float16"):
+        wia_hw.profile_kernel(ctx, "add", {"a": ((256, 256), "half")})

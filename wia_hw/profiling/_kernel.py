@@ -763,11 +763,14 @@ def _one_op_graph(
                 )
             shape = v.shape
         elif isinstance(v, tuple) and len(v) == 2 and isinstance(v[1], str):
-            shape, dt = tuple(v[0]), v[1]
+            shape, dt = tuple(v[0]), _NP_DTYPES.get(v[1], v[1])  # "float16" is fp16
         else:
             shape, dt = tuple(v), "fp16"
         if dt not in DTYPE_BYTES:
-            raise WorkloadError(f"profile_kernel: input {name!r}: unknown dtype {dt!r}")
+            raise WorkloadError(
+                f"profile_kernel: input {name!r}: unknown dtype {dt!r} (known: "
+                f"{', '.join(DTYPE_BYTES)}, or numpy's {', '.join(_NP_DTYPES)})"
+            )
         weight = idx == 1 and kind in ("linear", "conv2d", "layer_norm", "embedding")
         names.append(b.weight(name, shape, dt) if weight else b.input(name, shape, dt))
     b.op(kind, kind, names, **dict(attrs))
