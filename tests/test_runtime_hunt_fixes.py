@@ -59,8 +59,9 @@ def test_generation_may_end_at_the_models_last_position(prompt_len, new_tokens):
     for s, x in zip(r.steps, exact.steps, strict=True):
         if s.source == "emulated":  # emulated steps are the exact method's
             assert s.cycles == x.cycles
-        else:  # the probe's cached steps are within its documented error
-            assert abs(s.cycles - x.cycles) <= 1e-3 * x.cycles
+        else:  # the probe's cached steps are within its documented error (GENERATION.md:
+            # 0.56% at most over 1,023 steps; a long cache fills the L2 the probe misses)
+            assert abs(s.cycles - x.cycles) <= 6e-3 * x.cycles
     with pytest.raises(wia_hw.WorkloadError, match="generate: prompt_len"):
         wia_hw.generate(
             "gpt2", new_tokens=new_tokens + 1, prompt_len=1024 - new_tokens + 1, layers=1, batch=1
