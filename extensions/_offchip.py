@@ -35,10 +35,13 @@ __all__ = [
     "gemm_unit_kernel",
     "ensure_unit",
     "POLICIES",
+    "UNIT_KINDS",
 ]
 
 #: The routing policies of the ``policy`` parameter (``names:`` takes a list).
 POLICIES = ("none", "all", "all_but_first_last", "names:OP[,OP...]")
+#: The graph op kinds both units' manifests claim (the only ones a policy can route).
+UNIT_KINDS = ("linear", "matmul", "conv2d")
 
 _calls = itertools.count()
 
@@ -129,7 +132,8 @@ def parse_policy(policy: Any, where: str = "policy") -> tuple[str, frozenset[str
 
 def policy_selects(policy: str, op: Op, graph: Graph, unit: str) -> bool:
     """Whether ``unit``'s ``policy`` takes graph op ``op``. Raises WorkloadError when a
-    ``names:`` policy names an op the graph does not have."""
+    ``names:`` policy names an op the graph does not have, or one of a kind the unit
+    does not take (not in :data:`UNIT_KINDS`: it would route nothing, silently)."""
     mode, names = parse_policy(policy, f"{unit}.policy")
     if mode == "none":
         return False
@@ -139,6 +143,13 @@ def policy_selects(policy: str, op: Op, graph: Graph, unit: str) -> bool:
             raise WorkloadError(
                 f"{unit} policy {policy!r}: graph {graph.name!r} has no op "
                 f"{', '.join(sorted(missing))}"
+            )
+        other = sorted(o.name for o in graph.ops if o.name in names and o.kind not in UNIT_KINDS)
+        if other:
+            kind = next(o.kind for o in graph.ops if o.name == other[0])
+            raise WorkloadError(
+                f"{unit} policy {policy!r}: op {other[0]!r} is a {kind}; {unit} takes only "
+                f"{', '.join(UNIT_KINDS)} ops"
             )
         return op.name in names
     if mode == "all":

@@ -50,6 +50,11 @@ its second, accumulates integers: zero points 0 on int8 codes run the RTL-exact 
 path above (a bias whose scale is the product of the operands' is added in int32);
 other zero points are subtracted first and summed exactly in float64, as a chip's
 zero-point correction would. Its result is scaled per output channel.
+
+Whichever rule quantises (dynamic, calibrated or static), a NaN or infinity among the
+values to code is refused with one WorkloadError line naming the op: no integer code
+stands for it, and casting it would give finite codes, a confident answer where the
+float graph gives NaN.
 """
 
 from __future__ import annotations
@@ -226,6 +231,26 @@ def _agree(a: Any, b: Any) -> bool:
     if a.size not in (1, n) or b.size not in (1, n):
         return False
     return bool(np.allclose(np.broadcast_to(a, n), np.broadcast_to(b, n), rtol=1e-5, atol=0))
+
+
+def _codable(op: Op, y: Any) -> np.ndarray:
+    """``y`` (the real values ``op`` quantises to integer codes) as float32; else, when
+    it holds a NaN or infinity, one WorkloadError line naming ``op``: no code means
+    NaN, so the cast would give finite, arbitrary codes and a quantised graph a
+    confident answer where the float one gives NaN (as :func:`wia_hw.quantize_model`
+    refuses non-finite weights). An infinity is refused too: it would set a dynamic
+    scale to infinity, a calibrated scale never saw one, and ``QuantParams.quantise``
+    does not saturate it (its integer cast wraps)."""
+    y = np.asarray(y, np.float32)
+    bad = ~np.isfinite(y)
+    if bad.any():
+        at = [int(i) for i in np.argwhere(bad)[0]]
+        raise WorkloadError(
+            f"op {op.name!r} ({op.kind}): the values it quantises to integer codes hold "
+            f"{int(bad.sum())} NaN or inf of {y.size} (first {y[tuple(at)]} at {at}); "
+            "a non-finite value has no code (check the inputs)"
+        )
+    return y
 
 
 def _fan_in(shape: Sequence[int]) -> int:
@@ -408,9 +433,9 @@ class FunctionalExecutor:
         return v.astype(np.float32) * np.float32(s)
 
     # -- static quantisation (Graph.quant) -----------------------------------------------
-    def _requantise(self, name: str, y: np.ndarray, p: QuantParams) -> None:
+    def _requantise(self, op: Op, name: str, y: np.ndarray, p: QuantParams) -> None:
         off = _offset(p)
-        q = p.quantise(y)
+        q = p.quantise(_codable(op, y))
         self.values[name] = (q - off).astype(np.int8 if p.hi - p.lo < 256 else np.int32)
         self.scales[name] = p.scale
         self.zeros[name] = p.zero_point - off
@@ -419,12 +444,12 @@ class FunctionalExecutor:
         """ONNX's DynamicQuantizeLinear: uint8 codes over ``[min(0, x), max(0, x)]``,
         the scale and zero point computed from this input in float32, as ONNX does (an
         all-zero input takes scale 1). Held minus 128, as every uint8 code."""
-        x = np.asarray(self._dequantised(op.inputs[0]), np.float32)
+        x = _codable(op, self._dequantised(op.inputs[0]))
         lo = np.float32(min(0.0, float(x.min()))) if x.size else np.float32(0)
         hi = np.float32(max(0.0, float(x.max()))) if x.size else np.float32(0)
         scale = np.float32((hi - lo) / np.float32(255)) or np.float32(1)
         zero = np.rint(np.clip(np.float32(0) - lo / scale, 0, 255)).astype(np.int64)
-        self._requantise(op.outputs[0], x, QuantParams(np.asarray(scale), zero, 0, 255))
+        self._requantise(op, op.outputs[0], x, QuantParams(np.asarray(scale), zero, 0, 255))
 
     def _static_step(self, op: Op, kernels: Sequence[Kernel], device: Device | None) -> None:
         g = self.graph
@@ -467,9 +492,9 @@ class FunctionalExecutor:
                 else evaluate(op.kind, op.attrs, ins, out.shape, "fp32", None, op.name)
             )
         if p is not None:
-            self._requantise(out_name, y, p)
+            self._requantise(op, out_name, y, p)
         elif out.dtype == "int8":  # codes without static parameters: the dynamic rule
-            self._dynamic_int8(out_name, np.asarray(y, np.float32))
+            self._dynamic_int8(op, out_name, np.asarray(y, np.float32))
         else:
             self.values[out_name] = cast_to(np.asarray(y, np.float32), out.dtype)
 
@@ -490,6 +515,7 @@ class FunctionalExecutor:
             else:
                 ins = [self._dequantised(i) for i in op.inputs]
                 y = evaluate(op.kind, op.attrs, ins, t.shape, "fp32", None, op.name)
+            y = _codable(op, y)
             self.values[out] = np.clip(np.rint(y / s), -127, 127).astype(np.int8)
             self.scales[out] = float(s)
             return
@@ -498,8 +524,10 @@ class FunctionalExecutor:
         scale = (float(q["input_scale"]) * sw).astype(np.float32)
         self.values[out] = cast_to(acc.astype(np.float32) * scale, t.dtype)
 
-    def _dynamic_int8(self, name: str, x: np.ndarray) -> None:
-        """Dynamic symmetric per-tensor int8: ``scale = max|x| / 127``."""
+    def _dynamic_int8(self, op: Op, name: str, x: np.ndarray) -> None:
+        """Dynamic symmetric per-tensor int8: ``scale = max|x| / 127`` (``op`` writes
+        ``name``; a NaN or infinity in ``x`` is refused, naming it)."""
+        x = _codable(op, x)
         amax = float(np.max(np.abs(x))) if x.size else 0.0
         scale = amax / 127.0 if amax > 0 else 1.0
         self.values[name] = np.clip(np.rint(x / np.float32(scale)), -127, 127).astype(np.int8)
@@ -699,7 +727,7 @@ class FunctionalExecutor:
                 else evaluate(op.kind, op.attrs, ins, out.shape, dt, None, op.name)
             )
         if out.dtype == "int8":  # dynamic symmetric requantisation
-            self._dynamic_int8(out_name, np.asarray(result, dtype=np.float32))
+            self._dynamic_int8(op, out_name, np.asarray(result, dtype=np.float32))
         else:
             self.values[out_name] = cast_to(result, out.dtype)
 

@@ -443,6 +443,13 @@ def _labels(where: str, labels: Any, samples: int, classes: int) -> np.ndarray:
             i = int(np.argmax(bad))
             raise WorkloadError(f"{where}: labels must be integer class ids, got {y[i]} at [{i}]")
     bad = (y < 0) | (y >= classes)
+    if bad.any() and classes == 1:
+        i = int(np.argmax(bad))
+        raise WorkloadError(
+            f"{where}: the outputs have one column, so every prediction is class 0, but "
+            f"labels hold {y[i]:g} at [{i}]: a binary model with one logit z needs two "
+            "columns, e.g. [0, z] (mlp_to_graph gives them)"
+        )
     if bad.any():
         i = int(np.argmax(bad))
         raise WorkloadError(
@@ -506,10 +513,24 @@ def mlp_to_graph(
     object with ``coefs_``, ``intercepts_`` and ``activation``), or a list of
     ``(W [in, out], b [out])`` pairs with ReLU between them. Returns the graph and its
     weights (name -> array). The output layer's softmax is left out (argmax is the
-    same)."""
+    same). A binary classifier (one logistic output unit, ``out_activation_`` of
+    ``"logistic"``) gets two logit columns ``[0, z]``: their softmax is its
+    ``predict_proba`` and their argmax its prediction (``z > 0``, ties to class 0 as
+    scikit-learn's 0.5 threshold), where one column would always argmax to 0. A
+    multi-label one (several logistic outputs, each its own yes/no) has no class
+    logits and is refused in one line."""
+    binary = False
     if hasattr(model, "coefs_"):
         layers = list(zip(model.coefs_, model.intercepts_, strict=True))
         act = getattr(model, "activation", "relu")
+        if getattr(model, "out_activation_", None) == "logistic" and layers:
+            outs = int(np.shape(layers[-1][0])[-1])
+            if outs != 1:
+                raise WorkloadError(
+                    f"mlp_to_graph: a multi-label MLPClassifier ({outs} logistic outputs, "
+                    "each its own yes/no) has no class logits to argmax; not supported"
+                )
+            binary = True
     else:
         layers, act = list(model), "relu"
     if act not in _ACTS:
@@ -530,6 +551,9 @@ def mlp_to_graph(
                 f"mlp_to_graph: layer {i}: weight {list(w.shape)} and bias "
                 f"{list(bias.shape)} do not follow {list(b.shape(x))}"
             )
+        if last and binary:  # logits [0, z]: argmax 1 exactly when z > 0
+            w = np.concatenate([np.zeros_like(w), w], axis=1)
+            bias = np.concatenate([np.zeros_like(bias), bias])
         x = b.linear(lname, x, w.shape[1])
         weights[f"{lname}.weight"], weights[f"{lname}.bias"] = w, bias
         if not last and _ACTS[act] is not None:

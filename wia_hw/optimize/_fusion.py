@@ -5,7 +5,8 @@ tensors, in which every fused chain of ops is marked: each member's ``attrs["fus
 holds ``{"name", "pattern", "ops", "position"}``. Lowering
 (:func:`wia_hw.lowering.lower_op`) gives the chain's first op the fused kernel(s) and
 the others none, so the chain's intermediates never cross memory. Patterns, each
-claimed only when every intermediate is read by the next op of the chain alone:
+claimed only when every intermediate is read by the next op of the chain alone and
+is not a declared model output (``Graph.declared_outputs``, which must be written):
 
 =====================  ============================================  ==================
 config field           chain                                         fused kernel
@@ -100,7 +101,12 @@ def _consumers(graph: Graph) -> dict[str, list[Op]]:
     return out
 
 
-def _only_reader(cons: dict[str, list[Op]], op: Op) -> Op | None:
+def _only_reader(cons: dict[str, list[Op]], op: Op, declared: frozenset[str]) -> Op | None:
+    """The one op that reads ``op``'s output, or None when several ops read it, none
+    does, or it is a declared model output (``Graph.declared_outputs``): a model
+    output must be written, so no fused kernel may keep it on chip."""
+    if op.outputs[0] in declared:
+        return None
     r = cons.get(op.outputs[0], [])
     return r[0] if len(r) == 1 else None
 
@@ -125,7 +131,8 @@ def _attention_ok(graph: Graph, chain: Sequence[Op]) -> bool:
 def _match(
     graph: Graph, cons: dict[str, list[Op]], op: Op, cfg: FusionConfig
 ) -> tuple[str, list[Op]] | None:
-    nxt = _only_reader(cons, op) if op.outputs else None
+    declared = frozenset(graph.declared_outputs)
+    nxt = _only_reader(cons, op, declared) if op.outputs else None
     t = graph.tensors
     if (
         cfg.fuse_attention
@@ -134,7 +141,7 @@ def _match(
         and nxt.kind == "softmax"
         and not nxt.attrs.get("log")
     ):
-        last = _only_reader(cons, nxt)
+        last = _only_reader(cons, nxt, declared)
         if last is not None and last.kind == "bmm" and _attention_ok(graph, [op, nxt, last]):
             return "attention", [op, nxt, last]
     if nxt is None:

@@ -47,10 +47,12 @@ when every GEMM-class op became int8; otherwise (a CNN's convolutions, attention
 ``bmm``) it is left out, a run reports its dominant GEMM precision, and
 :func:`quantize_model` warns with the share of GEMM MACs left float.
 
-Errors (one line each): a config field out of range or unknown (``ValueError``),
-calibration data of the wrong shape or kind (integers for an integer input such as
-token ids, real numbers for a float one) or naming an unknown input, no calibration batch,
-a weight or bias of an op to quantise holding NaN or inf (named, with the index of the
+Errors (one line each): a config field out of range or unknown, or a ``seed`` that is
+not a non-negative integer (``ValueError``; numpy integers and bools count as the
+Python ones), a given weight that is not an array of real numbers (named), calibration
+data of the wrong shape or kind (integers for an integer input such as token ids, real
+numbers for a float one) or naming an unknown input, no calibration batch, a weight or
+bias of an op to quantise holding NaN or inf (named, with the index of the
 first), an op whose K int8 products could overflow int32 on their own (K > 133,144), a
 graph with nothing to quantise (:class:`~wia_hw.WorkloadError`).
 """
@@ -58,6 +60,7 @@ graph with nothing to quantise (:class:`~wia_hw.WorkloadError`).
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -162,18 +165,28 @@ class QuantizationConfig:
                     f"QuantizationConfig.{name}: quantize_model targets int8, "
                     f"got {getattr(self, name).value!r}"
                 )
+        # numpy scalars (np.int64, np.bool_, np.float32) are accepted as the Python
+        # values they hold, as AutotuneConfig accepts them
         b = self.calibration_batches
-        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+        if not _is_int(b) or b < 1:
             raise ValueError(
                 f"QuantizationConfig.calibration_batches must be a positive integer, got {b!r}"
             )
-        if not isinstance(self.per_channel, bool):
+        object.__setattr__(self, "calibration_batches", int(b))
+        if not isinstance(self.per_channel, (bool, np.bool_)):
             raise ValueError(
                 f"QuantizationConfig.per_channel must be a bool, got {self.per_channel!r}"
             )
+        object.__setattr__(self, "per_channel", bool(self.per_channel))
         p = self.percentile
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 50 < p <= 100:
+        if isinstance(p, (bool, np.bool_)) or not isinstance(p, numbers.Real) or not 50 < p <= 100:
             raise ValueError(f"QuantizationConfig.percentile must be in (50, 100], got {p!r}")
+        object.__setattr__(self, "percentile", float(p))
+
+
+def _is_int(v: Any) -> bool:
+    """An integer (a numpy one too) that is not a bool."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
 
 
 class QuantizedGraph(Graph):
@@ -376,6 +389,29 @@ def _batches(graph: Graph, data: Any, limit: int) -> list[dict[str, np.ndarray]]
     return out
 
 
+def _check_weights(weights: Any) -> None:
+    """Refuse ``weights`` that is not a mapping, or one of whose values is not an array
+    of numbers (strings, a ragged list), naming the tensor: numpy's own message would
+    not say which."""
+    if weights is None:
+        return
+    if not isinstance(weights, Mapping):
+        raise TypeError(
+            f"quantize_model: weights must be a {{name: array}} mapping, got "
+            f"{type(weights).__name__}"
+        )
+    for name, v in weights.items():
+        try:
+            kind = np.asarray(v).dtype
+        except (TypeError, ValueError):
+            kind = None  # ragged nesting
+        if kind is None or kind.kind not in "biuf":
+            got = "a ragged sequence" if kind is None else f"dtype {kind}"
+            raise WorkloadError(
+                f"quantize_model: weight {name!r} must be an array of real numbers, got {got}"
+            )
+
+
 def _check_finite(targets: list[Op], ws: Mapping[str, np.ndarray]) -> None:
     """Refuse a non-finite weight or bias of an op to quantise: its scale (``max |W|``)
     and codes would be meaningless, and the int8 graph would compute finite, wrong
@@ -439,6 +475,10 @@ def quantize_model(
         raise TypeError(f"quantize_model takes a Graph, got {type(graph).__name__}")
     if not isinstance(config, QuantizationConfig):
         raise TypeError(f"config must be a QuantizationConfig, got {type(config).__name__}")
+    if not _is_int(seed) or seed < 0:
+        raise ValueError(f"quantize_model: seed must be a non-negative integer, got {seed!r}")
+    seed = int(seed)
+    _check_weights(weights)
     targets = _quant_targets(graph)
     if not targets:
         raise WorkloadError(
