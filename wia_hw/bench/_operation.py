@@ -29,6 +29,7 @@ from typing import Any
 from .._version import __version__
 from ..graph import Graph
 from ..optimize._autotune import AutotuneResult
+from ..optimize._schedules import AutotuneError
 from ..runtime import Context, OpTime, RunResult, open_device, resolve_workload
 from ._baseline import spec_hash
 from ._config import BenchmarkConfig, BenchmarkError
@@ -381,9 +382,11 @@ def benchmark_model(
     the graph's own: its shapes are fixed), or the :class:`~wia_hw.AutotuneResult` of
     :func:`~wia_hw.autotune_model` (the seed's ``tuned_model``): its graph run with its
     schedules, on the spec it was tuned on unless ``device``/``ctx`` say otherwise (a
-    different spec is refused). ``schedules``: tuned GEMM tilings, a schedule file or a
-    mapping by kernel key, as :func:`wia_hw.run` takes them. Bad input raises
-    :class:`BenchmarkError` (one line)."""
+    different spec is refused), with the extensions of the context it was tuned on
+    (registered on the context opened here; a ``ctx`` given must have the same, else it
+    is refused: they choose which ops the tuned kernels run). ``schedules``: tuned GEMM
+    tilings, a schedule file or a mapping by kernel key, as :func:`wia_hw.run` takes
+    them. Bad input raises :class:`BenchmarkError` (one line)."""
     if isinstance(model, AutotuneResult):
         if schedules is not None:
             raise BenchmarkError(
@@ -395,9 +398,16 @@ def benchmark_model(
                 "benchmark_model: the AutotuneResult holds no graph (not made by "
                 "autotune_model): pass the graph with schedules=result.schedules"
             )
-        if ctx is None:
+        fresh = ctx is None
+        if fresh:
             ctx = open_device(model.spec if device is None else device)
         why = model.mismatch(ctx.spec)
+        if why is None and fresh:  # the tuning context's extensions, registered again
+            try:
+                model.register_extensions(ctx)
+            except AutotuneError as exc:
+                raise BenchmarkError(f"benchmark_model: {exc}") from None
+        why = why or model.mismatch(ctx)
         if why is not None:
             raise BenchmarkError(f"benchmark_model: {why}")
         model, schedules = model.workload, model.schedules

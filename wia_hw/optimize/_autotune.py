@@ -71,7 +71,9 @@ candidate (``cold_walls_s``, ``cold_candidates_per_s``).
   lower bound, which the pruning computes anyway: the model learns how far above it
   each kind of tiling lands), ranks every unmeasured candidate of the pool
   and measures the best ``batch_size`` of them, each slot replaced by a random one
-  with probability ``epsilon`` (exploration).
+  with probability ``epsilon`` (exploration). A candidate's features are computed when
+  first needed (the pool's before the first fit, in chunks with the deadline checked
+  between), so a ``time_budget_seconds`` holds; without one, the search is the same.
 
 The heuristic's own tiling is measured first (trial 0) and kept when nothing beats it,
 so a tuned kernel is never slower than the default on its own.
@@ -133,7 +135,14 @@ from ..emulator.kernels import GemmKernel, GemmTiling
 from ..graph import GEMM_KINDS, Graph
 from ..lowering import gemm_key, lower
 from ._fast_eval import PartialRun, canonical_tiling, cycles_lower_bound
-from ._schedules import AutotuneError, ScheduleError, read_entries, save_schedules, spec_hash
+from ._schedules import (
+    AutotuneError,
+    ScheduleError,
+    Schedules,
+    read_entries,
+    save_schedules,
+    spec_hash,
+)
 
 __all__ = [
     "METHODS",
@@ -180,16 +189,17 @@ class AutotuneConfig:
     ``method``: ``grid``, ``random`` or ``ml`` (an :class:`AutotuneMethod`; see the
     module docstring).
     ``time_budget_seconds``: wall seconds for the whole graph (shared among the kernels
-    still to tune), ``None`` for no limit. ``max_trials``: candidates measured per
-    kernel key (the default tiling, measured first, is not counted). Both must be
-    positive. ``kernels_to_tune``: op or kernel names, with or without their
-    ``layerN.`` prefix, or kernel keys (``None``: every built-in GEMM kernel; see the
-    module docstring). ``seed``: every random choice. ``batch_size``/``epsilon``: the ML
-    tuner's candidates per round and exploration probability. ``cost_model``: ``gbt``
-    (scikit-learn) or ``ridge`` (numpy). ``max_tiles``: the largest tile count a
-    candidate may have. ``prune``: decide a candidate that cannot beat the best so far
-    without a whole emulator run (see the module docstring; the best found is the
-    same either way).
+    still to tune; counted from the call, the ML cost model's import included, to the
+    in-graph check, which is outside it), ``None`` for no limit. ``max_trials``:
+    candidates measured per kernel key (the default tiling, measured first, is not
+    counted). Both must be positive. ``kernels_to_tune``: op or kernel names, with or
+    without their ``layerN.`` prefix, or kernel keys (``None``: every built-in GEMM
+    kernel; see the module docstring). ``seed``: every random choice.
+    ``batch_size``/``epsilon``: the ML tuner's candidates per round and exploration
+    probability. ``cost_model``: ``gbt`` (scikit-learn) or ``ridge`` (numpy).
+    ``max_tiles``: the largest tile count a candidate may have. ``prune``: decide a
+    candidate that cannot beat the best so far without a whole emulator run (see the
+    module docstring; the best found is the same either way).
     """
 
     method: str = "ml"
@@ -336,7 +346,8 @@ class KernelTuning:
 @dataclass
 class AutotuneResult:
     """What :func:`autotune_model` found: ``kernels`` by key, the ``method`` and
-    ``seed``, the ``device`` name and ``spec_sha256``, ``wall_s`` of the search,
+    ``seed``, the ``device`` name and ``spec_sha256``, ``wall_s`` of the search (from
+    the call, the cost model's import and the lowering included, to the in-graph check),
     ``measured`` (whole emulator runs made), ``cache_hits`` (candidates found in the
     cache), ``pruned`` (decided by the lower bound, no emulator run), ``cut`` (emulator
     runs stopped at the best cycles so far), ``eval_s`` (wall seconds spent evaluating
@@ -373,6 +384,17 @@ class AutotuneResult:
     #: when given this result (the seed's ``tuned_model``), with :attr:`schedules`
     workload: Graph | None = field(default=None, repr=False, compare=False)
     spec: DeviceSpec | None = field(default=None, repr=False, compare=False)
+    #: the extensions registered on the context it was tuned on (``device=ctx``), as a
+    #: run's provenance records them (id, version, source, parameters, ...; in
+    #: registration order): they lowered the graph the schedules were searched and
+    #: checked in, so :func:`wia_hw.benchmark_model` and
+    #: :func:`wia_hw.create_inference_server` register them on the context they open
+    #: (:meth:`tuning_extensions`); ``extension_objects``: those extensions themselves
+    extensions: list[dict[str, Any]] = field(default_factory=list)
+    extension_objects: tuple[Any, ...] = field(default=(), repr=False, compare=False)
+    #: op kinds or names the tuning context routed to providers that no registered
+    #: extension owns (set on ``ctx.providers`` by hand): no fresh context has them
+    custom_providers: tuple[str, ...] = ()
 
     @property
     def cold(self) -> int:
@@ -395,24 +417,89 @@ class AutotuneResult:
         took."""
         return self.cold / self.cold_s if self.cold_s > 0 else float("inf")
 
-    def mismatch(self, spec: DeviceSpec) -> str | None:
+    def mismatch(self, spec: Any) -> str | None:
         """Why this result's schedules do not belong on ``spec`` (``None``: they were
         tuned on it): a tiling is tuned for one spec's array and memory, so a caller
-        running the tuned graph elsewhere says so rather than apply them there."""
-        if spec_hash(spec) == self.spec_sha256:
+        running the tuned graph elsewhere says so rather than apply them there. ``spec``
+        is a :class:`DeviceSpec`, or a :class:`wia_hw.Context`, whose registered
+        extensions (id and parameters) and hand-set providers must also be those the
+        result was tuned with: they choose which ops the GEMM kernels run."""
+        ctx = None if isinstance(spec, DeviceSpec) else spec
+        if ctx is not None:
+            spec = ctx.spec
+        if spec_hash(spec) != self.spec_sha256:
+            return (
+                f"the AutotuneResult was tuned on {self.device!r} (spec sha256 "
+                f"{self.spec_sha256[:12]}), not on {spec.name!r} (sha256 "
+                f"{spec_hash(spec)[:12]}): run it on the spec it was tuned on "
+                "(device=result.spec) or tune again there"
+            )
+        if ctx is None:
+            return None
+        why = _extensions_differ(self.extensions, ctx.provenance()["extensions"])
+        if why is None and _custom_providers(ctx) != self.custom_providers:
+            why = (
+                f"providers set by hand for {list(self.custom_providers)}, the context's for "
+                f"{list(_custom_providers(ctx))}"
+            )
+        if why is None:
             return None
         return (
-            f"the AutotuneResult was tuned on {self.device!r} (spec sha256 "
-            f"{self.spec_sha256[:12]}), not on {spec.name!r} (sha256 {spec_hash(spec)[:12]}): "
-            "run it on the spec it was tuned on (device=result.spec) or tune again there"
+            f"the AutotuneResult was tuned with other extensions than the context's: {why}; "
+            "run it on a context with the extensions it was tuned with (without ctx=, "
+            "benchmark_model and create_inference_server register them) or tune again"
         )
 
+    def tuning_extensions(self) -> list[Any]:
+        """The extensions to register on a fresh context so that it lowers the graph as
+        the tuning context did: those registered there (:attr:`extension_objects`), else
+        each loaded again from its record in :attr:`extensions` (manifest or id, with
+        its parameters). :class:`AutotuneError` (one line, naming them) when that cannot
+        be done (providers set by hand, or a record that no longer loads): pass a
+        context that has them (``ctx=``)."""
+        if self.custom_providers:
+            raise AutotuneError(
+                f"the AutotuneResult was tuned on a context with providers set by hand for "
+                f"{', '.join(self.custom_providers)}, which a fresh context cannot have: "
+                "pass ctx= a context with them"
+            )
+        if len(self.extension_objects) == len(self.extensions):
+            return list(self.extension_objects)
+        from ..registry import load_extension
+
+        out = []
+        for e in self.extensions:
+            try:
+                out.append(load_extension(e.get("path") or e["source"], parameters=e["parameters"]))
+            except (WiaError, OSError, KeyError, TypeError) as exc:
+                raise AutotuneError(
+                    f"the AutotuneResult was tuned with extension(s) "
+                    f"{', '.join(str(x.get('id', '?')) for x in self.extensions)}, and "
+                    f"{e.get('id', '?')!r} cannot be registered again "
+                    f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}): pass "
+                    "ctx= a context with them registered"
+                ) from None
+        return out
+
+    def register_extensions(self, ctx: Any) -> None:
+        """Register :meth:`tuning_extensions` on ``ctx`` (a fresh context), in the order
+        the tuning context registered them."""
+        from ..registry import register_device_extension
+
+        for ext in self.tuning_extensions():
+            register_device_extension(ctx, ext)
+
     @property
-    def schedules(self) -> dict[str, GemmTiling]:
+    def schedules(self) -> Schedules:
         """The tuned tilings that beat the default alone and kept the graph from getting
         slower (:attr:`KernelTuning.applied`), by kernel key (what ``run`` and
-        :func:`wia_hw.lowering.lower` accept as ``schedules``)."""
-        return {k: t.best for k, t in self.kernels.items() if t.applied}
+        :func:`wia_hw.lowering.lower` accept as ``schedules``), as a
+        :class:`~wia_hw.optimize.Schedules` of the spec they were tuned on: a run on
+        another spec leaves them out with a ``ScheduleDeviceWarning``, as it does a
+        schedule file's entries of another spec."""
+        out = Schedules({k: t.best for k, t in self.kernels.items() if t.applied})
+        out.device, out.spec_sha256 = self.device, self.spec_sha256
+        return out
 
     @property
     def default_cycles(self) -> int:
@@ -482,6 +569,39 @@ class AutotuneResult:
             )
         lines += [f"  {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+def _custom_providers(ctx: Any) -> tuple[str, ...]:
+    """The op kinds or names ``ctx`` routes to a provider no registered extension owns
+    (set on ``ctx.providers`` by hand), sorted."""
+    own = set(ctx.extensions)
+    out = []
+    for key, (owner, fn) in ctx.providers.items():
+        owners = {e.ext for e in getattr(fn, "entries", ())} or {owner}
+        if owners - own:
+            out.append(key)
+    return tuple(sorted(out))
+
+
+def _extensions_differ(want: list[dict[str, Any]], have: list[dict[str, Any]]) -> str | None:
+    """How the extension records ``have`` (a context's provenance) differ from ``want``
+    (the tuning context's) in id or parameters, one phrase; None when they do not."""
+    w = {e["id"]: e["parameters"] for e in want}
+    h = {e["id"]: e["parameters"] for e in have}
+    parts = []
+    if set(w) - set(h):
+        parts.append(f"tuned with {', '.join(sorted(set(w) - set(h)))}, not registered here")
+    if set(h) - set(w):
+        parts.append(f"{', '.join(sorted(set(h) - set(w)))} registered here, not tuned with")
+    for i in sorted(set(w) & set(h)):
+        diff = [
+            f"{k}={w[i].get(k)!r} tuned, {h[i].get(k)!r} here"
+            for k in sorted(set(w[i]) | set(h[i]))
+            if w[i].get(k) != h[i].get(k)
+        ]
+        if diff:
+            parts.append(f"{i} parameters {', '.join(diff)}")
+    return "; ".join(parts) or None
 
 
 # -- measurement --------------------------------------------------------------------
@@ -916,7 +1036,22 @@ def _search(
         def features(t: GemmTiling) -> list[float]:
             return [*schedule_features(kernel, t, spec), math.log2(ev.bound(kernel, t))]
 
-        feats = np.array([features(t) for t in pool]) if pool else None
+        # a candidate's features (its lower bound: up to a millisecond each, a tenth of a
+        # second over a big kernel's pool) are computed when first needed, those of the
+        # pool in chunks with the deadline checked between: a budget holds, and the
+        # features (so the search without a budget) are those of computing them all first
+        feats: dict[int, list[float]] = {}
+
+        def pool_features(idx: list[int]) -> np.ndarray | None:
+            """The features of ``pool[i]`` for ``i`` in ``idx``; None if time ran out."""
+            todo = [i for i in idx if i not in feats]
+            for j in range(0, len(todo), 16):
+                if out_of_time():
+                    return None
+                for i in todo[j : j + 16]:
+                    feats[i] = features(pool[i])
+            return np.array([feats[i] for i in idx])
+
         left = list(range(len(pool)))
         xs = [features(default)]
         ys = [math.log(default_cycles)]
@@ -927,12 +1062,20 @@ def _search(
                 if len(history) - 1 >= budget or out_of_time():
                     break
                 ys.append(math.log(take(pool[i])))
-                xs.append(list(feats[i]))
+                f = feats.get(i)
+                if f is None:
+                    f = feats[i] = features(pool[i])
+                xs.append(f)
                 left.remove(i)
             if len(history) - 1 >= budget or not left:
                 break
+            ranking = pool_features(left)
+            if ranking is None or out_of_time():
+                break
             model = _model(cfg.cost_model, cfg.seed).fit(np.array(xs), np.array(ys))
-            pred = model.predict(feats[left])
+            if out_of_time():
+                break
+            pred = model.predict(ranking)
             ranked = [left[j] for j in np.argsort(pred, kind="stable")]
             n = min(cfg.batch_size, budget - (len(history) - 1), len(left))
             batch, chosen = [], set()
@@ -1155,9 +1298,10 @@ def autotune_model(
     seed's ``"feed_forward_output"`` selects that op of every layer); a name of an op
     without a built-in GEMM kernel is skipped with a :class:`KernelSkippedWarning`.
     Raises :class:`AutotuneError` (one line) for a name that matches nothing, or when
-    every name is skipped. The result holds ``graph`` and the spec (``workload``,
-    ``spec``), so :func:`wia_hw.benchmark_model` and
-    :func:`wia_hw.create_inference_server` take it as the seed's ``tuned_model``.
+    every name is skipped. The result holds ``graph``, the spec and the context's
+    extensions (``workload``, ``spec``, ``extensions``), so
+    :func:`wia_hw.benchmark_model` and :func:`wia_hw.create_inference_server` take it as
+    the seed's ``tuned_model`` and run it as it was tuned.
     """
     from ..runtime import Context, open_device
 
@@ -1166,6 +1310,9 @@ def autotune_model(
         raise AutotuneError(f"config must be an AutotuneConfig, got {type(cfg).__name__}")
     if not isinstance(graph, Graph):
         raise AutotuneError(f"autotune_model takes a Graph, got {type(graph).__name__}")
+    # the search's wall time, and its budget, start here: the cost model's import (2 s
+    # for scikit-learn in a fresh process) and the graph's lowering count
+    start = time.perf_counter()
     if cfg.method == "ml":
         _model(cfg.cost_model, cfg.seed)  # a missing scikit-learn fails here, at once
     ctx = device if isinstance(device, Context) else open_device(device)
@@ -1184,7 +1331,7 @@ def autotune_model(
         _check_output_file(measurements_file, "measurements_file")
         load_measurements(measurements_file)
     try:
-        result = _tune(graph, cfg, ctx, found, order, sha, schedules_file)
+        result = _tune(graph, cfg, ctx, found, order, sha, schedules_file, start)
     except BaseException:  # an interrupted or failed search keeps what it measured,
         if measurements_file is not None:  # and its own error is the one raised
             with contextlib.suppress(WiaError, OSError):
@@ -1227,12 +1374,13 @@ def _tune(
     order: list[str],
     sha: str,
     schedules_file: str | os.PathLike[str] | None,
+    start: float,
 ) -> AutotuneResult:
     """The search of :func:`autotune_model` over ``order``'s kernel keys, the in-graph
-    check, and the schedules saved."""
+    check, and the schedules saved; ``start``: the ``time.perf_counter()`` the wall time
+    and the budget count from."""
     spec = ctx.spec
     ev = _Evaluator(spec, sha, cfg.prune)
-    start = time.perf_counter()
     limit = cfg.time_budget_seconds
     tuned: dict[str, KernelTuning] = {}
     for i, key in enumerate(order):
@@ -1275,6 +1423,11 @@ def _tune(
         graph=graph.name,
         workload=graph,
         spec=spec,
+        extensions=ctx.provenance()["extensions"],
+        extension_objects=tuple(
+            e for e in ctx.extensions.values() if not getattr(e, "direct", False)
+        ),
+        custom_providers=_custom_providers(ctx),
     )
     t0 = time.perf_counter()
     for name, value in _check_in_graph(graph, ctx, result.kernels).items():

@@ -19,7 +19,9 @@ spec hash is replaced); :func:`load_schedules` gives the tilings that apply to a
 (a :class:`Schedules` mapping that also counts the entries it left out for another
 spec), which ``wia_hw.run(..., schedules=path)`` hands to lowering. A file with no
 entry for the spec warns (:class:`ScheduleDeviceWarning`): the run uses the default
-tilings.
+tilings. A :class:`Schedules` records its spec hash, so one handed to a run on another
+spec (``AutotuneResult.schedules``, a loaded file's) is left out and warns alike
+(:func:`check_schedules`).
 
 A malformed file is one :class:`ScheduleError` naming the file, the entry (its index
 and kernel key) and the field: a structural fault in any entry, two entries of one
@@ -92,11 +94,15 @@ class ScheduleUnusedWarning(UserWarning):
 class Schedules(dict[str, GemmTiling]):
     """The tilings of a schedule file that apply to one spec, by kernel key (a dict, what
     lowering takes), and what was left out: ``path``, ``device`` (the spec's name),
-    ``applied`` (entries of this spec), ``other_spec`` (entries tuned on other specs,
-    not applied) and ``other_devices`` (those entries' device names, sorted)."""
+    ``spec_sha256`` (that spec's :func:`spec_hash`), ``applied`` (entries of this spec),
+    ``other_spec`` (entries tuned on other specs, not applied) and ``other_devices``
+    (those entries' device names, sorted). Given to a run on another spec
+    (:func:`check_schedules`), its tilings are left out as a file's entries of another
+    spec are."""
 
     path: str = ""
     device: str = ""
+    spec_sha256: str = ""
     other_spec: int = 0
     other_devices: tuple[str, ...] = ()
 
@@ -234,6 +240,7 @@ def load_schedules(path: str | os.PathLike[str], spec: DeviceSpec) -> Schedules:
             raise ScheduleError(f"{p}: entry {i} ({e['kernel']}): {why}")
         out[e["kernel"]] = t
     out.path, out.device, out.other_devices = str(p), spec.name, tuple(sorted(others))
+    out.spec_sha256 = h
     if not out:
         what = (
             f"its {out.other_spec} entries are for another spec ({', '.join(out.other_devices)})"
@@ -254,11 +261,52 @@ def check_schedules(schedules: Any, spec: DeviceSpec) -> Schedules:
     takes it, checked as :func:`load_schedules` checks a file's entries: each key a
     GEMM kernel key, each value a :class:`~wia_hw.emulator.kernels.GemmTiling` or a
     mapping of its fields (``tm``, ``tn``, ``tk``, and ``tb``, ``order``), each tiling
-    one that :func:`check_tiling` accepts on ``spec``. A :class:`Schedules` loaded from
-    a file is returned as it is. One :class:`ScheduleError` names the key and the
-    field at fault."""
-    if isinstance(schedules, Schedules):
-        return schedules
+    one that :func:`check_tiling` accepts on ``spec``. One :class:`ScheduleError` names
+    the key and the field at fault.
+
+    A :class:`Schedules` that records a spec (:func:`load_schedules`, an earlier call, or
+    ``AutotuneResult.schedules``) is taken as a file's entries of that spec are: tuned on
+    another spec (another hash), none applies and a :class:`ScheduleDeviceWarning` says
+    so (the run uses the default tilings), as for a file with no entry for ``spec``; of
+    this spec, each tiling is checked as above (a tiling never runs on a spec it was not
+    checked on)."""
+    if isinstance(schedules, Schedules) and schedules.spec_sha256:
+        h = spec_hash(spec)
+        if schedules.spec_sha256 != h:
+            return _other_spec(schedules, spec, h)
+        out = _checked(schedules, spec)
+        out.path, out.other_spec = schedules.path, schedules.other_spec
+        out.other_devices = schedules.other_devices
+        return out
+    return _checked(schedules, spec)
+
+
+def _other_spec(schedules: Schedules, spec: DeviceSpec, h: str) -> Schedules:
+    """What :func:`load_schedules` gives for a file whose entries are all those of
+    ``schedules`` (tuned on another spec than ``spec``, of hash ``h``): none applies,
+    with one :class:`ScheduleDeviceWarning`."""
+    out = Schedules()
+    out.path, out.device, out.spec_sha256 = schedules.path, spec.name, h
+    out.other_spec = len(schedules)
+    out.other_devices = (schedules.device or "?",)
+    where = schedules.path or "schedules"
+    what = (
+        f"its {out.other_spec} entries are for another spec ({out.other_devices[0]}, spec "
+        f"{schedules.spec_sha256[:12]})"
+        if out.other_spec
+        else "it has no entries"
+    )
+    warnings.warn(
+        f"{where}: no schedule for {spec.name} (spec {h[:12]}): {what}; the run uses the "
+        "default tilings",
+        ScheduleDeviceWarning,
+        stacklevel=3,
+    )
+    return out
+
+
+def _checked(schedules: Any, spec: DeviceSpec) -> Schedules:
+    """:func:`check_schedules` of a mapping: its tilings checked on ``spec``."""
     if not isinstance(schedules, Mapping):
         raise ScheduleError(
             "schedules must be a path to a schedule file or a mapping of tilings by kernel "
@@ -286,7 +334,7 @@ def check_schedules(schedules: Any, spec: DeviceSpec) -> Schedules:
         if why is not None:
             raise ScheduleError(f"schedules[{key!r}]: {why}")
         out[key] = t
-    out.device = spec.name
+    out.device, out.spec_sha256 = spec.name, spec_hash(spec)
     return out
 
 

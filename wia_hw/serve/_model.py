@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,17 +159,26 @@ def model_factory(
 
 
 def time_shape(
-    graph: Graph, spec: DeviceSpec, seed: int, schedules: Mapping[str, Any] | None = None
+    graph: Graph,
+    spec: DeviceSpec,
+    seed: int,
+    schedules: Mapping[str, Any] | None = None,
+    extensions: Sequence[Any] = (),
 ) -> ShapeTiming:
-    """Time ``graph`` on a fresh device of ``spec`` (timing mode), with tuned GEMM
-    ``schedules`` by kernel key (those of other shapes do not apply)."""
+    """Time ``graph`` on a fresh device of ``spec`` (timing mode) with ``extensions``
+    registered (device extensions, in order), with tuned GEMM ``schedules`` by kernel
+    key (those of other shapes do not apply)."""
     from ..optimize import ScheduleUnusedWarning
-    from ..runtime import run
+    from ..registry import register_device_extension
+    from ..runtime import open_device
 
+    ctx = open_device(spec, seed=seed)
+    for ext in extensions:
+        register_device_extension(ctx, ext)
     kw = {"schedules": dict(schedules)} if schedules else {}
     with warnings.catch_warnings():  # a server's shapes other than the tuned one's
         warnings.simplefilter("ignore", ScheduleUnusedWarning)
-        r = run(graph, device=spec, seed=seed, **kw)
+        r = ctx.run(graph, **kw)
     return ShapeTiming(
         int(graph.params.get("batch", graph.sequences)),
         graph.params.get("seq"),

@@ -33,6 +33,7 @@ import simpy
 from ..emulator.config import DeviceSpec
 from ..graph import Graph
 from ..optimize._autotune import AutotuneResult
+from ..optimize._schedules import AutotuneError
 from ..spec import DEFAULT_DEVICE, load_spec
 from ._config import BatchingConfig, PaddingStrategy, ServeError
 from ._model import ShapeTiming, model_factory, time_shape
@@ -85,9 +86,13 @@ class InferenceServer:
         spec: DeviceSpec,
         seed: int = 0,
         schedules: Mapping[str, Any] | None = None,
+        extensions: Sequence[Any] = (),
     ) -> None:
         self.factory = factory
         self.schedules = dict(schedules or {})
+        #: device extensions registered on the device every shape is timed on (those of
+        #: the context an AutotuneResult was tuned on)
+        self.extensions = tuple(extensions)
         self.reference = reference
         self.config = config
         self.spec = spec
@@ -133,7 +138,7 @@ class InferenceServer:
                 shape = f"{batch}" if seq is None else f"{batch}x{seq}"
                 self.on_work("shape", f"timing batch {shape} ({len(self._shapes)} timed)")
             t = self._shapes[key] = time_shape(
-                self.factory(batch, seq), self.spec, self.seed, self.schedules
+                self.factory(batch, seq), self.spec, self.seed, self.schedules, self.extensions
             )
         return t
 
@@ -260,9 +265,10 @@ def create_inference_server(
     ``workload_kwargs``, e.g. ``seq=128``; a :class:`~wia_hw.Graph`, re-shaped per batch
     as :func:`wia_hw.serve.graph_at` says; a callable ``(batch, seq) -> Graph``; or the
     :class:`~wia_hw.AutotuneResult` of :func:`wia_hw.autotune_model`, the seed's
-    ``tuned_model``: its graph served with its schedules, on the spec it was tuned on
-    unless ``device`` names another, which is refused) served on ``device`` (default
-    ``wia-npu``) with dynamic batching by ``config``. The model's ``seq`` is the
+    ``tuned_model``: its graph served with its schedules and the extensions of the
+    context it was tuned on, on the spec it was tuned on unless ``device`` names
+    another, which is refused) served on ``device`` (default ``wia-npu``) with dynamic
+    batching by ``config``. The model's ``seq`` is the
     longest a request may have. Nothing is timed until a shape is needed.
     ``schedules``: tuned GEMM schedules by kernel key (:func:`wia_hw.optimize.
     autotune_model`), applied to every shape whose kernels they were tuned for (a
@@ -273,6 +279,7 @@ def create_inference_server(
     """
     if not isinstance(config, BatchingConfig):
         raise TypeError(f"config must be a BatchingConfig, got {type(config).__name__}")
+    extensions: list[Any] = []
     if device is None:
         device = (
             model.spec
@@ -295,9 +302,13 @@ def create_inference_server(
         why = model.mismatch(spec)
         if why is not None:
             raise ServeError(f"create_inference_server: {why}")
+        try:  # the tuning context's extensions: every shape is timed with them
+            extensions = model.tuning_extensions()
+        except AutotuneError as exc:
+            raise ServeError(f"create_inference_server: {exc}") from None
         model, schedules = model.workload, model.schedules
     factory, ref = model_factory(model, **workload_kwargs)
-    return InferenceServer(factory, ref, config, spec, seed, schedules)
+    return InferenceServer(factory, ref, config, spec, seed, schedules, extensions)
 
 
 def percentile_ms(latency_ns: Sequence[int], q: float) -> float:
