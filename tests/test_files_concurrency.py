@@ -42,18 +42,24 @@ def _saver(proc: int, path: str, n: int, q) -> None:
     q.put(errors)
 
 
-@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="needs fork")
-def test_two_processes_saving_schedules_keep_every_entry(tmp_path):
-    path = str(tmp_path / "schedules.json")
+def _race(target, path: str) -> list[str]:
+    """Two forked processes each running ``target(proc, path, 40, queue)`` at once; the
+    errors they met."""
     ctx = mp.get_context("fork")
     q = ctx.Queue()
-    procs = [ctx.Process(target=_saver, args=(k, path, 40, q)) for k in range(2)]
+    procs = [ctx.Process(target=target, args=(k, path, 40, q)) for k in range(2)]
     for p in procs:
         p.start()
     errors = [e for _ in procs for e in q.get(timeout=120)]
     for p in procs:
         p.join(timeout=120)
-    assert errors == []
+    return errors
+
+
+@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="needs fork")
+def test_two_processes_saving_schedules_keep_every_entry(tmp_path):
+    path = str(tmp_path / "schedules.json")
+    assert _race(_saver, path) == []
     kernels = {e["kernel"] for e in read_entries(path)}
     assert len(kernels) == 80
     # no temporary file left beside it
@@ -97,15 +103,7 @@ def test_two_processes_saving_measurements_keep_every_row(tmp_path):
     import json
 
     path = str(tmp_path / "measurements.json")
-    ctx = mp.get_context("fork")
-    q = ctx.Queue()
-    procs = [ctx.Process(target=_measurer, args=(k, path, 40, q)) for k in range(2)]
-    for p in procs:
-        p.start()
-    errors = [e for _ in procs for e in q.get(timeout=120)]
-    for p in procs:
-        p.join(timeout=120)
-    assert errors == []
+    assert _race(_measurer, path) == []
     assert len(json.loads(open(path).read())["entries"]) == 80
 
 
