@@ -281,3 +281,27 @@ def test_quantize_model_names_a_bad_seed(seed):
         seed=np.int64(2),
     )
     assert q.ops
+
+
+def test_quantise_saturates_infinities_as_onnx_does():
+    """QuantizeLinear clips before the cast: +inf is the top code (cast first, the int64
+    cast wrapped and +inf came out as -128); finite values keep their codes."""
+    import numpy as np
+
+    from wia_hw.graph import QuantParams
+
+    q = QuantParams(scale=np.float32(0.5), zero_point=3)
+    x = np.array([np.inf, -np.inf, 1e30, -1e30, 0.0, 1.25, -7.6], np.float32)
+    assert q.quantise(x).tolist() == [127, -128, 127, -128, 3, 5, -12]
+    rng = np.random.default_rng(0)
+    y = rng.normal(0, 40, 1000).astype(np.float32)
+    expect = np.clip(np.rint(y / np.float32(0.5)).astype(np.int64) + 3, -128, 127)
+    assert np.array_equal(q.quantise(y), expect)
+
+
+def test_autotune_config_takes_numpy_bools():
+    import numpy as np
+
+    from wia_hw.optimize import AutotuneConfig
+
+    assert AutotuneConfig(prune=np.bool_(False)).prune is False

@@ -255,11 +255,16 @@ class QuantParams:
 
     def quantise(self, x: Any) -> Any:
         """The codes (int64) of real values ``x``, as ONNX's QuantizeLinear computes
-        them: ``clip(rint(x / scale) + zero_point, lo, hi)``, the division in float32."""
+        them: ``clip(rint(x / scale) + zero_point, lo, hi)``, the division in float32,
+        the clip before the cast to integers, so an infinity saturates (cast first, it
+        wrapped: +inf gave -128)."""
         import numpy as np
 
         q = np.rint(np.asarray(x, np.float32) / np.asarray(self.scale, np.float32))
-        return np.clip(q.astype(np.int64) + self.zero_point, self.lo, self.hi)
+        q = np.clip(
+            q.astype(np.float64) + np.asarray(self.zero_point, np.float64), self.lo, self.hi
+        )
+        return q.astype(np.int64)
 
     def real(self, codes: Any) -> Any:
         """The real values (float32) of ``codes``: ``(codes - zero_point) * scale``."""

@@ -249,6 +249,8 @@ class AutotuneConfig:
                 f"AutotuneConfig.seed must be a non-negative integer, got {_shown(self.seed)}"
             )
         object.__setattr__(self, "seed", int(self.seed))
+        if isinstance(self.prune, np.bool_):  # numpy's bool, as other fields take numpy's
+            object.__setattr__(self, "prune", bool(self.prune))
         if not isinstance(self.prune, bool):
             raise AutotuneError(f"AutotuneConfig.prune must be True or False, got {self.prune!r}")
         if not (_is_number(self.epsilon) and 0.0 <= self.epsilon <= 1.0):
