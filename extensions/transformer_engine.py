@@ -70,10 +70,9 @@ import numpy as np
 from ..emulator.config import DeviceSpec
 from ..emulator.counters import Counter, Counters
 from ..emulator.cycles import (
-    systolic_issue_interval,
+    systolic_sequence_counters,
+    systolic_sequence_cycles,
     systolic_steps,
-    systolic_tile_counters,
-    systolic_tile_cycles,
     vector_op_cycles,
 )
 from ..emulator.device import Device, KernelRecord
@@ -399,13 +398,10 @@ def _gemm_run(
     arrays = spec.compute.arrays_per_core
     rounds = -(-passes // arrays)
     steps = systolic_steps(kk if df == "os" else mm, a.rate(precision))
-    # equal passes back to back (systolic_sequence_cycles / _counters in closed form):
-    # one issue interval apart, the last done a pass latency after its issue; busy
-    # cycles are the union of the passes' MAC windows
-    interval = systolic_issue_interval(df, R, C, steps, steps, pipelined=a.pipelined)
-    cycles = (rounds - 1) * interval + systolic_tile_cycles(df, R, C, steps)
-    window = systolic_tile_counters(df, R, C, steps)[Counter.BUSY_CYCLES]
-    busy = (rounds - 1) * min(interval, window) + window
+    # equal passes back to back: the array's own sequence functions (the RTL's)
+    depths = [steps] * rounds
+    cycles = systolic_sequence_cycles(df, R, C, depths, pipelined=a.pipelined)
+    busy = systolic_sequence_counters(df, R, C, depths, pipelined=a.pipelined)[Counter.BUSY_CYCLES]
     return rounds, cycles, l1, slot // passes * rounds * arrays, busy
 
 
