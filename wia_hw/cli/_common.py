@@ -38,6 +38,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .._files import write_atomic
 from .._yaml import load_yaml_text
 from ..emulator.errors import SpecError, WiaError, WorkloadError
 from ..spec import DEFAULT_DEVICE, parse_override
@@ -250,17 +251,10 @@ def write_file(path: str | os.PathLike[str], text: str) -> None:
     then renamed over it, so an interrupted command (Ctrl-C, a full disk) never leaves a
     half-written report where a complete one was expected. ``WiaError`` (one line) when
     it cannot be written."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, text)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise WiaError(f"cannot write {path}: {e.strerror}") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def emit_json(text: str, output: Path | None, as_json: bool) -> bool:

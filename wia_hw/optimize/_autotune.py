@@ -135,6 +135,7 @@ from ..emulator.kernels import GemmKernel, GemmTiling
 from ..graph import GEMM_KINDS, Graph
 from ..lowering import gemm_key, lower
 from ._fast_eval import PartialRun, canonical_tiling, cycles_lower_bound
+from ._quant import _is_int
 from ._schedules import (
     AutotuneError,
     ScheduleError,
@@ -282,10 +283,6 @@ class AutotuneConfig:
                         f"(strings), got {_shown(name)} at index {i}"
                     )
             object.__setattr__(self, "kernels_to_tune", names)
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
 def _is_number(v: Any) -> bool:
