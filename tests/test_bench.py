@@ -532,18 +532,16 @@ def test_compare_never_writes_to_the_file_it_reads(tmp_path, monkeypatch, gemm_r
 def test_a_broken_baseline_row_is_one_line_naming_the_file(tmp_path, gemm_result):
     db = tmp_path / "b.sqlite"
     key = save_baseline(gemm_result, db)
-    con = sqlite3.connect(db)
-    with con:
-        con.execute("UPDATE baselines SET result_json = substr(result_json, 1, 40)")
-    con.close()
-    with pytest.raises(BenchmarkError, match=r"b.sqlite: the baseline of .* is not a readable "):
-        load_baseline_results(db, key)
-    con = sqlite3.connect(db)
-    with con:
-        con.execute('UPDATE baselines SET result_json = \'{"name": "x"}\'')
-    con.close()
-    with pytest.raises(BenchmarkError, match=r"b.sqlite: the baseline of .*: not a benchmark"):
-        load_baseline_results(db, key)
+    for value, match in [
+        ("substr(result_json, 1, 40)", r"b.sqlite: the baseline of .* is not a readable "),
+        ('\'{"name": "x"}\'', r"b.sqlite: the baseline of .*: not a benchmark"),
+    ]:
+        con = sqlite3.connect(db)
+        with con:
+            con.execute(f"UPDATE baselines SET result_json = {value}")
+        con.close()
+        with pytest.raises(BenchmarkError, match=match):
+            load_baseline_results(db, key)
 
 
 def test_ctrl_c_is_one_line_and_status_130(monkeypatch):
