@@ -17,8 +17,9 @@ tuned once) and searches, per key, the schedule that takes the fewest cycles.
 * loop order over output tiles: ``mn`` (tiles sharing an A panel adjacent) or ``nm``.
 * core split: a core's share is a contiguous run of tiles in loop order
   (``Device.partition``), so the order also chooses whether cores split M (``mn``) or N
-  (``nm``); the split granularity is the minimum number of tiles per core (1, 2, 4):
-  tiles are halved, the larger side first, until the kernel has that many per core.
+  (``nm``); the split granularity is the minimum number of output tiles per core (1,
+  2, 4; an output tile's K slices run on one core): tiles are halved, the larger side
+  first, until the kernel has that many per core.
   More tiles per core balance the cores and overlap loads with compute; fewer reuse
   more per tile.
 * dataflow: the array of a spec has one (``compute.array.dataflow``: ``os`` or ``ws``),
@@ -770,14 +771,15 @@ def _sides(extent: int, unit: int) -> list[int]:
 
 def _split(spec: DeviceSpec, k: GemmKernel, t: GemmTiling, per_core: int) -> GemmTiling:
     """Halve tiles (the larger side first; then tb) until the kernel has at least
-    ``per_core`` tiles per core, where the shape allows (the core split)."""
+    ``per_core`` output tiles per core, where the shape allows (the core split; an
+    output tile's K slices run on one core, ``Device.tiles_of``)."""
     a = spec.compute.array
     R, C = a.rows, a.cols
     tm, tn, tb = t.tm, t.tn, t.tb
     target = per_core * spec.compute.cores
 
     def count() -> int:
-        return -(-k.batch // tb) * -(-k.m // tm) * -(-k.n // tn) * -(-k.k // t.tk)
+        return -(-k.batch // tb) * -(-k.m // tm) * -(-k.n // tn)
 
     def half(x: int, unit: int) -> int:  # half of x, rounded up to whole units
         return _ceil_div(_ceil_div(x, 2), unit) * unit

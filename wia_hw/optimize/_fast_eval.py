@@ -35,6 +35,7 @@ from dataclasses import replace
 from itertools import groupby
 from typing import Any
 
+from .._tile_estimate import device_for as _device
 from ..emulator.config import DeviceSpec
 from ..emulator.counters import Counters
 from ..emulator.cycles import systolic_steps
@@ -60,21 +61,10 @@ def canonical_tiling(kernel: GemmKernel, tiling: GemmTiling) -> GemmTiling:
     return replace(tiling, tm=tm, tn=tn, tk=tk, order=order)
 
 
-#: per spec (by id, the spec kept): a Device whose tiling and array timing are used
-_DEVICES: dict[int, tuple[DeviceSpec, Device]] = {}
 #: per (spec id, operands): a MemorySystem for the block layouts of a fresh device
 _LAYOUTS: dict[tuple, tuple[DeviceSpec, MemorySystem]] = {}
 #: per spec (by id, the spec kept): the figures of _consts
 _CONSTS: dict[int, tuple[DeviceSpec, dict[str, Any]]] = {}
-
-
-def _device(spec: DeviceSpec) -> Device:
-    hit = _DEVICES.get(id(spec))
-    if hit is None or hit[0] is not spec:
-        if len(_DEVICES) > 64:
-            _DEVICES.clear()
-        hit = _DEVICES[id(spec)] = (spec, Device(spec))
-    return hit[1]
 
 
 def _layouts(spec: DeviceSpec, k: GemmKernel) -> MemorySystem:
@@ -207,36 +197,32 @@ def _gemm_facts(dev: Device, k: GemmKernel) -> list[list[tuple[int, int, int, in
                     if f is None:
                         f = geo[key] = fact(nb, mi, ni, ki, kk)
                     app(f)
-    total = len(facts)
-    cores = spec.compute.cores
-    out, lo = [], 0
-    for c in range(cores):
-        hi = lo + total // cores + (1 if c < total % cores else 0)
-        out.append(facts[lo:hi])
-        lo = hi
-    return out
+    return [facts[lo:hi] for lo, hi in _shares(len(facts), kt, spec.compute.cores)]
+
+
+def _shares(total: int, kt: int, cores: int) -> list[tuple[int, int]]:
+    """Each core's ``[start, end)`` of ``total`` GEMM tiles under the contiguous
+    schedule, the K slices of an output tile (``kt`` of them) one group, as
+    ``Device.tiles_of`` and ``Device.partition`` make them."""
+    return Device.contiguous_shares(range(0, total, kt) if kt > 1 else (), total, cores)
 
 
 def _first_loads(k: GemmKernel, cores: int) -> list[list[tuple]]:
     """The operand regions of each core's first tile, as ``Device._gemm_tiles`` makes
     them, under the contiguous schedule (core ``c``'s first tile is the first of its
-    fair share in loop order); ``[]`` for a core without tiles."""
+    share in loop order, :func:`_shares`); ``[]`` for a core without tiles."""
     t = k.tiling
     mt, nt = -(-k.m // t.tm), -(-k.n // t.tn)
     kt, bt = -(-k.k // t.tk), -(-k.batch // t.tb)
     n_outer, n_inner = (mt, nt) if t.order == "mn" else (nt, mt)
-    total = bt * mt * nt * kt
     out: list[list[tuple]] = []
-    lo = 0
-    for c in range(cores):
-        hi = lo + total // cores + (1 if c < total % cores else 0)
+    for lo, hi in _shares(bt * mt * nt * kt, kt, cores):
         if hi == lo:
             out.append([])
             continue
         rest, kk = divmod(lo, kt)
         rest, q = divmod(rest, n_inner)
         bb, o = divmod(rest, n_outer)
-        lo = hi
         i, j = (o, q) if t.order == "mn" else (q, o)
         b0, b1 = bb * t.tb, min(k.batch, (bb + 1) * t.tb)
         nb = b1 - b0

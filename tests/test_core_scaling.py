@@ -1,0 +1,168 @@
+"""More cores are no slower: a GEMM output tile's K slices stay on one core, and the
+tiling heuristic undoes a split whose smaller tiles would read the same storage blocks
+again (``wia_hw._tile_estimate``)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from wia_hw.emulator.device import Device
+from wia_hw.emulator.kernels import GemmKernel, GemmTiling, TensorRef
+
+import wia_hw
+from wia_hw._tiling import choose_gemm_tiling
+from wia_hw.spec import load_spec
+
+
+def _kernel(batch: int, m: int, n: int, k: int, t: GemmTiling) -> GemmKernel:
+    return GemmKernel(
+        name="g",
+        op="g",
+        group="matmul",
+        op_kind="bmm" if batch > 1 else "matmul",
+        precision="fp16",
+        batch=batch,
+        m=m,
+        n=n,
+        k=k,
+        a=TensorRef("A", batch * m, k, 2),
+        b=TensorRef("B", batch * k, n, 2),
+        c=TensorRef("C", batch * m, n, 2),
+        b_shared=batch == 1,
+        tiling=t,
+    )
+
+
+@pytest.mark.parametrize("schedule", ["contiguous", "round_robin"])
+def test_the_k_slices_of_an_output_tile_run_on_one_core(schedule):
+    """Partial sums stay in one core's L1 (no cross-core reduction is modelled), so no
+    output tile has slices on two cores; the shares cover every tile once, in order
+    within a core, and under the contiguous schedule each is one run."""
+    rng = random.Random(3)
+    for _ in range(60):
+        cores = rng.choice([2, 3, 4, 5, 7, 16, 64])
+        spec = load_spec("wia-npu", {"compute.cores": cores, "compute.tile_schedule": schedule})
+        batch = rng.choice([1, 1, 3])
+        m, n, k = (rng.randint(1, 1500) for _ in range(3))
+        t = GemmTiling(
+            tm=rng.choice([128, 256, 512]),
+            tn=rng.choice([128, 256]),
+            tk=rng.choice([64, 128, 384, k]),
+            tb=rng.choice([1, batch]),
+        )
+        tiles, groups = Device(spec).tiles_of(_kernel(batch, m, n, k, t))
+        shares = Device.partition(tiles, groups, cores, schedule, [x.origin for x in tiles])
+        owner: dict[tuple, int] = {}
+        for c, share in enumerate(shares):
+            for x in share:
+                assert owner.setdefault(x.origin[:3], c) == c, (cores, m, n, k, t)
+        index = {id(x): i for i, x in enumerate(tiles)}
+        seen = [index[id(x)] for share in shares for x in share]
+        assert sorted(seen) == list(range(len(tiles)))
+        for share in shares:
+            got = [index[id(x)] for x in share]
+            assert got == sorted(got)
+            if schedule == "contiguous" and got:
+                assert got == list(range(got[0], got[-1] + 1))
+
+
+def test_contiguous_shares_are_the_fair_shares_without_groups_and_whole_groups_with():
+    rng = random.Random(4)
+    for _ in range(200):
+        total, cores = rng.randint(0, 300), rng.randint(1, 70)
+        shares = Device.contiguous_shares((), total, cores)
+        sizes = [b - a for a, b in shares]
+        assert sum(sizes) == total and max(sizes) - min(sizes) <= 1
+        size = rng.randint(1, 9)
+        groups = range(0, total, size)
+        shares = Device.contiguous_shares(groups, total, cores)
+        for a, b in shares:
+            assert a == b or (a % size == 0 and (b % size == 0 or b == total))
+        assert sum(b - a for a, b in shares) == total
+
+
+@pytest.mark.parametrize(("m", "n", "k"), [(4096, 4096, 4096), (1024, 1024, 1024)])
+def test_a_gemm_on_twice_the_cores_is_no_slower(m, n, k):
+    """4096^3 on 64 cores of wia-npu gave each core one K slice of 16 output tiles
+    (0.428 ms against 0.225 on 32); 1024^3 split into 128 x 128 tiles whose loads
+    outran the L2 port (0.0228 ms against 0.0149)."""
+
+    def cycles(cores: int) -> int:
+        return wia_hw.run("gemm", M=m, N=n, K=k, overrides={"compute.cores": cores}).cycles
+
+    assert cycles(64) <= cycles(32) <= cycles(16)
+
+
+def test_attention_heads_stay_in_tiles_that_share_their_blocks():
+    """BERT's attention reads one head's queries and keys as a few rows of the QKV
+    projection's output, so a tile of a few heads loads the same storage blocks as a
+    tile of many: on 64 cores the heuristic's tiles of 2 heads took the model 70%
+    longer than on 12 cores; it keeps more heads a tile there now."""
+
+    def cycles(cores: int) -> int:
+        over = {"compute.cores": cores}
+        return wia_hw.run("bert-base", batch=8, seq=128, layers=2, overrides=over).cycles
+
+    best = cycles(4)
+    for cores in (8, 12, 16, 24, 32, 64):
+        now = cycles(cores)
+        # within 6%: where the next op's tiles land on other cores than the producer's
+        # (docs/ARCHITECTURE.md) more cores still cost a few percent
+        assert now <= 1.06 * best, (cores, now, best)
+        best = min(best, now)
+
+
+@pytest.mark.parametrize(
+    ("path", "ladder"),
+    [
+        ("memory.l2.bandwidth_gbs", (2000, 4000, 8000, 16000)),
+        ("memory.hbm.bandwidth_gbs", (300, 600, 1200, 2400)),
+        ("memory.l1.size_kib", (2048, 4096, 8192, 16384)),
+    ],
+)
+def test_the_estimate_keeps_bandwidth_and_l1_monotone_on_many_cores(path, ladder):
+    """The estimate reads the L2 and HBM bandwidths and the L1 size, so a better spec
+    may change the tiling it keeps: never to a slower run here (without the estimate,
+    8,000 GB/s of L2 bandwidth gave 248,001 cycles)."""
+
+    def cycles(value: int) -> int:
+        over = {"compute.cores": 64, path: value}
+        return wia_hw.run("bert-base", batch=8, seq=128, layers=2, overrides=over).cycles
+
+    runs = [cycles(v) for v in ladder]
+    # to a few cycles: how the cores' loads interleave moves with any rate (twice the
+    # L2 bandwidth: 194,679 -> 194,685 cycles, the same tilings)
+    assert all(b <= a * 1.0001 for a, b in zip(runs, runs[1:], strict=False)), runs
+
+
+def test_an_estimate_picks_among_the_tilings_before_each_split():
+    spec = load_spec("wia-npu", {"compute.cores": 64})
+    args = (spec, 96, 128, 128, 64, 2, 2)
+    plain = choose_gemm_tiling(*args)
+    seen: list[GemmTiling] = []
+
+    def flat(t: GemmTiling) -> float:
+        seen.append(t)
+        return 1.0
+
+    assert choose_gemm_tiling(*args, estimate=flat) == plain  # a tie keeps the heuristic's
+    assert seen[0] == plain and len(seen) > 1
+    assert all(s.tb >= plain.tb for s in seen)  # only coarser tilings are candidates
+    # an estimate that grows with the tile count picks the coarsest
+    coarsest = choose_gemm_tiling(*args, estimate=lambda t: -t.tb)
+    assert coarsest.tb == max(s.tb for s in seen)
+
+
+def test_the_lowering_keeps_heads_together_on_many_cores():
+    from wia_hw.lowering import lower
+    from wia_hw.workloads import bert_base
+
+    spec = load_spec("wia-npu", {"compute.cores": 64})
+    tbs = {
+        k.name: k.tiling.tb
+        for _, ks in lower(bert_base(batch=8, seq=128, layers=1), spec)
+        for k in ks
+        if getattr(k, "op_kind", "") == "bmm"
+    }
+    assert tbs and min(tbs.values()) >= 8, tbs

@@ -1,0 +1,200 @@
+"""An estimate of a GEMM kernel's cycles under a tiling, for the tiling heuristic's
+choice between a tiling and the coarser ones it split it from
+(:func:`wia_hw._tiling.choose_gemm_tiling`'s ``estimate``).
+
+The heuristic's own rules count a tile's bytes as its operands' elements. The memory
+model moves whole storage blocks (``memory.block_bytes``), so a tile smaller than the
+blocks it reads moves more: the attention ``bmm`` of BERT reads its queries and keys
+through views of the QKV projection's output, where one head's 128 x 64 matrix is a few
+rows of that storage and every tile loads the whole rows of blocks they lie in. Split
+over more cores into more, smaller tiles, each loads the same blocks again: BERT-Large
+b8 s128 on 64 cores of wia-npu took 5.29 ms with tiles of 2 heads, and 3.73 ms with 16.
+
+The estimate is the larger of two figures, both from the emulator's own tiles
+(``Device.tiles_of``), their partition over the cores (``Device.partition``), the
+blocks their regions map to (``MemorySystem.runs``, with the operands' storage laid
+out as the run lays it out) and the array's issue interval
+(``systolic_issue_interval``):
+
+* every core's first load over the shared L2 port (all start at once) and then the
+  busiest core's array time;
+* the bytes every core loads over the L2 port, at its rate, where a core's L1 (LRU
+  over blocks, its capacity) keeps blocks its earlier tiles loaded.
+
+HBM, latencies and contention beyond the port's rate are left out: it ranks tilings
+of one kernel that read the same operands, which is all it is used for, and it is not
+a cycle count.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import replace
+from fractions import Fraction
+
+from .emulator.config import DeviceSpec
+from .emulator.counters import Counters
+from .emulator.cycles import systolic_issue_interval
+from .emulator.device import Device
+from .emulator.kernels import GemmKernel, GemmTiling, TensorRef
+from .emulator.memory import MemorySystem
+
+__all__ = ["device_for", "gemm_estimate"]
+
+#: per spec (by id, the spec kept): a Device for its tiles (and the auto-tuner's bound)
+#: and a MemorySystem per set of storage layouts
+_DEVICES: dict[int, tuple[DeviceSpec, Device]] = {}
+_MEMORY: dict[tuple, tuple[DeviceSpec, MemorySystem]] = {}
+#: per (spec id, the kernel's canonical signature, tiling): (spec, estimate)
+_ESTIMATES: dict[tuple, tuple[DeviceSpec, float]] = {}
+
+
+def device_for(spec: DeviceSpec) -> Device:
+    """A ``Device(spec)`` kept per spec, for its tiling and timing functions (not run)."""
+    hit = _DEVICES.get(id(spec))
+    if hit is None or hit[0] is not spec:
+        if len(_DEVICES) > 64:
+            _DEVICES.clear()
+        hit = _DEVICES[id(spec)] = (spec, Device(spec))
+    return hit[1]
+
+
+def _memory(spec: DeviceSpec, storage: tuple[TensorRef, ...]) -> MemorySystem:
+    key = (id(spec), storage)
+    hit = _MEMORY.get(key)
+    if hit is None or hit[0] is not spec:
+        if len(_MEMORY) > 256:
+            _MEMORY.clear()
+        mem = MemorySystem(spec, Counters())
+        for ref in storage:
+            mem.layout(ref)
+        hit = _MEMORY[key] = (spec, mem)
+    return hit[1]
+
+
+def gemm_estimate(
+    spec: DeviceSpec,
+    kernel: GemmKernel,
+    storage: tuple[TensorRef, ...] = (),
+    cold: frozenset[str] = frozenset(),
+) -> Callable[[GemmTiling], float]:
+    """The estimate of the module docstring for ``kernel`` under a tiling.
+
+    ``storage``: the refs that lay out the operands' storage first in the run (a view's
+    storage is laid out by its producer's output, not by the view), in that order; an
+    operand not among them is laid out by its own ref. ``cold``: the storage names
+    whose blocks come from HBM (weights and the graph's inputs; an op's output is taken
+    to be in L2, where its producer left it)."""
+    # the same kernel in every layer is the same estimate: names made canonical
+    names: dict[str, str] = {}
+
+    def canon(ref: TensorRef | None) -> TensorRef | None:
+        if ref is None:
+            return None
+        return replace(ref, name=names.setdefault(ref.name, f"t{len(names)}"))
+
+    storage = tuple(canon(r) for r in storage)  # type: ignore[misc]
+    kernel = replace(
+        kernel, a=canon(kernel.a), b=canon(kernel.b), c=canon(kernel.c), bias=canon(kernel.bias)
+    )
+    cold_names = frozenset(names[n] for n in cold if n in names)
+    sig = (
+        id(spec),
+        storage,
+        cold_names,
+        kernel.precision,
+        kernel.batch,
+        kernel.m,
+        kernel.n,
+        kernel.k,
+        kernel.a,
+        kernel.b,
+        kernel.c,
+        kernel.bias,
+        kernel.b_shared,
+        kernel.b_transposed,
+    )
+    dev = device_for(spec)
+    # laid out as a run lays them out: the storage first, then the kernel's first
+    # loads (A before B before the bias), then its output
+    refs = storage + tuple(r for r in (kernel.a, kernel.b, kernel.bias, kernel.c) if r)
+    mem = _memory(spec, refs)
+    cold_slots = []  # [first, end) of the blocks of each cold storage
+    for ref in refs:
+        if ref.name in cold_names:
+            lay = mem.layout(ref)
+            first = mem.slot_of((lay.tid, 0, 0))
+            cold_slots.append(range(first, first + lay.block_rows * lay.block_cols))
+    a = spec.compute.array
+    cores = spec.compute.cores
+    l2_rate = Fraction(spec.bytes_per_cycle(spec.memory.l2.bandwidth_gbs))
+    hbm_rate = Fraction(spec.bytes_per_cycle(spec.memory.hbm.bandwidth_gbs))
+    cap = spec.memory.l1.size_bytes
+
+    def estimate(tiling: GemmTiling) -> float:
+        key = (sig, tiling)
+        hit = _ESTIMATES.get(key)
+        if hit is not None and hit[0] is spec:
+            return hit[1]
+        if len(_ESTIMATES) > 4096:
+            _ESTIMATES.clear()
+        out = _estimate(tiling)
+        _ESTIMATES[key] = (spec, out)
+        return out
+
+    def _estimate(tiling: GemmTiling) -> float:
+        k = replace(kernel, tiling=tiling)
+        tiles, groups = dev.tiles_of(k)
+        shares = [
+            s
+            for s in Device.partition(
+                tiles, groups, cores, spec.compute.tile_schedule, [t.origin for t in tiles]
+            )
+            if s
+        ]
+        lrus: list[OrderedDict[int, int]] = [OrderedDict() for _ in shares]
+        used = [0] * len(shares)
+        array = [0] * len(shares)
+        fetched: set[int] = set()  # cold blocks HBM has delivered
+        port = [0, 0]  # bytes over the L2 port: first tiles, all
+        hbm = [0, 0]  # bytes from HBM: first tiles, all
+        interval: dict[int, int] = {}
+        # the cores' tiles in rounds (every core's first, then every core's second, ...)
+        for i in range(max(map(len, shares), default=0)):
+            for c, share in enumerate(shares):
+                if i >= len(share):
+                    continue
+                t = share[i]
+                lru = lrus[c]
+                for slots, nb, nbs, _ in mem.runs(t.loads):
+                    sizes = [nb] * len(slots) if nbs is None else nbs
+                    for slot, size in zip(slots, sizes, strict=True):
+                        if slot in lru:
+                            lru.move_to_end(slot)
+                            continue
+                        lru[slot] = size
+                        used[c] += size
+                        port[1] += size
+                        port[0] += size if i == 0 else 0
+                        if slot not in fetched and any(slot in r for r in cold_slots):
+                            fetched.add(slot)
+                            hbm[1] += size
+                            hbm[0] += size if i == 0 else 0
+                        while used[c] > cap and len(lru) > 1:
+                            used[c] -= lru.popitem(last=False)[1]
+                step = interval.get(t.pass_steps)
+                if step is None:
+                    step = interval[t.pass_steps] = systolic_issue_interval(
+                        a.dataflow,
+                        a.rows,
+                        a.cols,
+                        t.pass_steps,
+                        t.pass_steps,
+                        pipelined=a.pipelined,
+                    )
+                array[c] += t.passes * step
+        first = max(port[0] / l2_rate, hbm[0] / hbm_rate) + max(array, default=0)
+        return float(max(first, port[1] / l2_rate, hbm[1] / hbm_rate))
+
+    return estimate
