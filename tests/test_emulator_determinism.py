@@ -327,12 +327,12 @@ PINNED = {
     ),
     "a100-systolic gemm 256x1024x2048 (round robin)": (
         lambda: wia_hw.run(gemm(256, 1024, 2048), device="a100-systolic", overrides=NO_REFRESH),
-        # re-pinned when the heuristic began to estimate the tilings it split from
-        # (wia_hw._tile_estimate): 57,968 cycles before, in smaller tiles
-        48221,
-        {"l1": 2015, "l2": 3360},
-        {"l1": 3680, "l2": 320},
-        {"l1": 212287488, "l2": 68108288, "hbm": 5767168},
+        # re-pinned when an output tile's K slices began to stay on one core and the
+        # heuristic to keep from partial waves of them: 57,968 cycles before
+        49702,
+        {"l1": 2951, "l2": 4992},
+        {"l1": 5312, "l2": 320},
+        {"l1": 239845376, "l2": 95666176, "hbm": 5767168},
         1,
         0,
     ),

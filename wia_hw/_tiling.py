@@ -164,11 +164,29 @@ def choose_gemm_tiling(
     def outputs(tm: int, tn: int, tb: int) -> int:
         return -(-batch // tb) * -(-m // tm) * -(-n // tn)
 
+    um, un = (1, C) if a.dataflow == "ws" else (R, C)
+
+    def share(tm: int, tn: int, tb: int) -> int:  # a core's MAC slots per K, at most
+        return -(-outputs(tm, tn, tb) // cores) * tb * _ceil_to(tm, um) * _ceil_to(tn, un)
+
     # give every core an output tile where possible: one output tile's K slices run on
-    # one core (``Device.tiles_of``), so they do not count as work for another
+    # one core (``Device.tiles_of``), so they do not count as work for another. A split
+    # that gives some cores a second output tile while others idle (a partial wave) is
+    # not taken when it adds to the busiest core's work, nor, when K is cut, when it
+    # leaves that work as it is: then each output tile is a long run of K slices, each
+    # a load, and the busiest core runs two of them (a100-systolic's 108 cores, 64 x
+    # 12288 x 12288 in 64 x 144 tiles, 86 of them: 0.199 ms; split to 64 x 80, 154
+    # tiles: 0.239 ms; 128 x 12288 x 12288, 64 tiles of 128 x 192: 0.238 ms, split to
+    # 128 x 96: 0.279). With K whole the split pipelines and spreads the loads: GPT-2's
+    # 64 x 768 x 768 on 4 cores in 6 tiles of 64 x 128 takes 17% less than in 3 of 256.
+    def partial_wave(half: tuple[int, int, int]) -> bool:
+        now, then = share(tm, tn, tb), share(*half)
+        return then > now or (then == now and tk < k and outputs(*half) % cores != 0)
+
     chain = [(tm, tn, tb)]  # the tilings passed through, coarsest first
     while outputs(tm, tn, tb) < cores:
-        if (half := halved(tm, tn, tb)) is None:
+        half = halved(tm, tn, tb)
+        if half is None or partial_wave(half):
             break
         tm, tn, tb = half
         chain.append(half)
@@ -183,6 +201,9 @@ def choose_gemm_tiling(
             half is None
             or _array_cycles(spec, *half, min(tk, k), elem_bytes) < floor
             or _l2_demand(spec, *half, min(tk, k), elem_bytes) > 1
+            # a partial wave of long K runs, as above (512 x 4096 x 3645 on 16 cores:
+            # +18% against 8); with K whole the split is for the pipeline
+            or (tk < k and partial_wave(half))
         ):
             break
         tm, tn, tb = half

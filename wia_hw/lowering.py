@@ -25,8 +25,9 @@ Tiling heuristic (``wia_hw._tiling``; the autotuner may replace it):
 * Small batched matrices (attention heads) are grouped ``tb`` to a tile until the tile
   fills its half of L1.
 * Tiles are then split until every core has at least one output tile, where the shape
-  allows (an output tile's K slices run on one core, which keeps their partial sums),
-  and further, up to four tiles a core, while each still keeps its array busy for four times a
+  allows (an output tile's K slices run on one core, which keeps their partial sums)
+  and a split does not give some cores a second output tile for no less work on the
+  busiest (nor, when K is cut, for the same), and further, up to four tiles a core, while each still keeps its array busy for four times a
   tile's fixed cost (DMA setup, L2 latency, the array's fill and drain) and its panels
   do not outrun the core's share of the L2 port: a core's first load and its last
   computation overlap nothing, so a few large tiles expose more of them (a 1 x 4096 x
