@@ -242,15 +242,22 @@ def _codable(op: Op, y: Any) -> np.ndarray:
     scale to infinity, a calibrated scale never saw one, and ``QuantParams.quantise``
     does not saturate it (its integer cast wraps)."""
     y = np.asarray(y, np.float32)
-    bad = ~np.isfinite(y)
-    if bad.any():
-        at = [int(i) for i in np.argwhere(bad)[0]]
+    if (bad := nonfinite(y)) is not None:
         raise WorkloadError(
             f"op {op.name!r} ({op.kind}): the values it quantises to integer codes hold "
-            f"{int(bad.sum())} NaN or inf of {y.size} (first {y[tuple(at)]} at {at}); "
-            "a non-finite value has no code (check the inputs)"
+            f"{bad[0]} NaN or inf {bad[1]}; a non-finite value has no code (check the inputs)"
         )
     return y
+
+
+def nonfinite(a: np.ndarray) -> tuple[int, str] | None:
+    """``None`` when every element of ``a`` is finite, else how many are not and where
+    the first is: ``(3, "of 64 (first nan at [0, 5])")``."""
+    bad = ~np.isfinite(a)
+    if not bad.any():
+        return None
+    at = [int(i) for i in np.argwhere(bad)[0]]
+    return int(bad.sum()), f"of {a.size} (first {a[tuple(at)]} at {at})"
 
 
 def _fan_in(shape: Sequence[int]) -> int:

@@ -46,7 +46,7 @@ from .emulator.device import Device
 from .emulator.kernels import GemmKernel, GemmTiling, TensorRef
 from .emulator.memory import MemorySystem
 
-__all__ = ["device_for", "gemm_estimate"]
+__all__ = ["device_for", "gemm_estimate", "layouts_for"]
 
 #: per spec (by id, the spec kept): a Device for its tiles (and the auto-tuner's bound)
 #: and a MemorySystem per set of storage layouts
@@ -66,14 +66,17 @@ def device_for(spec: DeviceSpec) -> Device:
     return hit[1]
 
 
-def _memory(spec: DeviceSpec, storage: tuple[TensorRef, ...]) -> MemorySystem:
-    key = (id(spec), storage)
+def layouts_for(spec: DeviceSpec, refs: tuple[TensorRef, ...]) -> MemorySystem:
+    """A MemorySystem of a fresh ``Device(spec)`` with ``refs`` laid out in that order
+    (each storage by the first ref of its name, as a run meets them), kept per spec
+    and refs; only its layouts (block slots and bytes) are used."""
+    key = (id(spec), refs)
     hit = _MEMORY.get(key)
     if hit is None or hit[0] is not spec:
         if len(_MEMORY) > 256:
             _MEMORY.clear()
         mem = MemorySystem(spec, Counters())
-        for ref in storage:
+        for ref in refs:
             mem.layout(ref)
         hit = _MEMORY[key] = (spec, mem)
     return hit[1]
@@ -125,7 +128,7 @@ def gemm_estimate(
     # laid out as a run lays them out: the storage first, then the kernel's first
     # loads (A before B before the bias), then its output
     refs = storage + tuple(r for r in (kernel.a, kernel.b, kernel.bias, kernel.c) if r)
-    mem = _memory(spec, refs)
+    mem = layouts_for(spec, refs)
     cold_slots = []  # [first, end) of the blocks of each cold storage
     for ref in refs:
         if ref.name in cold_names:

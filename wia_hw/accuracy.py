@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from ._functional import nonfinite
 from .emulator.config import DeviceSpec
 from .emulator.device import Device
 from .emulator.errors import WorkloadError
@@ -257,13 +258,8 @@ def _outputs(where: str, out: Any, ref: Any) -> tuple[np.ndarray, np.ndarray]:
             f"{where}: outputs {list(a.shape)} and reference {list(r.shape)} differ in shape"
         )
     for arg, v in (("outputs", a), ("reference", r)):
-        bad = ~np.isfinite(v)
-        if bad.any():
-            at = [int(i) for i in np.argwhere(bad)[0]]
-            raise WorkloadError(
-                f"{where}: {arg} hold {int(bad.sum())} non-finite value(s) of {v.size} "
-                f"(first {v[tuple(at)]} at {at})"
-            )
+        if (bad := nonfinite(v)) is not None:
+            raise WorkloadError(f"{where}: {arg} hold {bad[0]} non-finite value(s) {bad[1]}")
     return a, r
 
 

@@ -36,12 +36,11 @@ from itertools import groupby
 from typing import Any
 
 from .._tile_estimate import device_for as _device
+from .._tile_estimate import layouts_for
 from ..emulator.config import DeviceSpec
-from ..emulator.counters import Counters
 from ..emulator.cycles import systolic_steps
 from ..emulator.device import Device
 from ..emulator.kernels import GemmKernel, GemmTiling, TensorRef
-from ..emulator.memory import MemorySystem
 
 __all__ = ["PartialRun", "canonical_tiling", "cycles_lower_bound", "run_within"]
 
@@ -61,29 +60,8 @@ def canonical_tiling(kernel: GemmKernel, tiling: GemmTiling) -> GemmTiling:
     return replace(tiling, tm=tm, tn=tn, tk=tk, order=order)
 
 
-#: per (spec id, operands): a MemorySystem for the block layouts of a fresh device
-_LAYOUTS: dict[tuple, tuple[DeviceSpec, MemorySystem]] = {}
 #: per spec (by id, the spec kept): the figures of _consts
 _CONSTS: dict[int, tuple[DeviceSpec, dict[str, Any]]] = {}
-
-
-def _layouts(spec: DeviceSpec, k: GemmKernel) -> MemorySystem:
-    """A MemorySystem that lays out ``k``'s tensors as a fresh device running ``k``
-    does (its first loads are asked for first, A before B before the bias), cached per
-    spec and operands; only its layouts (block slots and bytes) are used."""
-    key = (
-        id(spec),
-        *(
-            (r.name, r.rows, r.cols, r.elem_bytes, r.offset) if r else None
-            for r in (k.a, k.b, k.bias, k.c)
-        ),
-    )
-    hit = _LAYOUTS.get(key)
-    if hit is None or hit[0] is not spec:
-        if len(_LAYOUTS) > 256:
-            _LAYOUTS.clear()
-        hit = _LAYOUTS[key] = (spec, MemorySystem(spec, Counters()))
-    return hit[1]
 
 
 def _rest(dev: Device, facts: list[tuple[int, int, int, int, int]], store: bool) -> int:
@@ -335,7 +313,9 @@ def cycles_lower_bound(
             [t.origin for t in tiles],
         )
         firsts = [share[0].loads if share else [] for share in shares]
-    mem = _layouts(spec, k)
+    # k's tensors laid out as a fresh device running k does (A before B before the
+    # bias, then C); only their slots and bytes are used
+    mem = layouts_for(spec, tuple(r for r in (k.a, k.b, k.bias, k.c) if r is not None))
     seen: dict[int, int] = {}  # blocks the first loads touched so far: their bytes
     l2_end = 0  # the L2 port's bookings so far, from the launch's end
     after: list[int] = []  # the chains of the cores whose first load reads HBM

@@ -242,18 +242,24 @@ def load_schedules(path: str | os.PathLike[str], spec: DeviceSpec) -> Schedules:
     out.path, out.device, out.other_devices = str(p), spec.name, tuple(sorted(others))
     out.spec_sha256 = h
     if not out:
-        what = (
-            f"its {out.other_spec} entries are for another spec ({', '.join(out.other_devices)})"
-            if out.other_spec
-            else "it has no entries"
-        )
-        warnings.warn(
-            f"{p}: no schedule for {spec.name} (spec {h[:12]}): {what}; the run uses the "
-            "default tilings",
-            ScheduleDeviceWarning,
-            stacklevel=2,
-        )
+        _warn_none_apply(p, spec, h, out.other_spec, ", ".join(out.other_devices), 3)
     return out
+
+
+def _warn_none_apply(
+    where: object, spec: DeviceSpec, h: str, others: int, devices: str, stacklevel: int
+) -> None:
+    """The :class:`ScheduleDeviceWarning` of schedules none of which applies to ``spec``
+    (of hash ``h``): ``others`` entries tuned on ``devices``, or none."""
+    what = (
+        f"its {others} entries are for another spec ({devices})" if others else "it has no entries"
+    )
+    warnings.warn(
+        f"{where}: no schedule for {spec.name} (spec {h[:12]}): {what}; the run uses the "
+        "default tilings",
+        ScheduleDeviceWarning,
+        stacklevel=stacklevel,
+    )
 
 
 def check_schedules(schedules: Any, spec: DeviceSpec) -> Schedules:
@@ -289,19 +295,8 @@ def _other_spec(schedules: Schedules, spec: DeviceSpec, h: str) -> Schedules:
     out.path, out.device, out.spec_sha256 = schedules.path, spec.name, h
     out.other_spec = len(schedules)
     out.other_devices = (schedules.device or "?",)
-    where = schedules.path or "schedules"
-    what = (
-        f"its {out.other_spec} entries are for another spec ({out.other_devices[0]}, spec "
-        f"{schedules.spec_sha256[:12]})"
-        if out.other_spec
-        else "it has no entries"
-    )
-    warnings.warn(
-        f"{where}: no schedule for {spec.name} (spec {h[:12]}): {what}; the run uses the "
-        "default tilings",
-        ScheduleDeviceWarning,
-        stacklevel=3,
-    )
+    devices = f"{out.other_devices[0]}, spec {schedules.spec_sha256[:12]}"
+    _warn_none_apply(schedules.path or "schedules", spec, h, out.other_spec, devices, 4)
     return out
 
 
