@@ -712,13 +712,15 @@ class Device:
         self._array_busy = 0
         self._run_memo = {}
         tiles, groups = self.tiles_of(k)
+        active = k.tiling.active_cores(cores) if isinstance(k, GemmKernel) else cores
         shares = self.partition(
             tiles,
             groups,
-            cores,
+            active,
             self.spec.compute.tile_schedule,
             [t.origin for t in tiles] if isinstance(k, GemmKernel) else (),
         )
+        shares += [[] for _ in range(cores - active)]  # a core split: the rest idle
         wb0 = (self.memory.dirtied_bytes, self.memory.writeback_bytes)
         eager = self.memory.eager_mark(self.now)
         busy = [0] * cores

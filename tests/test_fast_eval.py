@@ -2,7 +2,7 @@
 checked against the live emulator (``Device(spec).execute``), never stored numbers:
 
 * ``cycles_lower_bound`` is never above the emulator's cycles, on random GEMM shapes x
-  random tilings (edge tiles, both loop orders, core splits, batched tiles, K chunks,
+  random tilings (edge tiles, both loop orders, core splits and counts, batched tiles, K chunks,
   a B operand that is an offset view) x the four shipped device specs;
 * its tile facts are the emulator's own tiles and partition, field by field;
 * ``canonical_tiling`` gives the same run (cycles and bytes at every level);
@@ -20,15 +20,13 @@ import pytest
 from wia_hw.emulator.device import Device
 from wia_hw.emulator.kernels import GemmKernel, GemmTiling
 
+from wia_hw._gemm_bound import _first_loads, _gemm_facts, _tile_facts
+from wia_hw._gemm_bound import device_for as _device
 from wia_hw.lowering import lower
 from wia_hw.optimize import AutotuneConfig, AutotuneError, autotune_model
 from wia_hw.optimize._autotune import _BOUNDS, _MEASURED, _SUSPENDED, candidate_pool
 from wia_hw.optimize._fast_eval import (
     PartialRun,
-    _device,
-    _first_loads,
-    _gemm_facts,
-    _tile_facts,
     canonical_tiling,
     cycles_lower_bound,
     run_within,
@@ -61,6 +59,7 @@ def _random_tiling(rng: random.Random, k: GemmKernel, max_tiles: int) -> GemmTil
             tk=rng.randint(1, k.k),
             tb=rng.randint(1, k.batch),
             order=rng.choice(("mn", "nm")),
+            cores=rng.choice((0, 0, 1, 2, 3, 64)),  # a core split; 64: all of them
         )
         tiles = -(-k.batch // t.tb) * -(-k.m // t.tm) * -(-k.n // t.tn) * -(-k.k // t.tk)
         if tiles <= max_tiles:

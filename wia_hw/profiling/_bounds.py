@@ -204,7 +204,7 @@ def unit_floors(kernel: Any, spec: Any) -> UnitFloors | None:
     shares = Device.partition(
         list(range(len(tiles))),
         groups,
-        cores,
+        kernel.tiling.active_cores(cores) if isinstance(kernel, GemmKernel) else cores,
         spec.compute.tile_schedule,
         [t.origin for t in tiles] if isinstance(kernel, GemmKernel) else (),
     )

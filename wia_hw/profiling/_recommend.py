@@ -449,7 +449,8 @@ class _Analyzer:
         desc = (
             f"tile {best_t.tm}x{best_t.tn}x{best_t.tk} (batch {best_t.tb}, order "
             f"{best_t.order}) instead of {t0.tm}x{t0.tn}x{t0.tk} (batch {t0.tb}, order "
-            f"{t0.order}): {self.ms(base):.3f} -> {self.ms(best):.3f} ms per kernel alone"
+            f"{t0.order}{f', on {t0.cores} cores' if t0.cores else ''}): "
+            f"{self.ms(base):.3f} -> {self.ms(best):.3f} ms per kernel alone"
         )
         return changes, desc
 
@@ -1238,7 +1239,7 @@ def _retile_example(ops: Sequence[str], k: Any) -> str:
     """Runnable code that lowers ``ops`` with ``k``'s tiling (or row chunking)."""
     if isinstance(k, GemmKernel):
         t = k.tiling
-        change = f"tiling=GemmTiling(tm={t.tm}, tn={t.tn}, tk={t.tk}, tb={t.tb}, order={t.order!r})"
+        change = f"tiling={t!r}"  # GemmTiling(tm=..., order=...[, cores=...])
         imp = "from wia_hw.emulator.kernels import GemmTiling\n"
     else:
         change = f"rows_per_tile={k.rows_per_tile}"
