@@ -193,3 +193,95 @@ def test_random_gemms_are_close_to_monotone_in_cores():
             now = wia_hw.run("gemm", M=m, N=n, K=k, overrides={"compute.cores": cores}).cycles
             assert best is None or now <= 1.12 * best, (m, n, k, cores, now, best)
             best = now if best is None else min(best, now)
+
+
+def test_a_tiling_on_fewer_cores_runs_as_a_device_of_that_many():
+    """``GemmTiling.cores = c`` on a device of more cores is exactly the tiling on a
+    device of ``c`` cores (the others idle): the same cycles, bytes, hits and misses,
+    on random shapes, tilings and both schedules."""
+    rng = random.Random(5)
+    for _ in range(24):
+        n = rng.choice([8, 16, 64])
+        c = rng.randint(1, n - 1)
+        sched = rng.choice(["contiguous", "round_robin"])
+        big = load_spec("wia-npu", {"compute.cores": n, "compute.tile_schedule": sched})
+        small = load_spec("wia-npu", {"compute.cores": c, "compute.tile_schedule": sched})
+        batch = rng.choice([1, 1, 3])
+        m, nn, k = (rng.randint(1, 900) for _ in range(3))
+        t = GemmTiling(
+            tm=rng.choice([128, 256]),
+            tn=rng.choice([128, 256]),
+            tk=rng.choice([128, 256, k]),
+            order=rng.choice(["mn", "nm"]),
+        )
+        a = Device(big).execute([_kernel(batch, m, nn, k, GemmTiling(**{**vars(t), "cores": c}))])
+        b = Device(small).execute([_kernel(batch, m, nn, k, t)])
+        got, want = a[0], b[0]
+        assert got.cycles == want.cycles, (n, c, sched, (batch, m, nn, k), t)
+        for f in ("bytes", "hits", "misses"):
+            assert getattr(got.counters, f) == getattr(want.counters, f)
+        assert got.cores_used == want.cores_used <= c
+        # a count at or above the device's is all of them
+        t_all = GemmTiling(**{**vars(t), "cores": n + rng.randint(0, 3)})
+        whole = Device(big).execute([_kernel(batch, m, nn, k, t_all)])[0]
+        assert whole.cycles == Device(big).execute([_kernel(batch, m, nn, k, t)])[0].cycles
+
+
+def test_a_tiling_rejects_a_negative_core_count():
+    for bad in (-1, True, 1.5, "4"):
+        with pytest.raises(ValueError, match="GemmTiling.cores must be a non-negative integer"):
+            GemmTiling(tm=1, tn=1, tk=1, cores=bad)
+    assert "cores" not in repr(GemmTiling(1, 1, 1)) and "cores=8" in repr(
+        GemmTiling(1, 1, 1, cores=8)
+    )
+
+
+def test_more_cores_run_what_fewer_would_where_that_is_faster():
+    """256 x 4096 x 4096 on wia-npu: 16 cores split it into 16 tiles of 256 x 256, one a
+    core, whose loads nothing overlaps (79,165 cycles), where 8 cores run 32 of 128 x
+    256 (70,973). The tiling now runs the 8 cores' tiles on 8 cores of 16, 32 or 64."""
+
+    def cycles(cores: int) -> int:
+        over = {"compute.cores": cores}
+        return wia_hw.run("gemm", M=256, N=4096, K=4096, overrides=over).cycles
+
+    eight = cycles(8)
+    for cores in (16, 32, 64):
+        assert cycles(cores) <= eight, cores
+
+
+@pytest.mark.parametrize(("device", "n"), [("wia-npu", 64), ("a100-systolic", 108)])
+def test_the_tiling_is_monotone_in_cores_by_its_estimate(device, n):
+    """The tiler's choice on ``n`` cores is estimated no slower (to the margin) than its
+    choice on any power-of-two count below, or half of ``n``: those are among what it
+    tries on ``n`` (random shapes, fixed seed)."""
+    import wia_hw.lowering as lowering
+    from wia_hw._tiling import COLD_MARGIN
+    from wia_hw.lowering import lower
+
+    rng = random.Random(9)
+    for _ in range(6):
+        m, nn, k = (rng.choice([64, 192, 512, 768, 1024, 4096]) for _ in range(3))
+        g = wia_hw.runtime.resolve_workload("gemm", M=m, N=nn, K=k)
+        got: dict[int, tuple[GemmTiling, object]] = {}
+        for c in (n, n // 2, 16, 4):
+            spec = load_spec(device, {"compute.cores": c})
+            seen = {}
+            real = lowering.gemm_estimate
+
+            def spy(s, kern, storage=(), cold=frozenset(), seen=seen, real=real):
+                seen["f"] = real(s, kern, storage, cold)
+                return seen["f"]
+
+            lowering.gemm_estimate = spy
+            try:
+                (kern,) = [x for _, ks in lower(g, spec) for x in ks if isinstance(x, GemmKernel)]
+            finally:
+                lowering.gemm_estimate = real
+            got[c] = (kern.tiling, seen["f"])
+        t_n, est_n = got[n]
+        for c in (n // 2, 16, 4):
+            t_c, _ = got[c]
+            on_c = GemmTiling(**{**vars(t_c), "cores": t_c.cores or c})
+            assert est_n.all_cold  # a GEMM of the graph's inputs: COLD_MARGIN applies
+            assert est_n(t_n) * COLD_MARGIN <= est_n(on_c) * (1 + 1e-9), (m, nn, k, c, t_n, t_c)

@@ -35,7 +35,79 @@ def choose_gemm_tiling(
     estimate: Callable[[GemmTiling], float] | None = None,
 ) -> GemmTiling:
     """The tiling heuristic of the module docstring, for one GEMM on ``spec``
-    (``b_transposed``: B is stored ``n x k``).
+    (``b_transposed``: B is stored ``n x k``); with ``estimate``, also on fewer cores.
+
+    The heuristic's tiling for every core (:func:`_choose`) is the answer unless, with
+    an ``estimate`` of a kernel whose operands all come from HBM (its ``all_cold``: a
+    GEMM of a graph's inputs and weights, as it runs alone), the tiling the heuristic
+    makes for fewer cores, run on those cores alone (``GemmTiling.cores``, the others
+    idle), is estimated lower by the margin (:data:`COLD_MARGIN`). The counts tried are
+    the halvings of the device's and the powers of two below it, so what a device of
+    ``c`` of these cores runs is among the choices of any device with more: more cores
+    are no slower in the estimate, to the margin. Without this, a count that gave each
+    core one output tile, with nothing to overlap its first load with, was slower than
+    half of it: 256 x 4096 x 4096 on wia-npu took 79,165 cycles on 16 cores, 70,973 on
+    8. A count is skipped, with every smaller one, once the array time alone of its
+    cores (the kernel's MACs at their peak rate) reaches the best estimate so far.
+
+    A kernel that reads another op's output is left on every core: its producer's
+    output sits in the L1s of the cores that wrote it, and a kernel on fewer cores
+    slows the op after it, which the estimate of one kernel does not see (BERT-Base b8
+    s512 on 32 cores: the attention-score ``bmm`` on 16 cores made the softmax after it
+    59% slower, the model 11%).
+    """
+    t = _choose(spec, batch, m, n, k, elem_bytes, out_bytes, b_transposed, estimate)
+    cores = spec.compute.cores
+    if estimate is None or cores == 1 or not getattr(estimate, "all_cold", False):
+        return t
+    best, best_est = t, estimate(t) * COLD_MARGIN
+    macs = Fraction(batch * m * n * k)
+    per_core = _peak_macs(spec, elem_bytes) / cores
+    counts = {cores >> i for i in range(1, cores.bit_length())}
+    counts |= {1 << j for j in range(cores.bit_length()) if 1 << j < cores}
+    for c in sorted(counts, reverse=True):
+        if macs / (per_core * c) >= best_est:
+            break
+
+        def on_c(t: GemmTiling, c: int = c) -> float:
+            return estimate(replace(t, cores=c))
+
+        sub = _with_cores(spec, c)
+        cand = replace(
+            _choose(sub, batch, m, n, k, elem_bytes, out_bytes, b_transposed, on_c), cores=c
+        )
+        if (e := estimate(cand)) < best_est:
+            best, best_est = cand, e
+    return best
+
+
+#: per (spec id, cores): (spec, the spec with that many cores)
+_SUBSPECS: dict[tuple[int, int], tuple[DeviceSpec, DeviceSpec]] = {}
+
+
+def _with_cores(spec: DeviceSpec, cores: int) -> DeviceSpec:
+    """``spec`` with ``cores`` cores (kept per spec and count)."""
+    hit = _SUBSPECS.get((id(spec), cores))
+    if hit is None or hit[0] is not spec:
+        if len(_SUBSPECS) > 256:
+            _SUBSPECS.clear()
+        sub = replace(spec, compute=replace(spec.compute, cores=cores))
+        hit = _SUBSPECS[(id(spec), cores)] = (spec, sub)
+    return hit[1]
+
+
+def _choose(
+    spec: DeviceSpec,
+    batch: int,
+    m: int,
+    n: int,
+    k: int,
+    elem_bytes: int,
+    out_bytes: int,
+    b_transposed: bool = False,
+    estimate: Callable[[GemmTiling], float] | None = None,
+) -> GemmTiling:
+    """The tiling heuristic for every core of ``spec``.
 
     ``estimate``: an estimate of the kernel's cycles under a tiling (the lowering's
     :func:`wia_hw._tile_estimate.gemm_estimate`, which sees the operands' storage
@@ -217,7 +289,8 @@ def choose_gemm_tiling(
     if estimate is None or len(chain) == 1:
         return t
     # a split that the estimate says is clearly slower is undone (see the docstring)
-    best, best_est = t, estimate(t) * ESTIMATE_MARGIN
+    margin = COLD_MARGIN if getattr(estimate, "all_cold", False) else ESTIMATE_MARGIN
+    best, best_est = t, estimate(t) * margin
     for state in reversed(chain[:-1]):
         cand = finished(*state)
         if cand != best and (e := estimate(cand)) < best_est:
@@ -231,6 +304,14 @@ def choose_gemm_tiling(
 #: match (BERT-Base b8 s512 on 48 cores: the context ``bmm`` 17% faster in the estimate
 #: with 4 heads a tile than with 2, and 4.6x slower in the model).
 ESTIMATE_MARGIN = 0.9
+#: The margin where every operand comes from HBM (the estimate's ``all_cold``), for an
+#: earlier tiling and for fewer cores: then no producer's output sits in some core's
+#: L1, the estimate's blind spot above, and the estimate also counts the results'
+#: stores and the kernel's lower bound (``wia_hw._tile_estimate``); it is within a few
+#: percent of the model there, about as far apart as the tilings it weighs, hence a
+#: margin still (1024 x 4096 x 1024 on 32 cores of wia-npu: 16 cores' tiling
+#: estimated 8% lower, and 10% faster).
+COLD_MARGIN = 0.95
 
 
 def _halvings(x: int) -> list[int]:
