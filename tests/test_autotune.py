@@ -392,7 +392,7 @@ def test_cache_key_separates_layouts():
         ),
         (
             '{"format": "wia-hw-measurements", "version": 1, "entries": [["h", "k", 1]]}',
-            r"entry 0: not enough values to unpack",
+            r"entry 0: a row has 11 or 12 fields, got \[.h., .k., 1\]",
         ),
         (
             '{"format": "wia-hw-measurements", "version": 1, "entries": '

@@ -110,7 +110,7 @@ def test_schedules_of_the_runs_spec_still_apply_and_are_checked(big_gemm):
 @pytest.mark.parametrize("device", ["wia-edge", "a100-systolic"])
 def test_autotune_result_schedules_on_another_device_warn(device):
     g = build("gemm", M=512, N=512, K=512)
-    cfg = AutotuneConfig(method="random", time_budget_seconds=None, max_trials=8, seed=0)
+    cfg = AutotuneConfig(method="random", time_budget_seconds=None, max_trials=16, seed=0)
     res = autotune_model(g, cfg, device="wia-npu")
     assert res.schedules  # something to apply
     with pytest.warns(ScheduleDeviceWarning, match=f"no schedule for {device}"):
@@ -142,7 +142,7 @@ def analog_tuned():
         (rng.normal(size=(1024, 256)), rng.normal(size=256)),
     ]
     g, _ = mlp_to_graph(layers, batch=256, dtype="fp16")
-    cfg = AutotuneConfig(method="random", time_budget_seconds=None, max_trials=4, seed=0)
+    cfg = AutotuneConfig(method="random", time_budget_seconds=None, max_trials=8, seed=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = autotune_model(g, cfg, device=_analog_ctx())
@@ -266,7 +266,7 @@ def test_ml_tuner_keeps_a_small_budget_and_measures():
         warnings.simplefilter("ignore")
         res = autotune_model(g, cfg, device="wia-npu")
     big = [t for t in res.kernels.values() if t.pool_size > 100]
-    assert len(big) == 4
+    assert len(big) >= 4  # the four linear keys (and the pooler's, with core counts)
     # every big kernel measured some candidates (the whole pool's features, ~0.15 s
     # each, more than a kernel's share, used to come first: 0 trials)
     assert all(t.trials > 0 for t in big), [t.trials for t in res.kernels.values()]

@@ -24,7 +24,7 @@ from wia_hw.optimize import (
     load_schedules,
 )
 from wia_hw.optimize._autotune import candidate_pool
-from wia_hw.optimize._schedules import FORMAT, spec_hash
+from wia_hw.optimize._schedules import FORMAT, spec_hash, tiling_fields
 from wia_hw.runtime import open_device, resolve_workload
 
 # -- AutotuneConfig errors --------------------------------------------------------------
@@ -128,7 +128,7 @@ def _entry(key: str, spec, t: GemmTiling, device: str | None = None) -> dict:
         "kernel": key,
         "device": device or spec.name,
         "spec_sha256": spec_hash(spec),
-        "tiling": {"tm": t.tm, "tn": t.tn, "tk": t.tk, "tb": t.tb, "order": t.order},
+        "tiling": tiling_fields(t),
     }
 
 
@@ -404,3 +404,35 @@ def test_schedules_that_match_no_kernel_of_the_graph_warn_and_are_counted(tmp_pa
         warnings.simplefilter("error", ScheduleUnusedWarning)
         r = wia_hw.run(same, schedules=p)
     assert r.provenance["run"]["schedules_used"] == 1
+
+
+def test_a_core_count_round_trips_through_both_files(tmp_path):
+    """A tiling on fewer cores than the device's is written with its ``cores`` (and one
+    on all of them without), read back equal, and a count above the device's is one
+    line naming the field."""
+    spec = open_device("wia-npu").spec
+    kern = _kernel(spec, 256, 4096, 4096, 1)
+    key = gemm_key(kern)
+    t = GemmTiling(tm=128, tn=256, tk=4096, cores=2)
+    assert tiling_fields(t)["cores"] == 2 and "cores" not in tiling_fields(GemmTiling(1, 1, 1))
+    p = _file(tmp_path / "s.json", [_entry(key, spec, t)])
+    assert load_schedules(p, spec) == {key: t}
+    bad = GemmTiling(tm=128, tn=256, tk=4096, cores=spec.compute.cores + 1)
+    p = _file(tmp_path / "b.json", [_entry(key, spec, bad)])
+    with pytest.raises(ScheduleError, match=r"entry 0 .*tiling.cores=5 is above the 4 cores"):
+        load_schedules(p, spec)
+    # the measurements file keeps the count (a 12th field), and an old row without it
+    from wia_hw.optimize._autotune import _MEASURED, load_measurements, save_measurements
+
+    sha = spec_hash(spec)
+    _MEASURED.clear()
+    _MEASURED[(sha, key, t)] = (1234, (1, 2, 3))
+    _MEASURED[(sha, key, GemmTiling(tm=128, tn=256, tk=4096))] = (1500, (4, 5, 6))
+    m = save_measurements(tmp_path / "m.json", sha)
+    rows = json.loads(m.read_text())["entries"]
+    assert sorted(len(r) for r in rows) == [11, 12]
+    _MEASURED.clear()
+    assert load_measurements(m) == 2
+    assert _MEASURED[(sha, key, t)] == (1234, (1, 2, 3))
+    assert _MEASURED[(sha, key, GemmTiling(tm=128, tn=256, tk=4096))][0] == 1500
+    _MEASURED.clear()

@@ -19,9 +19,14 @@ tuned once) and searches, per key, the schedule that takes the fewest cycles.
   (``Device.partition``), so the order also chooses whether cores split M (``mn``) or N
   (``nm``); the split granularity is the minimum number of output tiles per core (1,
   2, 4; an output tile's K slices run on one core): tiles are halved, the larger side
-  first, until the kernel has that many per core.
+  first, until the kernel has that many per core; and, where that leaves fewer than
+  two output tiles a core and the kernel's operands all come from HBM, how many cores
+  take part (``GemmTiling.cores``: all, half or a quarter of them, the rest idle; a
+  kernel that reads another op's output stays on all of them, as lowering keeps it:
+  on fewer, it slows the op after it, which reads that output from the L1s of the
+  cores that wrote it, :func:`wia_hw._tiling.choose_gemm_tiling`).
   More tiles per core balance the cores and overlap loads with compute; fewer reuse
-  more per tile.
+  more per tile; fewer cores load smaller first tiles through the shared ports.
 * dataflow: the array of a spec has one (``compute.array.dataflow``: ``os`` or ``ws``),
   not both, so it is not searched; each schedule records the dataflow it was tuned for
   and its spec hash, so it never applies to another array.
@@ -59,7 +64,7 @@ candidate (``cold_walls_s``, ``cold_candidates_per_s``).
 
 **Methods** (``AutotuneConfig.method``):
 
-* ``grid``: the pool in canonical order (tm, tn, tk, tb, order), evenly strided to fit
+* ``grid``: the pool in canonical order (tm, tn, tk, tb, order, cores), evenly strided to fit
   ``max_trials``;
 * ``random``: a seeded permutation of the pool;
 * ``ml``: a cost model learned from the trials measured so far, in the spirit of TVM's
@@ -67,8 +72,9 @@ candidate (``cold_walls_s``, ``cold_candidates_per_s``).
   (scikit-learn ``GradientBoostingRegressor``, ``cost_model="gbt"``) or a ridge
   regression on quadratic features (numpy, ``cost_model="ridge"``) to the log cycles of
   the measured candidates from their features (:func:`schedule_features`: log tile
-  sizes, tile counts, tiles per core and imbalance, padding waste on the array, L1
-  footprint, reuse per byte, loop order; and the log of the candidate's closed-form
+  sizes, tile counts, tiles per core and imbalance, the share of the cores used,
+  padding waste on the array, L1 footprint, reuse per byte, loop order; and the log of
+  the candidate's closed-form
   lower bound, which the pruning computes anyway: the model learns how far above it
   each kind of tiling lands), ranks every unmeasured candidate of the pool
   and measures the best ``batch_size`` of them, each slot replaced by a random one
@@ -134,7 +140,7 @@ from ..emulator.enums import StrNamedEnum
 from ..emulator.errors import WiaError
 from ..emulator.kernels import GemmKernel, GemmTiling
 from ..graph import GEMM_KINDS, Graph
-from ..lowering import gemm_key, lower
+from ..lowering import Storage, gemm_key, lower
 from ._fast_eval import PartialRun, canonical_tiling, cycles_lower_bound
 from ._quant import _is_int
 from ._schedules import (
@@ -144,6 +150,7 @@ from ._schedules import (
     read_entries,
     save_schedules,
     spec_hash,
+    tiling_fields,
 )
 
 __all__ = [
@@ -530,7 +537,7 @@ class AutotuneResult:
                     "device": self.device,
                     "spec_sha256": self.spec_sha256,
                     "dataflow": t.dataflow,
-                    "tiling": {"tm": b.tm, "tn": b.tn, "tk": b.tk, "tb": b.tb, "order": b.order},
+                    "tiling": tiling_fields(b),
                     "cycles": t.best_cycles,
                     "default_cycles": t.default_cycles,
                     "floor_cycles": t.floor_cycles,
@@ -559,7 +566,9 @@ class AutotuneResult:
             lines.append(
                 f"{key[:44]:44} {t.count:4d} {t.default_cycles:10d} {t.best_cycles:10d} "
                 f"{t.floor_cycles:10.0f} {t.speedup:5.2f} {t.trials:6d}  "
-                f"{b.tm}x{b.tn}x{b.tk} tb={b.tb} {b.order}" + ("  DROPPED" if t.dropped else "")
+                f"{b.tm}x{b.tn}x{b.tk} tb={b.tb} {b.order}"
+                + (f" cores={b.cores}" if b.cores else "")
+                + ("  DROPPED" if t.dropped else "")
             )
         if self.graph_default_cycles is not None:
             lines.append(
@@ -717,8 +726,12 @@ def load_measurements(path: str | os.PathLike[str]) -> int:
         raise ScheduleError(f"{p}: 'entries' must be a list")
     for i, row in enumerate(rows):
         try:
-            sha, key, tm, tn, tk, tb, order, cycles, l1, l2, hbm = row
-            t = GemmTiling(tm=tm, tn=tn, tk=tk, tb=tb, order=order)
+            if not isinstance(row, list) or len(row) not in (11, 12):
+                raise TypeError(f"a row has 11 or 12 fields, got {row!r}")
+            sha, key, tm, tn, tk, tb, order, cycles, l1, l2, hbm = row[:11]
+            t = GemmTiling(
+                tm=tm, tn=tn, tk=tk, tb=tb, order=order, cores=row[11] if len(row) == 12 else 0
+            )
             if not (isinstance(sha, str) and isinstance(key, str)):
                 raise TypeError("spec hash and kernel key must be strings")
             vals = (cycles, l1, l2, hbm)
@@ -733,7 +746,8 @@ def load_measurements(path: str | os.PathLike[str]) -> int:
 def save_measurements(path: str | os.PathLike[str], sha: str) -> Path:
     """Write the cache's measurements of spec hash ``sha`` into ``path``, merged with the
     entries already there (other specs' kept); sorted, so equal contents give equal
-    bytes. Rows: spec hash, kernel key, tm, tn, tk, tb, order, cycles, l1, l2, hbm bytes.
+    bytes. Rows: spec hash, kernel key, tm, tn, tk, tb, order, cycles, l1, l2, hbm bytes, and
+    ``cores`` when the tiling has a core count (``GemmTiling.cores``).
     Processes saving into one file at once each keep the other's rows
     (:func:`wia_hw._files.update_locked`)."""
     import json
@@ -745,11 +759,12 @@ def save_measurements(path: str | os.PathLike[str], sha: str) -> Path:
         if p.exists():
             load_measurements(p)
             for r in json.loads(p.read_text())["entries"]:
-                rows[tuple(r[:7])] = r
+                rows[(*r[:7], *r[11:12])] = r
         for (h, key, t), (cycles, nb) in list(_MEASURED.items()):
             if h == sha:
                 r = [h, key, t.tm, t.tn, t.tk, t.tb, t.order, cycles, *nb]
-                rows[tuple(r[:7])] = r
+                r += [t.cores] if t.cores else []
+                rows[(*r[:7], *r[11:12])] = r
         doc = {"format": _MFORMAT, "version": 1, "entries": [rows[k] for k in sorted(rows)]}
         return json.dumps(doc, separators=(",", ":")) + "\n"
 
@@ -769,14 +784,17 @@ def _sides(extent: int, unit: int) -> list[int]:
     return sorted(out)
 
 
-def _split(spec: DeviceSpec, k: GemmKernel, t: GemmTiling, per_core: int) -> GemmTiling:
+def _split(
+    spec: DeviceSpec, k: GemmKernel, t: GemmTiling, per_core: int, cores: int = 0
+) -> GemmTiling:
     """Halve tiles (the larger side first; then tb) until the kernel has at least
     ``per_core`` output tiles per core, where the shape allows (the core split; an
-    output tile's K slices run on one core, ``Device.tiles_of``)."""
+    output tile's K slices run on one core, ``Device.tiles_of``), on ``cores`` of the
+    device's cores (0: all; the tiling's ``cores``)."""
     a = spec.compute.array
     R, C = a.rows, a.cols
     tm, tn, tb = t.tm, t.tn, t.tb
-    target = per_core * spec.compute.cores
+    target = per_core * (cores or spec.compute.cores)
 
     def count() -> int:
         return -(-k.batch // tb) * -(-k.m // tm) * -(-k.n // tn)
@@ -795,11 +813,15 @@ def _split(spec: DeviceSpec, k: GemmKernel, t: GemmTiling, per_core: int) -> Gem
             tm = half(tm, R)
         else:
             break
-    return GemmTiling(tm=min(tm, k.m), tn=min(tn, k.n), tk=t.tk, tb=tb, order=t.order)
+    return GemmTiling(tm=min(tm, k.m), tn=min(tn, k.n), tk=t.tk, tb=tb, order=t.order, cores=cores)
 
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def _out_tiles(k: GemmKernel, t: GemmTiling) -> int:
+    return -(-k.batch // t.tb) * -(-k.m // t.tm) * -(-k.n // t.tn)
 
 
 def _tile_count(k: GemmKernel, t: GemmTiling) -> int:
@@ -813,14 +835,20 @@ def _fits(spec: DeviceSpec, k: GemmKernel, t: GemmTiling) -> bool:
     return t.tb * (t.tm + t.tn) * t.tk * e <= l1 // 2 and t.tb * t.tm * t.tn * eo <= l1 // 4
 
 
-def candidate_pool(kernel: GemmKernel, spec: DeviceSpec, max_tiles: int = 256) -> list[GemmTiling]:
+def candidate_pool(
+    kernel: GemmKernel, spec: DeviceSpec, max_tiles: int = 256, fewer_cores: bool = True
+) -> list[GemmTiling]:
     """Every candidate tiling of ``kernel`` on ``spec`` (the search space of the module
-    docstring), deduplicated, in canonical order (tm, tn, tk, tb, order)."""
+    docstring), deduplicated, in canonical order (tm, tn, tk, tb, order, cores).
+    ``fewer_cores``: with core counts below the device's (for a kernel whose operands
+    all come from HBM; see :func:`autotune_model`)."""
     a = spec.compute.array
     R, C = a.rows, a.cols
     k = kernel
     tms, tns = _sides(k.m, R), _sides(k.n, C)
     tks = _sides(k.k, R)
+    n = spec.compute.cores
+    counts = sorted({c for c in (n // 2, n // 4) if c >= 1})
     out: set[GemmTiling] = set()
     for tm in tms:
         for tn in tns:
@@ -838,7 +866,13 @@ def candidate_pool(kernel: GemmKernel, spec: DeviceSpec, max_tiles: int = 256) -
                             t = _split(spec, k, base, per_core)
                             if _tile_count(k, t) <= max_tiles:
                                 out.add(t)
-    return sorted(out, key=lambda t: (t.tm, t.tn, t.tk, t.tb, t.order))
+                            if not fewer_cores or _out_tiles(k, t) >= 2 * n:
+                                continue  # two tiles a core or more: all cores
+                            for cores in counts:
+                                t = _split(spec, k, base, per_core, cores)
+                                if _tile_count(k, t) <= max_tiles:
+                                    out.add(t)
+    return sorted(out, key=lambda t: (t.tm, t.tn, t.tk, t.tb, t.order, t.cores))
 
 
 def schedule_features(kernel: GemmKernel, t: GemmTiling, spec: DeviceSpec) -> list[float]:
@@ -846,7 +880,7 @@ def schedule_features(kernel: GemmKernel, t: GemmTiling, spec: DeviceSpec) -> li
     a = spec.compute.array
     R, C = a.rows, a.cols
     k = kernel
-    cores = spec.compute.cores
+    cores = t.active_cores(spec.compute.cores)
     mt, nt = -(-k.m // t.tm), -(-k.n // t.tn)
     kt, bt = -(-k.k // t.tk), -(-k.batch // t.tb)
     out_tiles = bt * mt * nt
@@ -876,6 +910,7 @@ def schedule_features(kernel: GemmKernel, t: GemmTiling, spec: DeviceSpec) -> li
         l1_frac,
         math.log2(1.0 / (1.0 / t.tm + 1.0 / t.tn)),
         math.log2(t.tm * t.tn * t.tb),
+        cores / spec.compute.cores,
     ]
 
 
@@ -1000,11 +1035,14 @@ def _search(
     cfg: AutotuneConfig,
     ev: _Evaluator,
     deadline: float,
+    cold: bool = True,
 ) -> tuple[GemmTiling, int, int, list[int], int]:
-    """(best tiling, its cycles, default cycles, history, pool size) of one kernel."""
+    """(best tiling, its cycles, default cycles, history, pool size) of one kernel;
+    ``cold``: its operands all come from HBM (:func:`candidate_pool`'s ``fewer_cores``)."""
     default = kernel.tiling
     default_cycles = ev(kernel, default)
-    pool = [t for t in candidate_pool(kernel, spec, cfg.max_tiles) if t != default]
+    pool = candidate_pool(kernel, spec, cfg.max_tiles, fewer_cores=cold)
+    pool = [t for t in pool if t != default]
     rng = np.random.default_rng([cfg.seed, zlib.crc32(gemm_key(kernel).encode())])
     best, best_cycles = default, default_cycles
     history = [default_cycles]
@@ -1383,6 +1421,7 @@ def _tune(
     spec = ctx.spec
     ev = _Evaluator(spec, sha, cfg.prune)
     limit = cfg.time_budget_seconds
+    inputs = Storage(graph).cold  # the tensors that come from HBM
     tuned: dict[str, KernelTuning] = {}
     for i, key in enumerate(order):
         kernel, ops = found[key]
@@ -1391,7 +1430,8 @@ def _tune(
         else:  # the time left, shared among the kernels left
             left = start + limit - time.perf_counter()
             deadline = time.perf_counter() + max(0.0, left) / (len(order) - i)
-        best, best_c, dflt_c, history, pool = _search(kernel, spec, cfg, ev, deadline)
+        cold = all(r.name in inputs for r in (kernel.a, kernel.b, kernel.bias) if r)
+        best, best_c, dflt_c, history, pool = _search(kernel, spec, cfg, ev, deadline, cold)
         tuned[key] = KernelTuning(
             key=key,
             ops=tuple(ops),

@@ -8,8 +8,9 @@ entry is one kernel's schedule on one device spec:
 * ``device`` (the spec's name, for people) and ``spec_sha256`` (of the resolved spec:
   its plain mapping as canonical JSON). Only entries whose hash equals the spec's apply,
   so a schedule tuned on one L1 size is never applied to another;
-* ``tiling``: ``tm``, ``tn``, ``tk``, ``tb``, ``order`` (a
-  :class:`~wia_hw.emulator.kernels.GemmTiling`), ``dataflow`` (the array's, recorded);
+* ``tiling``: ``tm``, ``tn``, ``tk``, ``tb``, ``order``, and ``cores`` when the tiles
+  go to fewer than all the cores (a :class:`~wia_hw.emulator.kernels.GemmTiling`),
+  ``dataflow`` (the array's, recorded);
 * the evidence: ``cycles`` (tuned, the kernel alone on a fresh device),
   ``default_cycles`` (the heuristic's), ``floor_cycles`` (its roofline floor),
   ``trials``, ``method``, ``seed``.
@@ -29,7 +30,8 @@ kernel and spec hash, and, for the entries of the spec being loaded, a tiling ou
 the tuner's search space on that device (:func:`check_tiling`): ``tm`` a multiple of
 the array's rows or the whole M, ``tn`` of its columns or the whole N, ``tk`` of its
 rows or the whole K, none above its whole extent rounded up to that unit; ``tb`` at
-most the batch, and above 1 only when a tile holds whole matrices; and the
+most the batch, and above 1 only when a tile holds whole matrices; ``cores`` at most
+the device's; and the
 double-buffered L1 rule of lowering's heuristic and the tuner's pool,
 ``tb (tm + tn) tk in_bytes <= L1/2`` and ``tb tm tn out_bytes <= L1/4`` (element bytes
 from the key's precision and output bytes). An entry for a kernel the graph does not
@@ -66,11 +68,20 @@ __all__ = [
     "read_entries",
     "save_schedules",
     "check_tiling",
+    "tiling_fields",
 ]
 
 FORMAT = "wia-hw-schedules"
 VERSION = 1
-_TILING_FIELDS = ("tm", "tn", "tk", "tb", "order")
+_TILING_FIELDS = ("tm", "tn", "tk", "tb", "order", "cores")
+
+
+def tiling_fields(t: GemmTiling) -> dict[str, Any]:
+    """A tiling as a schedule file writes it: ``cores`` only when not 0 (all)."""
+    out: dict[str, Any] = {"tm": t.tm, "tn": t.tn, "tk": t.tk, "tb": t.tb, "order": t.order}
+    if t.cores:
+        out["cores"] = t.cores
+    return out
 
 
 class AutotuneError(WiaError, ValueError):
@@ -157,7 +168,7 @@ def _check_entry(p: Path, i: int, e: Any) -> GemmTiling:
     t = e.get("tiling")
     if not isinstance(t, dict) or set(t) - set(_TILING_FIELDS) or not {"tm", "tn", "tk"} <= set(t):
         raise ScheduleError(
-            f"{p}: entry {i} ({e['kernel']}): 'tiling' must map tm, tn, tk (and tb, order)"
+            f"{p}: entry {i} ({e['kernel']}): 'tiling' must map tm, tn, tk (and tb, order, cores)"
         )
     try:
         return GemmTiling(**t)
@@ -205,6 +216,8 @@ def check_tiling(key: str, t: GemmTiling, spec: DeviceSpec) -> str | None:
             f"tiling.tb={t.tb} batches tiles that do not hold whole {mm}x{nn} matrices "
             f"(tm={t.tm}, tn={t.tn})"
         )
+    if t.cores > spec.compute.cores:
+        return f"tiling.cores={t.cores} is above the {spec.compute.cores} cores of {spec.name}"
     l1 = spec.memory.l1.size_bytes
     ins, outs = t.tb * (tm + tn) * tk * e, t.tb * tm * tn * eo
     if ins > l1 // 2 or outs > l1 // 4:
@@ -314,7 +327,8 @@ def _checked(schedules: Any, spec: DeviceSpec) -> Schedules:
         if isinstance(t, Mapping):
             if set(t) - set(_TILING_FIELDS) or not {"tm", "tn", "tk"} <= set(t):
                 raise ScheduleError(
-                    f"schedules[{key!r}]: a tiling maps tm, tn, tk (and tb, order), got {sorted(t)}"
+                    f"schedules[{key!r}]: a tiling maps tm, tn, tk (and tb, order, cores), "
+                    f"got {sorted(t)}"
                 )
             try:
                 t = GemmTiling(**t)
@@ -323,7 +337,7 @@ def _checked(schedules: Any, spec: DeviceSpec) -> Schedules:
         elif not isinstance(t, GemmTiling):
             raise ScheduleError(
                 f"schedules[{key!r}]: must be a GemmTiling or a mapping of tm, tn, tk (and "
-                f"tb, order), got {type(t).__name__}"
+                f"tb, order, cores), got {type(t).__name__}"
             )
         why = check_tiling(key, t, spec)
         if why is not None:
