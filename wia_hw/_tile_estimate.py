@@ -35,7 +35,7 @@ weights, as it runs alone) it also counts
   those of the busiest cores' last tiles after their array time (they end together
   and share the port; with one tile a core nothing overlaps them);
 * the auto-tuner's lower bound of the emulator's cycles
-  (:func:`wia_hw.optimize._fast_eval.cycles_lower_bound`: the launch, the first
+  (:func:`wia_hw._gemm_bound.cycles_lower_bound`: the launch, the first
   loads' blocks, each core's chain of tiles with every latency, HBM's compulsory
   bytes), so the fixed costs the figures above leave out count where they dominate
   (a small kernel on many cores).
@@ -47,8 +47,9 @@ against 2,770), which the choice of fewer cores needs
 output, and where it sits (which cores' L1 hold it) moves the kernel more than these
 terms do: counted there too, they changed tilings of BERT-Base, BERT-Large, GPT-2
 and ResNet-50 on 4 to 64 cores for none faster and some slower (0.4% on geometric
-mean; GPT-2 b4 s256 on 64 cores 5.7%), so they are left out there. Contention beyond the ports' rates is left out: it ranks
-tilings of one kernel, which is all it is used for, and it is not a cycle count.
+mean; GPT-2 b4 s256 on 64 cores 5.7%), so they are left out there. Contention
+beyond the ports' rates is left out: it ranks tilings of one kernel, which is all it
+is used for, and it is not a cycle count.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ from .emulator.cycles import systolic_issue_interval
 from .emulator.device import Device
 from .emulator.kernels import GemmKernel, GemmTiling, TensorRef
 
-__all__ = ["gemm_estimate"]
+__all__ = ["GemmEstimate", "gemm_estimate", "operands_cold"]
 
 #: per (spec id, the kernel's canonical signature, tiling): (spec, estimate)
 _ESTIMATES: dict[tuple, tuple[DeviceSpec, float]] = {}
@@ -75,7 +76,7 @@ def gemm_estimate(
     kernel: GemmKernel,
     storage: tuple[TensorRef, ...] = (),
     cold: frozenset[str] = frozenset(),
-) -> Callable[[GemmTiling], float]:
+) -> GemmEstimate:
     """The estimate of the module docstring for ``kernel`` under a tiling.
 
     ``storage``: the refs that lay out the operands' storage first in the run (a view's
@@ -124,7 +125,7 @@ def gemm_estimate(
             first = mem.slot_of((lay.tid, 0, 0))
             cold_slots.append(range(first, first + lay.block_rows * lay.block_cols))
     # every operand from HBM: a kernel as it runs alone (see the module docstring)
-    all_cold = all(r.name in cold_names for r in (kernel.a, kernel.b, kernel.bias) if r)
+    all_cold = operands_cold(kernel, cold_names)
     a = spec.compute.array
     cores = spec.compute.cores
     l2_rate = Fraction(spec.bytes_per_cycle(spec.memory.l2.bandwidth_gbs))
@@ -222,6 +223,25 @@ def gemm_estimate(
             out = max(out, cycles_lower_bound(k, tiling, spec))
         return float(out)
 
-    # what choose_gemm_tiling reads before it tries fewer cores (see all_cold above)
-    estimate.all_cold = all_cold  # type: ignore[attr-defined]
-    return estimate
+    return GemmEstimate(estimate, all_cold)
+
+
+def operands_cold(kernel: GemmKernel, cold: frozenset[str]) -> bool:
+    """Whether every operand of ``kernel`` (A, B, the bias) is stored in one of the
+    ``cold`` storages (the graph's inputs and weights: ``lowering.Storage.cold``), so
+    it comes from HBM and the kernel runs as it does alone on a fresh device."""
+    return all(r.name in cold for r in (kernel.a, kernel.b, kernel.bias) if r is not None)
+
+
+class GemmEstimate:
+    """:func:`gemm_estimate`'s answer: called with a tiling, the estimate of the kernel's
+    cycles under it; ``all_cold``: :func:`operands_cold` of the kernel, which
+    :func:`wia_hw._tiling.choose_gemm_tiling` reads before it tries fewer cores."""
+
+    __slots__ = ("_of", "all_cold")
+
+    def __init__(self, of: Callable[[GemmTiling], float], all_cold: bool) -> None:
+        self._of, self.all_cold = of, all_cold
+
+    def __call__(self, tiling: GemmTiling) -> float:
+        return self._of(tiling)

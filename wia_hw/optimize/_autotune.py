@@ -134,6 +134,7 @@ from typing import Any
 import numpy as np
 
 from .._files import update_locked
+from .._tile_estimate import operands_cold
 from ..emulator.config import DeviceSpec
 from ..emulator.device import Device
 from ..emulator.enums import StrNamedEnum
@@ -825,7 +826,7 @@ def _out_tiles(k: GemmKernel, t: GemmTiling) -> int:
 
 
 def _tile_count(k: GemmKernel, t: GemmTiling) -> int:
-    return -(-k.batch // t.tb) * -(-k.m // t.tm) * -(-k.n // t.tn) * -(-k.k // t.tk)
+    return _out_tiles(k, t) * -(-k.k // t.tk)
 
 
 def _fits(spec: DeviceSpec, k: GemmKernel, t: GemmTiling) -> bool:
@@ -1430,7 +1431,7 @@ def _tune(
         else:  # the time left, shared among the kernels left
             left = start + limit - time.perf_counter()
             deadline = time.perf_counter() + max(0.0, left) / (len(order) - i)
-        cold = all(r.name in inputs for r in (kernel.a, kernel.b, kernel.bias) if r)
+        cold = operands_cold(kernel, inputs)
         best, best_c, dflt_c, history, pool = _search(kernel, spec, cfg, ev, deadline, cold)
         tuned[key] = KernelTuning(
             key=key,
