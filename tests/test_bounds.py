@@ -115,8 +115,9 @@ def test_occupancy_counts_fill_and_drain():
 
 def test_too_few_tiles_is_parallelism_bound():
     ctx = wia_hw.open_device()
-    p = profile_kernel(ctx, "matmul", [(128, 4096), (4096, 128)])  # one tile, four cores
-    assert p.tiles == 1 and p.ceiling == "parallelism"
+    # one output tile, four cores (its K slices, however many, run on one core)
+    p = profile_kernel(ctx, "matmul", [(128, 4096), (4096, 128)])
+    assert p.ceiling == "parallelism"
     assert p.floor_cycles["parallelism"] == pytest.approx(
         ctx.spec.compute.cores * p.floor_cycles["pipeline"]
     )

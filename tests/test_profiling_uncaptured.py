@@ -100,7 +100,7 @@ def test_cycles_only_names_no_bound_and_full_counters_verdict_unchanged(name):
         assert q.bound == "compute"
         assert msg == (
             "Compute-bound (fp16 array peak): AI=512 FLOP per HBM byte is above the ridge "
-            "point 213; reaches 76% of that peak"
+            "point 213; reaches 89% of that peak"
         )
 
 

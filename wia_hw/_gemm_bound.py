@@ -1,6 +1,8 @@
-"""A lower bound of a GEMM kernel's cycles alone on a fresh device, in closed form
-(:func:`cycles_lower_bound`), and the per-spec devices and storage layouts it and the
-tiling estimate read (:func:`device_for`, :func:`layouts_for`).
+"""One GEMM kernel alone on a fresh device: a lower bound of its cycles, in closed form
+(:func:`cycles_lower_bound`); the per-spec devices and storage layouts it and the
+tiling estimate read (:func:`device_for`, :func:`layouts_for`); an equivalent tiling
+(:func:`canonical_tiling`); and the emulator's own run of it, stoppable at a cycle and
+continued later (:class:`PartialRun`, :func:`run_within`).
 
 The auto-tuner prunes candidates with the bound (:mod:`wia_hw.optimize._fast_eval`,
 whose docstring says why a bound and not the cycles), and the tiling estimate
@@ -25,7 +27,14 @@ from .emulator.device import Device
 from .emulator.kernels import GemmKernel, GemmTiling, TensorRef
 from .emulator.memory import MemorySystem
 
-__all__ = ["cycles_lower_bound", "device_for", "layouts_for"]
+__all__ = [
+    "PartialRun",
+    "canonical_tiling",
+    "cycles_lower_bound",
+    "device_for",
+    "layouts_for",
+    "run_within",
+]
 
 #: per spec (by id, the spec kept): a Device for its tiles (and the auto-tuner's bound)
 #: and a MemorySystem per set of storage layouts
@@ -349,3 +358,74 @@ def cycles_lower_bound(
         last = launch + setup + hbm_lat + union * hbm_den // hbm_num
         best = max(best, last + min(after))
     return best
+
+
+def canonical_tiling(kernel: GemmKernel, tiling: GemmTiling) -> GemmTiling:
+    """A tiling that gives the emulator exactly the same tiles, in the same order, as
+    ``tiling`` does for ``kernel``, so the same run: tile sides above the kernel's
+    extent are cut to it (``tm`` to M, ``tn`` to N, ``tk`` to K), and the loop order
+    is ``mn`` when the kernel has one row or one column of output tiles (the two loop
+    orders then walk the same sequence)."""
+    tm, tn, tk = min(tiling.tm, kernel.m), min(tiling.tn, kernel.n), min(tiling.tk, kernel.k)
+    order = tiling.order
+    if -(-kernel.m // tm) == 1 or -(-kernel.n // tn) == 1:
+        order = "mn"
+    if (tm, tn, tk, order) == (tiling.tm, tiling.tn, tiling.tk, tiling.order):
+        return tiling
+    return replace(tiling, tm=tm, tn=tn, tk=tk, order=order)
+
+
+class PartialRun:
+    """The emulator's run of ``kernel`` alone on a fresh ``Device(spec)``, advanced on
+    demand: :meth:`advance` runs it up to a cycle and returns its record when it has
+    ended before that cycle, so a candidate stopped at one limit continues from where
+    it stopped when a larger limit is asked, instead of starting again.
+
+    The run is ``Device(spec).execute([kernel])``'s own (the kernel's SimPy process on a
+    fresh device), stopped by SimPy at the limit (``env.run(until=limit)``). Nothing
+    before the limit differs: the stop is one event at the limit, and the device's
+    clock shortcut (``emulator.device._advance``: move the clock without an event when
+    none is due at or before the target) decides the same for every target below it.
+    For a target at or past the limit the process yields a timeout instead of moving
+    the clock; no other event is due before that target, so when the run continues
+    the process resumes at the same cycle before anything else happens, as it would
+    have: the continued run is the uninterrupted one (``tests/test_fast_eval.py``).
+    """
+
+    __slots__ = ("device", "_out", "_proc")
+
+    def __init__(self, kernel: GemmKernel, spec: DeviceSpec) -> None:
+        self.device = Device(spec)
+        self._out: list[Any] = []
+        self._proc = self.device.env.process(self.device._kernel(kernel, self._out))
+
+    @property
+    def reached_cycles(self) -> int:
+        """The cycle the run has reached (its end, once it has ended)."""
+        return self.device.now
+
+    def advance(self, limit_cycles: int | None) -> Any:
+        """Run up to cycle ``limit_cycles`` (``None``: to the end); the kernel's record
+        when it has ended before that cycle, else ``None`` (its cycles are then at
+        least ``limit_cycles``). ``ValueError`` for a limit below 1."""
+        if limit_cycles is not None and limit_cycles < 1:
+            raise ValueError(f"limit_cycles must be at least 1, got {limit_cycles}")
+        if not self._out:
+            env = self.device.env
+            if limit_cycles is None:
+                env.run(until=self._proc)
+            elif limit_cycles > env.now:
+                env.run(until=limit_cycles)
+        if self._out and (limit_cycles is None or self._out[0].end_cycle < limit_cycles):
+            return self._out[0]
+        return None
+
+
+def run_within(kernel: GemmKernel, spec: DeviceSpec, limit_cycles: int | None) -> Any:
+    """The emulator's record of ``kernel`` alone on a fresh ``Device(spec)``, exactly as
+    ``Device(spec).execute([kernel])[0]``, or ``None`` when the kernel has not ended
+    before cycle ``limit_cycles`` (then its cycles are at least ``limit_cycles``):
+    ``PartialRun(kernel, spec).advance(limit_cycles)``. ``None`` for ``limit_cycles``:
+    no limit. ``ValueError`` for a limit below 1.
+    """
+    return PartialRun(kernel, spec).advance(limit_cycles)

@@ -59,8 +59,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from fractions import Fraction
 
-from ._gemm_bound import cycles_lower_bound, device_for, layouts_for
-from .emulator.config import DeviceSpec
+from ._gemm_bound import cycles_lower_bound, device_for, layouts_for, run_within
+from .emulator.config import DeviceSpec, ThermalConfig
 from .emulator.cycles import systolic_issue_interval
 from .emulator.device import Device
 from .emulator.kernels import GemmKernel, GemmTiling, TensorRef
@@ -69,6 +69,11 @@ __all__ = ["GemmEstimate", "gemm_estimate", "operands_cold"]
 
 #: per (spec id, the kernel's canonical signature, tiling): (spec, estimate)
 _ESTIMATES: dict[tuple, tuple[DeviceSpec, float]] = {}
+#: per (spec id, the kernel's canonical signature, tiling): (spec, cycles alone, HBM
+#: bytes), or (spec, a lower bound of the cycles, None) for a run cut or pruned there
+_MEASURED: dict[tuple, tuple[DeviceSpec, int, int | None]] = {}
+#: per spec id: (spec, the spec at its nominal clock)
+_NOMINAL: dict[int, tuple[DeviceSpec, DeviceSpec]] = {}
 
 
 def gemm_estimate(
@@ -223,7 +228,45 @@ def gemm_estimate(
             out = max(out, cycles_lower_bound(k, tiling, spec))
         return float(out)
 
-    return GemmEstimate(estimate, all_cold)
+    def measure(tiling: GemmTiling, limit: int | None = None) -> tuple[int, int] | None:
+        key = (sig, tiling)
+        hit = _MEASURED.get(key)
+        if hit is not None and hit[0] is spec:
+            if hit[2] is not None:  # a whole run's
+                return (hit[1], hit[2]) if limit is None or hit[1] < limit else None
+            if limit is not None and hit[1] >= limit:
+                return None
+        if len(_MEASURED) > 4096:
+            _MEASURED.clear()
+        nominal = _nominal(spec)
+        k = replace(kernel, tiling=tiling)
+        if limit is not None:
+            bound = cycles_lower_bound(k, tiling, nominal, stop_at=limit)
+            if bound >= limit:
+                _MEASURED[key] = (spec, bound, None)
+                return None
+        rec = run_within(k, nominal, limit)
+        if rec is None:  # cut at the limit (only a limit cuts a run)
+            _MEASURED[key] = (spec, limit or 0, None)
+            return None
+        out = (rec.end_cycle - rec.start_cycle, rec.counters.bytes["hbm"])
+        _MEASURED[key] = (spec, *out)
+        return out
+
+    return GemmEstimate(estimate, measure, all_cold)
+
+
+def _nominal(spec: DeviceSpec) -> DeviceSpec:
+    """``spec`` with the thermal model's defaults (a die at 25 °C, far below its throttle
+    point): the clock a tiling is chosen for. A compiler does not know the die's
+    temperature when it runs; a tiling chosen at a throttled clock would change with a
+    cooling fix that changes nothing else (kept per spec)."""
+    hit = _NOMINAL.get(id(spec))
+    if hit is None or hit[0] is not spec:
+        if len(_NOMINAL) > 64:
+            _NOMINAL.clear()
+        hit = _NOMINAL[id(spec)] = (spec, replace(spec, thermal=ThermalConfig()))
+    return hit[1]
 
 
 def operands_cold(kernel: GemmKernel, cold: frozenset[str]) -> bool:
@@ -235,13 +278,28 @@ def operands_cold(kernel: GemmKernel, cold: frozenset[str]) -> bool:
 
 class GemmEstimate:
     """:func:`gemm_estimate`'s answer: called with a tiling, the estimate of the kernel's
-    cycles under it; ``all_cold``: :func:`operands_cold` of the kernel, which
-    :func:`wia_hw._tiling.choose_gemm_tiling` reads before it tries fewer cores."""
+    cycles under it; :meth:`measure`, the emulator's cycles of the kernel alone;
+    ``all_cold``: :func:`operands_cold` of the kernel, which
+    :func:`wia_hw._tiling.choose_gemm_tiling` reads before it tries fewer cores or
+    measures."""
 
-    __slots__ = ("_of", "all_cold")
+    __slots__ = ("_measure", "_of", "all_cold")
 
-    def __init__(self, of: Callable[[GemmTiling], float], all_cold: bool) -> None:
-        self._of, self.all_cold = of, all_cold
+    def __init__(
+        self,
+        of: Callable[[GemmTiling], float],
+        measure: Callable[[GemmTiling, int | None], tuple[int, int] | None],
+        all_cold: bool,
+    ) -> None:
+        self._of, self._measure, self.all_cold = of, measure, all_cold
 
     def __call__(self, tiling: GemmTiling) -> float:
         return self._of(tiling)
+
+    def measure(self, tiling: GemmTiling, limit: int | None = None) -> tuple[int, int] | None:
+        """The emulator's cycles and HBM bytes of the kernel under ``tiling``, alone on a
+        fresh device of the spec at its nominal clock (:func:`_nominal`), as
+        ``Device(spec).execute([kernel])`` counts them; ``None`` when the cycles are at
+        least ``limit`` (the closed-form bound reaches it, or the run is cut there:
+        :func:`wia_hw._gemm_bound.run_within`). Kept per kernel and tiling."""
+        return self._measure(tiling, limit)

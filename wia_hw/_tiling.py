@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from fractions import Fraction
 
+from ._tile_estimate import GemmEstimate
 from .emulator.config import DeviceSpec
 from .emulator.cycles import systolic_steps, systolic_tile_cycles
 from .emulator.device import Device
@@ -58,41 +59,198 @@ def choose_gemm_tiling(
     """
     t = _choose(spec, batch, m, n, k, elem_bytes, out_bytes, b_transposed, estimate)
     cores = spec.compute.cores
-    if estimate is None or cores == 1 or not getattr(estimate, "all_cold", False):
+    if estimate is None or not getattr(estimate, "all_cold", False):
+        return t
+    args = (batch, m, n, k, elem_bytes, out_bytes, b_transposed)
+    if isinstance(estimate, GemmEstimate) and _short(spec, *args):
+        return _measured(spec, t, estimate, *args)
+    if cores == 1:
         return t
     best, best_est = t, estimate(t) * COLD_MARGIN
     macs = Fraction(batch * m * n * k)
     per_core = _peak_macs(spec, elem_bytes) / cores
-    counts = {cores >> i for i in range(1, cores.bit_length())}
-    counts |= {1 << j for j in range(cores.bit_length()) if 1 << j < cores}
-    for c in sorted(counts, reverse=True):
+    for c in _fewer_cores(cores):
         if macs / (per_core * c) >= best_est:
             break
-
-        def on_c(t: GemmTiling, c: int = c) -> float:
-            return estimate(replace(t, cores=c))
-
-        sub = _with_cores(spec, c)
-        cand = replace(
-            _choose(sub, batch, m, n, k, elem_bytes, out_bytes, b_transposed, on_c), cores=c
-        )
+        cand = _on_cores(spec, c, spec.memory.l1.size_kib, estimate, *args)
         if (e := estimate(cand)) < best_est:
             best, best_est = cand, e
     return best
 
 
-#: per (spec id, cores): (spec, the spec with that many cores)
-_SUBSPECS: dict[tuple[int, int], tuple[DeviceSpec, DeviceSpec]] = {}
+def _fewer_cores(cores: int) -> list[int]:
+    """The core counts below ``cores`` a GEMM of cold operands may run on, most first:
+    the halvings of ``cores`` and the powers of two below it."""
+    counts = {cores >> i for i in range(1, cores.bit_length())}
+    counts |= {1 << j for j in range(cores.bit_length()) if 1 << j < cores}
+    return sorted(counts, reverse=True)
 
 
-def _with_cores(spec: DeviceSpec, cores: int) -> DeviceSpec:
-    """``spec`` with ``cores`` cores (kept per spec and count)."""
-    hit = _SUBSPECS.get((id(spec), cores))
+def _on_cores(
+    spec: DeviceSpec,
+    c: int,
+    kib: int,
+    estimate: Callable[[GemmTiling], float],
+    batch: int,
+    m: int,
+    n: int,
+    k: int,
+    elem_bytes: int,
+    out_bytes: int,
+    b_transposed: bool,
+) -> GemmTiling:
+    """The heuristic's tiling for ``c`` of ``spec``'s cores with ``kib`` KiB of L1 (as on
+    a device of ``c`` cores and that L1), to run on those cores alone
+    (``GemmTiling.cores``; 0 when ``c`` is all of them)."""
+    args = (batch, m, n, k, elem_bytes, out_bytes, b_transposed)
+    if c == spec.compute.cores:
+        return _choose(_variant(spec, c, kib), *args, estimate)
+
+    def on_c(t: GemmTiling) -> float:
+        return estimate(replace(t, cores=c))
+
+    return replace(_choose(_variant(spec, c, kib), *args, on_c), cores=c)
+
+
+def _short(
+    spec: DeviceSpec,
+    batch: int,
+    m: int,
+    n: int,
+    k: int,
+    elem_bytes: int,
+    out_bytes: int,
+    b_transposed: bool,
+) -> bool:
+    """Whether a GEMM is short enough for :func:`_measured`: the heuristic's tiling for
+    one of ``spec``'s cores has at most :data:`MEASURED_TILES` tiles (one core's, so
+    every core count of the spec decides alike, and more cores never leave the
+    measured choices)."""
+    one = _choose(
+        _variant(spec, 1, spec.memory.l1.size_kib),
+        batch,
+        m,
+        n,
+        k,
+        elem_bytes,
+        out_bytes,
+        b_transposed,
+    )
+    tiles = -(-batch // one.tb) * -(-m // one.tm) * -(-n // one.tn) * -(-k // one.tk)
+    return tiles <= MEASURED_TILES
+
+
+def _measured(
+    spec: DeviceSpec,
+    t: GemmTiling,
+    estimate: GemmEstimate,
+    batch: int,
+    m: int,
+    n: int,
+    k: int,
+    elem_bytes: int,
+    out_bytes: int,
+    b_transposed: bool,
+) -> GemmTiling:
+    """The fastest, by the emulator, of the heuristic's tilings of a short GEMM of cold
+    operands for every core count :func:`_fewer_cores` allows and every halving of L1
+    down to :data:`MEASURED_L1_BLOCKS` blocks (each run on its cores alone, in the
+    spec's whole L1): ``t``, the heuristic's own, unless one is strictly faster.
+
+    The estimate ranks tilings; it is not a cycle count, and between tilings a few
+    percent apart it picks the slower often enough that a device with more cores, or
+    more L1, ran such a GEMM slower than one with fewer: 160 random GEMMs on 4 to 64
+    cores of wia-npu had 3 slower on some count than on a smaller one, up to 10.5%;
+    60 on its 4 cores, with L1 doubled from 1 to 16 MiB, were slower than with less at
+    122 of the 240 steps, up to 63% (384 x 256 x 4096: 11,532 cycles at 4 MiB of L1,
+    16,544 at 8), where the heuristic's bigger tiles left cores without work or
+    without a second tile to overlap a load with. Here the emulator decides:
+    ``estimate.measure``, the kernel alone on a fresh device at its nominal clock,
+    lowest estimate first, each run cut at the best so far (or pruned by the
+    closed-form bound, :func:`wia_hw._gemm_bound.cycles_lower_bound`), by
+    :func:`run_cost`. What a device of fewer cores or less L1 picks is among the
+    choices of one with more, each on the cores and in the L1 it names; the count is
+    exact (a device runs ``GemmTiling.cores=c`` as a device of ``c`` cores does), the
+    L1 holds more of the same blocks. Now none of the 160 is slower on more cores, and
+    5 of the 240 L1 steps are (up to 8.4%: a GEMM too long to measure with the smaller
+    L1, where the heuristic's tiling is kept); on 16 cores none. Another 60 random
+    GEMMs on the 4 cores take 9.0% fewer cycles on geometric mean, none more, with no
+    more HBM bytes (a100-systolic: 0.8%). Only a short GEMM is
+    measured so: its runs cost milliseconds each (a 4096^3 GEMM's tiling on 64 cores
+    0.27 s); a long one keeps the estimate's choice."""
+    cores = spec.compute.cores
+    sizes = [spec.memory.l1.size_kib]
+    while sizes[-1] // 2 * 1024 >= MEASURED_L1_BLOCKS * spec.memory.block_bytes:
+        sizes.append(sizes[-1] // 2)
+    args = (batch, m, n, k, elem_bytes, out_bytes, b_transposed)
+
+    def cost(run: tuple[int, int]) -> Fraction:
+        return run_cost(spec, batch, m, n, k, elem_bytes, out_bytes, run)
+
+    first = estimate.measure(t)
+    if first is None:  # (only a limit cuts a run)
+        return t
+    best, best_cost = t, cost(first)
+    seen = {t}
+    macs = Fraction(batch * m * n * k)
+    per_core = _peak_macs(spec, elem_bytes) / cores
+    for c in [cores, *_fewer_cores(cores)]:
+        if macs / (per_core * c) >= best_cost:
+            break  # the array time alone of c cores (and of fewer) reaches the best
+        cands = [_on_cores(spec, c, kib, estimate, *args) for kib in sizes]
+        cands = [x for x in dict.fromkeys(cands) if x not in seen]
+        seen.update(cands)
+        for cand in sorted(cands, key=estimate):
+            # a run whose cycles reach the best cost costs at least as much: cut there
+            run = estimate.measure(cand, math.ceil(best_cost))
+            if run is not None and cost(run) < best_cost:
+                best, best_cost = cand, cost(run)
+    return best
+
+
+def run_cost(
+    spec: DeviceSpec,
+    batch: int,
+    m: int,
+    n: int,
+    k: int,
+    elem_bytes: int,
+    out_bytes: int,
+    run: tuple[int, int],
+) -> Fraction:
+    """What :func:`_measured` minimises over a GEMM's runs ``(cycles, HBM bytes)``: the
+    cycles, plus the HBM time (at the spec's bandwidth) of the bytes the run moves
+    beyond its operands' and results' once. A re-read that the array's time hides is
+    still energy, and bandwidth another kernel could use: 1024 x 4096 x 16384 on
+    wia-npu ran 2.8% faster in 512 x 256 x 256 tiles than in 1024^3, reading 411 MB
+    from HBM against 176 MB, for 13% more energy."""
+    compulsory = batch * (m * k + k * n) * elem_bytes + batch * m * n * out_bytes
+    rate = Fraction(spec.bytes_per_cycle(spec.memory.hbm.bandwidth_gbs))
+    return run[0] + max(0, run[1] - compulsory) / rate
+
+
+#: A GEMM of cold operands is :func:`_measured` when the heuristic cuts it into at most
+#: this many tiles for one core.
+MEASURED_TILES = 256
+#: The smallest L1 (in storage blocks) whose heuristic tiling :func:`_measured` runs.
+MEASURED_L1_BLOCKS = 4
+
+
+#: per (spec id, cores, L1 KiB): (spec, the spec with that many cores and that L1)
+_VARIANTS: dict[tuple[int, int, int], tuple[DeviceSpec, DeviceSpec]] = {}
+
+
+def _variant(spec: DeviceSpec, cores: int, l1_kib: int) -> DeviceSpec:
+    """``spec`` with ``cores`` cores and ``l1_kib`` KiB of L1 (kept per spec and both)."""
+    if (cores, l1_kib) == (spec.compute.cores, spec.memory.l1.size_kib):
+        return spec
+    hit = _VARIANTS.get((id(spec), cores, l1_kib))
     if hit is None or hit[0] is not spec:
-        if len(_SUBSPECS) > 256:
-            _SUBSPECS.clear()
-        sub = replace(spec, compute=replace(spec.compute, cores=cores))
-        hit = _SUBSPECS[(id(spec), cores)] = (spec, sub)
+        if len(_VARIANTS) > 256:
+            _VARIANTS.clear()
+        mem = replace(spec.memory, l1=replace(spec.memory.l1, size_kib=l1_kib))
+        sub = replace(spec, compute=replace(spec.compute, cores=cores), memory=mem)
+        hit = _VARIANTS[(id(spec), cores, l1_kib)] = (spec, sub)
     return hit[1]
 
 
