@@ -51,6 +51,10 @@ def choose_gemm_tiling(
     8. A count is skipped, with every smaller one, once the array time alone of its
     cores (the kernel's MACs at their peak rate) reaches the best estimate so far.
 
+    A short kernel of operands from HBM (:func:`_short`) is tiled by the emulator
+    instead, among the same counts' tilings and those of smaller L1s
+    (:func:`_measured`).
+
     A kernel that reads another op's output is left on every core: its producer's
     output sits in the L1s of the cores that wrote it, and a kernel on fewer cores
     slows the op after it, which the estimate of one kernel does not see (BERT-Base b8
@@ -152,10 +156,11 @@ def _measured(
     out_bytes: int,
     b_transposed: bool,
 ) -> GemmTiling:
-    """The fastest, by the emulator, of the heuristic's tilings of a short GEMM of cold
-    operands for every core count :func:`_fewer_cores` allows and every halving of L1
-    down to :data:`MEASURED_L1_BLOCKS` blocks (each run on its cores alone, in the
-    spec's whole L1): ``t``, the heuristic's own, unless one is strictly faster.
+    """Of the heuristic's tilings of a short GEMM of cold operands for every core count
+    :func:`_fewer_cores` allows and every halving of L1 down to
+    :data:`MEASURED_L1_BLOCKS` blocks (each run on its cores alone, in the spec's
+    whole L1), the one the emulator's runs give the least :func:`run_cost`: ``t``, the
+    heuristic's own, unless one costs strictly less.
 
     The estimate ranks tilings; it is not a cycle count, and between tilings a few
     percent apart it picks the slower often enough that a device with more cores, or

@@ -54,7 +54,7 @@ Tiling heuristic (``wia_hw._tiling``; the autotuner may replace it):
   make for each halving of the core count, and each power of two below it, is
   estimated on that many cores too, and taken where it is 5% lower, so more cores are
   never slower by the estimate (256 x 4096 x 4096 on ``wia-npu``: 0.0849 ms on 16
-  cores in one 256 x 256 tile a core, 0.0765 now, as on 8;
+  cores in one 256 x 256 tile a core, 0.0765 by the estimate, as on 8;
   :func:`wia_hw._tiling.choose_gemm_tiling`).
 * Such a GEMM, when short (the rules cut it into at most
   :data:`wia_hw._tiling.MEASURED_TILES` tiles for one core), is tiled by the emulator
