@@ -257,7 +257,7 @@ def test_the_tiling_is_monotone_in_cores_by_its_estimate(device, n):
     shapes, fixed seed). Measured (the run's cost) for a short GEMM; estimated, to the
     margin, for a long one."""
     import wia_hw.lowering as lowering
-    from wia_hw._tiling import COLD_MARGIN, _short, run_cost
+    from wia_hw._tiling import COLD_MARGIN, _Gemm, _short, run_cost
     from wia_hw.lowering import lower
 
     rng = random.Random(9)
@@ -284,13 +284,13 @@ def test_the_tiling_is_monotone_in_cores_by_its_estimate(device, n):
         t_n, est_n = got[n]
         assert est_n.all_cold  # a GEMM of the graph's inputs
         spec_n = load_spec(device, {"compute.cores": n})
-        args = (1, m, nn, k, 2, 2)
+        g_ = _Gemm(1, m, nn, k, 2, 2)
         for c in (n // 2, 16, 4):
             t_c, _ = got[c]
             on_c = GemmTiling(**{**vars(t_c), "cores": t_c.cores or c})
-            if _short(spec_n, *args, False):  # chosen by the emulator's runs
-                assert run_cost(spec_n, *args, est_n.measure(t_n)) <= run_cost(
-                    spec_n, *args, est_n.measure(on_c)
+            if _short(spec_n, g_):  # chosen by the emulator's runs
+                assert run_cost(spec_n, g_, est_n.measure(t_n)) <= run_cost(
+                    spec_n, g_, est_n.measure(on_c)
                 ), (m, nn, k, c, t_n, t_c)
             else:  # by the estimate, to COLD_MARGIN
                 assert est_n(t_n) * COLD_MARGIN <= est_n(on_c) * (1 + 1e-9), (m, nn, k, c)

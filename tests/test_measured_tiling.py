@@ -16,7 +16,7 @@ from wia_hw.emulator.kernels import GemmKernel
 import wia_hw
 import wia_hw.lowering as lowering
 from wia_hw._tile_estimate import _nominal
-from wia_hw._tiling import MEASURED_TILES, _short
+from wia_hw._tiling import MEASURED_TILES, _Gemm, _short, choose_gemm_tiling
 from wia_hw.lowering import lower
 from wia_hw.runtime import resolve_workload
 from wia_hw.spec import load_spec
@@ -61,7 +61,7 @@ def test_short_gemms_are_monotone_in_cores():
     checked = 0
     for _ in range(10):
         m, n, k = _shape(rng)
-        if not _short(load_spec("wia-npu"), 1, m, n, k, 2, 2, False):
+        if not _short(load_spec("wia-npu"), _Gemm(1, m, n, k, 2, 2)):
             continue
         runs = [_gemm(m, n, k, {"compute.cores": c})[0] for c in (4, 8, 16, 32, 64)]
         assert all(b <= a for a, b in zip(runs, runs[1:], strict=False)), (m, n, k, runs)
@@ -80,7 +80,7 @@ def test_short_gemms_are_monotone_in_l1():
         runs = []
         for kib in (2048, 4096, 8192, 16384):
             over = {"compute.cores": 16, "memory.l1.size_kib": kib}
-            if _short(load_spec("wia-npu", over), 1, m, n, k, 2, 2, False):
+            if _short(load_spec("wia-npu", over), _Gemm(1, m, n, k, 2, 2)):
                 runs.append(_gemm(m, n, k, over)[0])
         # a smaller L1's tiling is among a larger one's, run in the larger L1: the
         # same blocks and more room, so no more cycles (to a few, from how loads
@@ -126,22 +126,29 @@ def test_measure_caches_and_rejects_nothing_it_has_cut():
 
 
 @pytest.mark.parametrize("kib", [8192, 1024])
-def test_the_gate_is_the_one_core_tile_count(kib):
-    """Only a GEMM the heuristic cuts into at most MEASURED_TILES tiles for one core is
-    measured, whatever the core count (so every count of a device decides alike)."""
+def test_only_a_gemm_short_on_one_core_is_measured(kib, monkeypatch):
+    """A GEMM is measured when the heuristic cuts it into at most MEASURED_TILES tiles
+    for one core, whatever the device's core count (so every count decides alike):
+    4096^3 is short with 8 MiB of L1 and long with 1 MiB."""
+    from wia_hw._tile_estimate import GemmEstimate
+
+    calls = []
+    real = GemmEstimate.measure
+
+    def spy(self, tiling, limit=None):
+        calls.append(tiling)
+        return real(self, tiling, limit)
+
+    monkeypatch.setattr(GemmEstimate, "measure", spy)
     m = n = k = 4096
-    short = [
-        _short(
-            load_spec("wia-npu", {"compute.cores": c, "memory.l1.size_kib": kib}),
-            1,
-            m,
-            n,
-            k,
-            2,
-            2,
-            False,
-        )
-        for c in (1, 4, 64)
-    ]
-    assert len(set(short)) == 1
-    assert MEASURED_TILES >= 64
+    one = choose_gemm_tiling(
+        load_spec("wia-npu", {"compute.cores": 1, "memory.l1.size_kib": kib}), 1, m, n, k, 2, 2
+    )
+    tiles = -(-m // one.tm) * -(-n // one.tn) * -(-k // one.tk)
+    assert (tiles <= MEASURED_TILES) == (kib == 8192), tiles
+    for c in (4, 64):
+        calls.clear()
+        spec = load_spec("wia-npu", {"compute.cores": c, "memory.l1.size_kib": kib})
+        assert _short(spec, _Gemm(1, m, n, k, 2, 2)) == (tiles <= MEASURED_TILES)
+        _estimate_of(spec, m, n, k)
+        assert bool(calls) == (tiles <= MEASURED_TILES), (c, kib, len(calls))

@@ -9,6 +9,7 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 from fractions import Fraction
+from typing import NamedTuple
 
 from ._tile_estimate import GemmEstimate
 from .emulator.config import DeviceSpec
@@ -65,9 +66,9 @@ def choose_gemm_tiling(
     cores = spec.compute.cores
     if estimate is None or not getattr(estimate, "all_cold", False):
         return t
-    args = (batch, m, n, k, elem_bytes, out_bytes, b_transposed)
-    if isinstance(estimate, GemmEstimate) and _short(spec, *args):
-        return _measured(spec, t, estimate, *args)
+    g = _Gemm(batch, m, n, k, elem_bytes, out_bytes, b_transposed)
+    if isinstance(estimate, GemmEstimate) and _short(spec, g):
+        return _measured(spec, t, estimate, g)
     if cores == 1:
         return t
     best, best_est = t, estimate(t) * COLD_MARGIN
@@ -76,10 +77,22 @@ def choose_gemm_tiling(
     for c in _fewer_cores(cores):
         if macs / (per_core * c) >= best_est:
             break
-        cand = _on_cores(spec, c, spec.memory.l1.size_kib, estimate, *args)
+        cand = _on_cores(spec, c, spec.memory.l1.size_kib, estimate, g)
         if (e := estimate(cand)) < best_est:
             best, best_est = cand, e
     return best
+
+
+class _Gemm(NamedTuple):
+    """A GEMM's shape and element widths, as :func:`_choose` takes them."""
+
+    batch: int
+    m: int
+    n: int
+    k: int
+    elem_bytes: int
+    out_bytes: int
+    b_transposed: bool = False
 
 
 def _fewer_cores(cores: int) -> list[int]:
@@ -91,71 +104,31 @@ def _fewer_cores(cores: int) -> list[int]:
 
 
 def _on_cores(
-    spec: DeviceSpec,
-    c: int,
-    kib: int,
-    estimate: Callable[[GemmTiling], float],
-    batch: int,
-    m: int,
-    n: int,
-    k: int,
-    elem_bytes: int,
-    out_bytes: int,
-    b_transposed: bool,
+    spec: DeviceSpec, c: int, kib: int, estimate: Callable[[GemmTiling], float], g: _Gemm
 ) -> GemmTiling:
     """The heuristic's tiling for ``c`` of ``spec``'s cores with ``kib`` KiB of L1 (as on
     a device of ``c`` cores and that L1), to run on those cores alone
     (``GemmTiling.cores``; 0 when ``c`` is all of them)."""
-    args = (batch, m, n, k, elem_bytes, out_bytes, b_transposed)
     if c == spec.compute.cores:
-        return _choose(_variant(spec, c, kib), *args, estimate)
+        return _choose(_variant(spec, c, kib), *g, estimate)
 
     def on_c(t: GemmTiling) -> float:
         return estimate(replace(t, cores=c))
 
-    return replace(_choose(_variant(spec, c, kib), *args, on_c), cores=c)
+    return replace(_choose(_variant(spec, c, kib), *g, on_c), cores=c)
 
 
-def _short(
-    spec: DeviceSpec,
-    batch: int,
-    m: int,
-    n: int,
-    k: int,
-    elem_bytes: int,
-    out_bytes: int,
-    b_transposed: bool,
-) -> bool:
+def _short(spec: DeviceSpec, g: _Gemm) -> bool:
     """Whether a GEMM is short enough for :func:`_measured`: the heuristic's tiling for
     one of ``spec``'s cores has at most :data:`MEASURED_TILES` tiles (one core's, so
     every core count of the spec decides alike, and more cores never leave the
     measured choices)."""
-    one = _choose(
-        _variant(spec, 1, spec.memory.l1.size_kib),
-        batch,
-        m,
-        n,
-        k,
-        elem_bytes,
-        out_bytes,
-        b_transposed,
-    )
-    tiles = -(-batch // one.tb) * -(-m // one.tm) * -(-n // one.tn) * -(-k // one.tk)
+    one = _choose(_variant(spec, 1, spec.memory.l1.size_kib), *g)
+    tiles = -(-g.batch // one.tb) * -(-g.m // one.tm) * -(-g.n // one.tn) * -(-g.k // one.tk)
     return tiles <= MEASURED_TILES
 
 
-def _measured(
-    spec: DeviceSpec,
-    t: GemmTiling,
-    estimate: GemmEstimate,
-    batch: int,
-    m: int,
-    n: int,
-    k: int,
-    elem_bytes: int,
-    out_bytes: int,
-    b_transposed: bool,
-) -> GemmTiling:
+def _measured(spec: DeviceSpec, t: GemmTiling, estimate: GemmEstimate, g: _Gemm) -> GemmTiling:
     """Of the heuristic's tilings of a short GEMM of cold operands for every core count
     :func:`_fewer_cores` allows and every halving of L1 down to
     :data:`MEASURED_L1_BLOCKS` blocks (each run on its cores alone, in the spec's
@@ -187,22 +160,21 @@ def _measured(
     sizes = [spec.memory.l1.size_kib]
     while sizes[-1] // 2 * 1024 >= MEASURED_L1_BLOCKS * spec.memory.block_bytes:
         sizes.append(sizes[-1] // 2)
-    args = (batch, m, n, k, elem_bytes, out_bytes, b_transposed)
 
     def cost(run: tuple[int, int]) -> Fraction:
-        return run_cost(spec, batch, m, n, k, elem_bytes, out_bytes, run)
+        return run_cost(spec, g, run)
 
     first = estimate.measure(t)
     if first is None:  # (only a limit cuts a run)
         return t
     best, best_cost = t, cost(first)
     seen = {t}
-    macs = Fraction(batch * m * n * k)
-    per_core = _peak_macs(spec, elem_bytes) / cores
+    macs = Fraction(g.batch * g.m * g.n * g.k)
+    per_core = _peak_macs(spec, g.elem_bytes) / cores
     for c in [cores, *_fewer_cores(cores)]:
         if macs / (per_core * c) >= best_cost:
             break  # the array time alone of c cores (and of fewer) reaches the best
-        cands = [_on_cores(spec, c, kib, estimate, *args) for kib in sizes]
+        cands = [_on_cores(spec, c, kib, estimate, g) for kib in sizes]
         cands = [x for x in dict.fromkeys(cands) if x not in seen]
         seen.update(cands)
         for cand in sorted(cands, key=estimate):
@@ -213,23 +185,15 @@ def _measured(
     return best
 
 
-def run_cost(
-    spec: DeviceSpec,
-    batch: int,
-    m: int,
-    n: int,
-    k: int,
-    elem_bytes: int,
-    out_bytes: int,
-    run: tuple[int, int],
-) -> Fraction:
+def run_cost(spec: DeviceSpec, g: _Gemm, run: tuple[int, int]) -> Fraction:
     """What :func:`_measured` minimises over a GEMM's runs ``(cycles, HBM bytes)``: the
     cycles, plus the HBM time (at the spec's bandwidth) of the bytes the run moves
     beyond its operands' and results' once. A re-read that the array's time hides is
     still energy, and bandwidth another kernel could use: 1024 x 4096 x 16384 on
     wia-npu ran 2.8% faster in 512 x 256 x 256 tiles than in 1024^3, reading 411 MB
     from HBM against 176 MB, for 13% more energy."""
-    compulsory = batch * (m * k + k * n) * elem_bytes + batch * m * n * out_bytes
+    b, m, n, k = g.batch, g.m, g.n, g.k
+    compulsory = b * (m * k + k * n) * g.elem_bytes + b * m * n * g.out_bytes
     rate = Fraction(spec.bytes_per_cycle(spec.memory.hbm.bandwidth_gbs))
     return run[0] + max(0, run[1] - compulsory) / rate
 
