@@ -156,8 +156,10 @@ def _check_memory_verdicts(report) -> int:
 def test_memory_verdicts_state_the_binding_levels_intensity(resnet, bert):
     assert _check_memory_verdicts(resnet) > 0
     assert _check_memory_verdicts(bert) > 0
-    l2 = next(p for p in resnet.kernel_profiles() if p.name == "layer3.0.residual")
-    assert l2.bound == "l2" and "FLOP per L2 byte" in l2.assessments[0].message
+    # (layer3.0.residual was the example until the elementwise ops after a convolution
+    # read its output in the geometry it was stored in: now it reads its blocks once)
+    l2s = [p for p in resnet.kernel_profiles() if p.bound == "l2"]
+    assert l2s and all("FLOP per L2 byte" in p.assessments[0].message for p in l2s)
     gathers = [p for p in bert.kernel_profiles() if p.bound in MEMORY_CEILINGS and not p.flop_count]
     assert gathers  # the embedding lookups: no 0/0
 

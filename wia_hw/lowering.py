@@ -74,7 +74,10 @@ Tiling heuristic (``wia_hw._tiling``; the autotuner may replace it):
   whole blocks, so thinner chunks load each block again; :func:`vector_rows_per_tile`).
   After a GEMM whose output outgrows half of L2, the chunks may instead follow its
   tiles, and a ``bmm`` after such an op take fewer heads a tile, so that each core
-  reads what it wrote (:func:`_owner_aligned`, :func:`_gemm_owner_aligned`).
+  reads what it wrote (:func:`_owner_aligned`, :func:`_gemm_owner_aligned`). An
+  elementwise op of equal-sized operands reads its first input in the rows and
+  columns its writer stored it in (a convolution's ``N*H*W x C``, not the graph's
+  NCHW rows of ``W``; :func:`_writer_geometry`).
   Elementwise ops whose row chunks would cut blocks run in chunks of one block row by
   whole block columns instead (:func:`_block_chunks`).
 """
@@ -315,7 +318,12 @@ def _vector_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[
     else:
         cols = shape[-1] if shape else 1  # a scalar is one row of one element
         rows = max(1, math.prod(shape) // cols)
-        in_refs = tuple(st.ref(i) for i in op.inputs)
+        geo = _writer_geometry(st, op, graph) if vclass in ("elementwise", "activation") else None
+        if geo is not None:
+            rows, cols = geo
+            in_refs = tuple(st.ref(i, rows, cols) for i in op.inputs)
+        else:
+            in_refs = tuple(st.ref(i) for i in op.inputs)
     out_refs = (
         TensorRef(
             st.name(op.outputs[0]), rows, cols, DTYPE_BYTES[out_t.dtype], st.offset(op.outputs[0])
@@ -351,6 +359,24 @@ def _vector_kernel(op: Op, graph: Graph, spec: DeviceSpec, st: Storage) -> list[
         precision=out_t.dtype,
     )
     return [_owner_aligned(spec, st, kern, budget // max(1, row_bytes))]
+
+
+def _writer_geometry(st: Storage, op: Op, graph: Graph) -> tuple[int, int] | None:
+    """The (rows, columns) an elementwise op of equal-sized operands reads its first
+    input in: as the kernel that wrote it stored it, when that differs from the op's
+    own last-axis view (a convolution stores its output NHWC, ``N*H*W x C``, and a
+    residual add after it saw ``N*C*H x W``); ``None`` to keep the op's own."""
+    numel = graph.tensors[op.outputs[0]].numel
+    if any(graph.tensors[i].numel != numel for i in op.inputs) or not op.inputs:
+        return None
+    first = op.inputs[0]
+    prod = st.writers.get(st.name(first))
+    if prod is None or st.offset(first):
+        return None
+    out = prod.c if isinstance(prod, GemmKernel) else prod.outputs[0]
+    if out.rows * out.cols != numel or out.offset:
+        return None
+    return out.rows, out.cols
 
 
 def _owner_aligned(
