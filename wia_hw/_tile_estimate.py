@@ -50,6 +50,11 @@ and ResNet-50 on 4 to 64 cores for none faster and some slower (0.4% on geometri
 mean; GPT-2 b4 s256 on 64 cores 5.7%), so they are left out there. Contention
 beyond the ports' rates is left out: it ranks tilings of one kernel, which is all it
 is used for, and it is not a cycle count.
+
+Where a cycle count is wanted (a short GEMM of cold operands, whose tilings the
+tiler compares by running them), :meth:`GemmEstimate.measure` is the emulator's own run
+of the kernel alone, at the spec's nominal clock, cut at a limit
+(:func:`wia_hw._tiling._measured`).
 """
 
 from __future__ import annotations
