@@ -638,6 +638,37 @@ class Device:
         return list(k.tiles), tuple(k.groups)
 
     @staticmethod
+    def shares_of(
+        k: GemmKernel | VectorKernel | TiledKernel,
+        tiles: Sequence[Any],
+        groups: Sequence[int],
+        spec: DeviceSpec,
+    ) -> list[list[Any]]:
+        """Every core's share of ``k``'s ``tiles`` (``tiles_of``), one list a core: a
+        GEMM's on its ``GemmTiling.cores`` (the rest idle), a vector kernel's by its
+        ``placement`` when it has one, else :meth:`partition`'s under the spec's
+        ``tile_schedule``. A placement made for another chunking or another device (one
+        of another length than the tiles, or naming a core the device does not have: a
+        what-if re-chunked the kernel or runs it on fewer cores) is void, and the
+        schedule deals the tiles."""
+        cores = spec.compute.cores
+        placement = getattr(k, "placement", ())
+        if placement and len(placement) == len(tiles) and max(placement) < cores:
+            out: list[list[Any]] = [[] for _ in range(cores)]
+            for t, c in zip(tiles, placement, strict=True):
+                out[c].append(t)
+            return out
+        active = k.tiling.active_cores(cores) if isinstance(k, GemmKernel) else cores
+        shares = Device.partition(
+            tiles,
+            groups,
+            active,
+            spec.compute.tile_schedule,
+            [t.origin for t in tiles] if isinstance(k, GemmKernel) else (),
+        )
+        return shares + [[] for _ in range(cores - active)]  # a core split: the rest idle
+
+    @staticmethod
     def partition(
         tiles: Sequence[Any],
         groups: Sequence[int],
@@ -712,15 +743,7 @@ class Device:
         self._array_busy = 0
         self._run_memo = {}
         tiles, groups = self.tiles_of(k)
-        active = k.tiling.active_cores(cores) if isinstance(k, GemmKernel) else cores
-        shares = self.partition(
-            tiles,
-            groups,
-            active,
-            self.spec.compute.tile_schedule,
-            [t.origin for t in tiles] if isinstance(k, GemmKernel) else (),
-        )
-        shares += [[] for _ in range(cores - active)]  # a core split: the rest idle
+        shares = self.shares_of(k, tiles, groups, self.spec)
         wb0 = (self.memory.dirtied_bytes, self.memory.writeback_bytes)
         eager = self.memory.eager_mark(self.now)
         busy = [0] * cores

@@ -198,11 +198,20 @@ class VectorKernel(_KernelBase):
     #: the output's dtype (``fp32``, ``fp16``, ``bf16``, ``int8``, ...), a label of the
     #: kernel's records, as :class:`GemmKernel`'s
     precision: str = "fp16"
+    #: the core of each tile, in tile order (owner computes: the lowering puts a chunk
+    #: on the core that wrote its input); empty: the device's ``tile_schedule`` deals
+    #: them (``Device.shares_of``)
+    placement: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.vclass not in VECTOR_CLASSES:
             raise ValueError(
                 f"VectorKernel.vclass must be one of {VECTOR_CLASSES}, got {self.vclass!r}"
+            )
+        if any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in self.placement):
+            raise ValueError(
+                f"VectorKernel.placement must hold non-negative core indices, got "
+                f"{self.placement[:8]!r}"
             )
 
     @property

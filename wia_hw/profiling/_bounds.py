@@ -146,6 +146,7 @@ def _signature(k: Any) -> Any:
             k.cols_per_tile,
             tuple((r.rows, r.cols, r.elem_bytes) for r in k.inputs),
             tuple((r.rows, r.cols, r.elem_bytes) for r in k.outputs),
+            k.placement,
         )
     return None
 
@@ -201,14 +202,9 @@ def unit_floors(kernel: Any, spec: Any) -> UnitFloors | None:
             own_arr += t.array_cycles
             own_vec += t.vector_cycles
     cores = spec.compute.cores
-    shares = Device.partition(
-        list(range(len(tiles))),
-        groups,
-        kernel.tiling.active_cores(cores) if isinstance(kernel, GemmKernel) else cores,
-        spec.compute.tile_schedule,
-        [t.origin for t in tiles] if isinstance(kernel, GemmKernel) else (),
-    )
-    per_core = [sum(issue[i] for i in s) for s in shares]
+    index = {id(t): i for i, t in enumerate(tiles)}
+    shares = Device.shares_of(kernel, tiles, groups, spec)
+    per_core = [sum(issue[index[id(t)]] for t in s) for s in shares]
     m = spec.memory
     latency = spec.dma.setup_cycles + m.l1.latency_cycles + drain + m.l2.latency_cycles
     out = UnitFloors(
