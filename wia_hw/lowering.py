@@ -471,7 +471,7 @@ def _placed(
     tiles, groups = dev.tiles_of(kern)
     dealt = {
         id(t): c
-        for c, share in enumerate(Device.partition(tiles, groups, spec.compute.cores))
+        for c, share in enumerate(Device.shares_of(kern, tiles, groups, spec))
         for t in share
     }
     placement = []
