@@ -120,6 +120,15 @@ class GemmTiling:
         """The cores the tiles are dealt to on a device of ``device_cores``."""
         return min(self.cores, device_cores) if self.cores else device_cores
 
+    def out_tiles(self, batch: int, m: int, n: int) -> int:
+        """Output tiles of a ``batch`` x ``m`` x ``n`` result (the groups of K slices
+        ``Device.tiles_of`` makes)."""
+        return -(-batch // self.tb) * -(-m // self.tm) * -(-n // self.tn)
+
+    def tile_count(self, batch: int, m: int, n: int, k: int) -> int:
+        """Tiles of a ``batch`` x ``m`` x ``n`` x ``k`` GEMM: output tiles times K slices."""
+        return self.out_tiles(batch, m, n) * -(-k // self.tk)
+
 
 @dataclass(frozen=True)
 class _KernelBase:

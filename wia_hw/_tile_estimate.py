@@ -12,7 +12,7 @@ b8 s128 on 64 cores of wia-npu took 5.29 ms with tiles of 2 heads, and 3.73 ms w
 
 The estimate is the host's launch plus the largest of three figures, all from the
 emulator's own tiles (``Device.tiles_of``), their partition over the cores
-(``Device.partition``, on ``GemmTiling.cores`` of them), the blocks their regions map
+(``Device.shares_of``, on ``GemmTiling.cores`` of them), the blocks their regions map
 to (``MemorySystem.runs``, with the operands' storage laid out as the run lays it out)
 and the array's issue interval (``systolic_issue_interval``), the cores' tiles taken
 in rounds (every core's first tile, then every core's second, ...):
@@ -137,7 +137,6 @@ def gemm_estimate(
     # every operand from HBM: a kernel as it runs alone (see the module docstring)
     all_cold = operands_cold(kernel, cold_names)
     a = spec.compute.array
-    cores = spec.compute.cores
     l2_rate = Fraction(spec.bytes_per_cycle(spec.memory.l2.bandwidth_gbs))
     hbm_rate = Fraction(spec.bytes_per_cycle(spec.memory.hbm.bandwidth_gbs))
     cap = spec.memory.l1.size_bytes
@@ -157,17 +156,7 @@ def gemm_estimate(
     def _estimate(tiling: GemmTiling) -> float:
         k = replace(kernel, tiling=tiling)
         tiles, groups = dev.tiles_of(k)
-        shares = [
-            s
-            for s in Device.partition(
-                tiles,
-                groups,
-                tiling.active_cores(cores),
-                spec.compute.tile_schedule,
-                [t.origin for t in tiles],
-            )
-            if s
-        ]
+        shares = [s for s in Device.shares_of(k, tiles, groups, spec) if s]
         lrus: list[OrderedDict[int, int]] = [OrderedDict() for _ in shares]
         used = [0] * len(shares)
         array = [0] * len(shares)
@@ -258,7 +247,7 @@ def gemm_estimate(
         _MEASURED[key] = (spec, *out)
         return out
 
-    return GemmEstimate(estimate, measure, all_cold)
+    return GemmEstimate(estimate, measure, all_cold, kernel.compulsory_bytes)
 
 
 def _nominal(spec: DeviceSpec) -> DeviceSpec:
@@ -286,17 +275,19 @@ class GemmEstimate:
     cycles under it; :meth:`measure`, the emulator's cycles of the kernel alone;
     ``all_cold``: :func:`operands_cold` of the kernel, which
     :func:`wia_hw._tiling.choose_gemm_tiling` reads before it tries fewer cores or
-    measures."""
+    measures; ``compulsory_bytes``: the kernel's (``GemmKernel.compulsory_bytes``)."""
 
-    __slots__ = ("_measure", "_of", "all_cold")
+    __slots__ = ("_measure", "_of", "all_cold", "compulsory_bytes")
 
     def __init__(
         self,
         of: Callable[[GemmTiling], float],
         measure: Callable[[GemmTiling, int | None], tuple[int, int] | None],
         all_cold: bool,
+        compulsory_bytes: int,
     ) -> None:
         self._of, self._measure, self.all_cold = of, measure, all_cold
+        self.compulsory_bytes = compulsory_bytes
 
     def __call__(self, tiling: GemmTiling) -> float:
         return self._of(tiling)

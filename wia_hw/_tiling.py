@@ -124,8 +124,7 @@ def _short(spec: DeviceSpec, g: _Gemm) -> bool:
     every core count of the spec decides alike, and more cores never leave the
     measured choices)."""
     one = _choose(_variant(spec, 1, spec.memory.l1.size_kib), *g)
-    tiles = -(-g.batch // one.tb) * -(-g.m // one.tm) * -(-g.n // one.tn) * -(-g.k // one.tk)
-    return tiles <= MEASURED_TILES
+    return one.tile_count(g.batch, g.m, g.n, g.k) <= MEASURED_TILES
 
 
 def _measured(spec: DeviceSpec, t: GemmTiling, estimate: GemmEstimate, g: _Gemm) -> GemmTiling:
@@ -162,7 +161,7 @@ def _measured(spec: DeviceSpec, t: GemmTiling, estimate: GemmEstimate, g: _Gemm)
         sizes.append(sizes[-1] // 2)
 
     def cost(run: tuple[int, int]) -> Fraction:
-        return run_cost(spec, g, run)
+        return run_cost(spec, estimate.compulsory_bytes, run)
 
     first = estimate.measure(t)
     if first is None:  # (only a limit cuts a run)
@@ -185,15 +184,14 @@ def _measured(spec: DeviceSpec, t: GemmTiling, estimate: GemmEstimate, g: _Gemm)
     return best
 
 
-def run_cost(spec: DeviceSpec, g: _Gemm, run: tuple[int, int]) -> Fraction:
+def run_cost(spec: DeviceSpec, compulsory: int, run: tuple[int, int]) -> Fraction:
     """What :func:`_measured` minimises over a GEMM's runs ``(cycles, HBM bytes)``: the
     cycles, plus the HBM time (at the spec's bandwidth) of the bytes the run moves
-    beyond its operands' and results' once. A re-read that the array's time hides is
+    beyond the kernel's ``compulsory`` ones (``GemmKernel.compulsory_bytes``: its
+    operands and results once). A re-read that the array's time hides is
     still energy, and bandwidth another kernel could use: 1024 x 4096 x 16384 on
     wia-npu ran 2.8% faster in 512 x 256 x 256 tiles than in 1024^3, reading 411 MB
     from HBM against 176 MB, for 13% more energy."""
-    b, m, n, k = g.batch, g.m, g.n, g.k
-    compulsory = b * (m * k + k * n) * g.elem_bytes + b * m * n * g.out_bytes
     rate = Fraction(spec.bytes_per_cycle(spec.memory.hbm.bandwidth_gbs))
     return run[0] + max(0, run[1] - compulsory) / rate
 

@@ -822,11 +822,11 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def _out_tiles(k: GemmKernel, t: GemmTiling) -> int:
-    return -(-k.batch // t.tb) * -(-k.m // t.tm) * -(-k.n // t.tn)
+    return t.out_tiles(k.batch, k.m, k.n)
 
 
 def _tile_count(k: GemmKernel, t: GemmTiling) -> int:
-    return _out_tiles(k, t) * -(-k.k // t.tk)
+    return t.tile_count(k.batch, k.m, k.n, k.k)
 
 
 def _fits(spec: DeviceSpec, k: GemmKernel, t: GemmTiling) -> bool:
